@@ -1,0 +1,1 @@
+//! The shared-memory wire.
