@@ -1,0 +1,285 @@
+//! The reader side: open a segment after every check, drain its rings with
+//! exact loss accounting, post commands.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::control::{Command, CommandClient, Outcome};
+use super::discover::{self, Liveness};
+use super::layout::{self, Header, Parsed, HEADER_SIZE, OFF_HEARTBEAT, OFF_STATE};
+use super::record::{Decoder, Words};
+use super::shm::Shared;
+use super::RingError;
+use crate::event::Event;
+
+/// How long a claimed but incomplete position may hold up a ring before the
+/// reader counts it lost (a writer preempted mid-write, or one that died).
+pub const DEFAULT_STALL_LIMIT: Duration = Duration::from_millis(100);
+
+/// Where a new reader starts in each ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At the oldest record still in the ring; positions before it are
+    /// `skipped` (they were gone before this reader came), not lost.
+    Oldest,
+    /// At the current head: only records written from now on.
+    Now,
+}
+
+/// A reader's accounting for one ring. `skipped + delivered + lost` equals
+/// the positions the cursor has passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RingCounts {
+    pub skipped: u64,
+    pub delivered: u64,
+    pub lost: u64,
+}
+
+impl RingCounts {
+    fn add(&mut self, o: &RingCounts) {
+        self.skipped += o.skipped;
+        self.delivered += o.delivered;
+        self.lost += o.lost;
+    }
+}
+
+struct Cursor {
+    pos: u64,
+    stall: Option<(u64, Instant)>,
+    counts: RingCounts,
+    decoder: Decoder,
+}
+
+/// An open, validated segment.
+pub struct SegmentReader {
+    path: PathBuf,
+    shared: Shared,
+    header: Header,
+    cursors: Vec<Cursor>,
+    stall_limit: Duration,
+}
+
+impl SegmentReader {
+    /// Opens `path`, refusing anything FORMAT.md says to refuse, and starts at
+    /// the oldest record still held.
+    pub fn open(path: &Path) -> Result<Self, RingError> {
+        Self::open_at(path, Start::Oldest)
+    }
+
+    pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
+        let (file, size) = discover::open_checked(path)?;
+        if size < HEADER_SIZE as u64 {
+            return Err(RingError::invalid(
+                path,
+                format!("{size} bytes, smaller than the {HEADER_SIZE}-byte header"),
+            ));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| RingError::invalid(path, format!("{size} bytes is too large")))?;
+        let shared = Shared::map(&file, len).map_err(|e| RingError::io(path, e))?;
+        // Parse a private copy: first the fixed header, then as much as it asks for.
+        let mut copy = shared.copy_prefix(HEADER_SIZE);
+        let parsed = loop {
+            match layout::parse_header(&copy, size) {
+                Err(RingError::ShortCopy { needed }) if needed > copy.len() && needed <= len => {
+                    copy = shared.copy_prefix(needed);
+                }
+                Err(RingError::Invalid(why)) => return Err(RingError::invalid(path, why)),
+                other => break other.map_err(|e| RingError::invalid(path, e.to_string()))?,
+            }
+        };
+        let header = match parsed {
+            Parsed::Initialising => return Err(RingError::Initialising(path.to_path_buf())),
+            Parsed::Ready(h) => h,
+        };
+        // The magic was read with acquire ordering in `copy_prefix`, so the
+        // writer's initialisation is visible from here on.
+        if header.uid != discover::current_uid() {
+            return Err(RingError::refused(
+                path,
+                format!("header names uid {}, but the file is ours", header.uid),
+            ));
+        }
+        let cursors = header
+            .rings
+            .iter()
+            .map(|entry| {
+                let head = shared.ring(entry).head.load(Ordering::Acquire);
+                let pos = match start {
+                    Start::Oldest => head.saturating_sub(entry.slot_count),
+                    Start::Now => head,
+                };
+                Cursor {
+                    pos,
+                    stall: None,
+                    counts: RingCounts {
+                        skipped: pos,
+                        ..Default::default()
+                    },
+                    decoder: Decoder::default(),
+                }
+            })
+            .collect();
+        Ok(SegmentReader {
+            path: path.to_path_buf(),
+            shared,
+            header,
+            cursors,
+            stall_limit: DEFAULT_STALL_LIMIT,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn set_stall_limit(&mut self, limit: Duration) {
+        self.stall_limit = limit;
+    }
+
+    /// Header `state`: initialising, live or closed.
+    pub fn state(&self) -> u32 {
+        self.shared.u32_at(OFF_STATE).load(Ordering::Acquire)
+    }
+
+    /// The producer's last heartbeat (its `CLOCK_MONOTONIC` ns).
+    pub fn heartbeat_ns(&self) -> u64 {
+        self.shared.u64_at(OFF_HEARTBEAT).load(Ordering::Acquire)
+    }
+
+    /// Whether the producer still runs (closed counts as gone).
+    pub fn liveness(&self) -> Liveness {
+        if self.state() == layout::STATE_CLOSED {
+            return Liveness::Dead;
+        }
+        discover::liveness(self.header.pid, self.header.start_time)
+    }
+
+    /// Accounting for ring `i`.
+    pub fn counts(&self, i: usize) -> RingCounts {
+        self.cursors[i].counts
+    }
+
+    /// Accounting summed over all rings.
+    pub fn totals(&self) -> RingCounts {
+        let mut t = RingCounts::default();
+        for c in &self.cursors {
+            t.add(&c.counts);
+        }
+        t
+    }
+
+    /// Statistics samples dropped because half of one was lost.
+    pub fn dropped_samples(&self) -> u64 {
+        self.cursors.iter().map(|c| c.decoder.dropped_samples).sum()
+    }
+
+    /// Positions claimed in ring `i` so far.
+    pub fn head(&self, i: usize) -> u64 {
+        self.shared
+            .ring(&self.header.rings[i])
+            .head
+            .load(Ordering::Acquire)
+    }
+
+    /// Records writers abandoned in ring `i` because their slot was held.
+    pub fn writer_dropped(&self, i: usize) -> u64 {
+        self.shared
+            .ring(&self.header.rings[i])
+            .dropped
+            .load(Ordering::Relaxed)
+    }
+
+    /// Delivers up to `max` complete records of ring `i` in position order, as
+    /// `(position, words)`. `producer_gone` makes incomplete positions count
+    /// as lost at once (nobody will finish them). Returns what this call did.
+    pub fn drain_ring_raw(
+        &mut self,
+        i: usize,
+        max: usize,
+        producer_gone: bool,
+        mut f: impl FnMut(u64, &Words),
+    ) -> RingCounts {
+        let view = self.shared.ring(&self.header.rings[i]);
+        let n = view.mask + 1;
+        let cur = &mut self.cursors[i];
+        let mut done = RingCounts::default();
+        let head = view.head.load(Ordering::Acquire);
+        if head.saturating_sub(cur.pos) > n {
+            done.lost += head - n - cur.pos;
+            cur.pos = head - n;
+            cur.stall = None;
+        }
+        let mut words = [0u64; layout::PAYLOAD_WORDS];
+        while cur.pos < head && (done.delivered as usize) < max {
+            let t = cur.pos;
+            let slot = view.slot(t);
+            let done_seq = 2 * t + 2;
+            let s1 = slot.seq.load(Ordering::Acquire);
+            if s1 == done_seq {
+                for (dst, src) in words.iter_mut().zip(&slot.w) {
+                    *dst = src.load(Ordering::Relaxed);
+                }
+                fence(Ordering::Acquire);
+                if slot.seq.load(Ordering::Relaxed) == s1 {
+                    done.delivered += 1;
+                    f(t, &words);
+                } else {
+                    done.lost += 1;
+                }
+            } else if s1 > done_seq {
+                done.lost += 1;
+            } else {
+                // Claimed, not complete: wait for it unless it has waited too long.
+                let now = Instant::now();
+                let since = match cur.stall {
+                    Some((p, since)) if p == t => since,
+                    _ => {
+                        cur.stall = Some((t, now));
+                        now
+                    }
+                };
+                if producer_gone || now.duration_since(since) >= self.stall_limit {
+                    done.lost += 1;
+                } else {
+                    break;
+                }
+            }
+            cur.pos += 1;
+            cur.stall = None;
+        }
+        cur.counts.add(&done);
+        done
+    }
+
+    /// Drains every ring (up to `max_per_ring` records each) and decodes the
+    /// records into events, ring by ring.
+    pub fn drain(&mut self, max_per_ring: usize, mut f: impl FnMut(usize, Event)) -> RingCounts {
+        let gone = self.liveness() != Liveness::Alive;
+        let mut total = RingCounts::default();
+        for i in 0..self.cursors.len() {
+            let mut batch: Vec<Words> = Vec::new();
+            let done = self.drain_ring_raw(i, max_per_ring, gone, |_, w| batch.push(*w));
+            let decoder = &mut self.cursors[i].decoder;
+            for w in &batch {
+                if let Some(e) = decoder.decode(w) {
+                    f(i, e);
+                }
+            }
+            total.add(&done);
+        }
+        total
+    }
+
+    /// Posts a command to the producer and waits for its outcome.
+    pub fn command(&self, cmd: Command, timeout: Duration) -> Result<Outcome, RingError> {
+        CommandClient::new(&self.shared, self.header.control_offset).call(cmd, timeout)
+    }
+}

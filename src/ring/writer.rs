@@ -1,0 +1,257 @@
+//! The producer side: create a segment, write records into its rings from any
+//! number of threads, keep the heartbeat, answer commands.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+
+use super::control::CommandServer;
+use super::discover::{self, proc_start_time, Liveness};
+use super::layout::{self, Header, Producer, MAGIC, MINOR, OFF_HEARTBEAT, OFF_MAGIC, OFF_STATE};
+use super::record::Words;
+use super::shm::{RingView, Shared};
+use super::{monotonic_ns, RingError};
+
+/// One ring a writer asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct RingSpec {
+    /// Slots in the ring (a power of two).
+    pub slots: u64,
+    /// `layout::ROLE_AGENT` or `layout::ROLE_DEVICE`.
+    pub role: u32,
+    /// Device hint for device rings, `u32::MAX` for any.
+    pub device: u32,
+}
+
+/// Everything a producer says about itself when it creates a segment.
+#[derive(Debug, Clone)]
+pub struct SegmentConfig {
+    /// The segment directory (see `discover::segment_dir`).
+    pub dir: PathBuf,
+    /// Optional name suffix, `[A-Za-z0-9_]{1,32}`.
+    pub tag: Option<String>,
+    pub producer: Producer,
+    pub flags: u32,
+    pub framework: String,
+    pub label: String,
+    pub rings: Vec<RingSpec>,
+}
+
+impl SegmentConfig {
+    /// A config with one agent ring and `devices` device rings of `slots` each.
+    pub fn new(dir: impl Into<PathBuf>, producer: Producer, devices: u32, slots: u64) -> Self {
+        let mut rings = vec![RingSpec {
+            slots,
+            role: layout::ROLE_AGENT,
+            device: u32::MAX,
+        }];
+        rings.extend((0..devices).map(|d| RingSpec {
+            slots,
+            role: layout::ROLE_DEVICE,
+            device: d,
+        }));
+        SegmentConfig {
+            dir: dir.into(),
+            tag: None,
+            producer,
+            flags: 0,
+            framework: String::new(),
+            label: String::new(),
+            rings,
+        }
+    }
+}
+
+/// A segment this process created and writes. Dropping it marks the segment
+/// closed and removes the file.
+pub struct SegmentWriter {
+    path: PathBuf,
+    shared: Shared,
+    header: Header,
+    _file: File,
+}
+
+impl SegmentWriter {
+    /// Creates and publishes a segment named for this process
+    /// (`vramscope-<uid>-<pid>[-<tag>]`), replacing a stale one of that name.
+    pub fn create(cfg: &SegmentConfig) -> Result<Self, RingError> {
+        let pid = std::process::id();
+        let uid = discover::current_uid();
+        let name = discover::segment_name(uid, pid, cfg.tag.as_deref())
+            .ok_or_else(|| RingError::Invalid(format!("bad tag {:?}", cfg.tag)))?;
+        let path = cfg.dir.join(name);
+        let specs: Vec<_> = cfg
+            .rings
+            .iter()
+            .map(|r| (r.slots, r.role, r.device))
+            .collect();
+        let (rings, size) = layout::plan(&specs)?;
+        let header = Header {
+            minor: MINOR,
+            segment_size: size,
+            pid,
+            uid,
+            start_time: proc_start_time(pid).unwrap_or(0),
+            producer: cfg.producer,
+            flags: cfg.flags,
+            created_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            control_offset: layout::control_offset_for(rings.len()),
+            framework: cfg.framework.clone(),
+            label: cfg.label.clone(),
+            rings,
+        };
+        let file = match create_exclusive(&path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Only a stale segment of ours may be replaced.
+                match discover::inspect(&path) {
+                    Ok(info) if info.liveness != Liveness::Alive || info.pid == pid => {
+                        std::fs::remove_file(&path).map_err(|e| RingError::io(&path, e))?;
+                        create_exclusive(&path).map_err(|e| RingError::io(&path, e))?
+                    }
+                    _ => return Err(RingError::io(&path, e)),
+                }
+            }
+            other => other.map_err(|e| RingError::io(&path, e))?,
+        };
+        let result = (|| {
+            file.set_len(size as u64)?;
+            super::shm::reserve(&file, size)?;
+            Shared::map(&file, size)
+        })();
+        let shared = match result {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(RingError::io(&path, e));
+            }
+        };
+        let mut prefix = vec![0u8; layout::prefix_len(header.rings.len())];
+        layout::encode_header(&header, &mut prefix);
+        shared.store_prefix(&prefix);
+        shared
+            .u32_at(OFF_STATE)
+            .store(layout::STATE_LIVE, Ordering::Relaxed);
+        shared
+            .u64_at(OFF_HEARTBEAT)
+            .store(monotonic_ns(), Ordering::Relaxed);
+        // Publish: everything above happens-before a reader that sees the magic.
+        shared.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        Ok(SegmentWriter {
+            path,
+            shared,
+            header,
+            _file: file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn ring_count(&self) -> usize {
+        self.header.rings.len()
+    }
+
+    /// A handle for writing into ring `i` (shareable between threads).
+    pub fn ring(&self, i: usize) -> RingWriter<'_> {
+        RingWriter {
+            view: self.shared.ring(&self.header.rings[i]),
+        }
+    }
+
+    /// Refreshes the heartbeat; call at least once a second.
+    pub fn heartbeat(&self) {
+        self.shared
+            .u64_at(OFF_HEARTBEAT)
+            .store(monotonic_ns(), Ordering::Release);
+    }
+
+    /// The producer's end of the control block.
+    pub fn command_server(&self) -> CommandServer<'_> {
+        CommandServer::new(&self.shared, self.header.control_offset)
+    }
+}
+
+impl Drop for SegmentWriter {
+    fn drop(&mut self) {
+        self.shared
+            .u32_at(OFF_STATE)
+            .store(layout::STATE_CLOSED, Ordering::Release);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn create_exclusive(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Writes records into one ring. Never blocks, never allocates, makes no
+/// system call. `Sync`: any number of threads may share one.
+#[derive(Clone, Copy)]
+pub struct RingWriter<'a> {
+    view: RingView<'a>,
+}
+
+impl RingWriter<'_> {
+    /// Writes one record. Returns `false` when the slot was held by another
+    /// writer (the record is lost and counted, see FORMAT.md).
+    #[inline]
+    pub fn write(&self, words: &Words) -> bool {
+        let p = self.view.head.fetch_add(1, Ordering::Relaxed);
+        let slot = self.view.slot(p);
+        let writing = 2 * p + 1;
+        let s = slot.seq.load(Ordering::Relaxed);
+        if s & 1 == 1
+            || s >= writing
+            || slot
+                .seq
+                .compare_exchange(s, writing, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            self.view.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        fence(Ordering::Release);
+        for (dst, &v) in slot.w.iter().zip(words) {
+            dst.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(writing + 1, Ordering::Release);
+        true
+    }
+
+    /// Positions claimed so far.
+    pub fn head(&self) -> u64 {
+        self.view.head.load(Ordering::Relaxed)
+    }
+
+    /// Records abandoned because their slot was held.
+    pub fn dropped(&self) -> u64 {
+        self.view.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Claims a position and leaves it half-written, as a writer killed in
+    /// the middle of a write would. For tests of crash recovery only.
+    #[doc(hidden)]
+    pub fn write_and_die_midway(&self, words: &Words) {
+        let p = self.view.head.fetch_add(1, Ordering::Relaxed);
+        let slot = self.view.slot(p);
+        slot.seq.store(2 * p + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.w[0].store(words[0], Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,161 @@
+//! Cross-language: the C writer (assets/agent/vramscope_ring.h), compiled by
+//! this test with the system C compiler (and as C++), drives the Rust reader.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Proc, Stdio};
+use std::time::Duration;
+
+use vramscope::event::{EventKind, Stats};
+use vramscope::ring::{Command, Producer, SegmentReader, Status};
+
+fn compile(out: &Path, cxx: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/writer.c");
+    let exe = out.join(if cxx { "writer_cxx" } else { "writer_c" });
+    let mut cmd = if cxx {
+        Proc::new("c++")
+    } else {
+        Proc::new("cc")
+    };
+    if cxx {
+        cmd.args(["-x", "c++", "-std=gnu++17"]);
+    } else {
+        cmd.arg("-std=gnu11");
+    }
+    let st = cmd
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (cc / c++) is needed for this test");
+    assert!(st.success(), "compiling {} failed", src.display());
+    exe
+}
+
+/// Mirrors `make` in writer.c.
+fn expected(thread: u64, i: u64) -> [u64; 6] {
+    let x = (thread << 40) | i;
+    let w2 = x.wrapping_mul(0x9E3779B97F4A7C15);
+    let w3 = !x;
+    let w4 = x ^ 0x5555555555555555;
+    let w5 = x + 1;
+    [x, w2, w3, w4, w5, w2 ^ w3 ^ w4 ^ w5]
+}
+
+fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), cxx);
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut child = Proc::new(&exe)
+        .arg(&shm)
+        .arg(threads.to_string())
+        .arg(per_thread.to_string())
+        .arg(slots.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let path = PathBuf::from(lines.next().unwrap().unwrap());
+    let mut reader = SegmentReader::open(&path).expect("the C segment validates");
+    let h = reader.header().clone();
+    assert_eq!(h.pid, child.id());
+    assert_eq!(h.producer, Producer::Test);
+    assert_eq!(h.framework, "c-writer 1.0");
+    assert_eq!(h.label, "cross-language test é");
+    assert_eq!(h.rings.len(), 2);
+    assert_eq!(h.rings[1].slot_count, slots);
+    assert!(h.start_time > 0);
+
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    // Drain slowly while the writers run.
+    let mut next = vec![0u64; threads as usize];
+    let mut delivered = 0u64;
+    let mut check = |_: u64, w: &[u64; 7]| {
+        let t = ((w[0] >> 16) & 0xffff) as u64;
+        let x = w[1];
+        assert_eq!(x >> 40, t, "record of thread {t} carries x {x:#x}");
+        let i = x & ((1 << 40) - 1);
+        assert_eq!(&w[1..], &expected(t, i), "torn record accepted");
+        assert!(i >= next[t as usize], "thread {t}: record {i} out of order");
+        next[t as usize] = i + 1;
+        delivered += 1;
+    };
+    loop {
+        let done = reader.drain_ring_raw(1, 4096, false, &mut check);
+        if done.delivered == 0 && done.lost == 0 {
+            if reader.head(1) == threads * per_thread {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    // The writer prints "written" after the agent ring records.
+    assert_eq!(lines.next().unwrap().unwrap(), "written");
+    let c = reader.counts(1);
+    assert_eq!(c.delivered, delivered);
+    assert_eq!(
+        c.skipped + c.delivered + c.lost,
+        threads * per_thread,
+        "{c:?}"
+    );
+    assert_eq!(reader.head(1), threads * per_thread);
+
+    let mut events = Vec::new();
+    reader.drain(100, |ring, e| {
+        if ring == 0 {
+            events.push(e.kind)
+        }
+    });
+    assert_eq!(
+        events,
+        vec![
+            EventKind::Stats {
+                device: 0,
+                stats: Stats {
+                    allocated: 100,
+                    reserved: 200,
+                    active: 150,
+                    inactive_split: 50,
+                    requested: 90,
+                    allocated_peak: 101,
+                    reserved_peak: 201,
+                    active_peak: 151,
+                    alloc_retries: 3,
+                    ooms: 2,
+                    segments: 7
+                }
+            },
+            EventKind::Marker { value: 42 }
+        ]
+    );
+
+    let t = Duration::from_secs(10);
+    let pong = reader.command(Command::Ping { value: 77 }, t).unwrap();
+    assert_eq!((pong.status, pong.result0), (Status::Ok, 77));
+    let ec = reader
+        .command(Command::EmptyCache { device: None }, t)
+        .unwrap();
+    assert_eq!((ec.status, ec.result0, ec.result1), (Status::Ok, 300, 100));
+    let un = reader
+        .command(Command::ResetPeaks { device: Some(1) }, t)
+        .unwrap();
+    assert_eq!(un.status, Status::Unsupported);
+    reader.command(Command::Ping { value: 0 }, t).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(!path.exists(), "a clean exit removes the segment");
+    assert_eq!(reader.state(), vramscope::ring::layout::STATE_CLOSED);
+}
+
+#[test]
+fn c_writer_four_threads_small_ring_exact_accounting() {
+    // A 1024-slot ring and 4 x 200k records: the reader falls behind and loses
+    // some; every position is still delivered or counted lost, exactly once.
+    run_writer(false, 4, 200_000, 1024);
+}
+
+#[test]
+fn cxx_writer_one_thread_big_ring() {
+    run_writer(true, 1, 50_000, 1 << 16);
+}
