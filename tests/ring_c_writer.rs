@@ -73,7 +73,7 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
     let mut next = vec![0u64; threads as usize];
     let mut delivered = 0u64;
     let mut check = |_: u64, w: &[u64; 7]| {
-        let t = ((w[0] >> 16) & 0xffff) as u64;
+        let t = (w[0] >> 16) & 0xffff;
         let x = w[1];
         assert_eq!(x >> 40, t, "record of thread {t} carries x {x:#x}");
         let i = x & ((1 << 40) - 1);
@@ -158,4 +158,46 @@ fn c_writer_four_threads_small_ring_exact_accounting() {
 #[test]
 fn cxx_writer_one_thread_big_ring() {
     run_writer(true, 1, 50_000, 1 << 16);
+}
+
+#[test]
+fn c_writer_killed_mid_run_costs_only_what_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), false);
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut child = Proc::new(&exe)
+        .arg(&shm)
+        .args(["4", "100000000", "4096"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let path = PathBuf::from(lines.next().unwrap().unwrap());
+    let mut reader = SegmentReader::open(&path).unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut delivered = 0u64;
+    for _ in 0..20 {
+        reader.drain_ring_raw(1, 1000, false, |_, _| delivered += 1);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL, possibly in the middle of a write
+    child.wait().unwrap();
+    assert_eq!(reader.liveness(), vramscope::ring::discover::Liveness::Dead);
+    // Everything left is delivered or counted lost; nothing waits forever.
+    let mut n = 0;
+    loop {
+        let done = reader.drain(usize::MAX, |_, _| n += 1);
+        if done.delivered == 0 && done.lost == 0 {
+            break;
+        }
+    }
+    let c = reader.counts(1);
+    assert!(c.delivered > 0);
+    assert_eq!(c.skipped + c.delivered + c.lost, reader.head(1), "{c:?}");
+    // The killed writer left its file: it is stale now, and cleanup removes it.
+    assert!(path.exists());
+    let removed = vramscope::ring::discover::remove_stale(&shm).unwrap();
+    assert_eq!(removed, vec![path]);
 }

@@ -196,25 +196,26 @@ impl<'a> CommandClient<'a> {
                 return Err(RingError::Busy { holder_pid: 0 });
             }
         }
-        let n = current / 2 + 1;
+        let n = current / 2 + 1; // at most 2^63: 2n wraps to 0 only then
+        let posted_seq = n.wrapping_mul(2);
         let (kind, arg) = cmd.encode();
         self.w(CTL_POSTED_NS)
             .store(monotonic_ns(), Ordering::Relaxed);
-        seq.store(2 * n - 1, Ordering::Relaxed);
+        seq.store(posted_seq.wrapping_sub(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.w(CTL_CMD_KIND).store(kind, Ordering::Relaxed);
         self.w(CTL_CMD_ARG).store(arg, Ordering::Relaxed);
-        seq.store(2 * n, Ordering::Release);
+        seq.store(posted_seq, Ordering::Release);
         let deadline = Instant::now() + timeout;
         let mut nap = Duration::from_micros(50);
         loop {
-            if ack.load(Ordering::Acquire) == 2 * n {
+            if ack.load(Ordering::Acquire) == posted_seq {
                 let status = self.w(CTL_STATUS).load(Ordering::Relaxed);
                 let r0 = self.w(CTL_RESULT0).load(Ordering::Relaxed);
                 let r1 = self.w(CTL_RESULT1).load(Ordering::Relaxed);
                 let r2 = self.w(CTL_RESULT2).load(Ordering::Relaxed);
                 fence(Ordering::Acquire);
-                if ack.load(Ordering::Relaxed) != 2 * n {
+                if ack.load(Ordering::Relaxed) != posted_seq {
                     return Err(RingError::Superseded);
                 }
                 return Ok(Outcome {

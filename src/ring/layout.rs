@@ -236,7 +236,7 @@ pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
                 "ring {i}: slot_size {slot_size}, expected {SLOT_SIZE}"
             ));
         }
-        if slot_count < 2 || slot_count > MAX_SLOTS || !slot_count.is_power_of_two() {
+        if !(2..=MAX_SLOTS).contains(&slot_count) || !slot_count.is_power_of_two() {
             return bad(format!(
                 "ring {i}: slot_count {slot_count} is not a power of two in 2..={MAX_SLOTS}"
             ));
@@ -296,7 +296,7 @@ pub fn plan(rings: &[(u64, u32, u32)]) -> Result<(Vec<RingEntry>, usize), RingEr
     let mut at = prefix_len(rings.len()).next_multiple_of(4096);
     let mut out = Vec::with_capacity(rings.len());
     for (i, &(slot_count, role, device)) in rings.iter().enumerate() {
-        if slot_count < 2 || slot_count > MAX_SLOTS || !slot_count.is_power_of_two() {
+        if !(2..=MAX_SLOTS).contains(&slot_count) || !slot_count.is_power_of_two() {
             return Err(RingError::Invalid(format!(
                 "ring {i}: slot_count {slot_count} is not a power of two in 2..={MAX_SLOTS}"
             )));

@@ -107,7 +107,7 @@ impl SegmentReader {
             .rings
             .iter()
             .map(|entry| {
-                let head = shared.ring(entry).head.load(Ordering::Acquire);
+                let head = shared.ring(entry).head().load(Ordering::Acquire);
                 let pos = match start {
                     Start::Oldest => head.saturating_sub(entry.slot_count),
                     Start::Now => head,
@@ -185,7 +185,7 @@ impl SegmentReader {
     pub fn head(&self, i: usize) -> u64 {
         self.shared
             .ring(&self.header.rings[i])
-            .head
+            .head()
             .load(Ordering::Acquire)
     }
 
@@ -193,7 +193,7 @@ impl SegmentReader {
     pub fn writer_dropped(&self, i: usize) -> u64 {
         self.shared
             .ring(&self.header.rings[i])
-            .dropped
+            .dropped()
             .load(Ordering::Relaxed)
     }
 
@@ -208,10 +208,10 @@ impl SegmentReader {
         mut f: impl FnMut(u64, &Words),
     ) -> RingCounts {
         let view = self.shared.ring(&self.header.rings[i]);
-        let n = view.mask + 1;
+        let n = view.slot_count();
         let cur = &mut self.cursors[i];
         let mut done = RingCounts::default();
-        let head = view.head.load(Ordering::Acquire);
+        let head = view.head().load(Ordering::Acquire);
         if head.saturating_sub(cur.pos) > n {
             done.lost += head - n - cur.pos;
             cur.pos = head - n;
@@ -221,7 +221,7 @@ impl SegmentReader {
         while cur.pos < head && (done.delivered as usize) < max {
             let t = cur.pos;
             let slot = view.slot(t);
-            let done_seq = 2 * t + 2;
+            let done_seq = t.wrapping_mul(2).wrapping_add(2);
             let s1 = slot.seq.load(Ordering::Acquire);
             if s1 == done_seq {
                 for (dst, src) in words.iter_mut().zip(&slot.w) {
@@ -265,14 +265,13 @@ impl SegmentReader {
         let gone = self.liveness() != Liveness::Alive;
         let mut total = RingCounts::default();
         for i in 0..self.cursors.len() {
-            let mut batch: Vec<Words> = Vec::new();
-            let done = self.drain_ring_raw(i, max_per_ring, gone, |_, w| batch.push(*w));
-            let decoder = &mut self.cursors[i].decoder;
-            for w in &batch {
+            let mut decoder = std::mem::take(&mut self.cursors[i].decoder);
+            let done = self.drain_ring_raw(i, max_per_ring, gone, |_, w| {
                 if let Some(e) = decoder.decode(w) {
                     f(i, e);
                 }
-            }
+            });
+            self.cursors[i].decoder = decoder;
             total.add(&done);
         }
         total

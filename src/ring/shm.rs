@@ -39,6 +39,10 @@ impl Shared {
         self.map.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
     fn check(&self, off: usize, size: usize) {
         assert!(
             off % size == 0 && off.checked_add(size).is_some_and(|end| end <= self.len()),
@@ -120,16 +124,36 @@ impl Shared {
 /// One ring inside a mapping.
 #[derive(Clone, Copy)]
 pub struct RingView<'a> {
-    pub head: &'a AtomicU64,
-    pub dropped: &'a AtomicU64,
-    pub slots: &'a [Slot],
-    pub mask: u64,
+    head: &'a AtomicU64,
+    dropped: &'a AtomicU64,
+    // Private: `slot` relies on `slots.len() == mask + 1`.
+    slots: &'a [Slot],
+    mask: u64,
 }
 
-impl RingView<'_> {
+impl<'a> RingView<'a> {
+    /// The next position to claim.
+    pub fn head(&self) -> &'a AtomicU64 {
+        self.head
+    }
+
+    /// Writes abandoned because their slot was held.
+    pub fn dropped(&self) -> &'a AtomicU64 {
+        self.dropped
+    }
+
+    pub fn slot_count(&self) -> u64 {
+        self.mask + 1
+    }
+
     #[inline]
     pub fn slot(&self, position: u64) -> &Slot {
-        &self.slots[(position & self.mask) as usize]
+        let i = (position & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `Shared::ring` built `slots` with exactly `mask + 1` entries
+        // (`slot_count`, a validated power of two), so `position & mask` is
+        // always in bounds. This is the writer's hot path: no bounds check.
+        unsafe { self.slots.get_unchecked(i) }
     }
 }
 

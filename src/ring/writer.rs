@@ -212,45 +212,61 @@ impl RingWriter<'_> {
     /// writer (the record is lost and counted, see FORMAT.md).
     #[inline]
     pub fn write(&self, words: &Words) -> bool {
-        let p = self.view.head.fetch_add(1, Ordering::Relaxed);
+        let p = self.view.head().fetch_add(1, Ordering::Relaxed);
         let slot = self.view.slot(p);
-        let writing = 2 * p + 1;
-        let s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 == 1
-            || s >= writing
-            || slot
-                .seq
-                .compare_exchange(s, writing, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
+        let writing = p.wrapping_mul(2).wrapping_add(1);
+        // Fast path: the slot holds the previous lap's record (or nothing in
+        // the first lap). One exchange takes the cache line exclusively at
+        // once, with no separate load to share it first.
+        let lap = self.view.slot_count();
+        let previous = if p >= lap {
+            (p - lap).wrapping_mul(2).wrapping_add(2)
+        } else {
+            0
+        };
+        if let Err(s) =
+            slot.seq
+                .compare_exchange(previous, writing, Ordering::AcqRel, Ordering::Relaxed)
         {
-            self.view.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            // Some other even state below ours (an earlier lap was dropped):
+            // still ours to take. Odd (held) or newer: drop.
+            if s & 1 == 1
+                || s >= writing
+                || slot
+                    .seq
+                    .compare_exchange(s, writing, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+            {
+                self.view.dropped().fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
         }
         fence(Ordering::Release);
         for (dst, &v) in slot.w.iter().zip(words) {
             dst.store(v, Ordering::Relaxed);
         }
-        slot.seq.store(writing + 1, Ordering::Release);
+        slot.seq.store(writing.wrapping_add(1), Ordering::Release);
         true
     }
 
     /// Positions claimed so far.
     pub fn head(&self) -> u64 {
-        self.view.head.load(Ordering::Relaxed)
+        self.view.head().load(Ordering::Relaxed)
     }
 
     /// Records abandoned because their slot was held.
     pub fn dropped(&self) -> u64 {
-        self.view.dropped.load(Ordering::Relaxed)
+        self.view.dropped().load(Ordering::Relaxed)
     }
 
     /// Claims a position and leaves it half-written, as a writer killed in
     /// the middle of a write would. For tests of crash recovery only.
     #[doc(hidden)]
     pub fn write_and_die_midway(&self, words: &Words) {
-        let p = self.view.head.fetch_add(1, Ordering::Relaxed);
+        let p = self.view.head().fetch_add(1, Ordering::Relaxed);
         let slot = self.view.slot(p);
-        slot.seq.store(2 * p + 1, Ordering::Relaxed);
+        slot.seq
+            .store(p.wrapping_mul(2).wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         slot.w[0].store(words[0], Ordering::Relaxed);
     }

@@ -1,0 +1,89 @@
+//! `vramscope rings`: what is in the segment directory.
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use vramscope::ring::discover::{self, Liveness};
+use vramscope::ring::{Producer, SegmentReader};
+
+#[derive(Serialize)]
+struct Row {
+    path: String,
+    pid: Option<u32>,
+    producer: Option<Producer>,
+    label: Option<String>,
+    framework: Option<String>,
+    liveness: Option<Liveness>,
+    /// Records written so far, all rings.
+    written: Option<u64>,
+    /// Records abandoned by writers (slot held), all rings.
+    writer_dropped: Option<u64>,
+    error: Option<String>,
+}
+
+pub fn run(dir: &Path, clean: bool, json: bool) -> Result<()> {
+    if clean {
+        for p in discover::remove_stale(dir)? {
+            eprintln!("removed stale {}", p.display());
+        }
+    }
+    let (found, others) = discover::list(dir)?;
+    let rows: Vec<Row> = found
+        .iter()
+        .map(|f| match SegmentReader::open(&f.path) {
+            Ok(r) => {
+                let h = r.header();
+                let n = h.rings.len();
+                Row {
+                    path: f.path.display().to_string(),
+                    pid: Some(h.pid),
+                    producer: Some(h.producer),
+                    label: Some(h.label.clone()),
+                    framework: Some(h.framework.clone()),
+                    liveness: Some(r.liveness()),
+                    written: Some((0..n).map(|i| r.head(i)).sum()),
+                    writer_dropped: Some((0..n).map(|i| r.writer_dropped(i)).sum()),
+                    error: None,
+                }
+            }
+            Err(e) => Row {
+                path: f.path.display().to_string(),
+                pid: Some(f.name.pid),
+                producer: None,
+                label: None,
+                framework: None,
+                liveness: None,
+                written: None,
+                writer_dropped: None,
+                error: Some(e.to_string()),
+            },
+        })
+        .collect();
+    if json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(());
+    }
+    println!("{} segment(s) in {}", rows.len(), dir.display());
+    if others > 0 {
+        println!("({others} other users' segments not shown)");
+    }
+    for r in &rows {
+        match &r.error {
+            Some(e) => println!("  ! {e}"),
+            None => println!(
+                "  pid {:>7}  {:<12} {:<8} written {:>12}  dropped {:>6}  {}  {}",
+                r.pid.unwrap_or(0),
+                format!("{:?}", r.producer.unwrap_or(Producer::Other(0))),
+                format!("{:?}", r.liveness.unwrap_or(Liveness::Dead)),
+                r.written.unwrap_or(0),
+                r.writer_dropped.unwrap_or(0),
+                r.label.as_deref().unwrap_or(""),
+                r.framework.as_deref().unwrap_or(""),
+            ),
+        }
+    }
+    Ok(())
+}
