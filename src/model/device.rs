@@ -79,13 +79,20 @@ pub enum Problem {
     /// A segment free or unmap of an address that is no known segment.
     UnknownSegment { addr: u64 },
     /// A segment free whose size differs from the segment's.
-    SegmentSize { addr: u64, expected: u64, found: u64 },
+    SegmentSize {
+        addr: u64,
+        expected: u64,
+        found: u64,
+    },
     /// A segment freed or unmapped while blocks in it were still in use.
     SegmentInUse { addr: u64 },
     /// A new segment overlapping known ones (those are dropped).
     OverlappingSegment { addr: u64 },
     /// The allocator's own statistics kept disagreeing with the block map.
-    Drift { model_allocated: u64, stats_allocated: u64 },
+    Drift {
+        model_allocated: u64,
+        stats_allocated: u64,
+    },
 }
 
 /// What an applied event did to live tensor counts (for leak analysis).
@@ -107,7 +114,10 @@ pub(crate) struct Applied {
 
 impl Applied {
     fn problem(p: Problem) -> Self {
-        Self { live: Live::None, problem: Some(p) }
+        Self {
+            live: Live::None,
+            problem: Some(p),
+        }
     }
 }
 
@@ -163,7 +173,10 @@ pub(crate) enum SnapshotOutcome {
     Ongoing,
     /// A complete snapshot was installed; the replay of events received
     /// meanwhile found this many problems.
-    Installed { replay_problems: u32, first_problem: Option<Problem> },
+    Installed {
+        replay_problems: u32,
+        first_problem: Option<Problem>,
+    },
     /// The snapshot was incomplete or malformed and was dropped.
     Discarded,
 }
@@ -245,7 +258,11 @@ impl DeviceState {
     }
     /// Totals over the block map.
     pub fn derived(&self) -> Derived {
-        Derived { allocated: self.allocated, active: self.active, reserved: self.reserved }
+        Derived {
+            allocated: self.allocated,
+            active: self.active,
+            reserved: self.reserved,
+        }
     }
     /// Peaks of the derived totals since the last reset.
     pub fn derived_peaks(&self) -> Derived {
@@ -294,7 +311,12 @@ impl DeviceState {
     /// Take a statistics sample. Returns a drift problem when the block map
     /// disagreed with the allocator's own figures several samples in a row
     /// (only checked while synced and exact).
-    pub(crate) fn note_stats(&mut self, t: u64, stats: Stats, check_drift: bool) -> Option<Problem> {
+    pub(crate) fn note_stats(
+        &mut self,
+        t: u64,
+        stats: Stats,
+        check_drift: bool,
+    ) -> Option<Problem> {
         self.stats = Some((t, stats));
         if !self.synced {
             self.series.allocated.push(t, stats.allocated);
@@ -352,7 +374,9 @@ impl DeviceState {
             EventKind::Alloc { place, addr, size } => self.alloc(t, &place, addr, size, rules),
             EventKind::FreeRequested { addr, .. } => self.free_requested(t, addr),
             EventKind::FreeCompleted { addr, .. } => self.free_completed(t, addr),
-            EventKind::SegmentAlloc { place, addr, size } => self.segment_alloc(t, &place, addr, size),
+            EventKind::SegmentAlloc { place, addr, size } => {
+                self.segment_alloc(t, &place, addr, size)
+            }
             EventKind::SegmentFree { addr, size, .. } => self.segment_free(addr, size),
             EventKind::SegmentMap { place, addr, size } => self.segment_map(t, &place, addr, size),
             EventKind::SegmentUnmap { addr, size, .. } => self.segment_unmap(t, addr, size),
@@ -362,8 +386,18 @@ impl DeviceState {
         out
     }
 
-    fn alloc(&mut self, t: u64, place: &Place, addr: u64, request: u64, rules: &BlockRules) -> Applied {
-        let mut out = Applied { live: Live::Up(request), problem: None };
+    fn alloc(
+        &mut self,
+        t: u64,
+        place: &Place,
+        addr: u64,
+        request: u64,
+        rules: &BlockRules,
+    ) -> Applied {
+        let mut out = Applied {
+            live: Live::Up(request),
+            problem: None,
+        };
         let Some((&start, b)) = self.blocks.range_mut(..=addr).next_back() else {
             return self.alloc_orphan(t, place, addr, request);
         };
@@ -372,7 +406,10 @@ impl DeviceState {
         }
         if b.state != BlockState::Inactive {
             // The model missed a free: take the block over as it is.
-            out.problem = Some(Problem::BlockState { addr, found: b.state });
+            out.problem = Some(Problem::BlockState {
+                addr,
+                found: b.state,
+            });
             if b.state == BlockState::PendingFree {
                 self.allocated += b.size;
             }
@@ -391,7 +428,11 @@ impl DeviceState {
         };
         let size = rules.carve(request, avail, template.expandable);
         if rules::round_size(request) > avail {
-            out.problem = Some(Problem::BlockTooSmall { addr, request, free: avail });
+            out.problem = Some(Problem::BlockTooSmall {
+                addr,
+                request,
+                free: avail,
+            });
         }
         let block = Block {
             size,
@@ -408,7 +449,12 @@ impl DeviceState {
             self.blocks.insert(addr, block);
         }
         if size < avail {
-            let rest = Block { size: avail - size, requested: 0, since_ns: t, ..template };
+            let rest = Block {
+                size: avail - size,
+                requested: 0,
+                since_ns: t,
+                ..template
+            };
             self.blocks.insert(addr + size, rest);
         }
         self.allocated += size;
@@ -442,7 +488,10 @@ impl DeviceState {
         }
         self.allocated += size;
         self.active += size;
-        Applied { live: Live::Up(request), problem: Some(Problem::BlockOutsideSegment { addr }) }
+        Applied {
+            live: Live::Up(request),
+            problem: Some(Problem::BlockOutsideSegment { addr }),
+        }
     }
 
     fn free_requested(&mut self, t: u64, addr: u64) -> Applied {
@@ -454,13 +503,19 @@ impl DeviceState {
             },
         };
         if b.state != BlockState::Allocated {
-            return Applied::problem(Problem::BlockState { addr, found: b.state });
+            return Applied::problem(Problem::BlockState {
+                addr,
+                found: b.state,
+            });
         }
         b.state = BlockState::PendingFree;
         b.since_ns = t;
         let (size, requested) = (b.size, b.requested);
         self.allocated = self.allocated.saturating_sub(size);
-        Applied { live: Live::Down(requested), problem: None }
+        Applied {
+            live: Live::Down(requested),
+            problem: None,
+        }
     }
 
     fn free_completed(&mut self, t: u64, addr: u64) -> Applied {
@@ -471,10 +526,16 @@ impl DeviceState {
                     match b.state {
                         BlockState::Allocated => Applied {
                             live: Live::Down(b.requested),
-                            problem: Some(Problem::BlockState { addr, found: b.state }),
+                            problem: Some(Problem::BlockState {
+                                addr,
+                                found: b.state,
+                            }),
                         },
                         BlockState::PendingFree => Applied::default(),
-                        BlockState::Inactive => Applied::problem(Problem::BlockState { addr, found: b.state }),
+                        BlockState::Inactive => Applied::problem(Problem::BlockState {
+                            addr,
+                            found: b.state,
+                        }),
                     }
                 }
                 None => Applied::problem(Problem::UnknownBlock { addr }),
@@ -483,13 +544,19 @@ impl DeviceState {
         let mut out = Applied::default();
         match b.state {
             BlockState::Inactive => {
-                return Applied::problem(Problem::BlockState { addr, found: BlockState::Inactive })
+                return Applied::problem(Problem::BlockState {
+                    addr,
+                    found: BlockState::Inactive,
+                })
             }
             BlockState::Allocated => {
                 // The free request was missed.
                 out = Applied {
                     live: Live::Down(b.requested),
-                    problem: Some(Problem::BlockState { addr, found: BlockState::Allocated }),
+                    problem: Some(Problem::BlockState {
+                        addr,
+                        found: BlockState::Allocated,
+                    }),
                 };
                 self.allocated = self.allocated.saturating_sub(b.size);
             }
@@ -505,7 +572,9 @@ impl DeviceState {
 
     /// Merge the inactive block at `addr` with inactive neighbours of the same segment.
     fn merge_free(&mut self, addr: u64) {
-        let Some(&b) = self.blocks.get(&addr) else { return };
+        let Some(&b) = self.blocks.get(&addr) else {
+            return;
+        };
         if b.state != BlockState::Inactive {
             return;
         }
@@ -518,7 +587,10 @@ impl DeviceState {
             }
         }
         if let Some((&pa, p)) = self.blocks.range_mut(..addr).next_back() {
-            if pa.saturating_add(p.size) == addr && p.state == BlockState::Inactive && p.segment == b.segment {
+            if pa.saturating_add(p.size) == addr
+                && p.state == BlockState::Inactive
+                && p.segment == b.segment
+            {
                 p.size += size;
                 self.blocks.remove(&addr);
                 return;
@@ -544,12 +616,18 @@ impl DeviceState {
 
     /// Remove a segment and its blocks; true when some block was in use.
     fn remove_segment(&mut self, addr: u64) -> bool {
-        let Some(seg) = self.segments.remove(&addr) else { return false };
+        let Some(seg) = self.segments.remove(&addr) else {
+            return false;
+        };
         if !seg.pool_kind_known {
             self.unknown_kind = self.unknown_kind.saturating_sub(1);
         }
         self.reserved = self.reserved.saturating_sub(seg.size);
-        let keys: Vec<u64> = self.blocks.range(seg.addr..seg.end()).map(|(a, _)| *a).collect();
+        let keys: Vec<u64> = self
+            .blocks
+            .range(seg.addr..seg.end())
+            .map(|(a, _)| *a)
+            .collect();
         let mut in_use = false;
         for k in keys {
             if let Some(b) = self.blocks.remove(&k) {
@@ -586,7 +664,11 @@ impl DeviceState {
 
     fn segment_alloc(&mut self, t: u64, place: &Place, addr: u64, size: u64) -> Applied {
         if size == 0 {
-            return Applied::problem(Problem::SegmentSize { addr, expected: 0, found: 0 });
+            return Applied::problem(Problem::SegmentSize {
+                addr,
+                expected: 0,
+                found: 0,
+            });
         }
         let end = addr.saturating_add(size);
         let size = end - addr;
@@ -619,7 +701,10 @@ impl DeviceState {
             },
         );
         self.reserved += size;
-        Applied { live: Live::None, problem }
+        Applied {
+            live: Live::None,
+            problem,
+        }
     }
 
     fn segment_free(&mut self, addr: u64, size: u64) -> Applied {
@@ -630,7 +715,11 @@ impl DeviceState {
         if in_use {
             Applied::problem(Problem::SegmentInUse { addr })
         } else if seg.size != size {
-            Applied::problem(Problem::SegmentSize { addr, expected: seg.size, found: size })
+            Applied::problem(Problem::SegmentSize {
+                addr,
+                expected: seg.size,
+                found: size,
+            })
         } else {
             Applied::default()
         }
@@ -651,7 +740,12 @@ impl DeviceState {
         let problem = self.drop_overlapping(addr, end);
         self.drop_orphans(addr, end);
         let joins = |s: &Segment| s.expandable && s.stream == place.stream && s.pool == place.pool;
-        let left = self.segments.range(..addr).next_back().filter(|(_, s)| s.end() == addr && joins(s)).map(|(a, _)| *a);
+        let left = self
+            .segments
+            .range(..addr)
+            .next_back()
+            .filter(|(_, s)| s.end() == addr && joins(s))
+            .map(|(a, _)| *a);
         let seg_addr = match left.and_then(|a| self.segments.get_mut(&a)) {
             Some(s) => {
                 s.size += size;
@@ -709,7 +803,10 @@ impl DeviceState {
             self.merge_free(end);
         }
         self.merge_free(addr);
-        Applied { live: Live::None, problem }
+        Applied {
+            live: Live::None,
+            problem,
+        }
     }
 
     fn segment_unmap(&mut self, t: u64, addr: u64, size: u64) -> Applied {
@@ -717,7 +814,12 @@ impl DeviceState {
             return Applied::default();
         }
         let end = addr.saturating_add(size);
-        let seg = self.segments.range(..=addr).next_back().map(|(_, s)| *s).filter(|s| s.end() >= end);
+        let seg = self
+            .segments
+            .range(..=addr)
+            .next_back()
+            .map(|(_, s)| *s)
+            .filter(|s| s.end() >= end);
         let Some(seg) = seg else {
             return Applied::problem(Problem::UnknownSegment { addr });
         };
@@ -730,23 +832,49 @@ impl DeviceState {
             .map(|(a, _)| *a)
             .collect();
         for k in keys {
-            let Some(b) = self.blocks.remove(&k) else { continue };
+            let Some(b) = self.blocks.remove(&k) else {
+                continue;
+            };
             if b.state != BlockState::Inactive {
                 problem = Some(Problem::SegmentInUse { addr });
             }
             self.count_out(&b);
-            let piece = Block { requested: 0, state: BlockState::Inactive, since_ns: t, ..b };
+            let piece = Block {
+                requested: 0,
+                state: BlockState::Inactive,
+                since_ns: t,
+                ..b
+            };
             if k < addr {
-                self.blocks.insert(k, Block { size: addr - k, ..piece });
+                self.blocks.insert(
+                    k,
+                    Block {
+                        size: addr - k,
+                        ..piece
+                    },
+                );
             }
             let b_end = k.saturating_add(b.size);
             if b_end > end {
-                self.blocks.insert(end, Block { size: b_end - end, ..piece });
+                self.blocks.insert(
+                    end,
+                    Block {
+                        size: b_end - end,
+                        ..piece
+                    },
+                );
             }
         }
         self.reserved = self.reserved.saturating_sub(size);
         if seg.end() > end {
-            self.segments.insert(end, Segment { addr: end, size: seg.end() - end, ..seg });
+            self.segments.insert(
+                end,
+                Segment {
+                    addr: end,
+                    size: seg.end() - end,
+                    ..seg
+                },
+            );
             if !seg.pool_kind_known {
                 self.unknown_kind += 1;
             }
@@ -765,13 +893,26 @@ impl DeviceState {
         if !seg.expandable && problem.is_none() {
             problem = Some(Problem::UnknownSegment { addr });
         }
-        Applied { live: Live::None, problem }
+        Applied {
+            live: Live::None,
+            problem,
+        }
     }
 
     /// Feed one snapshot record (SnapshotBegin … SnapshotEnd for this device).
-    pub(crate) fn snapshot(&mut self, t: u64, kind: &EventKind, rules: &BlockRules) -> SnapshotOutcome {
+    pub(crate) fn snapshot(
+        &mut self,
+        t: u64,
+        kind: &EventKind,
+        rules: &BlockRules,
+    ) -> SnapshotOutcome {
         match *kind {
-            EventKind::SnapshotBegin { id, segments, blocks, .. } => {
+            EventKind::SnapshotBegin {
+                id,
+                segments,
+                blocks,
+                ..
+            } => {
                 let broken = segments > MAX_SNAPSHOT_ITEMS || blocks > MAX_SNAPSHOT_ITEMS;
                 let replaced = self.pending.replace(Pending {
                     id,
@@ -790,7 +931,14 @@ impl DeviceState {
                     SnapshotOutcome::Ongoing
                 }
             }
-            EventKind::SnapshotSegment { id, place, addr, size, pool_kind, expandable } => {
+            EventKind::SnapshotSegment {
+                id,
+                place,
+                addr,
+                size,
+                pool_kind,
+                expandable,
+            } => {
                 let Some(p) = self.pending.as_mut().filter(|p| p.id == id) else {
                     return SnapshotOutcome::Ongoing;
                 };
@@ -811,7 +959,14 @@ impl DeviceState {
                 p.current = Some((addr, addr + size, addr));
                 SnapshotOutcome::Ongoing
             }
-            EventKind::SnapshotBlock { id, addr, size, requested, state, .. } => {
+            EventKind::SnapshotBlock {
+                id,
+                addr,
+                size,
+                requested,
+                state,
+                ..
+            } => {
                 let Some(p) = self.pending.as_mut().filter(|p| p.id == id) else {
                     return SnapshotOutcome::Ongoing;
                 };
@@ -819,23 +974,42 @@ impl DeviceState {
                     p.broken = true;
                     return SnapshotOutcome::Ongoing;
                 };
-                let fits = size > 0 && addr >= next && addr.checked_add(size).is_some_and(|e| e <= seg_end);
+                let fits = size > 0
+                    && addr >= next
+                    && addr.checked_add(size).is_some_and(|e| e <= seg_end);
                 if !fits || p.blocks.len() as u64 >= p.want_blocks {
                     p.broken = true;
                     return SnapshotOutcome::Ongoing;
                 }
                 let seg = p.segments.last().copied();
-                let (stream, pool, expandable) = seg.map(|s| (s.stream, s.pool, s.expandable)).unwrap_or_default();
-                let requested = if state == BlockState::Inactive { 0 } else { requested };
+                let (stream, pool, expandable) = seg
+                    .map(|s| (s.stream, s.pool, s.expandable))
+                    .unwrap_or_default();
+                let requested = if state == BlockState::Inactive {
+                    0
+                } else {
+                    requested
+                };
                 p.blocks.push((
                     addr,
-                    Block { size, requested, stream, pool, segment: seg_addr, since_ns: p.time_ns, state, expandable },
+                    Block {
+                        size,
+                        requested,
+                        stream,
+                        pool,
+                        segment: seg_addr,
+                        since_ns: p.time_ns,
+                        state,
+                        expandable,
+                    },
                 ));
                 p.current = Some((seg_addr, seg_end, addr + size));
                 SnapshotOutcome::Ongoing
             }
             EventKind::SnapshotEnd { id, .. } => {
-                let Some(p) = self.pending.take() else { return SnapshotOutcome::Ongoing };
+                let Some(p) = self.pending.take() else {
+                    return SnapshotOutcome::Ongoing;
+                };
                 let complete = p.id == id
                     && !p.broken
                     && p.segments.len() as u64 == p.want_segments
@@ -890,13 +1064,34 @@ impl DeviceState {
             let mut at = s.addr;
             for (&a, b) in given.range(s.addr..s.end()) {
                 if a > at {
-                    push(&mut tiled, at, Block { size: a - at, ..filler });
+                    push(
+                        &mut tiled,
+                        at,
+                        Block {
+                            size: a - at,
+                            ..filler
+                        },
+                    );
                 }
-                push(&mut tiled, a, Block { segment: s.addr, ..*b });
+                push(
+                    &mut tiled,
+                    a,
+                    Block {
+                        segment: s.addr,
+                        ..*b
+                    },
+                );
                 at = a + b.size;
             }
             if at < s.end() {
-                push(&mut tiled, at, Block { size: s.end() - at, ..filler });
+                push(
+                    &mut tiled,
+                    at,
+                    Block {
+                        size: s.end() - at,
+                        ..filler
+                    },
+                );
             }
         }
         let blocks: BTreeMap<u64, Block> = tiled.into_iter().collect();
@@ -931,7 +1126,10 @@ impl DeviceState {
             self.synced = false;
         }
         self.after_change(t);
-        SnapshotOutcome::Installed { replay_problems, first_problem }
+        SnapshotOutcome::Installed {
+            replay_problems,
+            first_problem,
+        }
     }
 
     /// Fragmentation figures from the block map.
@@ -1009,7 +1207,11 @@ impl DeviceState {
                 return Err(format!("segment {:#x} not tiled", s.addr));
             }
         }
-        let in_segments: usize = self.segments.values().map(|s| self.blocks.range(s.addr..s.end()).count()).sum();
+        let in_segments: usize = self
+            .segments
+            .values()
+            .map(|s| self.blocks.range(s.addr..s.end()).count())
+            .sum();
         if in_segments != self.blocks.len() {
             return Err("blocks outside segments".into());
         }

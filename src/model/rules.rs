@@ -28,7 +28,9 @@ pub struct BlockRules {
 
 impl Default for BlockRules {
     fn default() -> Self {
-        Self { max_split_size: u64::MAX }
+        Self {
+            max_split_size: u64::MAX,
+        }
     }
 }
 
@@ -113,7 +115,9 @@ mod tests {
         // ... unless the segment is expandable.
         assert_eq!(r.carve(2 * mib, 3 * mib, true), 2 * mib);
         // max_split_size: oversize requests take the whole block.
-        let r = BlockRules { max_split_size: 4 * mib };
+        let r = BlockRules {
+            max_split_size: 4 * mib,
+        };
         assert_eq!(r.carve(5 * mib, 20 * mib, false), 20 * mib);
         assert_eq!(r.carve(3 * mib, 20 * mib, false), 3 * mib);
         // A block too small is handed out whole (the caller flags it).

@@ -35,7 +35,12 @@ impl Default for SeriesConfig {
     /// 1 ms × 4096 (4 s), 8 ms (33 s), 64 ms (4.4 min), 512 ms (35 min),
     /// 4 s (4.7 h), then the last tier coarsens: ≤ 640 KiB per series.
     fn default() -> Self {
-        Self { base_width_ns: 1_000_000, factor: 8, tiers: 5, capacity: 4096 }
+        Self {
+            base_width_ns: 1_000_000,
+            factor: 8,
+            tiers: 5,
+            capacity: 4096,
+        }
     }
 }
 
@@ -93,12 +98,21 @@ impl Series {
         let mut width = cfg.base_width_ns;
         let tiers = (0..cfg.tiers)
             .map(|_| {
-                let t = Tier { width, buckets: VecDeque::new() };
+                let t = Tier {
+                    width,
+                    buckets: VecDeque::new(),
+                };
                 width = width.saturating_mul(cfg.factor);
                 t
             })
             .collect();
-        Self { cfg, tiers, open_end: 0, last_time: 0, points: 0 }
+        Self {
+            cfg,
+            tiers,
+            open_end: 0,
+            last_time: 0,
+            points: 0,
+        }
     }
 
     pub fn config(&self) -> &SeriesConfig {
@@ -125,7 +139,10 @@ impl Series {
     }
     /// Heap bytes held (bucket storage).
     pub fn memory_bytes(&self) -> usize {
-        self.tiers.iter().map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket>()).sum::<usize>()
+        self.tiers
+            .iter()
+            .map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket>())
+            .sum::<usize>()
             + self.tiers.capacity() * std::mem::size_of::<Tier>()
     }
 
@@ -151,7 +168,15 @@ impl Series {
         let w = self.tiers[0].width;
         let start = t - t % w;
         self.open_end = start.saturating_add(w);
-        self.insert(0, Bucket { start_ns: start, min: value, max: value, last: value });
+        self.insert(
+            0,
+            Bucket {
+                start_ns: start,
+                min: value,
+                max: value,
+                last: value,
+            },
+        );
     }
 
     /// Put a bucket (newer than everything in tier `k`) into tier `k`.
@@ -164,7 +189,10 @@ impl Series {
                 back.absorb(&b);
                 return;
             }
-            _ => tier.buckets.push_back(Bucket { start_ns: start, ..b }),
+            _ => tier.buckets.push_back(Bucket {
+                start_ns: start,
+                ..b
+            }),
         }
         if tier.buckets.len() <= cap {
             return;
@@ -188,7 +216,10 @@ impl Series {
             let start = b.start_ns - b.start_ns % w;
             match merged.back_mut() {
                 Some(m) if m.start_ns == start => m.absorb(&b),
-                _ => merged.push_back(Bucket { start_ns: start, ..b }),
+                _ => merged.push_back(Bucket {
+                    start_ns: start,
+                    ..b
+                }),
             }
         }
         tier.buckets = merged;
@@ -204,13 +235,16 @@ impl Series {
             return out;
         }
         let span = (to_ns - from_ns) as u128;
-        let col_of = |t: u64| ((t.saturating_sub(from_ns) as u128 * columns as u128) / span) as usize;
+        let col_of =
+            |t: u64| ((t.saturating_sub(from_ns) as u128 * columns as u128) / span) as usize;
         let mut before: Option<u64> = None;
         // Oldest tier first; each tier's data is older than the next finer
         // tier's oldest bucket, so clip coarse buckets there.
         for k in (0..self.tiers.len()).rev() {
             let tier = &self.tiers[k];
-            let clip = (0..k).rev().find_map(|j| self.tiers[j].buckets.front().map(|b| b.start_ns));
+            let clip = (0..k)
+                .rev()
+                .find_map(|j| self.tiers[j].buckets.front().map(|b| b.start_ns));
             for b in &tier.buckets {
                 let mut end = b.start_ns.saturating_add(tier.width);
                 if let Some(c) = clip {
@@ -228,8 +262,16 @@ impl Series {
                 let c1 = col_of((end - 1).min(to_ns - 1)).min(columns - 1);
                 for slot in &mut out[c0..=c1] {
                     *slot = Some(match slot {
-                        Some(c) => Column { min: c.min.min(b.min), max: c.max.max(b.max), last: b.last },
-                        None => Column { min: b.min, max: b.max, last: b.last },
+                        Some(c) => Column {
+                            min: c.min.min(b.min),
+                            max: c.max.max(b.max),
+                            last: b.last,
+                        },
+                        None => Column {
+                            min: b.min,
+                            max: b.max,
+                            last: b.last,
+                        },
                     });
                 }
             }
@@ -245,7 +287,13 @@ impl Series {
         for (i, slot) in out.iter_mut().enumerate() {
             match slot {
                 Some(c) => carry = Some(c.last),
-                None if last_col.is_some_and(|l| i <= l) => *slot = carry.map(|v| Column { min: v, max: v, last: v }),
+                None if last_col.is_some_and(|l| i <= l) => {
+                    *slot = carry.map(|v| Column {
+                        min: v,
+                        max: v,
+                        last: v,
+                    })
+                }
                 None => {}
             }
         }
@@ -258,7 +306,12 @@ mod tests {
     use super::*;
 
     fn small() -> SeriesConfig {
-        SeriesConfig { base_width_ns: 10, factor: 4, tiers: 3, capacity: 8 }
+        SeriesConfig {
+            base_width_ns: 10,
+            factor: 4,
+            tiers: 3,
+            capacity: 8,
+        }
     }
 
     #[test]
@@ -268,7 +321,15 @@ mod tests {
             s.push(i * 10, i * 100);
         }
         let q = s.query(0, 50, 5);
-        let want: Vec<_> = (0..5u64).map(|i| Some(Column { min: i * 100, max: i * 100, last: i * 100 })).collect();
+        let want: Vec<_> = (0..5u64)
+            .map(|i| {
+                Some(Column {
+                    min: i * 100,
+                    max: i * 100,
+                    last: i * 100,
+                })
+            })
+            .collect();
         assert_eq!(q, want);
     }
 
@@ -280,7 +341,14 @@ mod tests {
         s.push(5, 9);
         s.push(7, 4);
         assert_eq!(s.buckets(), 1);
-        assert_eq!(s.query(0, 10, 1), vec![Some(Column { min: 1, max: 9, last: 4 })]);
+        assert_eq!(
+            s.query(0, 10, 1),
+            vec![Some(Column {
+                min: 1,
+                max: 9,
+                last: 4
+            })]
+        );
     }
 
     #[test]
@@ -311,9 +379,30 @@ mod tests {
         let q = s.query(0, 100, 10);
         assert_eq!(q[0], None);
         assert_eq!(q[4], None);
-        assert_eq!(q[5], Some(Column { min: 7, max: 8, last: 8 }));
-        assert_eq!(q[6], Some(Column { min: 8, max: 8, last: 8 }));
-        assert_eq!(q[9], Some(Column { min: 3, max: 3, last: 3 }));
+        assert_eq!(
+            q[5],
+            Some(Column {
+                min: 7,
+                max: 8,
+                last: 8
+            })
+        );
+        assert_eq!(
+            q[6],
+            Some(Column {
+                min: 8,
+                max: 8,
+                last: 8
+            })
+        );
+        assert_eq!(
+            q[9],
+            Some(Column {
+                min: 3,
+                max: 3,
+                last: 3
+            })
+        );
         // Nothing is drawn after the last point.
         let q = s.query(200, 300, 2);
         assert_eq!(q, vec![None, None]);
@@ -328,7 +417,9 @@ mod tests {
         let mut t = 0u64;
         let mut x = 1u64;
         for _ in 0..3_000_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             t += 50_000 + (x >> 50); // ~20k points/s for ~3 minutes... stretched below
             s.push(t, x >> 40);
         }
@@ -338,7 +429,12 @@ mod tests {
             s.push(t + i * 1_000_000_000, i % 1_000);
         }
         let bound = 5 * 4097 * std::mem::size_of::<Bucket>() + 4096;
-        assert!(s.memory_bytes() <= bound * 2, "{} > {}", s.memory_bytes(), bound * 2);
+        assert!(
+            s.memory_bytes() <= bound * 2,
+            "{} > {}",
+            s.memory_bytes(),
+            bound * 2
+        );
         assert!(after_3m <= bound * 2);
         assert!(s.buckets() <= 5 * 4096);
         assert_eq!(s.points(), 6_000_000);
