@@ -6,4 +6,5 @@
 //! - [`ring`]: the shared-memory wire (format, writer, reader, control block,
 //!   discovery). The only module with `unsafe`.
 pub mod event;
+pub mod model;
 pub mod ring;

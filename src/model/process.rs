@@ -1,0 +1,598 @@
+//! One instrumented process: its devices, counters, recent events, OOMs,
+//! NVML samples and leak detector.
+
+use std::collections::VecDeque;
+
+use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
+use super::leak::{LeakDetector, LeakReport};
+use super::rules;
+use super::series::Series;
+use super::view::{
+    BlockView, DeviceFigures, DeviceTimeline, DeviceView, FigureSource, Fragmentation, OomRecord,
+    ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
+};
+use super::{Mode, ModelConfig, ProcessKey};
+use crate::event::{Event, EventKind, SegmentPool};
+
+/// Events per second over a sliding window of event timestamps, in O(1)
+/// per event: counts in fixed slots of `window / SLOTS`.
+#[derive(Debug, Clone)]
+pub struct EventRate {
+    slot_ns: u64,
+    counts: [u32; Self::SLOTS],
+    /// Absolute index of the newest slot, and its time range.
+    head: u64,
+    head_start: u64,
+    head_end: u64,
+    first_ns: Option<u64>,
+}
+
+impl EventRate {
+    const SLOTS: usize = 20;
+
+    pub fn new(window_ns: u64) -> Self {
+        let slot_ns = (window_ns / Self::SLOTS as u64).max(1);
+        Self {
+            slot_ns,
+            counts: [0; Self::SLOTS],
+            head: 0,
+            head_start: 0,
+            head_end: 0,
+            first_ns: None,
+        }
+    }
+
+    #[inline]
+    pub fn note(&mut self, t: u64) {
+        if t >= self.head_start && t < self.head_end {
+            self.counts[(self.head % Self::SLOTS as u64) as usize] += 1;
+            return;
+        }
+        self.note_slow(t);
+    }
+
+    #[cold]
+    fn note_slow(&mut self, t: u64) {
+        let s = t / self.slot_ns;
+        if self.first_ns.is_none() {
+            self.first_ns = Some(t);
+            self.head = s;
+            self.counts = [0; Self::SLOTS];
+        }
+        if s > self.head {
+            let gap = (s - self.head).min(Self::SLOTS as u64);
+            for i in 1..=gap {
+                self.counts[((self.head + i) % Self::SLOTS as u64) as usize] = 0;
+            }
+            self.head = s;
+        } else if s + (Self::SLOTS as u64) <= self.head {
+            return; // older than the window
+        }
+        self.head_start = self.head * self.slot_ns;
+        self.head_end = self.head_start + self.slot_ns;
+        self.counts[(s % Self::SLOTS as u64) as usize] += 1;
+    }
+
+    /// Events per second over the window ending at `now_ns` (absent before
+    /// the first event).
+    pub fn per_sec(&self, now_ns: u64) -> Option<f64> {
+        let first = self.first_ns?;
+        let now_slot = now_ns / self.slot_ns;
+        let n = Self::SLOTS as u64;
+        let mut sum = 0u64;
+        for back in 0..n {
+            let Some(s) = now_slot.checked_sub(back) else {
+                break;
+            };
+            if s <= self.head && s + n > self.head {
+                sum += u64::from(self.counts[(s % n) as usize]);
+            }
+        }
+        let window = self.slot_ns * n;
+        // A young process is measured over its life, not the whole window.
+        let span = now_ns.saturating_sub(first).clamp(self.slot_ns, window);
+        Some(sum as f64 * 1e9 / span as f64)
+    }
+}
+
+/// Everything the model knows about one process.
+#[derive(Debug, Clone)]
+pub struct Process {
+    key: ProcessKey,
+    cfg: ModelConfig,
+    mode: Mode,
+    devices: Vec<DeviceState>,
+    /// Devices whose block map has been fed by events.
+    event_fed: Vec<bool>,
+    lost_events: u64,
+    loss_unsynced: bool,
+    inconsistencies: u64,
+    last_problem: Option<ProblemRecord>,
+    snapshots_installed: u64,
+    snapshots_discarded: u64,
+    events: u64,
+    rate: EventRate,
+    recent: VecDeque<Event>,
+    ooms: VecDeque<OomRecord>,
+    ooms_total: u64,
+    nvml: Option<(u64, u64)>,
+    nvml_peak: Option<u64>,
+    nvml_series: Series,
+    leak: LeakDetector,
+}
+
+impl Process {
+    pub fn new(key: ProcessKey, cfg: ModelConfig) -> Self {
+        Self {
+            key,
+            mode: Mode::Exact,
+            devices: Vec::new(),
+            event_fed: Vec::new(),
+            lost_events: 0,
+            loss_unsynced: false,
+            inconsistencies: 0,
+            last_problem: None,
+            snapshots_installed: 0,
+            snapshots_discarded: 0,
+            events: 0,
+            rate: EventRate::new(cfg.rate_window_ns),
+            recent: VecDeque::with_capacity(cfg.recent_events.min(1 << 16)),
+            ooms: VecDeque::new(),
+            ooms_total: 0,
+            nvml: None,
+            nvml_peak: None,
+            nvml_series: Series::new(cfg.series.clone()),
+            leak: LeakDetector::new(cfg.leak.clone()),
+            cfg,
+        }
+    }
+
+    pub fn key(&self) -> ProcessKey {
+        self.key
+    }
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+    /// Per-device states, by device index.
+    pub fn devices(&self) -> &[DeviceState] {
+        &self.devices
+    }
+    pub fn device(&self, device: u16) -> Option<&DeviceState> {
+        self.devices.iter().find(|d| d.device() == device)
+    }
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
+    }
+    pub fn inconsistencies(&self) -> u64 {
+        self.inconsistencies
+    }
+    pub fn last_problem(&self) -> Option<&ProblemRecord> {
+        self.last_problem.as_ref()
+    }
+    pub fn snapshots_installed(&self) -> u64 {
+        self.snapshots_installed
+    }
+    pub fn snapshots_discarded(&self) -> u64 {
+        self.snapshots_discarded
+    }
+    /// Allocator events applied (snapshot records and stats not counted).
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+    pub fn recent_events(&self) -> impl Iterator<Item = &Event> {
+        self.recent.iter()
+    }
+    pub fn ooms(&self) -> impl Iterator<Item = &OomRecord> {
+        self.ooms.iter()
+    }
+    pub fn nvml_series(&self) -> &Series {
+        &self.nvml_series
+    }
+    pub fn leak(&self) -> &LeakDetector {
+        &self.leak
+    }
+
+    /// True when the block map cannot be trusted and a snapshot should be
+    /// requested: at start (state from before attach is unknown), after loss,
+    /// after a contradiction, while the last snapshot was incomplete.
+    /// Only in exact mode; in other modes the collector decides.
+    pub fn needs_resync(&self) -> bool {
+        self.mode == Mode::Exact
+            && (self.loss_unsynced
+                || self.devices.is_empty()
+                || self.devices.iter().any(|d| !d.synced()))
+    }
+
+    /// A snapshot is being received on some device.
+    pub fn snapshot_in_progress(&self) -> bool {
+        self.devices.iter().any(|d| d.snapshot_in_progress())
+    }
+
+    fn device_index(&mut self, device: u16) -> usize {
+        if let Some(i) = self.devices.iter().position(|d| d.device() == device) {
+            return i;
+        }
+        let at = self.devices.partition_point(|d| d.device() < device);
+        self.devices
+            .insert(at, DeviceState::new(device, &self.cfg.series));
+        self.event_fed.insert(at, false);
+        at
+    }
+
+    fn problem(&mut self, t: u64, i: usize, problem: Problem) {
+        self.inconsistencies += 1;
+        let device = self.devices[i].device();
+        self.devices[i].desync();
+        self.last_problem = Some(ProblemRecord {
+            time_ns: t,
+            device,
+            problem,
+        });
+    }
+
+    fn remember(&mut self, ev: &Event) {
+        if self.cfg.recent_events == 0 {
+            return;
+        }
+        if self.recent.len() >= self.cfg.recent_events {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ev.clone());
+    }
+
+    /// The allocated total the leak detector follows: the block map for
+    /// devices fed by events (step-level resolution), else the stats.
+    fn leak_signal(&self) -> u64 {
+        self.devices
+            .iter()
+            .zip(&self.event_fed)
+            .map(|(d, &fed)| match (fed, d.stats()) {
+                (false, Some((_, s))) => s.allocated,
+                _ => d.derived().allocated,
+            })
+            .sum()
+    }
+
+    /// Apply one event.
+    pub fn apply(&mut self, ev: &Event) {
+        let t = ev.time_ns;
+        match &ev.kind {
+            EventKind::Alloc { place, .. }
+            | EventKind::FreeRequested { place, .. }
+            | EventKind::FreeCompleted { place, .. }
+            | EventKind::SegmentAlloc { place, .. }
+            | EventKind::SegmentFree { place, .. }
+            | EventKind::SegmentMap { place, .. }
+            | EventKind::SegmentUnmap { place, .. } => {
+                self.events += 1;
+                self.rate.note(t);
+                self.remember(ev);
+                let i = self.device_index(place.device);
+                self.event_fed[i] = true;
+                let applied = self.devices[i].apply(t, &ev.kind, &self.cfg.rules);
+                match applied.live {
+                    Live::Up(r) => self.leak.on_alloc(r),
+                    Live::Down(r) => self.leak.on_release(r),
+                    Live::None => {}
+                }
+                if let Some(p) = applied.problem {
+                    self.problem(t, i, p);
+                }
+                let v = self.leak_signal();
+                self.leak.on_value(v);
+            }
+            EventKind::Oom {
+                place,
+                device_free,
+                request,
+            } => {
+                self.events += 1;
+                self.rate.note(t);
+                let i = self.device_index(place.device);
+                let d = &self.devices[i];
+                let summary = d.block_summary();
+                let (allocated, reserved) = match d.stats() {
+                    Some((_, s)) => (s.allocated, s.reserved),
+                    None => (d.derived().allocated, d.derived().reserved),
+                };
+                let largest_free_in_pool = match rules::pool_for(*request) {
+                    SegmentPool::Small => summary.largest_free_small,
+                    SegmentPool::Large => summary.largest_free_large,
+                };
+                let skip = self.recent.len().saturating_sub(self.cfg.oom_context);
+                let record = OomRecord {
+                    time_ns: t,
+                    device: place.device,
+                    stream: place.stream,
+                    pool: place.pool,
+                    request: *request,
+                    device_free: *device_free,
+                    largest_free_in_pool,
+                    largest_free: summary.largest_free_small.max(summary.largest_free_large),
+                    allocated,
+                    reserved,
+                    recent: self.recent.iter().skip(skip).cloned().collect(),
+                };
+                if self.ooms.len() >= self.cfg.max_ooms.max(1) {
+                    self.ooms.pop_front();
+                }
+                self.ooms.push_back(record);
+                self.ooms_total += 1;
+                self.remember(ev);
+            }
+            EventKind::Stats { device, stats } => {
+                let check = self.mode == Mode::Exact && self.cfg.check_drift;
+                let i = self.device_index(*device);
+                if let Some(p) = self.devices[i].note_stats(t, *stats, check) {
+                    self.problem(t, i, p);
+                }
+                if !self.event_fed[i] {
+                    let v = self.leak_signal();
+                    self.leak.on_value(v);
+                }
+            }
+            EventKind::SnapshotBegin { device, .. } | EventKind::SnapshotEnd { device, .. } => {
+                self.snapshot(t, *device, &ev.kind)
+            }
+            EventKind::SnapshotSegment { place, .. } => self.snapshot(t, place.device, &ev.kind),
+            EventKind::SnapshotBlock { device, .. } => self.snapshot(t, *device, &ev.kind),
+            EventKind::Marker { .. } => {
+                self.events += 1;
+                self.rate.note(t);
+                self.remember(ev);
+                self.leak.on_marker();
+            }
+            EventKind::Unknown { .. } => {}
+        }
+    }
+
+    fn snapshot(&mut self, t: u64, device: u16, kind: &EventKind) {
+        let i = self.device_index(device);
+        match self.devices[i].snapshot(t, kind, &self.cfg.rules) {
+            SnapshotOutcome::Ongoing => {}
+            SnapshotOutcome::Discarded => self.snapshots_discarded += 1,
+            SnapshotOutcome::Installed {
+                replay_problems,
+                first_problem,
+            } => {
+                self.snapshots_installed += 1;
+                if let Some(p) = first_problem {
+                    self.problem(t, i, p);
+                    self.inconsistencies += u64::from(replay_problems.saturating_sub(1));
+                }
+                if self.devices.iter().all(|d| d.synced()) {
+                    self.loss_unsynced = false;
+                }
+                let blocks = self.devices.iter().flat_map(|d| {
+                    d.blocks()
+                        .map(|(_, b)| b)
+                        .chain(d.orphans().map(|(_, b)| b))
+                });
+                self.leak.recount(blocks);
+                let v = self.leak_signal();
+                self.leak.on_value(v);
+            }
+        }
+    }
+
+    /// `count` events were lost on the wire: the block map can no longer be
+    /// trusted, and a snapshot in flight is no longer complete.
+    pub fn note_loss(&mut self, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.lost_events += count;
+        self.loss_unsynced = true;
+        for d in &mut self.devices {
+            d.desync();
+            d.taint_snapshot();
+        }
+    }
+
+    /// NVML's used memory for this process at `time_ns`.
+    pub fn note_nvml(&mut self, time_ns: u64, bytes: u64) {
+        self.nvml = Some((time_ns, bytes));
+        self.nvml_peak = Some(self.nvml_peak.map_or(bytes, |p| p.max(bytes)));
+        self.nvml_series.push(time_ns, bytes);
+    }
+
+    /// Reset the peaks the model tracks (the process resets its own stats
+    /// peaks on the matching command).
+    pub fn reset_peaks(&mut self) {
+        for d in &mut self.devices {
+            d.reset_peaks();
+        }
+        self.nvml_peak = self.nvml.map(|(_, b)| b);
+    }
+
+    /// Figures of one device (Stats first, block map otherwise).
+    pub fn device_figures(&self, d: &DeviceState) -> DeviceFigures {
+        let summary = d.block_summary();
+        let derived = d.derived();
+        let peaks = d.derived_peaks();
+        let stats = d.stats().map(|(_, s)| *s);
+        let (source, allocated, reserved, active, inactive_split, requested, peak) = match stats {
+            Some(s) => (
+                FigureSource::Stats,
+                s.allocated,
+                s.reserved,
+                s.active,
+                s.inactive_split,
+                Some(s.requested),
+                (s.allocated_peak, s.reserved_peak, s.active_peak),
+            ),
+            None => (
+                FigureSource::BlockMap,
+                derived.allocated,
+                derived.reserved,
+                derived.active,
+                summary.inactive_split,
+                None,
+                (peaks.allocated, peaks.reserved, peaks.active),
+            ),
+        };
+        DeviceFigures {
+            device: d.device(),
+            source,
+            allocated,
+            reserved,
+            active,
+            requested,
+            peak_allocated: peak.0,
+            peak_reserved: peak.1,
+            peak_active: peak.2,
+            fragmentation: Fragmentation {
+                inactive_split,
+                share_of_reserved: (reserved > 0).then(|| inactive_split as f64 / reserved as f64),
+                largest_free_small: summary.largest_free_small,
+                largest_free_large: summary.largest_free_large,
+                free_blocks: summary.free_blocks,
+            },
+            segments: stats.map_or(summary.segments, |s| s.segments),
+            blocks: summary.blocks,
+            stats,
+            synced: d.synced(),
+        }
+    }
+
+    /// Process-wide figures at `now_ns` (for events/s).
+    pub fn figures(&self, now_ns: u64) -> ProcessFigures {
+        let devs: Vec<DeviceFigures> = self
+            .devices
+            .iter()
+            .map(|d| self.device_figures(d))
+            .collect();
+        self.figures_from(&devs, now_ns)
+    }
+
+    fn figures_from(&self, devs: &[DeviceFigures], now_ns: u64) -> ProcessFigures {
+        let sum = |f: fn(&DeviceFigures) -> u64| devs.iter().map(f).sum::<u64>();
+        let reserved = sum(|d| d.reserved);
+        let nvml_used = self.nvml.map(|(_, b)| b);
+        ProcessFigures {
+            allocated: sum(|d| d.allocated),
+            reserved,
+            active: sum(|d| d.active),
+            peak_allocated: sum(|d| d.peak_allocated),
+            peak_reserved: sum(|d| d.peak_reserved),
+            nvml_used,
+            nvml_peak: self.nvml_peak,
+            non_pytorch: nvml_used.map(|n| n as i64 - reserved as i64),
+            events_per_sec: self.rate.per_sec(now_ns),
+            events_total: self.events,
+            lost_events: self.lost_events,
+            inconsistencies: self.inconsistencies,
+        }
+    }
+
+    /// The leak verdict at `now_ns`.
+    pub fn leak_report(&self, now_ns: u64) -> LeakReport {
+        let blocks = self.devices.iter().flat_map(|d| {
+            d.blocks()
+                .map(|(_, b)| b)
+                .chain(d.orphans().map(|(_, b)| b))
+        });
+        self.leak.report(now_ns, blocks)
+    }
+
+    /// Heap bytes held for this process (estimate; see `DeviceState::memory_bytes`).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .devices
+                .iter()
+                .map(DeviceState::memory_bytes)
+                .sum::<usize>()
+            + self.devices.capacity() * std::mem::size_of::<DeviceState>()
+            + self.recent.capacity() * std::mem::size_of::<Event>()
+            + self
+                .ooms
+                .iter()
+                .map(|o| {
+                    std::mem::size_of::<OomRecord>()
+                        + o.recent.capacity() * std::mem::size_of::<Event>()
+                })
+                .sum::<usize>()
+            + self.nvml_series.memory_bytes()
+            + self.leak.memory_bytes()
+    }
+
+    /// A view for renderers and `snapshot --json`.
+    pub fn view(&self, now_ns: u64, opts: &ViewOptions) -> ProcessView {
+        let devices: Vec<DeviceView> = self
+            .devices
+            .iter()
+            .map(|d| DeviceView {
+                figures: self.device_figures(d),
+                segments: if opts.block_map {
+                    d.segments()
+                        .map(|s| SegmentView {
+                            segment: *s,
+                            blocks: d
+                                .blocks_of(s)
+                                .map(|(addr, b)| BlockView { addr, block: *b })
+                                .collect(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                orphans: if opts.block_map {
+                    d.orphans()
+                        .map(|(addr, b)| BlockView { addr, block: *b })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                timeline: opts.timeline.map(|r| DeviceTimeline {
+                    allocated: d.series.allocated.query(r.from_ns, r.to_ns, r.columns),
+                    reserved: d.series.reserved.query(r.from_ns, r.to_ns, r.columns),
+                    active: d.series.active.query(r.from_ns, r.to_ns, r.columns),
+                }),
+            })
+            .collect();
+        let figs: Vec<DeviceFigures> = devices.iter().map(|d| d.figures).collect();
+        let skip = self.recent.len().saturating_sub(opts.recent_events);
+        ProcessView {
+            key: self.key,
+            mode: self.mode,
+            needs_resync: self.needs_resync(),
+            figures: self.figures_from(&figs, now_ns),
+            devices,
+            recent_events: self.recent.iter().skip(skip).cloned().collect(),
+            ooms: self.ooms.iter().cloned().collect(),
+            ooms_total: self.ooms_total,
+            leak: self.leak_report(now_ns),
+            snapshots_installed: self.snapshots_installed,
+            snapshots_discarded: self.snapshots_discarded,
+            last_problem: self.last_problem,
+            nvml_timeline: opts
+                .timeline
+                .map(|r| self.nvml_series.query(r.from_ns, r.to_ns, r.columns)),
+            memory_bytes: self.memory_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_rate_window() {
+        let mut r = EventRate::new(5_000_000_000);
+        assert_eq!(r.per_sec(0), None);
+        // 1000 events/s for 10 s.
+        for i in 0..10_000u64 {
+            r.note(i * 1_000_000);
+        }
+        let now = 10_000_000_000;
+        let rate = r.per_sec(now).unwrap();
+        assert!((rate - 1000.0).abs() < 60.0, "{rate}");
+        // Idle for a minute: the rate decays to zero.
+        assert_eq!(r.per_sec(now + 60_000_000_000), Some(0.0));
+    }
+}

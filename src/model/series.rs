@@ -1,0 +1,445 @@
+//! Bounded time series: recent points at full resolution, older ones in
+//! coarser min/max/last buckets, so memory stays bounded for runs of days.
+//!
+//! ```text
+//!  tier 0  ─ buckets of base_width (1 ms)      ┐ newest
+//!  tier 1  ─ base_width × factor               │
+//!  …                                           │
+//!  tier n  ─ widest; when full, its width      │
+//!            doubles and pairs merge           ┘ oldest
+//! ```
+//!
+//! Every point lands in exactly one bucket; a bucket evicted from a full
+//! tier is merged into the next coarser tier. The last tier never drops
+//! data: it halves its resolution instead. Memory is therefore at most
+//! `tiers × capacity` buckets, whatever the length of the run.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// Shape of a series.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesConfig {
+    /// Width of a tier-0 bucket in nanoseconds (points closer than this merge).
+    pub base_width_ns: u64,
+    /// Width ratio between successive tiers (≥ 2).
+    pub factor: u64,
+    /// Number of tiers (≥ 1).
+    pub tiers: usize,
+    /// Buckets per tier (≥ 2).
+    pub capacity: usize,
+}
+
+impl Default for SeriesConfig {
+    /// 1 ms × 4096 (4 s), 8 ms (33 s), 64 ms (4.4 min), 512 ms (35 min),
+    /// 4 s (4.7 h), then the last tier coarsens: ≤ 640 KiB per series.
+    fn default() -> Self {
+        Self {
+            base_width_ns: 1_000_000,
+            factor: 8,
+            tiers: 5,
+            capacity: 4096,
+        }
+    }
+}
+
+/// All points that fell into `[start_ns, start_ns + width)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub start_ns: u64,
+    pub min: u64,
+    pub max: u64,
+    /// The newest point's value.
+    pub last: u64,
+}
+
+impl Bucket {
+    fn absorb(&mut self, newer: &Bucket) {
+        self.min = self.min.min(newer.min);
+        self.max = self.max.max(newer.max);
+        self.last = newer.last;
+    }
+}
+
+/// One chart column of a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    pub min: u64,
+    pub max: u64,
+    pub last: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Tier {
+    width: u64,
+    buckets: VecDeque<Bucket>,
+}
+
+/// A bounded, downsampling time series of `u64` values.
+#[derive(Debug, Clone)]
+pub struct Series {
+    cfg: SeriesConfig,
+    tiers: Vec<Tier>,
+    /// End of tier 0's newest bucket: points before it update that bucket.
+    open_end: u64,
+    last_time: u64,
+    points: u64,
+}
+
+impl Series {
+    pub fn new(cfg: SeriesConfig) -> Self {
+        let cfg = SeriesConfig {
+            base_width_ns: cfg.base_width_ns.max(1),
+            factor: cfg.factor.max(2),
+            tiers: cfg.tiers.max(1),
+            capacity: cfg.capacity.max(2),
+        };
+        let mut width = cfg.base_width_ns;
+        let tiers = (0..cfg.tiers)
+            .map(|_| {
+                let t = Tier {
+                    width,
+                    buckets: VecDeque::new(),
+                };
+                width = width.saturating_mul(cfg.factor);
+                t
+            })
+            .collect();
+        Self {
+            cfg,
+            tiers,
+            open_end: 0,
+            last_time: 0,
+            points: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SeriesConfig {
+        &self.cfg
+    }
+    /// Points pushed so far.
+    pub fn points(&self) -> u64 {
+        self.points
+    }
+    pub fn is_empty(&self) -> bool {
+        self.points == 0
+    }
+    /// Time of the newest point.
+    pub fn last_time(&self) -> Option<u64> {
+        (self.points > 0).then_some(self.last_time)
+    }
+    /// The newest value.
+    pub fn last(&self) -> Option<u64> {
+        self.tiers[0].buckets.back().map(|b| b.last)
+    }
+    /// Buckets currently held, over all tiers.
+    pub fn buckets(&self) -> usize {
+        self.tiers.iter().map(|t| t.buckets.len()).sum()
+    }
+    /// Heap bytes held (bucket storage).
+    pub fn memory_bytes(&self) -> usize {
+        self.tiers
+            .iter()
+            .map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket>())
+            .sum::<usize>()
+            + self.tiers.capacity() * std::mem::size_of::<Tier>()
+    }
+
+    /// Add a point. Times that go backwards are treated as the newest time.
+    #[inline]
+    pub fn push(&mut self, time_ns: u64, value: u64) {
+        let t = time_ns.max(self.last_time);
+        self.last_time = t;
+        self.points += 1;
+        if t < self.open_end {
+            if let Some(b) = self.tiers[0].buckets.back_mut() {
+                b.min = b.min.min(value);
+                b.max = b.max.max(value);
+                b.last = value;
+                return;
+            }
+        }
+        self.push_new(t, value);
+    }
+
+    #[cold]
+    fn push_new(&mut self, t: u64, value: u64) {
+        let w = self.tiers[0].width;
+        let start = t - t % w;
+        self.open_end = start.saturating_add(w);
+        self.insert(
+            0,
+            Bucket {
+                start_ns: start,
+                min: value,
+                max: value,
+                last: value,
+            },
+        );
+    }
+
+    /// Put a bucket (newer than everything in tier `k`) into tier `k`.
+    fn insert(&mut self, k: usize, b: Bucket) {
+        let cap = self.cfg.capacity;
+        let tier = &mut self.tiers[k];
+        let start = b.start_ns - b.start_ns % tier.width;
+        match tier.buckets.back_mut() {
+            Some(back) if back.start_ns == start => {
+                back.absorb(&b);
+                return;
+            }
+            _ => tier.buckets.push_back(Bucket {
+                start_ns: start,
+                ..b
+            }),
+        }
+        if tier.buckets.len() <= cap {
+            return;
+        }
+        if k + 1 < self.tiers.len() {
+            if let Some(old) = self.tiers[k].buckets.pop_front() {
+                self.insert(k + 1, old);
+            }
+        } else {
+            self.coarsen_last();
+        }
+    }
+
+    /// Double the last tier's width, merging pairs of buckets.
+    fn coarsen_last(&mut self) {
+        let tier = self.tiers.last_mut().expect("at least one tier");
+        tier.width = tier.width.saturating_mul(2);
+        let w = tier.width;
+        let mut merged: VecDeque<Bucket> = VecDeque::with_capacity(tier.buckets.capacity());
+        for b in tier.buckets.drain(..) {
+            let start = b.start_ns - b.start_ns % w;
+            match merged.back_mut() {
+                Some(m) if m.start_ns == start => m.absorb(&b),
+                _ => merged.push_back(Bucket {
+                    start_ns: start,
+                    ..b
+                }),
+            }
+        }
+        tier.buckets = merged;
+    }
+
+    /// Min/max/last per column for `columns` equal columns over
+    /// `[from_ns, to_ns)`. Columns without points carry the previous value
+    /// forward (the series is a step function); columns before the first
+    /// point are `None`.
+    pub fn query(&self, from_ns: u64, to_ns: u64, columns: usize) -> Vec<Option<Column>> {
+        let mut out: Vec<Option<Column>> = vec![None; columns];
+        if columns == 0 || to_ns <= from_ns || self.points == 0 {
+            return out;
+        }
+        let span = (to_ns - from_ns) as u128;
+        let col_of =
+            |t: u64| ((t.saturating_sub(from_ns) as u128 * columns as u128) / span) as usize;
+        let mut before: Option<u64> = None;
+        // Oldest tier first; each tier's data is older than the next finer
+        // tier's oldest bucket, so clip coarse buckets there.
+        for k in (0..self.tiers.len()).rev() {
+            let tier = &self.tiers[k];
+            let clip = (0..k)
+                .rev()
+                .find_map(|j| self.tiers[j].buckets.front().map(|b| b.start_ns));
+            for b in &tier.buckets {
+                let mut end = b.start_ns.saturating_add(tier.width);
+                if let Some(c) = clip {
+                    end = end.min(c).max(b.start_ns + 1);
+                }
+                end = end.min(self.last_time + 1).max(b.start_ns + 1);
+                if end <= from_ns {
+                    before = Some(b.last);
+                    continue;
+                }
+                if b.start_ns >= to_ns {
+                    continue;
+                }
+                let c0 = col_of(b.start_ns.max(from_ns));
+                let c1 = col_of((end - 1).min(to_ns - 1)).min(columns - 1);
+                for slot in &mut out[c0..=c1] {
+                    *slot = Some(match slot {
+                        Some(c) => Column {
+                            min: c.min.min(b.min),
+                            max: c.max.max(b.max),
+                            last: b.last,
+                        },
+                        None => Column {
+                            min: b.min,
+                            max: b.max,
+                            last: b.last,
+                        },
+                    });
+                }
+            }
+        }
+        let mut carry = before;
+        let last_col = if self.last_time >= to_ns {
+            Some(columns - 1)
+        } else if self.last_time >= from_ns {
+            Some(col_of(self.last_time).min(columns - 1))
+        } else {
+            None
+        };
+        for (i, slot) in out.iter_mut().enumerate() {
+            match slot {
+                Some(c) => carry = Some(c.last),
+                None if last_col.is_some_and(|l| i <= l) => {
+                    *slot = carry.map(|v| Column {
+                        min: v,
+                        max: v,
+                        last: v,
+                    })
+                }
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> SeriesConfig {
+        SeriesConfig {
+            base_width_ns: 10,
+            factor: 4,
+            tiers: 3,
+            capacity: 8,
+        }
+    }
+
+    #[test]
+    fn full_resolution_when_recent() {
+        let mut s = Series::new(small());
+        for i in 0..5u64 {
+            s.push(i * 10, i * 100);
+        }
+        let q = s.query(0, 50, 5);
+        let want: Vec<_> = (0..5u64)
+            .map(|i| {
+                Some(Column {
+                    min: i * 100,
+                    max: i * 100,
+                    last: i * 100,
+                })
+            })
+            .collect();
+        assert_eq!(q, want);
+    }
+
+    #[test]
+    fn points_in_one_bucket_keep_min_max_last() {
+        let mut s = Series::new(small());
+        s.push(0, 5);
+        s.push(3, 1);
+        s.push(5, 9);
+        s.push(7, 4);
+        assert_eq!(s.buckets(), 1);
+        assert_eq!(
+            s.query(0, 10, 1),
+            vec![Some(Column {
+                min: 1,
+                max: 9,
+                last: 4
+            })]
+        );
+    }
+
+    #[test]
+    fn downsampling_keeps_extremes() {
+        let mut s = Series::new(small());
+        // A spike long ago, then a long flat run pushing it to coarse tiers.
+        s.push(0, 10);
+        s.push(15, 1_000);
+        s.push(25, 10);
+        for i in 3..10_000u64 {
+            s.push(i * 10, 10 + (i % 3));
+        }
+        assert!(s.buckets() <= 3 * 8, "bounded: {}", s.buckets());
+        let q = s.query(0, 100_000, 1);
+        assert_eq!(q[0].map(|c| (c.min, c.max)), Some((10, 1_000)));
+        // The spike stays visible in the first column of a fine query.
+        let q = s.query(0, 100_000, 100);
+        assert_eq!(q[0].map(|c| c.max), Some(1_000));
+        assert!(q[50].map(|c| c.max).unwrap() <= 12);
+    }
+
+    #[test]
+    fn forward_fill_and_empty_before_first_point() {
+        let mut s = Series::new(small());
+        s.push(50, 7);
+        s.push(51, 8);
+        s.push(90, 3);
+        let q = s.query(0, 100, 10);
+        assert_eq!(q[0], None);
+        assert_eq!(q[4], None);
+        assert_eq!(
+            q[5],
+            Some(Column {
+                min: 7,
+                max: 8,
+                last: 8
+            })
+        );
+        assert_eq!(
+            q[6],
+            Some(Column {
+                min: 8,
+                max: 8,
+                last: 8
+            })
+        );
+        assert_eq!(
+            q[9],
+            Some(Column {
+                min: 3,
+                max: 3,
+                last: 3
+            })
+        );
+        // Nothing is drawn after the last point.
+        let q = s.query(200, 300, 2);
+        assert_eq!(q, vec![None, None]);
+        let q = s.query(85, 300, 2);
+        assert_eq!(q[0].map(|c| c.last), Some(3));
+        assert_eq!(q[1], None);
+    }
+
+    #[test]
+    fn memory_is_bounded_after_millions_of_points() {
+        let mut s = Series::new(SeriesConfig::default());
+        let mut t = 0u64;
+        let mut x = 1u64;
+        for _ in 0..3_000_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            t += 50_000 + (x >> 50); // ~20k points/s for ~3 minutes... stretched below
+            s.push(t, x >> 40);
+        }
+        let after_3m = s.memory_bytes();
+        // A further stretch spanning weeks (one point per second of virtual time).
+        for i in 0..3_000_000u64 {
+            s.push(t + i * 1_000_000_000, i % 1_000);
+        }
+        let bound = 5 * 4097 * std::mem::size_of::<Bucket>() + 4096;
+        assert!(
+            s.memory_bytes() <= bound * 2,
+            "{} > {}",
+            s.memory_bytes(),
+            bound * 2
+        );
+        assert!(after_3m <= bound * 2);
+        assert!(s.buckets() <= 5 * 4096);
+        assert_eq!(s.points(), 6_000_000);
+        // The oldest data is still there, coarsely.
+        let q = s.query(0, t + 3_000_000 * 1_000_000_000, 10);
+        assert!(q[0].is_some());
+    }
+}
