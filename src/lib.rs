@@ -7,3 +7,4 @@
 //!   discovery). The only module with `unsafe`.
 pub mod event;
 pub mod ring;
+pub mod sim;

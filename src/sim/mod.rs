@@ -1,0 +1,5 @@
+//! A simulator of PyTorch's CUDA caching allocator (workshops, demos, and
+//! what-if replays of allocation traces).
+//!
+//! - [`rules`]: the allocator's size rules as pure functions (shared with the model).
+pub mod rules;
