@@ -3,5 +3,16 @@
 //!
 //! - [`rules`]: the allocator's size rules as pure functions (shared with the model).
 //! - [`conf`]: `PYTORCH_CUDA_ALLOC_CONF` parsing.
+//! - [`allocator`]: [`SimAllocator`], one device's caching allocator, emitting trace events.
+pub mod allocator;
 pub mod conf;
 pub mod rules;
+
+pub use allocator::{
+    BlockInfo, EventSink, FnSink, NullSink, OomError, SegmentInfo, SimAllocator, SimConfig,
+    SimError,
+};
+pub use conf::{AllocConf, ConfError};
+
+#[cfg(test)]
+mod alloc_tests;
