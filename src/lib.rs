@@ -8,3 +8,4 @@
 pub mod event;
 pub mod model;
 pub mod ring;
+pub mod sim;

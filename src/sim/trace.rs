@@ -1,0 +1,411 @@
+//! Replaying allocation traces through the simulator.
+//!
+//! # Request format (JSON lines)
+//!
+//! One JSON object per line; blank lines are ignored. `op` selects the
+//! request:
+//!
+//! ```text
+//! {"op":"alloc","id":7,"size":1048576,"stream":0}   // torch.empty(...): `size` bytes on `stream` (default 0)
+//! {"op":"free","id":7}                              // the tensor with this id dies
+//! {"op":"empty_cache"}                              // torch.cuda.empty_cache()
+//! {"op":"record_stream","id":7,"stream":3}          // tensor.record_stream(s): its free waits for stream 3
+//! {"op":"synchronize"}                              // torch.cuda.synchronize(): pending frees complete
+//! ```
+//!
+//! `id` names a live tensor: an `alloc` may not reuse an id that is still
+//! live, and `free` / `record_stream` must name a live one (the parser
+//! checks this, with the line number). An `alloc` that runs out of memory
+//! leaves its id dead; a later `free` of it is a no-op in the replay.
+//!
+//! [`replay`] returns one [`StepReport`] per request, with the allocator's
+//! statistics after it (`allocated`, `reserved` and `segments` mean exactly
+//! `allocated_bytes.all.current`, `reserved_bytes.all.current` and
+//! `segment.all.current`).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::allocator::{format_size, EventSink, NullSink, OomError, SimAllocator, SimConfig};
+
+/// One request of a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Alloc {
+        id: u64,
+        size: u64,
+        #[serde(default)]
+        stream: u64,
+    },
+    Free {
+        id: u64,
+    },
+    EmptyCache,
+    RecordStream {
+        id: u64,
+        stream: u64,
+    },
+    Synchronize,
+}
+
+/// A trace line that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("trace line {line}: {message}")]
+pub struct TraceError {
+    /// 1-based line number.
+    pub line: usize,
+    pub message: String,
+}
+
+/// Parses a JSON-lines trace, checking that ids are used consistently.
+pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
+    let mut out = Vec::new();
+    let mut live: HashSet<u64> = HashSet::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let s = raw.trim();
+        if s.is_empty() {
+            continue;
+        }
+        let req: Request = serde_json::from_str(s).map_err(|e| TraceError {
+            line,
+            message: format!("{e} (in `{s}`)"),
+        })?;
+        match &req {
+            Request::Alloc { id, .. } => {
+                if !live.insert(*id) {
+                    return Err(TraceError {
+                        line,
+                        message: format!("alloc of id {id}, which is still live"),
+                    });
+                }
+            }
+            Request::Free { id } => {
+                if !live.remove(id) {
+                    return Err(TraceError {
+                        line,
+                        message: format!("free of id {id}, which is not live"),
+                    });
+                }
+            }
+            Request::RecordStream { id, .. } => {
+                if !live.contains(id) {
+                    return Err(TraceError {
+                        line,
+                        message: format!("record_stream of id {id}, which is not live"),
+                    });
+                }
+            }
+            Request::EmptyCache | Request::Synchronize => {}
+        }
+        out.push(req);
+    }
+    Ok(out)
+}
+
+/// The allocator's state after one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepReport {
+    /// 0-based index of the request.
+    pub step: usize,
+    pub request: Request,
+    /// `allocated_bytes.all.current`
+    pub allocated: u64,
+    /// `reserved_bytes.all.current`
+    pub reserved: u64,
+    /// `segment.all.current` (cudaMalloc segments; expandable segments are
+    /// mapped pages, not counted, as in PyTorch)
+    pub segments: u64,
+    /// `active_bytes.all.current`
+    pub active: u64,
+    /// `requested_bytes.all.current`
+    pub requested: u64,
+    /// Fragmentation: `inactive_split_bytes.all.current`.
+    pub inactive_split: u64,
+    /// The largest cached free block.
+    pub largest_free: u64,
+    pub allocated_peak: u64,
+    pub reserved_peak: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    /// The address the request got (alloc only).
+    pub addr: Option<u64>,
+    /// Set when this request ran out of memory.
+    pub oom: Option<OomError>,
+    /// A remark (e.g. a free of a tensor whose alloc failed).
+    pub note: Option<String>,
+}
+
+/// Replays `requests` on a fresh allocator with `cfg`.
+pub fn replay(requests: &[Request], cfg: &SimConfig) -> Vec<StepReport> {
+    replay_with_sink(requests, cfg, &mut NullSink)
+}
+
+/// [`replay`], sending every trace event to `sink` (one simulated
+/// millisecond per request).
+pub fn replay_with_sink(
+    requests: &[Request],
+    cfg: &SimConfig,
+    sink: &mut dyn EventSink,
+) -> Vec<StepReport> {
+    let mut a = SimAllocator::new(cfg.clone());
+    let mut addrs: HashMap<u64, u64> = HashMap::new();
+    let mut out = Vec::with_capacity(requests.len());
+    for (step, req) in requests.iter().enumerate() {
+        a.set_time(step as u64 * 1_000_000);
+        let mut addr = None;
+        let mut oom = None;
+        let mut note = None;
+        match *req {
+            Request::Alloc { id, size, stream } => match a.malloc(size, stream, sink) {
+                Ok(p) => {
+                    addrs.insert(id, p);
+                    addr = Some(p);
+                }
+                Err(e) => oom = Some(e),
+            },
+            Request::Free { id } => match addrs.remove(&id) {
+                Some(p) => a.free(p, sink).expect("live tensor"),
+                None => {
+                    note = Some(format!(
+                        "id {id} was never allocated (out of memory); skipped"
+                    ))
+                }
+            },
+            Request::RecordStream { id, stream } => match addrs.get(&id) {
+                Some(&p) => a.record_stream(p, stream).expect("live tensor"),
+                None => {
+                    note = Some(format!(
+                        "id {id} was never allocated (out of memory); skipped"
+                    ))
+                }
+            },
+            Request::EmptyCache => a.empty_cache(sink),
+            Request::Synchronize => a.synchronize(sink),
+        }
+        let st = a.stats();
+        out.push(StepReport {
+            step,
+            request: req.clone(),
+            allocated: st.allocated,
+            reserved: st.reserved,
+            segments: st.segments,
+            active: st.active,
+            requested: st.requested,
+            inactive_split: st.inactive_split,
+            largest_free: a.largest_free_block(),
+            allocated_peak: st.allocated_peak,
+            reserved_peak: st.reserved_peak,
+            alloc_retries: st.alloc_retries,
+            ooms: st.ooms,
+            addr,
+            oom,
+            note,
+        });
+    }
+    out
+}
+
+fn describe(r: &Request) -> String {
+    match r {
+        Request::Alloc { id, size, stream } => {
+            format!("alloc #{id} {} s{stream}", format_size(*size))
+        }
+        Request::Free { id } => format!("free #{id}"),
+        Request::EmptyCache => "empty_cache".into(),
+        Request::RecordStream { id, stream } => format!("record_stream #{id} s{stream}"),
+        Request::Synchronize => "synchronize".into(),
+    }
+}
+
+/// A plain-text table of a replay, one line per step, then a summary.
+pub fn render_table(reports: &[StepReport]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
+        "step", "request", "allocated", "reserved", "segs", "frag", "largest free"
+    );
+    for r in reports {
+        let _ = write!(
+            s,
+            "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
+            r.step,
+            describe(&r.request),
+            format_size(r.allocated),
+            format_size(r.reserved),
+            r.segments,
+            format_size(r.inactive_split),
+            format_size(r.largest_free),
+        );
+        if let Some(e) = &r.oom {
+            let _ = write!(s, "  OOM: {e}");
+        }
+        if let Some(n) = &r.note {
+            let _ = write!(s, "  ({n})");
+        }
+        s.push('\n');
+    }
+    if let Some(last) = reports.last() {
+        let _ = writeln!(
+            s,
+            "peak allocated {}, peak reserved {}, retries {}, OOMs {}",
+            format_size(last.allocated_peak),
+            format_size(last.reserved_peak),
+            last.alloc_retries,
+            last.ooms
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::conf::AllocConf;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn parses_documented_format() {
+        let text = r#"{"op":"alloc","id":7,"size":1048576,"stream":0}
+
+{"op":"alloc","id":8,"size":512}
+{"op":"record_stream","id":8,"stream":2}
+{"op":"free","id":7}
+{"op":"empty_cache"}
+{"op":"synchronize"}
+"#;
+        let reqs = parse_trace(text).unwrap();
+        assert_eq!(reqs.len(), 6);
+        assert_eq!(
+            reqs[0],
+            Request::Alloc {
+                id: 7,
+                size: 1 << 20,
+                stream: 0
+            }
+        );
+        assert_eq!(
+            reqs[1],
+            Request::Alloc {
+                id: 8,
+                size: 512,
+                stream: 0
+            }
+        );
+        assert_eq!(reqs[4], Request::EmptyCache);
+    }
+
+    #[test]
+    fn errors_carry_line_numbers() {
+        let e = parse_trace(
+            "{\"op\":\"alloc\",\"id\":1,\"size\":4}\n{\"op\":\"free\",\"id\":1}\n{\"op\":\"free\",\"id\":1}\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.to_string().starts_with("trace line 3:"));
+        let e = parse_trace("\n\n{\"op\":\"free\",\"id\":3}").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.message.contains("not live"));
+        let e = parse_trace(
+            "{\"op\":\"alloc\",\"id\":1,\"size\":4}\n{\"op\":\"alloc\",\"id\":1,\"size\":4}",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 2);
+        let e = parse_trace("{\"op\":\"alloc\",\"id\":1}").unwrap_err();
+        assert!(e.message.contains("size"), "{e}");
+        assert!(parse_trace("not json").is_err());
+    }
+
+    #[test]
+    fn replay_reports_memory_stats_semantics() {
+        let reqs = parse_trace(
+            r#"{"op":"alloc","id":1,"size":5242880}
+{"op":"alloc","id":2,"size":1000}
+{"op":"free","id":1}
+{"op":"empty_cache"}
+{"op":"free","id":2}
+{"op":"empty_cache"}"#,
+        )
+        .unwrap();
+        let r = replay(&reqs, &SimConfig::default());
+        assert_eq!(r.len(), 6);
+        assert_eq!(
+            (r[0].allocated, r[0].reserved, r[0].segments),
+            (5 * MIB, 20 * MIB, 1)
+        );
+        assert_eq!(r[0].inactive_split, 15 * MIB);
+        assert_eq!(
+            (r[1].allocated, r[1].reserved, r[1].segments),
+            (5 * MIB + 1024, 22 * MIB, 2)
+        );
+        assert_eq!(r[1].requested, 5 * MIB + 1000);
+        assert_eq!(
+            (r[2].allocated, r[2].reserved, r[2].largest_free),
+            (1024, 22 * MIB, 20 * MIB)
+        );
+        assert_eq!((r[3].reserved, r[3].segments), (2 * MIB, 1));
+        assert_eq!((r[5].reserved, r[5].segments, r[5].allocated), (0, 0, 0));
+        assert_eq!(r[5].reserved_peak, 22 * MIB);
+        assert!(r.iter().all(|s| s.oom.is_none()));
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Vec<StepReport> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        assert!(render_table(&r).contains("empty_cache"));
+    }
+
+    #[test]
+    fn replay_oom_and_skip() {
+        let reqs = parse_trace(
+            r#"{"op":"alloc","id":1,"size":62914560}
+{"op":"alloc","id":2,"size":62914560}
+{"op":"free","id":2}
+{"op":"free","id":1}"#,
+        )
+        .unwrap();
+        let cfg = SimConfig {
+            capacity: 100 * MIB,
+            ..SimConfig::default()
+        };
+        let r = replay(&reqs, &cfg);
+        let oom = r[1].oom.as_ref().expect("second 60 MiB does not fit");
+        assert_eq!(oom.device_free, 40 * MIB);
+        assert_eq!(r[1].ooms, 1);
+        assert!(r[2].note.is_some());
+        assert_eq!(r[3].allocated, 0);
+        assert!(render_table(&r).contains("OOM"));
+    }
+
+    #[test]
+    fn replay_with_conf_changes_outcome() {
+        // Growing tensors (batch N, N+1, ...), each replacing the last:
+        // cudaMalloc segments pile up, an expandable segment grows in place.
+        let mut text = String::new();
+        for i in 0..20u64 {
+            let size = (11 + i) * MIB;
+            text.push_str(&format!(
+                "{{\"op\":\"alloc\",\"id\":{i},\"size\":{size}}}\n"
+            ));
+            if i > 0 {
+                text.push_str(&format!("{{\"op\":\"free\",\"id\":{}}}\n", i - 1));
+            }
+        }
+        let reqs = parse_trace(&text).unwrap();
+        let plain = replay(&reqs, &SimConfig::default());
+        let es = replay(
+            &reqs,
+            &SimConfig::with_conf(AllocConf::parse("expandable_segments:True").unwrap()),
+        );
+        assert_eq!(
+            plain.last().unwrap().requested,
+            es.last().unwrap().requested
+        );
+        assert_eq!(es.last().unwrap().segments, 0);
+        assert!(es.last().unwrap().reserved_peak < plain.last().unwrap().reserved_peak);
+    }
+}
