@@ -1,0 +1,116 @@
+//! What the collector publishes: a whole picture of the machine at one
+//! instant. The dashboard renders it; `vramscope snapshot --json` prints it.
+//! Plain data, serde-serialisable, built under a short lock and then owned
+//! by the reader.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Mode, ProcessKey, ProcessView};
+
+/// One GPU as NVML sees it. A value NVML could not read is `None`, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub uuid: Option<String>,
+    pub total: Option<u64>,
+    pub used: Option<u64>,
+    pub free: Option<u64>,
+    /// Percent of time a kernel ran over the last sample period.
+    pub util_gpu: Option<u32>,
+    /// Percent of time device memory was read or written.
+    pub util_mem: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+}
+
+/// NVML's view of one process on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    /// Host pid (NVML reports host pids).
+    pub pid: u32,
+    pub gpu: u32,
+    pub used: Option<u64>,
+}
+
+/// The NVML side of the picture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Machine {
+    /// `None` while NVML works; else why it is unavailable, in one line.
+    pub nvml_error: Option<String>,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<Gpu>,
+    pub processes: Vec<GpuProcess>,
+    /// When NVML was last read (collector's monotonic ns).
+    pub sampled_ns: Option<u64>,
+}
+
+/// Who a process is, from `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Identity {
+    /// The pid in the dashboard's pid namespace (the host pid).
+    pub host_pid: u32,
+    /// The pid the process sees itself as (differs inside containers).
+    pub ns_pid: u32,
+    pub name: String,
+    pub cmdline: String,
+    pub user: String,
+    pub uid: Option<u32>,
+    /// The producer's label from its segment (script name, scenario).
+    pub label: String,
+    /// Still running.
+    pub alive: bool,
+}
+
+/// Where a process's figures come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    pub mode: Mode,
+    /// The segment file, for instrumented and simulated processes.
+    pub segment: Option<String>,
+    /// Producer kind and framework, e.g. `TorchExact`, `torch 2.11.0+cu130`.
+    pub producer: Option<String>,
+    pub framework: Option<String>,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Whether the producer answers commands (`empty_cache`, …).
+    pub commands: bool,
+}
+
+/// A segment the collector could not use, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceProblem {
+    pub path: String,
+    pub message: String,
+}
+
+/// One process: who it is, where its figures come from, and the model's
+/// view of it (figures, devices with block maps, events, OOMs, leak report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    pub identity: Identity,
+    pub source: Source,
+    pub view: ProcessView,
+}
+
+impl ProcessEntry {
+    pub fn key(&self) -> ProcessKey {
+        self.view.key
+    }
+}
+
+/// The version of the `Snapshot` JSON shape.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// The whole picture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Snapshot {
+    /// `SNAPSHOT_VERSION`.
+    pub version: u32,
+    /// Collector's `CLOCK_MONOTONIC` ns when taken.
+    pub taken_ns: u64,
+    pub machine: Machine,
+    /// Processes ordered by key (pid, start time).
+    pub processes: Vec<ProcessEntry>,
+    pub problems: Vec<SourceProblem>,
+}
