@@ -5,9 +5,11 @@
 //! - [`conf`]: `PYTORCH_CUDA_ALLOC_CONF` parsing.
 //! - [`allocator`]: [`SimAllocator`], one device's caching allocator, emitting trace events.
 //! - [`trace`]: the JSON-lines request format and [`replay`].
+//! - [`scenario`]: named workshop scenarios and their [`ScenarioRunner`].
 pub mod allocator;
 pub mod conf;
 pub mod rules;
+pub mod scenario;
 pub mod trace;
 
 pub use allocator::{
@@ -15,6 +17,7 @@ pub use allocator::{
     SimError,
 };
 pub use conf::{AllocConf, ConfError};
+pub use scenario::{Scenario, ScenarioRunner, StepStats};
 pub use trace::{
     parse_trace, render_table, replay, replay_with_sink, Request, StepReport, TraceError,
 };
