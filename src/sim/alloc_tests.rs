@@ -576,6 +576,16 @@ fn snapshot_events_match_segments() {
 }
 
 #[test]
+fn zero_byte_request_is_a_null_pointer() {
+    let mut a = sim("", 1 << 30);
+    let mut ev = Vec::new();
+    assert_eq!(a.malloc(0, 0, &mut ev), Ok(0));
+    a.free(0, &mut ev).unwrap();
+    assert!(ev.is_empty());
+    assert_eq!(a.stats().reserved, 0);
+}
+
+#[test]
 fn free_of_unknown_address_is_an_error() {
     let mut a = sim("", 1 << 30);
     let mut ev = Vec::new();
