@@ -436,12 +436,19 @@ impl SimAllocator {
 
     /// `malloc`: allocates `size` bytes on `stream` and returns the block's
     /// address, or the OOM PyTorch would raise (after emitting `Oom`).
+    ///
+    /// A zero-byte request returns address 0 without touching the allocator
+    /// (`CUDACachingAllocator::allocate(0)` hands out a null pointer), and
+    /// `free(0)` is a no-op.
     pub fn malloc(
         &mut self,
         size: u64,
         stream: u64,
         sink: &mut dyn EventSink,
     ) -> Result<u64, OomError> {
+        if size == 0 {
+            return Ok(0);
+        }
         self.process_events(sink);
         let rsize = self.cfg.alloc.round_size(size);
         let pool = rules::pool_for_size(rsize);
@@ -496,6 +503,9 @@ impl SimAllocator {
 
     /// `free`: the tensor releases the block at `addr`.
     pub fn free(&mut self, addr: u64, sink: &mut dyn EventSink) -> Result<(), SimError> {
+        if addr == 0 {
+            return Ok(());
+        }
         let id = match self.active.get(&addr) {
             Some(&id) if self.b(id).allocated => id,
             _ => return Err(SimError::UnknownAddress(addr)),

@@ -1,0 +1,834 @@
+//! Named workshop scenarios: deterministic scripts of timed allocator
+//! operations with captions, and a runner that applies them to a
+//! [`SimAllocator`] and yields the events a real process would produce.
+//!
+//! Sizes are realistic but modest: an 8 GiB device and a 12-layer model of
+//! 48 MiB weight matrices trained with Adam (about 2.3 GiB of weights,
+//! gradients and optimizer state) plus batch-dependent activations.
+//!
+//! ```no_run
+//! use vramscope::sim::scenario::{Scenario, ScenarioRunner};
+//! let mut run = ScenarioRunner::new(Scenario::by_name("leak").unwrap());
+//! let mut events = Vec::new();
+//! while !run.is_finished() {
+//!     let t = run.now() + 100_000_000; // 100 ms of simulated time
+//!     run.advance_to(t, &mut events);
+//!     println!("{}", run.caption());
+//! }
+//! ```
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::allocator::{format_size, EventSink, OomError, SimAllocator, SimConfig};
+use super::conf::AllocConf;
+use crate::event::{Event, EventKind};
+
+const MIB: u64 = 1 << 20;
+/// Simulated time between two operations.
+pub const OP_DT_NS: u64 = 5_000_000;
+/// Extra simulated time at each training-step boundary.
+pub const STEP_GAP_NS: u64 = 50_000_000;
+/// Minimum simulated time between two `Stats` events from the runner.
+pub const STATS_INTERVAL_NS: u64 = 10_000_000;
+
+/// One operation of a scenario script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// A tensor is created (`tensor` is the script's name for it).
+    Alloc { tensor: u32, size: u64, stream: u64 },
+    /// The tensor dies.
+    Free { tensor: u32 },
+    /// `torch.cuda.empty_cache()`.
+    EmptyCache,
+    /// A training step begins (emits a `Marker` event with the step number).
+    Step(u64),
+    /// A full state snapshot is emitted.
+    Snapshot,
+}
+
+/// An operation at a simulated time, with the caption to show from then on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedOp {
+    pub time_ns: u64,
+    pub op: Op,
+    pub caption: Option<String>,
+}
+
+/// A named, fully generated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub config: SimConfig,
+    pub ops: Vec<TimedOp>,
+}
+
+const LIST: &[(&str, &str)] = &[
+    (
+        "healthy",
+        "steady training loop: weights, activations freed in backward, grads, Adam state",
+    ),
+    (
+        "leak",
+        "validation losses kept in a list without no_grad: each step's graph stays alive",
+    ),
+    (
+        "fragmentation",
+        "varying sequence lengths split cached blocks (try expandable_segments:True)",
+    ),
+    (
+        "empty-cache",
+        "batch size drops, then periodic empty_cache returns cached memory to the driver",
+    ),
+    (
+        "oom",
+        "out of memory while gigabytes are reserved but free, split into unusable pieces",
+    ),
+    (
+        "inference",
+        "training, then the same model under no_grad: a much smaller activation footprint",
+    ),
+];
+
+impl Scenario {
+    /// Every scenario name with a one-line description.
+    pub fn list() -> &'static [(&'static str, &'static str)] {
+        LIST
+    }
+
+    /// The scenario `name` on the default 8 GiB device and allocator settings.
+    pub fn by_name(name: &str) -> Option<Scenario> {
+        Scenario::with_config(name, SimConfig::default())
+    }
+
+    /// The scenario `name` on a given device / allocator configuration (for
+    /// example `fragmentation` with `expandable_segments:True`).
+    pub fn with_config(name: &str, config: SimConfig) -> Option<Scenario> {
+        let (name, description) = *LIST.iter().find(|(n, _)| *n == name)?;
+        let mut g = Gen::default();
+        match name {
+            "healthy" => healthy(&mut g),
+            "leak" => leak(&mut g),
+            "fragmentation" => fragmentation(&mut g),
+            "empty-cache" => empty_cache(&mut g),
+            "oom" => oom(&mut g),
+            "inference" => inference(&mut g),
+            _ => return None,
+        }
+        Some(Scenario {
+            name,
+            description,
+            config,
+            ops: g.ops,
+        })
+    }
+
+    /// [`Scenario::with_config`] with a `PYTORCH_CUDA_ALLOC_CONF` on the
+    /// default device.
+    pub fn with_conf(name: &str, conf: AllocConf) -> Option<Scenario> {
+        Scenario::with_config(name, SimConfig::with_conf(conf))
+    }
+
+    /// Simulated time of the last operation.
+    pub fn duration_ns(&self) -> u64 {
+        self.ops.last().map_or(0, |o| o.time_ns)
+    }
+}
+
+// ----- script generation -------------------------------------------------
+
+#[derive(Default)]
+struct Gen {
+    ops: Vec<TimedOp>,
+    t: u64,
+    next_id: u32,
+    caption: Option<String>,
+}
+
+impl Gen {
+    fn say(&mut self, c: impl Into<String>) {
+        self.caption = Some(c.into());
+    }
+    fn push(&mut self, op: Op) {
+        self.t += OP_DT_NS;
+        let caption = self.caption.take();
+        self.ops.push(TimedOp {
+            time_ns: self.t,
+            op,
+            caption,
+        });
+    }
+    fn alloc(&mut self, size: u64) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.push(Op::Alloc {
+            tensor: id,
+            size,
+            stream: 0,
+        });
+        id
+    }
+    fn free(&mut self, id: u32) {
+        self.push(Op::Free { tensor: id });
+    }
+    fn step(&mut self, n: u64) {
+        self.t += STEP_GAP_NS;
+        self.push(Op::Step(n));
+    }
+}
+
+/// The toy model: `layers` linear layers with a weight and a bias each.
+struct Model {
+    layers: usize,
+    weight: u64,
+    bias: u64,
+    params: Vec<u32>,
+    grads: Vec<u32>,
+    adam: Vec<u32>,
+}
+
+impl Model {
+    fn new(g: &mut Gen) -> Model {
+        let mut m = Model {
+            layers: 12,
+            weight: 48 * MIB,
+            bias: 12 * 1024,
+            params: vec![],
+            grads: vec![],
+            adam: vec![],
+        };
+        g.say(format!(
+            "model.cuda(): {} layers, {} weights + {} biases each",
+            m.layers,
+            format_size(m.weight),
+            format_size(m.bias)
+        ));
+        for _ in 0..m.layers {
+            let w = g.alloc(m.weight);
+            let b = g.alloc(m.bias);
+            m.params.extend([w, b]);
+        }
+        m
+    }
+
+    fn param_sizes(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.layers).flat_map(move |_| [self.weight, self.bias])
+    }
+
+    /// One training step with activations of `act` bytes per layer.
+    /// Returns the `loss` tensor (the caller frees or keeps it).
+    fn train_step(&mut self, g: &mut Gen, n: u64, total: u64, act: u64, label: &str) -> u32 {
+        g.step(n);
+        if !self.grads.is_empty() {
+            g.say(format!(
+                "step {n}/{total}{label} · optimizer.zero_grad(): gradients freed (set_to_none)"
+            ));
+            for id in std::mem::take(&mut self.grads) {
+                g.free(id);
+            }
+        }
+        g.say(format!("step {n}/{total}{label} · batch copied to the GPU"));
+        let input = g.alloc(act / 4);
+        let mut saved = Vec::with_capacity(self.layers);
+        for l in 0..self.layers {
+            g.say(format!(
+                "step {n}/{total}{label} · forward layer {}: {} activation kept for backward",
+                l + 1,
+                format_size(act)
+            ));
+            saved.push(g.alloc(act));
+            let tmp = g.alloc(act / 2);
+            g.free(tmp);
+        }
+        g.say(format!("step {n}/{total}{label} · logits and loss"));
+        let logits = g.alloc(act / 2);
+        let loss = g.alloc(4);
+        g.say(format!(
+            "step {n}/{total}{label} · loss.backward(): activations freed layer by layer"
+        ));
+        let mut gout = g.alloc(act / 2);
+        g.free(logits);
+        for l in (0..self.layers).rev() {
+            let gin = g.alloc(act);
+            g.free(gout);
+            gout = gin;
+            self.grads.push(g.alloc(self.weight));
+            self.grads.push(g.alloc(self.bias));
+            g.say(format!(
+                "step {n}/{total}{label} · backward layer {}: activation freed, gradient kept",
+                l + 1
+            ));
+            g.free(saved[l]);
+        }
+        g.free(gout);
+        g.free(input);
+        if self.adam.is_empty() {
+            g.say(format!(
+                "step {n}/{total}{label} · optimizer.step(): Adam creates exp_avg and exp_avg_sq (2x the weights)"
+            ));
+            let sizes: Vec<u64> = self.param_sizes().collect();
+            for s in sizes {
+                let a = g.alloc(s);
+                let b = g.alloc(s);
+                self.adam.extend([a, b]);
+            }
+        }
+        g.say(format!(
+            "step {n}/{total}{label} · optimizer.step(): temporary buffers per parameter"
+        ));
+        let sizes: Vec<u64> = self.param_sizes().collect();
+        for s in sizes {
+            let t = g.alloc(s);
+            g.free(t);
+        }
+        loss
+    }
+
+    /// A forward pass under `torch.no_grad()`: each activation dies as soon
+    /// as the next layer has consumed it.
+    fn no_grad_forward(&self, g: &mut Gen, n: u64, total: u64, act: u64) {
+        g.step(n);
+        g.say(format!(
+            "step {n}/{total} · inference · with torch.no_grad(): batch copied to the GPU"
+        ));
+        let mut x = g.alloc(act / 4);
+        for l in 0..self.layers {
+            g.say(format!(
+                "step {n}/{total} · inference · layer {}: output computed, input freed at once (no graph)",
+                l + 1
+            ));
+            let y = g.alloc(act);
+            g.free(x);
+            x = y;
+        }
+        let logits = g.alloc(act / 2);
+        g.free(x);
+        g.say(format!(
+            "step {n}/{total} · inference · predictions read, logits freed"
+        ));
+        g.free(logits);
+    }
+}
+
+const ACT: u64 = 64 * MIB;
+
+fn healthy(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    let mut m = Model::new(g);
+    let total = 16;
+    for n in 1..=total {
+        let loss = m.train_step(g, n, total, ACT, "");
+        g.say(format!("step {n}/{total} · loss.item() logged, loss freed: allocated returns to the same floor"));
+        g.free(loss);
+    }
+    g.say("done: a healthy loop has a flat allocated floor and a steady reserved level");
+    g.push(Op::Snapshot);
+}
+
+fn leak(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    let mut m = Model::new(g);
+    let total = 16;
+    let val_act = 16 * MIB;
+    for n in 1..=total {
+        let loss = m.train_step(g, n, total, ACT, "");
+        g.free(loss);
+        g.say(format!(
+            "step {n}/{total} · validation WITHOUT torch.no_grad(): val_losses.append(loss) keeps the graph"
+        ));
+        let mut x = g.alloc(val_act / 4);
+        for _ in 0..m.layers {
+            // Every saved activation of the graph stays referenced by the kept loss.
+            let y = g.alloc(val_act);
+            let _ = std::mem::replace(&mut x, y);
+        }
+        let _val_loss = g.alloc(4);
+        g.say(format!(
+            "step {n}/{total} · {} more stays allocated every step: the floor keeps rising (leak)",
+            format_size(val_act * m.layers as u64 + val_act / 4 + 512)
+        ));
+    }
+    g.say("done: allocated never returns to its floor; fix: loss.item() and torch.no_grad() for validation");
+    g.push(Op::Snapshot);
+}
+
+/// Deterministic sequence lengths between 64 and 1024 (a fixed LCG).
+fn seq_lengths(n: usize) -> Vec<u64> {
+    let mut x: u64 = 0x2545_f491;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            64 + ((x >> 33) % 31) * 32
+        })
+        .collect()
+}
+
+fn fragmentation(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    let mut m = Model::new(g);
+    let total = 16;
+    for (i, seq) in seq_lengths(total as usize).into_iter().enumerate() {
+        let n = i as u64 + 1;
+        // 48 MiB of activation per layer at sequence length 512.
+        let act = (48 * MIB / 512 * seq).max(512);
+        let loss = m.train_step(g, n, total, act, &format!(" · seq {seq}"));
+        g.say(format!(
+            "step {n}/{total} · seq {seq}: activations of {} reuse cached blocks of other sizes, leaving split slivers",
+            format_size(act)
+        ));
+        g.free(loss);
+    }
+    g.say("done: compare inactive_split and reserved with expandable_segments:True or max_split_size_mb");
+    g.push(Op::Snapshot);
+}
+
+fn empty_cache(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    let mut m = Model::new(g);
+    let total = 12;
+    for n in 1..=total {
+        let act = if n <= 4 { 96 * MIB } else { 24 * MIB };
+        let label = if n <= 4 {
+            " · batch 64"
+        } else {
+            " · batch 16"
+        };
+        let loss = m.train_step(g, n, total, act, label);
+        g.free(loss);
+        if n == 4 {
+            g.say("batch size drops to 16: tensors are smaller, but reserved stays high (cached blocks)");
+        }
+        if n >= 6 && n % 2 == 0 {
+            g.say(format!(
+                "step {n}/{total} · torch.cuda.empty_cache(): whole free segments go back to the driver (nvidia-smi drops)"
+            ));
+            g.push(Op::EmptyCache);
+            g.say("the next step must cudaMalloc again: empty_cache frees memory but costs time");
+        }
+    }
+    g.say("done: empty_cache lowers reserved, never allocated; it cannot fix a leak");
+    g.push(Op::Snapshot);
+}
+
+fn oom(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    g.say("model.cuda(): 1 GiB of weights");
+    let mut keep: Vec<u32> = (0..8).map(|_| g.alloc(128 * MIB)).collect();
+    let n = 40;
+    g.step(1);
+    g.say("long-sequence batch: 40 activations of 150 MiB (6 GiB), each its own segment");
+    let long: Vec<u32> = (0..n).map(|_| g.alloc(150 * MIB)).collect();
+    g.say("backward done: the 150 MiB blocks are freed but stay cached (reserved)");
+    for id in long {
+        g.free(id);
+    }
+    g.step(2);
+    g.say("short batch: 100 MiB activations reuse the cached 150 MiB blocks and split them");
+    let short: Vec<u32> = (0..n).map(|_| g.alloc(100 * MIB)).collect();
+    g.say("30 MiB tensors kept for logging land in the 50 MiB leftovers (best fit)");
+    for _ in 0..n {
+        keep.push(g.alloc(30 * MIB));
+    }
+    g.say("short batch done: every segment now holds one live 30 MiB tensor between free space");
+    for id in short {
+        g.free(id);
+    }
+    g.step(3);
+    g.say("a 2 GiB logits tensor is requested: no free block is large enough, cudaMalloc fails, and nothing can be released");
+    let _big = g.alloc(2048 * MIB);
+    g.say("OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this");
+    g.push(Op::Snapshot);
+}
+
+fn inference(g: &mut Gen) {
+    g.push(Op::Snapshot);
+    let mut m = Model::new(g);
+    let total = 16;
+    for n in 1..=8 {
+        let loss = m.train_step(g, n, total, ACT, " · training");
+        g.free(loss);
+    }
+    g.say("model.eval(): gradients freed; activations no longer need to be kept");
+    for id in std::mem::take(&mut m.grads) {
+        g.free(id);
+    }
+    for n in 9..=total {
+        m.no_grad_forward(g, n, total, ACT);
+    }
+    g.say("done: under no_grad only one or two activations are alive at a time");
+    g.push(Op::Snapshot);
+}
+
+// ----- running -----------------------------------------------------------
+
+/// Statistics of one training step (from its `Step` marker to the next).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StepStats {
+    pub step: u64,
+    /// The lowest `allocated` seen during the step (its floor).
+    pub allocated_min: u64,
+    pub allocated_max: u64,
+    pub reserved_max: u64,
+    pub inactive_split_max: u64,
+    pub allocated_end: u64,
+    pub reserved_end: u64,
+    pub inactive_split_end: u64,
+    pub segments_end: u64,
+    /// OOMs during this step.
+    pub ooms: u64,
+}
+
+/// What applying one operation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub op: Op,
+    pub time_ns: u64,
+    pub oom: Option<OomError>,
+}
+
+/// Applies a scenario's operations to a [`SimAllocator`] as simulated time
+/// advances, emitting trace events (plus `Stats` samples and step
+/// `Marker`s) and keeping the current caption.
+#[derive(Debug, Clone)]
+pub struct ScenarioRunner {
+    scenario: Scenario,
+    alloc: SimAllocator,
+    cursor: usize,
+    live: HashMap<u32, u64>,
+    caption: String,
+    last_oom: Option<OomError>,
+    last_stats_ns: Option<u64>,
+    steps: Vec<StepStats>,
+    current: Option<StepStats>,
+}
+
+impl ScenarioRunner {
+    pub fn new(scenario: Scenario) -> ScenarioRunner {
+        let alloc = SimAllocator::new(scenario.config.clone());
+        let caption = scenario.description.to_string();
+        ScenarioRunner {
+            scenario,
+            alloc,
+            cursor: 0,
+            live: HashMap::new(),
+            caption,
+            last_oom: None,
+            last_stats_ns: None,
+            steps: Vec::new(),
+            current: None,
+        }
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+    pub fn allocator(&self) -> &SimAllocator {
+        &self.alloc
+    }
+    /// The caption of the most recent operation that had one.
+    pub fn caption(&self) -> &str {
+        &self.caption
+    }
+    pub fn is_finished(&self) -> bool {
+        self.cursor >= self.scenario.ops.len()
+    }
+    /// Simulated time of the last applied operation.
+    pub fn now(&self) -> u64 {
+        self.alloc.now()
+    }
+    /// The most recent OOM, if any.
+    pub fn last_oom(&self) -> Option<&OomError> {
+        self.last_oom.as_ref()
+    }
+    /// Completed training steps so far.
+    pub fn step_stats(&self) -> &[StepStats] {
+        &self.steps
+    }
+    /// Fraction of the script applied, 0.0 to 1.0.
+    pub fn progress(&self) -> f64 {
+        if self.scenario.ops.is_empty() {
+            1.0
+        } else {
+            self.cursor as f64 / self.scenario.ops.len() as f64
+        }
+    }
+
+    /// Applies every operation due at or before `time_ns`; returns how many.
+    pub fn advance_to(&mut self, time_ns: u64, sink: &mut dyn EventSink) -> usize {
+        let mut n = 0;
+        while self
+            .scenario
+            .ops
+            .get(self.cursor)
+            .is_some_and(|o| o.time_ns <= time_ns)
+        {
+            self.step(sink);
+            n += 1;
+        }
+        n
+    }
+
+    /// Applies the next operation (None when finished).
+    pub fn step(&mut self, sink: &mut dyn EventSink) -> Option<Applied> {
+        let TimedOp {
+            time_ns,
+            op,
+            caption,
+        } = self.scenario.ops.get(self.cursor)?.clone();
+        self.cursor += 1;
+        self.alloc.set_time(time_ns);
+        if let Some(c) = caption {
+            self.caption = c;
+        }
+        let mut oom = None;
+        match op {
+            Op::Alloc {
+                tensor,
+                size,
+                stream,
+            } => match self.alloc.malloc(size, stream, sink) {
+                Ok(p) => {
+                    self.live.insert(tensor, p);
+                }
+                Err(e) => {
+                    self.caption = format!("OOM: {e}");
+                    self.last_oom = Some(e.clone());
+                    oom = Some(e);
+                }
+            },
+            Op::Free { tensor } => {
+                if let Some(p) = self.live.remove(&tensor) {
+                    self.alloc.free(p, sink).expect("live tensor");
+                }
+            }
+            Op::EmptyCache => self.alloc.empty_cache(sink),
+            Op::Step(n) => {
+                self.finish_step();
+                self.current = Some(StepStats {
+                    step: n,
+                    allocated_min: u64::MAX,
+                    ..StepStats::default()
+                });
+                sink.emit(Event {
+                    time_ns,
+                    kind: EventKind::Marker { value: n },
+                });
+            }
+            Op::Snapshot => {
+                self.alloc.snapshot(sink);
+            }
+        }
+        self.observe();
+        let due = self
+            .last_stats_ns
+            .map_or(true, |t| time_ns >= t + STATS_INTERVAL_NS);
+        if due || matches!(op, Op::Step(_)) || oom.is_some() || self.is_finished() {
+            self.alloc.emit_stats(sink);
+            self.last_stats_ns = Some(time_ns);
+        }
+        if self.is_finished() {
+            self.finish_step();
+        }
+        Some(Applied { op, time_ns, oom })
+    }
+
+    /// Runs the rest of the script.
+    pub fn run_to_end(&mut self, sink: &mut dyn EventSink) {
+        while self.step(sink).is_some() {}
+    }
+
+    /// Emits a full state snapshot now.
+    pub fn snapshot(&mut self, sink: &mut dyn EventSink) -> u32 {
+        self.alloc.snapshot(sink)
+    }
+
+    fn observe(&mut self) {
+        let st = self.alloc.stats();
+        if let Some(c) = self.current.as_mut() {
+            c.allocated_min = c.allocated_min.min(st.allocated);
+            c.allocated_max = c.allocated_max.max(st.allocated);
+            c.reserved_max = c.reserved_max.max(st.reserved);
+            c.inactive_split_max = c.inactive_split_max.max(st.inactive_split);
+            c.allocated_end = st.allocated;
+            c.reserved_end = st.reserved;
+            c.inactive_split_end = st.inactive_split;
+            c.segments_end = st.segments;
+        }
+    }
+
+    fn finish_step(&mut self) {
+        if let Some(mut c) = self.current.take() {
+            let ooms_before: u64 = self.steps.iter().map(|s| s.ooms).sum();
+            c.ooms = self.alloc.stats().ooms - ooms_before;
+            self.steps.push(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::allocator::NullSink;
+
+    fn run(s: Scenario) -> (ScenarioRunner, Vec<Event>) {
+        let mut r = ScenarioRunner::new(s);
+        let mut ev = Vec::new();
+        r.run_to_end(&mut ev);
+        (r, ev)
+    }
+
+    #[test]
+    fn list_and_lookup() {
+        assert_eq!(Scenario::list().len(), 6);
+        for (name, desc) in Scenario::list() {
+            let s = Scenario::by_name(name).unwrap();
+            assert_eq!(s.name, *name);
+            assert!(!desc.is_empty());
+            assert!(!s.ops.is_empty());
+            assert!(
+                s.ops.windows(2).all(|w| w[0].time_ns < w[1].time_ns),
+                "{name}: time increases"
+            );
+            assert!(s.ops[1..].iter().any(|o| o.caption.is_some()));
+        }
+        assert!(Scenario::by_name("nope").is_none());
+    }
+
+    #[test]
+    fn deterministic() {
+        for (name, _) in Scenario::list() {
+            let (a, ea) = run(Scenario::by_name(name).unwrap());
+            let (b, eb) = run(Scenario::by_name(name).unwrap());
+            assert_eq!(ea, eb, "{name}");
+            assert_eq!(a.step_stats(), b.step_stats());
+            assert_eq!(a.allocator().stats(), b.allocator().stats());
+        }
+    }
+
+    #[test]
+    fn healthy_floor_is_flat() {
+        let (r, _) = run(Scenario::by_name("healthy").unwrap());
+        let steps = r.step_stats();
+        assert_eq!(steps.len(), 16);
+        let floors: Vec<u64> = steps[1..].iter().map(|s| s.allocated_min).collect();
+        assert!(floors.windows(2).all(|w| w[0] == w[1]), "{floors:?}");
+        // Weights + Adam state (grads are freed by zero_grad), no OOM.
+        assert!(floors[0] >= 3 * 12 * 48 * MIB);
+        assert_eq!(r.allocator().stats().ooms, 0);
+        let reserved: Vec<u64> = steps[2..].iter().map(|s| s.reserved_end).collect();
+        assert!(
+            reserved.windows(2).all(|w| w[0] == w[1]),
+            "steady reserved {reserved:?}"
+        );
+    }
+
+    #[test]
+    fn leak_floor_rises() {
+        let (r, _) = run(Scenario::by_name("leak").unwrap());
+        let steps = r.step_stats();
+        assert_eq!(steps.len(), 16);
+        for w in steps[1..].windows(2) {
+            assert!(w[1].allocated_min > w[0].allocated_min, "{:?}", w);
+            assert!(w[1].allocated_min - w[0].allocated_min >= 192 * MIB);
+        }
+        assert_eq!(r.allocator().stats().ooms, 0);
+    }
+
+    #[test]
+    fn fragmentation_is_lower_with_expandable_segments_or_max_split() {
+        let peak = |conf: &str| {
+            let s = Scenario::with_conf("fragmentation", AllocConf::parse(conf).unwrap()).unwrap();
+            let (r, _) = run(s);
+            let steps = r.step_stats();
+            let frag = steps.iter().map(|s| s.inactive_split_max).max().unwrap();
+            (
+                frag,
+                r.allocator().stats().reserved_peak,
+                r.allocator().stats().ooms,
+            )
+        };
+        let (frag_plain, reserved_plain, ooms) = peak("");
+        assert_eq!(ooms, 0);
+        assert!(
+            frag_plain > 100 * MIB,
+            "the plain allocator fragments: {frag_plain}"
+        );
+        let (frag_es, reserved_es, _) = peak("expandable_segments:True");
+        assert!(frag_es < frag_plain);
+        assert!(
+            reserved_es < reserved_plain,
+            "{reserved_es} vs {reserved_plain}"
+        );
+        let (frag_ms, _, _) = peak("max_split_size_mb:64");
+        assert!(frag_ms < frag_plain, "{frag_ms} vs {frag_plain}");
+    }
+
+    #[test]
+    fn empty_cache_returns_memory() {
+        let (r, ev) = run(Scenario::by_name("empty-cache").unwrap());
+        assert!(ev
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::SegmentFree { .. })));
+        let steps = r.step_stats();
+        // Reserved stays high after the batch shrinks, until empty_cache.
+        assert_eq!(steps[4].reserved_end, steps[3].reserved_end);
+        assert!(steps[5].reserved_end < steps[4].reserved_end);
+        assert_eq!(steps[5].allocated_end, steps[4].allocated_end);
+        assert_eq!(r.allocator().stats().ooms, 0);
+    }
+
+    #[test]
+    fn oom_happens_with_free_cached_memory() {
+        let (r, ev) = run(Scenario::by_name("oom").unwrap());
+        let oom = r.last_oom().expect("the scenario runs out of memory");
+        assert!(oom.reserved - oom.allocated > 4 << 30, "{oom}");
+        assert!(oom.device_free < oom.alloc_size);
+        assert_eq!(r.allocator().stats().ooms, 1);
+        assert!(ev.iter().any(|e| matches!(e.kind, EventKind::Oom { .. })));
+        // With expandable segments the same script fits.
+        let s = Scenario::with_conf("oom", AllocConf::parse("expandable_segments:True").unwrap())
+            .unwrap();
+        let (r, _) = run(s);
+        assert!(r.last_oom().is_none());
+    }
+
+    #[test]
+    fn inference_footprint_is_smaller() {
+        let (r, _) = run(Scenario::by_name("inference").unwrap());
+        let steps = r.step_stats();
+        let train_peak = steps[..8].iter().map(|s| s.allocated_max).max().unwrap();
+        let infer_peak = steps[8..].iter().map(|s| s.allocated_max).max().unwrap();
+        let infer_floor = steps[8..].iter().map(|s| s.allocated_min).min().unwrap();
+        // Training keeps 12 activations of 64 MiB (plus grads); no_grad keeps ~2.
+        assert!(
+            train_peak - infer_peak > 12 * ACT,
+            "{train_peak} vs {infer_peak}"
+        );
+        assert!(infer_peak - infer_floor <= 3 * ACT);
+    }
+
+    #[test]
+    fn runner_emits_markers_stats_and_captions() {
+        let mut r = ScenarioRunner::new(Scenario::by_name("healthy").unwrap());
+        let mut ev = Vec::new();
+        let first = r.advance_to(r.scenario().ops[0].time_ns, &mut ev);
+        assert_eq!(first, 1);
+        assert!(matches!(ev[0].kind, EventKind::SnapshotBegin { .. }));
+        let n = r.advance_to(2_000_000_000, &mut ev);
+        assert!(n > 10 && !r.is_finished());
+        assert!(r.now() <= 2_000_000_000);
+        assert!(r.caption().starts_with("step "), "{}", r.caption());
+        assert!(ev
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Marker { value: 1 })));
+        assert!(ev.iter().any(|e| matches!(e.kind, EventKind::Stats { .. })));
+        assert!(ev.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+        r.run_to_end(&mut NullSink);
+        assert!(r.is_finished());
+        assert!((r.progress() - 1.0).abs() < 1e-12);
+    }
+}
