@@ -5,6 +5,8 @@
 //! - [`event`]: decoded allocator events, shared by every part.
 //! - [`ring`]: the shared-memory wire (format, writer, reader, control block,
 //!   discovery). The only module with `unsafe`.
+pub mod collect;
+pub mod demo;
 pub mod event;
 pub mod model;
 pub mod ring;

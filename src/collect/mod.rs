@@ -66,12 +66,12 @@ impl Config {
 type Listener = Box<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
-struct Inner {
-    model: Model,
-    machine: Machine,
-    identities: HashMap<ProcessKey, Identity>,
-    sources: HashMap<ProcessKey, Source>,
-    problems: Vec<SourceProblem>,
+pub(crate) struct Inner {
+    pub(crate) model: Model,
+    pub(crate) machine: Machine,
+    pub(crate) identities: HashMap<ProcessKey, Identity>,
+    pub(crate) sources: HashMap<ProcessKey, Source>,
+    pub(crate) problems: Vec<SourceProblem>,
 }
 
 /// The shared state between the collector tasks and the views. Writers hold
@@ -91,7 +91,10 @@ impl Default for Hub {
 impl Hub {
     pub fn new(cfg: ModelConfig) -> Self {
         Hub {
-            inner: Mutex::new(Inner { model: Model::new(cfg), ..Inner::default() }),
+            inner: Mutex::new(Inner {
+                model: Model::new(cfg),
+                ..Inner::default()
+            }),
             version: AtomicU64::new(0),
             listener: Mutex::new(None),
         }
@@ -107,14 +110,14 @@ impl Hub {
         self.version.load(Ordering::Acquire)
     }
 
-    fn changed(&self) {
+    pub(crate) fn changed(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
         if let Some(f) = self.listener.lock().expect("listener lock").as_ref() {
             f();
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut g)
     }
@@ -124,30 +127,32 @@ impl Hub {
         let now = monotonic_ns();
         self.with(|inner| {
             let view = inner.model.view(now, opts);
-            let processes = view
-                .processes
-                .into_iter()
-                .map(|v| {
-                    let key = v.key;
-                    ProcessEntry {
-                        identity: inner.identities.get(&key).cloned().unwrap_or_else(|| Identity {
-                            host_pid: key.pid,
-                            ns_pid: key.pid,
-                            ..Identity::default()
-                        }),
-                        source: inner.sources.get(&key).cloned().unwrap_or(Source {
-                            mode: v.mode,
-                            segment: None,
-                            producer: None,
-                            framework: None,
-                            delivered: 0,
-                            lost: 0,
-                            commands: false,
-                        }),
-                        view: v,
-                    }
-                })
-                .collect();
+            let processes =
+                view.processes
+                    .into_iter()
+                    .map(|v| {
+                        let key = v.key;
+                        ProcessEntry {
+                            identity: inner.identities.get(&key).cloned().unwrap_or_else(|| {
+                                Identity {
+                                    host_pid: key.pid,
+                                    ns_pid: key.pid,
+                                    ..Identity::default()
+                                }
+                            }),
+                            source: inner.sources.get(&key).cloned().unwrap_or(Source {
+                                mode: v.mode,
+                                segment: None,
+                                producer: None,
+                                framework: None,
+                                delivered: 0,
+                                lost: 0,
+                                commands: false,
+                            }),
+                            view: v,
+                        }
+                    })
+                    .collect();
             Snapshot {
                 version: state::SNAPSHOT_VERSION,
                 taken_ns: now,
@@ -160,7 +165,12 @@ impl Hub {
 
     /// The segment of an instrumented process, if it has one.
     pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
-        self.with(|i| i.sources.get(&key).and_then(|s| s.segment.clone()).map(PathBuf::from))
+        self.with(|i| {
+            i.sources
+                .get(&key)
+                .and_then(|s| s.segment.clone())
+                .map(PathBuf::from)
+        })
     }
 
     /// Applies a new NVML reading: machine figures, and per-process used
@@ -179,15 +189,20 @@ impl Hub {
         for &pid in per_pid.keys() {
             if !host_pids.contains_key(&pid) {
                 if let Some(t) = crate::ring::discover::proc_start_time(pid) {
-                    fresh.push((pid, ProcessKey { pid, start_time: t }, procfs::identity(pid)));
+                    fresh.push((
+                        pid,
+                        ProcessKey { pid, start_time: t },
+                        procfs::identity(pid),
+                    ));
                 }
             }
         }
         self.with(|inner| {
             for (pid, used) in &per_pid {
-                let key = host_pids.get(pid).copied().or_else(|| {
-                    fresh.iter().find(|(p, _, _)| p == pid).map(|(_, k, _)| *k)
-                });
+                let key = host_pids
+                    .get(pid)
+                    .copied()
+                    .or_else(|| fresh.iter().find(|(p, _, _)| p == pid).map(|(_, k, _)| *k));
                 let Some(key) = key else { continue };
                 if !inner.sources.contains_key(&key) {
                     inner.model.set_mode(key, Mode::NvmlOnly);
@@ -239,7 +254,12 @@ impl Hub {
 
 /// Posts `cmd` to the process `key` and waits for its answer (blocking: call
 /// it off the UI thread). The one channel back to a process.
-pub fn command(hub: &Hub, key: ProcessKey, cmd: Command, timeout: Duration) -> Result<Outcome, RingError> {
+pub fn command(
+    hub: &Hub,
+    key: ProcessKey,
+    cmd: Command,
+    timeout: Duration,
+) -> Result<Outcome, RingError> {
     let path = hub
         .segment_of(key)
         .ok_or_else(|| RingError::Invalid(format!("process {} has no agent segment", key.pid)))?;
@@ -260,9 +280,11 @@ pub fn spawn(hub: Arc<Hub>, cfg: Config) -> std::io::Result<()> {
         .thread_name("vramscope-collect")
         .enable_time()
         .build()?;
-    std::thread::Builder::new().name("vramscope-collector".into()).spawn(move || {
-        rt.block_on(run(hub, cfg));
-    })?;
+    std::thread::Builder::new()
+        .name("vramscope-collector".into())
+        .spawn(move || {
+            rt.block_on(run(hub, cfg));
+        })?;
     Ok(())
 }
 

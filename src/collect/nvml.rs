@@ -23,7 +23,9 @@ impl NvmlSource {
 
     /// A source that never reads NVML (tests, `--no-nvml`).
     pub fn disabled(why: &str) -> Self {
-        NvmlSource { nvml: Err(why.to_string()) }
+        NvmlSource {
+            nvml: Err(why.to_string()),
+        }
     }
 
     pub fn available(&self) -> bool {
@@ -35,7 +37,10 @@ impl NvmlSource {
         let nvml = match &self.nvml {
             Ok(n) => n,
             Err(why) => {
-                return Machine { nvml_error: Some(why.clone()), ..Machine::default() };
+                return Machine {
+                    nvml_error: Some(why.clone()),
+                    ..Machine::default()
+                };
             }
         };
         let mut m = Machine {

@@ -66,7 +66,11 @@ pub fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
     }
     let dir = std::fs::read_dir("/proc").ok()?;
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
@@ -75,7 +79,11 @@ pub fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
         let last = status
             .lines()
             .find_map(|l| l.strip_prefix("NSpid:"))
-            .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse::<u32>().ok()));
+            .and_then(|v| {
+                v.split_whitespace()
+                    .last()
+                    .and_then(|p| p.parse::<u32>().ok())
+            });
         if last == Some(ns_pid) && proc_start_time(pid) == Some(start_time) {
             return Some(pid);
         }

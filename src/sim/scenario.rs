@@ -529,6 +529,11 @@ impl ScenarioRunner {
     pub fn allocator(&self) -> &SimAllocator {
         &self.alloc
     }
+    /// The allocator, for commands from outside the script (`empty_cache`,
+    /// peak reset, snapshots requested by a dashboard).
+    pub fn allocator_mut(&mut self) -> &mut SimAllocator {
+        &mut self.alloc
+    }
     /// The caption of the most recent operation that had one.
     pub fn caption(&self) -> &str {
         &self.caption

@@ -1,0 +1,206 @@
+//! The workshop demo: a simulated training job (`sim::scenario`) whose
+//! caching allocator writes into a real segment, exactly as an instrumented
+//! process does, and answers the same commands. The dashboard reads it like
+//! any other process.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::event::{Event, EventKind};
+use crate::ring::record::{encode, Words};
+use crate::ring::{monotonic_ns, Command, Producer, SegmentConfig, SegmentWriter, Status};
+use crate::sim::allocator::{EventSink, SimConfig};
+use crate::sim::conf::AllocConf;
+use crate::sim::scenario::{Scenario, ScenarioRunner};
+
+/// What the dashboard can see of, and change in, a running demo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoStatus {
+    pub scenario: String,
+    pub caption: String,
+    /// Fraction of the scenario's script done, 0.0 to 1.0.
+    pub progress: f64,
+    /// Simulated seconds per real second.
+    pub speed: f64,
+    pub paused: bool,
+    /// Completed runs of the scenario (it restarts when it ends).
+    pub runs: u64,
+}
+
+/// Shared between the demo thread and the dashboard.
+pub struct DemoControl {
+    status: Mutex<DemoStatus>,
+    stop: AtomicBool,
+}
+
+impl DemoControl {
+    pub fn status(&self) -> DemoStatus {
+        self.status.lock().expect("demo status").clone()
+    }
+    pub fn set_speed(&self, speed: f64) {
+        self.status.lock().expect("demo status").speed = speed.clamp(0.05, 64.0);
+    }
+    pub fn toggle_pause(&self) {
+        let mut s = self.status.lock().expect("demo status");
+        s.paused = !s.paused;
+    }
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The scenario names and one-line stories, for `demo --list`.
+pub fn list() -> &'static [(&'static str, &'static str)] {
+    Scenario::list()
+}
+
+/// Builds a scenario from its name and an optional `PYTORCH_CUDA_ALLOC_CONF`.
+pub fn scenario(name: &str, conf: Option<&str>) -> Result<Scenario> {
+    let alloc = match conf {
+        Some(c) => AllocConf::parse(c).with_context(|| format!("--conf {c:?}"))?,
+        None => AllocConf::default(),
+    };
+    Scenario::with_config(
+        name,
+        SimConfig {
+            alloc,
+            ..SimConfig::default()
+        },
+    )
+    .ok_or_else(|| {
+        let names: Vec<&str> = Scenario::list().iter().map(|(n, _)| *n).collect();
+        anyhow!("no scenario {name:?}; choose one of: {}", names.join(", "))
+    })
+}
+
+/// Writes events into the segment: device events into ring 1, the rest
+/// (statistics, snapshots, markers) into ring 0, with times moved onto the
+/// monotonic clock.
+struct RingSink<'a> {
+    seg: &'a SegmentWriter,
+    base_ns: u64,
+    sample: u32,
+    words: Vec<Words>,
+}
+
+impl EventSink for RingSink<'_> {
+    fn emit(&mut self, mut e: Event) {
+        e.time_ns += self.base_ns;
+        let ring = match e.kind {
+            EventKind::Stats { .. }
+            | EventKind::SnapshotBegin { .. }
+            | EventKind::SnapshotSegment { .. }
+            | EventKind::SnapshotBlock { .. }
+            | EventKind::SnapshotEnd { .. }
+            | EventKind::Marker { .. } => 0,
+            _ => 1,
+        };
+        if matches!(e.kind, EventKind::Stats { .. }) {
+            self.sample = self.sample.wrapping_add(1);
+        }
+        self.words.clear();
+        encode(&e, self.sample, &mut self.words);
+        for w in &self.words {
+            self.seg.ring(ring).write(w);
+        }
+    }
+}
+
+/// Starts the demo on its own thread, writing into `shm_dir`.
+pub fn start(scenario: Scenario, shm_dir: &Path, speed: f64) -> Result<Arc<DemoControl>> {
+    let name = scenario.name.to_string();
+    let mut cfg = SegmentConfig::new(shm_dir, Producer::Simulator, 1, 1 << 16);
+    cfg.tag = Some("demo".into());
+    cfg.flags = 7;
+    cfg.framework = format!("vramscope sim {}", env!("CARGO_PKG_VERSION"));
+    cfg.label = format!("demo: {name}");
+    let seg = SegmentWriter::create(&cfg).context("creating the demo's segment")?;
+    let control = Arc::new(DemoControl {
+        status: Mutex::new(DemoStatus {
+            scenario: name,
+            caption: scenario.description.to_string(),
+            progress: 0.0,
+            speed,
+            paused: false,
+            runs: 0,
+        }),
+        stop: AtomicBool::new(false),
+    });
+    let c = control.clone();
+    std::thread::Builder::new()
+        .name("vramscope-demo".into())
+        .spawn(move || drive(seg, scenario, &c))?;
+    Ok(control)
+}
+
+fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl) {
+    let mut runner = ScenarioRunner::new(scenario.clone());
+    let mut sink = RingSink {
+        seg: &seg,
+        base_ns: monotonic_ns(),
+        sample: 0,
+        words: Vec::new(),
+    };
+    let mut sim_ns: u64 = 0;
+    let mut last = Instant::now();
+    let server = seg.command_server();
+    while !control.stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(10));
+        let elapsed = last.elapsed();
+        last = Instant::now();
+        let (speed, paused) = {
+            let s = control.status.lock().expect("demo status");
+            (s.speed, s.paused)
+        };
+        if !paused {
+            sim_ns += (elapsed.as_nanos() as f64 * speed) as u64;
+            runner.advance_to(sim_ns, &mut sink);
+        }
+        if let Some(req) = server.poll() {
+            let t = runner.now().max(sim_ns);
+            runner.allocator_mut().set_time(t);
+            let (status, r0, r1) = answer(&mut runner, req.command, &mut sink);
+            server.answer(req, status, r0, r1);
+        }
+        seg.heartbeat();
+        if runner.is_finished() {
+            // Start over: the new run's first snapshot resets the dashboard's view.
+            sink.base_ns += runner.now() + 1_000_000_000;
+            sim_ns = 0;
+            runner = ScenarioRunner::new(scenario.clone());
+            control.status.lock().expect("demo status").runs += 1;
+        }
+        let mut s = control.status.lock().expect("demo status");
+        s.caption = runner.caption().to_string();
+        s.progress = runner.progress();
+    }
+    // Dropping `seg` marks the segment closed and removes it.
+}
+
+/// Executes a dashboard command against the simulated allocator.
+fn answer(runner: &mut ScenarioRunner, cmd: Command, sink: &mut RingSink) -> (Status, u64, u64) {
+    match cmd {
+        Command::EmptyCache { .. } => {
+            let before = runner.allocator().stats().reserved;
+            runner.allocator_mut().empty_cache(sink);
+            runner.allocator().emit_stats(sink);
+            (Status::Ok, before, runner.allocator().stats().reserved)
+        }
+        Command::ResetPeaks { .. } => {
+            runner.allocator_mut().reset_peak_stats();
+            runner.allocator().emit_stats(sink);
+            (Status::Ok, 0, 0)
+        }
+        Command::Snapshot { .. } => {
+            let id = runner.snapshot(sink);
+            runner.allocator().emit_stats(sink);
+            (Status::Ok, id as u64, 0)
+        }
+        Command::Ping { value } => (Status::Ok, value, 0),
+        Command::Unknown { .. } => (Status::Unsupported, 0, 0),
+    }
+}
