@@ -29,7 +29,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    // 128 cases unless PROPTEST_CASES says otherwise.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn model_tracks_reference(ops in proptest::collection::vec(op(), 1..150)) {
