@@ -3,11 +3,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "vramscope",
-    version,
-    about = "GPU memory inside PyTorch processes, live"
-)]
+#[command(name = "vramscope", version, about = "GPU memory inside PyTorch processes, live")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -9,9 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// A CUDA caching-allocator memory pool id (`MempoolId_t`, a pair of u64).
 /// `(0, 0)` is the default pool; CUDA graphs and `torch.cuda.MemPool` use others.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct PoolId(pub u64, pub u64);
 
 /// Where an allocator event happened: which device allocator, which stream, which pool.
@@ -98,20 +96,11 @@ pub enum EventKind {
     SegmentUnmap { place: Place, addr: u64, size: u64 },
     /// The allocator could not satisfy a request of `request` bytes (rounded)
     /// while the device had `device_free` bytes free.
-    Oom {
-        place: Place,
-        device_free: u64,
-        request: u64,
-    },
+    Oom { place: Place, device_free: u64, request: u64 },
     /// Exact statistics for one device.
     Stats { device: u16, stats: Stats },
     /// A state snapshot starts: `segments` segments and `blocks` blocks follow.
-    SnapshotBegin {
-        device: u16,
-        id: u32,
-        segments: u64,
-        blocks: u64,
-    },
+    SnapshotBegin { device: u16, id: u32, segments: u64, blocks: u64 },
     /// One segment of the snapshot `id`.
     SnapshotSegment {
         id: u32,
@@ -122,14 +111,7 @@ pub enum EventKind {
         expandable: bool,
     },
     /// One block of the snapshot `id`, inside the segment last sent.
-    SnapshotBlock {
-        id: u32,
-        device: u16,
-        addr: u64,
-        size: u64,
-        requested: u64,
-        state: BlockState,
-    },
+    SnapshotBlock { id: u32, device: u16, addr: u64, size: u64, requested: u64, state: BlockState },
     /// The snapshot `id` is complete.
     SnapshotEnd { device: u16, id: u32 },
     /// A marker written by the process (e.g. a training step boundary).
