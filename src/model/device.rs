@@ -890,6 +890,13 @@ impl DeviceState {
                 self.unknown_kind = self.unknown_kind.saturating_sub(1);
             }
         }
+        // Pieces left of a block that was in use may now touch free neighbours.
+        if problem.is_some() {
+            if let Some((&a, _)) = self.blocks.range(..addr).next_back() {
+                self.merge_free(a);
+            }
+            self.merge_free(end);
+        }
         if !seg.expandable && problem.is_none() {
             problem = Some(Problem::UnknownSegment { addr });
         }
