@@ -204,3 +204,95 @@ fn answer(runner: &mut ScenarioRunner, cmd: Command, sink: &mut RingSink) -> (St
         Command::Unknown { .. } => (Status::Unsupported, 0, 0),
     }
 }
+
+/// What `demo --headless` reports: the scenario and the dashboard's view of
+/// the simulated process at the end.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeadlessReport {
+    pub scenario: String,
+    pub conf: Option<String>,
+    /// Simulated seconds run.
+    pub simulated_s: f64,
+    pub caption: String,
+    pub finished: bool,
+    /// The allocator's own final statistics (the simulator's truth).
+    pub allocator: crate::event::Stats,
+    /// The process as the dashboard sees it, through the ring and the model.
+    pub process: crate::collect::ProcessEntry,
+}
+
+/// Runs a scenario without a terminal, as fast as it can: the simulator
+/// writes into a real segment in a private directory, the collector drains
+/// it into the model in lockstep, and the model's final view is returned.
+/// `duration_s` is simulated time (None: to the end of the scenario).
+pub fn run_headless(
+    scenario: Scenario,
+    conf: Option<&str>,
+    duration_s: Option<f64>,
+) -> Result<HeadlessReport> {
+    use crate::collect::{rings::RingSet, Config, Hub};
+    let dir = tempfile_dir()?;
+    let result = (|| {
+        let mut cfg = SegmentConfig::new(dir.as_path(), Producer::Simulator, 1, 1 << 16);
+        cfg.tag = Some("demo".into());
+        cfg.flags = 7;
+        cfg.label = format!("demo: {}", scenario.name);
+        let seg = SegmentWriter::create(&cfg)?;
+        let hub = Hub::default();
+        let mut ccfg = Config::new(dir.clone());
+        ccfg.nvml = false;
+        let mut set = RingSet::new(ccfg);
+        let mut runner = ScenarioRunner::new(scenario.clone());
+        let mut sink = RingSink {
+            seg: &seg,
+            base_ns: monotonic_ns(),
+            sample: 0,
+            words: Vec::new(),
+        };
+        let end = duration_s.map(|s| (s * 1e9) as u64).unwrap_or(u64::MAX);
+        let mut t = 0u64;
+        set.step(&hub);
+        while t < end && !runner.is_finished() {
+            t = t.saturating_add(20_000_000).min(end);
+            runner.advance_to(t, &mut sink);
+            set.step(&hub);
+        }
+        // A final exact picture, as the dashboard would ask for one.
+        runner.snapshot(&mut sink);
+        runner.allocator().emit_stats(&mut sink);
+        set.step(&hub);
+        let snap = hub.snapshot(&crate::model::ViewOptions::default());
+        let process = snap
+            .processes
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("the collector never saw the demo's segment"))?;
+        Ok(HeadlessReport {
+            scenario: scenario.name.to_string(),
+            conf: conf.map(str::to_string),
+            simulated_s: runner.now() as f64 / 1e9,
+            caption: runner.caption().to_string(),
+            finished: runner.is_finished(),
+            allocator: runner.allocator().stats(),
+            process,
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// A private directory for a headless run's segment.
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    for i in 0..100u32 {
+        let p = base.join(format!("vramscope-demo-{}-{i}", std::process::id()));
+        if std::fs::DirBuilder::new().mode(0o700).create(&p).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(anyhow!(
+        "cannot create a private directory under {}",
+        base.display()
+    ))
+}

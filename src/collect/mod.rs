@@ -347,3 +347,36 @@ pub async fn run(hub: Arc<Hub>, cfg: Config) {
     };
     let _ = tokio::join!(nvml_task, ring_task);
 }
+
+/// One look at the machine, for `vramscope snapshot`: NVML once, every
+/// segment drained, and each producer that answers commands asked for a
+/// fresh state snapshot (up to `wait` each) so block maps are exact.
+pub fn snapshot_once(cfg: Config, wait: Duration, opts: &ViewOptions) -> Snapshot {
+    let hub = Hub::default();
+    let mut set = rings::RingSet::new(cfg.clone());
+    set.step(&hub);
+    let machine = if cfg.nvml {
+        nvml::NvmlSource::init().poll(monotonic_ns())
+    } else {
+        nvml::NvmlSource::disabled("NVML disabled (--no-nvml)").poll(monotonic_ns())
+    };
+    hub.apply_machine(machine, &set.host_pids());
+    let asks: Vec<PathBuf> = hub.with(|i| {
+        i.sources
+            .values()
+            .filter(|s| s.commands)
+            .filter_map(|s| s.segment.clone().map(PathBuf::from))
+            .collect()
+    });
+    std::thread::scope(|s| {
+        for path in &asks {
+            s.spawn(move || {
+                if let Ok(r) = SegmentReader::open_at(path, crate::ring::Start::Now) {
+                    let _ = r.command(Command::Snapshot { device: None }, wait);
+                }
+            });
+        }
+    });
+    set.step(&hub);
+    hub.snapshot(opts)
+}

@@ -1200,7 +1200,7 @@ impl SimAllocator {
             .flat_map(|p| p.blocks.values())
             .chain(self.active.values())
             .copied()
-            .filter(|&id| self.b(id).prev.map_or(true, |p| !self.b(p).mapped));
+            .filter(|&id| self.b(id).prev.is_none_or(|p| !self.b(p).mapped));
         let mut out: Vec<SegmentInfo> = heads
             .map(|head| {
                 let h = self.b(head);

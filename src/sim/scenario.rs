@@ -630,7 +630,7 @@ impl ScenarioRunner {
         self.observe();
         let due = self
             .last_stats_ns
-            .map_or(true, |t| time_ns >= t + STATS_INTERVAL_NS);
+            .is_none_or(|t| time_ns >= t + STATS_INTERVAL_NS);
         if due || matches!(op, Op::Step(_)) || oom.is_some() || self.is_finished() {
             self.alloc.emit_stats(sink);
             self.last_stats_ns = Some(time_ns);

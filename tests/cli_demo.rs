@@ -1,0 +1,169 @@
+//! `vramscope demo --headless --json`: each scenario's claim holds, and what
+//! the dashboard's model reports through the ring equals the simulator's own
+//! statistics exactly.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn demo(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .arg("demo")
+        .args(args)
+        .args(["--headless", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn u(v: &Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{path} in {v}"))
+}
+
+fn exact(r: &Value) {
+    // Model figures (from the ring) equal the allocator's own statistics.
+    assert_eq!(
+        u(r, "/process/view/figures/allocated"),
+        u(r, "/allocator/allocated")
+    );
+    assert_eq!(
+        u(r, "/process/view/figures/reserved"),
+        u(r, "/allocator/reserved")
+    );
+    assert_eq!(
+        u(r, "/process/view/figures/peak_allocated"),
+        u(r, "/allocator/allocated_peak")
+    );
+    assert_eq!(
+        u(r, "/process/view/figures/peak_reserved"),
+        u(r, "/allocator/reserved_peak")
+    );
+    assert_eq!(u(r, "/process/source/lost"), 0);
+    // The block map (from snapshots and events) agrees with the statistics.
+    let dev = &r["process"]["view"]["devices"][0];
+    assert_eq!(dev["figures"]["synced"], Value::Bool(true), "{dev}");
+    let seg_total: u64 = dev["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(seg_total, u(r, "/allocator/reserved"));
+}
+
+#[test]
+fn list_names_every_scenario_first() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["demo", "--list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "healthy",
+            "leak",
+            "fragmentation",
+            "empty-cache",
+            "oom",
+            "inference"
+        ]
+    );
+}
+
+#[test]
+fn healthy_is_steady_and_not_flagged() {
+    let r = demo(&["healthy"]);
+    exact(&r);
+    assert_eq!(r["process"]["view"]["leak"]["flagged"], Value::Bool(false));
+    assert!(u(&r, "/process/view/leak/steps_observed") >= 8);
+    assert_eq!(u(&r, "/process/view/ooms_total"), 0);
+}
+
+#[test]
+fn leak_is_flagged_with_the_growing_size() {
+    let r = demo(&["leak"]);
+    exact(&r);
+    let leak = &r["process"]["view"]["leak"];
+    assert_eq!(leak["flagged"], Value::Bool(true), "{leak}");
+    assert!(leak["floor_slope_bytes_per_step"].as_f64().unwrap() > 1e6);
+    let top = leak["top_sizes"].as_array().unwrap();
+    assert!(top
+        .iter()
+        .any(|s| s["live_growth_per_step"].as_f64().unwrap() >= 1.0));
+}
+
+#[test]
+fn expandable_segments_lower_fragmentation() {
+    let plain = demo(&["fragmentation"]);
+    let exp = demo(&["fragmentation", "--conf", "expandable_segments:True"]);
+    exact(&plain);
+    let split = |r: &Value| u(r, "/allocator/inactive_split");
+    assert!(
+        split(&exp) < split(&plain),
+        "{} vs {}",
+        split(&exp),
+        split(&plain)
+    );
+    assert!(u(&exp, "/allocator/reserved_peak") < u(&plain, "/allocator/reserved_peak"));
+}
+
+#[test]
+fn empty_cache_returns_memory_but_not_allocated() {
+    let r = demo(&["empty-cache"]);
+    exact(&r);
+    assert!(u(&r, "/allocator/reserved") < u(&r, "/allocator/reserved_peak"));
+}
+
+#[test]
+fn oom_happens_while_free_memory_sits_in_the_cache() {
+    let r = demo(&["oom"]);
+    assert!(u(&r, "/process/view/ooms_total") >= 1);
+    let oom = &r["process"]["view"]["ooms"][0];
+    // The cache held more free bytes than the failed request, but in pieces.
+    let cached_free = u(&r, "/allocator/reserved") - u(&r, "/allocator/allocated");
+    assert!(cached_free > oom["request"].as_u64().unwrap(), "{oom}");
+    assert!(oom["largest_free"].as_u64().unwrap() < oom["request"].as_u64().unwrap());
+    let fixed = demo(&["oom", "--conf", "expandable_segments:True"]);
+    assert_eq!(u(&fixed, "/process/view/ooms_total"), 0);
+}
+
+#[test]
+fn inference_needs_less_than_training() {
+    let train = demo(&["healthy"]);
+    let infer = demo(&["inference"]);
+    exact(&infer);
+    // The scenario trains 8 steps, then runs 8 under no_grad: the training
+    // peak is the same as `healthy`'s, and what stays allocated at the end
+    // (weights and optimizer state, no grads, no graph) is smaller.
+    assert_eq!(
+        u(&infer, "/allocator/allocated_peak"),
+        u(&train, "/allocator/allocated_peak")
+    );
+    assert!(u(&infer, "/allocator/allocated") < u(&train, "/allocator/allocated"));
+}
+
+#[test]
+fn unknown_scenario_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["demo", "nope", "--headless"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no scenario \"nope\"") && err.contains("healthy"),
+        "{err}"
+    );
+}
