@@ -80,6 +80,33 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Record NVML readings and every process's events to a file, until Ctrl-C.
+    Record {
+        /// The recording file to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+    },
+    /// Replay a recording (see `src/collect/recording.rs` for the format).
+    Replay {
+        file: PathBuf,
+        /// Playback speed (recorded seconds per second); 0 = as fast as possible.
+        #[arg(long, default_value_t = 0.0)]
+        speed: f64,
+        /// Print the state at the end as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a process to release its cached memory (torch.cuda.empty_cache()).
+    EmptyCache {
+        /// The process id (as this machine sees it).
+        pid: u32,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+    },
     /// List this user's segments (instrumented processes) and their health.
     Rings {
         /// Remove segments whose process is gone.
@@ -98,6 +125,11 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => anyhow::bail!("the dashboard is not built yet; try `vramscope demo --headless`"),
         Some(Command::Rings { clean, json }) => crate::rings::run(&dir, clean, json),
+        Some(Command::Record { output, duration }) => crate::record::record(cfg, &output, duration),
+        Some(Command::Replay { file, speed, json }) => crate::record::replay(&file, speed, json),
+        Some(Command::EmptyCache { pid, timeout }) => {
+            crate::record::empty_cache(&dir, pid, Duration::from_secs_f64(timeout))
+        }
         Some(Command::Demo {
             scenario,
             list,

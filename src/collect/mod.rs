@@ -17,6 +17,7 @@
 
 pub mod nvml;
 pub mod procfs;
+pub mod recording;
 pub mod rings;
 pub mod state;
 
@@ -26,6 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader};
 
@@ -74,12 +78,197 @@ pub(crate) struct Inner {
     pub(crate) problems: Vec<SourceProblem>,
 }
 
+/// Everything a source tells the hub. A recording is a sequence of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Input {
+    /// A process appeared (an instrumented segment was opened).
+    Attach {
+        key: ProcessKey,
+        identity: Identity,
+        source: Source,
+    },
+    /// Events drained from a process's segment, and its wire totals so far.
+    Events {
+        key: ProcessKey,
+        events: Vec<Event>,
+        delivered: u64,
+        lost: u64,
+        lost_now: u64,
+    },
+    /// The process exited (its figures stay visible for a while).
+    Gone { key: ProcessKey },
+    /// Stop showing the process.
+    Forget { key: ProcessKey },
+    /// An NVML reading; `host_pids` maps host pids to instrumented processes.
+    Machine {
+        machine: Machine,
+        host_pids: Vec<(u32, ProcessKey)>,
+        fresh: Vec<(ProcessKey, Identity)>,
+    },
+    /// The segments that could not be used, and why (replaces the list).
+    Problems { problems: Vec<SourceProblem> },
+}
+
+impl Inner {
+    fn apply(&mut self, input: Input) -> bool {
+        match input {
+            Input::Attach {
+                key,
+                identity,
+                source,
+            } => {
+                self.model.set_mode(key, source.mode);
+                self.identities.insert(key, identity);
+                if let Some(seg) = &source.segment {
+                    self.problems.retain(|p| &p.path != seg);
+                }
+                self.sources.insert(key, source);
+                false
+            }
+            Input::Events {
+                key,
+                events,
+                delivered,
+                lost,
+                lost_now,
+            } => {
+                self.model.apply_all(key, events.iter());
+                if lost_now > 0 {
+                    self.model.note_loss(key, lost_now);
+                }
+                let mut commands = false;
+                if let Some(s) = self.sources.get_mut(&key) {
+                    s.delivered = delivered;
+                    s.lost = lost;
+                    commands = s.commands;
+                }
+                commands && self.model.resync_wanted().any(|k| k == key)
+            }
+            Input::Gone { key } => {
+                if let Some(s) = self.sources.get_mut(&key) {
+                    s.commands = false;
+                }
+                if let Some(id) = self.identities.get_mut(&key) {
+                    id.alive = false;
+                }
+                false
+            }
+            Input::Forget { key } => {
+                self.model.remove(key);
+                self.identities.remove(&key);
+                self.sources.remove(&key);
+                false
+            }
+            Input::Machine {
+                machine,
+                host_pids,
+                fresh,
+            } => {
+                self.apply_machine(machine, &host_pids.into_iter().collect(), fresh);
+                false
+            }
+            Input::Problems { problems } => {
+                self.problems = problems;
+                false
+            }
+        }
+    }
+
+    fn apply_machine(
+        &mut self,
+        machine: Machine,
+        host_pids: &HashMap<u32, ProcessKey>,
+        fresh: Vec<(ProcessKey, Identity)>,
+    ) {
+        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
+        let mut per_pid: HashMap<u32, Option<u64>> = HashMap::new();
+        for p in &machine.processes {
+            let e = per_pid.entry(p.pid).or_insert(Some(0));
+            *e = match (*e, p.used) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        for (pid, used) in &per_pid {
+            let key = host_pids
+                .get(pid)
+                .copied()
+                .or_else(|| fresh.iter().find(|(k, _)| k.pid == *pid).map(|(k, _)| *k));
+            let Some(key) = key else { continue };
+            if !self.sources.contains_key(&key) {
+                self.model.set_mode(key, Mode::NvmlOnly);
+                self.sources.insert(
+                    key,
+                    Source {
+                        mode: Mode::NvmlOnly,
+                        segment: None,
+                        producer: None,
+                        framework: None,
+                        delivered: 0,
+                        lost: 0,
+                        commands: false,
+                    },
+                );
+            }
+            if let Some(b) = used {
+                self.model.note_nvml(key, now, *b);
+            }
+        }
+        for (key, id) in fresh {
+            self.identities.entry(key).or_insert(id);
+        }
+        // NVML-only processes that left the GPU are forgotten.
+        let gone: Vec<ProcessKey> = self
+            .sources
+            .iter()
+            .filter(|(k, s)| s.mode == Mode::NvmlOnly && !per_pid.contains_key(&k.pid))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            self.sources.remove(&k);
+            self.identities.remove(&k);
+            self.model.remove(k);
+        }
+        self.machine = machine;
+    }
+}
+
+/// Reads NVML's processes that no instrumented segment covers from `/proc`:
+/// their model key and identity. Done by the source, outside the hub lock.
+pub fn fresh_nvml_processes(
+    machine: &Machine,
+    host_pids: &HashMap<u32, ProcessKey>,
+) -> Vec<(ProcessKey, Identity)> {
+    let mut out: Vec<(ProcessKey, Identity)> = Vec::new();
+    for p in &machine.processes {
+        if host_pids.contains_key(&p.pid) || out.iter().any(|(k, _)| k.pid == p.pid) {
+            continue;
+        }
+        if let Some(t) = crate::ring::discover::proc_start_time(p.pid) {
+            let id = procfs::identity(p.pid).unwrap_or_else(|| Identity {
+                host_pid: p.pid,
+                ns_pid: p.pid,
+                ..Identity::default()
+            });
+            out.push((
+                ProcessKey {
+                    pid: p.pid,
+                    start_time: t,
+                },
+                id,
+            ));
+        }
+    }
+    out
+}
+
 /// The shared state between the collector tasks and the views. Writers hold
 /// the lock only to apply a batch; readers only to take a snapshot.
 pub struct Hub {
     inner: Mutex<Inner>,
     version: AtomicU64,
     listener: Mutex<Option<Listener>>,
+    recorder: Mutex<Option<recording::Recorder>>,
 }
 
 impl Default for Hub {
@@ -97,6 +286,7 @@ impl Hub {
             }),
             version: AtomicU64::new(0),
             listener: Mutex::new(None),
+            recorder: Mutex::new(None),
         }
     }
 
@@ -124,7 +314,11 @@ impl Hub {
 
     /// A copy of everything, for a view or `snapshot --json`.
     pub fn snapshot(&self, opts: &ViewOptions) -> Snapshot {
-        let now = monotonic_ns();
+        self.snapshot_at(monotonic_ns(), opts)
+    }
+
+    /// A copy of everything as of `now` (a replay's clock, not the wall's).
+    pub fn snapshot_at(&self, now: u64, opts: &ViewOptions) -> Snapshot {
         self.with(|inner| {
             let view = inner.model.view(now, opts);
             let processes =
@@ -173,76 +367,32 @@ impl Hub {
         })
     }
 
-    /// Applies a new NVML reading: machine figures, and per-process used
-    /// memory into the model (creating NVML-only processes as needed).
-    pub fn apply_machine(&self, machine: Machine, host_pids: &HashMap<u32, ProcessKey>) {
-        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
-        let mut per_pid: HashMap<u32, Option<u64>> = HashMap::new();
-        for p in &machine.processes {
-            let e = per_pid.entry(p.pid).or_insert(Some(0));
-            *e = match (*e, p.used) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-        }
-        let mut fresh = Vec::new();
-        for &pid in per_pid.keys() {
-            if !host_pids.contains_key(&pid) {
-                if let Some(t) = crate::ring::discover::proc_start_time(pid) {
-                    fresh.push((
-                        pid,
-                        ProcessKey { pid, start_time: t },
-                        procfs::identity(pid),
-                    ));
-                }
+    /// Applies one input from a source (live or replayed), records it if a
+    /// recording is running, and tells the views. Returns whether the model
+    /// now wants a state snapshot from `key` (for `Input::Events`).
+    pub fn apply(&self, input: Input) -> bool {
+        if let Some(rec) = self.recorder.lock().expect("recorder lock").as_mut() {
+            if let Err(e) = rec.write(monotonic_ns(), &input) {
+                eprintln!("vramscope: recording stopped: {e}");
+                *self.recorder.lock().expect("recorder lock") = None;
             }
         }
-        self.with(|inner| {
-            for (pid, used) in &per_pid {
-                let key = host_pids
-                    .get(pid)
-                    .copied()
-                    .or_else(|| fresh.iter().find(|(p, _, _)| p == pid).map(|(_, k, _)| *k));
-                let Some(key) = key else { continue };
-                if !inner.sources.contains_key(&key) {
-                    inner.model.set_mode(key, Mode::NvmlOnly);
-                    inner.sources.insert(
-                        key,
-                        Source {
-                            mode: Mode::NvmlOnly,
-                            segment: None,
-                            producer: None,
-                            framework: None,
-                            delivered: 0,
-                            lost: 0,
-                            commands: false,
-                        },
-                    );
-                }
-                if let Some(b) = used {
-                    inner.model.note_nvml(key, now, *b);
-                }
-            }
-            for (_, key, id) in fresh {
-                if let Some(id) = id {
-                    inner.identities.entry(key).or_insert(id);
-                }
-            }
-            // NVML-only processes that left the GPU are forgotten.
-            let gone: Vec<ProcessKey> = inner
-                .sources
-                .iter()
-                .filter(|(k, s)| s.mode == Mode::NvmlOnly && !per_pid.contains_key(&k.pid))
-                .map(|(k, _)| *k)
-                .collect();
-            for k in gone {
-                inner.sources.remove(&k);
-                inner.identities.remove(&k);
-                inner.model.remove(k);
-            }
-            inner.machine = machine;
-        });
+        let wants = self.with(|inner| inner.apply(input));
         self.changed();
+        wants
+    }
+
+    /// Writes every input from now on into `rec` as well.
+    pub fn record_to(&self, rec: recording::Recorder) {
+        *self.recorder.lock().expect("recorder lock") = Some(rec);
+    }
+
+    /// Flushes and closes the recording, if any.
+    pub fn stop_recording(&self) -> std::io::Result<()> {
+        match self.recorder.lock().expect("recorder lock").take() {
+            Some(r) => r.finish(),
+            None => Ok(()),
+        }
     }
 
     /// Resets the model's peak figures of `key` (after a producer's reset).
@@ -314,7 +464,12 @@ pub async fn run(hub: Arc<Hub>, cfg: Config) {
                     continue;
                 };
                 let pids = host_pids.lock().expect("pids").clone();
-                hub.apply_machine(machine, &pids);
+                let fresh = fresh_nvml_processes(&machine, &pids);
+                hub.apply(Input::Machine {
+                    machine,
+                    host_pids: pids.into_iter().collect(),
+                    fresh,
+                });
                 if !source.available() {
                     // Nothing will change: poll rarely.
                     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -360,7 +515,13 @@ pub fn snapshot_once(cfg: Config, wait: Duration, opts: &ViewOptions) -> Snapsho
     } else {
         nvml::NvmlSource::disabled("NVML disabled (--no-nvml)").poll(monotonic_ns())
     };
-    hub.apply_machine(machine, &set.host_pids());
+    let pids = set.host_pids();
+    let fresh = fresh_nvml_processes(&machine, &pids);
+    hub.apply(Input::Machine {
+        machine,
+        host_pids: pids.into_iter().collect(),
+        fresh,
+    });
     let asks: Vec<PathBuf> = hub.with(|i| {
         i.sources
             .values()

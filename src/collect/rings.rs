@@ -13,7 +13,7 @@ use crate::ring::discover::{self, Liveness};
 use crate::ring::{Command, Producer, RingError, SegmentReader};
 
 use super::state::{Identity, Source, SourceProblem};
-use super::{procfs, Config, Hub};
+use super::{procfs, Config, Hub, Input};
 
 struct Attached {
     reader: SegmentReader,
@@ -64,33 +64,45 @@ impl RingSet {
         let due = self
             .last_scan
             .is_none_or(|t| t.elapsed() >= self.cfg.discover_interval);
-        let mut changed = false;
         if due {
             self.last_scan = Some(Instant::now());
-            changed |= self.scan(hub);
+            self.scan(hub);
         }
-        changed |= self.drain(hub);
-        if changed {
-            hub.changed();
-        }
+        self.drain(hub);
     }
 
-    fn scan(&mut self, hub: &Hub) -> bool {
+    fn problems(&self) -> Vec<SourceProblem> {
+        let mut v: Vec<SourceProblem> = self
+            .refused
+            .iter()
+            .map(|(p, m)| SourceProblem {
+                path: p.display().to_string(),
+                message: m.clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
+    }
+
+    fn scan(&mut self, hub: &Hub) {
         let (found, _) = match discover::list(&self.cfg.shm_dir) {
             Ok(x) => x,
             Err(e) => {
-                let problem = SourceProblem {
-                    path: self.cfg.shm_dir.display().to_string(),
-                    message: e.to_string(),
-                };
-                return hub.with(|i| {
-                    let new = i.problems != vec![problem.clone()];
-                    i.problems = vec![problem];
-                    new
-                });
+                let dir = self.cfg.shm_dir.clone();
+                if self.refused.get(&dir) != Some(&e.to_string()) {
+                    self.refused.insert(dir, e.to_string());
+                    hub.apply(Input::Problems {
+                        problems: self.problems(),
+                    });
+                }
+                return;
             }
         };
-        let mut changed = false;
+        let before = self.refused.clone();
+        self.refused.remove(&self.cfg.shm_dir);
+        // Forget refusals of files that are gone.
+        self.refused
+            .retain(|p, _| found.iter().any(|f| &f.path == p));
         for f in found {
             if self.attached.contains_key(&f.path) {
                 continue;
@@ -105,6 +117,7 @@ impl RingSet {
                         }
                         continue;
                     }
+                    self.refused.remove(&f.path);
                     let key = ProcessKey {
                         pid: h.pid,
                         start_time: h.start_time,
@@ -128,14 +141,11 @@ impl RingSet {
                         lost: 0,
                         commands: !matches!(h.producer, Producer::Test | Producer::Other(_)),
                     };
-                    hub.with(|i| {
-                        i.model.set_mode(key, source.mode);
-                        i.identities.insert(key, identity);
-                        i.sources.insert(key, source);
-                        i.problems
-                            .retain(|p| p.path != f.path.display().to_string());
+                    hub.apply(Input::Attach {
+                        key,
+                        identity,
+                        source,
                     });
-                    self.refused.remove(&f.path);
                     self.attached.insert(
                         f.path.clone(),
                         Attached {
@@ -147,33 +157,26 @@ impl RingSet {
                             last_resync_ask: None,
                         },
                     );
-                    changed = true;
                 }
                 Err(RingError::Initialising(_)) => {}
                 Err(e) => {
-                    let message = e.to_string();
-                    if self.refused.get(&f.path) != Some(&message) {
-                        self.refused.insert(f.path.clone(), message.clone());
-                        let path = f.path.display().to_string();
-                        hub.with(|i| {
-                            i.problems.retain(|p| p.path != path);
-                            i.problems.push(SourceProblem { path, message });
-                        });
-                        changed = true;
-                    }
+                    self.refused.insert(f.path.clone(), e.to_string());
                 }
             }
         }
-        changed
+        if self.refused != before {
+            hub.apply(Input::Problems {
+                problems: self.problems(),
+            });
+        }
     }
 
-    fn drain(&mut self, hub: &Hub) -> bool {
-        let mut changed = false;
+    fn drain(&mut self, hub: &Hub) {
         let mut finished = Vec::new();
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
-            self.batch.clear();
-            let batch = &mut self.batch;
+            let mut batch = std::mem::take(&mut self.batch);
+            batch.clear();
             let gone = a.reader.liveness() != Liveness::Alive;
             // Drain in bounded rounds so one busy process cannot starve others.
             for _ in 0..8 {
@@ -185,63 +188,43 @@ impl RingSet {
             // Rings are each in order; merge them by time.
             batch.sort_by_key(|e| e.time_ns);
             let totals = a.reader.totals();
-            let lost_delta = totals.lost - a.lost_seen;
+            let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
             let key = a.key;
-            let newly_gone = gone && a.gone_at.is_none();
-            if newly_gone {
+            if !batch.is_empty() || lost_now > 0 {
+                let wants_resync = hub.apply(Input::Events {
+                    key,
+                    events: std::mem::take(&mut batch),
+                    delivered: totals.delivered,
+                    lost: totals.lost,
+                    lost_now,
+                });
+                if wants_resync
+                    && !gone
+                    && a.last_resync_ask
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(2))
+                {
+                    a.last_resync_ask = Some(Instant::now());
+                    ask_snapshot(path.clone());
+                }
+            }
+            self.batch = batch;
+            if gone && a.gone_at.is_none() {
                 a.gone_at = Some(Instant::now());
+                hub.apply(Input::Gone { key });
             }
-            if batch.is_empty() && lost_delta == 0 && !newly_gone {
-                if a.gone_at.is_some_and(|t| t.elapsed() >= linger) {
-                    finished.push(path.clone());
-                }
-                continue;
-            }
-            changed = true;
-            let wants_resync = hub.with(|i| {
-                i.model.apply_all(key, batch.iter());
-                if lost_delta > 0 {
-                    i.model.note_loss(key, lost_delta);
-                }
-                if let Some(s) = i.sources.get_mut(&key) {
-                    s.delivered = totals.delivered;
-                    s.lost = totals.lost;
-                    if newly_gone {
-                        s.commands = false;
-                    }
-                }
-                if newly_gone {
-                    if let Some(id) = i.identities.get_mut(&key) {
-                        id.alive = false;
-                    }
-                }
-                !gone
-                    && i.sources.get(&key).is_some_and(|s| s.commands)
-                    && i.model.resync_wanted().any(|k| k == key)
-            });
-            if wants_resync
-                && a.last_resync_ask
-                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(2))
-            {
-                a.last_resync_ask = Some(Instant::now());
-                ask_snapshot(path.clone());
+            if a.gone_at.is_some_and(|t| t.elapsed() >= linger) {
+                finished.push(path.clone());
             }
         }
         for path in finished {
             if let Some(a) = self.attached.remove(&path) {
-                hub.with(|i| {
-                    i.model.remove(a.key);
-                    i.identities.remove(&a.key);
-                    i.sources.remove(&a.key);
-                });
+                hub.apply(Input::Forget { key: a.key });
                 if self.cfg.clean_stale {
                     let _ = std::fs::remove_file(&path);
                 }
-                changed = true;
             }
         }
-        changed
     }
 }
 

@@ -1,0 +1,157 @@
+//! `vramscope record`, `replay` and `empty-cache`: headless uses of the
+//! collector for scripts and ssh.
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use vramscope::collect::recording::{Recorder, Replayer};
+use vramscope::collect::{self, rings::RingSet, Config, Hub, Input};
+use vramscope::model::ViewOptions;
+use vramscope::ring::discover;
+use vramscope::ring::{Command, SegmentReader, Start, Status};
+
+use crate::report::bytes;
+
+/// Sets a flag on Ctrl-C or SIGTERM.
+fn stop_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        });
+        f.store(true, Ordering::Release);
+    });
+    flag
+}
+
+pub fn record(cfg: Config, output: &Path, duration: Option<f64>) -> Result<()> {
+    let hub = Hub::default();
+    hub.record_to(Recorder::create(output)?);
+    let stop = stop_flag();
+    let nvml = if cfg.nvml {
+        collect::nvml::NvmlSource::init()
+    } else {
+        collect::nvml::NvmlSource::disabled("NVML disabled (--no-nvml)")
+    };
+    let mut set = RingSet::new(cfg.clone());
+    let start = Instant::now();
+    let end = duration.map(Duration::from_secs_f64);
+    let mut last_nvml: Option<Instant> = None;
+    eprintln!("recording to {} (Ctrl-C to stop)", output.display());
+    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| start.elapsed() < e) {
+        set.step(&hub);
+        if last_nvml.is_none_or(|t| t.elapsed() >= cfg.nvml_interval) {
+            last_nvml = Some(Instant::now());
+            let machine = nvml.poll(vramscope::ring::monotonic_ns());
+            let pids = set.host_pids();
+            let fresh = collect::fresh_nvml_processes(&machine, &pids);
+            hub.apply(Input::Machine {
+                machine,
+                host_pids: pids.into_iter().collect(),
+                fresh,
+            });
+        }
+        std::thread::sleep(cfg.ring_interval);
+    }
+    set.step(&hub);
+    hub.stop_recording().context("finishing the recording")?;
+    let snap = hub.snapshot(&ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    });
+    let events: u64 = snap.processes.iter().map(|p| p.source.delivered).sum();
+    eprintln!(
+        "recorded {:.1} s, {} process(es), {events} events to {}",
+        start.elapsed().as_secs_f64(),
+        snap.processes.len(),
+        output.display()
+    );
+    Ok(())
+}
+
+pub fn replay(file: &Path, speed: f64, json: bool) -> Result<()> {
+    let hub = Hub::default();
+    let mut r = Replayer::open(file)?;
+    let mut first: Option<(u64, Instant)> = None;
+    let mut n = 0u64;
+    let mut last = 0u64;
+    while let Some((t, input)) = r.next_input()? {
+        last = t;
+        if speed > 0.0 {
+            let (t0, w0) = *first.get_or_insert((t, Instant::now()));
+            let due = w0 + Duration::from_secs_f64(t.saturating_sub(t0) as f64 / 1e9 / speed);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        hub.apply(input);
+        n += 1;
+    }
+    // Figures as of the end of the recording, whatever the clock says now.
+    let opts = ViewOptions {
+        block_map: json,
+        recent_events: 16,
+        timeline: None,
+    };
+    let snap = hub.snapshot_at(last, &opts);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    } else {
+        eprintln!("replayed {n} inputs from {}", file.display());
+        print!("{}", crate::report::snapshot(&snap));
+    }
+    Ok(())
+}
+
+/// Finds the segment of `pid` (host pid or the pid the process sees itself as).
+fn segment_of(dir: &Path, pid: u32) -> Result<SegmentReader> {
+    let (found, _) = discover::list(dir)?;
+    for f in &found {
+        let Ok(r) = SegmentReader::open_at(&f.path, Start::Now) else {
+            continue;
+        };
+        let h = r.header();
+        if h.pid == pid || collect::procfs::host_pid(h.pid, h.start_time) == Some(pid) {
+            return Ok(r);
+        }
+    }
+    bail!(
+        "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
+        dir.display()
+    )
+}
+
+pub fn empty_cache(dir: &Path, pid: u32, timeout: Duration) -> Result<()> {
+    let r = segment_of(dir, pid)?;
+    let out = r
+        .command(Command::EmptyCache { device: None }, timeout)
+        .with_context(|| format!("asking process {pid} to empty its cache"))?;
+    match out.status {
+        Status::Ok => {
+            println!(
+                "process {pid}: released {} (reserved {} -> {})",
+                bytes(out.result0.saturating_sub(out.result1)),
+                bytes(out.result0),
+                bytes(out.result1)
+            );
+            Ok(())
+        }
+        s => bail!("process {pid} answered {s:?}: the cache was not emptied"),
+    }
+}

@@ -1,0 +1,197 @@
+//! `record` / `replay` round trip, replay's errors, and `empty-cache PID`.
+
+use std::process::Command as Proc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
+use vramscope::ring::record::encode;
+use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
+
+fn bin() -> Proc {
+    Proc::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+fn write(seg: &SegmentWriter, ring: usize, kind: EventKind) {
+    let mut words = Vec::new();
+    encode(
+        &Event {
+            time_ns: vramscope::ring::monotonic_ns(),
+            kind,
+        },
+        3,
+        &mut words,
+    );
+    for w in &words {
+        assert!(seg.ring(ring).write(w));
+    }
+}
+
+#[test]
+fn record_then_replay_gives_the_same_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("run.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut cfg = SegmentConfig::new(&shm, Producer::Test, 1, 4096);
+    cfg.label = "recorded.py".into();
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let place = Place {
+        device: 0,
+        stream: 0,
+        pool: PoolId(0, 0),
+    };
+    let mut child = bin()
+        .args(["record", "--no-nvml", "--duration", "1.5", "-o"])
+        .arg(&rec)
+        .arg("--shm-dir")
+        .arg(&shm)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    // Events arrive while recording: a segment and two tensors, one freed.
+    let base = 0x7f00_0000_0000u64;
+    write(
+        &seg,
+        1,
+        EventKind::SegmentAlloc {
+            place,
+            addr: base,
+            size: 20 << 20,
+        },
+    );
+    write(
+        &seg,
+        1,
+        EventKind::Alloc {
+            place,
+            addr: base,
+            size: 3 << 20,
+        },
+    );
+    write(
+        &seg,
+        1,
+        EventKind::Alloc {
+            place,
+            addr: base + (3 << 20),
+            size: 5 << 20,
+        },
+    );
+    write(
+        &seg,
+        1,
+        EventKind::FreeRequested {
+            place,
+            addr: base,
+            size: 3 << 20,
+        },
+    );
+    write(
+        &seg,
+        1,
+        EventKind::FreeCompleted {
+            place,
+            addr: base,
+            size: 3 << 20,
+        },
+    );
+    let stats = Stats {
+        allocated: 5 << 20,
+        reserved: 20 << 20,
+        segments: 1,
+        ..Stats::default()
+    };
+    write(&seg, 0, EventKind::Stats { device: 0, stats });
+    assert!(child.wait().unwrap().success());
+
+    let out = bin().args(["replay", "--json"]).arg(&rec).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["processes"][0];
+    assert_eq!(p["identity"]["label"], "recorded.py");
+    assert_eq!(p["view"]["figures"]["allocated"], 5u64 << 20);
+    assert_eq!(p["view"]["figures"]["reserved"], 20u64 << 20);
+    assert_eq!(p["source"]["delivered"], 6u64 + 1); // 5 events + 2 stats records
+                                                    // Paced replay at 100x still ends in the same state.
+    let paced = bin()
+        .args(["replay", "--json", "--speed", "100"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let w: Value = serde_json::from_slice(&paced.stdout).unwrap();
+    assert_eq!(w["processes"][0]["view"]["figures"], p["view"]["figures"]);
+
+    // A truncated file: the error names the file and the frame's offset.
+    let bytes = std::fs::read(&rec).unwrap();
+    let cut = dir.path().join("cut.vsrec");
+    std::fs::write(&cut, &bytes[..bytes.len() - 5]).unwrap();
+    let out = bin().args(["replay"]).arg(&cut).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut.vsrec") && err.contains("at offset") && err.contains("truncated"),
+        "{err}"
+    );
+    // A newer major version is refused, naming the version.
+    let mut newer = bytes.clone();
+    newer[8] = 2;
+    let nv = dir.path().join("newer.vsrec");
+    std::fs::write(&nv, &newer).unwrap();
+    let out = bin().args(["replay"]).arg(&nv).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("newer.vsrec") && err.contains("version 2.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_cache_pid_prints_what_was_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let server = seg.command_server();
+            while !stop.load(Ordering::Acquire) {
+                if let Some(req) = server.poll() {
+                    assert_eq!(req.command, Command::EmptyCache { device: None });
+                    server.answer(req, Status::Ok, 3 << 30, 1 << 30);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let out = bin()
+            .args(["empty-cache", &std::process::id().to_string(), "--shm-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        stop.store(true, Ordering::Release);
+        out
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("released 2.00 GiB (reserved 3.00 GiB -> 1.00 GiB)"),
+        "{text}"
+    );
+    // A pid with no agent: a clear error.
+    let out = bin()
+        .args(["empty-cache", "1", "--shm-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no vramscope agent segment"));
+}
