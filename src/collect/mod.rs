@@ -197,18 +197,7 @@ impl Inner {
             let Some(key) = key else { continue };
             if !self.sources.contains_key(&key) {
                 self.model.set_mode(key, Mode::NvmlOnly);
-                self.sources.insert(
-                    key,
-                    Source {
-                        mode: Mode::NvmlOnly,
-                        segment: None,
-                        producer: None,
-                        framework: None,
-                        delivered: 0,
-                        lost: 0,
-                        commands: false,
-                    },
-                );
+                self.sources.insert(key, Source::unattached(Mode::NvmlOnly));
             }
             if let Some(b) = used {
                 self.model.note_nvml(key, now, *b);
@@ -334,15 +323,11 @@ impl Hub {
                                     ..Identity::default()
                                 }
                             }),
-                            source: inner.sources.get(&key).cloned().unwrap_or(Source {
-                                mode: v.mode,
-                                segment: None,
-                                producer: None,
-                                framework: None,
-                                delivered: 0,
-                                lost: 0,
-                                commands: false,
-                            }),
+                            source: inner
+                                .sources
+                                .get(&key)
+                                .cloned()
+                                .unwrap_or_else(|| Source::unattached(v.mode)),
                             view: v,
                         }
                     })

@@ -77,6 +77,21 @@ pub struct Source {
     pub commands: bool,
 }
 
+impl Source {
+    /// A process seen without a segment (NVML only, or not yet attached).
+    pub fn unattached(mode: Mode) -> Self {
+        Source {
+            mode,
+            segment: None,
+            producer: None,
+            framework: None,
+            delivered: 0,
+            lost: 0,
+            commands: false,
+        }
+    }
+}
+
 /// A segment the collector could not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceProblem {

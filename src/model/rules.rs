@@ -1,22 +1,14 @@
 //! PyTorch's block rules, as far as the model needs them to infer block
-//! boundaries from events that only carry the caller's request.
-//!
-//! This is the one place where the model guesses. The simulator
-//! (`sim::rules`) owns the full rule set; when both exist, this file should
-//! become a thin call into it.
+//! boundaries from events that only carry the caller's request. The rules
+//! themselves live in `sim::rules` (one implementation, pinned by the
+//! simulator's tests); this is the one place where the model guesses.
 
 use serde::{Deserialize, Serialize};
 
 use crate::event::SegmentPool;
+use crate::sim::rules::{self as pt, K_SMALL_BUFFER};
 
-/// Every block is a multiple of this (`kMinBlockSize`).
-pub const MIN_BLOCK: u64 = 512;
-/// Largest "small" request (`kSmallSize`, 1 MiB).
-pub const SMALL_SIZE: u64 = 1 << 20;
-/// Size of a small-pool segment (`kSmallBuffer`, 2 MiB).
-pub const SMALL_BUFFER: u64 = 2 << 20;
-/// Size of a large-pool segment for requests below 10 MiB (`kLargeBuffer`).
-pub const LARGE_BUFFER: u64 = 20 << 20;
+pub use crate::sim::rules::{K_MIN_BLOCK_SIZE as MIN_BLOCK, K_SMALL_SIZE as SMALL_SIZE};
 
 /// The allocator settings the inference depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,35 +21,27 @@ pub struct BlockRules {
 impl Default for BlockRules {
     fn default() -> Self {
         Self {
-            max_split_size: u64::MAX,
+            max_split_size: pt::UNLIMITED_SPLIT_SIZE,
         }
     }
 }
 
-/// `round_size`: a request rounded up to a multiple of 512 B (at least 512).
-/// (Ignores `roundup_power2_divisions`, which is off by default.)
+/// `round_size` with the default configuration (no power-of-two rounding,
+/// which the model cannot see from events).
 pub fn round_size(request: u64) -> u64 {
-    if request <= MIN_BLOCK {
-        MIN_BLOCK
-    } else {
-        request.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
-    }
+    pt::round_size_default(request)
 }
 
 /// The pool a rounded request is served from.
 pub fn pool_for(rounded: u64) -> SegmentPool {
-    if rounded <= SMALL_SIZE {
-        SegmentPool::Small
-    } else {
-        SegmentPool::Large
-    }
+    pt::pool_for_size(rounded)
 }
 
 /// Best guess of the pool of a freshly `cudaMalloc`ed segment from its size
 /// alone (small-pool segments are exactly 2 MiB; large ones never are). The
 /// first allocation that lands in it confirms or corrects the guess.
 pub fn segment_pool_guess(segment_size: u64) -> SegmentPool {
-    if segment_size == SMALL_BUFFER {
+    if segment_size == K_SMALL_BUFFER {
         SegmentPool::Small
     } else {
         SegmentPool::Large
@@ -74,14 +58,13 @@ impl BlockRules {
         if rounded >= free {
             return free;
         }
-        let remaining = free - rounded;
-        let split = match pool_for(rounded) {
-            SegmentPool::Small => remaining >= MIN_BLOCK,
-            // Expandable segments split like the small pool.
-            SegmentPool::Large if expandable => remaining >= MIN_BLOCK,
-            SegmentPool::Large => rounded < self.max_split_size && remaining > SMALL_SIZE,
-        };
-        if split {
+        if pt::should_split(
+            free,
+            rounded,
+            pool_for(rounded),
+            expandable,
+            self.max_split_size,
+        ) {
             rounded
         } else {
             free
