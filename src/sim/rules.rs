@@ -72,13 +72,13 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     let power2_floor = 1u64 << floor_log2(size);
     let power2_division = power2_floor >> floor_log2(divisions);
     if power2_division == 0 {
-        return power2_floor << 1;
+        return power2_floor.saturating_mul(2);
     }
     let round_size_floor = size & !(power2_division - 1);
     if round_size_floor == size {
         size
     } else {
-        round_size_floor + power2_division
+        round_size_floor.saturating_add(power2_division)
     }
 }
 
@@ -91,10 +91,11 @@ pub fn round_size(size: u64, divisions: &RoundupDivisions) -> u64 {
         return K_MIN_BLOCK_SIZE;
     }
     let div = divisions[roundup_power2_index(size)];
-    if div > 1 && size > K_MIN_BLOCK_SIZE * div {
+    if div > 1 && size > K_MIN_BLOCK_SIZE.saturating_mul(div) {
         roundup_power2_next_division(size, div)
     } else {
-        K_MIN_BLOCK_SIZE * size.div_ceil(K_MIN_BLOCK_SIZE)
+        // Saturating: sizes can come from untrusted events (the model).
+        size.div_ceil(K_MIN_BLOCK_SIZE).saturating_mul(K_MIN_BLOCK_SIZE)
     }
 }
 
@@ -121,7 +122,7 @@ pub fn get_allocation_size(rounded_size: u64) -> u64 {
     } else if rounded_size < K_MIN_LARGE_ALLOC {
         K_LARGE_BUFFER
     } else {
-        K_ROUND_LARGE * rounded_size.div_ceil(K_ROUND_LARGE)
+        rounded_size.div_ceil(K_ROUND_LARGE).saturating_mul(K_ROUND_LARGE)
     }
 }
 
