@@ -55,6 +55,10 @@ pub enum Command {
         /// With --headless: print JSON.
         #[arg(long)]
         json: bool,
+        /// Back every simulated segment with real GPU memory (CUDA device 0), so
+        /// NVML and nvidia-smi see it too.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Print the state of every GPU and process once.
     Snapshot {
@@ -138,6 +142,7 @@ pub fn run(cli: Cli) -> Result<()> {
             headless,
             duration,
             json,
+            gpu,
         }) => {
             if list {
                 for (name, about) in vramscope::demo::list() {
@@ -147,7 +152,7 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             let sc = vramscope::demo::scenario(&scenario, conf.as_deref())?;
             if headless {
-                let report = vramscope::demo::run_headless(sc, conf.as_deref(), duration)?;
+                let report = vramscope::demo::run_headless(sc, conf.as_deref(), duration, gpu)?;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
@@ -155,7 +160,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 }
                 return Ok(());
             }
-            let _ = speed;
+            let _ = (speed, gpu);
             anyhow::bail!("the dashboard is not built yet; add --headless")
         }
         Some(Command::Snapshot { json, blocks }) => {

@@ -15,6 +15,7 @@ use crate::ring::record::{encode, Words};
 use crate::ring::{monotonic_ns, Command, Producer, SegmentConfig, SegmentWriter, Status};
 use crate::sim::allocator::{EventSink, SimConfig};
 use crate::sim::conf::AllocConf;
+use crate::sim::gpu::GpuBacking;
 use crate::sim::scenario::{Scenario, ScenarioRunner};
 
 /// What the dashboard can see of, and change in, a running demo.
@@ -85,10 +86,32 @@ struct RingSink<'a> {
     base_ns: u64,
     sample: u32,
     words: Vec<Words>,
+    /// `--gpu`: real device memory behind every simulated segment.
+    gpu: Option<GpuBacking>,
+    gpu_error: Option<String>,
+}
+
+impl<'a> RingSink<'a> {
+    fn new(seg: &'a SegmentWriter, gpu: Option<GpuBacking>) -> Self {
+        RingSink {
+            seg,
+            base_ns: monotonic_ns(),
+            sample: 0,
+            words: Vec::new(),
+            gpu,
+            gpu_error: None,
+        }
+    }
 }
 
 impl EventSink for RingSink<'_> {
     fn emit(&mut self, mut e: Event) {
+        if let Some(g) = self.gpu.as_mut() {
+            if let Err(err) = g.apply(&e) {
+                // Keep simulating; the dashboard shows NVML falling behind.
+                self.gpu_error.get_or_insert(err);
+            }
+        }
         e.time_ns += self.base_ns;
         let ring = match e.kind {
             EventKind::Stats { .. }
@@ -111,7 +134,12 @@ impl EventSink for RingSink<'_> {
 }
 
 /// Starts the demo on its own thread, writing into `shm_dir`.
-pub fn start(scenario: Scenario, shm_dir: &Path, speed: f64) -> Result<Arc<DemoControl>> {
+pub fn start(
+    scenario: Scenario,
+    shm_dir: &Path,
+    speed: f64,
+    gpu: Option<GpuBacking>,
+) -> Result<Arc<DemoControl>> {
     let name = scenario.name.to_string();
     let mut cfg = SegmentConfig::new(shm_dir, Producer::Simulator, 1, 1 << 16);
     cfg.tag = Some("demo".into());
@@ -133,18 +161,13 @@ pub fn start(scenario: Scenario, shm_dir: &Path, speed: f64) -> Result<Arc<DemoC
     let c = control.clone();
     std::thread::Builder::new()
         .name("vramscope-demo".into())
-        .spawn(move || drive(seg, scenario, &c))?;
+        .spawn(move || drive(seg, scenario, &c, gpu))?;
     Ok(control)
 }
 
-fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl) {
+fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Option<GpuBacking>) {
     let mut runner = ScenarioRunner::new(scenario.clone());
-    let mut sink = RingSink {
-        seg: &seg,
-        base_ns: monotonic_ns(),
-        sample: 0,
-        words: Vec::new(),
-    };
+    let mut sink = RingSink::new(&seg, gpu);
     let mut sim_ns: u64 = 0;
     let mut last = Instant::now();
     let server = seg.command_server();
@@ -168,7 +191,12 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl) {
         }
         seg.heartbeat();
         if runner.is_finished() {
-            // Start over: the new run's first snapshot resets the dashboard's view.
+            // Start over: the new run's first snapshot resets the dashboard's
+            // view; its memory is returned first (and so is the GPU's).
+            runner.allocator_mut().empty_cache(&mut sink);
+            if let Some(g) = sink.gpu.as_mut() {
+                g.clear();
+            }
             sink.base_ns += runner.now() + 1_000_000_000;
             sim_ns = 0;
             runner = ScenarioRunner::new(scenario.clone());
@@ -219,6 +247,24 @@ pub struct HeadlessReport {
     pub allocator: crate::event::Stats,
     /// The process as the dashboard sees it, through the ring and the model.
     pub process: crate::collect::ProcessEntry,
+    /// With `--gpu`: device memory held for the segments, and what NVML
+    /// reported for this process at the end.
+    pub gpu: Option<GpuReport>,
+}
+
+/// `--gpu`: does NVML see what the dashboard shows as reserved?
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuReport {
+    /// Device memory allocated to back the simulated segments.
+    pub backed: u64,
+    /// The simulated allocator's reserved bytes.
+    pub reserved: u64,
+    /// NVML's used memory for this process (context included).
+    pub nvml_used: Option<u64>,
+    /// `nvml_used - reserved`: the CUDA context and driver overhead.
+    pub overhead: Option<i64>,
+    /// The first device allocation that failed, if any.
+    pub error: Option<String>,
 }
 
 /// Runs a scenario without a terminal, as fast as it can: the simulator
@@ -229,6 +275,7 @@ pub fn run_headless(
     scenario: Scenario,
     conf: Option<&str>,
     duration_s: Option<f64>,
+    gpu: bool,
 ) -> Result<HeadlessReport> {
     use crate::collect::{rings::RingSet, Config, Hub};
     let dir = tempfile_dir()?;
@@ -242,13 +289,13 @@ pub fn run_headless(
         let mut ccfg = Config::new(dir.clone());
         ccfg.nvml = false;
         let mut set = RingSet::new(ccfg);
-        let mut runner = ScenarioRunner::new(scenario.clone());
-        let mut sink = RingSink {
-            seg: &seg,
-            base_ns: monotonic_ns(),
-            sample: 0,
-            words: Vec::new(),
+        let backing = if gpu {
+            Some(GpuBacking::new(0).map_err(|e| anyhow!("--gpu: {e}"))?)
+        } else {
+            None
         };
+        let mut runner = ScenarioRunner::new(scenario.clone());
+        let mut sink = RingSink::new(&seg, backing);
         let end = duration_s.map(|s| (s * 1e9) as u64).unwrap_or(u64::MAX);
         let mut t = 0u64;
         set.step(&hub);
@@ -261,6 +308,29 @@ pub fn run_headless(
         runner.snapshot(&mut sink);
         runner.allocator().emit_stats(&mut sink);
         set.step(&hub);
+        let gpu = sink.gpu.as_ref().map(|g| {
+            let machine = crate::collect::nvml::NvmlSource::init().poll(monotonic_ns());
+            let me = std::process::id();
+            let nvml_used = machine
+                .processes
+                .iter()
+                .filter(|p| p.pid == me)
+                .try_fold(0u64, |acc, p| p.used.map(|u| acc + u));
+            let reserved = runner.allocator().stats().reserved;
+            let pids = set.host_pids();
+            hub.apply(crate::collect::Input::Machine {
+                machine,
+                host_pids: pids.into_iter().collect(),
+                fresh: Vec::new(),
+            });
+            GpuReport {
+                backed: g.bytes(),
+                reserved,
+                nvml_used,
+                overhead: nvml_used.map(|u| u as i64 - reserved as i64),
+                error: sink.gpu_error.clone(),
+            }
+        });
         let snap = hub.snapshot(&crate::model::ViewOptions::default());
         let process = snap
             .processes
@@ -275,6 +345,7 @@ pub fn run_headless(
             finished: runner.is_finished(),
             allocator: runner.allocator().stats(),
             process,
+            gpu,
         })
     })();
     let _ = std::fs::remove_dir_all(&dir);

@@ -29,7 +29,12 @@ fn check(path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
     let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    assert_eq!(header["baseline_reserved"], 0, "{}: the recording started dirty", path.display());
+    assert_eq!(
+        header["baseline_reserved"],
+        0,
+        "{}: the recording started dirty",
+        path.display()
+    );
     let cfg = SimConfig {
         capacity: header["capacity"].as_u64().unwrap(),
         alloc: AllocConf::parse(header["conf"].as_str().unwrap()).unwrap(),
@@ -44,7 +49,11 @@ fn check(path: &Path) -> usize {
         let r: Value = serde_json::from_str(line).unwrap();
         let mut oom = false;
         match r["op"].as_str().unwrap() {
-            "alloc" => match a.malloc(r["size"].as_u64().unwrap(), r["stream"].as_u64().unwrap(), &mut sink) {
+            "alloc" => match a.malloc(
+                r["size"].as_u64().unwrap(),
+                r["stream"].as_u64().unwrap(),
+                &mut sink,
+            ) {
                 Ok(addr) => {
                     addrs.insert(r["id"].as_u64().unwrap(), addr);
                 }
@@ -61,7 +70,14 @@ fn check(path: &Path) -> usize {
         sink.clear();
         let e = &r["expect"];
         let s = a.stats();
-        let got = (s.allocated, s.reserved, s.segments, s.alloc_retries, s.ooms, oom);
+        let got = (
+            s.allocated,
+            s.reserved,
+            s.segments,
+            s.alloc_retries,
+            s.ooms,
+            oom,
+        );
         let want = (
             e["allocated"].as_u64().unwrap(),
             e["reserved"].as_u64().unwrap(),
@@ -77,9 +93,19 @@ fn check(path: &Path) -> usize {
             path.display(),
             i + 1
         );
-        let want_sizes: Vec<u64> =
-            e["segment_sizes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-        assert_eq!(segment_sizes(&mut a), want_sizes, "{} request {}: segment sizes", path.display(), i + 1);
+        let want_sizes: Vec<u64> = e["segment_sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            segment_sizes(&mut a),
+            want_sizes,
+            "{} request {}: segment sizes",
+            path.display(),
+            i + 1
+        );
         n += 1;
     }
     n
@@ -89,7 +115,12 @@ fn check(path: &Path) -> usize {
 fn simulator_reproduces_recorded_pytorch_traces() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sim");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
     if files.is_empty() {

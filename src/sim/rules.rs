@@ -95,7 +95,8 @@ pub fn round_size(size: u64, divisions: &RoundupDivisions) -> u64 {
         roundup_power2_next_division(size, div)
     } else {
         // Saturating: sizes can come from untrusted events (the model).
-        size.div_ceil(K_MIN_BLOCK_SIZE).saturating_mul(K_MIN_BLOCK_SIZE)
+        size.div_ceil(K_MIN_BLOCK_SIZE)
+            .saturating_mul(K_MIN_BLOCK_SIZE)
     }
 }
 
@@ -122,7 +123,9 @@ pub fn get_allocation_size(rounded_size: u64) -> u64 {
     } else if rounded_size < K_MIN_LARGE_ALLOC {
         K_LARGE_BUFFER
     } else {
-        rounded_size.div_ceil(K_ROUND_LARGE).saturating_mul(K_ROUND_LARGE)
+        rounded_size
+            .div_ceil(K_ROUND_LARGE)
+            .saturating_mul(K_ROUND_LARGE)
     }
 }
 
