@@ -11,3 +11,4 @@ pub mod event;
 pub mod model;
 pub mod ring;
 pub mod sim;
+pub mod ui;
