@@ -125,22 +125,25 @@ fn oom_lines(o: &OomRecord, total: u64, now: u64, t: &Theme, out: &mut Vec<Line<
         )),
     ]));
     out.push(Line::raw(format!(
-        "  request {}   device free {}   largest free block: pool {} / anywhere {}",
+        "  request {}   device free {}",
         format::bytes(o.request),
         format::bytes(o.device_free),
+    )));
+    out.push(Line::raw(format!(
+        "  largest free block {} in its pool, {} anywhere",
         format::opt(o.largest_free_in_pool, a, format::bytes),
         format::opt(o.largest_free, a, format::bytes),
     )));
     let cached = o.reserved.saturating_sub(o.allocated);
     out.push(Line::raw(format!(
-        "  allocated {}   reserved {}   cached (reserved - allocated) {}",
+        "  allocated {}   reserved {}   cached {}",
         format::bytes(o.allocated),
         format::bytes(o.reserved),
         format::bytes(cached),
     )));
     let largest = o.largest_free.unwrap_or(0);
     let why = if cached >= o.request && largest < o.request {
-        "Cached memory would fit the request, but only in pieces: fragmentation. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or max_split_size_mb."
+        "The cache would hold the request, but only in pieces: fragmentation. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
     } else if o.device_free < o.request && cached < o.request {
         "The device is full of live tensors: reduce the batch, free references, or use checkpointing."
     } else {

@@ -13,7 +13,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("q Ctrl-C", "quit", ""),
     ("?", "this help (Esc closes)", ""),
     ("p", "pause the view (freeze)", ""),
-    ("space", "pause (demo: the simulation)", ""),
+    ("space", "pause (demo: simulation)", ""),
     ("[ ]", "demo speed down / up", ""),
     ("S", "write an SVG screenshot", ""),
     ("e", "empty_cache (asks y/n)", "action"),
@@ -21,18 +21,18 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("s", "ask for a fresh snapshot", "action"),
     ("Overview", "", ""),
     ("Up Down j k", "select a process", ""),
-    ("PgUp PgDn g G", "page / first / last", ""),
+    ("PgUp/Dn g G", "page / first / last", ""),
     ("Enter", "open the process view", ""),
-    ("/", "filter: name, label, cmd, pid", ""),
-    ("o  O", "next sort column / reverse", ""),
+    ("/", "filter name/label/cmd/pid", ""),
+    ("o  O", "sort column / reverse", ""),
     ("Esc", "clear the filter", ""),
     ("Process view", "", ""),
-    ("Esc Backspace", "back to the overview", ""),
+    ("Esc Bksp", "back to the overview", ""),
     ("Tab 1-5", "pane (small terminals)", ""),
     ("+  -", "zoom time in / out", ""),
     ("Left Right", "scroll back / forward", ""),
-    ("f End", "follow live on/off / on", ""),
-    ("PgUp PgDn j k", "scroll block map / events", ""),
+    ("f  End", "follow live (toggle/on)", ""),
+    ("PgUp/Dn j k", "scroll blocks / events", ""),
     ("Mouse", "", ""),
     ("click", "select (again: open)", ""),
     ("wheel", "scroll", ""),
@@ -48,24 +48,24 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 Line::styled(k.to_string(), t.header())
             } else if ro && *kind == "action" {
                 Line::from(vec![
-                    Span::styled(format!(" {k:<14}"), t.dim()),
-                    Span::styled(format!("{d} (off: read-only)"), t.dim()),
+                    Span::styled(format!(" {k:<12}"), t.dim()),
+                    Span::styled(format!("{d} (off)"), t.dim()),
                 ])
             } else {
                 Line::from(vec![
-                    Span::styled(format!(" {k:<14}"), t.key()),
+                    Span::styled(format!(" {k:<12}"), t.key()),
                     Span::raw(d.to_string()),
                 ])
             }
         })
         .collect();
-    let two = area.width >= 84;
+    let two = area.width >= 78;
     let per_col = if two {
         items.len().div_ceil(2)
     } else {
         items.len()
     };
-    let w = if two { 86 } else { 48 }.min(area.width);
+    let w = if two { 80 } else { 44 }.min(area.width);
     let footer_lines = 2;
     let h = ((per_col + footer_lines + 2) as u16).min(area.height);
     let popup = Rect {
@@ -92,12 +92,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
     let note = if ro {
         Line::styled(
-            " Read-only: e, r and s do nothing; nothing is sent to any process.",
+            " Read-only: e, r and s do nothing; nothing is sent anywhere.",
             t.warn(),
         )
     } else {
         Line::styled(
-            " e/r/s talk to the selected process through its vramscope agent.",
+            " e, r and s act on the selected process through its agent.",
             t.dim(),
         )
     };

@@ -43,7 +43,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 _ => None,
             };
             l.push(Line::raw(format!(
-                "reserved {}, allocated {}: up to {} can go back to the driver",
+                "reserved {}, allocated {}: up to {} may be released",
                 format::opt(*reserved, a, format::bytes),
                 format::opt(*allocated, a, format::bytes),
                 format::opt(cached, a, format::bytes),
@@ -72,7 +72,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ActionState::Done(r) => (format!(" {} ", command_name(r.command)), report(r, app)),
     };
     let w = 76.min(area.width);
-    let h = (lines.len() as u16 + 2).min(area.height);
+    let inner_w = w.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines
+        .iter()
+        .map(|l| l.width().max(1).div_ceil(inner_w))
+        .sum();
+    let h = (rows as u16 + 2).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - w) / 2,
         y: area.y + area.height.saturating_sub(h + 2),
