@@ -69,7 +69,7 @@ fn overview_eight_processes_scrolls_at_80x24() {
 fn overview_without_nvml() {
     let app = app_with(&NO_NVML, cfg(), 80, 24);
     let f = frame(&app);
-    assert!(f.contains("NVML unavailable"));
+    assert!(f.contains("NVML library not found"), "{f}");
     insta::assert_snapshot!("overview_no_nvml_80x24", f);
 }
 

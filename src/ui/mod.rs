@@ -272,7 +272,6 @@ pub fn run_with(
     let guard = terminal::enter(opts.mouse).context("setting up the terminal")?;
     let out = BufWriter::with_capacity(1 << 16, io::stdout());
     let mut term = Terminal::new(CrosstermBackend::new(out)).context("creating the terminal")?;
-    term.clear()?;
 
     // Input: a thread blocked in crossterm's reader.
     {

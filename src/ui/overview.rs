@@ -39,9 +39,14 @@ fn render_gpus(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block, area);
     let mut lines = Vec::new();
     if let Some(err) = &m.nvml_error {
+        let head = if err.starts_with("NVML") {
+            ""
+        } else {
+            "NVML unavailable: "
+        };
         lines.push(Line::from(vec![
-            Span::styled("NVML unavailable: ", t.warn()),
-            Span::raw(err.clone()),
+            Span::styled(head, t.warn()),
+            Span::styled(err.clone(), t.warn()),
             Span::styled(" (allocator figures still shown)", t.dim()),
         ]));
     } else if m.gpus.is_empty() {

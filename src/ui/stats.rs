@@ -34,10 +34,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     let section = |name: String| Row::new(vec![Cell::from(Span::styled(name, t.header()))]);
     let mut rows = vec![
-        section("process".into()),
+        section("Process".into()),
         row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
         row(
-            "non-PyTorch (NVML - resv)",
+            "Non-PyTorch (NVML-resv)",
             format::opt(f.non_pytorch, a, |v| {
                 if v < 0 {
                     format!("-{}", format::bytes(v.unsigned_abs()))
@@ -57,10 +57,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     for d in &e.view.devices {
         let df = &d.figures;
         let src = match df.source {
-            FigureSource::Stats => "allocator stats",
-            FigureSource::BlockMap => "from block map",
+            FigureSource::Stats => "stats",
+            FigureSource::BlockMap => "block map",
         };
-        rows.push(section(format!("cuda:{} ({src})", df.device)));
+        rows.push(section(format!("cuda:{} · {src}", df.device)));
         rows.push(row(
             "Allocated memory",
             b(df.allocated),
@@ -74,7 +74,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             b(df.peak_reserved),
         ));
         rows.push(row(
-            "Non-releasable (inact. split)",
+            "Inactive split",
             b(df.fragmentation.inactive_split),
             a.to_string(),
         ));

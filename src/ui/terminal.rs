@@ -13,7 +13,7 @@ use crossterm::cursor::{Hide, Show};
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
 use crossterm::execute;
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+    disable_raw_mode, enable_raw_mode, Clear, ClearType, EnterAlternateScreen, LeaveAlternateScreen,
 };
 
 use super::app::AppEvent;
@@ -39,7 +39,7 @@ pub fn enter(mouse: bool) -> io::Result<Guard> {
     MOUSE.store(mouse, Ordering::SeqCst);
     let guard = Guard(());
     let mut out = io::stdout();
-    execute!(out, EnterAlternateScreen, Hide)?;
+    execute!(out, EnterAlternateScreen, Hide, Clear(ClearType::All))?;
     if mouse {
         execute!(out, EnableMouseCapture)?;
     }
