@@ -70,13 +70,14 @@ pub fn age_label(app: &App) -> String {
         return "waiting for data".into();
     }
     let age = app.now_ns.saturating_sub(app.changed_ns);
-    if age < 2_000_000_000 {
+    const S: u64 = 1_000_000_000;
+    if age < 2 * S {
         "live".into()
+    } else if age < 60 * S {
+        format!("updated {}s ago", age / S)
     } else {
-        format!(
-            "updated {} ago",
-            format::span(age / 1_000_000_000 * 1_000_000_000)
-        )
+        // Minutes only: the idle tick is slow.
+        format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
     }
 }
 

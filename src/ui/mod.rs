@@ -333,13 +333,20 @@ fn event_loop<W: Write>(
     };
     take(&mut app);
     app.changed_ns = app.now_ns;
-    if let Some(pid) = opts.initial_process {
-        if app.open_pid(pid) {
-            take(&mut app);
-        } else {
-            app.message = Some(format!("pid {pid} is not visible (yet)"));
+    // `--pid`: open its process view as soon as the collector sees it.
+    let mut want_pid = opts.initial_process;
+    let open_wanted = |app: &mut App, want: &mut Option<u32>| {
+        if let Some(pid) = *want {
+            if app.open_pid(pid) {
+                *want = None;
+                app.message = None;
+                take(app);
+            } else {
+                app.message = Some(format!("waiting for pid {pid} to appear..."));
+            }
         }
-    }
+    };
+    open_wanted(&mut app, &mut want_pid);
     let shots_dir = opts
         .screenshot_dir
         .clone()
@@ -423,6 +430,15 @@ fn event_loop<W: Write>(
         }
         if refresh && !app.paused {
             take(&mut app);
+            if want_pid.is_some() && app.screen == Screen::Overview {
+                open_wanted(&mut app, &mut want_pid);
+                if want_pid.is_some() && started.elapsed() > Duration::from_secs(10) {
+                    app.message = Some(format!(
+                        "pid {} is not an instrumented or GPU process",
+                        want_pid.take().unwrap_or(0)
+                    ));
+                }
+            }
         }
         if let Some(s) = &auto_shot {
             if started.elapsed() >= s.after {
