@@ -1,0 +1,850 @@
+//! The dashboard's state machine: everything the screen shows besides the
+//! snapshot itself, and how events change it. No terminal and no I/O here:
+//! [`App::handle`] turns an [`AppEvent`] into state changes and a list of
+//! [`Effect`]s that the loop (or a test) carries out.
+
+use std::sync::Arc;
+
+use crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use ratatui::layout::Rect;
+
+use crate::collect::{ProcessEntry, Snapshot};
+use crate::demo::DemoStatus;
+use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
+use crate::ring::{Command, Outcome, Status};
+
+use super::layout;
+use super::rows::{self, Col, Row};
+use super::theme::Theme;
+
+/// Everything the loop waits for, in one channel.
+#[derive(Debug)]
+pub enum AppEvent {
+    Input(Event),
+    /// The hub moved (coalesced: at most one queued).
+    Changed,
+    /// The slow clock tick (ages, "updated … ago").
+    Tick,
+    /// SIGTERM / SIGHUP / SIGINT.
+    Signal,
+    /// A command run off the UI thread finished.
+    CommandDone(CommandDone),
+}
+
+/// The answer to a command sent to a process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandDone {
+    pub key: ProcessKey,
+    pub pid: u32,
+    pub command: Command,
+    pub result: Result<Outcome, String>,
+}
+
+/// What the loop must do after an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Quit,
+    /// Take a new snapshot (view options changed, or the hub moved).
+    Refresh,
+    /// Run a command on a background thread; answer with `CommandDone`.
+    RunCommand {
+        key: ProcessKey,
+        pid: u32,
+        command: Command,
+    },
+    /// Write the current frame as SVG.
+    Screenshot,
+    DemoSpeed(f64),
+    DemoTogglePause,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Overview,
+    Process,
+}
+
+/// The panes of the process view (tabs when the terminal is small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pane {
+    Timeline,
+    Blocks,
+    Stats,
+    Events,
+    Diagnosis,
+}
+
+impl Pane {
+    pub const ALL: [Pane; 5] = [
+        Pane::Timeline,
+        Pane::Blocks,
+        Pane::Stats,
+        Pane::Events,
+        Pane::Diagnosis,
+    ];
+    pub fn title(self) -> &'static str {
+        match self {
+            Pane::Timeline => "Timeline",
+            Pane::Blocks => "Blocks",
+            Pane::Stats => "Stats",
+            Pane::Events => "Events",
+            Pane::Diagnosis => "OOM/Leak",
+        }
+    }
+    fn index(self) -> usize {
+        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
+    }
+}
+
+/// Time windows `+` and `-` step through.
+pub const SPANS_NS: [u64; 13] = [
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    300_000_000_000,
+    600_000_000_000,
+    1_800_000_000_000,
+    3_600_000_000_000,
+    10_800_000_000_000,
+    43_200_000_000_000,
+];
+pub const DEFAULT_SPAN: usize = 4;
+
+/// Demo speeds `[` and `]` step through.
+pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// A process action's life: asked, running, answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionState {
+    /// `e` pressed: waiting for y/n.
+    Confirm {
+        key: ProcessKey,
+        pid: u32,
+        name: String,
+        reserved: Option<u64>,
+        allocated: Option<u64>,
+    },
+    Running {
+        pid: u32,
+        command: Command,
+    },
+    Done(ActionReport),
+}
+
+/// What a finished command did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionReport {
+    pub pid: u32,
+    pub key: ProcessKey,
+    pub command: Command,
+    pub status: Result<Status, String>,
+    pub outcome: Option<Outcome>,
+    /// NVML used when the command was posted.
+    pub nvml_before: Option<u64>,
+    /// NVML used in the first NVML sample taken after the answer.
+    pub nvml_after: Option<u64>,
+    /// NVML sample time when the answer came (to spot the next sample).
+    pub nvml_sampled_at_done: Option<u64>,
+}
+
+impl ActionReport {
+    pub fn released(&self) -> Option<u64> {
+        let o = self.outcome?;
+        matches!(self.command, Command::EmptyCache { .. })
+            .then(|| o.result0.saturating_sub(o.result1))
+    }
+}
+
+/// Switches fixed for the life of the dashboard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppConfig {
+    pub readonly: bool,
+    pub theme: Theme,
+    pub demo: bool,
+}
+
+/// The dashboard's state.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub config: AppConfig,
+    pub theme: Theme,
+    pub snap: Arc<Snapshot>,
+    pub demo: Option<DemoStatus>,
+    pub screen: Screen,
+    pub selected: Option<ProcessKey>,
+    pub table_offset: usize,
+    pub sort: Col,
+    pub descending: bool,
+    pub filter: String,
+    pub filter_editing: bool,
+    pub pane: Pane,
+    pub span_index: usize,
+    pub follow: bool,
+    /// Window end when not following (collector ns).
+    pub end_ns: u64,
+    pub block_scroll: usize,
+    pub event_scroll: usize,
+    /// The view is frozen: no new snapshots.
+    pub paused: bool,
+    pub help: bool,
+    pub action: Option<ActionState>,
+    /// One line for the footer (errors, hints).
+    pub message: Option<String>,
+    /// Terminal size.
+    pub size: Rect,
+    /// Collector clock now (set by the loop before each snapshot / tick).
+    pub now_ns: u64,
+    /// When the hub last changed (collector clock).
+    pub changed_ns: u64,
+    pub dirty: bool,
+    pub quit: bool,
+    pub screenshots: u32,
+    /// NVML used of the target when its command was posted.
+    pub pending_nvml_before: Option<u64>,
+}
+
+impl App {
+    pub fn new(config: AppConfig) -> App {
+        App {
+            theme: config.theme,
+            config,
+            snap: Arc::new(Snapshot::default()),
+            demo: None,
+            screen: Screen::Overview,
+            selected: None,
+            table_offset: 0,
+            sort: Col::Reserved,
+            descending: true,
+            filter: String::new(),
+            filter_editing: false,
+            pane: Pane::Timeline,
+            span_index: DEFAULT_SPAN,
+            follow: true,
+            end_ns: 0,
+            block_scroll: 0,
+            event_scroll: 0,
+            paused: false,
+            help: false,
+            action: None,
+            message: None,
+            size: Rect::new(0, 0, 80, 24),
+            now_ns: 0,
+            changed_ns: 0,
+            dirty: true,
+            quit: false,
+            screenshots: 0,
+            pending_nvml_before: None,
+        }
+    }
+
+    /// The rows of the overview, filtered and sorted.
+    pub fn rows(&self) -> Vec<Row<'_>> {
+        rows::rows(&self.snap, &self.filter, self.sort, self.descending)
+    }
+
+    pub fn span_ns(&self) -> u64 {
+        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+    }
+
+    /// The timeline window `[from, to)` in collector ns.
+    pub fn window(&self) -> (u64, u64) {
+        let to = if self.follow {
+            self.now_ns.max(self.snap.taken_ns)
+        } else {
+            self.end_ns
+        };
+        (to.saturating_sub(self.span_ns()), to)
+    }
+
+    /// What the next snapshot must contain for the current screen.
+    pub fn view_options(&self) -> ViewOptions {
+        let process = self.screen == Screen::Process;
+        let timeline = process.then(|| {
+            let (from_ns, to_ns) = self.window();
+            TimelineRequest {
+                from_ns,
+                to_ns,
+                columns: layout::timeline_columns(self),
+            }
+        });
+        ViewOptions {
+            block_map: process,
+            recent_events: if process { 64 } else { 0 },
+            timeline,
+        }
+    }
+
+    /// The selected process in the current snapshot.
+    pub fn selected_entry(&self) -> Option<&ProcessEntry> {
+        let key = self.selected?;
+        self.snap.processes.iter().find(|p| p.key() == key)
+    }
+
+    /// A new snapshot arrived.
+    pub fn set_snapshot(&mut self, snap: Snapshot) {
+        if snap.taken_ns > self.now_ns {
+            self.now_ns = snap.taken_ns;
+        }
+        self.snap = Arc::new(snap);
+        self.fix_selection();
+        self.note_nvml_after();
+        self.dirty = true;
+    }
+
+    pub fn set_demo_status(&mut self, status: Option<DemoStatus>) {
+        if self.demo != status {
+            self.demo = status;
+            self.dirty = true;
+        }
+    }
+
+    fn fix_selection(&mut self) {
+        if self.screen == Screen::Process {
+            return; // keep showing the chosen process, even once it is gone
+        }
+        let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
+        if keys.is_empty() {
+            self.selected = None;
+            self.table_offset = 0;
+            return;
+        }
+        if self.selected.is_none_or(|k| !keys.contains(&k)) {
+            self.selected = Some(keys[0]);
+        }
+        self.scroll_to_selection(&keys);
+    }
+
+    fn scroll_to_selection(&mut self, keys: &[ProcessKey]) {
+        let visible = layout::table_rows(self).max(1);
+        let idx = self
+            .selected
+            .and_then(|k| keys.iter().position(|x| *x == k))
+            .unwrap_or(0);
+        if idx < self.table_offset {
+            self.table_offset = idx;
+        } else if idx >= self.table_offset + visible {
+            self.table_offset = idx + 1 - visible;
+        }
+        let max_off = keys.len().saturating_sub(visible);
+        self.table_offset = self.table_offset.min(max_off);
+    }
+
+    fn note_nvml_after(&mut self) {
+        let Some(ActionState::Done(r)) = &self.action else {
+            return;
+        };
+        if r.nvml_after.is_some() || r.outcome.is_none() {
+            return;
+        }
+        let newer = match (self.snap.machine.sampled_ns, r.nvml_sampled_at_done) {
+            (Some(now), Some(then)) => now > then,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if !newer {
+            return;
+        }
+        let key = r.key;
+        let used = self
+            .snap
+            .processes
+            .iter()
+            .find(|p| p.key() == key)
+            .and_then(|p| p.view.figures.nvml_used);
+        if let Some(ActionState::Done(r)) = &mut self.action {
+            r.nvml_after = used;
+        }
+    }
+
+    fn nvml_of(&self, key: ProcessKey) -> Option<u64> {
+        self.snap
+            .processes
+            .iter()
+            .find(|p| p.key() == key)
+            .and_then(|p| p.view.figures.nvml_used)
+    }
+
+    /// Applies one event; returns what the loop must do.
+    pub fn handle(&mut self, ev: AppEvent) -> Vec<Effect> {
+        match ev {
+            AppEvent::Input(input) => self.input(input),
+            AppEvent::Changed => {
+                self.changed_ns = self.now_ns;
+                if self.paused {
+                    vec![]
+                } else {
+                    vec![Effect::Refresh]
+                }
+            }
+            AppEvent::Tick => {
+                self.dirty = true;
+                vec![]
+            }
+            AppEvent::Signal => {
+                self.quit = true;
+                vec![Effect::Quit]
+            }
+            AppEvent::CommandDone(done) => {
+                self.command_done(done);
+                vec![Effect::Refresh]
+            }
+        }
+    }
+
+    fn command_done(&mut self, done: CommandDone) {
+        let nvml_before = self.pending_nvml_before.take();
+        let (status, outcome) = match done.result {
+            Ok(o) => (Ok(o.status), Some(o)),
+            Err(e) => (Err(e), None),
+        };
+        self.action = Some(ActionState::Done(ActionReport {
+            pid: done.pid,
+            key: done.key,
+            command: done.command,
+            status,
+            outcome,
+            nvml_before,
+            nvml_after: None,
+            nvml_sampled_at_done: self.snap.machine.sampled_ns,
+        }));
+        self.dirty = true;
+    }
+
+    fn input(&mut self, ev: Event) -> Vec<Effect> {
+        match ev {
+            Event::Key(k) => {
+                if k.kind != KeyEventKind::Press {
+                    return vec![];
+                }
+                let fx = self.key(k);
+                self.dirty = true;
+                fx
+            }
+            Event::Mouse(m) => self.mouse(m),
+            Event::Resize(w, h) => {
+                self.size = Rect::new(0, 0, w, h);
+                self.dirty = true;
+                let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
+                self.scroll_to_selection(&keys);
+                vec![Effect::Refresh]
+            }
+            _ => vec![],
+        }
+    }
+
+    fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(k.code, KeyCode::Char('c') | KeyCode::Char('C')) {
+            self.quit = true;
+            return vec![Effect::Quit];
+        }
+        if self.filter_editing {
+            return self.filter_key(k);
+        }
+        if let Some(ActionState::Confirm { key, pid, .. }) = &self.action {
+            let (key, pid) = (*key, *pid);
+            match k.code {
+                KeyCode::Char('y') | KeyCode::Char('Y') => {
+                    let command = Command::EmptyCache { device: None };
+                    self.pending_nvml_before = self.nvml_of(key);
+                    self.action = Some(ActionState::Running { pid, command });
+                    return vec![Effect::RunCommand { key, pid, command }];
+                }
+                KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+                    self.action = None;
+                    self.message = Some("empty_cache cancelled".into());
+                }
+                _ => {}
+            }
+            return vec![];
+        }
+        if self.help {
+            if matches!(
+                k.code,
+                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::F(1)
+            ) {
+                self.help = false;
+            }
+            return vec![];
+        }
+        match k.code {
+            KeyCode::Char('q') => {
+                self.quit = true;
+                return vec![Effect::Quit];
+            }
+            KeyCode::Char('?') | KeyCode::F(1) => {
+                self.help = true;
+                return vec![];
+            }
+            KeyCode::Char('p') => return self.toggle_pause(),
+            KeyCode::Char(' ') => {
+                if self.demo.is_some() {
+                    return vec![Effect::DemoTogglePause];
+                }
+                return self.toggle_pause();
+            }
+            KeyCode::Char('S') => return vec![Effect::Screenshot],
+            KeyCode::Char('[') | KeyCode::Char(']') if self.demo.is_some() => {
+                let cur = self.demo.as_ref().map_or(1.0, |d| d.speed);
+                let i = SPEEDS
+                    .iter()
+                    .position(|s| *s >= cur - 1e-9)
+                    .unwrap_or(SPEEDS.len() - 1);
+                let j = if k.code == KeyCode::Char(']') {
+                    if SPEEDS[i] > cur + 1e-9 {
+                        i
+                    } else {
+                        (i + 1).min(SPEEDS.len() - 1)
+                    }
+                } else {
+                    i.saturating_sub(1)
+                };
+                return vec![Effect::DemoSpeed(SPEEDS[j])];
+            }
+            KeyCode::Char('e') => return self.ask_empty_cache(),
+            KeyCode::Char('r') => {
+                return self.simple_command(Command::ResetPeaks { device: None });
+            }
+            KeyCode::Char('s') => {
+                return self.simple_command(Command::Snapshot { device: None });
+            }
+            KeyCode::Esc => {
+                if matches!(self.action, Some(ActionState::Done(_))) {
+                    self.action = None;
+                    return vec![];
+                }
+                if self.screen == Screen::Process {
+                    return self.back();
+                }
+                if !self.filter.is_empty() {
+                    self.filter.clear();
+                    self.fix_selection();
+                }
+                self.message = None;
+                return vec![];
+            }
+            _ => {}
+        }
+        match self.screen {
+            Screen::Overview => self.overview_key(k),
+            Screen::Process => self.process_key(k),
+        }
+    }
+
+    fn toggle_pause(&mut self) -> Vec<Effect> {
+        self.paused = !self.paused;
+        if self.paused {
+            vec![]
+        } else {
+            vec![Effect::Refresh]
+        }
+    }
+
+    fn target(&self) -> Option<&ProcessEntry> {
+        self.selected_entry()
+    }
+
+    fn ask_empty_cache(&mut self) -> Vec<Effect> {
+        if self.config.readonly {
+            return vec![];
+        }
+        let Some(e) = self.target() else {
+            self.message = Some("no process selected".into());
+            return vec![];
+        };
+        if !e.source.commands || e.view.mode == Mode::NvmlOnly {
+            self.message = Some(format!(
+                "pid {} does not answer commands (no vramscope agent)",
+                e.identity.host_pid
+            ));
+            return vec![];
+        }
+        let allocator = e.view.mode != Mode::NvmlOnly;
+        self.action = Some(ActionState::Confirm {
+            key: e.key(),
+            pid: e.identity.host_pid,
+            name: rows::display_name(e),
+            reserved: allocator.then_some(e.view.figures.reserved),
+            allocated: allocator.then_some(e.view.figures.allocated),
+        });
+        vec![]
+    }
+
+    fn simple_command(&mut self, command: Command) -> Vec<Effect> {
+        if self.config.readonly {
+            return vec![];
+        }
+        if matches!(self.action, Some(ActionState::Running { .. })) {
+            self.message = Some("a command is still running".into());
+            return vec![];
+        }
+        let Some(e) = self.target() else {
+            self.message = Some("no process selected".into());
+            return vec![];
+        };
+        if !e.source.commands {
+            self.message = Some(format!(
+                "pid {} does not answer commands (no vramscope agent)",
+                e.identity.host_pid
+            ));
+            return vec![];
+        }
+        let (key, pid) = (e.key(), e.identity.host_pid);
+        self.pending_nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running { pid, command });
+        vec![Effect::RunCommand { key, pid, command }]
+    }
+
+    fn back(&mut self) -> Vec<Effect> {
+        self.screen = Screen::Overview;
+        self.fix_selection();
+        vec![Effect::Refresh]
+    }
+
+    fn filter_key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        match k.code {
+            KeyCode::Esc => {
+                self.filter.clear();
+                self.filter_editing = false;
+            }
+            KeyCode::Enter => self.filter_editing = false,
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Up => return self.move_selection(-1),
+            KeyCode::Down => return self.move_selection(1),
+            KeyCode::Char(c)
+                if !k.modifiers.contains(KeyModifiers::CONTROL)
+                    && self.filter.chars().count() < 64 =>
+            {
+                self.filter.push(c);
+            }
+            _ => {}
+        }
+        self.table_offset = 0;
+        self.fix_selection();
+        vec![]
+    }
+
+    fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
+        let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
+        if keys.is_empty() {
+            return vec![];
+        }
+        let cur = self
+            .selected
+            .and_then(|k| keys.iter().position(|x| *x == k))
+            .unwrap_or(0);
+        let next = (cur as isize + delta).clamp(0, keys.len() as isize - 1) as usize;
+        self.selected = Some(keys[next]);
+        self.scroll_to_selection(&keys);
+        vec![]
+    }
+
+    fn overview_key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        let page = layout::table_rows(self).max(1) as isize;
+        match k.code {
+            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
+            KeyCode::PageUp => self.move_selection(-page),
+            KeyCode::PageDown => self.move_selection(page),
+            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
+            KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => self.open(),
+            KeyCode::Char('/') => {
+                self.filter_editing = true;
+                vec![]
+            }
+            KeyCode::Char('o') => {
+                let i = Col::SORTABLE.iter().position(|c| *c == self.sort);
+                self.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
+                self.descending =
+                    !matches!(self.sort, Col::Pid | Col::Name | Col::User | Col::Mode);
+                self.fix_selection();
+                vec![]
+            }
+            KeyCode::Char('O') => {
+                self.descending = !self.descending;
+                self.fix_selection();
+                vec![]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Opens the process view of the selected process.
+    pub fn open(&mut self) -> Vec<Effect> {
+        if self.selected_entry().is_none() {
+            return vec![];
+        }
+        self.screen = Screen::Process;
+        self.block_scroll = 0;
+        self.event_scroll = 0;
+        self.follow = true;
+        vec![Effect::Refresh]
+    }
+
+    /// Opens the process view of `pid` (the `--pid` start option).
+    pub fn open_pid(&mut self, pid: u32) -> bool {
+        let key = self
+            .snap
+            .processes
+            .iter()
+            .find(|p| p.identity.host_pid == pid || p.key().pid == pid)
+            .map(|p| p.key());
+        match key {
+            Some(k) => {
+                self.selected = Some(k);
+                self.open();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn process_key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        match k.code {
+            KeyCode::Backspace | KeyCode::Char('h') => self.back(),
+            KeyCode::Tab => {
+                self.pane = Pane::ALL[(self.pane.index() + 1) % Pane::ALL.len()];
+                vec![]
+            }
+            KeyCode::BackTab => {
+                self.pane = Pane::ALL[(self.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()];
+                vec![]
+            }
+            KeyCode::Char(c @ '1'..='5') => {
+                self.pane = Pane::ALL[(c as u8 - b'1') as usize];
+                vec![]
+            }
+            KeyCode::Char('+') | KeyCode::Char('=') => {
+                self.span_index = self.span_index.saturating_sub(1);
+                self.refresh_timeline()
+            }
+            KeyCode::Char('-') | KeyCode::Char('_') => {
+                self.span_index = (self.span_index + 1).min(SPANS_NS.len() - 1);
+                self.refresh_timeline()
+            }
+            KeyCode::Left => {
+                if self.follow {
+                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
+                    self.follow = false;
+                }
+                self.end_ns = self
+                    .end_ns
+                    .saturating_sub(self.span_ns() / 2)
+                    .max(self.span_ns());
+                self.refresh_timeline()
+            }
+            KeyCode::Right => {
+                if !self.follow {
+                    self.end_ns = self.end_ns.saturating_add(self.span_ns() / 2);
+                    if self.end_ns >= self.now_ns.max(self.snap.taken_ns) {
+                        self.follow = true;
+                    }
+                }
+                self.refresh_timeline()
+            }
+            KeyCode::Char('f') | KeyCode::End => {
+                self.follow = !self.follow || k.code == KeyCode::End;
+                if !self.follow {
+                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
+                }
+                self.refresh_timeline()
+            }
+            KeyCode::PageDown => {
+                self.scroll(layout::pane_page(self) as isize);
+                vec![]
+            }
+            KeyCode::PageUp => {
+                self.scroll(-(layout::pane_page(self) as isize));
+                vec![]
+            }
+            KeyCode::Down | KeyCode::Char('j') => {
+                self.scroll(1);
+                vec![]
+            }
+            KeyCode::Up | KeyCode::Char('k') => {
+                self.scroll(-1);
+                vec![]
+            }
+            KeyCode::Home | KeyCode::Char('g') => {
+                self.block_scroll = 0;
+                self.event_scroll = 0;
+                vec![]
+            }
+            _ => vec![],
+        }
+    }
+
+    fn refresh_timeline(&mut self) -> Vec<Effect> {
+        if self.paused {
+            self.message = Some("paused: the timeline moves again after p".into());
+            return vec![];
+        }
+        vec![Effect::Refresh]
+    }
+
+    /// Scrolls the list the current pane shows (events in the Events tab,
+    /// else the block map).
+    fn scroll(&mut self, delta: isize) {
+        let events = layout::compact(self.size) && self.pane == Pane::Events;
+        let (v, max) = if events {
+            let n = self
+                .selected_entry()
+                .map_or(0, |e| e.view.recent_events.len());
+            (&mut self.event_scroll, n.saturating_sub(1))
+        } else {
+            let n = self.selected_entry().map_or(0, super::blockmap::row_count);
+            (&mut self.block_scroll, n.saturating_sub(1))
+        };
+        *v = (*v as isize + delta).clamp(0, max as isize) as usize;
+    }
+
+    fn mouse(&mut self, m: MouseEvent) -> Vec<Effect> {
+        match m.kind {
+            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
+                let d = if m.kind == MouseEventKind::ScrollDown {
+                    1
+                } else {
+                    -1
+                };
+                self.dirty = true;
+                match self.screen {
+                    Screen::Overview => self.move_selection(d),
+                    Screen::Process => {
+                        self.scroll(d * 3);
+                        vec![]
+                    }
+                }
+            }
+            MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
+                let body = layout::table_body(self);
+                if m.row >= body.y
+                    && m.row < body.y + body.height
+                    && m.column >= body.x
+                    && m.column < body.x + body.width
+                {
+                    let idx = self.table_offset + (m.row - body.y) as usize;
+                    let key = self.rows().get(idx).map(|r| r.entry.key());
+                    if let Some(key) = key {
+                        if self.selected == Some(key) {
+                            self.dirty = true;
+                            return self.open();
+                        }
+                        self.selected = Some(key);
+                        self.dirty = true;
+                    }
+                }
+                vec![]
+            }
+            _ => vec![],
+        }
+    }
+}

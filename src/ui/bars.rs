@@ -1,0 +1,175 @@
+//! The header, the demo caption and the footer (one line each).
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::{App, Screen};
+use super::format;
+use super::rows::display_name;
+
+/// `vramscope · 3 processes · 2 GPUs › pid 42 train.py          live`
+pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let g = t.glyphs();
+    let snap = &app.snap;
+    let mut left = vec![
+        Span::styled(" vramscope ", t.title()),
+        Span::styled(g.dot, t.dim()),
+        Span::raw(format!(
+            " {} process{} ",
+            snap.processes.len(),
+            if snap.processes.len() == 1 { "" } else { "es" }
+        )),
+        Span::styled(g.dot, t.dim()),
+    ];
+    if snap.machine.nvml_error.is_some() {
+        left.push(Span::styled(" no NVML", t.warn()));
+    } else {
+        left.push(Span::raw(format!(
+            " {} GPU{}",
+            snap.machine.gpus.len(),
+            if snap.machine.gpus.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        )));
+    }
+    if app.screen == Screen::Process {
+        if let Some(e) = app.selected_entry() {
+            left.push(Span::styled(" > ", t.dim()));
+            left.push(Span::styled(
+                format!("pid {} {}", e.identity.host_pid, display_name(e)),
+                t.header(),
+            ));
+        }
+    }
+    let mut right = Vec::new();
+    if app.config.readonly {
+        right.push(Span::styled("read-only ", t.dim()));
+    }
+    if app.paused {
+        right.push(Span::styled(" PAUSED ", t.paused()));
+    } else {
+        right.push(Span::styled(age_label(app), t.dim()));
+    }
+    right.push(Span::raw(" "));
+    let rw: usize = right.iter().map(|s| s.width()).sum();
+    let lw: usize = left.iter().map(|s| s.width()).sum();
+    let pad = (area.width as usize).saturating_sub(lw + rw);
+    left.push(Span::raw(" ".repeat(pad)));
+    left.extend(right);
+    frame.render_widget(Paragraph::new(Line::from(left)), area);
+}
+
+/// How fresh the data is.
+pub fn age_label(app: &App) -> String {
+    if app.changed_ns == 0 {
+        return "waiting for data".into();
+    }
+    let age = app.now_ns.saturating_sub(app.changed_ns);
+    const S: u64 = 1_000_000_000;
+    if age < 2 * S {
+        "live".into()
+    } else if age < 60 * S {
+        format!("updated {}s ago", age / S)
+    } else {
+        // Minutes only: the idle tick is slow.
+        format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
+    }
+}
+
+/// `demo leak · 2× · [####....] 45% · run 1 · caption`
+pub fn render_caption(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(d) = &app.demo else { return };
+    let t = &app.theme;
+    let g = t.glyphs();
+    let bar_w = 10usize;
+    let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+    let mut spans = vec![
+        Span::styled(format!(" demo {} ", d.scenario), t.header()),
+        Span::styled(g.dot, t.dim()),
+        Span::raw(format!(" {}x ", trim_speed(d.speed))),
+        Span::styled(g.bar_full.repeat(done), t.bar()),
+        Span::styled(g.bar_empty.repeat(bar_w - done), t.dim()),
+        Span::raw(format!(" {:>3.0}% ", d.progress * 100.0)),
+    ];
+    if d.runs > 0 {
+        spans.push(Span::styled(format!("run {} ", d.runs + 1), t.dim()));
+    }
+    if d.paused {
+        spans.push(Span::styled(" SIM PAUSED ", t.paused()));
+        spans.push(Span::raw(" "));
+    }
+    spans.push(Span::styled(g.dot, t.dim()));
+    spans.push(Span::raw(format!(" {}", d.caption)));
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn trim_speed(s: f64) -> String {
+    if (s - s.round()).abs() < 1e-9 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// Key hints, the filter being typed, or the last message.
+pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let line = if app.filter_editing {
+        Line::from(vec![
+            Span::styled(" filter: ", t.key()),
+            Span::raw(app.filter.clone()),
+            Span::styled("_", t.key()),
+            Span::styled("   Enter keep · Esc clear · ↑↓ select", t.dim()),
+        ])
+    } else if let Some(m) = &app.message {
+        Line::from(vec![Span::styled(format!(" {m}"), t.warn())])
+    } else {
+        let ro = app.config.readonly;
+        let mut keys: Vec<(&str, &str)> = match app.screen {
+            Screen::Overview => vec![
+                ("↑↓", "select"),
+                ("Enter", "open"),
+                ("/", "filter"),
+                ("o/O", "sort"),
+            ],
+            Screen::Process => vec![
+                ("Esc", "back"),
+                ("Tab", "pane"),
+                ("+/-", "zoom"),
+                ("←/→", "scroll"),
+                ("f", "follow"),
+                ("PgUp/Dn", "blocks"),
+            ],
+        };
+        if !ro {
+            keys.push(("e", "empty cache"));
+            keys.push(("r", "reset peaks"));
+        }
+        if app.demo.is_some() {
+            keys.push(("[ ]", "speed"));
+            keys.push(("space", "pause sim"));
+        } else {
+            keys.push(("p", "pause"));
+        }
+        keys.push(("?", "help"));
+        keys.push(("q", "quit"));
+        let mut spans = vec![Span::raw(" ")];
+        let mut used = 1usize;
+        for (k, d) in keys {
+            let w = k.chars().count() + d.chars().count() + 3;
+            if used + w > area.width as usize {
+                break;
+            }
+            used += w;
+            spans.push(Span::styled(k, t.key()));
+            spans.push(Span::raw(format!(" {d}  ")));
+        }
+        Line::from(spans)
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}

@@ -1,0 +1,192 @@
+//! Numbers as text. A figure that is absent renders as the theme's absent
+//! glyph (`—`, or `-` in ASCII mode), never as 0.
+
+/// `1.23 GiB`, `512 B`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{} {}", sig3(v), UNITS[u])
+}
+
+/// Compact: `1.23G`, `512M`, `0B`.
+pub fn bytes_short(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
+    if b < 1024 {
+        return format!("{b}B");
+    }
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{}{}", sig3(v), UNITS[u])
+}
+
+/// Signed compact bytes (`-12M`).
+pub fn bytes_signed_short(b: i64) -> String {
+    if b < 0 {
+        format!("-{}", bytes_short(b.unsigned_abs()))
+    } else {
+        bytes_short(b as u64)
+    }
+}
+
+/// Signed bytes (`+1.5 MiB`).
+pub fn bytes_signed(b: f64) -> String {
+    let s = bytes(b.abs().round() as u64);
+    if b < 0.0 {
+        format!("-{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+/// Three significant digits: `1.23`, `12.3`, `123`.
+fn sig3(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2}")
+    } else if v < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// `Some(x)` through `f`, `None` as `absent`.
+pub fn opt<T>(v: Option<T>, absent: &str, f: impl FnOnce(T) -> String) -> String {
+    v.map_or_else(|| absent.to_string(), f)
+}
+
+/// A duration in ns, short: `850ms`, `12.5s`, `3m05s`, `2h10m`.
+pub fn duration(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+/// A time span for axis labels: `500ms`, `30s`, `2m`, `1h`.
+pub fn span(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 && ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        if ms % 60_000 == 0 {
+            format!("{}m", ms / 60_000)
+        } else {
+            format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+        }
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+/// Percentage with one decimal below 10 %.
+pub fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p < 9.95 {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.0}%")
+    }
+}
+
+/// A rate: `12`, `1.2k`, `34k`.
+pub fn rate(r: f64) -> String {
+    if r < 10.0 {
+        format!("{r:.1}")
+    } else if r < 1000.0 {
+        format!("{r:.0}")
+    } else if r < 10_000.0 {
+        format!("{:.1}k", r / 1000.0)
+    } else if r < 1_000_000.0 {
+        format!("{:.0}k", r / 1000.0)
+    } else {
+        format!("{:.1}M", r / 1_000_000.0)
+    }
+}
+
+/// A count: `12`, `1.2k`, `3.4M`.
+pub fn count(n: u64) -> String {
+    if n < 10_000 {
+        n.to_string()
+    } else {
+        rate(n as f64)
+    }
+}
+
+/// Cuts `s` to `width` display columns, ending in `ellipsis` when cut.
+pub fn truncate(s: &str, width: usize, ellipsis: &str) -> String {
+    use unicode_width::UnicodeWidthStr;
+    if s.width() <= width {
+        return s.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut w = 0;
+    let limit = width.saturating_sub(ellipsis.width());
+    for ch in s.chars() {
+        let cw = unicode_width::UnicodeWidthChar::width(ch).unwrap_or(0);
+        if w + cw > limit {
+            break;
+        }
+        out.push(ch);
+        w += cw;
+    }
+    out.push_str(ellipsis);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(20 << 20), "20.0 MiB");
+        assert_eq!(bytes(3 << 30), "3.00 GiB");
+        assert_eq!(bytes_short(512 << 20), "512M");
+        assert_eq!(bytes_signed_short(-(2 << 20)), "-2.00M");
+        assert_eq!(opt(None::<u64>, "—", bytes), "—");
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(duration(850_000_000), "850ms");
+        assert_eq!(duration(12_500_000_000), "12.5s");
+        assert_eq!(duration(185_000_000_000), "3m05s");
+        assert_eq!(span(30_000_000_000), "30s");
+        assert_eq!(span(120_000_000_000), "2m");
+    }
+
+    #[test]
+    fn cut() {
+        assert_eq!(truncate("train.py", 20, "…"), "train.py");
+        assert_eq!(truncate("a_very_long_name.py", 8, "…"), "a_very_…");
+        assert_eq!(truncate("abcdef", 4, "~"), "abc~");
+    }
+}

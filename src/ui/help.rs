@@ -1,0 +1,111 @@
+//! The help overlay: every key, what the columns mean, and the read-only note.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+use ratatui::Frame;
+
+use super::app::App;
+
+/// Every key: (keys, what it does, is a process action).
+pub const KEYS: &[(&str, &str, &str)] = &[
+    ("Global", "", ""),
+    ("q Ctrl-C", "quit", ""),
+    ("?", "this help (Esc closes)", ""),
+    ("p", "pause the view (freeze)", ""),
+    ("space", "pause (demo: simulation)", ""),
+    ("[ ]", "demo speed down / up", ""),
+    ("S", "write an SVG screenshot", ""),
+    ("e", "empty_cache (asks y/n)", "action"),
+    ("r", "reset peak statistics", "action"),
+    ("s", "ask for a fresh snapshot", "action"),
+    ("Overview", "", ""),
+    ("Up Down j k", "select a process", ""),
+    ("PgUp/Dn g G", "page / first / last", ""),
+    ("Enter", "open the process view", ""),
+    ("/", "filter name/label/cmd/pid", ""),
+    ("o  O", "sort column / reverse", ""),
+    ("Esc", "clear the filter", ""),
+    ("Process view", "", ""),
+    ("Esc Bksp", "back to the overview", ""),
+    ("Tab 1-5", "pane (small terminals)", ""),
+    ("+  -", "zoom time in / out", ""),
+    ("Left Right", "scroll back / forward", ""),
+    ("f  End", "follow live (toggle/on)", ""),
+    ("PgUp/Dn j k", "scroll blocks / events", ""),
+    ("Mouse", "", ""),
+    ("click", "select (again: open)", ""),
+    ("wheel", "scroll", ""),
+];
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let ro = app.config.readonly;
+    let items: Vec<Line> = KEYS
+        .iter()
+        .map(|(k, d, kind)| {
+            if d.is_empty() {
+                Line::styled(k.to_string(), t.header())
+            } else if ro && *kind == "action" {
+                Line::from(vec![
+                    Span::styled(format!(" {k:<12}"), t.dim()),
+                    Span::styled(format!("{d} (off)"), t.dim()),
+                ])
+            } else {
+                Line::from(vec![
+                    Span::styled(format!(" {k:<12}"), t.key()),
+                    Span::raw(d.to_string()),
+                ])
+            }
+        })
+        .collect();
+    let two = area.width >= 78;
+    let per_col = if two {
+        items.len().div_ceil(2)
+    } else {
+        items.len()
+    };
+    let w = if two { 80 } else { 44 }.min(area.width);
+    let footer_lines = 2;
+    let h = ((per_col + footer_lines + 2) as u16).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, popup);
+    let block = t.block(Span::styled(" Keys ", t.title()));
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    let [body, foot] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(footer_lines as u16)])
+            .areas(inner);
+    if two {
+        let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .areas(body);
+        let (a, b) = items.split_at(per_col);
+        frame.render_widget(Paragraph::new(a.to_vec()), l);
+        frame.render_widget(Paragraph::new(b.to_vec()), r);
+    } else {
+        frame.render_widget(Paragraph::new(items), body);
+    }
+    let note = if ro {
+        Line::styled(
+            " Read-only: e, r and s do nothing; nothing is sent anywhere.",
+            t.warn(),
+        )
+    } else {
+        Line::styled(
+            " e, r and s act on the selected process through its agent.",
+            t.dim(),
+        )
+    };
+    frame.render_widget(
+        Paragraph::new(vec![
+            note,
+            Line::styled(" Absent figures show as a dash, never as 0.", t.dim()),
+        ]),
+        foot,
+    );
+}

@@ -1,0 +1,174 @@
+//! Where everything goes. The same functions place the panes when drawing
+//! and map mouse clicks and page sizes when handling input, so the two never
+//! disagree.
+//!
+//! ```text
+//!  ┌ header: vramscope · processes · GPUs · PAUSED / updated 2s ago ─────────┐
+//!  │ demo caption (demo mode only)                                          │
+//!  ├ body: the overview, or the process view ───────────────────────────────┤
+//!  │  overview:  GPUs (one line each) / process table                       │
+//!  │  process, wide (≥120×40):  info, timeline,                             │
+//!  │                            block map | stats, events | OOM & leak      │
+//!  │  process, compact:         info, tabs, one pane                        │
+//!  └ footer: keys, or the last message ─────────────────────────────────────┘
+//! ```
+
+use ratatui::layout::{Constraint, Layout, Rect};
+
+use super::app::{App, Pane, Screen};
+
+/// The frame's bands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Areas {
+    pub header: Rect,
+    pub caption: Option<Rect>,
+    pub body: Rect,
+    pub footer: Rect,
+}
+
+pub fn screen(area: Rect, demo: bool) -> Areas {
+    let [header, caption, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(u16::from(demo)),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    Areas {
+        header,
+        caption: demo.then_some(caption),
+        body,
+        footer,
+    }
+}
+
+pub fn areas(app: &App) -> Areas {
+    screen(app.size, app.demo.is_some())
+}
+
+/// Whether the process view uses tabs.
+pub fn compact(size: Rect) -> bool {
+    size.width < 120 || size.height < 40
+}
+
+/// Lines of the GPU block (inside its border).
+pub fn gpu_lines(app: &App, body: Rect) -> u16 {
+    let m = &app.snap.machine;
+    let n = if m.nvml_error.is_some() || m.gpus.is_empty() {
+        1
+    } else {
+        m.gpus.len() as u16
+    };
+    n.min((body.height / 3).max(1))
+}
+
+/// The overview's GPU block and process table.
+pub fn overview(app: &App, body: Rect) -> (Rect, Rect) {
+    let g = gpu_lines(app, body);
+    let [gpus, table] =
+        Layout::vertical([Constraint::Length(g + 2), Constraint::Min(0)]).areas(body);
+    (gpus, table)
+}
+
+/// The table's data rows (inside the border, below the header row).
+pub fn table_body(app: &App) -> Rect {
+    let (_, table) = overview(app, areas(app).body);
+    Rect {
+        x: table.x + 1,
+        y: table.y + 2,
+        width: table.width.saturating_sub(2),
+        height: table.height.saturating_sub(3),
+    }
+}
+
+/// Data rows the table shows at once.
+pub fn table_rows(app: &App) -> usize {
+    if app.screen != Screen::Overview && app.size.height == 0 {
+        return 1;
+    }
+    table_body(app).height as usize
+}
+
+/// The process view's panes (absent ones are not shown now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcessAreas {
+    pub info: Rect,
+    pub tabs: Option<Rect>,
+    pub timeline: Option<Rect>,
+    pub blocks: Option<Rect>,
+    pub stats: Option<Rect>,
+    pub events: Option<Rect>,
+    pub diagnosis: Option<Rect>,
+}
+
+pub fn process(size: Rect, pane: Pane, body: Rect) -> ProcessAreas {
+    let [info, rest] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(body);
+    let mut a = ProcessAreas {
+        info,
+        ..ProcessAreas::default()
+    };
+    if compact(size) {
+        let [tabs, area] =
+            Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(rest);
+        a.tabs = Some(tabs);
+        match pane {
+            Pane::Timeline => a.timeline = Some(area),
+            Pane::Blocks => a.blocks = Some(area),
+            Pane::Stats => a.stats = Some(area),
+            Pane::Events => a.events = Some(area),
+            Pane::Diagnosis => a.diagnosis = Some(area),
+        }
+    } else {
+        let [timeline, middle, bottom] = Layout::vertical([
+            Constraint::Percentage(34),
+            Constraint::Percentage(40),
+            Constraint::Min(6),
+        ])
+        .areas(rest);
+        let [blocks, stats] =
+            Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)])
+                .areas(middle);
+        let [events, diagnosis] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(bottom);
+        a.timeline = Some(timeline);
+        a.blocks = Some(blocks);
+        a.stats = Some(stats);
+        a.events = Some(events);
+        a.diagnosis = Some(diagnosis);
+    }
+    a
+}
+
+/// Width of the timeline's value labels.
+pub const AXIS_WIDTH: u16 = 10;
+
+/// The timeline's plotting area inside `area` (border and axes removed).
+pub fn plot_area(area: Rect) -> Rect {
+    Rect {
+        x: area.x + 1 + AXIS_WIDTH,
+        y: area.y + 1,
+        width: area.width.saturating_sub(2 + AXIS_WIDTH),
+        height: area.height.saturating_sub(3),
+    }
+}
+
+/// Columns to ask the model for: one per plot cell.
+pub fn timeline_columns(app: &App) -> usize {
+    let body = areas(app).body;
+    let a = process(app.size, Pane::Timeline, body);
+    a.timeline
+        .map_or(60, |t| plot_area(t).width as usize)
+        .clamp(8, 1000)
+}
+
+/// Rows a page key scrolls in the process view.
+pub fn pane_page(app: &App) -> usize {
+    let a = process(app.size, app.pane, areas(app).body);
+    let r = if compact(app.size) && app.pane == Pane::Events {
+        a.events
+    } else {
+        a.blocks
+    };
+    r.map_or(10, |r| r.height.saturating_sub(3) as usize).max(1)
+}

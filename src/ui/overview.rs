@@ -1,0 +1,290 @@
+//! The overview: one line per GPU, then the process table.
+//!
+//! ```text
+//!  ┌ GPUs · driver 550.54 ─────────────────────────────────────────────┐
+//!  │ 0 H100 80GB HBM3  [██████░░░░░░] 41.2G / 80.0G  util 87%  mem 40% │
+//!  ├ Processes (3) · sort RESV ▼ ──────────────────────────────────────┤
+//!  │ PID   USER NAME      GPU NVML  RESV ALLOC OTHER PEAK FRAG …       │
+//!  └───────────────────────────────────────────────────────────────────┘
+//! ```
+
+use ratatui::layout::{Alignment, Constraint, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Paragraph, Row as TRow, Table};
+use ratatui::Frame;
+
+use super::app::App;
+use super::format;
+use super::layout;
+use super::rows::{fit_columns, mode_name, Col, Row};
+use super::theme::Theme;
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let (gpus, table) = layout::overview(app, area);
+    render_gpus(frame, gpus, app);
+    render_table(frame, table, app);
+}
+
+fn render_gpus(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let g = t.glyphs();
+    let m = &app.snap.machine;
+    let title = match &m.driver_version {
+        Some(v) => format!(" GPUs {} driver {v} ", g.dot),
+        None => " GPUs ".to_string(),
+    };
+    let block = t.block(Span::styled(title, t.title()));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let mut lines = Vec::new();
+    if let Some(err) = &m.nvml_error {
+        let head = if err.starts_with("NVML") {
+            ""
+        } else {
+            "NVML unavailable: "
+        };
+        lines.push(Line::from(vec![
+            Span::styled(head, t.warn()),
+            Span::styled(err.clone(), t.warn()),
+            Span::styled(" (allocator figures still shown)", t.dim()),
+        ]));
+    } else if m.gpus.is_empty() {
+        lines.push(Line::styled("no GPUs reported by NVML", t.dim()));
+    }
+    for gpu in &m.gpus {
+        if lines.len() >= inner.height as usize {
+            break;
+        }
+        lines.push(gpu_line(gpu, inner.width, t));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+fn gpu_line(gpu: &crate::collect::state::Gpu, width: u16, t: &Theme) -> Line<'static> {
+    let g = t.glyphs();
+    let a = g.absent;
+    let used = format::opt(gpu.used, a, format::bytes_short);
+    let total = format::opt(gpu.total, a, format::bytes_short);
+    let util = format::opt(gpu.util_gpu, a, |u| format!("{u}%"));
+    let memu = format::opt(gpu.util_mem, a, |u| format!("{u}%"));
+    let tail = format!(" {used:>6} / {total:<6} util {util:>4}  mem {memu:>4}");
+    let extra = match (gpu.temperature_c, gpu.power_w) {
+        (Some(c), Some(w)) => format!("  {c}C {w:.0}W"),
+        (Some(c), None) => format!("  {c}C"),
+        _ => String::new(),
+    };
+    let w = width as usize;
+    let name_w = (w / 4).clamp(8, 24);
+    let name = format::truncate(&gpu.name, name_w, g.ellipsis);
+    let head = format!("{:>2} {:<name_w$} ", gpu.index, name);
+    let fixed = head.chars().count() + tail.chars().count() + 2;
+    let extra = if fixed + extra.len() + 10 <= w {
+        extra
+    } else {
+        String::new()
+    };
+    let bar_w = w.saturating_sub(fixed + extra.len()).min(40);
+    let share = match (gpu.used, gpu.total) {
+        (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+        _ => None,
+    };
+    let mut spans = vec![Span::raw(head)];
+    if bar_w >= 4 {
+        spans.push(Span::styled("[", t.dim()));
+        match share {
+            Some(s) => {
+                let fill = ((s.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+                let style = if s > 0.9 { t.alert() } else { t.bar() };
+                spans.push(Span::styled(g.bar_full.repeat(fill), style));
+                spans.push(Span::styled(g.bar_empty.repeat(bar_w - fill), t.dim()));
+            }
+            None => spans.push(Span::styled(format!("{:^bar_w$}", g.absent), t.dim())),
+        }
+        spans.push(Span::styled("]", t.dim()));
+    }
+    spans.push(Span::raw(tail));
+    spans.push(Span::styled(extra, t.dim()));
+    Line::from(spans)
+}
+
+fn render_table(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let g = t.glyphs();
+    let rows = app.rows();
+    let arrow = if app.descending { g.down } else { g.up };
+    let mut title = vec![Span::styled(
+        format!(" Processes ({}) ", rows.len()),
+        t.title(),
+    )];
+    title.push(Span::styled(
+        format!("{} sort {} {} ", g.dot, app.sort.title(), arrow),
+        t.dim(),
+    ));
+    if !app.filter.is_empty() || app.filter_editing {
+        title.push(Span::styled(format!("{} filter ", g.dot), t.dim()));
+        title.push(Span::styled(format!("{} ", app.filter), t.key()));
+    }
+    let block = t.block(Line::from(title));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.height == 0 {
+        return;
+    }
+    let cols = fit_columns(inner.width);
+    let header = TRow::new(cols.iter().map(|c| {
+        let mut s = c.title().to_string();
+        if *c == app.sort {
+            s.push_str(arrow);
+        }
+        let line = Line::from(s);
+        Cell::from(if c.right_aligned() {
+            line.alignment(Alignment::Right)
+        } else {
+            line
+        })
+    }))
+    .style(t.header());
+    if rows.is_empty() {
+        let msg = if app.snap.processes.is_empty() {
+            "No processes yet. Start a PyTorch job with the vramscope agent, or run `vramscope demo`."
+                .to_string()
+        } else {
+            format!(
+                "No process matches \"{}\" (Esc clears the filter).",
+                app.filter
+            )
+        };
+        let table = Table::new(Vec::<TRow>::new(), widths(&cols)).header(header);
+        frame.render_widget(table, inner);
+        if inner.height > 2 {
+            let r = Rect {
+                y: inner.y + 2,
+                height: inner.height - 2,
+                ..inner
+            };
+            frame.render_widget(
+                Paragraph::new(Line::styled(msg, t.dim()))
+                    .alignment(Alignment::Center)
+                    .wrap(ratatui::widgets::Wrap { trim: true }),
+                r,
+            );
+        }
+        return;
+    }
+    let visible = inner.height.saturating_sub(1) as usize;
+    let body: Vec<TRow> = rows
+        .iter()
+        .skip(app.table_offset)
+        .take(visible)
+        .map(|r| {
+            let selected = app.selected == Some(r.entry.key());
+            let mut row = TRow::new(cols.iter().map(|c| cell(r, *c, t)));
+            if selected {
+                row = row.style(t.selected());
+            } else if !r.alive {
+                row = row.style(t.dim());
+            }
+            row
+        })
+        .collect();
+    let table = Table::new(body, widths(&cols))
+        .header(header)
+        .column_spacing(1);
+    frame.render_widget(table, inner);
+    if rows.len() > visible && inner.width > 12 {
+        let label = format!(
+            " {}-{}/{} ",
+            app.table_offset + 1,
+            (app.table_offset + visible).min(rows.len()),
+            rows.len()
+        );
+        let w = label.len() as u16;
+        let r = Rect::new(
+            area.x + area.width.saturating_sub(w + 1),
+            area.y + area.height - 1,
+            w,
+            1,
+        );
+        frame.render_widget(Paragraph::new(Span::styled(label, t.dim())), r);
+    }
+}
+
+fn widths(cols: &[Col]) -> Vec<Constraint> {
+    cols.iter()
+        .map(|c| {
+            if *c == Col::Name {
+                Constraint::Min(c.width())
+            } else {
+                Constraint::Length(c.width())
+            }
+        })
+        .collect()
+}
+
+fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
+    let g = t.glyphs();
+    let a = g.absent;
+    let (text, style): (String, Style) = match c {
+        Col::Pid => (r.pid.to_string(), Style::new()),
+        Col::User => (
+            if r.user.is_empty() {
+                a.to_string()
+            } else {
+                format::truncate(&r.user, c.width() as usize, g.ellipsis)
+            },
+            Style::new(),
+        ),
+        Col::Name => (r.name.clone(), Style::new()),
+        Col::Gpus => (
+            r.gpus.clone().unwrap_or_else(|| a.to_string()),
+            Style::new(),
+        ),
+        Col::Nvml => (format::opt(r.nvml, a, format::bytes_short), Style::new()),
+        Col::Reserved => (
+            format::opt(r.reserved, a, format::bytes_short),
+            Style::new(),
+        ),
+        Col::Allocated => (
+            format::opt(r.allocated, a, format::bytes_short),
+            Style::new(),
+        ),
+        Col::NonPytorch => (
+            format::opt(r.non_pytorch, a, format::bytes_signed_short),
+            Style::new(),
+        ),
+        Col::Peak => (format::opt(r.peak, a, format::bytes_short), Style::new()),
+        Col::Frag => {
+            let style = match r.frag {
+                Some(f) if f >= 0.3 => t.warn(),
+                _ => Style::new(),
+            };
+            (format::opt(r.frag, a, format::percent), style)
+        }
+        Col::Rate => (format::opt(r.rate, a, format::rate), Style::new()),
+        Col::Lost => {
+            let style = if r.lost.unwrap_or(0) > 0 {
+                t.warn()
+            } else {
+                Style::new()
+            };
+            (format::opt(r.lost, a, format::count), style)
+        }
+        Col::Mode => (mode_name(r.mode).to_string(), Style::new()),
+        Col::Flags => {
+            let f = r.flags();
+            let style = if r.leak || r.ooms > 0 {
+                t.alert()
+            } else {
+                t.dim()
+            };
+            (f, style)
+        }
+    };
+    let line = Line::styled(text, style);
+    Cell::from(if c.right_aligned() {
+        line.alignment(Alignment::Right)
+    } else {
+        line
+    })
+}

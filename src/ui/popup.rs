@@ -1,0 +1,150 @@
+//! The action box: the empty-cache question, a running command, and what a
+//! finished command did (reserved before/after, bytes released, NVML used
+//! before/after as the next NVML sample sees it).
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::app::{ActionReport, ActionState, App};
+use super::format;
+use crate::ring::{Command, Status};
+
+fn command_name(c: Command) -> &'static str {
+    match c {
+        Command::EmptyCache { .. } => "empty_cache",
+        Command::ResetPeaks { .. } => "reset peaks",
+        Command::Snapshot { .. } => "snapshot",
+        Command::Ping { .. } => "ping",
+        Command::Unknown { .. } => "command",
+    }
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(action) = &app.action else { return };
+    let t = &app.theme;
+    let a = t.glyphs().absent;
+    let (title, lines): (String, Vec<Line>) = match action {
+        ActionState::Confirm {
+            pid,
+            name,
+            reserved,
+            allocated,
+            ..
+        } => {
+            let mut l = vec![Line::from(vec![
+                Span::raw("Empty the CUDA cache of "),
+                Span::styled(format!("pid {pid}"), t.header()),
+                Span::raw(format!(" ({name})?")),
+            ])];
+            let cached = match (reserved, allocated) {
+                (Some(r), Some(al)) => Some(r.saturating_sub(*al)),
+                _ => None,
+            };
+            l.push(Line::raw(format!(
+                "reserved {}, allocated {}: up to {} may be released",
+                format::opt(*reserved, a, format::bytes),
+                format::opt(*allocated, a, format::bytes),
+                format::opt(cached, a, format::bytes),
+            )));
+            l.push(Line::styled(
+                "(cached blocks in partly used segments stay reserved)",
+                t.dim(),
+            ));
+            l.push(Line::from(vec![
+                Span::styled("y", t.key()),
+                Span::raw(" yes   "),
+                Span::styled("n", t.key()),
+                Span::raw(" / "),
+                Span::styled("Esc", t.key()),
+                Span::raw(" no"),
+            ]));
+            (" empty_cache ".into(), l)
+        }
+        ActionState::Running { pid, command } => (
+            format!(" {} ", command_name(*command)),
+            vec![Line::raw(format!(
+                "{} sent to pid {pid}; waiting for its answer...",
+                command_name(*command)
+            ))],
+        ),
+        ActionState::Done(r) => (format!(" {} ", command_name(r.command)), report(r, app)),
+    };
+    let w = 76.min(area.width);
+    let inner_w = w.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines
+        .iter()
+        .map(|l| l.width().max(1).div_ceil(inner_w))
+        .sum();
+    let h = (rows as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + area.height.saturating_sub(h + 2),
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, popup);
+    let block = t.block(Span::styled(title, t.title()));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        popup,
+    );
+}
+
+fn report(r: &ActionReport, app: &App) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let a = t.glyphs().absent;
+    let mut l = Vec::new();
+    match &r.status {
+        Err(e) => {
+            l.push(Line::styled(
+                format!("pid {}: failed: {e}", r.pid),
+                t.alert(),
+            ));
+        }
+        Ok(s) if *s != Status::Ok => {
+            l.push(Line::styled(
+                format!("pid {} answered {s:?}", r.pid),
+                t.warn(),
+            ));
+        }
+        Ok(_) => {
+            l.push(Line::styled(format!("pid {}: done", r.pid), t.good()));
+            if let (Command::EmptyCache { .. }, Some(o)) = (r.command, r.outcome) {
+                l.push(Line::raw(format!(
+                    "reserved {} -> {}   released {}",
+                    format::bytes(o.result0),
+                    format::bytes(o.result1),
+                    format::bytes(o.result0.saturating_sub(o.result1)),
+                )));
+                let after = match (r.nvml_before, r.nvml_after) {
+                    (None, _) => "NVML used: not available".to_string(),
+                    (Some(b), Some(x)) => format!(
+                        "NVML used {} -> {}   ({})",
+                        format::bytes(b),
+                        format::bytes(x),
+                        if x <= b {
+                            format!("-{}", format::bytes(b - x))
+                        } else {
+                            format!("+{}", format::bytes(x - b))
+                        }
+                    ),
+                    (Some(b), None) => format!(
+                        "NVML used {} -> {} (waiting for the next NVML sample)",
+                        format::bytes(b),
+                        a
+                    ),
+                };
+                l.push(Line::raw(after));
+            }
+            if let (Command::Snapshot { .. }, Some(o)) = (r.command, r.outcome) {
+                l.push(Line::raw(format!("snapshot #{} written", o.result0)));
+            }
+        }
+    }
+    l.push(Line::styled("Esc closes", t.dim()));
+    l
+}

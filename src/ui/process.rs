@@ -1,0 +1,124 @@
+//! The process view: a two-line summary, then the panes — all at once on a
+//! large terminal, as tabs on a small one (see [`super::layout`]).
+
+use ratatui::layout::{Alignment, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Tabs, Wrap};
+use ratatui::Frame;
+
+use super::app::{App, Pane};
+use super::rows::{mode_name, Row};
+use super::{blockmap, diagnosis, events, format, layout, stats, timeline};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let Some(e) = app.selected_entry() else {
+        let pid = app.selected.map_or(0, |k| k.pid);
+        frame.render_widget(
+            Paragraph::new(vec![
+                Line::raw(""),
+                Line::styled(
+                    format!("Process {pid} is no longer visible (it exited)."),
+                    t.warn(),
+                ),
+                Line::styled("Esc goes back to the overview.", t.dim()),
+            ])
+            .alignment(Alignment::Center)
+            .wrap(Wrap { trim: true }),
+            area,
+        );
+        return;
+    };
+    let a = layout::process(app.size, app.pane, area);
+    render_info(frame, a.info, app, &Row::new(&app.snap, e));
+    if let Some(tabs) = a.tabs {
+        let titles: Vec<Line> = Pane::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut title = format!("{} {}", i + 1, p.title());
+                if *p == Pane::Diagnosis && (e.view.leak.flagged || !e.view.ooms.is_empty()) {
+                    title.push('!');
+                }
+                Line::from(title)
+            })
+            .collect();
+        let w = Tabs::new(titles)
+            .select(Pane::ALL.iter().position(|p| *p == app.pane))
+            .style(t.dim())
+            .highlight_style(t.selected())
+            .divider(if t.ascii { "|" } else { "│" });
+        frame.render_widget(w, tabs);
+    }
+    if let Some(r) = a.timeline {
+        timeline::render(frame, r, app);
+    }
+    if let Some(r) = a.blocks {
+        blockmap::render(frame, r, app);
+    }
+    if let Some(r) = a.stats {
+        stats::render(frame, r, app);
+    }
+    if let Some(r) = a.events {
+        events::render(frame, r, app);
+    }
+    if let Some(r) = a.diagnosis {
+        diagnosis::render(frame, r, app);
+    }
+}
+
+fn render_info(frame: &mut Frame, area: Rect, app: &App, r: &Row) {
+    let t = &app.theme;
+    let g = t.glyphs();
+    let a = g.absent;
+    let e = r.entry;
+    let sep = || Span::styled(format!(" {} ", g.dot), t.dim());
+    let mut l1 = vec![
+        Span::styled(format!(" pid {} ", r.pid), t.header()),
+        Span::raw(r.name.clone()),
+    ];
+    if !e.identity.user.is_empty() {
+        l1.push(sep());
+        l1.push(Span::raw(e.identity.user.clone()));
+    }
+    l1.push(sep());
+    l1.push(Span::styled(mode_name(r.mode), t.key()));
+    if let Some(fw) = e.source.framework.as_ref().or(e.source.producer.as_ref()) {
+        l1.push(sep());
+        l1.push(Span::styled(fw.clone(), t.dim()));
+    }
+    if let Some(g) = &r.gpus {
+        l1.push(sep());
+        l1.push(Span::raw(format!("GPU {g}")));
+    }
+    if !r.alive {
+        l1.push(Span::styled("  EXITED", t.warn()));
+    }
+    let fig =
+        |label: &str, v: String| vec![Span::styled(format!(" {label} "), t.dim()), Span::raw(v)];
+    let mut l2 = Vec::new();
+    if r.leak {
+        l2.push(Span::styled(" LEAK?", t.alert()));
+    }
+    if r.ooms > 0 {
+        l2.push(Span::styled(format!(" OOM x{}", r.ooms), t.alert()));
+    }
+    if r.needs_resync {
+        l2.push(Span::styled(" resync", t.warn()));
+    }
+    l2.extend(fig("NVML", format::opt(r.nvml, a, format::bytes_short)));
+    l2.extend(fig("resv", format::opt(r.reserved, a, format::bytes_short)));
+    l2.extend(fig(
+        "alloc",
+        format::opt(r.allocated, a, format::bytes_short),
+    ));
+    l2.extend(fig(
+        "other",
+        format::opt(r.non_pytorch, a, format::bytes_signed_short),
+    ));
+    l2.extend(fig("peak", format::opt(r.peak, a, format::bytes_short)));
+    l2.extend(fig("frag", format::opt(r.frag, a, format::percent)));
+    l2.extend(fig("ev/s", format::opt(r.rate, a, format::rate)));
+    l2.extend(fig("lost", format::opt(r.lost, a, format::count)));
+    frame.render_widget(Paragraph::new(vec![Line::from(l1), Line::from(l2)]), area);
+}

@@ -1,0 +1,90 @@
+//! The terminal, set up and restored in exactly one place. `restore` runs
+//! at most once per `enter`, from whichever exit path comes first: the
+//! guard's drop (normal quit, Ctrl-C as a key, SIGTERM/SIGHUP through the
+//! loop, an error) or the panic hook. It leaves the alternate screen and
+//! shows the cursor last, so a shell prompt after us is always usable.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Once;
+
+use crossterm::cursor::{Hide, Show};
+use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use crossterm::execute;
+use crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, Clear, ClearType, EnterAlternateScreen, LeaveAlternateScreen,
+};
+
+use super::app::AppEvent;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static MOUSE: AtomicBool = AtomicBool::new(false);
+static HOOK: Once = Once::new();
+
+/// Restores the terminal when dropped.
+pub struct Guard(());
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Raw mode, alternate screen, hidden cursor, optionally mouse reporting.
+pub fn enter(mouse: bool) -> io::Result<Guard> {
+    install_panic_hook();
+    enable_raw_mode()?;
+    ACTIVE.store(true, Ordering::SeqCst);
+    MOUSE.store(mouse, Ordering::SeqCst);
+    let guard = Guard(());
+    let mut out = io::stdout();
+    execute!(out, EnterAlternateScreen, Hide, Clear(ClearType::All))?;
+    if mouse {
+        execute!(out, EnableMouseCapture)?;
+    }
+    Ok(guard)
+}
+
+/// Puts the terminal back as it was (idempotent).
+pub fn restore() {
+    if !ACTIVE.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    let mut out = io::stdout();
+    if MOUSE.load(Ordering::SeqCst) {
+        let _ = execute!(out, DisableMouseCapture);
+    }
+    let _ = execute!(out, LeaveAlternateScreen, Show);
+    let _ = out.flush();
+    let _ = disable_raw_mode();
+}
+
+/// Restores the terminal before the default hook prints the panic.
+fn install_panic_hook() {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}
+
+/// A small thread that turns SIGTERM, SIGHUP and SIGINT into
+/// `AppEvent::Signal`, so the loop ends and the guard restores the terminal.
+pub fn forward_signals(tx: Sender<AppEvent>) -> io::Result<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("vramscope-signals".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if tx.send(AppEvent::Signal).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(handle)
+}

@@ -1,0 +1,223 @@
+//! Allocated vs reserved over time, with NVML used on the same axis.
+//!
+//! Each plot column is one model column (min/max/last over its slice of the
+//! window). From the bottom: allocated up to the column's minimum (solid),
+//! the allocated range min..max (shaded: the swing of a training step),
+//! reserved above it (light), and NVML used as a line.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::App;
+use super::format;
+use super::layout::{plot_area, AXIS_WIDTH};
+use crate::collect::ProcessEntry;
+
+/// One plot column, summed over devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Col {
+    pub alloc_min: Option<u64>,
+    pub alloc_max: Option<u64>,
+    pub reserved: Option<u64>,
+    pub nvml: Option<u64>,
+}
+
+/// The columns of `e`'s timelines (devices summed).
+pub fn columns(e: &ProcessEntry) -> Vec<Col> {
+    let mut n = e.view.nvml_timeline.as_ref().map_or(0, Vec::len);
+    for d in &e.view.devices {
+        if let Some(tl) = &d.timeline {
+            n = n.max(tl.allocated.len()).max(tl.reserved.len());
+        }
+    }
+    let mut cols = vec![Col::default(); n];
+    let add = |slot: &mut Option<u64>, v: Option<u64>| {
+        if let Some(v) = v {
+            *slot = Some(slot.unwrap_or(0) + v);
+        }
+    };
+    for d in &e.view.devices {
+        let Some(tl) = &d.timeline else { continue };
+        for (i, c) in tl.allocated.iter().enumerate() {
+            add(&mut cols[i].alloc_min, c.map(|c| c.min));
+            add(&mut cols[i].alloc_max, c.map(|c| c.max));
+        }
+        for (i, c) in tl.reserved.iter().enumerate() {
+            add(&mut cols[i].reserved, c.map(|c| c.max));
+        }
+    }
+    if let Some(nv) = &e.view.nvml_timeline {
+        for (i, c) in nv.iter().enumerate() {
+            cols[i].nvml = c.map(|c| c.max);
+        }
+    }
+    cols
+}
+
+/// A round upper bound for the axis.
+fn nice_max(v: u64) -> u64 {
+    let v = v.max(1 << 20);
+    let target = v + v / 20;
+    let mut step: u64 = 1 << 20;
+    while step * 8 < target {
+        step *= 2;
+    }
+    // multiples of step/2 give 1.5/2/3/4/6/8-ish tops
+    let half = (step / 2).max(1);
+    target.div_ceil(half) * half
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let g = t.glyphs();
+    let Some(e) = app.selected_entry() else {
+        return;
+    };
+    let span = app.span_ns();
+    let state = if app.follow {
+        Span::styled(" LIVE ", t.good())
+    } else {
+        let (_, to) = app.window();
+        let back = app.now_ns.max(app.snap.taken_ns).saturating_sub(to);
+        Span::styled(format!(" ends {} ago ", format::duration(back)), t.warn())
+    };
+    let title = Line::from(vec![
+        Span::styled(" Memory over time ", t.title()),
+        Span::styled(format!("{} window {} ", g.dot, format::span(span)), t.dim()),
+        state,
+    ]);
+    let legend = Line::from(vec![
+        Span::raw(" "),
+        Span::styled(g.allocated, t.allocated()),
+        Span::raw(" allocated "),
+        Span::styled(g.swing, t.allocated_alt()),
+        Span::raw(" alloc range "),
+        Span::styled(g.reserved, t.reserved()),
+        Span::raw(" reserved "),
+        Span::styled(g.nvml, t.nvml()),
+        Span::raw(" NVML used "),
+    ]);
+    let block = t.block(title).title_bottom(legend);
+    frame.render_widget(block, area);
+    let plot = plot_area(area);
+    if plot.width < 4 || plot.height < 2 {
+        return;
+    }
+    let cols = columns(e);
+    if cols.iter().all(|c| *c == Col::default()) {
+        let msg = if e.view.devices.is_empty() && e.view.nvml_timeline.is_none() {
+            "no timeline for this process"
+        } else {
+            "no samples in this window (+/- zoom, f follows live)"
+        };
+        frame.render_widget(
+            Paragraph::new(Line::styled(msg, t.dim())).centered(),
+            Rect {
+                y: plot.y + plot.height / 2,
+                height: 1,
+                ..plot
+            },
+        );
+        draw_time_axis(frame, area, plot, app, span);
+        return;
+    }
+    let top = cols
+        .iter()
+        .flat_map(|c| [c.alloc_max, c.reserved, c.nvml])
+        .flatten()
+        .max()
+        .unwrap_or(0);
+    let ymax = nice_max(top);
+    let h = plot.height as u64;
+    // Value → filled cells (rounded).
+    let cells = |v: u64| -> u64 { ((v as f64 / ymax as f64) * h as f64).round() as u64 };
+    let buf = frame.buffer_mut();
+    let n = cols.len();
+    for x in 0..plot.width {
+        let i = (x as usize * n) / plot.width as usize;
+        let Some(c) = cols.get(i) else { continue };
+        let amin = c.alloc_min.map_or(0, cells);
+        let amax = c.alloc_max.map_or(0, cells).max(amin);
+        let res = c.reserved.map_or(0, cells);
+        let nv = c.nvml.map(cells);
+        for row in 0..h {
+            let y = plot.y + plot.height - 1 - row as u16;
+            let (sym, style): (&str, Style) = if row < amin {
+                (g.allocated, t.allocated())
+            } else if row < amax {
+                (g.swing, t.allocated_alt())
+            } else if row < res {
+                (g.reserved, t.reserved())
+            } else {
+                continue;
+            };
+            buf[(plot.x + x, y)].set_symbol(sym).set_style(style);
+        }
+        if let Some(nv) = nv {
+            let row = nv.saturating_sub(1).min(h - 1);
+            let y = plot.y + plot.height - 1 - row as u16;
+            buf[(plot.x + x, y)].set_symbol(g.nvml).set_style(t.nvml());
+        }
+    }
+    // Value axis.
+    let label_w = (AXIS_WIDTH - 1) as usize;
+    let labels = [
+        (0u16, ymax),
+        (
+            plot.height / 2,
+            ymax - ymax * u64::from(plot.height / 2) / h,
+        ),
+        (plot.height - 1, 0),
+    ];
+    for (dy, v) in labels {
+        let text = format!("{:>label_w$}", format::bytes_short(v));
+        let r = Rect::new(area.x + 1, plot.y + dy, AXIS_WIDTH, 1);
+        frame.render_widget(
+            Paragraph::new(Line::from(vec![
+                Span::styled(text, t.dim()),
+                Span::styled(if t.ascii { "|" } else { "┤" }, t.dim()),
+            ])),
+            r,
+        );
+    }
+    draw_time_axis(frame, area, plot, app, span);
+}
+
+fn draw_time_axis(frame: &mut Frame, area: Rect, plot: Rect, app: &App, span: u64) {
+    let t = &app.theme;
+    let y = plot.y + plot.height;
+    if y >= area.y + area.height.saturating_sub(1) {
+        return;
+    }
+    let (_, to) = app.window();
+    let back = app.now_ns.max(app.snap.taken_ns).saturating_sub(to);
+    let right = if app.follow && back < 1_000_000_000 {
+        "now".to_string()
+    } else {
+        format!("-{}", format::span(back))
+    };
+    let left = format!("-{}", format::span(back + span));
+    let mid = format!("-{}", format::span(back + span / 2));
+    let w = plot.width as usize;
+    let mut line = vec![' '; w];
+    let put = |line: &mut Vec<char>, at: usize, s: &str| {
+        for (k, ch) in s.chars().enumerate() {
+            if at + k < line.len() {
+                line[at + k] = ch;
+            }
+        }
+    };
+    put(&mut line, 0, &left);
+    if w > left.len() + mid.len() + right.len() + 4 {
+        put(&mut line, w / 2 - mid.len() / 2, &mid);
+    }
+    put(&mut line, w.saturating_sub(right.len()), &right);
+    let s: String = line.into_iter().collect();
+    frame.render_widget(
+        Paragraph::new(Span::styled(s, t.dim())),
+        Rect::new(plot.x, y, plot.width, 1),
+    );
+}

@@ -1,0 +1,520 @@
+//! The state machine driven by injected events, no terminal: navigation,
+//! sorting, filtering, the process view, zoom and scroll, the empty-cache
+//! dialogue through a fake command runner, read-only mode, help, pause,
+//! demo controls, mouse, and Press-only keys.
+
+use std::sync::mpsc;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use vramscope::demo::DemoStatus;
+use vramscope::model::ProcessKey;
+use vramscope::ring::{Command, Outcome, Status};
+use vramscope::ui::app::{ActionState, SPANS_NS};
+use vramscope::ui::fixtures::{app_with, refresh, Fixture};
+use vramscope::ui::rows::Col;
+use vramscope::ui::{
+    layout, spawn_command, App, AppConfig, AppEvent, CommandRunner, Effect, Screen, Theme,
+};
+
+static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
+
+fn cfg(readonly: bool) -> AppConfig {
+    AppConfig {
+        readonly,
+        theme: Theme::new(true, false),
+        demo: false,
+    }
+}
+
+fn app() -> App {
+    app_with(&FX, cfg(false), 80, 24)
+}
+
+fn key(code: KeyCode) -> AppEvent {
+    AppEvent::Input(Event::Key(KeyEvent::new(code, KeyModifiers::NONE)))
+}
+
+fn ch(c: char) -> AppEvent {
+    key(KeyCode::Char(c))
+}
+
+fn type_str(app: &mut App, s: &str) -> Vec<Effect> {
+    s.chars().flat_map(|c| app.handle(ch(c))).collect()
+}
+
+fn pids(app: &App) -> Vec<u32> {
+    app.rows().iter().map(|r| r.pid).collect()
+}
+
+fn selected_pid(app: &App) -> u32 {
+    app.selected_entry().unwrap().identity.host_pid
+}
+
+#[test]
+fn navigation() {
+    let mut a = app();
+    let order = pids(&a);
+    assert_eq!(selected_pid(&a), order[0]);
+    a.handle(key(KeyCode::Down));
+    assert_eq!(selected_pid(&a), order[1]);
+    a.handle(ch('j'));
+    assert_eq!(selected_pid(&a), order[2]);
+    a.handle(ch('k'));
+    a.handle(key(KeyCode::Up));
+    a.handle(key(KeyCode::Up)); // clamps at the top
+    assert_eq!(selected_pid(&a), order[0]);
+    a.handle(key(KeyCode::End));
+    assert_eq!(selected_pid(&a), *order.last().unwrap());
+    a.handle(ch('g'));
+    assert_eq!(selected_pid(&a), order[0]);
+}
+
+#[test]
+fn selection_scrolls_the_table() {
+    let fx = Fixture::new(12);
+    let mut a = app_with(&fx, cfg(false), 80, 16);
+    let visible = layout::table_rows(&a);
+    assert!(visible < 13, "{visible}");
+    for _ in 0..12 {
+        a.handle(key(KeyCode::Down));
+    }
+    assert_eq!(a.table_offset, 13 - visible);
+    a.handle(key(KeyCode::Home));
+    assert_eq!(a.table_offset, 0);
+}
+
+#[test]
+fn sorting() {
+    let mut a = app();
+    assert_eq!(a.sort, Col::Reserved);
+    assert!(a.descending);
+    let resv: Vec<Option<u64>> = a.rows().iter().map(|r| r.reserved).collect();
+    // Descending, absent (NVML-only) last.
+    assert!(resv.windows(2).all(|w| match (w[0], w[1]) {
+        (Some(x), Some(y)) => x >= y,
+        (Some(_), None) | (None, None) => true,
+        (None, Some(_)) => false,
+    }));
+    a.handle(ch('o'));
+    assert_eq!(a.sort, Col::Allocated);
+    let alloc: Vec<u64> = a.rows().iter().filter_map(|r| r.allocated).collect();
+    assert!(alloc.windows(2).all(|w| w[0] >= w[1]));
+    a.handle(ch('O'));
+    assert!(!a.descending);
+    let alloc: Vec<u64> = a.rows().iter().filter_map(|r| r.allocated).collect();
+    assert!(alloc.windows(2).all(|w| w[0] <= w[1]));
+    // Absent values stay last in either direction.
+    assert_eq!(a.rows().last().unwrap().pid, 4242);
+    // Cycling comes back round.
+    for _ in 0..Col::SORTABLE.len() - 1 {
+        a.handle(ch('o'));
+    }
+    assert_eq!(a.sort, Col::Reserved);
+}
+
+#[test]
+fn filtering() {
+    let mut a = app();
+    a.handle(ch('/'));
+    assert!(a.filter_editing);
+    // While typing, letters are text, not commands ('q' does not quit).
+    let fx = type_str(&mut a, "seq");
+    assert!(fx.is_empty());
+    assert!(!a.quit);
+    assert_eq!(a.filter, "seq");
+    assert_eq!(pids(&a).len(), 1);
+    assert_eq!(a.rows()[0].name, "seq2seq.py");
+    assert_eq!(selected_pid(&a), a.rows()[0].pid);
+    a.handle(key(KeyCode::Backspace));
+    assert_eq!(a.filter, "se");
+    a.handle(key(KeyCode::Enter));
+    assert!(!a.filter_editing);
+    assert_eq!(a.filter, "se");
+    // By pid and by command line.
+    a.filter = "4242".into();
+    assert_eq!(pids(&a), vec![4242]);
+    a.filter = "--scenario oom".into();
+    assert_eq!(pids(&a).len(), 1);
+    // Esc clears.
+    a.handle(key(KeyCode::Esc));
+    assert!(a.filter.is_empty());
+    assert_eq!(pids(&a).len(), 7);
+}
+
+#[test]
+fn open_process_view_and_back() {
+    let mut a = app();
+    let fx = a.handle(key(KeyCode::Enter));
+    assert_eq!(fx, vec![Effect::Refresh]);
+    assert_eq!(a.screen, Screen::Process);
+    let opts = a.view_options();
+    assert!(opts.block_map);
+    let tl = opts.timeline.expect("a timeline request");
+    assert_eq!(tl.to_ns - tl.from_ns, SPANS_NS[a.span_index]);
+    assert_eq!(tl.to_ns, FX.now_ns);
+    assert_eq!(tl.columns, 80 - 2 - layout::AXIS_WIDTH as usize);
+    // Tabs.
+    a.handle(key(KeyCode::Tab));
+    assert_eq!(a.pane, vramscope::ui::Pane::Blocks);
+    a.handle(ch('5'));
+    assert_eq!(a.pane, vramscope::ui::Pane::Diagnosis);
+    a.handle(key(KeyCode::BackTab));
+    assert_eq!(a.pane, vramscope::ui::Pane::Events);
+    // Back.
+    assert_eq!(a.handle(key(KeyCode::Esc)), vec![Effect::Refresh]);
+    assert_eq!(a.screen, Screen::Overview);
+    assert!(!a.view_options().block_map);
+}
+
+#[test]
+fn zoom_and_scroll_time() {
+    let mut a = app();
+    a.handle(key(KeyCode::Enter));
+    let span0 = a.span_ns();
+    assert_eq!(a.handle(ch('+')), vec![Effect::Refresh]);
+    assert!(a.span_ns() < span0);
+    a.handle(ch('-'));
+    a.handle(ch('-'));
+    assert!(a.span_ns() > span0);
+    let span = a.span_ns();
+    // Back in time: stop following, move by half a window.
+    a.handle(key(KeyCode::Left));
+    assert!(!a.follow);
+    let (from, to) = a.window();
+    assert_eq!(to, FX.now_ns - span / 2);
+    assert_eq!(to - from, span);
+    // Forward past now: follow again.
+    a.handle(key(KeyCode::Right));
+    assert!(a.follow);
+    // f toggles follow; End turns it on.
+    a.handle(ch('f'));
+    assert!(!a.follow);
+    a.handle(key(KeyCode::End));
+    assert!(a.follow);
+    // Zooming stops at both ends.
+    for _ in 0..40 {
+        a.handle(ch('+'));
+    }
+    assert_eq!(a.span_ns(), SPANS_NS[0]);
+    for _ in 0..40 {
+        a.handle(ch('-'));
+    }
+    assert_eq!(a.span_ns(), *SPANS_NS.last().unwrap());
+}
+
+#[test]
+fn block_map_scrolls() {
+    let mut a = app();
+    a.selected = FX.key_of("leak");
+    a.handle(key(KeyCode::Enter));
+    refresh(&mut a, &FX);
+    a.handle(ch('2'));
+    a.handle(key(KeyCode::PageDown));
+    let page = a.block_scroll;
+    assert!(page > 5, "{page}");
+    a.handle(key(KeyCode::Down));
+    assert_eq!(a.block_scroll, page + 1);
+    a.handle(key(KeyCode::PageUp));
+    a.handle(key(KeyCode::PageUp));
+    assert_eq!(a.block_scroll, 0);
+}
+
+/// Answers like a process that released `released` bytes.
+struct FakeRunner {
+    calls: Mutex<Vec<(ProcessKey, Command)>>,
+}
+
+impl CommandRunner for FakeRunner {
+    fn run(&self, key: ProcessKey, command: Command) -> Result<Outcome, String> {
+        self.calls.lock().unwrap().push((key, command));
+        Ok(Outcome {
+            status: Status::Ok,
+            result0: 3 << 30,
+            result1: 1 << 30,
+            result2: 0,
+        })
+    }
+}
+
+#[test]
+fn empty_cache_confirm_cancel_and_run() {
+    let mut a = app();
+    a.selected = FX.key_of("empty-cache");
+    let key_ = a.selected.unwrap();
+    // Cancel.
+    assert!(a.handle(ch('e')).is_empty());
+    assert!(matches!(a.action, Some(ActionState::Confirm { .. })));
+    // Other keys are ignored while asking.
+    a.handle(ch('j'));
+    assert_eq!(a.selected, Some(key_));
+    a.handle(ch('n'));
+    assert!(a.action.is_none());
+    // Confirm.
+    a.handle(ch('e'));
+    let fx = a.handle(ch('y'));
+    let [Effect::RunCommand {
+        key: k,
+        pid,
+        command,
+    }] = fx.as_slice()
+    else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(*k, key_);
+    assert_eq!(*command, Command::EmptyCache { device: None });
+    assert!(matches!(a.action, Some(ActionState::Running { .. })));
+    let nvml_before = a.selected_entry().unwrap().view.figures.nvml_used;
+    // Run it as the loop does, through the fake runner, on a thread.
+    let runner = Arc::new(FakeRunner {
+        calls: Mutex::new(Vec::new()),
+    });
+    let (tx, rx) = mpsc::channel();
+    spawn_command(runner.clone(), tx, *k, *pid, *command);
+    let done = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(matches!(done, AppEvent::CommandDone(_)));
+    assert_eq!(runner.calls.lock().unwrap().len(), 1);
+    assert_eq!(a.handle(done), vec![Effect::Refresh]);
+    let Some(ActionState::Done(r)) = &a.action else {
+        panic!("{:?}", a.action)
+    };
+    assert_eq!(r.released(), Some(2 << 30));
+    assert_eq!(r.nvml_before, nvml_before);
+    assert_eq!(r.nvml_after, None);
+    // The same NVML sample: still waiting. A newer one: filled in.
+    refresh(&mut a, &FX);
+    let Some(ActionState::Done(r)) = &a.action else {
+        panic!()
+    };
+    assert_eq!(r.nvml_after, None);
+    let mut snap = FX.snapshot(&a.view_options());
+    snap.machine.sampled_ns = Some(FX.now_ns + 1_000_000_000);
+    for p in &mut snap.processes {
+        if p.key() == key_ {
+            p.view.figures.nvml_used = Some(1 << 30);
+        }
+    }
+    a.set_snapshot(snap);
+    let Some(ActionState::Done(r)) = &a.action else {
+        panic!()
+    };
+    assert_eq!(r.nvml_after, Some(1 << 30));
+    let f = vramscope::ui::render_buffer(&a, 80, 24);
+    let text: String = f.content.iter().map(|c| c.symbol()).collect();
+    assert!(text.contains("reserved 3.00 GiB -> 1.00 GiB   released 2.00 GiB"));
+    assert!(text.contains("NVML used"));
+    // Esc closes the report.
+    a.handle(key(KeyCode::Esc));
+    assert!(a.action.is_none());
+}
+
+#[test]
+fn commands_need_an_agent() {
+    let mut a = app();
+    a.selected = Some(ProcessKey {
+        pid: 4242,
+        start_time: 777,
+    });
+    assert!(a.handle(ch('e')).is_empty());
+    assert!(a.action.is_none());
+    assert!(a.message.as_deref().unwrap().contains("does not answer"));
+    assert!(a.handle(ch('r')).is_empty());
+}
+
+#[test]
+fn reset_peaks_and_snapshot() {
+    let mut a = app();
+    let fx = a.handle(ch('r'));
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::RunCommand {
+            command: Command::ResetPeaks { device: None },
+            ..
+        }]
+    ));
+    // A second command while one runs is refused.
+    assert!(a.handle(ch('s')).is_empty());
+    a.action = None;
+    let fx = a.handle(ch('s'));
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::RunCommand {
+            command: Command::Snapshot { device: None },
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn readonly_blocks_actions() {
+    let mut a = app_with(&FX, cfg(true), 80, 24);
+    for c in ['e', 'r', 's'] {
+        assert!(a.handle(ch(c)).is_empty(), "{c}");
+        assert!(a.action.is_none(), "{c}");
+    }
+    a.handle(ch('e'));
+    a.handle(ch('y'));
+    assert!(a.action.is_none());
+    // Viewing still works.
+    a.handle(key(KeyCode::Down));
+    assert_eq!(a.handle(key(KeyCode::Enter)), vec![Effect::Refresh]);
+}
+
+#[test]
+fn help_overlay() {
+    let mut a = app();
+    a.handle(ch('?'));
+    assert!(a.help);
+    let sel = a.selected;
+    a.handle(ch('j'));
+    assert_eq!(a.selected, sel);
+    assert!(a.handle(ch('e')).is_empty());
+    assert!(a.action.is_none());
+    a.handle(key(KeyCode::Esc));
+    assert!(!a.help);
+    // Every key the footer names is in the help.
+    let all: Vec<&str> = vramscope::ui::help::KEYS.iter().map(|k| k.0).collect();
+    for k in [
+        "q Ctrl-C", "?", "p", "space", "[ ]", "S", "e", "r", "s", "/", "Enter",
+    ] {
+        assert!(all.contains(&k), "{k}");
+    }
+}
+
+#[test]
+fn quit_paths() {
+    let mut a = app();
+    assert_eq!(a.handle(ch('q')), vec![Effect::Quit]);
+    let mut a = app();
+    let ctrl_c = AppEvent::Input(Event::Key(KeyEvent::new(
+        KeyCode::Char('c'),
+        KeyModifiers::CONTROL,
+    )));
+    assert_eq!(a.handle(ctrl_c), vec![Effect::Quit]);
+    // Ctrl-C quits even while typing a filter.
+    let mut a = app();
+    a.handle(ch('/'));
+    let ctrl_c = AppEvent::Input(Event::Key(KeyEvent::new(
+        KeyCode::Char('c'),
+        KeyModifiers::CONTROL,
+    )));
+    assert_eq!(a.handle(ctrl_c), vec![Effect::Quit]);
+    let mut a = app();
+    assert_eq!(a.handle(AppEvent::Signal), vec![Effect::Quit]);
+}
+
+#[test]
+fn only_presses_count() {
+    let mut a = app();
+    let before = a.selected;
+    let mut release = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
+    release.kind = KeyEventKind::Release;
+    a.handle(AppEvent::Input(Event::Key(release)));
+    assert_eq!(a.selected, before);
+    let mut release = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::NONE);
+    release.kind = KeyEventKind::Release;
+    assert!(a.handle(AppEvent::Input(Event::Key(release))).is_empty());
+}
+
+#[test]
+fn pause_freezes_the_view() {
+    let mut a = app();
+    assert_eq!(a.handle(AppEvent::Changed), vec![Effect::Refresh]);
+    assert!(a.handle(ch('p')).is_empty());
+    assert!(a.paused);
+    assert!(a.handle(AppEvent::Changed).is_empty());
+    // Without a demo, space pauses the view too.
+    assert_eq!(a.handle(ch(' ')), vec![Effect::Refresh]);
+    assert!(!a.paused);
+    let f = {
+        a.paused = true;
+        vramscope::ui::render_buffer(&a, 80, 24)
+    };
+    let top: String = f.content[..80].iter().map(|c| c.symbol()).collect();
+    assert!(top.contains("PAUSED"), "{top}");
+}
+
+#[test]
+fn demo_keys() {
+    let mut a = app_with(
+        &FX,
+        AppConfig {
+            demo: true,
+            ..cfg(false)
+        },
+        80,
+        24,
+    );
+    a.set_demo_status(Some(DemoStatus {
+        scenario: "leak".into(),
+        caption: "x".into(),
+        progress: 0.1,
+        speed: 1.0,
+        paused: false,
+        runs: 0,
+    }));
+    assert_eq!(a.handle(ch(' ')), vec![Effect::DemoTogglePause]);
+    assert!(!a.paused, "space pauses the simulation, not the view");
+    assert_eq!(a.handle(ch(']')), vec![Effect::DemoSpeed(2.0)]);
+    assert_eq!(a.handle(ch('[')), vec![Effect::DemoSpeed(0.5)]);
+    // p still pauses the view.
+    a.handle(ch('p'));
+    assert!(a.paused);
+}
+
+#[test]
+fn mouse_selects_opens_and_scrolls() {
+    let mut a = app();
+    let body = layout::table_body(&a);
+    let click = |row: u16| {
+        AppEvent::Input(Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column: body.x + 3,
+            row,
+            modifiers: KeyModifiers::NONE,
+        }))
+    };
+    let order = pids(&a);
+    a.handle(click(body.y + 2));
+    assert_eq!(selected_pid(&a), order[2]);
+    assert_eq!(a.screen, Screen::Overview);
+    // A click outside the rows does nothing.
+    a.handle(click(body.y + 15));
+    assert_eq!(selected_pid(&a), order[2]);
+    // Clicking the selected row opens it.
+    assert_eq!(a.handle(click(body.y + 2)), vec![Effect::Refresh]);
+    assert_eq!(a.screen, Screen::Process);
+    a.handle(key(KeyCode::Esc));
+    let wheel = AppEvent::Input(Event::Mouse(MouseEvent {
+        kind: MouseEventKind::ScrollDown,
+        column: 10,
+        row: 10,
+        modifiers: KeyModifiers::NONE,
+    }));
+    a.handle(wheel);
+    assert_eq!(selected_pid(&a), order[3]);
+}
+
+#[test]
+fn resize_asks_for_a_new_snapshot() {
+    let mut a = app();
+    a.handle(key(KeyCode::Enter));
+    let before = a.view_options().timeline.unwrap().columns;
+    assert_eq!(
+        a.handle(AppEvent::Input(Event::Resize(200, 60))),
+        vec![Effect::Refresh]
+    );
+    let after = a.view_options().timeline.unwrap().columns;
+    assert!(after > before);
+}
+
+#[test]
+fn initial_process_by_pid() {
+    let mut a = app();
+    assert!(a.open_pid(FX.key_of("oom").unwrap().pid));
+    assert_eq!(a.screen, Screen::Process);
+    assert!(!app().open_pid(1));
+}

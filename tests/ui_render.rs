@@ -1,0 +1,244 @@
+//! Whole frames drawn into a TestBackend from fixed snapshots (workshop
+//! scenarios fed into the model, no clocks), compared as insta snapshots at
+//! several sizes, plus checks of the monochrome and ASCII themes.
+
+use std::sync::LazyLock;
+
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::{Color, Modifier};
+use ratatui::Terminal;
+use vramscope::demo::DemoStatus;
+use vramscope::ui::app::ActionState;
+use vramscope::ui::fixtures::{app_with, refresh, Fixture};
+use vramscope::ui::{render_buffer, App, AppConfig, Pane, Theme};
+
+static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
+static FX8: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(8));
+static NO_NVML: LazyLock<Fixture> = LazyLock::new(|| Fixture::without_nvml(2));
+
+fn cfg() -> AppConfig {
+    AppConfig {
+        readonly: false,
+        theme: Theme::new(true, false),
+        demo: false,
+    }
+}
+
+fn text(buf: &Buffer) -> String {
+    let mut t = Terminal::new(TestBackend::new(buf.area.width, buf.area.height)).unwrap();
+    t.draw(|f| *f.buffer_mut() = buf.clone()).unwrap();
+    t.backend().to_string()
+}
+
+fn frame(app: &App) -> String {
+    text(&render_buffer(app, app.size.width, app.size.height))
+}
+
+fn process_app(fx: &Fixture, scenario: &str, w: u16, h: u16, pane: Pane) -> App {
+    let mut app = app_with(fx, cfg(), w, h);
+    app.selected = fx.key_of(scenario);
+    app.open();
+    app.pane = pane;
+    refresh(&mut app, fx);
+    app
+}
+
+#[test]
+fn overview_sizes() {
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        let app = app_with(&FX, cfg(), w, h);
+        insta::assert_snapshot!(format!("overview_{w}x{h}"), frame(&app));
+    }
+}
+
+#[test]
+fn overview_eight_processes_scrolls_at_80x24() {
+    let mut app = app_with(&FX8, cfg(), 80, 16);
+    for _ in 0..8 {
+        app.handle(vramscope::ui::AppEvent::Input(
+            crossterm::event::Event::Key(crossterm::event::KeyEvent::from(
+                crossterm::event::KeyCode::Down,
+            )),
+        ));
+    }
+    insta::assert_snapshot!("overview_8_scrolled_80x16", frame(&app));
+}
+
+#[test]
+fn overview_without_nvml() {
+    let app = app_with(&NO_NVML, cfg(), 80, 24);
+    let f = frame(&app);
+    assert!(f.contains("NVML library not found"), "{f}");
+    insta::assert_snapshot!("overview_no_nvml_80x24", f);
+}
+
+#[test]
+fn overview_filtered_and_empty() {
+    let mut app = app_with(&FX, cfg(), 80, 24);
+    app.filter = "seq2".into();
+    refresh(&mut app, &FX);
+    insta::assert_snapshot!("overview_filter_80x24", frame(&app));
+    app.filter = "nothing-matches".into();
+    refresh(&mut app, &FX);
+    insta::assert_snapshot!("overview_filter_none_80x24", frame(&app));
+    let mut empty = App::new(cfg());
+    empty.size = ratatui::layout::Rect::new(0, 0, 80, 24);
+    insta::assert_snapshot!("overview_empty_80x24", frame(&empty));
+}
+
+#[test]
+fn process_view_compact_tabs() {
+    for pane in Pane::ALL {
+        let app = process_app(&FX, "leak", 80, 24, pane);
+        insta::assert_snapshot!(format!("process_leak_{pane:?}_80x24"), frame(&app));
+    }
+}
+
+#[test]
+fn process_view_wide() {
+    for scenario in ["leak", "oom", "fragmentation"] {
+        let app = process_app(&FX, scenario, 200, 60, Pane::Timeline);
+        insta::assert_snapshot!(format!("process_{scenario}_200x60"), frame(&app));
+    }
+}
+
+#[test]
+fn oom_details_at_80x24() {
+    let app = process_app(&FX, "oom", 80, 24, Pane::Diagnosis);
+    let f = frame(&app);
+    assert!(f.contains("OUT OF MEMORY"));
+    insta::assert_snapshot!("process_oom_diagnosis_80x24", f);
+}
+
+#[test]
+fn nvml_only_process() {
+    let mut app = app_with(&FX, cfg(), 80, 24);
+    app.selected = Some(vramscope::model::ProcessKey {
+        pid: 4242,
+        start_time: 777,
+    });
+    app.open();
+    for pane in [Pane::Timeline, Pane::Blocks] {
+        app.pane = pane;
+        refresh(&mut app, &FX);
+        insta::assert_snapshot!(format!("process_nvml_only_{pane:?}_80x24"), frame(&app));
+    }
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = app_with(&FX, cfg(), 80, 24);
+    app.help = true;
+    insta::assert_snapshot!("help_80x24", frame(&app));
+    app.size = ratatui::layout::Rect::new(0, 0, 200, 60);
+    insta::assert_snapshot!("help_200x60", frame(&app));
+    let mut ro = app_with(
+        &FX,
+        AppConfig {
+            readonly: true,
+            ..cfg()
+        },
+        80,
+        24,
+    );
+    ro.help = true;
+    let f = frame(&ro);
+    assert!(f.contains("Read-only"));
+    insta::assert_snapshot!("help_readonly_80x24", f);
+}
+
+#[test]
+fn action_boxes() {
+    let mut app = app_with(&FX, cfg(), 80, 24);
+    app.selected = FX.key_of("empty-cache");
+    let e = app.selected_entry().unwrap();
+    app.action = Some(ActionState::Confirm {
+        key: e.key(),
+        pid: e.identity.host_pid,
+        name: "finetune.py".into(),
+        reserved: Some(e.view.figures.reserved),
+        allocated: Some(e.view.figures.allocated),
+    });
+    insta::assert_snapshot!("confirm_empty_cache_80x24", frame(&app));
+}
+
+#[test]
+fn demo_caption() {
+    let mut app = app_with(
+        &FX,
+        AppConfig {
+            demo: true,
+            ..cfg()
+        },
+        80,
+        24,
+    );
+    app.set_demo_status(Some(DemoStatus {
+        scenario: "leak".into(),
+        caption: "step 7: the list of losses keeps each graph alive".into(),
+        progress: 0.45,
+        speed: 2.0,
+        paused: true,
+        runs: 0,
+    }));
+    insta::assert_snapshot!("demo_caption_80x24", frame(&app));
+}
+
+#[test]
+fn monochrome_has_no_colours() {
+    let theme = Theme::new(false, false);
+    for pane in Pane::ALL {
+        let mut app = process_app(&FX, "oom", 120, 40, pane);
+        app.theme = theme;
+        let buf = render_buffer(&app, 120, 40);
+        for c in &buf.content {
+            assert_eq!(c.fg, Color::Reset, "colour {:?} at {:?}", c.fg, c.symbol());
+            assert_eq!(c.bg, Color::Reset);
+        }
+        // The selection is still visible: reversed.
+        let overview = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
+        let buf = render_buffer(&overview, 80, 24);
+        assert!(buf
+            .content
+            .iter()
+            .any(|c| c.modifier.contains(Modifier::REVERSED)));
+    }
+}
+
+#[test]
+fn ascii_has_only_ascii() {
+    let theme = Theme::new(true, true);
+    let mut frames = Vec::new();
+    for pane in Pane::ALL {
+        let mut app = process_app(&FX, "fragmentation", 80, 24, pane);
+        app.theme = theme;
+        frames.push(render_buffer(&app, 80, 24));
+    }
+    let mut app = process_app(&FX, "leak", 200, 60, Pane::Timeline);
+    app.theme = theme;
+    frames.push(render_buffer(&app, 200, 60));
+    let mut o = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
+    o.theme = theme;
+    frames.push(render_buffer(&o, 80, 24));
+    o.help = true;
+    frames.push(render_buffer(&o, 80, 24));
+    for buf in &frames {
+        for c in &buf.content {
+            assert!(c.symbol().is_ascii(), "non-ASCII {:?}", c.symbol());
+        }
+    }
+    insta::assert_snapshot!("ascii_overview_80x24", text(&frames[frames.len() - 2]));
+    insta::assert_snapshot!("ascii_process_leak_200x60", text(&frames[frames.len() - 3]));
+    insta::assert_snapshot!("ascii_blocks_fragmentation_80x24", text(&frames[1]));
+}
+
+#[test]
+fn absent_is_a_dash_never_zero() {
+    // The NVML-only process has no allocator figures: dashes, not zeros.
+    let app = app_with(&FX, cfg(), 200, 60);
+    let f = frame(&app);
+    let line = f.lines().find(|l| l.contains("tritonserver")).unwrap();
+    assert!(line.matches('—').count() >= 6, "{line}");
+    assert!(!line.contains(" 0B"), "{line}");
+}
