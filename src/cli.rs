@@ -26,8 +26,66 @@ pub struct Cli {
     /// Do not read NVML.
     #[arg(long, global = true)]
     pub no_nvml: bool,
+    #[command(flatten)]
+    pub ui: UiFlags,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// How the dashboard looks and what it may do.
+#[derive(Debug, clap::Args)]
+pub struct UiFlags {
+    /// No actions: empty-cache, peak reset and snapshot requests are disabled.
+    #[arg(long, global = true)]
+    pub readonly: bool,
+    /// ASCII only: no braille, box-drawing or block glyphs.
+    #[arg(long, global = true)]
+    pub ascii: bool,
+    /// No colours (also when NO_COLOR is set).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    /// Do not capture the mouse.
+    #[arg(long, global = true)]
+    pub no_mouse: bool,
+    /// Open this process's view at start.
+    #[arg(long, global = true, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Write the frame shown after --screenshot-after as SVG to this file, then quit.
+    #[arg(long, global = true, value_name = "FILE.svg")]
+    pub screenshot: Option<PathBuf>,
+    /// Milliseconds before --screenshot is taken.
+    #[arg(long, global = true, default_value_t = 3000, value_name = "MS")]
+    pub screenshot_after: u64,
+    /// NVML poll period in milliseconds.
+    #[arg(long, global = true, default_value_t = 1000, value_name = "MS")]
+    pub interval: u64,
+}
+
+impl UiFlags {
+    fn options(&self) -> vramscope::ui::UiOptions {
+        vramscope::ui::UiOptions {
+            readonly: self.readonly,
+            ascii: self.ascii,
+            monochrome: self.no_color || vramscope::ui::no_color_env(),
+            mouse: !self.no_mouse,
+            initial_process: self.pid,
+            screenshot: self
+                .screenshot
+                .clone()
+                .map(|path| vramscope::ui::ScreenshotAfter {
+                    path,
+                    after: Duration::from_millis(self.screenshot_after),
+                }),
+            ..vramscope::ui::UiOptions::default()
+        }
+    }
+}
+
+/// Starts the collector and opens the dashboard on it.
+fn dashboard(cfg: Config, opts: vramscope::ui::UiOptions) -> Result<()> {
+    let hub = std::sync::Arc::new(collect::Hub::default());
+    collect::spawn(hub.clone(), cfg).context("starting the collector")?;
+    vramscope::ui::run(hub, opts)
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,8 +184,9 @@ pub fn run(cli: Cli) -> Result<()> {
     let dir = discover::segment_dir(cli.shm_dir.as_deref());
     let mut cfg = Config::new(dir.clone());
     cfg.nvml = !cli.no_nvml;
+    cfg.nvml_interval = Duration::from_millis(cli.ui.interval.max(100));
     match cli.command {
-        None => anyhow::bail!("the dashboard is not built yet; try `vramscope demo --headless`"),
+        None => dashboard(cfg, cli.ui.options()),
         Some(Command::Rings { clean, json }) => crate::rings::run(&dir, clean, json),
         Some(Command::Record { output, duration }) => crate::record::record(cfg, &output, duration),
         Some(Command::Replay { file, speed, json }) => crate::record::replay(&file, speed, json),
@@ -160,8 +219,19 @@ pub fn run(cli: Cli) -> Result<()> {
                 }
                 return Ok(());
             }
-            let _ = (speed, gpu);
-            anyhow::bail!("the dashboard is not built yet; add --headless")
+            let backing = if gpu {
+                let g = vramscope::sim::gpu::GpuBacking::new(0)
+                    .map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
+                Some(g)
+            } else {
+                None
+            };
+            let demo = vramscope::demo::start(sc, &dir, speed, backing)?;
+            let mut opts = cli.ui.options();
+            opts.demo = Some(demo.clone());
+            let r = dashboard(cfg, opts);
+            demo.stop();
+            r
         }
         Some(Command::Snapshot { json, blocks }) => {
             let opts = ViewOptions {

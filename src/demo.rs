@@ -36,6 +36,7 @@ pub struct DemoStatus {
 pub struct DemoControl {
     status: Mutex<DemoStatus>,
     stop: AtomicBool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl DemoControl {
@@ -49,8 +50,13 @@ impl DemoControl {
         let mut s = self.status.lock().expect("demo status");
         s.paused = !s.paused;
     }
+    /// Stops the simulation and waits for its thread, which closes and
+    /// removes the demo's segment.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.lock().expect("demo thread").take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -89,6 +95,11 @@ struct RingSink<'a> {
     /// `--gpu`: real device memory behind every simulated segment.
     gpu: Option<GpuBacking>,
     gpu_error: Option<String>,
+    /// Stamp events with the wall's monotonic clock when emitted (the live
+    /// demo, as a real process would), else with `base_ns` + simulated time
+    /// (headless runs, which go as fast as they can).
+    realtime: bool,
+    last_ns: u64,
 }
 
 impl<'a> RingSink<'a> {
@@ -100,19 +111,26 @@ impl<'a> RingSink<'a> {
             words: Vec::new(),
             gpu,
             gpu_error: None,
+            realtime: false,
+            last_ns: 0,
         }
     }
 }
 
 impl EventSink for RingSink<'_> {
     fn emit(&mut self, mut e: Event) {
+        e.time_ns = if self.realtime {
+            monotonic_ns().max(self.last_ns)
+        } else {
+            e.time_ns + self.base_ns
+        };
+        self.last_ns = e.time_ns;
         if let Some(g) = self.gpu.as_mut() {
             if let Err(err) = g.apply(&e) {
                 // Keep simulating; the dashboard shows NVML falling behind.
                 self.gpu_error.get_or_insert(err);
             }
         }
-        e.time_ns += self.base_ns;
         let ring = match e.kind {
             EventKind::Stats { .. }
             | EventKind::SnapshotBegin { .. }
@@ -157,17 +175,20 @@ pub fn start(
             runs: 0,
         }),
         stop: AtomicBool::new(false),
+        thread: Mutex::new(None),
     });
     let c = control.clone();
-    std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("vramscope-demo".into())
         .spawn(move || drive(seg, scenario, &c, gpu))?;
+    *control.thread.lock().expect("demo thread") = Some(handle);
     Ok(control)
 }
 
 fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Option<GpuBacking>) {
     let mut runner = ScenarioRunner::new(scenario.clone());
     let mut sink = RingSink::new(&seg, gpu);
+    sink.realtime = true;
     let mut sim_ns: u64 = 0;
     let mut last = Instant::now();
     let server = seg.command_server();

@@ -16,7 +16,13 @@ pub struct NvmlSource {
 impl NvmlSource {
     pub fn init() -> Self {
         let nvml = Nvml::init().map_err(|e| {
-            format!("NVML unavailable ({e}): no NVIDIA driver here; showing instrumented and simulated processes only")
+            let why = match e {
+                nvml_wrapper::error::NvmlError::LibloadingError(_) => {
+                    "libnvidia-ml.so.1 not found (no NVIDIA driver)".to_string()
+                }
+                e => e.to_string(),
+            };
+            format!("NVML unavailable: {why}; showing instrumented and simulated processes only")
         });
         NvmlSource { nvml }
     }
