@@ -101,9 +101,9 @@ pub enum Command {
         /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True).
         #[arg(long, value_name = "CONF")]
         conf: Option<String>,
-        /// Simulated seconds per second.
-        #[arg(long, default_value_t = 1.0)]
-        speed: f64,
+        /// Simulated seconds per second (default 1; 0.2 for `oom`).
+        #[arg(long)]
+        speed: Option<f64>,
         /// No terminal: run as fast as possible and print the final state.
         #[arg(long)]
         headless: bool,
@@ -226,9 +226,13 @@ pub fn run(cli: Cli) -> Result<()> {
             } else {
                 None
             };
+            let speed = speed.unwrap_or_else(|| vramscope::demo::default_speed(&scenario));
             let demo = vramscope::demo::start(sc, &dir, speed, backing)?;
             let mut opts = cli.ui.options();
             opts.demo = Some(demo.clone());
+            // The simulated job is what a workshop watches: open its view
+            // (Esc goes back to the overview).
+            opts.initial_process = opts.initial_process.or(Some(std::process::id()));
             let r = dashboard(cfg, opts);
             demo.stop();
             r

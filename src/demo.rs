@@ -18,6 +18,19 @@ use crate::sim::conf::AllocConf;
 use crate::sim::gpu::GpuBacking;
 use crate::sim::scenario::{Scenario, ScenarioRunner};
 
+/// How long the final state of a scenario stays on screen before it restarts.
+const HOLD_AT_END: Duration = Duration::from_secs(10);
+
+/// The speed a scenario plays at unless the user picks one: the OOM story
+/// is over in about a second of simulated time.
+pub fn default_speed(name: &str) -> f64 {
+    if name == "oom" {
+        0.2
+    } else {
+        1.0
+    }
+}
+
 /// What the dashboard can see of, and change in, a running demo.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DemoStatus {
@@ -191,6 +204,7 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
     sink.realtime = true;
     let mut sim_ns: u64 = 0;
     let mut last = Instant::now();
+    let mut finished_at: Option<Instant> = None;
     let server = seg.command_server();
     while !control.stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(10));
@@ -211,7 +225,21 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
             server.answer(req, status, r0, r1);
         }
         seg.heartbeat();
-        if runner.is_finished() {
+        if runner.is_finished() && !paused {
+            // Hold the final picture for a while (a teacher is talking over it).
+            let held = *finished_at.get_or_insert_with(Instant::now);
+            let left = HOLD_AT_END.saturating_sub(held.elapsed());
+            if !left.is_zero() {
+                let mut s = control.status.lock().expect("demo status");
+                s.caption = format!(
+                    "{} (end of scenario; restarting in {}s)",
+                    runner.caption(),
+                    left.as_secs() + 1
+                );
+                s.progress = 1.0;
+                continue;
+            }
+            finished_at = None;
             // Start over: the new run's first snapshot resets the dashboard's
             // view; its memory is returned first (and so is the GPU's).
             runner.allocator_mut().empty_cache(&mut sink);
