@@ -9,6 +9,10 @@ Variants, each in its own process (a tracker cannot be detached):
   hist_nocx   torch.cuda.memory._record_memory_history(context=None)
   hist_dflt   torch.cuda.memory._record_memory_history() (its defaults)
 
+The "tracker" process also alternates the tracker's writes off and on
+(vs_agent_enable) a dozen times in the same process: the cleanest figure
+for the tracker's own cost, free of process-to-process noise.
+
 Measures (a) the cost per Python `torch.empty(256, device="cuda"); del`
 (3 allocator events: ALLOC, FREE_REQUESTED, FREE_COMPLETED) and (b) the
 step time of a small MLP training loop (forward, backward, AdamW). Runs the
@@ -33,6 +37,10 @@ def child(variant, iters, steps):
     import common  # noqa: F401  (agent on sys.path, private shm dir)
     import torch
 
+    try:  # two fixed cores: fewer migrations, less noise
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[-2:]))
+    except Exception:
+        pass
     torch.cuda.init()
     torch.empty(1, device="cuda")
     if variant in ("empty", "tracker"):
@@ -84,7 +92,39 @@ def child(variant, iters, steps):
             step()
         torch.cuda.synchronize()
         times.append((time.perf_counter_ns() - t0) / (steps // 5))
-    print(json.dumps({"variant": variant, "iter_ns": per_iter, "step_us": statistics.median(times) / 1e3}), flush=True)
+    out = {"variant": variant, "iter_ns": per_iter, "step_us": statistics.median(times) / 1e3}
+    if variant == "tracker":
+        # The same process, the tracker attached, its writes alternately off
+        # (callback: one atomic load, return) and on: no process-to-process
+        # noise in the difference.
+        import vramscope
+
+        lib = vramscope._st["lib"]
+        d_iter, r_step = [], []
+        for _ in range(12):
+            lib.vs_agent_enable(0)
+            off = loop(iters // 4)
+            lib.vs_agent_enable(1)
+            on = loop(iters // 4)
+            d_iter.append(on - off)
+            lib.vs_agent_enable(0)
+            t0 = time.perf_counter_ns()
+            for _ in range(steps // 5):
+                step()
+            torch.cuda.synchronize()
+            s_off = time.perf_counter_ns() - t0
+            lib.vs_agent_enable(1)
+            t0 = time.perf_counter_ns()
+            for _ in range(steps // 5):
+                step()
+            torch.cuda.synchronize()
+            s_on = time.perf_counter_ns() - t0
+            r_step.append(s_on / s_off - 1)
+        out["inproc_ns_per_event"] = statistics.median(d_iter) / 3
+        out["inproc_step_overhead"] = statistics.median(r_step)
+        evs_per_step = lib.vs_agent_ring_head(1)
+        out["ring1_head"] = evs_per_step
+    print(json.dumps(out), flush=True)
 
 
 def main():
@@ -98,6 +138,7 @@ def main():
         child(args[args.index("--child") + 1], iters, steps)
         return
     res = {v: {"iter_ns": [], "step_us": []} for v in VARIANTS}
+    inproc = []
     for r in range(reps):
         for v in VARIANTS:
             out = subprocess.run(
@@ -113,6 +154,8 @@ def main():
             o = json.loads(line[-1])
             res[v]["iter_ns"].append(o["iter_ns"])
             res[v]["step_us"].append(o["step_us"])
+            if "inproc_ns_per_event" in o:
+                inproc.append((o["inproc_ns_per_event"], o["inproc_step_overhead"]))
             print("rep %d %-10s %8.0f ns/iter %9.1f us/step" % (r, v, o["iter_ns"], o["step_us"]), flush=True)
     med = {v: {k: (statistics.median(x) if x else float("nan")) for k, x in d.items()} for v, d in res.items()}
     base_i, base_s = med["none"]["iter_ns"], med["none"]["step_us"]
@@ -126,7 +169,10 @@ def main():
     print()
     print("tracker over empty tracker: %.1f ns per allocator event (target <= 40)" % t_over_e)
     print("tracker step overhead: %+.2f %% (target <= 1 %%)" % ((med["tracker"]["step_us"] / base_s - 1) * 100))
-    print(json.dumps({"medians": med, "tracker_over_empty_ns_per_event": t_over_e, "torch": _torch_version()}))
+    ip_ns = statistics.median([a for a, _ in inproc]) if inproc else float("nan")
+    ip_step = statistics.median([b for _, b in inproc]) if inproc else float("nan")
+    print("in-process, writes on vs off (same process, 12 alternations x %d runs): %.1f ns per allocator event, step %+.2f %%" % (len(inproc), ip_ns, ip_step * 100))
+    print(json.dumps({"medians": med, "tracker_over_empty_ns_per_event": t_over_e, "inproc_ns_per_event": ip_ns, "inproc_step_overhead": ip_step, "torch": _torch_version()}))
 
 
 def _torch_version():

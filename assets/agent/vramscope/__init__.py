@@ -286,6 +286,7 @@ class _Starter(threading.Thread):
         lib.vs_agent_stop.argtypes = [ctypes.c_int]
         lib.vs_agent_mark.argtypes = [ctypes.c_uint64]
         lib.vs_agent_capture.argtypes = [ctypes.c_int]
+        lib.vs_agent_enable.argtypes = [ctypes.c_int]
         lib.vs_agent_set_stats_period_ms.argtypes = [ctypes.c_uint32]
         lib.vs_agent_path.restype = ctypes.c_char_p
         lib.vs_agent_ring_head.restype = ctypes.c_int64

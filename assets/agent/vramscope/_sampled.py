@@ -44,6 +44,11 @@ class Sampler(threading.Thread):
         self.snapshot_period = _env_float("VRAMSCOPE_SNAPSHOT_S", 2.0)
         self.last_fingerprint = None
         self.failed = set()
+        # cudaMallocAsync tracks no blocks: memory_snapshot() raises there.
+        try:
+            self.snapshots = torch.cuda.get_allocator_backend() != "cudaMallocAsync"
+        except Exception:
+            self.snapshots = True
 
     def create(self):
         try:
@@ -192,6 +197,8 @@ class Sampler(threading.Thread):
         try:
             if kind == S.CMD_PING:
                 self.seg.answer(seq, S.STATUS_OK, arg, 0)
+            elif kind == S.CMD_SNAPSHOT and not self.snapshots:
+                self.seg.answer(seq, S.STATUS_UNSUPPORTED, 0, 0)
             elif kind == S.CMD_SNAPSHOT:
                 self.seg.answer(seq, S.STATUS_OK, self.write_snapshot(dev), 0)
             elif kind == S.CMD_RESET_PEAKS:
@@ -238,7 +245,8 @@ class Sampler(threading.Thread):
 
             next_stats = 0.0
             next_snap = 0.0
-            self._guard("snapshot", self.write_snapshot)
+            if self.snapshots:
+                self._guard("snapshot", self.write_snapshot)
             self.last_fingerprint = self._guard("statistics", self.write_stats)
             next_snap = time.monotonic() + self.snapshot_period
             while not self.stop_ev.is_set() and self.seg is not None and not self.seg.closed:
@@ -250,7 +258,7 @@ class Sampler(threading.Thread):
                 if now >= next_stats:
                     fp = self._guard("statistics", self.write_stats)
                     next_stats = now + self.stats_period
-                    if now >= next_snap and fp is not None and fp != self.last_fingerprint:
+                    if self.snapshots and now >= next_snap and fp is not None and fp != self.last_fingerprint:
                         self._guard("snapshot", self.write_snapshot)
                         self.last_fingerprint = fp
                         next_snap = now + self.snapshot_period
