@@ -1,12 +1,21 @@
 //! vramscope: a live terminal dashboard for GPU memory inside PyTorch processes.
 //!
-//! Module map (data flows one way: sources → model → view):
+//! Module map (data flows one way: sources → model → view, and one narrow
+//! channel back: commands to a process):
 //!
 //! - [`event`]: decoded allocator events, shared by every part.
 //! - [`ring`]: the shared-memory wire (format, writer, reader, control block,
 //!   discovery). The only module with `unsafe`.
+//! - [`agent`]: the embedded PyTorch agent: extract, run a command with it,
+//!   doctor checks.
+//! - [`collect`]: the collector (rings, NVML, `/proc`) feeding the model
+//!   through the [`collect::Hub`]; recordings.
+//! - [`model`]: pure allocator state rebuilt from events; no I/O.
+//! - [`sim`]: the caching-allocator simulator and workshop scenarios.
+//! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
 //!   [`ui::run`] is its entry point.
+pub mod agent;
 pub mod collect;
 pub mod demo;
 pub mod event;

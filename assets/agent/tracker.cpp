@@ -1,0 +1,521 @@
+// tracker.cpp — vramscope's in-process tracker for PyTorch's CUDA caching
+// allocator. Compiled on first use against the user's own torch headers by
+// vramscope/_build.py and loaded with ctypes (never dlclose'd).
+//
+// What it does (see src/ring/FORMAT.md for the wire):
+//   * creates the process's segment (producer 1, "TorchExact"): ring 0 for the
+//     agent (statistics, snapshots, markers), ring 1 + d for device d;
+//   * attaches ONE allocator trace tracker. The callback runs under the
+//     allocator's per-device lock: it is noexcept, takes no lock, calls no
+//     torch API, allocates nothing and makes no system call — it packs the
+//     TraceEntry into seven words and calls vs_ring_write. Trackers cannot be
+//     detached, so an atomic flag turns it off (exit, fork, failure);
+//   * runs a native agent thread (no Python, no GIL) that refreshes the
+//     heartbeat, samples getDeviceStats() every 100 ms, writes a full state
+//     snapshot right after attach and on command, and answers commands from
+//     the control block (empty_cache, reset peaks, snapshot, ping) every 20 ms.
+//
+// Build flags: -DVS_EMPTY_TRACKER makes the callback return at once (the
+// overhead benchmark's "empty tracker" variant).
+//
+// Portability across torch releases (2.2 .. 2.15): TraceEntry moved namespace
+// and changed the type of stream_ (an int or cudaStream_t before 2.11, void*
+// since); mempool_ appeared later; snapshot() grew arguments. Everything that
+// differs is reached through the c10::cuda::CUDACachingAllocator aliases and
+// small templates below, so one source compiles against each release.
+
+#include "vramscope_ring.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace alloc = c10::cuda::CUDACachingAllocator;
+
+namespace {
+
+using Entry = alloc::TraceEntry;
+using Segment = std::remove_cv_t<
+    std::remove_reference_t<decltype(std::declval<alloc::SnapshotInfo>().segments[0])>>;
+
+constexpr int kMaxDevices = VS_MAX_RINGS - 1;
+
+vs_segment g_seg;                      // valid while g_live
+std::atomic<int> g_enabled{0};         // callback writes only when 1
+std::atomic<int> g_live{0};            // segment mapped (not closed, not forgotten)
+std::atomic<int> g_capturing{0};       // CUDA graph captures underway (set from Python)
+std::atomic<int> g_stop{0};
+std::atomic<int> g_thread_done{0};
+std::atomic<uint32_t> g_snapshot_id{0};
+int g_devices = 0;
+pid_t g_owner_pid = 0;
+uint32_t g_sample = 0;                 // agent thread only
+std::atomic<uint64_t> g_stats_period_ns{100000000ull};
+std::mutex g_start_mu;                 // start/stop from Python only, never in the callback
+std::atomic<int> g_started{0};
+std::atomic<int> g_attached{0};        // the tracker callback is attached (forever)
+
+// ---- version-tolerant accessors -------------------------------------------
+
+template <typename S>
+uint64_t word_of(S s) {
+  if constexpr (std::is_pointer_v<S>) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s));
+  } else if constexpr (std::is_enum_v<S>) {
+    return static_cast<uint64_t>(static_cast<std::underlying_type_t<S>>(s));
+  } else {
+    return static_cast<uint64_t>(s);
+  }
+}
+
+template <typename T, typename = void>
+struct has_mempool : std::false_type {};
+template <typename T>
+struct has_mempool<T, std::void_t<decltype(std::declval<const T&>().mempool_)>> : std::true_type {};
+
+template <typename T>
+std::pair<uint64_t, uint64_t> pool_of(const T& e) {
+  if constexpr (has_mempool<T>::value) {
+    return {static_cast<uint64_t>(e.mempool_.first), static_cast<uint64_t>(e.mempool_.second)};
+  } else {
+    return {0, 0};
+  }
+}
+
+template <typename T, typename = void>
+struct has_owner_pool : std::false_type {};
+template <typename T>
+struct has_owner_pool<T, std::void_t<decltype(std::declval<const T&>().owner_private_pool_id)>>
+    : std::true_type {};
+
+template <typename T, typename = void>
+struct has_expandable : std::false_type {};
+template <typename T>
+struct has_expandable<T, std::void_t<decltype(std::declval<const T&>().is_expandable)>>
+    : std::true_type {};
+
+// snapshot(): 2.11 takes (mempool_id, include_traces); older releases take
+// nothing. Prefer not copying the trace history when we can say so.
+template <typename Pool = decltype(std::declval<Segment>().owner_private_pool_id)>
+auto take_snapshot(int) -> decltype(alloc::snapshot(Pool{0, 0}, false)) {
+  return alloc::snapshot(Pool{0, 0}, false);
+}
+template <typename = void>
+auto take_snapshot(long) -> decltype(alloc::snapshot()) {
+  return alloc::snapshot();
+}
+
+inline bool live() { return g_live.load(std::memory_order_acquire) != 0; }
+
+inline vs_ring* agent_ring() { return &g_seg.rings[0]; }
+
+// ---- the allocator callback ----------------------------------------------
+
+void on_trace(const Entry& e) noexcept {
+#ifdef VS_EMPTY_TRACKER
+  (void)e;
+  return;
+#else
+  if (g_enabled.load(std::memory_order_acquire) == 0) return;
+  const int action = static_cast<int>(e.action_);
+  if (action == static_cast<int>(Entry::SNAPSHOT)) return;
+  const int device = static_cast<int>(e.device_);
+  if (device < 0 || device >= g_devices) return;
+  const auto pool = pool_of(e);
+  vs_ring* ring = &g_seg.rings[1 + device];
+  // Positions are claimed in order: warm the slot a few positions ahead so
+  // the next events do not wait for its cache line (a 4 MiB ring does not
+  // stay in cache). A prefetch is only a hint: no ordering, no fault.
+  __builtin_prefetch(ring->slots + 8 * ((__atomic_load_n(ring->head, __ATOMIC_RELAXED) + 4) & ring->mask), 1, 3);
+  uint64_t w[7] = {
+      vs_head_word(static_cast<uint16_t>(action + 1), static_cast<uint16_t>(device), 0),
+      vs_monotonic_ns(),
+      static_cast<uint64_t>(e.addr_),
+      static_cast<uint64_t>(e.size_),
+      word_of(e.stream_),
+      pool.first,
+      pool.second,
+  };
+  vs_ring_write(ring, w);
+#endif
+}
+
+// ---- agent-side writers (agent thread, or Python threads via the C API) ----
+
+void write_stats(int d) {
+  const auto s = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+  constexpr size_t all = 0;  // StatType::AGGREGATE
+  const uint32_t sample = ++g_sample;
+  const uint16_t dev = static_cast<uint16_t>(d);
+  uint64_t a[7] = {
+      vs_head_word(VS_K_STATS_A, dev, sample),
+      vs_monotonic_ns(),
+      static_cast<uint64_t>(s.allocated_bytes[all].current),
+      static_cast<uint64_t>(s.reserved_bytes[all].current),
+      static_cast<uint64_t>(s.active_bytes[all].current),
+      static_cast<uint64_t>(s.inactive_split_bytes[all].current),
+      static_cast<uint64_t>(s.requested_bytes[all].current),
+  };
+  uint64_t b[7] = {
+      vs_head_word(VS_K_STATS_B, dev, sample),
+      a[1],
+      static_cast<uint64_t>(s.allocated_bytes[all].peak),
+      static_cast<uint64_t>(s.reserved_bytes[all].peak),
+      static_cast<uint64_t>(s.active_bytes[all].peak),
+      static_cast<uint64_t>(s.num_alloc_retries),
+      (static_cast<uint64_t>(s.num_ooms) & 0xffffffffull) |
+          (static_cast<uint64_t>(s.segment[all].current) << 32),
+  };
+  vs_ring_write(agent_ring(), a);
+  vs_ring_write(agent_ring(), b);
+}
+
+void write_all_stats() {
+  for (int d = 0; d < g_devices; d++) write_stats(d);
+}
+
+uint64_t reserved_of(int d) {
+  return static_cast<uint64_t>(
+      alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d)).reserved_bytes[0].current);
+}
+
+bool device_in_use(int d) {
+  const auto s = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+  return s.reserved_bytes[0].current > 0 || s.segment[0].allocated > 0 ||
+         s.allocation[0].allocated > 0;
+}
+
+// Writes one snapshot: for each device (or only `only`), SNAP_BEGIN, its
+// segments each followed by its blocks, SNAP_END, all with the same id.
+uint32_t write_snapshot(int only) {
+  const uint32_t id = g_snapshot_id.fetch_add(1, std::memory_order_relaxed) + 1;
+  const auto info = take_snapshot(0);
+  for (int d = 0; d < g_devices; d++) {
+    if (only >= 0 && d != only) continue;
+    const uint16_t dev = static_cast<uint16_t>(d);
+    uint64_t nseg = 0, nblk = 0;
+    for (const auto& seg : info.segments) {
+      if (static_cast<int>(seg.device) != d) continue;
+      nseg++;
+      nblk += seg.blocks.size();
+    }
+    uint64_t now = vs_monotonic_ns();
+    uint64_t begin[7] = {vs_head_word(VS_K_SNAP_BEGIN, dev, id), now, nseg, nblk, 0, 0, 0};
+    vs_ring_write(agent_ring(), begin);
+    for (const auto& seg : info.segments) {
+      if (static_cast<int>(seg.device) != d) continue;
+      uint64_t p0 = 0, p1 = 0;
+      if constexpr (has_owner_pool<Segment>::value) {
+        p0 = static_cast<uint64_t>(seg.owner_private_pool_id.first);
+        p1 = static_cast<uint64_t>(seg.owner_private_pool_id.second);
+      }
+      uint64_t flags = seg.is_large ? 0 : 1;
+      if constexpr (has_expandable<Segment>::value) {
+        if (seg.is_expandable) flags |= 2;
+      }
+      uint64_t sw[7] = {
+          vs_head_word(VS_K_SNAP_SEGMENT, dev, id),
+          now,
+          static_cast<uint64_t>(seg.address),
+          static_cast<uint64_t>(seg.total_size),
+          word_of(seg.stream),
+          p0,
+          (p1 << 8) | flags,
+      };
+      vs_ring_write(agent_ring(), sw);
+      uint64_t addr = static_cast<uint64_t>(seg.address);
+      for (const auto& b : seg.blocks) {
+        const uint64_t state = b.allocated ? 0 : (b.active ? 1 : 2);
+        uint64_t bw[7] = {
+            vs_head_word(VS_K_SNAP_BLOCK, dev, id),
+            now,
+            addr,
+            static_cast<uint64_t>(b.size),
+            static_cast<uint64_t>(b.requested_size),
+            state,
+            0,
+        };
+        vs_ring_write(agent_ring(), bw);
+        addr += static_cast<uint64_t>(b.size);
+      }
+    }
+    uint64_t end[7] = {vs_head_word(VS_K_SNAP_END, dev, id), vs_monotonic_ns(), 0, 0, 0, 0, 0};
+    vs_ring_write(agent_ring(), end);
+  }
+  return id;
+}
+
+// ---- commands --------------------------------------------------------------
+
+void answer(const vs_request& req, uint64_t status, uint64_t r0, uint64_t r1) {
+  vs_command_answer(&g_seg, &req, status, r0, r1);
+}
+
+void handle(const vs_request& req) {
+  try {
+    switch (req.kind) {
+      case VS_CMD_PING:
+        answer(req, VS_STATUS_OK, req.arg, 0);
+        return;
+      case VS_CMD_SNAPSHOT: {
+        const int only = req.arg < static_cast<uint64_t>(g_devices) ? static_cast<int>(req.arg) : -1;
+        const uint32_t id = write_snapshot(only);
+        answer(req, VS_STATUS_OK, id, 0);
+        return;
+      }
+      case VS_CMD_RESET_PEAKS: {
+        for (int d = 0; d < g_devices; d++) {
+          if (req.arg < static_cast<uint64_t>(g_devices) && static_cast<uint64_t>(d) != req.arg) continue;
+          alloc::resetPeakStats(static_cast<c10::DeviceIndex>(d));
+        }
+        write_all_stats();
+        answer(req, VS_STATUS_OK, 0, 0);
+        return;
+      }
+      case VS_CMD_EMPTY_CACHE: {
+        // During a (global-mode) graph capture on any thread, cudaFree from
+        // here would invalidate the capture: refuse.
+        if (g_capturing.load(std::memory_order_acquire) > 0) {
+          answer(req, VS_STATUS_REFUSED, 0, 0);
+          return;
+        }
+        uint64_t before = 0;
+        std::vector<int> used;
+        for (int d = 0; d < g_devices; d++) {
+          before += reserved_of(d);
+          if (device_in_use(d)) used.push_back(d);
+        }
+        // emptyCache() releases every device's cache. Run it with a device
+        // the process already uses as current, once per such device, so this
+        // thread never creates a CUDA context on a GPU the job does not use.
+        for (int d : used) {
+          c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(d));
+          alloc::emptyCache();
+        }
+        uint64_t after = 0;
+        for (int d = 0; d < g_devices; d++) after += reserved_of(d);
+        write_all_stats();
+        answer(req, VS_STATUS_OK, before, after);
+        return;
+      }
+      default:
+        answer(req, VS_STATUS_UNSUPPORTED, 0, 0);
+        return;
+    }
+  } catch (const std::exception& e) {
+    const bool capture = std::strstr(e.what(), "captur") != nullptr;
+    answer(req, capture ? VS_STATUS_REFUSED : VS_STATUS_FAILED, 0, 0);
+  } catch (...) {
+    answer(req, VS_STATUS_FAILED, 0, 0);
+  }
+}
+
+// ---- the agent thread -------------------------------------------------------
+
+void agent_loop() noexcept {
+  uint64_t next_stats = 0;
+  int failures = 0;
+  while (g_stop.load(std::memory_order_acquire) == 0 && live()) {
+    try {
+      vs_heartbeat(&g_seg);
+      vs_request req;
+      if (vs_command_poll(&g_seg, &req)) handle(req);
+      const uint64_t now = vs_monotonic_ns();
+      if (now >= next_stats) {
+        write_all_stats();
+        next_stats = now + g_stats_period_ns.load(std::memory_order_relaxed);
+      }
+      failures = 0;
+    } catch (...) {
+      // Statistics failing repeatedly (e.g. allocator torn down at exit):
+      // back off rather than spin; the heartbeat keeps the segment alive.
+      if (++failures > 100) next_stats = vs_monotonic_ns() + 5000000000ull;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  g_thread_done.store(1, std::memory_order_release);
+}
+
+void atfork_child() {
+  // The child shares the parent's mapping but must never write into it:
+  // silence the callback, then drop the mapping without unlinking.
+  g_enabled.store(0, std::memory_order_release);
+  if (g_live.exchange(0) != 0) vs_segment_forget(&g_seg);
+  g_stop.store(1, std::memory_order_release);
+}
+
+void set_err(char* err, size_t len, const char* msg) {
+  if (err && len) {
+    std::snprintf(err, len, "%s", msg);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Version of the C API below; checked by vramscope/__init__.py.
+int vs_agent_api_version(void) { return 1; }
+
+// 1 when built with -DVS_EMPTY_TRACKER.
+int vs_agent_is_empty_variant(void) {
+#ifdef VS_EMPTY_TRACKER
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// Creates the segment, attaches the tracker, writes the first snapshot and
+// starts the agent thread. Returns 0 on success; -1 segment creation failed;
+// -2 the allocator refused the tracker (cudaMallocAsync, a pluggable
+// allocator: the segment is closed again so the caller can fall back to
+// sampled mode); -3 CUDA is not initialised; -4 already started; -5 other.
+// Never throws.
+int vs_agent_start(const char* framework, const char* label, const char* dir, uint32_t slots,
+                   char* err, size_t errlen) {
+  try {
+    std::lock_guard<std::mutex> lock(g_start_mu);
+    if (g_started.load() != 0) {
+      set_err(err, errlen, "vramscope: tracker already started in this process");
+      return -4;
+    }
+    if (alloc::get() == nullptr) {
+      set_err(err, errlen, "vramscope: the CUDA allocator is not initialised");
+      return -3;
+    }
+    int n = static_cast<int>(c10::cuda::device_count());
+    if (n <= 0) {
+      set_err(err, errlen, "vramscope: no CUDA device visible");
+      return -3;
+    }
+    if (n > kMaxDevices) n = kMaxDevices;
+    if (slots < 2 || slots > (1u << 24) || (slots & (slots - 1))) slots = 65536;
+    vs_config cfg = vs_default_config();
+    cfg.dir = (dir && *dir) ? dir : nullptr;
+    cfg.producer = VS_PRODUCER_TORCH_EXACT;
+    cfg.flags = VS_FLAG_EVENTS | VS_FLAG_STATS;
+    cfg.framework = framework;
+    cfg.label = label;
+    cfg.ring_count = static_cast<uint32_t>(1 + n);
+    for (uint32_t i = 0; i < cfg.ring_count; i++) {
+      cfg.rings[i].slots = slots;
+      cfg.rings[i].role = i == 0 ? VS_ROLE_AGENT : VS_ROLE_DEVICE;
+      cfg.rings[i].device = i == 0 ? 0xffffffffu : i - 1;
+    }
+    g_devices = n;
+    if (vs_segment_create(&g_seg, &cfg, err, errlen) != 0) return -1;
+    g_owner_pid = getpid();
+    // Map every page of the rings now (a no-op read-modify-write of one word
+    // per page), so the callback never takes a page fault on first use.
+    for (uint32_t i = 0; i < g_seg.ring_count; i++) {
+      const vs_ring& r = g_seg.rings[i];
+      for (uint64_t w = 0; w < 8 * (r.mask + 1); w += 4096 / 8) __atomic_fetch_or(r.slots + w, 0, __ATOMIC_RELAXED);
+    }
+    g_live.store(1, std::memory_order_release);
+    if (g_attached.load() == 0) {
+      try {
+        alloc::attachAllocatorTraceTracker(
+            [](const Entry& e) noexcept { on_trace(e); });
+        g_attached.store(1);
+      } catch (const std::exception& e) {
+        g_live.store(0);
+        vs_segment_close(&g_seg);
+        std::snprintf(err, errlen, "vramscope: the allocator (%s) refused the tracker: %s",
+                      alloc::name().c_str(), e.what());
+        // Keep only the first line of torch's long messages.
+        if (char* nl = std::strchr(err, '\n')) *nl = 0;
+        return -2;
+      }
+    }
+    // Events from here on, then the state as it is: segments made before the
+    // attach appear in the snapshot; events racing with it appear in both,
+    // and the snapshot's id orders them for the reader.
+    g_enabled.store(1, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, atfork_child);
+    try {
+      write_snapshot(-1);
+      write_all_stats();
+    } catch (...) {
+      // The thread retries statistics; a failed first snapshot is not fatal.
+    }
+    g_stop.store(0);
+    g_thread_done.store(0);
+    std::thread(agent_loop).detach();
+    g_started.store(1);
+    return 0;
+  } catch (const std::exception& e) {
+    set_err(err, errlen, e.what());
+    return -5;
+  } catch (...) {
+    set_err(err, errlen, "vramscope: unknown failure starting the tracker");
+    return -5;
+  }
+}
+
+// Stops the thread (waits up to `wait_ms` for it), disables the callback,
+// marks the segment closed and unlinks it. Only the process that created the
+// segment does so. The mapping is kept: another thread may be inside the
+// callback right now, and the process is about to exit anyway.
+void vs_agent_stop(int wait_ms) {
+  try {
+    std::lock_guard<std::mutex> lock(g_start_mu);
+    g_enabled.store(0, std::memory_order_release);
+    if (g_started.load() == 0) return;
+    g_stop.store(1, std::memory_order_release);
+    for (int i = 0; i < wait_ms && g_thread_done.load(std::memory_order_acquire) == 0; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (getpid() == g_owner_pid && g_live.exchange(0) != 0) {
+      __atomic_store_n(reinterpret_cast<uint32_t*>(g_seg.base + VS_OFF_STATE), 2u, __ATOMIC_RELEASE);
+      unlink(g_seg.path);
+    }
+  } catch (...) {
+  }
+}
+
+// A MARKER record (e.g. a training step) in the agent ring.
+void vs_agent_mark(uint64_t value) {
+  if (!live() || g_enabled.load(std::memory_order_acquire) == 0) return;
+  uint64_t w[7] = {vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0), vs_monotonic_ns(), value, 0, 0, 0, 0};
+  vs_ring_write(agent_ring(), w);
+}
+
+// Turns the callback's writes off (0) or on (1) while the tracker stays
+// attached: for the overhead benchmark, and for callers that want to pause.
+void vs_agent_enable(int on) {
+  if (live() && g_started.load() != 0) g_enabled.store(on ? 1 : 0, std::memory_order_release);
+}
+
+// +1 when a CUDA graph capture begins, -1 when it ends (from Python hooks).
+void vs_agent_capture(int delta) { g_capturing.fetch_add(delta, std::memory_order_acq_rel); }
+
+// Statistics period in milliseconds (default 100).
+void vs_agent_set_stats_period_ms(uint32_t ms) {
+  if (ms >= 10) g_stats_period_ns.store(static_cast<uint64_t>(ms) * 1000000ull);
+}
+
+// Diagnostics for tests: the segment path, or "" when none.
+const char* vs_agent_path(void) { return live() ? g_seg.path : ""; }
+
+// Diagnostics for tests: positions claimed in ring i, or -1.
+int64_t vs_agent_ring_head(uint32_t i) {
+  if (!live() || i >= g_seg.ring_count) return -1;
+  return static_cast<int64_t>(__atomic_load_n(g_seg.rings[i].head, __ATOMIC_ACQUIRE));
+}
+
+}  // extern "C"

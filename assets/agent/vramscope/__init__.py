@@ -1,0 +1,466 @@
+"""vramscope's in-process agent for PyTorch.
+
+    import vramscope
+    vramscope.attach()        # any time; before or after CUDA is initialised
+    ...
+    vramscope.mark(step)      # optional: training step boundaries
+
+or, with no change to the script, ``vramscope run python train.py`` (which
+puts this package on PYTHONPATH with a sitecustomize that sets it up as soon
+as torch is imported).
+
+Modes
+-----
+exact    the C++ tracker (tracker.cpp), compiled on first use against this
+         process's own torch headers and cached; every allocator event, plus
+         statistics and snapshots from a native thread.
+sampled  no compiler or headers, or an allocator that refuses trackers
+         (``backend:cudaMallocAsync``, a pluggable allocator), or
+         ``VRAMSCOPE_MODE=sampled``: a Python daemon thread samples
+         ``torch.cuda.memory_stats()`` (4/s) and ``memory_snapshot()`` (at
+         most every 2 s, when something changed, and on command).
+
+When CUDA is initialised
+------------------------
+Attaching a tracker before CUDA is initialised silently does nothing, and
+importing torch must not initialise CUDA (that would change the job). The
+agent therefore registers a callback with ``torch.cuda._lazy_call``: torch
+runs it right after its own lazy CUDA initialisation (or at once if CUDA is
+already initialised). The callback only sets an event; a background thread
+then compiles the tracker if it is not cached yet (once per torch version,
+a few seconds) and starts it, or sampled mode. Segments made between
+initialisation and attach are in the first snapshot.
+
+Never hurting the job
+---------------------
+Nothing here raises into user code; every failure disables the failing part
+with one ``vramscope:`` line on stderr. The allocator callback is C++ that
+takes no lock and never touches Python; the native agent thread never holds
+the GIL. Forked children (DataLoader workers) never write into the parent's
+segment. Numerics are never touched.
+
+Environment
+-----------
+VRAMSCOPE_MODE      auto (default), exact, sampled, off
+VRAMSCOPE_SHM_DIR   segment directory (default /dev/shm)
+VRAMSCOPE_CXX       compiler to use; a path that does not exist means "none"
+VRAMSCOPE_SLOTS     slots per ring (power of two, default 65536)
+VRAMSCOPE_STATS_MS  statistics period (default 100 exact, 250 sampled)
+VRAMSCOPE_AUTO      1: the sitecustomize set up by `vramscope run` attaches
+VRAMSCOPE_VARIANT   "empty": build the tracker whose callback does nothing
+                    (for the overhead benchmark only)
+"""
+
+import atexit
+import os
+import sys
+import threading
+
+from . import _build
+from ._build import AGENT_VERSION
+
+__version__ = AGENT_VERSION
+__all__ = ["attach", "mark", "status", "__version__"]
+
+_lock = threading.RLock()
+_warned = set()
+_st = {
+    "mode": None,  # None, "pending", "exact", "sampled", "off", "failed"
+    "reason": "",
+    "lib": None,
+    "lib_path": None,
+    "sampler": None,
+    "path": None,
+    "pid": None,
+    "forked": False,
+    "fork_hook": False,
+    "atexit": False,
+    "capturing": 0,
+    "graph_patched": False,
+}
+
+
+def _warn(msg, key=None):
+    """One line on stderr, once per key."""
+    key = key or msg
+    if key in _warned:
+        return
+    _warned.add(key)
+    try:
+        sys.stderr.write("vramscope: %s\n" % msg)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _env_int(name, default):
+    try:
+        v = int(os.environ.get(name, ""))
+        return v if v > 0 else default
+    except ValueError:
+        return default
+
+
+def _label():
+    try:
+        argv = list(sys.argv or [])
+        if not argv or not argv[0]:
+            return "python"
+        first = os.path.basename(argv[0]) or argv[0]
+        return " ".join([first] + argv[1:])[:63]
+    except Exception:
+        return "python"
+
+
+def status():
+    """A dict: mode (pending/exact/sampled/off/failed or None), reason, path."""
+    return {"mode": _st["mode"], "reason": _st["reason"], "path": _st["path"], "library": _st["lib_path"]}
+
+
+def attach(label=None, mode=None, shm_dir=None, wait=True):
+    """Instruments this process. Returns True when attached (or waiting for
+    CUDA to be initialised), False when disabled. Never raises.
+
+    `wait`: when CUDA is already initialised, build and start before
+    returning (the first build takes a few seconds, then it is cached)."""
+    try:
+        return _attach(label, mode, shm_dir, wait)
+    except Exception as e:  # never into user code
+        _st["mode"] = "failed"
+        _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
+        return False
+
+
+def _attach(label, mode, shm_dir, wait):
+    with _lock:
+        if _st["mode"] in ("pending", "exact", "sampled"):
+            return True
+        if _st["forked"]:
+            return False
+        mode = (mode or os.environ.get("VRAMSCOPE_MODE") or "auto").strip().lower()
+        if mode in ("off", "0", "none", "disabled"):
+            _st["mode"] = "off"
+            return False
+        if mode not in ("auto", "exact", "sampled"):
+            _warn("unknown VRAMSCOPE_MODE %r, using auto" % mode)
+            mode = "auto"
+        import torch  # the caller uses torch; in auto mode it is already imported
+
+        _st["mode"] = "pending"
+        _st["pid"] = os.getpid()
+        if not _st["fork_hook"]:
+            os.register_at_fork(after_in_child=_after_fork_child)
+            _st["fork_hook"] = True
+        if not _st["atexit"]:
+            atexit.register(_shutdown)
+            _st["atexit"] = True
+        _patch_graph_capture(torch)
+        starter = _Starter(torch, label or _label(), mode, shm_dir)
+        ready = starter.cuda_ready
+        try:
+            torch.cuda._lazy_call(ready.set)
+        except Exception:
+            # Very old or unusual builds: poll is_initialized from the starter.
+            starter.poll_init = True
+        if ready.is_set() and wait:
+            starter.run_inline()
+        else:
+            starter.start()
+        return True
+
+
+def mark(value):
+    """Writes a MARKER record (e.g. the training step) into the agent ring.
+    Cheap; does nothing when not attached. Never raises."""
+    try:
+        v = int(value) & ((1 << 64) - 1)
+        if _st["forked"]:
+            return
+        if _st["mode"] == "exact" and _st["lib"] is not None:
+            _st["lib"].vs_agent_mark(v)
+        elif _st["mode"] == "sampled" and _st["sampler"] is not None:
+            _st["sampler"].mark(v)
+    except Exception as e:
+        _warn("mark() disabled: %s" % e, key="mark")
+
+
+class _Starter(threading.Thread):
+    """Builds the tracker while waiting for CUDA, then starts a mode."""
+
+    def __init__(self, torch, label, mode, shm_dir):
+        super().__init__(name="vramscope-start", daemon=True)
+        self.torch = torch
+        self.label = label
+        self.mode = mode
+        self.shm_dir = shm_dir or os.environ.get("VRAMSCOPE_SHM_DIR") or None
+        self.cuda_ready = threading.Event()
+        self.poll_init = False
+
+    def run(self):
+        try:
+            self._run()
+        except Exception as e:
+            _st["mode"] = "failed"
+            _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
+
+    def run_inline(self):
+        self.run()
+
+    def _build(self):
+        if self.mode == "sampled":
+            return None, "VRAMSCOPE_MODE=sampled"
+        t = self.torch
+        try:
+            abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
+        except Exception:
+            abi = 1
+        variant = os.environ.get("VRAMSCOPE_VARIANT", "")
+        try:
+            return _build.build(t.__file__, t.__version__, abi, variant), None
+        except _build.BuildError as e:
+            return None, str(e)
+        except Exception as e:
+            return None, "building the tracker failed: %s: %s" % (type(e).__name__, e)
+
+    def _wait_cuda(self):
+        while not self.cuda_ready.wait(0.5):
+            if _st["forked"] or _st["mode"] != "pending":
+                return False
+            if self.poll_init:
+                try:
+                    if self.torch.cuda.is_initialized():
+                        self.cuda_ready.set()
+                except Exception:
+                    return False
+        return True
+
+    def _run(self):
+        # Wait for CUDA first: a process that never uses CUDA (a spawned
+        # DataLoader worker, a CPU-only tool) never compiles anything.
+        if not self._wait_cuda():
+            return
+        lib_path, why = self._build()
+        # torch sets _initialized after its queued calls: let it finish.
+        for _ in range(200):
+            try:
+                if self.torch.cuda.is_initialized():
+                    break
+            except Exception:
+                break
+            threading.Event().wait(0.01)
+        with _lock:
+            if _st["forked"] or _st["mode"] != "pending":
+                return
+            if lib_path:
+                rc, why = self._start_exact(lib_path)
+                if rc == 0:
+                    return
+                if rc not in (-2,):  # only a refusing allocator falls back
+                    _st["mode"] = "failed"
+                    _st["reason"] = why
+                    _warn("disabled: %s" % why)
+                    return
+            if self.mode == "exact":
+                _st["mode"] = "failed"
+                _st["reason"] = why
+                _warn("disabled (VRAMSCOPE_MODE=exact): %s" % why)
+                return
+            self._start_sampled(why)
+
+    def _start_exact(self, lib_path):
+        import ctypes
+
+        lib = ctypes.CDLL(lib_path)  # never dlclose'd
+        lib.vs_agent_api_version.restype = ctypes.c_int
+        if lib.vs_agent_api_version() != 1:
+            return -5, "tracker library %s has an unknown API version" % lib_path
+        lib.vs_agent_start.restype = ctypes.c_int
+        lib.vs_agent_start.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_uint32,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
+        lib.vs_agent_stop.argtypes = [ctypes.c_int]
+        lib.vs_agent_mark.argtypes = [ctypes.c_uint64]
+        lib.vs_agent_capture.argtypes = [ctypes.c_int]
+        lib.vs_agent_enable.argtypes = [ctypes.c_int]
+        lib.vs_agent_set_stats_period_ms.argtypes = [ctypes.c_uint32]
+        lib.vs_agent_path.restype = ctypes.c_char_p
+        lib.vs_agent_ring_head.restype = ctypes.c_int64
+        lib.vs_agent_ring_head.argtypes = [ctypes.c_uint32]
+        ms = _env_int("VRAMSCOPE_STATS_MS", 100)
+        lib.vs_agent_set_stats_period_ms(ms)
+        err = ctypes.create_string_buffer(512)
+        fw = ("torch " + str(self.torch.__version__)).encode()
+        # ctypes releases the GIL for the call: the tracker's first snapshot
+        # takes the allocator's locks, never the GIL.
+        rc = lib.vs_agent_start(
+            fw,
+            self.label.encode("utf-8", "replace"),
+            self.shm_dir.encode() if self.shm_dir else None,
+            _env_int("VRAMSCOPE_SLOTS", 65536),
+            err,
+            len(err),
+        )
+        why = err.value.decode("utf-8", "replace")
+        if why.startswith("vramscope: "):
+            why = why[len("vramscope: ") :]
+        if rc == 0:
+            _st["lib"] = lib
+            _st["lib_path"] = lib_path
+            _st["mode"] = "exact"
+            _st["path"] = lib.vs_agent_path().decode()
+            if _st["capturing"] > 0:
+                lib.vs_agent_capture(_st["capturing"])
+        return rc, why
+
+    def _start_sampled(self, why):
+        from ._sampled import Sampler
+
+        s = Sampler(self.torch, self.label, self.shm_dir)
+        try:
+            s.create()
+        except Exception as e:
+            _st["mode"] = "failed"
+            _st["reason"] = str(e)
+            _warn("disabled: cannot create the segment: %s" % e)
+            return
+        _st["sampler"] = s
+        _st["mode"] = "sampled"
+        _st["path"] = s.seg.path
+        _st["reason"] = why
+        _warn("sampled mode (statistics and snapshots, no per-event timeline): %s" % why, key="sampled")
+        s.start()
+
+
+def _patch_graph_capture(torch):
+    """Counts CUDA graph captures so empty_cache is refused during one (a
+    cudaFree from the agent thread would invalidate a global-mode capture)."""
+    if _st["graph_patched"]:
+        return
+    try:
+        cls = torch.cuda.graphs.CUDAGraph
+        begin, end = cls.capture_begin, cls.capture_end
+    except Exception:
+        return
+
+    def capture_begin(self, *a, **k):
+        _capture(1)
+        try:
+            return begin(self, *a, **k)
+        except BaseException:
+            _capture(-1)
+            raise
+
+    def capture_end(self, *a, **k):
+        try:
+            return end(self, *a, **k)
+        finally:
+            _capture(-1)
+
+    try:
+        cls.capture_begin = capture_begin
+        cls.capture_end = capture_end
+        _st["graph_patched"] = True
+    except Exception:
+        pass
+
+
+def _capture(delta):
+    try:
+        with _lock:
+            _st["capturing"] = max(0, _st["capturing"] + delta)
+        if _st["mode"] == "exact" and _st["lib"] is not None:
+            _st["lib"].vs_agent_capture(delta)
+    except Exception:
+        pass
+
+
+def _capturing():
+    return _st["capturing"] > 0
+
+
+def _after_fork_child():
+    # The tracker's own pthread_atfork handler silences the callback and
+    # unmaps the segment in the child; here the Python side lets go too.
+    _st["forked"] = True
+    s = _st.get("sampler")
+    if s is not None:
+        try:
+            s.forget()
+        except Exception:
+            pass
+    if _st["mode"] == "pending":
+        _st["mode"] = "off"
+
+
+def _shutdown():
+    """atexit: close the segment (state closed, unlink). Never raises."""
+    try:
+        if _st["forked"] or _st["pid"] != os.getpid():
+            return
+        if _st["mode"] == "exact" and _st["lib"] is not None:
+            _st["lib"].vs_agent_stop(500)
+        elif _st["mode"] == "sampled" and _st["sampler"] is not None:
+            _st["sampler"].stop(1.0)
+        if _st["mode"] == "pending":
+            _st["mode"] = "off"
+    except Exception:
+        pass
+
+
+# ---- automatic setup (vramscope run) ------------------------------------------
+
+_watcher = None
+
+
+def _auto():
+    """Called by the sitecustomize of `vramscope run`: attach as soon as torch
+    has been imported by the script, without importing it earlier (that
+    would change the job: CUDA_VISIBLE_DEVICES, allocator settings, ...)."""
+    global _watcher
+    try:
+        if "torch" in sys.modules and hasattr(sys.modules["torch"], "cuda"):
+            attach(wait=False)
+            return
+        import importlib.abc
+        import importlib.util
+
+        class _TorchWatcher(importlib.abc.MetaPathFinder):
+            busy = False
+
+            def find_spec(self, name, path=None, target=None):
+                if name != "torch" or self.busy:
+                    return None
+                self.busy = True
+                try:
+                    spec = importlib.util.find_spec(name)
+                except Exception:
+                    spec = None
+                finally:
+                    self.busy = False
+                if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                    return None
+                orig = spec.loader.exec_module
+
+                def exec_module(module):
+                    orig(module)
+                    try:
+                        sys.meta_path.remove(self)
+                    except ValueError:
+                        pass
+                    attach(wait=False)
+
+                try:
+                    spec.loader.exec_module = exec_module
+                except Exception:
+                    return None
+                return spec
+
+        _watcher = _TorchWatcher()
+        sys.meta_path.insert(0, _watcher)
+    except Exception as e:
+        _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")

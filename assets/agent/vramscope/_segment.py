@@ -1,0 +1,249 @@
+"""A pure-Python producer of the vramscope segment format 1.0.
+
+Used by sampled mode (no compiler, or an allocator that refuses the trace
+tracker). It lays the segment out exactly as `vramscope_ring.h` does and is
+specified by `src/ring/FORMAT.md` of the vramscope repository.
+
+Ordering without atomics
+------------------------
+Python has no atomic stores into an mmap. Every shared word is therefore
+written with ``os.pwrite`` on the segment's file descriptor, one aligned
+8-byte (or 4-byte) word per call where ordering matters, in the order the
+protocol needs: for a slot, the odd sequence word, then the payload, then the
+even sequence word. Each ``pwrite`` takes the inode's lock in the kernel and
+releases it before returning; an unlock (release) followed by the next lock
+(acquire) orders every store of one call before every store of the next for
+any observer, on weakly ordered CPUs (aarch64) as well as x86. The kernel
+copies an aligned 8-byte word with one 8-byte store, so a reader never sees a
+torn sequence word. Commands are read with ``os.pread`` and re-checked the way
+FORMAT.md says (cmd_seq before and after).
+
+There is a single writer thread per segment, so positions are claimed by
+bumping ``head`` (a plain pwrite) before the slot is written: the slot
+protocol is honoured without compare-and-swap.
+"""
+
+import os
+import struct
+import time
+
+MAGIC = 0x3165706F63534D56
+HEADER_SIZE = 256
+RING_ENTRY_SIZE = 32
+RING_HEADER_SIZE = 128
+SLOT_SIZE = 64
+CONTROL_SIZE = 128
+
+PRODUCER_TORCH_EXACT = 1
+PRODUCER_TORCH_SAMPLED = 2
+PRODUCER_TEST = 4
+
+FLAG_EVENTS = 1
+FLAG_STATS = 2
+
+ROLE_AGENT = 0
+ROLE_DEVICE = 1
+
+K_STATS_A = 16
+K_STATS_B = 17
+K_SNAP_BEGIN = 32
+K_SNAP_SEGMENT = 33
+K_SNAP_BLOCK = 34
+K_SNAP_END = 35
+K_MARKER = 48
+NO_DEVICE = 0xFFFF
+
+CMD_EMPTY_CACHE = 1
+CMD_RESET_PEAKS = 2
+CMD_SNAPSHOT = 3
+CMD_PING = 4
+STATUS_OK = 0
+STATUS_UNSUPPORTED = 1
+STATUS_FAILED = 2
+STATUS_REFUSED = 3
+
+OFF_HEARTBEAT = 72
+OFF_STATE = 80
+CTL_CMD_SEQ = 16
+CTL_CMD_KIND = 24
+CTL_CMD_ARG = 32
+CTL_ACK_SEQ = 64
+CTL_STATUS = 72
+CTL_RESULT0 = 80
+
+MASK64 = (1 << 64) - 1
+
+
+def monotonic_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def head_word(kind, device, aux):
+    return (kind & 0xFFFF) | ((device & 0xFFFF) << 16) | ((aux & 0xFFFFFFFF) << 32)
+
+
+def _align(v, a):
+    return (v + a - 1) // a * a
+
+
+def _start_time():
+    """Field 22 of /proc/self/stat (start time in clock ticks)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat[stat.rindex(")") + 1 :].split()[19])
+    except Exception:
+        return 0
+
+
+def _text(s, cap):
+    b = (s or "").encode("utf-8", "replace")
+    if len(b) > cap - 1:
+        b = b[: cap - 1]
+        while b and (b[-1] & 0xC0) == 0x80:  # drop a cut multi-byte character
+            b = b[:-1]
+        if b and b[-1] >= 0xC0:
+            b = b[:-1]
+    return b.ljust(cap, b"\0")
+
+
+def segment_dir(explicit=None):
+    return explicit or os.environ.get("VRAMSCOPE_SHM_DIR") or "/dev/shm"
+
+
+class Ring:
+    def __init__(self, seg, offset, slots):
+        self.seg = seg
+        self.offset = offset
+        self.slots = slots
+        self.head = 0
+
+    def write(self, words):
+        """Writes one record (seven words). Single writer: never fails."""
+        fd = self.seg.fd
+        p = self.head
+        self.head = p + 1
+        os.pwrite(fd, struct.pack("<Q", self.head), self.offset)  # claim p
+        slot = self.offset + RING_HEADER_SIZE + (p % self.slots) * SLOT_SIZE
+        os.pwrite(fd, struct.pack("<Q", (2 * p + 1) & MASK64), slot)
+        os.pwrite(fd, struct.pack("<7Q", *[w & MASK64 for w in words]), slot + 8)
+        os.pwrite(fd, struct.pack("<Q", (2 * p + 2) & MASK64), slot)
+
+
+class Segment:
+    """One segment, created and published; written with pwrite only."""
+
+    def __init__(self, producer, flags, framework, label, rings, dir=None, tag=None):
+        """`rings`: list of (slots, role, device)."""
+        if not 1 <= len(rings) <= 64:
+            raise ValueError("1 to 64 rings")
+        d = segment_dir(dir)
+        uid, pid = os.geteuid(), os.getpid()
+        name = "vramscope-%d-%d" % (uid, pid) + ("-" + tag if tag else "")
+        self.path = os.path.join(d, name)
+        self.pid = pid
+        control = _align(HEADER_SIZE + len(rings) * RING_ENTRY_SIZE, 64)
+        at = _align(control + CONTROL_SIZE, 4096)
+        offsets = []
+        for slots, _, _ in rings:
+            if slots < 2 or slots > (1 << 24) or slots & (slots - 1):
+                raise ValueError("ring slots must be a power of two in 2..2^24")
+            offsets.append(at)
+            at = _align(at + RING_HEADER_SIZE + slots * SLOT_SIZE, 4096)
+        size = at
+        flags_open = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags_open, 0o600)
+        except FileExistsError:
+            # The name carries our pid: a leftover of an earlier process with
+            # this pid, or of an earlier attach of ours.
+            os.unlink(self.path)
+            fd = os.open(self.path, flags_open, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, size)
+            # tmpfs allocates lazily: reserve now so a full /dev/shm is an
+            # error here, not a SIGBUS for a reader later.
+            os.posix_fallocate(fd, 0, size)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            raise
+        self.fd = fd
+        self.size = size
+        self.control = control
+        hdr = bytearray(HEADER_SIZE + len(rings) * RING_ENTRY_SIZE)
+        struct.pack_into("<HHIQ", hdr, 8, 1, 0, HEADER_SIZE, size)
+        struct.pack_into("<IIQII", hdr, 24, pid, uid, _start_time(), producer, flags)
+        struct.pack_into("<QIIII", hdr, 48, time.time_ns(), len(rings), HEADER_SIZE, control, CONTROL_SIZE)
+        struct.pack_into("<QI", hdr, 72, monotonic_ns(), 1)
+        hdr[88:120] = _text(framework, 32)
+        hdr[120:184] = _text(label, 64)
+        self.rings = []
+        for i, ((slots, role, device), off) in enumerate(zip(rings, offsets)):
+            struct.pack_into("<QIIII", hdr, HEADER_SIZE + i * RING_ENTRY_SIZE, off, slots, SLOT_SIZE, role, device)
+            self.rings.append(Ring(self, off, slots))
+        # Everything but the magic, then the magic last (publication).
+        os.pwrite(fd, bytes(hdr[8:]), 8)
+        os.pwrite(fd, struct.pack("<Q", MAGIC), 0)
+        self.closed = False
+        self._last_cmd = 0
+
+    def heartbeat(self):
+        os.pwrite(self.fd, struct.pack("<Q", monotonic_ns()), OFF_HEARTBEAT)
+
+    def poll_command(self):
+        """Returns (seq, kind, arg) of a posted, unanswered command, or None."""
+        c = self.control
+        s1, = struct.unpack("<Q", os.pread(self.fd, 8, c + CTL_CMD_SEQ))
+        if s1 == 0 or s1 & 1:
+            return None
+        ack, = struct.unpack("<Q", os.pread(self.fd, 8, c + CTL_ACK_SEQ))
+        if s1 == ack:
+            return None
+        kind, arg = struct.unpack("<QQ", os.pread(self.fd, 16, c + CTL_CMD_KIND))
+        s2, = struct.unpack("<Q", os.pread(self.fd, 8, c + CTL_CMD_SEQ))
+        if s2 != s1:
+            return None
+        return s1, kind, arg
+
+    def answer(self, seq, status, r0=0, r1=0):
+        c = self.control
+        os.pwrite(self.fd, struct.pack("<Q", seq - 1), c + CTL_ACK_SEQ)
+        os.pwrite(
+            self.fd,
+            struct.pack("<4Q", status, r0 & MASK64, r1 & MASK64, monotonic_ns()),
+            c + CTL_STATUS,
+        )
+        os.pwrite(self.fd, struct.pack("<Q", seq), c + CTL_ACK_SEQ)
+
+    def close(self):
+        """State closed, then unlink. Only the creating process does it."""
+        if self.closed:
+            return
+        self.closed = True
+        if os.getpid() != self.pid:
+            self.forget()
+            return
+        try:
+            os.pwrite(self.fd, struct.pack("<I", 2), OFF_STATE)
+        except OSError:
+            pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        self.forget()
+
+    def forget(self):
+        """Drops the descriptor without unlinking (forked children)."""
+        self.closed = True
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

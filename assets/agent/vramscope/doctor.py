@@ -1,0 +1,135 @@
+"""`python3 -m vramscope.doctor [--json] [--build]`: what the agent will find
+in this Python environment (torch, compiler, headers) and what to do about
+anything missing. `vramscope doctor` runs this and merges it with its own
+checks (NVML, segment directory). Uses the same search as the agent build.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from . import _build
+
+
+def _check(name, level, detail, fix=""):
+    return {"name": name, "level": level, "detail": detail, "fix": fix}
+
+
+def checks(build=False):
+    out = []
+    out.append(_check("python", "ok", "%s %s" % (sys.executable, sys.version.split()[0])))
+
+    torch = None
+    try:
+        import torch  # noqa: F401
+
+        cuda = getattr(getattr(torch, "version", None), "cuda", None)
+        abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+        if cuda:
+            out.append(_check("torch", "ok", "torch %s (CUDA %s, C++11 ABI %d) at %s" % (torch.__version__, cuda, abi, os.path.dirname(torch.__file__))))
+        else:
+            out.append(
+                _check(
+                    "torch",
+                    "warn",
+                    "torch %s is a CPU-only build: there is no CUDA allocator to watch" % torch.__version__,
+                    "install a CUDA build of PyTorch in this environment",
+                )
+            )
+    except Exception as e:
+        root = _build.torch_root_without_import()
+        out.append(
+            _check(
+                "torch",
+                "fail",
+                "cannot import torch with %s: %s: %s%s"
+                % (sys.executable, type(e).__name__, str(e).splitlines()[0] if str(e) else "", " (found at %s)" % root if root else ""),
+                "run doctor with your training environment's Python (VRAMSCOPE_PYTHON=/path/to/python), or pip install torch",
+            )
+        )
+        torch = None
+
+    root = os.path.dirname(torch.__file__) if torch is not None else _build.torch_root_without_import()
+    if root:
+        incs, _ = _build.torch_dirs(os.path.join(root, "__init__.py"))
+        hdr = os.path.join(incs[0], "c10", "cuda", "CUDACachingAllocator.h")
+        if os.path.isfile(hdr):
+            out.append(_check("torch headers", "ok", incs[0]))
+        else:
+            out.append(
+                _check(
+                    "torch headers",
+                    "fail",
+                    "%s is missing: the exact tracker cannot be built (sampled mode only)" % hdr,
+                    "use a PyTorch wheel that ships its C++ headers (all official wheels do)",
+                )
+            )
+    else:
+        out.append(_check("torch headers", "fail", "torch not found on sys.path", "pip install torch"))
+
+    cxx, why = _build.find_compiler()
+    if cxx:
+        try:
+            ver = subprocess.run([cxx, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20).stdout.decode("utf-8", "replace").splitlines()[0]
+        except Exception as e:
+            ver = "(--version failed: %s)" % e
+        out.append(_check("C++ compiler", "ok", "%s: %s (%s)" % (cxx, ver, why)))
+    else:
+        out.append(
+            _check(
+                "C++ compiler",
+                "warn",
+                why + ": the agent falls back to sampled mode (statistics and snapshots, no per-event timeline)",
+                "install g++ (e.g. apt-get install g++), or set VRAMSCOPE_CXX",
+            )
+        )
+
+    inc, why = _build.find_cuda_include()
+    if inc:
+        out.append(_check("CUDA headers", "ok", why))
+    else:
+        out.append(_check("CUDA headers", "warn", why + "; the agent falls back to sampled mode", "install the CUDA toolkit headers matching torch.version.cuda, or set CUDA_HOME"))
+
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
+    if "cudaMallocAsync" in conf:
+        out.append(_check("allocator", "warn", "backend:cudaMallocAsync refuses trace trackers: sampled mode", "use the native allocator for exact events"))
+    else:
+        out.append(_check("allocator", "ok", "native caching allocator (PYTORCH_CUDA_ALLOC_CONF=%r)" % conf.strip(",")))
+
+    mode = os.environ.get("VRAMSCOPE_MODE", "auto")
+    out.append(_check("mode", "ok" if mode in ("auto", "exact", "sampled") else "warn", "VRAMSCOPE_MODE=%s" % mode))
+
+    cache = _build.cache_dir()
+    try:
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        ok = os.access(cache, os.W_OK)
+    except OSError:
+        ok = False
+    out.append(
+        _check("build cache", "ok" if ok else "warn", cache + (" is writable" if ok else " is not writable"), "" if ok else "set XDG_CACHE_HOME to a writable directory")
+    )
+
+    if build and torch is not None and cxx and inc and getattr(getattr(torch, "version", None), "cuda", None):
+        try:
+            abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+            path = _build.build(torch.__file__, torch.__version__, abi)
+            out.append(_check("tracker build", "ok", path))
+        except Exception as e:
+            out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    res = checks(build="--build" in argv)
+    if "--json" in argv:
+        print(json.dumps(res))
+    else:
+        for c in res:
+            print("%-4s %-14s %s%s" % (c["level"].upper(), c["name"], c["detail"], ("\n     -> " + c["fix"]) if c["fix"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,614 @@
+//! The in-process PyTorch agent, embedded in the binary.
+//!
+//! `assets/agent/` (a small Python package, the C++ tracker source and the C
+//! ring writer) is compiled into the binary and extracted on demand to
+//! `$XDG_CACHE_HOME/vramscope/agent-<version>-<hash>/`, so users need no pip
+//! install. From there:
+//!
+//! - [`run`] / [`exec`] run a user's command with the agent injected (a
+//!   `sitecustomize.py` on `PYTHONPATH` that attaches when the script
+//!   imports torch, chaining any sitecustomize it shadows);
+//! - [`extract`] gives the directory to put on `PYTHONPATH` for
+//!   `import vramscope; vramscope.attach()`;
+//! - [`doctor`] checks what the agent and the dashboard need, running the
+//!   agent's own search (`python3 -m vramscope.doctor`) for the Python side.
+//!
+//! No `unsafe` here: process spawning and files only.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+
+/// The agent's files: (path inside the extracted directory, contents).
+/// The C++ sources sit inside the package, where `vramscope/_build.py`
+/// looks for them first.
+pub const FILES: &[(&str, &str)] = &[
+    (
+        "sitecustomize.py",
+        include_str!("../../assets/agent/sitecustomize.py"),
+    ),
+    (
+        "vramscope/__init__.py",
+        include_str!("../../assets/agent/vramscope/__init__.py"),
+    ),
+    (
+        "vramscope/_build.py",
+        include_str!("../../assets/agent/vramscope/_build.py"),
+    ),
+    (
+        "vramscope/_sampled.py",
+        include_str!("../../assets/agent/vramscope/_sampled.py"),
+    ),
+    (
+        "vramscope/_segment.py",
+        include_str!("../../assets/agent/vramscope/_segment.py"),
+    ),
+    (
+        "vramscope/doctor.py",
+        include_str!("../../assets/agent/vramscope/doctor.py"),
+    ),
+    (
+        "vramscope/tracker.cpp",
+        include_str!("../../assets/agent/tracker.cpp"),
+    ),
+    (
+        "vramscope/vramscope_ring.h",
+        include_str!("../../assets/agent/vramscope_ring.h"),
+    ),
+];
+
+/// Environment variables the agent reads (see `vramscope/__init__.py`).
+pub const ENV_AUTO: &str = "VRAMSCOPE_AUTO";
+pub const ENV_SHM_DIR: &str = "VRAMSCOPE_SHM_DIR";
+pub const ENV_PYTHON: &str = "VRAMSCOPE_PYTHON";
+
+/// FNV-1a over every file name and content: names the extracted directory,
+/// so two builds with different agents never share one.
+pub fn content_hash() -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (name, body) in FILES {
+        for b in name.bytes().chain([0u8]).chain(body.bytes()).chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// `agent-<crate version>-<hash>`.
+pub fn dir_name() -> String {
+    format!(
+        "agent-{}-{:016x}",
+        env!("CARGO_PKG_VERSION"),
+        content_hash()
+    )
+}
+
+/// `$XDG_CACHE_HOME/vramscope`, else `$HOME/.cache/vramscope`, else a
+/// per-user directory under the temporary directory.
+pub fn cache_root() -> PathBuf {
+    let abs = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    if let Some(x) = abs(std::env::var_os("XDG_CACHE_HOME")) {
+        return x.join("vramscope");
+    }
+    if let Some(h) = abs(std::env::var_os("HOME")) {
+        return h.join(".cache").join("vramscope");
+    }
+    std::env::temp_dir().join(format!(
+        "vramscope-cache-{}",
+        crate::ring::discover::current_uid()
+    ))
+}
+
+/// Extracts the agent under [`cache_root`] and returns the directory to put
+/// on `PYTHONPATH`. Idempotent and safe against concurrent callers.
+pub fn extract() -> Result<PathBuf> {
+    extract_to(&cache_root())
+}
+
+fn complete(dir: &Path) -> bool {
+    FILES.iter().all(|(name, body)| {
+        fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file() && m.len() == body.len() as u64)
+    })
+}
+
+/// [`extract`] into `root` (created if missing): writes every file into a
+/// private temporary directory, then renames it into place. A directory
+/// already there is reused when complete and replaced when not.
+pub fn extract_to(root: &Path) -> Result<PathBuf> {
+    let dest = root.join(dir_name());
+    if complete(&dest) {
+        return Ok(dest);
+    }
+    fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = root.join(format!(
+        ".{}.tmp-{}-{nanos}",
+        dir_name(),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        for (name, body) in FILES {
+            let path = tmp.join(name);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            f.write_all(body.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if dest.exists() && !complete(&dest) {
+        // Damaged (e.g. a partly cleaned cache): move it aside, then remove.
+        let junk = root.join(format!(
+            ".{}.old-{}-{nanos}",
+            dir_name(),
+            std::process::id()
+        ));
+        if fs::rename(&dest, &junk).is_ok() {
+            let _ = fs::remove_dir_all(&junk);
+        }
+    }
+    match fs::rename(&tmp, &dest) {
+        Ok(()) => Ok(dest),
+        Err(_) if complete(&dest) => {
+            // Another process won the race with identical content.
+            let _ = fs::remove_dir_all(&tmp);
+            Ok(dest)
+        }
+        Err(e) => {
+            let _ = fs::remove_dir_all(&tmp);
+            Err(anyhow!(e).context(format!("renaming into {}", dest.display())))
+        }
+    }
+}
+
+/// The command `argv` prepared to run with the agent: `PYTHONPATH` starts
+/// with the extracted directory (its `sitecustomize.py` attaches when torch
+/// is imported and then runs any sitecustomize it shadows),
+/// `VRAMSCOPE_AUTO=1`, and `VRAMSCOPE_SHM_DIR` when `shm_dir` is given.
+/// Python started with `-S` or `-I` skips sitecustomize and is not
+/// instrumented.
+pub fn command(argv: &[OsString], shm_dir: Option<&Path>) -> Result<Command> {
+    let Some((prog, args)) = argv.split_first() else {
+        bail!("no command given: vramscope run <command> [args...]");
+    };
+    let dir = extract()?;
+    Ok(command_with(&dir, prog, args, shm_dir))
+}
+
+fn command_with(dir: &Path, prog: &OsStr, args: &[OsString], shm_dir: Option<&Path>) -> Command {
+    let mut pp = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+        pp.push(":");
+        pp.push(old);
+    }
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env("PYTHONPATH", pp).env(ENV_AUTO, "1");
+    if let Some(d) = shm_dir {
+        cmd.env(ENV_SHM_DIR, d);
+    }
+    cmd
+}
+
+/// Runs `argv` with the agent injected and waits for it. The child inherits
+/// stdin/stdout/stderr and the process group, so a terminal's Ctrl-C reaches
+/// it directly; its exit status (code or signal) is returned unchanged.
+/// For the CLI prefer [`exec`], which also passes through signals sent to
+/// vramscope's own pid.
+pub fn run(argv: &[OsString], shm_dir: Option<&Path>) -> Result<ExitStatus> {
+    let mut cmd = command(argv, shm_dir)?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0].to_string_lossy()))?;
+    child.wait().context("waiting for the command")
+}
+
+/// Replaces this process with `argv`, the agent injected: signals, exit
+/// code and pid are the command's own. Returns only on failure.
+pub fn exec(argv: &[OsString], shm_dir: Option<&Path>) -> anyhow::Error {
+    match command(argv, shm_dir) {
+        Ok(mut cmd) => {
+            let e = cmd.exec();
+            anyhow!(e).context(format!("starting {}", argv[0].to_string_lossy()))
+        }
+        Err(e) => e,
+    }
+}
+
+/// How a doctor check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One line of `vramscope doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub level: Level,
+    /// What was found.
+    pub detail: String,
+    /// What to do about it (empty when nothing).
+    pub fix: String,
+}
+
+impl Check {
+    fn new(name: &str, level: Level, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            level,
+            detail: detail.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Every check: the dashboard's own (NVML, segment directory, permissions)
+/// and the agent's (Python, torch, compiler, headers — from
+/// `python3 -m vramscope.doctor --json --build`, Python being
+/// `$VRAMSCOPE_PYTHON` or `python3`).
+pub fn doctor(shm_dir: Option<&Path>) -> Vec<Check> {
+    let python = std::env::var_os(ENV_PYTHON).unwrap_or_else(|| OsString::from("python3"));
+    doctor_with(&python, shm_dir, true)
+}
+
+/// [`doctor`] with an explicit Python; `build` also tries to compile the
+/// tracker (cached for later runs).
+pub fn doctor_with(python: &OsStr, shm_dir: Option<&Path>, build: bool) -> Vec<Check> {
+    let mut out = vec![nvml_check()];
+    let dir = crate::ring::discover::segment_dir(shm_dir);
+    out.extend(segment_dir_checks(&dir));
+    out.extend(python_checks(python, build));
+    out
+}
+
+/// Directories searched for `libnvidia-ml.so.1` besides `ldconfig -p`.
+const NVML_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+    "/usr/lib/wsl/lib",
+    "/usr/local/cuda/lib64/stubs",
+];
+
+fn nvml_check() -> Check {
+    const LIB: &str = "libnvidia-ml.so.1";
+    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    dirs.extend(NVML_DIRS.iter().map(PathBuf::from));
+    let mut found = dirs
+        .iter()
+        .map(|d| d.join(LIB))
+        .find(|p| p.exists() && !p.to_string_lossy().contains("/stubs/"));
+    if found.is_none() {
+        for ldconfig in ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"] {
+            if let Ok(o) = Command::new(ldconfig)
+                .arg("-p")
+                .stderr(Stdio::null())
+                .output()
+            {
+                found = String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with(LIB))
+                    .filter_map(|l| l.rsplit("=> ").next())
+                    .map(|p| PathBuf::from(p.trim()))
+                    .next();
+                break;
+            }
+        }
+    }
+    let gpus = fs::read_dir("/dev")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.strip_prefix("nvidia")
+                        .is_some_and(|r| !r.is_empty() && r.bytes().all(|c| c.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    match found {
+        Some(p) => Check::new(
+            "NVML",
+            Level::Ok,
+            format!("{} ({gpus} GPU device nodes in /dev)", p.display()),
+            "",
+        ),
+        None => Check::new(
+            "NVML",
+            Level::Warn,
+            format!("{LIB} not found (ldconfig -p, LD_LIBRARY_PATH, usual paths); {gpus} GPU device nodes in /dev"),
+            "install the NVIDIA driver's user-space libraries (or mount them into the container); without NVML the dashboard shows no device totals or per-process usage",
+        ),
+    }
+}
+
+/// Free bytes at `dir`, from `df -Pk` (no libc call needed).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let o = Command::new("df")
+        .arg("-Pk")
+        .arg(dir)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().nth(1)?;
+    let kib: u64 = line.split_whitespace().nth(3)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A process with `n` GPUs needs about (1 + n) × 4 MiB with the default
+/// 65536-slot rings.
+const SEGMENT_BYTES_8_GPUS: u64 = 9 * 4 * 1024 * 1024 + 64 * 1024;
+
+fn segment_dir_checks(dir: &Path) -> Vec<Check> {
+    let name = "segment directory";
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            return vec![Check::new(
+                name,
+                Level::Fail,
+                format!("{}: {e}", dir.display()),
+                "create it, or point VRAMSCOPE_SHM_DIR / --shm-dir at a writable tmpfs directory shared by the job and the dashboard",
+            )]
+        }
+    };
+    if !meta.is_dir() {
+        return vec![Check::new(
+            name,
+            Level::Fail,
+            format!("{} is not a directory", dir.display()),
+            "point VRAMSCOPE_SHM_DIR / --shm-dir at a directory",
+        )];
+    }
+    let mut out = Vec::new();
+    // Writable, and files made there keep mode 0600 (what producers create).
+    let probe = dir.join(format!(".vramscope-doctor-{}", std::process::id()));
+    let made = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&probe);
+    match made {
+        Ok(_) => {
+            let mode = fs::metadata(&probe)
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0);
+            let _ = fs::remove_file(&probe);
+            out.push(Check::new(
+                name,
+                Level::Ok,
+                format!("{} exists and is writable", dir.display()),
+                "",
+            ));
+            if mode == 0o600 {
+                out.push(Check::new(
+                    "permissions",
+                    Level::Ok,
+                    "new segments are private to this user (mode 0600)",
+                    "",
+                ));
+            } else {
+                out.push(Check::new(
+                    "permissions",
+                    Level::Warn,
+                    format!("a file created with mode 0600 there has mode {mode:o}; readers refuse group/world-accessible segments"),
+                    "use a directory without default ACLs that widen permissions",
+                ));
+            }
+        }
+        Err(e) => out.push(Check::new(
+            name,
+            Level::Fail,
+            format!("{} is not writable: {e}", dir.display()),
+            "the agent warns and stays off; point VRAMSCOPE_SHM_DIR / --shm-dir at a writable directory",
+        )),
+    }
+    match free_bytes(dir) {
+        Some(b) if b < SEGMENT_BYTES_8_GPUS => out.push(Check::new(
+            "free space",
+            Level::Warn,
+            format!("{} MiB free in {}; a process with 8 GPUs needs about 37 MiB", b >> 20, dir.display()),
+            "free space there (stale segments: vramscope cleans its own), enlarge the tmpfs (docker --shm-size), or set VRAMSCOPE_SLOTS lower",
+        )),
+        Some(b) => out.push(Check::new(
+            "free space",
+            Level::Ok,
+            format!("{} MiB free in {}", b >> 20, dir.display()),
+            "",
+        )),
+        None => out.push(Check::new(
+            "free space",
+            Level::Warn,
+            format!("could not measure free space in {} (df failed)", dir.display()),
+            "",
+        )),
+    }
+    if let Ok((found, others)) = crate::ring::discover::list(dir) {
+        let stale = found
+            .iter()
+            .filter(|f| {
+                crate::ring::discover::inspect(&f.path)
+                    .map(|i| i.liveness != crate::ring::discover::Liveness::Alive)
+                    .unwrap_or(false)
+            })
+            .count();
+        out.push(Check::new(
+            "segments",
+            if stale > 0 { Level::Warn } else { Level::Ok },
+            format!(
+                "{} of yours ({stale} stale), {others} of other users",
+                found.len()
+            ),
+            if stale > 0 {
+                "the dashboard removes stale segments of yours when it starts"
+            } else {
+                ""
+            },
+        ));
+    }
+    out
+}
+
+#[derive(serde::Deserialize)]
+struct PyCheck {
+    name: String,
+    level: String,
+    detail: String,
+    #[serde(default)]
+    fix: String,
+}
+
+fn python_checks(python: &OsStr, build: bool) -> Vec<Check> {
+    let dir = match extract() {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![Check::new(
+                "agent files",
+                Level::Fail,
+                format!("cannot extract the agent: {e:#}"),
+                "set XDG_CACHE_HOME to a writable directory",
+            )]
+        }
+    };
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "vramscope.doctor", "--json"]);
+    if build {
+        cmd.arg("--build");
+    }
+    let mut pp = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+        pp.push(":");
+        pp.push(old);
+    }
+    cmd.env("PYTHONPATH", pp)
+        .env_remove(ENV_AUTO)
+        .stdin(Stdio::null());
+    let out = match output_with_timeout(cmd, Duration::from_secs(600)) {
+        Ok(o) => o,
+        Err(e) => {
+            return vec![Check::new(
+                "python",
+                Level::Fail,
+                format!("cannot run {}: {e:#}", python.to_string_lossy()),
+                "install python3, or set VRAMSCOPE_PYTHON to your training environment's Python",
+            )]
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parsed: Option<Vec<PyCheck>> = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .and_then(|l| serde_json::from_str(l).ok());
+    match parsed {
+        Some(list) => list
+            .into_iter()
+            .map(|c| Check {
+                name: c.name,
+                level: match c.level.as_str() {
+                    "ok" => Level::Ok,
+                    "warn" => Level::Warn,
+                    _ => Level::Fail,
+                },
+                detail: c.detail,
+                fix: c.fix,
+            })
+            .collect(),
+        None => vec![Check::new(
+            "python",
+            Level::Fail,
+            format!(
+                "{} -m vramscope.doctor failed: {}",
+                python.to_string_lossy(),
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("no output")
+            ),
+            "check that this Python runs (VRAMSCOPE_PYTHON picks another)",
+        )],
+    }
+}
+
+fn output_with_timeout(mut cmd: Command, limit: Duration) -> Result<std::process::Output> {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => Ok(r?),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
+            bail!("no answer within {limit:?}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_embedded_and_hashed() {
+        assert!(FILES.iter().all(|(_, b)| !b.is_empty()));
+        assert!(dir_name().starts_with("agent-"));
+        assert_eq!(content_hash(), content_hash());
+    }
+
+    #[test]
+    fn command_prepends_pythonpath() {
+        let cmd = command_with(
+            Path::new("/x/agent"),
+            OsStr::new("python3"),
+            &[OsString::from("t.py")],
+            Some(Path::new("/shm")),
+        );
+        let envs: Vec<_> = cmd.get_envs().collect();
+        let get = |k: &str| {
+            envs.iter()
+                .find(|(n, _)| *n == OsStr::new(k))
+                .and_then(|(_, v)| *v)
+                .map(|v| v.to_string_lossy().into_owned())
+        };
+        assert!(get("PYTHONPATH").unwrap().starts_with("/x/agent"));
+        assert_eq!(get(ENV_AUTO).as_deref(), Some("1"));
+        assert_eq!(get(ENV_SHM_DIR).as_deref(), Some("/shm"));
+    }
+}

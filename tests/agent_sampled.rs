@@ -1,0 +1,555 @@
+//! The Python agent in sampled mode, end to end, without a GPU: a fake
+//! `torch` package (written by this test) stands in for PyTorch; the agent
+//! (as embedded in the binary and extracted) creates a segment in Python that
+//! the Rust reader validates and drains; commands travel through the control
+//! block. Also: one warning and a running job when the segment directory is
+//! unwritable; forked children never write into the parent's segment.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command as Proc, Stdio};
+use std::time::{Duration, Instant};
+
+use vramscope::event::{BlockState, EventKind, SegmentPool, Stats};
+use vramscope::ring::{Command, Producer, SegmentReader, Status};
+
+/// A fake torch: two devices, fixed statistics and a fixed snapshot;
+/// `empty_cache` drops reserved to allocated (and records the device it ran
+/// under); `torch.cuda.graphs.CUDAGraph` counts captures.
+const FAKE_TORCH: &str = r#"
+__version__ = "2.11.0+fake"
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = True
+from . import cuda
+"#;
+
+const FAKE_CUDA: &str = r#"
+import contextlib, os, threading
+_initialized = os.environ.get("FAKE_CUDA_INIT", "1") == "1"
+_queued = []
+_lock = threading.Lock()
+calls = []
+MiB = 1 << 20
+_st = {
+    0: dict(allocated=3 * MiB, reserved=24 * MiB, active=4 * MiB, inactive_split=1 * MiB, requested=3 * MiB - 100,
+            allocated_peak=10 * MiB, reserved_peak=30 * MiB, active_peak=11 * MiB, retries=2, ooms=1, segments=3),
+    1: dict(allocated=0, reserved=0, active=0, inactive_split=0, requested=0,
+            allocated_peak=0, reserved_peak=0, active_peak=0, retries=0, ooms=0, segments=0),
+}
+_current = [0]
+
+def is_initialized():
+    return _initialized
+
+def _lazy_call(fn, **kw):
+    with _lock:
+        if _initialized:
+            fn()
+        else:
+            _queued.append(fn)
+
+def init():
+    global _initialized
+    with _lock:
+        for fn in _queued:
+            fn()
+        _initialized = True
+
+def device_count():
+    return 2
+
+def memory_stats(device=None):
+    if not _initialized:
+        return {}
+    s = _st[device or 0]
+    return {
+        "allocated_bytes.all.current": s["allocated"], "reserved_bytes.all.current": s["reserved"],
+        "active_bytes.all.current": s["active"], "inactive_split_bytes.all.current": s["inactive_split"],
+        "requested_bytes.all.current": s["requested"], "allocated_bytes.all.peak": s["allocated_peak"],
+        "reserved_bytes.all.peak": s["reserved_peak"], "active_bytes.all.peak": s["active_peak"],
+        "num_alloc_retries": s["retries"], "num_ooms": s["ooms"], "segment.all.current": s["segments"],
+        "segment.all.allocated": s["segments"], "allocation.all.allocated": 5 if s["reserved"] else 0,
+    }
+
+def memory_snapshot():
+    big = 0x7f0000000000
+    return [
+        {"device": 0, "address": big, "total_size": 20 * MiB, "stream": 0, "segment_type": "large",
+         "segment_pool_id": (0, 0), "is_expandable": False,
+         "blocks": [{"address": big, "size": 2 * MiB, "requested_size": 2 * MiB - 100, "state": "active_allocated"},
+                    {"address": big + 2 * MiB, "size": 18 * MiB, "requested_size": 0, "state": "inactive"}]},
+        {"device": 0, "address": big + 64 * MiB, "total_size": 2 * MiB, "stream": 7, "segment_type": "small",
+         "segment_pool_id": (1, 5), "is_expandable": True,
+         "blocks": [{"address": big + 64 * MiB, "size": 1 * MiB, "requested_size": 1000, "state": "active_pending_free"},
+                    {"address": big + 65 * MiB, "size": 1 * MiB, "requested_size": 0, "state": "inactive"}]},
+    ]
+
+def empty_cache():
+    calls.append(("empty_cache", _current[0]))
+    for s in _st.values():
+        s["reserved"] = s["allocated"]
+
+def reset_peak_memory_stats(device=None):
+    s = _st[device or 0]
+    s["allocated_peak"] = s["allocated"]
+
+@contextlib.contextmanager
+def device(d):
+    old = _current[0]
+    _current[0] = d
+    try:
+        yield
+    finally:
+        _current[0] = old
+
+class graphs:
+    class CUDAGraph:
+        def capture_begin(self, *a, **k):
+            pass
+        def capture_end(self):
+            pass
+"#;
+
+/// A user script driven line by line over stdin.
+const SCRIPT: &str = r#"
+import json, os, sys, time
+import torch
+import vramscope
+print(json.dumps({"attached": vramscope.attach()}), flush=True)
+for _ in range(400):
+    if vramscope.status()["mode"] not in (None, "pending"):
+        break
+    time.sleep(0.01)
+print(json.dumps(vramscope.status()), flush=True)
+vramscope.mark(7)
+g = None
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "capture":
+        g = torch.cuda.graphs.CUDAGraph(); g.capture_begin(); print("capturing", flush=True)
+    elif cmd == "end":
+        g.capture_end(); print("ended", flush=True)
+    elif cmd == "calls":
+        print(json.dumps(torch.cuda.calls), flush=True)
+    elif cmd == "fork":
+        pid = os.fork()
+        if pid == 0:
+            vramscope.mark(5)
+            time.sleep(0.3)
+            vramscope.mark(6)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("forked", flush=True)
+    elif cmd == "done":
+        break
+print("finished", flush=True)
+"#;
+
+pub fn python() -> Option<String> {
+    let py = std::env::var("VRAMSCOPE_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Proc::new(&py)
+        .arg("-c")
+        .arg("import sys; assert sys.version_info >= (3, 8)")
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then_some(py)
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    fake: PathBuf,
+    agent: PathBuf,
+    shm: PathBuf,
+    cache: PathBuf,
+    script: PathBuf,
+}
+
+fn setup() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("fake");
+    std::fs::create_dir_all(fake.join("torch/cuda")).unwrap();
+    std::fs::write(fake.join("torch/__init__.py"), FAKE_TORCH).unwrap();
+    std::fs::write(fake.join("torch/cuda/__init__.py"), FAKE_CUDA).unwrap();
+    let agent = vramscope::agent::extract_to(&tmp.path().join("cache")).unwrap();
+    let shm = tmp.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let script = tmp.path().join("train_fake.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    Env {
+        fake,
+        agent,
+        shm,
+        cache: tmp.path().join("xdg"),
+        script,
+        _tmp: tmp,
+    }
+}
+
+struct Job {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Job {
+    fn line(&mut self) -> String {
+        self.lines.next().expect("a line").unwrap()
+    }
+    fn send(&mut self, s: &str) {
+        writeln!(self.stdin, "{s}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+    fn finish(mut self) -> (i32, String) {
+        self.send("done");
+        drop(self.stdin);
+        let mut rest = Vec::new();
+        for l in self.lines {
+            rest.push(l.unwrap());
+        }
+        assert!(
+            rest.iter().any(|l| l == "finished"),
+            "script ran on: {rest:?}"
+        );
+        let out = self.child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+fn start(py: &str, env: &Env, extra: &[(&str, &str)]) -> Job {
+    let mut cmd = Proc::new(py);
+    cmd.arg(&env.script)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", env.fake.display(), env.agent.display()),
+        )
+        .env("VRAMSCOPE_SHM_DIR", &env.shm)
+        .env("XDG_CACHE_HOME", &env.cache)
+        .env("VRAMSCOPE_STATS_MS", "50")
+        .env("VRAMSCOPE_SLOTS", "4096")
+        .env_remove("VRAMSCOPE_MODE")
+        .env_remove("VRAMSCOPE_AUTO")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    Job {
+        child,
+        stdin,
+        lines,
+    }
+}
+
+fn expected_stats() -> Stats {
+    const MIB: u64 = 1 << 20;
+    Stats {
+        allocated: 3 * MIB,
+        reserved: 24 * MIB,
+        active: 4 * MIB,
+        inactive_split: MIB,
+        requested: 3 * MIB - 100,
+        allocated_peak: 10 * MIB,
+        reserved_peak: 30 * MIB,
+        active_peak: 11 * MIB,
+        alloc_retries: 2,
+        ooms: 1,
+        segments: 3,
+    }
+}
+
+fn drain_all(r: &mut SegmentReader) -> Vec<EventKind> {
+    let mut out = Vec::new();
+    r.drain(usize::MAX, |_, e| out.push(e.kind));
+    out
+}
+
+macro_rules! need_python {
+    () => {
+        match python() {
+            Some(p) => p,
+            None => {
+                println!("SKIPPED: the agent tests need python3");
+                return;
+            }
+        }
+    };
+}
+
+#[test]
+fn sampled_mode_segment_is_read_and_commands_are_answered() {
+    let py = need_python!();
+    let env = setup();
+    let mut job = start(&py, &env, &[]);
+    assert_eq!(job.line(), r#"{"attached": true}"#);
+    let status: serde_json::Value = serde_json::from_str(&job.line()).unwrap();
+    assert_eq!(status["mode"], "sampled", "{status}");
+    let path = PathBuf::from(status["path"].as_str().unwrap());
+    assert_eq!(path.parent().unwrap(), env.shm);
+
+    let mut r = SegmentReader::open(&path).expect("the Python segment validates");
+    let h = r.header().clone();
+    assert_eq!(h.producer, Producer::TorchSampled);
+    assert_eq!(h.pid, job.child.id());
+    assert_eq!(h.framework, "torch 2.11.0+fake");
+    assert!(h.label.starts_with("train_fake.py"), "{}", h.label);
+    assert_eq!(h.flags, 2);
+    assert_eq!(h.rings.len(), 3);
+    assert_eq!(h.rings[0].slot_count, 4096);
+
+    std::thread::sleep(Duration::from_millis(300));
+    let events = drain_all(&mut r);
+    // Statistics: exactly what the fake returned, for device 0; device 1
+    // (never used) too, with zeros.
+    let stats0: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::Stats { device: 0, stats } => Some(*stats),
+            _ => None,
+        })
+        .collect();
+    assert!(stats0.len() >= 2, "{events:?}");
+    assert!(stats0.iter().all(|s| *s == expected_stats()));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EventKind::Stats { device: 1, stats } if *stats == Stats::default())));
+    assert_eq!(r.dropped_samples(), 0);
+    // The first snapshot: complete, for both devices.
+    let begin = events
+        .iter()
+        .position(|e| matches!(e, EventKind::SnapshotBegin { device: 0, .. }))
+        .expect("snapshot begin");
+    let snap: Vec<_> = events[begin..]
+        .iter()
+        .take_while(|e| !matches!(e, EventKind::SnapshotEnd { device: 0, .. }))
+        .cloned()
+        .collect();
+    assert!(matches!(
+        snap[0],
+        EventKind::SnapshotBegin {
+            segments: 2,
+            blocks: 4,
+            ..
+        }
+    ));
+    let segs: Vec<_> = snap
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::SnapshotSegment {
+                place,
+                size,
+                pool_kind,
+                expandable,
+                ..
+            } => Some((place.stream, place.pool, *size, *pool_kind, *expandable)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(segs.len(), 2);
+    assert_eq!(segs[0].2, 20 << 20);
+    assert_eq!(segs[0].3, SegmentPool::Large);
+    assert_eq!(
+        (segs[1].0, segs[1].1 .0, segs[1].1 .1, segs[1].3, segs[1].4),
+        (7, 1, 5, SegmentPool::Small, true)
+    );
+    let states: Vec<_> = snap
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::SnapshotBlock {
+                state, requested, ..
+            } => Some((*state, *requested)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (BlockState::Allocated, (2 << 20) - 100),
+            (BlockState::Inactive, 0),
+            (BlockState::PendingFree, 1000),
+            (BlockState::Inactive, 0)
+        ]
+    );
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EventKind::SnapshotEnd { device: 1, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EventKind::Marker { value: 7 })));
+
+    // Commands.
+    let t = Duration::from_secs(10);
+    let o = r.command(Command::Ping { value: 99 }, t).unwrap();
+    assert_eq!((o.status, o.result0), (Status::Ok, 99));
+    let o = r.command(Command::Snapshot { device: None }, t).unwrap();
+    assert_eq!(o.status, Status::Ok);
+    assert!(o.result0 >= 2, "snapshot id {}", o.result0);
+    let o = r
+        .command(Command::ResetPeaks { device: Some(0) }, t)
+        .unwrap();
+    assert_eq!(o.status, Status::Ok);
+    let o = r.command(Command::Unknown { kind: 77, arg: 0 }, t).unwrap();
+    assert_eq!(o.status, Status::Unsupported);
+    // During a CUDA graph capture, empty_cache is refused.
+    job.send("capture");
+    assert_eq!(job.line(), "capturing");
+    let o = r.command(Command::EmptyCache { device: None }, t).unwrap();
+    assert_eq!(o.status, Status::Refused);
+    job.send("end");
+    assert_eq!(job.line(), "ended");
+    let o = r.command(Command::EmptyCache { device: None }, t).unwrap();
+    assert_eq!(
+        (o.status, o.result0, o.result1),
+        (Status::Ok, 24 << 20, 3 << 20)
+    );
+    // It ran once, under device 0 (the only device in use).
+    job.send("calls");
+    assert_eq!(job.line(), r#"[["empty_cache", 0]]"#);
+    std::thread::sleep(Duration::from_millis(200));
+    let after = drain_all(&mut r);
+    assert!(after.iter().any(|e| matches!(e, EventKind::Stats { device: 0, stats } if stats.reserved == 3 << 20 && stats.allocated_peak == 3 << 20)));
+    assert!(after
+        .iter()
+        .any(|e| matches!(e, EventKind::SnapshotEnd { id, .. } if *id >= 2)));
+
+    // A forked child never writes into the parent's segment.
+    job.send("fork");
+    assert_eq!(job.line(), "forked");
+    std::thread::sleep(Duration::from_millis(150));
+    let later = drain_all(&mut r);
+    assert!(!later
+        .iter()
+        .any(|e| matches!(e, EventKind::Marker { value: 5 | 6 })));
+    assert_eq!(r.totals().lost, 0);
+
+    let (code, stderr) = job.finish();
+    assert_eq!(code, 0);
+    let ours: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("vramscope:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "one announcement line, got: {stderr}");
+    assert!(ours[0].contains("sampled mode"), "{}", ours[0]);
+    assert!(ours[0].contains("torch headers missing"), "{}", ours[0]);
+    // Closed and unlinked at exit.
+    assert!(!path.exists());
+    assert_eq!(r.state(), 2);
+}
+
+#[test]
+fn forced_sampled_mode_and_deferred_cuda_init() {
+    let py = need_python!();
+    let env = setup();
+    // CUDA not initialised at attach: the agent waits for torch's lazy init.
+    let script = env.script.with_file_name("deferred.py");
+    std::fs::write(
+        &script,
+        r#"
+import json, sys, time, torch, vramscope
+vramscope.attach()
+time.sleep(0.3)
+print(json.dumps(vramscope.status()), flush=True)
+torch.cuda.init()
+for _ in range(400):
+    if vramscope.status()["mode"] != "pending":
+        break
+    time.sleep(0.01)
+print(json.dumps(vramscope.status()), flush=True)
+sys.stdin.readline()
+"#,
+    )
+    .unwrap();
+    let mut cmd = Proc::new(&py);
+    cmd.arg(&script)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", env.fake.display(), env.agent.display()),
+        )
+        .env("VRAMSCOPE_SHM_DIR", &env.shm)
+        .env("XDG_CACHE_HOME", &env.cache)
+        .env("VRAMSCOPE_MODE", "sampled")
+        .env("FAKE_CUDA_INIT", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["mode"], "pending");
+    assert!(std::fs::read_dir(&env.shm).unwrap().next().is_none());
+    let second: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(second["mode"], "sampled");
+    let path = PathBuf::from(second["path"].as_str().unwrap());
+    let mut r = SegmentReader::open(&path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = false;
+    while !seen && Instant::now() < deadline {
+        seen = drain_all(&mut r).iter().any(
+            |e| matches!(e, EventKind::Stats { device: 0, stats } if *stats == expected_stats()),
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(seen);
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("VRAMSCOPE_MODE=sampled"), "{stderr}");
+}
+
+fn run_plain(py: &str, env: &Env, shm: &Path) -> (i32, String, String) {
+    let script = env.script.with_file_name("plain.py");
+    std::fs::write(
+        &script,
+        r#"
+import torch, vramscope, time
+print("attach:", vramscope.attach(), flush=True)
+time.sleep(0.5)
+vramscope.mark(1)
+print("status:", vramscope.status()["mode"], flush=True)
+print("job finished", flush=True)
+raise SystemExit(0)
+"#,
+    )
+    .unwrap();
+    let out = Proc::new(py)
+        .arg(&script)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", env.fake.display(), env.agent.display()),
+        )
+        .env("VRAMSCOPE_SHM_DIR", shm)
+        .env("XDG_CACHE_HOME", &env.cache)
+        .env("VRAMSCOPE_MODE", "sampled")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn unwritable_segment_dir_warns_once_and_the_job_runs() {
+    let py = need_python!();
+    let env = setup();
+    let (code, stdout, stderr) = run_plain(&py, &env, Path::new("/nonexistent/vramscope-shm"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("job finished"), "{stdout}");
+    assert!(stdout.contains("status: failed"), "{stdout}");
+    let ours: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("vramscope:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{stderr}");
+    assert!(ours[0].contains("cannot create the segment"), "{stderr}");
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+}
