@@ -142,6 +142,26 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a command (e.g. `python train.py`) with the PyTorch agent injected;
+    /// the script needs no change.
+    #[command(trailing_var_arg = true)]
+    Run {
+        /// The command and its arguments.
+        #[arg(required = true, allow_hyphen_values = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// The embedded PyTorch agent.
+    Agent {
+        #[command(subcommand)]
+        what: AgentCommand,
+    },
+    /// Check and explain every requirement (NVML, segment directory, compiler,
+    /// torch and CUDA headers), with what to do about each missing one.
+    Doctor {
+        /// One JSON object per check.
+        #[arg(long)]
+        json: bool,
+    },
     /// Record NVML readings and every process's events to a file, until Ctrl-C.
     Record {
         /// The recording file to write.
@@ -180,6 +200,13 @@ pub enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Print the directory of the extracted agent package (for PYTHONPATH,
+    /// or `pip install` from it), extracting it first if needed.
+    Path,
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     let dir = discover::segment_dir(cli.shm_dir.as_deref());
     let mut cfg = Config::new(dir.clone());
@@ -188,6 +215,18 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         None => dashboard(cfg, cli.ui.options()),
         Some(Command::Rings { clean, json }) => crate::rings::run(&dir, clean, json),
+        Some(Command::Run { command }) => {
+            Err(vramscope::agent::exec(&command, cli.shm_dir.as_deref()))
+        }
+        Some(Command::Agent {
+            what: AgentCommand::Path,
+        }) => {
+            println!("{}", vramscope::agent::extract()?.display());
+            Ok(())
+        }
+        Some(Command::Doctor { json }) => {
+            crate::report::doctor(&vramscope::agent::doctor(cli.shm_dir.as_deref()), json)
+        }
         Some(Command::Record { output, duration }) => crate::record::record(cfg, &output, duration),
         Some(Command::Replay { file, speed, json }) => crate::record::replay(&file, speed, json),
         Some(Command::EmptyCache { pid, timeout }) => {

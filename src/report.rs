@@ -163,3 +163,31 @@ pub fn headless(r: &HeadlessReport) -> String {
     }
     o
 }
+
+/// `vramscope doctor`: one line per check, with what to do; exits non-zero
+/// when a check failed.
+pub fn doctor(checks: &[vramscope::agent::Check], json: bool) -> anyhow::Result<()> {
+    use vramscope::agent::Level;
+    if json {
+        for c in checks {
+            println!("{}", serde_json::to_string(c)?);
+        }
+    } else {
+        for c in checks {
+            let mark = match c.level {
+                Level::Ok => "ok  ",
+                Level::Warn => "warn",
+                Level::Fail => "FAIL",
+            };
+            println!("[{mark}] {}: {}", c.name, c.detail);
+            if !c.fix.is_empty() {
+                println!("       -> {}", c.fix);
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} check(s) failed");
+    }
+    Ok(())
+}
