@@ -129,9 +129,17 @@ pub enum Command {
     },
     /// Replay allocation requests under any allocator configuration.
     Sim {
-        /// A JSON-lines request file (see `src/sim/trace.rs`).
+        /// A JSON-lines request file (see `src/sim/trace.rs`), or a recording
+        /// made by `vramscope record` of a real process.
         #[arg(long, value_name = "FILE")]
         trace: PathBuf,
+        /// With a recording: the process to replay (default: the one with the
+        /// most events).
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+        /// With a recording: the CUDA device to replay.
+        #[arg(long, default_value_t = 0)]
+        device: u16,
         /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF.
         #[arg(long, value_name = "CONF")]
         conf: Option<String>,
@@ -292,14 +300,13 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Some(Command::Sim {
             trace,
+            pid,
+            device,
             conf,
             capacity_gib,
             json,
         }) => {
-            let text = std::fs::read_to_string(&trace)
-                .with_context(|| format!("reading {}", trace.display()))?;
-            let reqs =
-                sim::parse_trace(&text).with_context(|| format!("in {}", trace.display()))?;
+            let (reqs, recorded) = crate::record::sim_requests(&trace, pid, device)?;
             let alloc = match &conf {
                 Some(c) => sim::AllocConf::parse(c).with_context(|| format!("--conf {c:?}"))?,
                 None => sim::AllocConf::default(),
@@ -311,11 +318,18 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             let reports = sim::replay(&reqs, &cfg);
             if json {
-                for r in &reports {
-                    println!("{}", serde_json::to_string(r)?);
+                for (i, r) in reports.iter().enumerate() {
+                    let mut v = serde_json::to_value(r)?;
+                    if let Some(Some(s)) = recorded.as_ref().map(|rec| rec[i]) {
+                        v["recorded"] = serde_json::to_value(s)?;
+                    }
+                    println!("{v}");
                 }
             } else {
                 print!("{}", sim::render_table(&reports));
+            }
+            if let Some(rec) = &recorded {
+                crate::record::compare_summary(&reports, rec, conf.as_deref());
             }
             Ok(())
         }

@@ -155,3 +155,95 @@ pub fn empty_cache(dir: &Path, pid: u32, timeout: Duration) -> Result<()> {
         s => bail!("process {pid} answered {s:?}: the cache was not emptied"),
     }
 }
+
+/// The requests to replay from `path`: a JSON-lines trace, or a recording
+/// (then also the statistics the process reported after each request).
+#[allow(clippy::type_complexity)]
+pub fn sim_requests(
+    path: &Path,
+    pid: Option<u32>,
+    device: u16,
+) -> Result<(
+    Vec<vramscope::sim::Request>,
+    Option<Vec<Option<vramscope::event::Stats>>>,
+)> {
+    let mut magic = [0u8; 8];
+    let is_recording = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && &magic == vramscope::collect::recording::MAGIC;
+    if !is_recording {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let reqs =
+            vramscope::sim::parse_trace(&text).with_context(|| format!("in {}", path.display()))?;
+        return Ok((reqs, None));
+    }
+    let mut r = Replayer::open(path)?;
+    let mut by_process: std::collections::BTreeMap<
+        vramscope::model::ProcessKey,
+        Vec<vramscope::event::Event>,
+    > = Default::default();
+    while let Some((_, input)) = r.next_input()? {
+        if let Input::Events { key, events, .. } = input {
+            by_process.entry(key).or_default().extend(events);
+        }
+    }
+    let chosen = match pid {
+        Some(p) => by_process.keys().find(|k| k.pid == p).copied(),
+        None => by_process
+            .iter()
+            .max_by_key(|(_, e)| e.len())
+            .map(|(k, _)| *k),
+    };
+    let Some(key) = chosen else {
+        bail!(
+            "{}: no events of {} in this recording",
+            path.display(),
+            pid.map_or("any process".into(), |p| format!("process {p}"))
+        );
+    };
+    let mut events = by_process.remove(&key).unwrap_or_default();
+    events.sort_by_key(|e| e.time_ns);
+    let got = vramscope::sim::from_events::requests_from_events(&events, device);
+    if got.unknown_frees > 0 {
+        eprintln!(
+            "note: {} frees of tensors allocated before the recording started were skipped",
+            got.unknown_frees
+        );
+    }
+    Ok((got.requests, Some(got.recorded)))
+}
+
+/// Compares a replay with what the recorded process reported, on stderr.
+pub fn compare_summary(
+    reports: &[vramscope::sim::StepReport],
+    recorded: &[Option<vramscope::event::Stats>],
+    conf: Option<&str>,
+) {
+    let mut total = 0;
+    let mut same = 0;
+    let mut first_diff = None;
+    for (r, s) in reports.iter().zip(recorded) {
+        let Some(s) = s else { continue };
+        total += 1;
+        if (r.allocated, r.reserved, r.segments) == (s.allocated, s.reserved, s.segments) {
+            same += 1;
+        } else if first_diff.is_none() {
+            first_diff = Some((r.step, r.reserved, s.reserved));
+        }
+    }
+    let under = conf.map_or("the default configuration".to_string(), |c| {
+        format!("--conf {c}")
+    });
+    eprintln!("under {under}: {same} of {total} recorded statistics samples match the replay exactly (allocated, reserved, segments)");
+    if let Some((step, sim, real)) = first_diff {
+        eprintln!(
+            "first difference at request {step}: reserved {} simulated vs {} recorded",
+            bytes(sim),
+            bytes(real)
+        );
+    }
+    let ooms = reports.iter().filter(|r| r.oom.is_some()).count();
+    eprintln!("out-of-memory requests in the replay: {ooms}");
+}

@@ -195,3 +195,87 @@ fn empty_cache_pid_prints_what_was_released() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no vramscope agent segment"));
 }
+
+#[test]
+fn sim_replays_a_recorded_process_and_matches_its_figures() {
+    use vramscope::sim::{SimAllocator, SimConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("job.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let seg =
+        SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 1 << 16)).unwrap();
+    let mut child = bin()
+        .args(["record", "--no-nvml", "--duration", "2", "-o"])
+        .arg(&rec)
+        .arg("--shm-dir")
+        .arg(&shm)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // A "process" whose allocator is the simulator, on an 80 GiB device.
+    let mut a = SimAllocator::new(SimConfig {
+        capacity: 80 << 30,
+        ..SimConfig::default()
+    });
+    let mut ev = Vec::new();
+    let mut held = Vec::new();
+    for i in 0..400u64 {
+        a.set_time(vramscope::ring::monotonic_ns());
+        if i % 4 == 3 {
+            let p = held.remove((i as usize * 7) % held.len());
+            a.free(p, &mut ev).unwrap();
+        } else {
+            held.push(
+                a.malloc((i * 104_729 % (30 << 20)) + 1, i % 2, &mut ev)
+                    .unwrap(),
+            );
+        }
+        if i % 100 == 99 {
+            a.empty_cache(&mut ev);
+        }
+        a.emit_stats(&mut ev);
+    }
+    let mut words = Vec::new();
+    for (n, e) in ev.iter().enumerate() {
+        words.clear();
+        encode(e, n as u32, &mut words);
+        let ring = if matches!(e.kind, EventKind::Stats { .. }) {
+            0
+        } else {
+            1
+        };
+        for w in &words {
+            assert!(seg.ring(ring).write(w));
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    let out = bin()
+        .args(["sim", "--json", "--trace"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("400 of 400 recorded statistics samples match"),
+        "{err}"
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().filter(|l| l.get("recorded").is_some()).count() == 400);
+    // Another configuration: a different answer, still a clean run.
+    let out = bin()
+        .args(["sim", "--conf", "expandable_segments:True", "--trace"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("400 of 400"));
+}

@@ -30,7 +30,7 @@ pub struct RingSet {
     attached: HashMap<PathBuf, Attached>,
     refused: HashMap<PathBuf, String>,
     last_scan: Option<Instant>,
-    batch: Vec<Event>,
+    batch: Vec<(bool, Event)>,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -177,16 +177,28 @@ impl RingSet {
         for (path, a) in self.attached.iter_mut() {
             let mut batch = std::mem::take(&mut self.batch);
             batch.clear();
+            let agent_rings: Vec<bool> = a
+                .reader
+                .header()
+                .rings
+                .iter()
+                .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
+                .collect();
             let gone = a.reader.liveness() != Liveness::Alive;
             // Drain in bounded rounds so one busy process cannot starve others.
             for _ in 0..8 {
-                let done = a.reader.drain(65_536, |_, e| batch.push(e));
+                let done = a.reader.drain(65_536, |ring, e| {
+                    batch.push((agent_rings.get(ring) == Some(&true), e))
+                });
                 if done.delivered == 0 && done.lost == 0 {
                     break;
                 }
             }
             // Rings are each in order; merge them by time.
-            batch.sort_by_key(|e| e.time_ns);
+            // At equal times, allocator events come before the agent's
+            // statistics and snapshots: a sample or snapshot taken at time T
+            // already reflects what happened at T.
+            batch.sort_by_key(|(agent, e)| (e.time_ns, *agent));
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
@@ -194,7 +206,7 @@ impl RingSet {
             if !batch.is_empty() || lost_now > 0 {
                 let wants_resync = hub.apply(Input::Events {
                     key,
-                    events: std::mem::take(&mut batch),
+                    events: batch.drain(..).map(|(_, e)| e).collect(),
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
