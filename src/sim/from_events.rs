@@ -147,6 +147,6 @@ mod tests {
             }
         }
         assert!(compared >= 250, "{compared}");
-        assert!(got.requests.iter().any(|r| *r == Request::EmptyCache));
+        assert!(got.requests.contains(&Request::EmptyCache));
     }
 }
