@@ -10,10 +10,18 @@
 //     torch API, allocates nothing and makes no system call — it packs the
 //     TraceEntry into seven words and calls vs_ring_write. Trackers cannot be
 //     detached, so an atomic flag turns it off (exit, fork, failure);
+//   * stamps each event with the time the allocator already took for it
+//     (TraceEntry::time_, c10::getApproximateTime(): the TSC on x86),
+//     converted to CLOCK_MONOTONIC ns with a line the agent thread fits and
+//     publishes through a seqlock every 100 ms (see "Clock" below), instead
+//     of calling clock_gettime in the callback;
 //   * runs a native agent thread (no Python, no GIL) that refreshes the
 //     heartbeat, samples getDeviceStats() every 100 ms, writes a full state
 //     snapshot right after attach and on command, and answers commands from
 //     the control block (empty_cache, reset peaks, snapshot, ping) every 20 ms.
+//
+// Environment: VRAMSCOPE_CLOCK=monotonic stamps events with clock_gettime in
+// the callback, as before the converted clock (also vs_agent_set_clock(1)).
 //
 // Build flags: -DVS_EMPTY_TRACKER makes the callback return at once (the
 // overhead benchmark's "empty tracker" variant).
@@ -29,12 +37,25 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+// -DVS_HAVE_APPROX_CLOCK=0 builds the clock_gettime-only callback.
+#ifndef VS_HAVE_APPROX_CLOCK
+#if __has_include(<c10/util/ApproximateClock.h>)
+#define VS_HAVE_APPROX_CLOCK 1
+#else
+#define VS_HAVE_APPROX_CLOCK 0
+#endif
+#endif
+#if VS_HAVE_APPROX_CLOCK
+#include <c10/util/ApproximateClock.h>
+#endif
 
 #include <pthread.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -54,14 +75,31 @@ using Segment = std::remove_cv_t<
 
 constexpr int kMaxDevices = VS_MAX_RINGS - 1;
 
+// What the callback reads, on its own cache line(s), apart from anything the
+// agent thread writes often (only the clock line changes, every 100 ms).
+struct Calib {
+  std::atomic<uint64_t> seq{0};          // seqlock: odd while being written
+  std::atomic<uint64_t> base_approx{0};  // approximate-clock value ...
+  std::atomic<uint64_t> base_ns{0};      // ... and the CLOCK_MONOTONIC ns it maps to
+  std::atomic<int64_t> mult{0};          // ns per tick << 32; 0: clock_gettime and
+                                         // a verification sample; < 0: clock_gettime
+};
+struct alignas(64) Hot {
+  std::atomic<int> enabled{0};  // callback writes only when 1
+  int devices = 0;
+  Calib calib;
+};
+Hot g_hot;
+alignas(64) vs_ring g_dev_rings[VS_MAX_RINGS - 1];  // copies of g_seg.rings[1 + d]
+
 vs_segment g_seg;                      // valid while g_live
-std::atomic<int> g_enabled{0};         // callback writes only when 1
+std::atomic<int>& g_enabled = g_hot.enabled;
 std::atomic<int> g_live{0};            // segment mapped (not closed, not forgotten)
 std::atomic<int> g_capturing{0};       // CUDA graph captures underway (set from Python)
 std::atomic<int> g_stop{0};
 std::atomic<int> g_thread_done{0};
 std::atomic<uint32_t> g_snapshot_id{0};
-int g_devices = 0;
+int& g_devices = g_hot.devices;
 pid_t g_owner_pid = 0;
 uint32_t g_sample = 0;                 // agent thread only
 std::atomic<uint64_t> g_stats_period_ns{100000000ull};
@@ -123,6 +161,266 @@ inline bool live() { return g_live.load(std::memory_order_acquire) != 0; }
 
 inline vs_ring* agent_ring() { return &g_seg.rings[0]; }
 
+// ---- Clock ----------------------------------------------------------------
+//
+// The allocator takes c10::getApproximateTime() for every TraceEntry right
+// before it calls the trackers (DeviceCachingAllocator::record_trace): the
+// TSC (__rdtsc) on x86 builds, the CLOCK_REALTIME ns of c10::getTime()
+// elsewhere (torch 2.11). The callback converts that value instead of calling
+// clock_gettime:
+//
+//     ns = base_ns + (((approx - base_approx) as signed) * mult) >> 32
+//
+// The agent thread measures (approx, CLOCK_MONOTONIC) pairs (the tightest of
+// a few bracketed reads) every 100 ms, fits the slope over the last second
+// and publishes the line through the seqlock in g_hot.calib. A new line
+// starts where the old one is at that moment and corrects the old line's
+// error over the next 100 ms, so stamps stay continuous and non-decreasing;
+// only an error over 20 us (a paused VM, a stepped CLOCK_REALTIME) re-anchors
+// the line and may step back.
+//
+// Until the line is trusted, the callback stamps with clock_gettime and
+// leaves (approx, ns) samples; the agent thread checks that the allocator's
+// time_ lies on its own line (the same clock: both are the inline
+// getApproximateTime of the same headers, but the allocator was compiled
+// elsewhere) and only then publishes it. A torch without TraceEntry::time_
+// .approx_t_ or c10/util/ApproximateClock.h stamps with clock_gettime as
+// before, at compile time; so does VRAMSCOPE_CLOCK=monotonic at run time.
+
+template <typename T, typename = void>
+struct has_approx_time : std::false_type {};
+template <typename T>
+struct has_approx_time<T, std::void_t<decltype(std::declval<const T&>().time_.approx_t_)>>
+    : std::bool_constant<std::is_integral_v<std::remove_cv_t<
+                             std::remove_reference_t<decltype(std::declval<const T&>().time_.approx_t_)>>> &&
+                         sizeof(std::declval<const T&>().time_.approx_t_) == 8> {};
+
+constexpr bool kApproxClock = VS_HAVE_APPROX_CLOCK && has_approx_time<Entry>::value;
+
+template <typename T>
+inline uint64_t raw_time_of(const T& e) {
+  if constexpr (has_approx_time<T>::value) {
+    return static_cast<uint64_t>(e.time_.approx_t_);
+  } else {
+    (void)e;
+    return 0;
+  }
+}
+
+inline uint64_t approx_now() {
+#if VS_HAVE_APPROX_CLOCK
+  return static_cast<uint64_t>(c10::getApproximateTime());
+#else
+  return 0;
+#endif
+}
+
+inline uint64_t convert(uint64_t raw, uint64_t base_approx, uint64_t base_ns, int64_t mult) {
+  const int64_t d = static_cast<int64_t>(raw - base_approx);
+  return base_ns + static_cast<uint64_t>(static_cast<int64_t>((static_cast<__int128>(d) * mult) >> 32));
+}
+
+// Verification samples left by the callback while mult == 0 (one writer per
+// device: the callback runs under that device's allocator lock).
+struct alignas(64) Sample {
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> raw{0};
+  std::atomic<uint64_t> mono{0};
+};
+Sample g_samples[VS_MAX_RINGS - 1];
+
+[[gnu::noinline]] uint64_t stamp_slow(int device, uint64_t raw, int64_t mult) noexcept {
+  const uint64_t now = vs_monotonic_ns();
+  if (mult == 0) {
+    Sample& s = g_samples[device];
+    const uint64_t q = s.seq.load(std::memory_order_relaxed);
+    s.seq.store(q + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.raw.store(raw, std::memory_order_relaxed);
+    s.mono.store(now, std::memory_order_relaxed);
+    s.seq.store(q + 2, std::memory_order_release);
+  }
+  return now;
+}
+
+// CLOCK_MONOTONIC ns of the event: never blocks, never calls the kernel once
+// the line is published (4 reads of one cache line and a multiply).
+inline uint64_t stamp(const Entry& e, int device) noexcept {
+  if constexpr (kApproxClock) {
+    const uint64_t raw = raw_time_of(e);
+    const Calib& c = g_hot.calib;
+    for (int i = 0; i < 4; i++) {
+      const uint64_t s1 = c.seq.load(std::memory_order_acquire);
+      const uint64_t ba = c.base_approx.load(std::memory_order_relaxed);
+      const uint64_t bn = c.base_ns.load(std::memory_order_relaxed);
+      const int64_t m = c.mult.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (c.seq.load(std::memory_order_relaxed) != s1 || (s1 & 1)) continue;  // torn: retry
+      if (__builtin_expect(m > 0, 1)) return convert(raw, ba, bn, m);
+      return stamp_slow(device, raw, m);
+    }
+    return vs_monotonic_ns();  // writer kept interrupting: read the clock
+  } else {
+    (void)e;
+    (void)device;
+    return vs_monotonic_ns();
+  }
+}
+
+// Agent side of the clock: the agent thread, and vs_agent_set_clock from a
+// Python thread, under g_clock_mu (never taken by the callback).
+struct Pair {
+  uint64_t approx;
+  uint64_t ns;
+};
+
+struct ClockState {
+  enum { VERIFYING = 1, ACTIVE = 2, REJECTED = 3 };
+  int state = VERIFYING;
+  bool forced_mono = false;
+  int good = 0, bad = 0;
+  uint64_t worst_dev_ns = 0;  // largest |sample - line| seen in verification
+  uint64_t seen[VS_MAX_RINGS - 1] = {};
+  Pair hist[16] = {};  // pairs of the last calibrations, oldest first
+  int nhist = 0;
+  double ns_per_tick = 0;  // fitted slope
+  bool published = false;  // a line (pub_*) is published or was before forcing
+  uint64_t pub_ba = 0, pub_bn = 0;
+  int64_t pub_mult = 0;
+  uint64_t next_cal_ns = 0;
+  uint64_t calibrations = 0, steps = 0, max_abs_err = 0;
+  int64_t last_err = 0;
+};
+std::mutex g_clock_mu;
+ClockState g_clock;
+
+constexpr uint64_t kCalPeriodNs = 100000000ull;  // recalibrate every 100 ms
+constexpr uint64_t kFitWindowNs = 1000000000ull; // slope over about 1 s
+constexpr int64_t kSlewLimitNs = 20000;          // larger errors re-anchor the line
+
+Pair measure_pair() {
+  Pair best{0, 0};
+  uint64_t width = ~0ull;
+  for (int i = 0; i < 7; i++) {
+    const uint64_t a0 = approx_now();
+    const uint64_t ns = vs_monotonic_ns();
+    const uint64_t a1 = approx_now();
+    if (a1 >= a0 && a1 - a0 < width) {
+      width = a1 - a0;
+      best = {a0 + (a1 - a0) / 2, ns};
+    }
+  }
+  return best;
+}
+
+void publish(uint64_t ba, uint64_t bn, int64_t mult) {
+  Calib& c = g_hot.calib;
+  const uint64_t s = c.seq.load(std::memory_order_relaxed);
+  c.seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  c.base_approx.store(ba, std::memory_order_relaxed);
+  c.base_ns.store(bn, std::memory_order_relaxed);
+  c.mult.store(mult, std::memory_order_relaxed);
+  c.seq.store(s + 2, std::memory_order_release);
+}
+
+// Checks the callback's samples against the fitted line (g_clock_mu held).
+void verify_samples(ClockState& cs) {
+  if (cs.state != ClockState::VERIFYING || cs.nhist < 2) return;
+  const Pair& last = cs.hist[cs.nhist - 1];
+  for (int d = 0; d < g_hot.devices; d++) {
+    Sample& s = g_samples[d];
+    const uint64_t s1 = s.seq.load(std::memory_order_acquire);
+    if ((s1 & 1) || s1 == cs.seen[d]) continue;
+    const uint64_t raw = s.raw.load(std::memory_order_relaxed);
+    const uint64_t mono = s.mono.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_relaxed) != s1) continue;
+    cs.seen[d] = s1;
+    // The callback read the clock after the allocator took time_: mono is
+    // at or a little after the line's value for raw.
+    const double pred = static_cast<double>(last.ns) +
+                        static_cast<double>(static_cast<int64_t>(raw - last.approx)) * cs.ns_per_tick;
+    const double dev = static_cast<double>(mono) - pred;
+    const double mag = std::fabs(dev);
+    if (mag < 1e12 && static_cast<uint64_t>(mag) > cs.worst_dev_ns) cs.worst_dev_ns = static_cast<uint64_t>(mag);
+    if (dev > -50000.0 && dev < 10000000.0) {
+      cs.good++;
+    } else {
+      cs.bad++;
+    }
+  }
+  if (cs.bad >= 3 && cs.bad > cs.good) {
+    cs.state = ClockState::REJECTED;  // not our clock: clock_gettime for good
+    publish(0, 0, -1);
+  } else if (cs.good >= 3 + 4 * cs.bad) {
+    cs.state = ClockState::ACTIVE;  // published at the next calibration
+  }
+}
+
+// Takes a pair, refits, publishes (g_clock_mu held).
+void calibrate(ClockState& cs, bool force_now) {
+  const Pair p = measure_pair();
+  if (!force_now && p.ns < cs.next_cal_ns) return;
+  cs.next_cal_ns = p.ns + (cs.nhist < 3 ? kCalPeriodNs / 5 : kCalPeriodNs);
+  // History: keep the oldest pair within the fit window (and at least one).
+  if (cs.nhist == 16) {
+    for (int i = 1; i < 16; i++) cs.hist[i - 1] = cs.hist[i];
+    cs.nhist = 15;
+  }
+  if (cs.nhist > 0 && (p.approx <= cs.hist[cs.nhist - 1].approx || p.ns <= cs.hist[cs.nhist - 1].ns)) {
+    cs.nhist = 0;  // the approximate clock went back or stood still: start over
+  }
+  cs.hist[cs.nhist++] = p;
+  while (cs.nhist > 2 && p.ns - cs.hist[1].ns >= kFitWindowNs) {
+    for (int i = 1; i < cs.nhist; i++) cs.hist[i - 1] = cs.hist[i];
+    cs.nhist--;
+  }
+  if (cs.nhist < 2) return;
+  const Pair& o = cs.hist[0];
+  cs.ns_per_tick = static_cast<double>(p.ns - o.ns) / static_cast<double>(p.approx - o.approx);
+  cs.calibrations++;
+  verify_samples(cs);
+  if (cs.state != ClockState::ACTIVE || cs.forced_mono || p.ns - o.ns < kCalPeriodNs) return;
+  // Ticks in one period, and the slope that takes the old line's error back
+  // to zero over that period.
+  const double ticks = static_cast<double>(kCalPeriodNs) / cs.ns_per_tick;
+  if (!(ticks > 0) || !(ticks < 1e15)) return;
+  uint64_t bn = p.ns;
+  double slope = cs.ns_per_tick;
+  if (cs.published) {
+    const uint64_t at = convert(p.approx, cs.pub_ba, cs.pub_bn, cs.pub_mult);
+    const int64_t err = static_cast<int64_t>(at - p.ns);
+    cs.last_err = err;
+    const uint64_t mag = static_cast<uint64_t>(err < 0 ? -err : err);
+    if (mag > cs.max_abs_err) cs.max_abs_err = mag;
+    if (err > -kSlewLimitNs && err < kSlewLimitNs) {
+      bn = at;
+      slope = cs.ns_per_tick - static_cast<double>(err) / ticks;
+    } else {
+      cs.steps++;
+    }
+  }
+  const double m = slope * 4294967296.0;
+  if (!(m >= 1.0) || !(m < 9.0e18)) return;
+  cs.pub_ba = p.approx;
+  cs.pub_bn = bn;
+  cs.pub_mult = static_cast<int64_t>(std::llround(m));
+  cs.published = true;
+  publish(cs.pub_ba, cs.pub_bn, cs.pub_mult);
+}
+
+// Agent thread, every loop (20 ms).
+void clock_tick() {
+  if constexpr (kApproxClock) {
+    std::lock_guard<std::mutex> lock(g_clock_mu);
+    ClockState& cs = g_clock;
+    if (cs.state == ClockState::REJECTED) return;
+    calibrate(cs, false);
+    verify_samples(cs);
+  }
+}
+
 // ---- the allocator callback ----------------------------------------------
 
 void on_trace(const Entry& e) noexcept {
@@ -130,20 +428,20 @@ void on_trace(const Entry& e) noexcept {
   (void)e;
   return;
 #else
-  if (g_enabled.load(std::memory_order_acquire) == 0) return;
+  if (g_hot.enabled.load(std::memory_order_acquire) == 0) return;
   const int action = static_cast<int>(e.action_);
   if (action == static_cast<int>(Entry::SNAPSHOT)) return;
   const int device = static_cast<int>(e.device_);
-  if (device < 0 || device >= g_devices) return;
+  if (device < 0 || device >= g_hot.devices) return;
   const auto pool = pool_of(e);
-  vs_ring* ring = &g_seg.rings[1 + device];
+  vs_ring* ring = &g_dev_rings[device];
   // Positions are claimed in order: warm the slot a few positions ahead so
   // the next events do not wait for its cache line (a 4 MiB ring does not
   // stay in cache). A prefetch is only a hint: no ordering, no fault.
   __builtin_prefetch(ring->slots + 8 * ((__atomic_load_n(ring->head, __ATOMIC_RELAXED) + 4) & ring->mask), 1, 3);
   uint64_t w[7] = {
       vs_head_word(static_cast<uint16_t>(action + 1), static_cast<uint16_t>(device), 0),
-      vs_monotonic_ns(),
+      stamp(e, device),
       static_cast<uint64_t>(e.addr_),
       static_cast<uint64_t>(e.size_),
       word_of(e.stream_),
@@ -332,6 +630,7 @@ void agent_loop() noexcept {
   while (g_stop.load(std::memory_order_acquire) == 0 && live()) {
     try {
       vs_heartbeat(&g_seg);
+      clock_tick();
       vs_request req;
       if (vs_command_poll(&g_seg, &req)) handle(req);
       const uint64_t now = vs_monotonic_ns();
@@ -350,7 +649,13 @@ void agent_loop() noexcept {
   g_thread_done.store(1, std::memory_order_release);
 }
 
+// The clock mutex is held around fork so that a child never inherits it
+// locked by the agent thread (which does not exist in the child).
+void atfork_prepare() { g_clock_mu.lock(); }
+void atfork_parent() { g_clock_mu.unlock(); }
+
 void atfork_child() {
+  g_clock_mu.unlock();
   // The child shares the parent's mapping but must never write into it:
   // silence the callback, then drop the mapping without unlinking.
   g_enabled.store(0, std::memory_order_release);
@@ -426,6 +731,14 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
       const vs_ring& r = g_seg.rings[i];
       for (uint64_t w = 0; w < 8 * (r.mask + 1); w += 4096 / 8) __atomic_fetch_or(r.slots + w, 0, __ATOMIC_RELAXED);
     }
+    for (int d = 0; d < n; d++) g_dev_rings[d] = g_seg.rings[1 + d];
+    if constexpr (kApproxClock) {
+      std::lock_guard<std::mutex> clock_lock(g_clock_mu);
+      const char* mode = std::getenv("VRAMSCOPE_CLOCK");
+      g_clock.forced_mono = mode && std::strcmp(mode, "monotonic") == 0;
+      if (g_clock.forced_mono) publish(0, 0, -1);
+      calibrate(g_clock, true);
+    }
     g_live.store(1, std::memory_order_release);
     if (g_attached.load() == 0) {
       try {
@@ -446,7 +759,7 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
     // attach appear in the snapshot; events racing with it appear in both,
     // and the snapshot's id orders them for the reader.
     g_enabled.store(1, std::memory_order_release);
-    pthread_atfork(nullptr, nullptr, atfork_child);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     try {
       write_snapshot(-1);
       write_all_stats();
@@ -499,6 +812,66 @@ void vs_agent_mark(uint64_t value) {
 // attached: for the overhead benchmark, and for callers that want to pause.
 void vs_agent_enable(int on) {
   if (live() && g_started.load() != 0) g_enabled.store(on ? 1 : 0, std::memory_order_release);
+}
+
+// Event timestamps: 0 (default) the allocator's own time converted (once
+// verified), 1 clock_gettime in the callback (as before; for the benchmark
+// and for diagnosis). Returns the mode now in force, or -1 when this build
+// has only clock_gettime.
+int vs_agent_set_clock(int mode) {
+  if constexpr (!kApproxClock) {
+    (void)mode;
+    return -1;
+  } else {
+    try {
+      std::lock_guard<std::mutex> lock(g_clock_mu);
+      ClockState& cs = g_clock;
+      cs.forced_mono = mode == 1;
+      if (cs.forced_mono) {
+        publish(0, 0, cs.state == ClockState::VERIFYING ? 0 : -1);
+      } else if (cs.state == ClockState::ACTIVE) {
+        cs.published = false;  // stamps were clock_gettime's: anchor afresh
+        calibrate(cs, true);
+      } else if (cs.state == ClockState::VERIFYING) {
+        publish(0, 0, 0);
+      }
+      return cs.forced_mono ? 1 : 0;
+    } catch (...) {
+      return -1;
+    }
+  }
+}
+
+// Diagnostics for tests and the benchmark: up to n words of
+//   0 state: 0 clock_gettime only (this torch), 1 verifying, 2 converted
+//     clock in use, 3 rejected (time_ is not our clock), 4 forced monotonic
+//   1 calibrations   2 largest |error| of a published line at recalibration, ns
+//   3 last error (signed), ns   4 re-anchored lines (error over 20 us)
+//   5 approximate-clock ticks per second   6 / 7 verification samples
+//     agreeing / disagreeing   8 largest |sample - line| in verification, ns
+// Returns the number of words written.
+int vs_agent_clock_info(uint64_t* out, int n) {
+  uint64_t v[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  if constexpr (kApproxClock) {
+    try {
+      std::lock_guard<std::mutex> lock(g_clock_mu);
+      const ClockState& cs = g_clock;
+      v[0] = cs.forced_mono ? 4 : static_cast<uint64_t>(cs.state);
+      if (cs.state == ClockState::ACTIVE && !cs.published && !cs.forced_mono) v[0] = 1;
+      v[1] = cs.calibrations;
+      v[2] = cs.max_abs_err;
+      v[3] = static_cast<uint64_t>(cs.last_err);
+      v[4] = cs.steps;
+      v[5] = cs.ns_per_tick > 0 ? static_cast<uint64_t>(std::llround(1e9 / cs.ns_per_tick)) : 0;
+      v[6] = static_cast<uint64_t>(cs.good);
+      v[7] = static_cast<uint64_t>(cs.bad);
+      v[8] = cs.worst_dev_ns;
+    } catch (...) {
+    }
+  }
+  int k = 0;
+  for (; out && k < n && k < 9; k++) out[k] = v[k];
+  return k;
 }
 
 // +1 when a CUDA graph capture begins, -1 when it ends (from Python hooks).
