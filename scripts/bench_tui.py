@@ -389,10 +389,10 @@ def markdown(names, med, skipped):
             if v is None:
                 row.append("–")
             else:
-                lo, hi = med[n][key + "_range"]
+                lo, hi = (fmt(x).split()[0] for x in med[n][key + "_range"])
                 cell = fmt(v)
-                if med[n]["rounds_ok"] > 1 and lo != hi:
-                    cell += " (%s – %s)" % (fmt(lo).split()[0], fmt(hi).split()[0])
+                if lo != hi:
+                    cell += " (%s – %s)" % (lo, hi)
                 row.append(cell)
         if base:
             for o in others:

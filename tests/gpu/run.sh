@@ -61,6 +61,7 @@ run_one expandable 0 "$PY" tests/gpu/test_expandable.py
 run_one deferred 0 "$PY" tests/gpu/test_deferred.py
 run_one auto_sitecustomize 0 env VRAMSCOPE_AUTO=1 PYTHONPATH="$VRAMSCOPE_AGENT_DIR" "$PY" tests/gpu/test_deferred.py
 run_one fork 0 "$PY" tests/gpu/test_fork.py
+run_one clock 0 "$PY" tests/gpu/test_clock.py
 run_one sampled_cxx_hidden 1 env VRAMSCOPE_CXX=/nonexistent "$PY" tests/gpu/test_sampled.py
 run_one sampled_path_without_cxx 1 env PATH="$NOCXX" CXX= "$PY" tests/gpu/test_sampled.py
 run_one sampled_forced 1 env VRAMSCOPE_MODE=sampled "$PY" tests/gpu/test_sampled.py
