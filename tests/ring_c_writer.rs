@@ -66,7 +66,15 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
     assert_eq!(h.label, "cross-language test é");
     assert_eq!(h.rings.len(), 2);
     assert_eq!(h.rings[1].slot_count, slots);
-    assert!(h.start_time > 0);
+    assert_eq!(
+        Some(h.start_time),
+        vramscope::ring::discover::proc_start_time(child.id()),
+        "the C writer's start time is field 22 of /proc/<pid>/stat"
+    );
+    assert_eq!(
+        reader.liveness(),
+        vramscope::ring::discover::Liveness::Alive
+    );
 
     writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     // Drain slowly while the writers run.

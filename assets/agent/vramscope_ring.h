@@ -246,9 +246,9 @@ static inline uint64_t vs__start_time(void) {
     buf[n] = 0;
     char *p = strrchr(buf, ')');
     if (!p) return 0;
-    p++;
-    for (int field = 2; field < 22 && p; field++) {
-        p = strchr(p + 1, ' ');
+    p++; /* the space before field 3 */
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p + 1, ' '); /* the space before field + 1 */
     }
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }

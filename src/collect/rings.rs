@@ -110,12 +110,30 @@ impl RingSet {
             match SegmentReader::open(&f.path) {
                 Ok(reader) => {
                     let h = reader.header().clone();
-                    if reader.liveness() != Liveness::Alive {
-                        // Left behind by a process that is gone: nothing to show.
-                        if self.cfg.clean_stale {
-                            let _ = std::fs::remove_file(&f.path);
+                    match reader.liveness() {
+                        Liveness::Alive => {}
+                        Liveness::Dead => {
+                            // Left behind by a process that is gone (or
+                            // closed): nothing to show; tidy it away.
+                            if self.cfg.clean_stale {
+                                let _ = std::fs::remove_file(&f.path);
+                            }
+                            continue;
                         }
-                        continue;
+                        Liveness::Reused => {
+                            // Its pid now names another process. Never
+                            // deleted automatically (a writer with a wrong
+                            // start time would lose its segment): reported,
+                            // and `vramscope rings --clean` removes it.
+                            self.refused.insert(
+                                f.path.clone(),
+                                format!(
+                                    "stale: pid {} now belongs to a newer process (start time differs); `vramscope rings --clean` removes it",
+                                    h.pid
+                                ),
+                            );
+                            continue;
+                        }
                     }
                     self.refused.remove(&f.path);
                     let key = ProcessKey {
