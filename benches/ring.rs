@@ -30,6 +30,14 @@ fn write(c: &mut Criterion) {
             black_box(ring.write(black_box(&[1, i, i, 4096, 0, 0, 0])))
         })
     });
+    g.bench_function("1_thread_exclusive", |b| {
+        let ring = seg.ring(1);
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            ring.write_exclusive(black_box(&[1, i, i, 4096, 0, 0, 0]))
+        })
+    });
     // Four threads share one ring; time per record = wall time / records.
     g.bench_function("4_threads", |b| {
         b.iter_custom(|iters| {

@@ -163,6 +163,7 @@ fn c_writer_four_threads_small_ring_exact_accounting() {
     run_writer(false, 4, 200_000, 1024);
 }
 
+/// One writer thread: writer.c uses `vs_ring_write_exclusive`.
 #[test]
 fn cxx_writer_one_thread_big_ring() {
     run_writer(true, 1, 50_000, 1 << 16);

@@ -171,6 +171,23 @@ static inline int vs_ring_write(vs_ring *ring, const uint64_t w[7]) {
     return 1;
 }
 
+/*
+ * vs_ring_write for a ring that only one thread writes at a time (e.g. a
+ * device's ring, written only under that device's allocator lock): the same
+ * slot protocol with plain atomic stores instead of read-modify-writes.
+ * Readers cannot tell the difference. Concurrent use voids the guarantee
+ * that no torn record is accepted.
+ */
+static inline void vs_ring_write_exclusive(vs_ring *ring, const uint64_t w[7]) {
+    uint64_t p = __atomic_load_n(ring->head, __ATOMIC_RELAXED);
+    __atomic_store_n(ring->head, p + 1, __ATOMIC_RELAXED);
+    uint64_t *slot = ring->slots + 8 * (p & ring->mask);
+    __atomic_store_n(&slot[0], 2 * p + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int i = 0; i < 7; i++) __atomic_store_n(&slot[1 + i], w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[0], 2 * p + 2, __ATOMIC_RELEASE);
+}
+
 static inline uint64_t *vs_word(vs_segment *seg, size_t off) {
     return (uint64_t *)(seg->base + off);
 }

@@ -249,6 +249,27 @@ impl RingWriter<'_> {
         true
     }
 
+    /// Writes one record when the caller guarantees that no other thread
+    /// writes into this ring meanwhile (e.g. a device's ring, written only
+    /// under that device's allocator lock). The same slot protocol with
+    /// plain atomic stores instead of read-modify-writes: readers cannot
+    /// tell the difference. Concurrent use voids the no-torn-record
+    /// guarantee; use [`write`](Self::write) when unsure.
+    #[inline]
+    pub fn write_exclusive(&self, words: &Words) {
+        let head = self.view.head();
+        let p = head.load(Ordering::Relaxed);
+        head.store(p.wrapping_add(1), Ordering::Relaxed);
+        let slot = self.view.slot(p);
+        let writing = p.wrapping_mul(2).wrapping_add(1);
+        slot.seq.store(writing, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (dst, &v) in slot.w.iter().zip(words) {
+            dst.store(v, Ordering::Relaxed);
+        }
+        slot.seq.store(writing.wrapping_add(1), Ordering::Release);
+    }
+
     /// Positions claimed so far.
     pub fn head(&self) -> u64 {
         self.view.head().load(Ordering::Relaxed)

@@ -22,12 +22,17 @@ static void make(uint64_t thread, uint64_t i, uint64_t w[7]) {
     w[6] = w[2] ^ w[3] ^ w[4] ^ w[5];
 }
 
+static int exclusive; /* one writer thread: the read-modify-write-free path */
+
 static void *run(void *arg) {
     uint64_t t = (uint64_t)(uintptr_t)arg;
     uint64_t w[7];
     for (unsigned long i = 0; i < per_thread; i++) {
         make(t, i, w);
-        vs_ring_write(&seg.rings[1], w);
+        if (exclusive)
+            vs_ring_write_exclusive(&seg.rings[1], w);
+        else
+            vs_ring_write(&seg.rings[1], w);
     }
     return NULL;
 }
@@ -45,6 +50,7 @@ int main(int argc, char **argv) {
     cfg.label = "cross-language test \xc3\xa9"; /* UTF-8 survives */
     cfg.rings[1].slots = (uint32_t)strtoul(argv[4], NULL, 10);
     int threads = atoi(argv[2]);
+    exclusive = threads == 1;
     per_thread = strtoul(argv[3], NULL, 10);
     char err[2048];
     if (vs_segment_create(&seg, &cfg, err, sizeof err) != 0) {
