@@ -38,6 +38,11 @@ rotates each round) and every tool:
     silence; in every case at least --min-bytes (default 2000) must have
     arrived. The time reported is that of the last byte of the burst.
  3. Warm-up: --warmup s (default 5) after the first frame, no input.
+    With --data-marker TEXT (e.g. "H100"), the time from the spawn to the
+    first read in which TEXT appears is reported too, when it appears before
+    the warm-up ends: a first frame may be drawn before the tool has any GPU
+    data (vramscope paints before its first NVML poll), so this is the
+    like-for-like "time to data".
  4. Steady state, no input, over --window s (default 30): CPU is
     utime+stime from /proc/PID/stat (all its threads) over the window,
     divided by clock ticks and wall time: % of one core. Bytes written to
@@ -158,7 +163,7 @@ def mem_status(pid):
 class Pty:
     """A child in a pty, its output drained into memory with timestamps."""
 
-    def __init__(self, argv, cols, rows, env_extra=None):
+    def __init__(self, argv, cols, rows, env_extra=None, data_marker=None):
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = dict(os.environ)
@@ -181,6 +186,8 @@ class Pty:
         self.total = 0
         self.last_byte = None
         self.eof = False
+        self.data_marker = data_marker
+        self.data_at = None  # when data_marker first appeared in the output
 
     def pump(self, timeout):
         """Reads whatever arrives within `timeout` s; returns bytes read."""
@@ -204,6 +211,9 @@ class Pty:
         self.last_byte = now
         self.total += len(data)
         self.buf += data
+        if self.data_marker and self.data_at is None:
+            if self.data_marker in self.buf[-(len(data) + len(self.data_marker)) :]:
+                self.data_at = now
         self._answer(data)
         return len(data)
 
@@ -294,7 +304,7 @@ def quit_tool(p):
 
 def one_run(name, argv, args, markers):
     marker, exact = frame_rule(name, markers)
-    p = Pty(argv, args.cols, args.rows)
+    p = Pty(argv, args.cols, args.rows, data_marker=args.data_marker.encode() if args.data_marker else None)
     res = {"tool": name, "command": " ".join(shlex.quote(a) for a in argv), "pid": p.pid}
     ttff = wait_first_frame(p, marker, exact, args.min_bytes, args.settle / 1000.0, args.first_timeout)
     if ttff is None:
@@ -308,6 +318,8 @@ def one_run(name, argv, args, markers):
         return res
     res["first_frame_s"] = round(ttff, 4)
     p.pump_until(p.t_spawn + ttff + args.warmup)
+    if p.data_at is not None:
+        res["first_data_s"] = round(p.data_at - p.t_spawn, 4)
     if not p.alive():
         res["error"] = "exited during warm-up (status %s)" % p.proc.poll()
         res["output_tail"] = visible_tail(p.buf)
@@ -354,6 +366,7 @@ def one_run(name, argv, args, markers):
 
 FIELDS = [
     ("first_frame_s", "time to first frame", lambda v: "%.0f ms" % (v * 1000)),
+    ("first_data_s", "time to first GPU data (--data-marker)", lambda v: "%.0f ms" % (v * 1000)),
     ("cpu_pct", "steady CPU (% of one core)", lambda v: "%.2f %%" % v),
     ("rss_mib", "RSS (VmRSS)", lambda v: "%.1f MiB" % v),
     ("hwm_mib", "peak RSS (VmHWM)", lambda v: "%.1f MiB" % v),
@@ -423,6 +436,12 @@ def main():
     ap.add_argument("--settle", type=float, default=50.0, help="ms of silence that ends a burst (default 50)")
     ap.add_argument("--min-bytes", type=int, default=2000, help="bytes a first frame has at least (default 2000)")
     ap.add_argument("--first-timeout", type=float, default=20.0, help="seconds to wait for a first frame")
+    ap.add_argument(
+        "--data-marker",
+        metavar="TEXT",
+        help="also time the first appearance of TEXT (e.g. the GPU's name) in each tool's output, "
+        "within the first frame's wait plus the warm-up",
+    )
     ap.add_argument("--marker", action="append", default=[], metavar="NAME=TEXT", help="first-frame marker text for NAME")
     ap.add_argument("--out", metavar="DIR", help="write bench_tui.json and bench_tui.md here")
     args = ap.parse_args()
@@ -468,6 +487,7 @@ def main():
         "window_s": args.window,
         "settle_ms": args.settle,
         "min_bytes": args.min_bytes,
+        "data_marker": args.data_marker,
         "clk_tck": CLK_TCK,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -507,11 +527,12 @@ def main():
                 print("round %d %s: ERROR %s | %s" % (rnd + 1, name, r["error"], r.get("output_tail", "")), flush=True)
             else:
                 print(
-                    "round %d %s: first frame %.0f ms, CPU %.2f %%, RSS %.1f MiB (peak %.1f), %.0f B/s%s, quit by %s"
+                    "round %d %s: first frame %.0f ms%s, CPU %.2f %%, RSS %.1f MiB (peak %.1f), %.0f B/s%s, quit by %s"
                     % (
                         rnd + 1,
                         name,
                         r["first_frame_s"] * 1000,
+                        ", data %.0f ms" % (r["first_data_s"] * 1000) if "first_data_s" in r else "",
                         r["cpu_pct"],
                         r["rss_mib"],
                         r["hwm_mib"],

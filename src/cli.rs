@@ -59,6 +59,9 @@ pub struct UiFlags {
     /// NVML poll period in milliseconds.
     #[arg(long, global = true, default_value_t = 1000, value_name = "MS")]
     pub interval: u64,
+    /// Draw new data at most every this many milliseconds (keys are answered at once).
+    #[arg(long, global = true, default_value_t = 250, value_name = "MS")]
+    pub refresh: u64,
 }
 
 impl UiFlags {
@@ -69,6 +72,7 @@ impl UiFlags {
             monochrome: self.no_color || vramscope::ui::no_color_env(),
             mouse: !self.no_mouse,
             initial_process: self.pid,
+            data_interval: Duration::from_millis(self.refresh),
             screenshot: self
                 .screenshot
                 .clone()

@@ -87,6 +87,8 @@ pub struct UiOptions {
     pub initial_process: Option<u32>,
     /// How long a command may wait for the process's answer.
     pub command_timeout: Duration,
+    /// New data is drawn at most this often (input is answered at once).
+    pub data_interval: Duration,
 }
 
 impl Default for UiOptions {
@@ -101,6 +103,7 @@ impl Default for UiOptions {
             screenshot: None,
             initial_process: None,
             command_timeout: Duration::from_secs(5),
+            data_interval: Duration::from_millis(250),
         }
     }
 }
@@ -316,6 +319,7 @@ fn event_loop<W: Write>(
     term: &mut Terminal<CrosstermBackend<W>>,
 ) -> Result<()> {
     const MIN_FRAME: Duration = Duration::from_millis(10);
+    let data_frame = opts.data_interval.max(MIN_FRAME);
     let theme = Theme::new(!(opts.monochrome || no_color_env()), opts.ascii);
     let mut app = App::new(AppConfig {
         readonly: opts.readonly,
@@ -359,6 +363,12 @@ fn event_loop<W: Write>(
     let mut quit_after_shot = false;
     let mut shot_count = 0u32;
     let mut tick_label = bars::age_label(&app);
+    // New data from the collector is taken at most once per `data_frame`
+    // (input is answered at once): a busy job changes the model every
+    // 50 ms, and redrawing that often costs CPU and ssh bandwidth for
+    // nothing a person can read.
+    let mut data_pending = false;
+    let mut last_data = Instant::now();
 
     loop {
         // How long to sleep: until the next tick, the frame gap, or the
@@ -371,6 +381,9 @@ fn event_loop<W: Write>(
         }
         if let Some(s) = &auto_shot {
             deadline = deadline.min(started + s.after);
+        }
+        if data_pending {
+            deadline = deadline.min(last_data + data_frame);
         }
         let mut events = Vec::new();
         match rx.recv_timeout(deadline.saturating_duration_since(now)) {
@@ -391,6 +404,13 @@ fn event_loop<W: Write>(
             let tick = matches!(ev, AppEvent::Tick);
             if matches!(ev, AppEvent::Changed) {
                 app.now_ns = monotonic_ns();
+                if last_data.elapsed() < data_frame {
+                    // Taken when the data interval has passed (below).
+                    // `pending` stays set, so the hub queues no more
+                    // `Changed` until the snapshot is taken.
+                    data_pending = true;
+                    continue;
+                }
             }
             let dirty_before = app.dirty;
             for fx in app.handle(ev) {
@@ -428,7 +448,17 @@ fn event_loop<W: Write>(
         if app.quit {
             break;
         }
+        if data_pending && last_data.elapsed() >= data_frame {
+            data_pending = false;
+            app.now_ns = monotonic_ns();
+            for fx in app.handle(AppEvent::Changed) {
+                if matches!(fx, Effect::Refresh) {
+                    refresh = true;
+                }
+            }
+        }
         if refresh && !app.paused {
+            last_data = Instant::now();
             take(&mut app);
             if want_pid.is_some() && app.screen == Screen::Overview {
                 open_wanted(&mut app, &mut want_pid);
