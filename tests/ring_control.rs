@@ -187,3 +187,25 @@ fn writer_dead_mid_write_costs_only_its_slot() {
     let t = r.counts(1);
     assert_eq!(t.delivered + t.lost + t.skipped, r.head(1));
 }
+
+#[test]
+fn records_written_before_a_reader_opened_are_skipped_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = segment(dir.path(), 16);
+    let ring = seg.ring(1);
+    for i in 0..100u64 {
+        ring.write(&[i, 0, 0, 0, 0, 0, 0]);
+    }
+    let mut r = SegmentReader::open(seg.path()).unwrap();
+    // The writer laps the reader before its first drain.
+    for i in 100..120u64 {
+        ring.write(&[i, 0, 0, 0, 0, 0, 0]);
+    }
+    let mut got = Vec::new();
+    r.drain_ring_raw(1, 1000, false, |p, _| got.push(p));
+    let c = r.counts(1);
+    assert_eq!(got, (104..120).collect::<Vec<_>>());
+    // 0..84 were gone at open, 84..100 were written before it: skipped.
+    // 100..104 were written after it and overwritten: lost.
+    assert_eq!((c.skipped, c.delivered, c.lost), (100, 16, 4));
+}

@@ -48,6 +48,9 @@ impl RingCounts {
 
 struct Cursor {
     pos: u64,
+    /// The head when this reader opened: records below it were written
+    /// before the reader came, so missing them is `skipped`, not `lost`.
+    opened_at: u64,
     stall: Option<(u64, Instant)>,
     counts: RingCounts,
     decoder: Decoder,
@@ -114,6 +117,7 @@ impl SegmentReader {
                 };
                 Cursor {
                     pos,
+                    opened_at: head,
                     stall: None,
                     counts: RingCounts {
                         skipped: pos,
@@ -213,8 +217,13 @@ impl SegmentReader {
         let mut done = RingCounts::default();
         let head = view.head().load(Ordering::Acquire);
         if head.saturating_sub(cur.pos) > n {
-            done.lost += head - n - cur.pos;
-            cur.pos = head - n;
+            let to = head - n;
+            // Overwritten before we read them: lost, unless they were written
+            // before this reader opened (then they were never ours to read).
+            let before_open = cur.opened_at.clamp(cur.pos, to) - cur.pos;
+            done.skipped += before_open;
+            done.lost += to - cur.pos - before_open;
+            cur.pos = to;
             cur.stall = None;
         }
         let mut words = [0u64; layout::PAYLOAD_WORDS];
@@ -231,11 +240,17 @@ impl SegmentReader {
                 if slot.seq.load(Ordering::Relaxed) == s1 {
                     done.delivered += 1;
                     f(t, &words);
+                } else if t < cur.opened_at {
+                    done.skipped += 1;
                 } else {
                     done.lost += 1;
                 }
             } else if s1 > done_seq {
-                done.lost += 1;
+                if t < cur.opened_at {
+                    done.skipped += 1;
+                } else {
+                    done.lost += 1;
+                }
             } else {
                 // Claimed, not complete: wait for it unless it has waited too long.
                 let now = Instant::now();
