@@ -186,12 +186,16 @@ pub enum Command {
     /// Replay a recording (see `src/collect/recording.rs` for the format).
     Replay {
         file: PathBuf,
-        /// Playback speed (recorded seconds per second); 0 = as fast as possible.
+        /// Playback speed (recorded seconds per second); 0 = as fast as
+        /// possible (without --ui).
         #[arg(long, default_value_t = 0.0)]
         speed: f64,
         /// Print the state at the end as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Watch the recording in the dashboard, at --speed (default 1).
+        #[arg(long)]
+        ui: bool,
     },
     /// Ask a process to release its cached memory (torch.cuda.empty_cache()).
     EmptyCache {
@@ -240,7 +244,21 @@ pub fn run(cli: Cli) -> Result<()> {
             crate::report::doctor(&vramscope::agent::doctor(cli.shm_dir.as_deref()), json)
         }
         Some(Command::Record { output, duration }) => crate::record::record(cfg, &output, duration),
-        Some(Command::Replay { file, speed, json }) => crate::record::replay(&file, speed, json),
+        Some(Command::Replay {
+            file,
+            speed,
+            json,
+            ui,
+        }) => {
+            if ui {
+                let mut opts = cli.ui.options();
+                // A recording cannot be sent commands.
+                opts.readonly = true;
+                crate::record::replay_ui(&file, if speed > 0.0 { speed } else { 1.0 }, opts)
+            } else {
+                crate::record::replay(&file, speed, json)
+            }
+        }
         Some(Command::EmptyCache { pid, timeout }) => {
             crate::record::empty_cache(&dir, pid, Duration::from_secs_f64(timeout))
         }

@@ -247,3 +247,60 @@ pub fn compare_summary(
     let ooms = reports.iter().filter(|r| r.oom.is_some()).count();
     eprintln!("out-of-memory requests in the replay: {ooms}");
 }
+
+/// Moves a recorded input onto this machine's clock: recorded time `t`
+/// becomes `base + (t - t0) / speed`, so the dashboard's "now" is the
+/// recording's playback position.
+fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
+    match input {
+        Input::Events { events, .. } => {
+            for e in events {
+                e.time_ns = map(e.time_ns);
+            }
+        }
+        Input::Machine { machine, .. } => {
+            machine.sampled_ns = machine.sampled_ns.map(map);
+        }
+        _ => {}
+    }
+}
+
+/// `replay --ui`: the recording played into the dashboard at `speed`.
+pub fn replay_ui(file: &Path, speed: f64, opts: vramscope::ui::UiOptions) -> Result<()> {
+    let mut r = Replayer::open(file)?;
+    let hub = Arc::new(Hub::default());
+    let feeder = {
+        let hub = hub.clone();
+        let file = file.to_path_buf();
+        std::thread::Builder::new()
+            .name("vramscope-replay".into())
+            .spawn(move || {
+                let base = vramscope::ring::monotonic_ns();
+                let start = Instant::now();
+                let mut t0: Option<u64> = None;
+                loop {
+                    let (t, mut input) = match r.next_input() {
+                        Ok(Some(x)) => x,
+                        Ok(None) => break,
+                        Err(e) => {
+                            eprintln!("vramscope: {e}");
+                            break;
+                        }
+                    };
+                    let first = *t0.get_or_insert(t);
+                    let map = |x: u64| base + (x.saturating_sub(first) as f64 / speed) as u64;
+                    let due = start
+                        + Duration::from_secs_f64(t.saturating_sub(first) as f64 / 1e9 / speed);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    retime(&mut input, &map);
+                    hub.apply(input);
+                }
+                let _ = file;
+            })?
+    };
+    let result = vramscope::ui::run(hub, opts);
+    drop(feeder); // the feeder ends with the process
+    result
+}
