@@ -150,18 +150,7 @@ impl Fixture {
                     alive: true,
                 },
             );
-            sources.insert(
-                key,
-                Source {
-                    mode: Mode::NvmlOnly,
-                    segment: None,
-                    producer: None,
-                    framework: None,
-                    delivered: 0,
-                    lost: 0,
-                    commands: false,
-                },
-            );
+            sources.insert(key, Source::unattached(Mode::NvmlOnly));
             gpu_procs.push(GpuProcess {
                 pid: 4242,
                 gpu: 1,
@@ -224,15 +213,11 @@ impl Fixture {
                 .into_iter()
                 .map(|v| ProcessEntry {
                     identity: self.identities.get(&v.key).cloned().unwrap_or_default(),
-                    source: self.sources.get(&v.key).cloned().unwrap_or(Source {
-                        mode: v.mode,
-                        segment: None,
-                        producer: None,
-                        framework: None,
-                        delivered: 0,
-                        lost: 0,
-                        commands: false,
-                    }),
+                    source: self
+                        .sources
+                        .get(&v.key)
+                        .cloned()
+                        .unwrap_or_else(|| Source::unattached(v.mode)),
                     view: v,
                 })
                 .collect(),
