@@ -248,23 +248,6 @@ pub fn compare_summary(
     eprintln!("out-of-memory requests in the replay: {ooms}");
 }
 
-/// Moves a recorded input onto this machine's clock: recorded time `t`
-/// becomes `base + (t - t0) / speed`, so the dashboard's "now" is the
-/// recording's playback position.
-fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
-    match input {
-        Input::Events { events, .. } => {
-            for e in events {
-                e.time_ns = map(e.time_ns);
-            }
-        }
-        Input::Machine { machine, .. } => {
-            machine.sampled_ns = machine.sampled_ns.map(map);
-        }
-        _ => {}
-    }
-}
-
 /// `replay --ui`: the recording played into the dashboard at `speed`.
 pub fn replay_ui(file: &Path, speed: f64, opts: vramscope::ui::UiOptions) -> Result<()> {
     let mut r = Replayer::open(file)?;
@@ -294,7 +277,7 @@ pub fn replay_ui(file: &Path, speed: f64, opts: vramscope::ui::UiOptions) -> Res
                     if let Some(wait) = due.checked_duration_since(Instant::now()) {
                         std::thread::sleep(wait);
                     }
-                    retime(&mut input, &map);
+                    vramscope::collect::recording::retime(&mut input, &map);
                     hub.apply(input);
                 }
                 let _ = file;

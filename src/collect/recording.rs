@@ -145,6 +145,23 @@ impl Recorder {
     }
 }
 
+/// Moves a recorded input onto another clock: every time in it (event
+/// times, the NVML sample time) goes through `map`. `replay --ui` maps the
+/// recording onto this machine's monotonic clock at the playback speed.
+pub fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
+    match input {
+        Input::Events { events, .. } => {
+            for e in events {
+                e.time_ns = map(e.time_ns);
+            }
+        }
+        Input::Machine { machine, .. } => {
+            machine.sampled_ns = machine.sampled_ns.map(map);
+        }
+        _ => {}
+    }
+}
+
 /// Reads a recording frame by frame.
 pub struct Replayer {
     input: BufReader<File>,
@@ -300,5 +317,79 @@ impl Replayer {
                 lost_now,
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::Machine;
+    use crate::event::EventKind;
+
+    #[test]
+    fn frames_round_trip_and_retime() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.vsrec");
+        let key = ProcessKey {
+            pid: 7,
+            start_time: 9,
+        };
+        let events = vec![
+            Event {
+                time_ns: 1_000,
+                kind: EventKind::Marker { value: 1 },
+            },
+            Event {
+                time_ns: 3_000,
+                kind: EventKind::Marker { value: 2 },
+            },
+        ];
+        let mut rec = Recorder::create(&path).unwrap();
+        rec.write(
+            10,
+            &Input::Events {
+                key,
+                events: events.clone(),
+                delivered: 2,
+                lost: 0,
+                lost_now: 0,
+            },
+        )
+        .unwrap();
+        let machine = Machine {
+            sampled_ns: Some(2_000),
+            ..Machine::default()
+        };
+        rec.write(
+            20,
+            &Input::Machine {
+                machine,
+                host_pids: vec![],
+                fresh: vec![],
+            },
+        )
+        .unwrap();
+        rec.finish().unwrap();
+        let mut r = Replayer::open(&path).unwrap();
+        let (t, mut first) = r.next_input().unwrap().unwrap();
+        assert_eq!(t, 10);
+        // Twice the speed, starting at 1,000,000.
+        let map = |x: u64| 1_000_000 + (x - 1_000) / 2;
+        retime(&mut first, &map);
+        match first {
+            Input::Events { events: got, .. } => {
+                assert_eq!(
+                    got.iter().map(|e| e.time_ns).collect::<Vec<_>>(),
+                    vec![1_000_000, 1_001_000]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let (_, mut second) = r.next_input().unwrap().unwrap();
+        retime(&mut second, &map);
+        assert!(
+            matches!(second, Input::Machine { machine, .. } if machine.sampled_ns == Some(1_000_500))
+        );
+        assert!(r.next_input().unwrap().is_none());
     }
 }
