@@ -43,7 +43,7 @@ fn record_then_replay_gives_the_same_figures() {
         pool: PoolId(0, 0),
     };
     let mut child = bin()
-        .args(["record", "--no-nvml", "--duration", "1.5", "-o"])
+        .args(["record", "--no-nvml", "--duration", "3", "-o"])
         .arg(&rec)
         .arg("--shm-dir")
         .arg(&shm)
@@ -206,7 +206,7 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
     let seg =
         SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 1 << 16)).unwrap();
     let mut child = bin()
-        .args(["record", "--no-nvml", "--duration", "2", "-o"])
+        .args(["record", "--no-nvml", "--duration", "3", "-o"])
         .arg(&rec)
         .arg("--shm-dir")
         .arg(&shm)
