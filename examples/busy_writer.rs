@@ -4,7 +4,7 @@
 //!   cargo run --release --example busy_writer -- DIR SECONDS
 use std::time::{Duration, Instant};
 
-use vramscope::ring::record::encode;
+use vramscope::ring::codec::encode;
 use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
 use vramscope::sim::{SimAllocator, SimConfig};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 
 use crate::event::{Event, EventKind};
-use crate::ring::record::{encode, Words};
+use crate::ring::codec::{encode, Words};
 use crate::ring::{monotonic_ns, Command, Producer, SegmentConfig, SegmentWriter, Status};
 use crate::sim::allocator::{EventSink, SimConfig};
 use crate::sim::conf::AllocConf;

@@ -1,7 +1,7 @@
 //! Decoded allocator events: the vocabulary shared by the wire (`ring`), the
 //! simulator (`sim`) and the model (`model`).
 //!
-//! These types say *what happened*, not how it was encoded: `ring::record`
+//! These types say *what happened*, not how it was encoded: `ring::codec`
 //! turns them into 64-byte slots and back. The meanings follow PyTorch's
 //! `TraceEntry` (see `src/ring/FORMAT.md`, "Event kinds").
 

@@ -8,8 +8,11 @@
 //!   discovery). The only module with `unsafe`.
 //! - [`agent`]: the embedded PyTorch agent: extract, run a command with it,
 //!   doctor checks.
+//! - [`input`]: what sources tell the hub ([`input::Input`]), the one
+//!   recordable way in.
+//! - [`recording`]: the recording file format (a sequence of inputs).
 //! - [`collect`]: the collector (rings, NVML, `/proc`) feeding the model
-//!   through the [`collect::Hub`]; recordings.
+//!   through the [`collect::Hub`].
 //! - [`model`]: pure allocator state rebuilt from events; no I/O.
 //! - [`sim`]: the caching-allocator simulator and workshop scenarios.
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
@@ -19,7 +22,9 @@ pub mod agent;
 pub mod collect;
 pub mod demo;
 pub mod event;
+pub mod input;
 pub mod model;
+pub mod recording;
 pub mod ring;
 pub mod sim;
 pub mod ui;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use vramscope::collect::recording::{Recorder, Replayer};
 use vramscope::collect::{self, rings::RingSet, Config, Hub, Input};
 use vramscope::model::ViewOptions;
+use vramscope::recording::{Recorder, Replayer};
 use vramscope::ring::discover;
 use vramscope::ring::{Command, SegmentReader, Start, Status};
 
@@ -171,7 +171,7 @@ pub fn sim_requests(
     let is_recording = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
         .is_ok()
-        && &magic == vramscope::collect::recording::MAGIC;
+        && &magic == vramscope::recording::MAGIC;
     if !is_recording {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -277,7 +277,7 @@ pub fn replay_ui(file: &Path, speed: f64, opts: vramscope::ui::UiOptions) -> Res
                     if let Some(wait) = due.checked_duration_since(Instant::now()) {
                         std::thread::sleep(wait);
                     }
-                    vramscope::collect::recording::retime(&mut input, &map);
+                    vramscope::recording::retime(&mut input, &map);
                     hub.apply(input);
                 }
                 let _ = file;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
-use vramscope::ring::record::encode;
+use vramscope::ring::codec::encode;
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
 fn bin() -> Proc {

@@ -4,9 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 
 use proptest::prelude::*;
+use vramscope::ring::codec::Decoder;
 use vramscope::ring::discover::{current_uid, segment_name};
 use vramscope::ring::layout::{self, parse_header, Parsed, MAGIC};
-use vramscope::ring::record::Decoder;
 use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 proptest! {

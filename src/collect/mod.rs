@@ -17,7 +17,6 @@
 
 pub mod nvml;
 pub mod procfs;
-pub mod recording;
 pub mod rings;
 pub mod state;
 
@@ -27,13 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::event::Event;
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader};
 
-pub use state::{Identity, Machine, ProcessEntry, Snapshot, Source, SourceProblem};
+pub use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+pub use state::{ProcessEntry, Snapshot};
 
 /// How the collector runs.
 #[derive(Debug, Clone)]
@@ -76,37 +73,6 @@ pub(crate) struct Inner {
     pub(crate) identities: HashMap<ProcessKey, Identity>,
     pub(crate) sources: HashMap<ProcessKey, Source>,
     pub(crate) problems: Vec<SourceProblem>,
-}
-
-/// Everything a source tells the hub. A recording is a sequence of these.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Input {
-    /// A process appeared (an instrumented segment was opened).
-    Attach {
-        key: ProcessKey,
-        identity: Identity,
-        source: Source,
-    },
-    /// Events drained from a process's segment, and its wire totals so far.
-    Events {
-        key: ProcessKey,
-        events: Vec<Event>,
-        delivered: u64,
-        lost: u64,
-        lost_now: u64,
-    },
-    /// The process exited (its figures stay visible for a while).
-    Gone { key: ProcessKey },
-    /// Stop showing the process.
-    Forget { key: ProcessKey },
-    /// An NVML reading; `host_pids` maps host pids to instrumented processes.
-    Machine {
-        machine: Machine,
-        host_pids: Vec<(u32, ProcessKey)>,
-        fresh: Vec<(ProcessKey, Identity)>,
-    },
-    /// The segments that could not be used, and why (replaces the list).
-    Problems { problems: Vec<SourceProblem> },
 }
 
 impl Inner {
@@ -257,7 +223,7 @@ pub struct Hub {
     inner: Mutex<Inner>,
     version: AtomicU64,
     listener: Mutex<Option<Listener>>,
-    recorder: Mutex<Option<recording::Recorder>>,
+    recorder: Mutex<Option<crate::recording::Recorder>>,
 }
 
 impl Default for Hub {
@@ -368,7 +334,7 @@ impl Hub {
     }
 
     /// Writes every input from now on into `rec` as well.
-    pub fn record_to(&self, rec: recording::Recorder) {
+    pub fn record_to(&self, rec: crate::recording::Recorder) {
         *self.recorder.lock().expect("recorder lock") = Some(rec);
     }
 

@@ -6,7 +6,7 @@ use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 
-use super::state::{Gpu, GpuProcess, Machine};
+use crate::input::{Gpu, GpuProcess, Machine};
 
 /// An initialised NVML, or the one-line reason it is unavailable.
 pub struct NvmlSource {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::ring::discover::proc_start_time;
 
-use super::state::Identity;
+use crate::input::Identity;
 
 /// Reads who `pid` (a pid in our namespace) is. None if it is gone.
 pub fn identity(pid: u32) -> Option<Identity> {

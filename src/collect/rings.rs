@@ -12,8 +12,8 @@ use crate::model::{Mode, ProcessKey};
 use crate::ring::discover::{self, Liveness};
 use crate::ring::{Command, Producer, RingError, SegmentReader};
 
-use super::state::{Identity, Source, SourceProblem};
 use super::{procfs, Config, Hub, Input};
+use crate::input::{Identity, Source, SourceProblem};
 
 struct Attached {
     reader: SegmentReader,

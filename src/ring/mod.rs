@@ -4,7 +4,7 @@
 //! writer `assets/agent/vramscope_ring.h` implement it.
 //!
 //! - [`layout`]: constants, header parsing and validation (pure).
-//! - [`record`]: events to slot words and back (pure).
+//! - [`codec`]: events to slot words and back (pure): the slot codec.
 //! - [`shm`]: the mapping as atomic words; the only file with `unsafe`.
 //! - [`writer`]: create a segment, write records, answer commands.
 //! - [`reader`]: open and validate a segment, drain with exact loss counts.
@@ -14,11 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod codec;
 pub mod control;
 pub mod discover;
 pub mod layout;
 pub mod reader;
-pub mod record;
 pub mod shm;
 pub mod writer;
 

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::codec::{Decoder, Words};
 use super::control::{Command, CommandClient, Outcome};
 use super::discover::{self, Liveness};
 use super::layout::{self, Header, Parsed, HEADER_SIZE, OFF_HEARTBEAT, OFF_STATE};
-use super::record::{Decoder, Words};
 use super::shm::Shared;
 use super::RingError;
 use crate::event::Event;

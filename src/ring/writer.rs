@@ -7,10 +7,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 
+use super::codec::Words;
 use super::control::CommandServer;
 use super::discover::{self, proc_start_time, Liveness};
 use super::layout::{self, Header, Producer, MAGIC, MINOR, OFF_HEARTBEAT, OFF_MAGIC, OFF_STATE};
-use super::record::Words;
 use super::shm::{RingView, Shared};
 use super::{monotonic_ns, RingError};
 

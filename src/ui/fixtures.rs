@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::collect::state::{Gpu, GpuProcess};
 use crate::collect::{Identity, Machine, ProcessEntry, Snapshot, Source};
 use crate::event::Event;
+use crate::input::{Gpu, GpuProcess};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::sim::scenario::{Scenario, ScenarioRunner};
 

@@ -61,7 +61,7 @@ fn render_gpus(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
-fn gpu_line(gpu: &crate::collect::state::Gpu, width: u16, t: &Theme) -> Line<'static> {
+fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
     let g = t.glyphs();
     let a = g.absent;
     let used = format::opt(gpu.used, a, format::bytes_short);

@@ -37,9 +37,9 @@ use std::path::{Path, PathBuf};
 
 use crate::event::Event;
 use crate::model::ProcessKey;
-use crate::ring::record::{encode, Decoder, Words};
+use crate::ring::codec::{encode, Decoder, Words};
 
-use super::Input;
+use crate::input::Input;
 
 pub const MAGIC: &[u8; 8] = b"VSCOPREC";
 pub const MAJOR: u16 = 1;

@@ -1,0 +1,132 @@
+//! What sources tell the hub: the one recordable way in. Every live source
+//! (segments, NVML, `/proc`) and every replay speaks in [`Input`]s; a
+//! recording (`crate::recording`) is a sequence of them. Plain data,
+//! serde-serialisable, no I/O.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+use crate::model::{Mode, ProcessKey};
+
+/// One GPU as NVML sees it. A value NVML could not read is `None`, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub uuid: Option<String>,
+    pub total: Option<u64>,
+    pub used: Option<u64>,
+    pub free: Option<u64>,
+    /// Percent of time a kernel ran over the last sample period.
+    pub util_gpu: Option<u32>,
+    /// Percent of time device memory was read or written.
+    pub util_mem: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+}
+
+/// NVML's view of one process on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    /// Host pid (NVML reports host pids).
+    pub pid: u32,
+    pub gpu: u32,
+    pub used: Option<u64>,
+}
+
+/// The NVML side of the picture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Machine {
+    /// `None` while NVML works; else why it is unavailable, in one line.
+    pub nvml_error: Option<String>,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<Gpu>,
+    pub processes: Vec<GpuProcess>,
+    /// When NVML was last read (collector's monotonic ns).
+    pub sampled_ns: Option<u64>,
+}
+
+/// Who a process is, from `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Identity {
+    /// The pid in the dashboard's pid namespace (the host pid).
+    pub host_pid: u32,
+    /// The pid the process sees itself as (differs inside containers).
+    pub ns_pid: u32,
+    pub name: String,
+    pub cmdline: String,
+    pub user: String,
+    pub uid: Option<u32>,
+    /// The producer's label from its segment (script name, scenario).
+    pub label: String,
+    /// Still running.
+    pub alive: bool,
+}
+
+/// Where a process's figures come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    pub mode: Mode,
+    /// The segment file, for instrumented and simulated processes.
+    pub segment: Option<String>,
+    /// Producer kind and framework, e.g. `TorchExact`, `torch 2.11.0+cu130`.
+    pub producer: Option<String>,
+    pub framework: Option<String>,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Whether the producer answers commands (`empty_cache`, …).
+    pub commands: bool,
+}
+
+impl Source {
+    /// A process seen without a segment (NVML only, or not yet attached).
+    pub fn unattached(mode: Mode) -> Self {
+        Source {
+            mode,
+            segment: None,
+            producer: None,
+            framework: None,
+            delivered: 0,
+            lost: 0,
+            commands: false,
+        }
+    }
+}
+
+/// A segment the collector could not use, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceProblem {
+    pub path: String,
+    pub message: String,
+}
+
+/// Everything a source tells the hub. A recording is a sequence of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Input {
+    /// A process appeared (an instrumented segment was opened).
+    Attach {
+        key: ProcessKey,
+        identity: Identity,
+        source: Source,
+    },
+    /// Events drained from a process's segment, and its wire totals so far.
+    Events {
+        key: ProcessKey,
+        events: Vec<Event>,
+        delivered: u64,
+        lost: u64,
+        lost_now: u64,
+    },
+    /// The process exited (its figures stay visible for a while).
+    Gone { key: ProcessKey },
+    /// Stop showing the process.
+    Forget { key: ProcessKey },
+    /// An NVML reading; `host_pids` maps host pids to instrumented processes.
+    Machine {
+        machine: Machine,
+        host_pids: Vec<(u32, ProcessKey)>,
+        fresh: Vec<(ProcessKey, Identity)>,
+    },
+    /// The segments that could not be used, and why (replaces the list).
+    Problems { problems: Vec<SourceProblem> },
+}
