@@ -2,7 +2,7 @@
 """Measure terminal GPU dashboards side by side, each in a real pty.
 
     scripts/bench_tui.py vramscope nvitop nvtop
-    scripts/bench_tui.py 'vramscope=target/release/vramscope --no-nvml demo'   # no GPU
+    scripts/bench_tui.py 'vramscope=target/release/vramscope demo --no-nvml'   # no GPU
     scripts/bench_tui.py --rounds 3 --warmup 5 --window 30 --out DIR vramscope nvitop nvtop
 
 Each TOOL is NAME or NAME=COMMAND. Known names and their default commands:

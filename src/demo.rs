@@ -326,7 +326,7 @@ pub fn run_headless(
     duration_s: Option<f64>,
     gpu: bool,
 ) -> Result<HeadlessReport> {
-    use crate::collect::{rings::RingSet, Config, Hub};
+    use crate::collect::{Collector, Config};
     let dir = tempfile_dir()?;
     let result = (|| {
         let mut cfg = SegmentConfig::new(dir.as_path(), Producer::Simulator, 1, 1 << 16);
@@ -334,10 +334,9 @@ pub fn run_headless(
         cfg.flags = 7;
         cfg.label = format!("demo: {}", scenario.name);
         let seg = SegmentWriter::create(&cfg)?;
-        let hub = Hub::default();
         let mut ccfg = Config::new(dir.clone());
-        ccfg.nvml = false;
-        let mut set = RingSet::new(ccfg);
+        ccfg.nvml = gpu;
+        let mut collector = Collector::new(ccfg);
         let backing = if gpu {
             Some(GpuBacking::new(0).map_err(|e| anyhow!("--gpu: {e}"))?)
         } else {
@@ -347,31 +346,28 @@ pub fn run_headless(
         let mut sink = RingSink::new(&seg, backing);
         let end = duration_s.map(|s| (s * 1e9) as u64).unwrap_or(u64::MAX);
         let mut t = 0u64;
-        set.step(&hub);
+        collector.step();
         while t < end && !runner.is_finished() {
             t = t.saturating_add(20_000_000).min(end);
             runner.advance_to(t, &mut sink);
-            set.step(&hub);
+            collector.step();
         }
         // A final exact picture, as the dashboard would ask for one.
         runner.snapshot(&mut sink);
         runner.allocator().emit_stats(&mut sink);
-        set.step(&hub);
+        collector.step();
+        let hub = collector.hub().clone();
         let gpu = sink.gpu.as_ref().map(|g| {
-            let machine = crate::collect::nvml::NvmlSource::init().poll(monotonic_ns());
+            collector.poll_nvml();
+            let snap = hub.snapshot(&crate::model::ViewOptions::default());
             let me = std::process::id();
-            let nvml_used = machine
+            let nvml_used = snap
+                .machine
                 .processes
                 .iter()
                 .filter(|p| p.pid == me)
                 .try_fold(0u64, |acc, p| p.used.map(|u| acc + u));
             let reserved = runner.allocator().stats().reserved;
-            let pids = set.host_pids();
-            hub.apply(crate::collect::Input::Machine {
-                machine,
-                host_pids: pids.into_iter().collect(),
-                fresh: Vec::new(),
-            });
             GpuReport {
                 backed: g.bytes(),
                 reserved,

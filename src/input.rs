@@ -63,6 +63,17 @@ pub struct Identity {
     pub alive: bool,
 }
 
+impl Identity {
+    /// What is known of a process that `/proc` could not describe: its pid.
+    pub fn of_pid(pid: u32) -> Self {
+        Identity {
+            host_pid: pid,
+            ns_pid: pid,
+            ..Identity::default()
+        }
+    }
+}
+
 /// Where a process's figures come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Source {

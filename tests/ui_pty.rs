@@ -43,9 +43,9 @@ impl Session {
             })
             .expect("a pty");
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+        cmd.arg("demo");
         cmd.arg("--shm-dir");
         cmd.arg(shm.path());
-        cmd.arg("demo");
         cmd.env("TERM", "xterm-256color");
         cmd.env_remove("NO_COLOR");
         let child = pair.slave.spawn_command(cmd).expect("spawn vramscope");

@@ -1,35 +1,57 @@
-//! The collector: sources → model. Rings are discovered and drained, NVML is
-//! polled off the async runtime, `/proc` names the processes; everything is
-//! applied to the pure [`Model`] under a short lock in the [`Hub`], which the
-//! views read as a [`Snapshot`].
+//! The collector: sources → hub. One type, [`Collector`], owns every source
+//! (the segments of instrumented processes, NVML, the host-pid map from
+//! `/proc`) and the [`Hub`] they feed; every way of running vramscope drives
+//! it the same way: the dashboard, `snapshot`, `record`, the demo and
+//! `replay --ui`.
 //!
 //! ```text
 //!  rings::RingSet ──events──▶┐
-//!  nvml::NvmlSource ─Machine─▶ Hub { Model, Machine, identities } ──snapshot()──▶ views
-//!  procfs ──────identities──▶┘        ▲
-//!                                     └── command(key, Command): the one channel back
+//!  nvml::NvmlSource ─Machine─▶ Collector::{step, poll_nvml} ──Input──▶ Hub ──snapshot()──▶ views
+//!  procfs ─────identities───▶┘        ▲                               │
+//!                                     └──── request(target, command) ◀┘ resync_wanted()
 //! ```
 //!
-//! - [`state`]: the published picture ([`Snapshot`]), also `snapshot --json`.
-//! - [`rings`]: segment discovery and draining.
-//! - [`nvml`]: devices and per-process NVML figures.
-//! - [`procfs`]: names, users, start times, host pids.
+//! - [`Collector::step`] scans the segment directory when due, drains every
+//!   segment and applies what it read; [`Collector::poll_nvml`] reads NVML
+//!   once. Both are plain functions: headless drivers (the demo's lockstep
+//!   run, `snapshot`) call them directly.
+//! - [`Collector::run_until`] is the live loop, on tokio: a ring tick and an
+//!   NVML tick (`MissedTickBehavior::Skip`); NVML runs off the runtime
+//!   (`spawn_blocking`). After each step it reads what the model wants
+//!   ([`Hub::resync_wanted`]) and asks those processes for a state snapshot.
+//! - [`Requester::request`] is the one channel back to a process: it posts a
+//!   command on the process's control block and waits for the answer off the
+//!   runtime.
+//! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
+//!   thread is not async. The dashboard reads the hub (`snapshot`,
+//!   `on_change`), sends commands with [`Live::request`] and hears signals
+//!   through [`Live::on_signal`]; answers and signals come back as calls
+//!   from the runtime's threads, which the dashboard turns into events on its
+//!   own channel. No other threads.
+//!
+//! Files: [`hub`] (the shared state), [`state`] (the published picture),
+//! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
+//! [`replay`] (a recording played back at any speed), [`signals`].
 
+pub mod hub;
 pub mod nvml;
 pub mod procfs;
+pub mod replay;
 pub mod rings;
+pub mod signals;
 pub mod state;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
-use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader};
+use crate::model::ProcessKey;
+use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader, Start, Status};
 
 pub use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+pub use hub::Hub;
 pub use state::{ProcessEntry, Snapshot};
 
 /// How the collector runs.
@@ -64,133 +86,233 @@ impl Config {
     }
 }
 
-type Listener = Box<dyn Fn() + Send + Sync>;
+/// A process is asked for a resync snapshot at most this often.
+const RESYNC_EVERY: Duration = Duration::from_secs(2);
+/// How long a resync snapshot may take.
+const RESYNC_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Default)]
-pub(crate) struct Inner {
-    pub(crate) model: Model,
-    pub(crate) machine: Machine,
-    pub(crate) identities: HashMap<ProcessKey, Identity>,
-    pub(crate) sources: HashMap<ProcessKey, Source>,
-    pub(crate) problems: Vec<SourceProblem>,
+/// Owns the sources and the hub they feed.
+pub struct Collector {
+    cfg: Config,
+    hub: Arc<Hub>,
+    rings: rings::RingSet,
+    /// Initialised on first use (it can take a while; the dashboard draws first).
+    nvml: Option<Arc<nvml::NvmlSource>>,
+    /// Host pid → model key of every attached process (for NVML's figures).
+    host_pids: HashMap<u32, ProcessKey>,
+    last_resync: HashMap<ProcessKey, Instant>,
 }
 
-impl Inner {
-    fn apply(&mut self, input: Input) -> bool {
-        match input {
-            Input::Attach {
-                key,
-                identity,
-                source,
-            } => {
-                self.model.set_mode(key, source.mode);
-                self.identities.insert(key, identity);
-                if let Some(seg) = &source.segment {
-                    self.problems.retain(|p| &p.path != seg);
-                }
-                self.sources.insert(key, source);
-                false
-            }
-            Input::Events {
-                key,
-                events,
-                delivered,
-                lost,
-                lost_now,
-            } => {
-                self.model.apply_all(key, events.iter());
-                if lost_now > 0 {
-                    self.model.note_loss(key, lost_now);
-                }
-                let mut commands = false;
-                if let Some(s) = self.sources.get_mut(&key) {
-                    s.delivered = delivered;
-                    s.lost = lost;
-                    commands = s.commands;
-                }
-                commands && self.model.resync_wanted().any(|k| k == key)
-            }
-            Input::Gone { key } => {
-                if let Some(s) = self.sources.get_mut(&key) {
-                    s.commands = false;
-                }
-                if let Some(id) = self.identities.get_mut(&key) {
-                    id.alive = false;
-                }
-                false
-            }
-            Input::Forget { key } => {
-                self.model.remove(key);
-                self.identities.remove(&key);
-                self.sources.remove(&key);
-                false
-            }
-            Input::Machine {
-                machine,
-                host_pids,
-                fresh,
-            } => {
-                self.apply_machine(machine, &host_pids.into_iter().collect(), fresh);
-                false
-            }
-            Input::Problems { problems } => {
-                self.problems = problems;
-                false
-            }
+impl Collector {
+    /// A collector feeding a new hub.
+    pub fn new(cfg: Config) -> Self {
+        Collector::with_hub(cfg, Arc::new(Hub::default()))
+    }
+
+    /// A collector feeding `hub`.
+    pub fn with_hub(cfg: Config, hub: Arc<Hub>) -> Self {
+        Collector {
+            rings: rings::RingSet::new(cfg.clone()),
+            cfg,
+            hub,
+            nvml: None,
+            host_pids: HashMap::new(),
+            last_resync: HashMap::new(),
         }
     }
 
-    fn apply_machine(
-        &mut self,
-        machine: Machine,
-        host_pids: &HashMap<u32, ProcessKey>,
-        fresh: Vec<(ProcessKey, Identity)>,
-    ) {
-        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
-        let mut per_pid: HashMap<u32, Option<u64>> = HashMap::new();
-        for p in &machine.processes {
-            let e = per_pid.entry(p.pid).or_insert(Some(0));
-            *e = match (*e, p.used) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The one channel back to processes, detached from the collector (it
+    /// needs only the hub, to find a process's segment).
+    pub fn requester(&self) -> Requester {
+        Requester {
+            hub: Some(self.hub.clone()),
         }
-        for (pid, used) in &per_pid {
-            let key = host_pids
-                .get(pid)
-                .copied()
-                .or_else(|| fresh.iter().find(|(k, _)| k.pid == *pid).map(|(k, _)| *k));
-            let Some(key) = key else { continue };
-            if !self.sources.contains_key(&key) {
-                self.model.set_mode(key, Mode::NvmlOnly);
-                self.sources.insert(key, Source::unattached(Mode::NvmlOnly));
-            }
-            if let Some(b) = used {
-                self.model.note_nvml(key, now, *b);
-            }
-        }
-        for (key, id) in fresh {
-            self.identities.entry(key).or_insert(id);
-        }
-        // NVML-only processes that left the GPU are forgotten.
-        let gone: Vec<ProcessKey> = self
-            .sources
-            .iter()
-            .filter(|(k, s)| s.mode == Mode::NvmlOnly && !per_pid.contains_key(&k.pid))
-            .map(|(k, _)| *k)
+    }
+
+    /// Sends `command` to `target` and waits up to `timeout` for its answer.
+    pub fn request(
+        &self,
+        target: ProcessKey,
+        command: Command,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Outcome, RingError>> + Send + 'static {
+        self.requester().request(target, command, timeout)
+    }
+
+    /// One step: scan the segment directory if due, drain every segment,
+    /// apply what was read.
+    pub fn step(&mut self) {
+        self.rings.step(&self.hub);
+        self.host_pids = self.rings.host_pids();
+    }
+
+    /// One NVML reading applied to the hub (blocking: NVML calls the driver).
+    pub fn poll_nvml(&mut self) {
+        let source = self.nvml_source();
+        let machine = source.poll(monotonic_ns());
+        self.apply_machine(machine);
+    }
+
+    fn nvml_source(&mut self) -> Arc<nvml::NvmlSource> {
+        let enabled = self.cfg.nvml;
+        self.nvml
+            .get_or_insert_with(|| Arc::new(nvml::NvmlSource::new(enabled)))
+            .clone()
+    }
+
+    fn apply_machine(&mut self, machine: Machine) {
+        let fresh = fresh_nvml_processes(&machine, &self.host_pids);
+        self.hub.apply(Input::Machine {
+            machine,
+            host_pids: self.host_pids.iter().map(|(p, k)| (*p, *k)).collect(),
+            fresh,
+        });
+    }
+
+    /// The processes to ask for a resync snapshot now (at most one ask per
+    /// process every [`RESYNC_EVERY`]).
+    fn due_resyncs(&mut self) -> Vec<ProcessKey> {
+        let now = Instant::now();
+        let due: Vec<ProcessKey> = self
+            .hub
+            .resync_wanted()
+            .into_iter()
+            .filter(|k| {
+                self.last_resync
+                    .get(k)
+                    .is_none_or(|t| now.duration_since(*t) >= RESYNC_EVERY)
+            })
             .collect();
-        for k in gone {
-            self.sources.remove(&k);
-            self.identities.remove(&k);
-            self.model.remove(k);
+        for k in &due {
+            self.last_resync.insert(*k, now);
         }
-        self.machine = machine;
+        self.last_resync
+            .retain(|_, t| now.duration_since(*t) < RESYNC_EVERY * 4);
+        due
+    }
+
+    /// The live loop, until `stop` completes: drain the segments every
+    /// `ring_interval`, read NVML every `nvml_interval` (every 30 s when it
+    /// is unavailable), ask for the snapshots the model wants. Then one last
+    /// step, so nothing written before `stop` is left unread.
+    pub async fn run_until(&mut self, stop: impl Future<Output = ()>) {
+        let mut ring_tick = tokio::time::interval(self.cfg.ring_interval);
+        ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut nvml_tick = tokio::time::interval(self.cfg.nvml_interval);
+        nvml_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = ring_tick.tick() => {
+                    off_runtime(|| self.step());
+                    for key in self.due_resyncs() {
+                        let ask = self.request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
+                        tokio::spawn(ask);
+                    }
+                }
+                _ = nvml_tick.tick() => {
+                    let source = self.nvml_source();
+                    let polled = tokio::task::spawn_blocking({
+                        let source = source.clone();
+                        move || source.poll(monotonic_ns())
+                    });
+                    if let Ok(machine) = polled.await {
+                        self.apply_machine(machine);
+                    }
+                    if !source.available() {
+                        // Nothing will change: read it rarely.
+                        nvml_tick.reset_after(Duration::from_secs(30));
+                    }
+                }
+            }
+        }
+        off_runtime(|| self.step());
+    }
+
+    /// One look at the machine (`vramscope snapshot`): every segment drained,
+    /// NVML once, each process that answers commands asked for a fresh state
+    /// snapshot (waiting up to `wait` for each, all at once), drained again.
+    pub async fn look(&mut self, wait: Duration) {
+        off_runtime(|| self.step());
+        let source = self.nvml_source();
+        if let Ok(machine) = tokio::task::spawn_blocking(move || source.poll(monotonic_ns())).await
+        {
+            self.apply_machine(machine);
+        }
+        let asks: Vec<_> = self
+            .hub
+            .commandable()
+            .into_iter()
+            .map(|k| tokio::spawn(self.request(k, Command::Snapshot { device: None }, wait)))
+            .collect();
+        for a in asks {
+            let _ = a.await;
+        }
+        off_runtime(|| self.step());
+    }
+
+    /// The attached or NVML-seen process that this machine (or the process
+    /// itself, inside a container) calls `pid`.
+    pub fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
+        self.hub.find_pid(pid)
     }
 }
 
-/// Reads NVML's processes that no instrumented segment covers from `/proc`:
-/// their model key and identity. Done by the source, outside the hub lock.
-pub fn fresh_nvml_processes(
+/// The one channel back to processes: a command posted on a process's
+/// control block, answered by its agent.
+#[derive(Clone)]
+pub struct Requester {
+    /// `None`: nothing can be commanded (a recording played back).
+    hub: Option<Arc<Hub>>,
+}
+
+impl Requester {
+    /// A requester that refuses every command (the processes of a replayed
+    /// recording are not here to answer).
+    pub fn none() -> Self {
+        Requester { hub: None }
+    }
+
+    /// Posts `command` to `target` and waits up to `timeout` for the answer,
+    /// off the async runtime. A successful peak reset is applied to the
+    /// model at once.
+    pub fn request(
+        &self,
+        target: ProcessKey,
+        command: Command,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Outcome, RingError>> + Send + 'static {
+        let hub = self.hub.clone();
+        async move {
+            let Some(hub) = hub else {
+                return Err(RingError::Invalid(
+                    "a recording is played back: its processes cannot be sent commands".into(),
+                ));
+            };
+            let path = hub.segment_of(target).ok_or_else(|| {
+                RingError::Invalid(format!("process {} has no agent segment", target.pid))
+            })?;
+            let out = tokio::task::spawn_blocking(move || {
+                SegmentReader::open_at(&path, Start::Now)?.command(command, timeout)
+            })
+            .await
+            .map_err(|e| RingError::Invalid(format!("the command task failed: {e}")))??;
+            if matches!(command, Command::ResetPeaks { .. }) && out.status == Status::Ok {
+                hub.reset_peaks(target);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// NVML's processes that no instrumented segment covers, read from `/proc`:
+/// their model key and identity.
+fn fresh_nvml_processes(
     machine: &Machine,
     host_pids: &HashMap<u32, ProcessKey>,
 ) -> Vec<(ProcessKey, Identity)> {
@@ -200,11 +322,7 @@ pub fn fresh_nvml_processes(
             continue;
         }
         if let Some(t) = crate::ring::discover::proc_start_time(p.pid) {
-            let id = procfs::identity(p.pid).unwrap_or_else(|| Identity {
-                host_pid: p.pid,
-                ns_pid: p.pid,
-                ..Identity::default()
-            });
+            let id = procfs::identity(p.pid).unwrap_or_else(|| Identity::of_pid(p.pid));
             out.push((
                 ProcessKey {
                     pid: p.pid,
@@ -217,278 +335,93 @@ pub fn fresh_nvml_processes(
     out
 }
 
-/// The shared state between the collector tasks and the views. Writers hold
-/// the lock only to apply a batch; readers only to take a snapshot.
-pub struct Hub {
-    inner: Mutex<Inner>,
-    version: AtomicU64,
-    listener: Mutex<Option<Listener>>,
-    recorder: Mutex<Option<crate::recording::Recorder>>,
-}
-
-impl Default for Hub {
-    fn default() -> Self {
-        Hub::new(ModelConfig::default())
+/// Runs `f` (file and `/proc` reads: short, but blocking) telling a
+/// multi-threaded runtime to move its other tasks off this thread meanwhile.
+fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
-impl Hub {
-    pub fn new(cfg: ModelConfig) -> Self {
-        Hub {
-            inner: Mutex::new(Inner {
-                model: Model::new(cfg),
-                ..Inner::default()
-            }),
-            version: AtomicU64::new(0),
-            listener: Mutex::new(None),
-            recorder: Mutex::new(None),
-        }
-    }
-
-    /// Calls `f` (from a collector thread) after every change.
-    pub fn on_change(&self, f: impl Fn() + Send + Sync + 'static) {
-        *self.listener.lock().expect("listener lock") = Some(Box::new(f));
-    }
-
-    /// Increases with every change; a view redraws only when it moved.
-    pub fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn changed(&self) {
-        self.version.fetch_add(1, Ordering::AcqRel);
-        if let Some(f) = self.listener.lock().expect("listener lock").as_ref() {
-            f();
-        }
-    }
-
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut g)
-    }
-
-    /// A copy of everything, for a view or `snapshot --json`.
-    pub fn snapshot(&self, opts: &ViewOptions) -> Snapshot {
-        self.snapshot_at(monotonic_ns(), opts)
-    }
-
-    /// A copy of everything as of `now` (a replay's clock, not the wall's).
-    pub fn snapshot_at(&self, now: u64, opts: &ViewOptions) -> Snapshot {
-        self.with(|inner| {
-            let view = inner.model.view(now, opts);
-            let processes =
-                view.processes
-                    .into_iter()
-                    .map(|v| {
-                        let key = v.key;
-                        ProcessEntry {
-                            identity: inner.identities.get(&key).cloned().unwrap_or_else(|| {
-                                Identity {
-                                    host_pid: key.pid,
-                                    ns_pid: key.pid,
-                                    ..Identity::default()
-                                }
-                            }),
-                            source: inner
-                                .sources
-                                .get(&key)
-                                .cloned()
-                                .unwrap_or_else(|| Source::unattached(v.mode)),
-                            view: v,
-                        }
-                    })
-                    .collect();
-            Snapshot {
-                version: state::SNAPSHOT_VERSION,
-                taken_ns: now,
-                machine: inner.machine.clone(),
-                processes,
-                problems: inner.problems.clone(),
-            }
-        })
-    }
-
-    /// The segment of an instrumented process, if it has one.
-    pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
-        self.with(|i| {
-            i.sources
-                .get(&key)
-                .and_then(|s| s.segment.clone())
-                .map(PathBuf::from)
-        })
-    }
-
-    /// Applies one input from a source (live or replayed), records it if a
-    /// recording is running, and tells the views. Returns whether the model
-    /// now wants a state snapshot from `key` (for `Input::Events`).
-    pub fn apply(&self, input: Input) -> bool {
-        if let Some(rec) = self.recorder.lock().expect("recorder lock").as_mut() {
-            if let Err(e) = rec.write(monotonic_ns(), &input) {
-                eprintln!("vramscope: recording stopped: {e}");
-                *self.recorder.lock().expect("recorder lock") = None;
-            }
-        }
-        let wants = self.with(|inner| inner.apply(input));
-        self.changed();
-        wants
-    }
-
-    /// Writes every input from now on into `rec` as well.
-    pub fn record_to(&self, rec: crate::recording::Recorder) {
-        *self.recorder.lock().expect("recorder lock") = Some(rec);
-    }
-
-    /// Flushes and closes the recording, if any.
-    pub fn stop_recording(&self) -> std::io::Result<()> {
-        match self.recorder.lock().expect("recorder lock").take() {
-            Some(r) => r.finish(),
-            None => Ok(()),
-        }
-    }
-
-    /// Resets the model's peak figures of `key` (after a producer's reset).
-    pub fn reset_peaks(&self, key: ProcessKey) {
-        self.with(|i| i.model.reset_peaks(key));
-        self.changed();
-    }
-}
-
-/// Posts `cmd` to the process `key` and waits for its answer (blocking: call
-/// it off the UI thread). The one channel back to a process.
-pub fn command(
-    hub: &Hub,
-    key: ProcessKey,
-    cmd: Command,
-    timeout: Duration,
-) -> Result<Outcome, RingError> {
-    let path = hub
-        .segment_of(key)
-        .ok_or_else(|| RingError::Invalid(format!("process {} has no agent segment", key.pid)))?;
-    let reader = SegmentReader::open_at(&path, crate::ring::Start::Now)?;
-    let out = reader.command(cmd, timeout)?;
-    if matches!(cmd, Command::ResetPeaks { .. }) && out.status == crate::ring::Status::Ok {
-        hub.reset_peaks(key);
-    }
-    Ok(out)
-}
-
-/// Starts the collector on a small tokio runtime of its own (background
-/// threads) and returns at once. It runs until the process exits.
-pub fn spawn(hub: Arc<Hub>, cfg: Config) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// A multi-threaded tokio runtime for the collector: one worker for the
+/// loop and the requests, a few blocking threads for NVML and the control
+/// block.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(4)
         .thread_name("vramscope-collect")
-        .enable_time()
-        .build()?;
-    std::thread::Builder::new()
-        .name("vramscope-collector".into())
-        .spawn(move || {
-            rt.block_on(run(hub, cfg));
-        })?;
-    Ok(())
+        .enable_all()
+        .build()
 }
 
-/// The collector's tasks: the ring loop and the NVML loop.
-pub async fn run(hub: Arc<Hub>, cfg: Config) {
-    let host_pids: Arc<Mutex<HashMap<u32, ProcessKey>>> = Arc::default();
-    let nvml_task = {
-        let hub = hub.clone();
-        let cfg = cfg.clone();
-        let host_pids = host_pids.clone();
-        tokio::spawn(async move {
-            let source = if cfg.nvml {
-                tokio::task::spawn_blocking(nvml::NvmlSource::init)
-                    .await
-                    .unwrap_or_else(|_| nvml::NvmlSource::disabled("NVML initialisation panicked"))
-            } else {
-                nvml::NvmlSource::disabled("NVML disabled (--no-nvml)")
-            };
-            let source = Arc::new(source);
-            let mut tick = tokio::time::interval(cfg.nvml_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let s = source.clone();
-                let Ok(machine) = tokio::task::spawn_blocking(move || s.poll(monotonic_ns())).await
-                else {
-                    continue;
-                };
-                let pids = host_pids.lock().expect("pids").clone();
-                let fresh = fresh_nvml_processes(&machine, &pids);
-                hub.apply(Input::Machine {
-                    machine,
-                    host_pids: pids.into_iter().collect(),
-                    fresh,
-                });
-                if !source.available() {
-                    // Nothing will change: poll rarely.
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                }
-            }
-        })
-    };
-    let ring_task = {
-        let hub = hub.clone();
-        tokio::spawn(async move {
-            let mut set = rings::RingSet::new(cfg.clone());
-            let mut tick = tokio::time::interval(cfg.ring_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let (s, h) = (set, hub.clone());
-                let Ok(s) = tokio::task::spawn_blocking(move || {
-                    let mut s = s;
-                    s.step(&h);
-                    s
-                })
-                .await
-                else {
-                    return;
-                };
-                set = s;
-                *host_pids.lock().expect("pids") = set.host_pids();
-            }
-        })
-    };
-    let _ = tokio::join!(nvml_task, ring_task);
+/// The collector running on a runtime of its own, for a dashboard whose
+/// thread is not async (see the module doc). Dropping it stops everything.
+pub struct Live {
+    rt: tokio::runtime::Runtime,
+    hub: Arc<Hub>,
+    requester: Requester,
+    timeout: Duration,
 }
 
-/// One look at the machine, for `vramscope snapshot`: NVML once, every
-/// segment drained, and each producer that answers commands asked for a
-/// fresh state snapshot (up to `wait` each) so block maps are exact.
-pub fn snapshot_once(cfg: Config, wait: Duration, opts: &ViewOptions) -> Snapshot {
-    let hub = Hub::default();
-    let mut set = rings::RingSet::new(cfg.clone());
-    set.step(&hub);
-    let machine = if cfg.nvml {
-        nvml::NvmlSource::init().poll(monotonic_ns())
-    } else {
-        nvml::NvmlSource::disabled("NVML disabled (--no-nvml)").poll(monotonic_ns())
-    };
-    let pids = set.host_pids();
-    let fresh = fresh_nvml_processes(&machine, &pids);
-    hub.apply(Input::Machine {
-        machine,
-        host_pids: pids.into_iter().collect(),
-        fresh,
-    });
-    let asks: Vec<PathBuf> = hub.with(|i| {
-        i.sources
-            .values()
-            .filter(|s| s.commands)
-            .filter_map(|s| s.segment.clone().map(PathBuf::from))
-            .collect()
-    });
-    std::thread::scope(|s| {
-        for path in &asks {
-            s.spawn(move || {
-                if let Ok(r) = SegmentReader::open_at(path, crate::ring::Start::Now) {
-                    let _ = r.command(Command::Snapshot { device: None }, wait);
-                }
-            });
-        }
-    });
-    set.step(&hub);
-    hub.snapshot(opts)
+impl Live {
+    /// Starts the collector's live loop in the background and returns at once.
+    pub fn start(cfg: Config) -> std::io::Result<Live> {
+        let rt = runtime()?;
+        let mut collector = Collector::new(cfg);
+        let hub = collector.hub().clone();
+        let requester = collector.requester();
+        rt.spawn(async move { collector.run_until(std::future::pending()).await });
+        Ok(Live {
+            rt,
+            hub,
+            requester,
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// Plays a recording into a new hub in the background, at `speed`
+    /// recorded seconds per second, with its times moved onto this
+    /// machine's clock. Its processes cannot be sent commands.
+    pub fn replay(reader: crate::recording::Replayer, speed: f64) -> std::io::Result<Live> {
+        let rt = runtime()?;
+        let hub = Arc::new(Hub::default());
+        let h = hub.clone();
+        rt.spawn(async move {
+            if let Err(e) = replay::play(reader, &h, replay::Pace::Live(speed)).await {
+                eprintln!("vramscope: {e}");
+            }
+        });
+        Ok(Live {
+            rt,
+            hub,
+            requester: Requester::none(),
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// Sends `command` to `target` and returns at once; `done` is called
+    /// from the runtime with the answer or a one-line error.
+    pub fn request(
+        &self,
+        target: ProcessKey,
+        command: Command,
+        done: impl FnOnce(Result<Outcome, String>) + Send + 'static,
+    ) {
+        let ask = self.requester.request(target, command, self.timeout);
+        self.rt
+            .spawn(async move { done(ask.await.map_err(|e| e.to_string())) });
+    }
+
+    /// Calls `f` (from the runtime) on every SIGINT, SIGTERM and SIGHUP.
+    pub fn on_signal(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _guard = self.rt.enter();
+        signals::forward(f);
+    }
 }

@@ -27,6 +27,15 @@ impl NvmlSource {
         NvmlSource { nvml }
     }
 
+    /// NVML when `enabled`, else a source that says it was disabled.
+    pub fn new(enabled: bool) -> Self {
+        if enabled {
+            NvmlSource::init()
+        } else {
+            NvmlSource::disabled("NVML disabled (--no-nvml)")
+        }
+    }
+
     /// A source that never reads NVML (tests, `--no-nvml`).
     pub fn disabled(why: &str) -> Self {
         NvmlSource {

@@ -1,18 +1,20 @@
 //! Segment discovery and draining: every segment of this user in the segment
 //! directory is opened (after the checks of `ring::discover`), drained each
-//! tick, and its events applied to the model. Refused segments become
-//! problems shown to the user, never crashes.
+//! step, and its events applied to the hub. Refused segments become
+//! problems shown to the user, never crashes. No threads, no commands: the
+//! [`Collector`](super::Collector) drives this and sends the commands.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::event::{Event, EventKind};
 use crate::model::{Mode, ProcessKey};
 use crate::ring::discover::{self, Liveness};
-use crate::ring::{Command, Producer, RingError, SegmentReader};
+use crate::ring::{Producer, RingError, SegmentReader};
 
-use super::{procfs, Config, Hub, Input};
+use super::{procfs, Config, Hub};
+use crate::input::Input;
 use crate::input::{Identity, Source, SourceProblem};
 
 struct Attached {
@@ -21,7 +23,6 @@ struct Attached {
     host_pid: Option<u32>,
     lost_seen: u64,
     gone_at: Option<Instant>,
-    last_resync_ask: Option<Instant>,
 }
 
 /// All segments being read.
@@ -170,7 +171,6 @@ impl RingSet {
                             host_pid,
                             lost_seen: 0,
                             gone_at: None,
-                            last_resync_ask: None,
                         },
                     );
                 }
@@ -212,21 +212,13 @@ impl RingSet {
             a.lost_seen = totals.lost;
             let key = a.key;
             if !batch.is_empty() || lost_now > 0 {
-                let wants_resync = hub.apply(Input::Events {
+                hub.apply(Input::Events {
                     key,
                     events: std::mem::take(&mut batch),
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
                 });
-                if wants_resync
-                    && !gone
-                    && a.last_resync_ask
-                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(2))
-                {
-                    a.last_resync_ask = Some(Instant::now());
-                    ask_snapshot(path.clone());
-                }
             }
             if gone && a.gone_at.is_none() {
                 a.gone_at = Some(Instant::now());
@@ -259,15 +251,4 @@ fn is_agent_record(e: &Event) -> bool {
             | EventKind::SnapshotEnd { .. }
             | EventKind::Marker { .. }
     )
-}
-
-/// Asks a producer for a state snapshot without waiting on the ring loop.
-fn ask_snapshot(path: PathBuf) {
-    let _ = std::thread::Builder::new()
-        .name("vramscope-resync".into())
-        .spawn(move || {
-            if let Ok(r) = SegmentReader::open_at(&path, crate::ring::Start::Now) {
-                let _ = r.command(Command::Snapshot { device: None }, Duration::from_secs(2));
-            }
-        });
 }

@@ -125,15 +125,19 @@ pub trait CommandRunner: Send + Sync {
     fn run(&self, key: ProcessKey, command: Command) -> Result<Outcome, String>;
 }
 
-/// The real runner: `collect::command` with a timeout.
+/// The real runner: the live collector's requests.
 pub struct HubRunner {
-    pub hub: Arc<Hub>,
-    pub timeout: Duration,
+    pub live: Arc<crate::collect::Live>,
 }
 
 impl CommandRunner for HubRunner {
     fn run(&self, key: ProcessKey, command: Command) -> Result<Outcome, String> {
-        crate::collect::command(&self.hub, key, command, self.timeout).map_err(|e| e.to_string())
+        let (tx, rx) = mpsc::channel();
+        self.live.request(key, command, move |r| {
+            let _ = tx.send(r);
+        });
+        rx.recv()
+            .unwrap_or_else(|_| Err("the collector stopped".into()))
     }
 }
 
@@ -241,11 +245,9 @@ fn next_screenshot_path(dir: &Path, n: &mut u32) -> PathBuf {
 
 /// Runs the dashboard on the terminal until the user quits or a signal
 /// arrives. The terminal is restored on every path out, panics included.
-pub fn run(hub: Arc<Hub>, opts: UiOptions) -> Result<()> {
-    let runner: Arc<dyn CommandRunner> = Arc::new(HubRunner {
-        hub: hub.clone(),
-        timeout: opts.command_timeout,
-    });
+pub fn run(live: Arc<crate::collect::Live>, opts: UiOptions) -> Result<()> {
+    let hub = live.hub().clone();
+    let runner: Arc<dyn CommandRunner> = Arc::new(HubRunner { live });
     let demo: Option<Arc<dyn DemoHandle>> = opts.demo.clone().map(|d| d as Arc<dyn DemoHandle>);
     run_with(hub, runner, demo, opts)
 }

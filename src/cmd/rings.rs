@@ -1,11 +1,23 @@
 //! `vramscope rings`: what is in the segment directory.
-use std::path::Path;
-
 use anyhow::Result;
 use serde::Serialize;
 
 use vramscope::ring::discover::{self, Liveness};
 use vramscope::ring::{Producer, SegmentReader};
+
+use super::ShmFlag;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Remove segments whose process is gone.
+    #[arg(long)]
+    clean: bool,
+    /// One JSON object per segment instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    shm: ShmFlag,
+}
 
 #[derive(Serialize)]
 struct Row {
@@ -22,13 +34,14 @@ struct Row {
     error: Option<String>,
 }
 
-pub fn run(dir: &Path, clean: bool, json: bool) -> Result<()> {
-    if clean {
-        for p in discover::remove_stale(dir)? {
+pub fn run(args: Args) -> Result<()> {
+    let dir = args.shm.dir();
+    if args.clean {
+        for p in discover::remove_stale(&dir)? {
             eprintln!("removed stale {}", p.display());
         }
     }
-    let (found, others) = discover::list(dir)?;
+    let (found, others) = discover::list(&dir)?;
     let rows: Vec<Row> = found
         .iter()
         .map(|f| match SegmentReader::open(&f.path) {
@@ -60,7 +73,7 @@ pub fn run(dir: &Path, clean: bool, json: bool) -> Result<()> {
             },
         })
         .collect();
-    if json {
+    if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);
         }

@@ -1,0 +1,85 @@
+//! `vramscope` with no subcommand: the dashboard on every instrumented
+//! process of this user and every GPU process NVML reports. Also the flags
+//! every dashboard shares (`demo` and `replay --ui` open one too).
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use vramscope::collect::Live;
+
+use super::{IntervalFlag, NvmlFlag, ShmFlag};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub shm: ShmFlag,
+    #[command(flatten)]
+    pub nvml: NvmlFlag,
+    #[command(flatten)]
+    pub interval: IntervalFlag,
+    #[command(flatten)]
+    pub ui: UiFlags,
+}
+
+/// How the dashboard looks and what it may do.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UiFlags {
+    /// No actions: empty-cache, peak reset and snapshot requests are disabled.
+    #[arg(long)]
+    pub readonly: bool,
+    /// ASCII only: no braille, box-drawing or block glyphs.
+    #[arg(long)]
+    pub ascii: bool,
+    /// No colours (also when NO_COLOR is set).
+    #[arg(long)]
+    pub no_color: bool,
+    /// Do not capture the mouse.
+    #[arg(long)]
+    pub no_mouse: bool,
+    /// Open this process's view at start.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Write the frame shown after --screenshot-after as SVG to this file, then quit.
+    #[arg(long, value_name = "FILE.svg")]
+    pub screenshot: Option<PathBuf>,
+    /// Milliseconds before --screenshot is taken.
+    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    pub screenshot_after: u64,
+    /// Draw new data at most every this many milliseconds (keys are answered at once).
+    #[arg(long, default_value_t = 250, value_name = "MS")]
+    pub refresh: u64,
+}
+
+impl UiFlags {
+    pub fn options(&self) -> vramscope::ui::UiOptions {
+        vramscope::ui::UiOptions {
+            readonly: self.readonly,
+            ascii: self.ascii,
+            monochrome: self.no_color || vramscope::ui::no_color_env(),
+            mouse: !self.no_mouse,
+            initial_process: self.pid,
+            data_interval: Duration::from_millis(self.refresh),
+            screenshot: self
+                .screenshot
+                .clone()
+                .map(|path| vramscope::ui::ScreenshotAfter {
+                    path,
+                    after: Duration::from_millis(self.screenshot_after),
+                }),
+            ..vramscope::ui::UiOptions::default()
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    open(cfg, args.ui.options())
+}
+
+/// Starts the collector and opens the dashboard on it.
+pub fn open(cfg: vramscope::collect::Config, opts: vramscope::ui::UiOptions) -> Result<()> {
+    let live = Live::start(cfg).context("starting the collector")?;
+    vramscope::ui::run(Arc::new(live), opts)
+}

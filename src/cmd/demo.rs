@@ -1,0 +1,164 @@
+//! `vramscope demo [SCENARIO]`: a simulated training job whose caching
+//! allocator behaves like PyTorch's, and the dashboard on it; or, with
+//! `--headless`, its final state printed.
+use std::fmt::Write;
+
+use anyhow::Result;
+
+use vramscope::demo::HeadlessReport;
+use vramscope::ui::format::bytes;
+
+use super::dashboard::UiFlags;
+use super::{IntervalFlag, NvmlFlag, ShmFlag};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The scenario (see --list).
+    #[arg(default_value = "healthy")]
+    scenario: String,
+    /// List the scenarios, one per line, name first.
+    #[arg(long)]
+    list: bool,
+    /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True).
+    #[arg(long, value_name = "CONF")]
+    conf: Option<String>,
+    /// Simulated seconds per second (default 1; 0.2 for `oom`).
+    #[arg(long)]
+    speed: Option<f64>,
+    /// No terminal: run as fast as possible and print the final state.
+    #[arg(long)]
+    headless: bool,
+    /// With --headless: simulated seconds to run (default: the whole scenario).
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// With --headless: print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Back every simulated segment with real GPU memory (CUDA device 0), so
+    /// NVML and nvidia-smi see it too.
+    #[arg(long)]
+    gpu: bool,
+    #[command(flatten)]
+    shm: ShmFlag,
+    #[command(flatten)]
+    nvml: NvmlFlag,
+    #[command(flatten)]
+    interval: IntervalFlag,
+    #[command(flatten)]
+    ui: UiFlags,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.list {
+        for (name, about) in vramscope::demo::list() {
+            println!("{name:<14} {about}");
+        }
+        return Ok(());
+    }
+    let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
+    if args.headless {
+        let report =
+            vramscope::demo::run_headless(sc, args.conf.as_deref(), args.duration, args.gpu)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", text(&report));
+        }
+        return Ok(());
+    }
+    let backing = if args.gpu {
+        let g =
+            vramscope::sim::gpu::GpuBacking::new(0).map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
+        Some(g)
+    } else {
+        None
+    };
+    let speed = args
+        .speed
+        .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
+    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
+    let mut opts = args.ui.options();
+    opts.demo = Some(demo.clone());
+    // The simulated job is what a workshop watches: open its view (Esc goes
+    // back to the overview).
+    opts.initial_process = opts.initial_process.or(Some(std::process::id()));
+    let r = super::dashboard::open(cfg, opts);
+    demo.stop();
+    r
+}
+
+/// `demo --headless` as text.
+pub fn text(r: &HeadlessReport) -> String {
+    let mut o = String::new();
+    let f = &r.process.view.figures;
+    let conf = r
+        .conf
+        .as_ref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    let _ = writeln!(o, "scenario   {}{conf}", r.scenario);
+    let finished = if r.finished { " (finished)" } else { "" };
+    let _ = writeln!(o, "simulated  {:.1} s{finished}", r.simulated_s);
+    let _ = writeln!(o, "now        {}", r.caption);
+    let _ = writeln!(
+        o,
+        "allocated  {} (peak {})",
+        bytes(f.allocated),
+        bytes(f.peak_allocated)
+    );
+    let _ = writeln!(
+        o,
+        "reserved   {} (peak {})",
+        bytes(f.reserved),
+        bytes(f.peak_reserved)
+    );
+    for d in &r.process.view.devices {
+        let fr = &d.figures.fragmentation;
+        let share = fr
+            .share_of_reserved
+            .map(|s| format!("{:.1}% of reserved", s * 100.0))
+            .unwrap_or_else(|| "—".into());
+        let largest = fr.largest_free_large.max(fr.largest_free_small);
+        let _ = writeln!(
+            o,
+            "device {}   {} segments, inactive split {} ({share}), largest free block {}",
+            d.figures.device,
+            d.figures.segments,
+            bytes(fr.inactive_split),
+            largest.map(bytes).unwrap_or_else(|| "—".into()),
+        );
+    }
+    let src = &r.process.source;
+    let _ = writeln!(
+        o,
+        "events     {} delivered, {} lost",
+        src.delivered, src.lost
+    );
+    let _ = writeln!(o, "OOMs       {}", r.process.view.ooms_total);
+    let leak = &r.process.view.leak;
+    if leak.flagged {
+        let _ = writeln!(
+            o,
+            "LEAK       allocated floor rises {} per step over {} steps",
+            bytes(leak.floor_slope_bytes_per_step.max(0.0) as u64),
+            leak.window_steps
+        );
+        for s in leak.top_sizes.iter().take(3) {
+            let _ = writeln!(
+                o,
+                "           {} blocks: {} live, +{:.2}/step",
+                bytes(s.requested),
+                s.live,
+                s.live_growth_per_step
+            );
+        }
+    } else {
+        let _ = writeln!(
+            o,
+            "leak       not flagged ({} steps seen)",
+            leak.steps_observed
+        );
+    }
+    o
+}

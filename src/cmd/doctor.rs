@@ -1,0 +1,42 @@
+//! `vramscope doctor`: every requirement checked and explained, with what to
+//! do about each that is missing; exits non-zero when a check failed.
+use anyhow::Result;
+
+use vramscope::agent::Level;
+
+use super::ShmFlag;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// One JSON object per check.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    shm: ShmFlag,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let checks = vramscope::agent::doctor(args.shm.shm_dir.as_deref());
+    if args.json {
+        for c in &checks {
+            println!("{}", serde_json::to_string(c)?);
+        }
+    } else {
+        for c in &checks {
+            let mark = match c.level {
+                Level::Ok => "ok  ",
+                Level::Warn => "warn",
+                Level::Fail => "FAIL",
+            };
+            println!("[{mark}] {}: {}", c.name, c.detail);
+            if !c.fix.is_empty() {
+                println!("       -> {}", c.fix);
+            }
+        }
+    }
+    let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} check(s) failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! The command line: one file per subcommand, each with its flags (an `Args`
+//! struct) and its `run`. Flags belong to the commands they mean something
+//! for; an unknown flag is an error (one line, exit 2).
+//!
+//! Shared flag groups: [`ShmFlag`] (where the segments are), [`NvmlFlags`]
+//! (whether and how often NVML is read) and [`dashboard::UiFlags`] (how the
+//! dashboard looks), each flattened into the commands that use it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+pub mod agent;
+pub mod dashboard;
+pub mod demo;
+pub mod doctor;
+pub mod empty_cache;
+pub mod record;
+pub mod replay;
+pub mod rings;
+pub mod run;
+pub mod sim;
+pub mod snapshot;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vramscope",
+    version,
+    about = "GPU memory inside PyTorch processes, live",
+    long_about = "GPU memory inside PyTorch processes, live.\n\n\
+                  Without a subcommand, opens the dashboard on every process of this user \
+                  (instrumented with `vramscope run`) and every GPU process NVML reports.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub dashboard: dashboard::Args,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a simulated training job (no GPU needed) and watch it.
+    Demo(demo::Args),
+    /// Print the state of every GPU and process once.
+    Snapshot(snapshot::Args),
+    /// Replay allocation requests under any allocator configuration.
+    Sim(sim::Args),
+    /// Run a command (e.g. `python train.py`) with the PyTorch agent injected;
+    /// the script needs no change.
+    #[command(trailing_var_arg = true)]
+    Run(run::Args),
+    /// The embedded PyTorch agent.
+    Agent(agent::Args),
+    /// Check and explain every requirement (NVML, segment directory, compiler,
+    /// torch and CUDA headers), with what to do about each missing one.
+    Doctor(doctor::Args),
+    /// Record NVML readings and every process's events to a file, until Ctrl-C.
+    Record(record::Args),
+    /// Replay a recording (see `src/recording.rs` for the format).
+    Replay(replay::Args),
+    /// Ask a process to release its cached memory (torch.cuda.empty_cache()).
+    EmptyCache(empty_cache::Args),
+    /// List this user's segments (instrumented processes) and their health.
+    Rings(rings::Args),
+}
+
+/// Runs the command line's job.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => dashboard::run(cli.dashboard),
+        Some(Command::Demo(a)) => demo::run(a),
+        Some(Command::Snapshot(a)) => snapshot::run(a),
+        Some(Command::Sim(a)) => sim::run(a),
+        Some(Command::Run(a)) => run::run(a),
+        Some(Command::Agent(a)) => agent::run(a),
+        Some(Command::Doctor(a)) => doctor::run(a),
+        Some(Command::Record(a)) => record::run(a),
+        Some(Command::Replay(a)) => replay::run(a),
+        Some(Command::EmptyCache(a)) => empty_cache::run(a),
+        Some(Command::Rings(a)) => rings::run(a),
+    }
+}
+
+/// Where the segments of instrumented processes are.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShmFlag {
+    /// Directory of the shared-memory segments [env: VRAMSCOPE_SHM_DIR; default: /dev/shm]
+    #[arg(long, value_name = "DIR")]
+    pub shm_dir: Option<PathBuf>,
+}
+
+impl ShmFlag {
+    /// The directory in force: the flag, else the environment, else `/dev/shm`.
+    pub fn dir(&self) -> PathBuf {
+        vramscope::ring::discover::segment_dir(self.shm_dir.as_deref())
+    }
+}
+
+/// Whether NVML is read.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NvmlFlag {
+    /// Do not read NVML.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
+/// How often NVML is read.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IntervalFlag {
+    /// NVML poll period in milliseconds (at least 100).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub interval: u64,
+}
+
+/// The collector's configuration from the flags a command has.
+pub fn collect_config(
+    shm: &ShmFlag,
+    nvml: &NvmlFlag,
+    interval: Option<&IntervalFlag>,
+) -> vramscope::collect::Config {
+    let mut cfg = vramscope::collect::Config::new(shm.dir());
+    cfg.nvml = !nvml.no_nvml;
+    if let Some(i) = interval {
+        cfg.nvml_interval = Duration::from_millis(i.interval.max(100));
+    }
+    cfg
+}
+
+/// A tokio runtime for a headless command's collector.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    vramscope::collect::runtime().context("starting the collector's runtime")
+}

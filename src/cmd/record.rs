@@ -1,0 +1,65 @@
+//! `vramscope record -o FILE`: NVML readings and every process's events,
+//! written to a recording (format: `src/recording.rs`) until Ctrl-C,
+//! SIGTERM, SIGHUP or `--duration`.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use vramscope::collect::{signals, Collector};
+use vramscope::model::ViewOptions;
+use vramscope::recording::Recorder;
+
+use super::{IntervalFlag, NvmlFlag, ShmFlag};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recording file to write.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    #[command(flatten)]
+    shm: ShmFlag,
+    #[command(flatten)]
+    nvml: NvmlFlag,
+    #[command(flatten)]
+    interval: IntervalFlag,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    let mut collector = Collector::new(cfg);
+    let hub = collector.hub().clone();
+    hub.record_to(Recorder::create(&args.output)?);
+    let start = Instant::now();
+    eprintln!("recording to {} (Ctrl-C to stop)", args.output.display());
+    let limit = args.duration.map(Duration::from_secs_f64);
+    super::runtime()?.block_on(async {
+        let stop = async {
+            match limit {
+                Some(d) => tokio::select! {
+                    _ = signals::stopped() => {}
+                    _ = tokio::time::sleep(d) => {}
+                },
+                None => signals::stopped().await,
+            }
+        };
+        collector.run_until(stop).await;
+    });
+    hub.stop_recording().context("finishing the recording")?;
+    let snap = hub.snapshot(&ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    });
+    let events: u64 = snap.processes.iter().map(|p| p.source.delivered).sum();
+    eprintln!(
+        "recorded {:.1} s, {} process(es), {events} events to {}",
+        start.elapsed().as_secs_f64(),
+        snap.processes.len(),
+        args.output.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! `vramscope replay FILE`: a recording fed back through the model at any
+//! speed; the final state printed, or with `--ui` played in the dashboard.
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use vramscope::collect::replay::{play, Pace};
+use vramscope::collect::{Hub, Live};
+use vramscope::model::ViewOptions;
+use vramscope::recording::Replayer;
+
+use super::dashboard::UiFlags;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    file: PathBuf,
+    /// Playback speed (recorded seconds per second); 0 = as fast as
+    /// possible (without --ui).
+    #[arg(long, default_value_t = 0.0)]
+    speed: f64,
+    /// Print the state at the end as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Watch the recording in the dashboard, at --speed (default 1).
+    #[arg(long)]
+    ui: bool,
+    #[command(flatten)]
+    view: UiFlags,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let reader = Replayer::open(&args.file)?;
+    if args.ui {
+        let speed = if args.speed > 0.0 { args.speed } else { 1.0 };
+        let mut opts = args.view.options();
+        // A recording cannot be sent commands.
+        opts.readonly = true;
+        let live = Live::replay(reader, speed).context("starting the replay")?;
+        return vramscope::ui::run(Arc::new(live), opts);
+    }
+    let hub = Hub::default();
+    let pace = if args.speed > 0.0 {
+        Pace::Recorded(args.speed)
+    } else {
+        Pace::Fast
+    };
+    let played = super::runtime()?.block_on(play(reader, &hub, pace))?;
+    // Figures as of the end of the recording, whatever the clock says now.
+    let opts = ViewOptions {
+        block_map: args.json,
+        recent_events: 16,
+        timeline: None,
+    };
+    let snap = hub.snapshot_at(played.last_ns, &opts);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    } else {
+        eprintln!(
+            "replayed {} inputs from {}",
+            played.inputs,
+            args.file.display()
+        );
+        print!("{}", super::snapshot::table(&snap));
+    }
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! The hub: the model and everything the collector learned about the
+//! processes, behind one short lock. Sources write [`Input`]s into it
+//! ([`Hub::apply`]); views read a [`Snapshot`] out of it. It does no I/O
+//! besides writing the inputs into a recording when one is running.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
+use crate::recording::Recorder;
+use crate::ring::monotonic_ns;
+
+use super::state::{self, ProcessEntry, Snapshot};
+
+type Listener = Box<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    model: Model,
+    machine: Machine,
+    identities: HashMap<ProcessKey, Identity>,
+    sources: HashMap<ProcessKey, Source>,
+    problems: Vec<SourceProblem>,
+}
+
+impl Inner {
+    fn apply(&mut self, input: Input) {
+        match input {
+            Input::Attach {
+                key,
+                identity,
+                source,
+            } => {
+                self.model.set_mode(key, source.mode);
+                self.identities.insert(key, identity);
+                if let Some(seg) = &source.segment {
+                    self.problems.retain(|p| &p.path != seg);
+                }
+                self.sources.insert(key, source);
+            }
+            Input::Events {
+                key,
+                events,
+                delivered,
+                lost,
+                lost_now,
+            } => {
+                self.model.apply_all(key, events.iter());
+                if lost_now > 0 {
+                    self.model.note_loss(key, lost_now);
+                }
+                if let Some(s) = self.sources.get_mut(&key) {
+                    s.delivered = delivered;
+                    s.lost = lost;
+                }
+            }
+            Input::Gone { key } => {
+                if let Some(s) = self.sources.get_mut(&key) {
+                    s.commands = false;
+                }
+                if let Some(id) = self.identities.get_mut(&key) {
+                    id.alive = false;
+                }
+            }
+            Input::Forget { key } => {
+                self.model.remove(key);
+                self.identities.remove(&key);
+                self.sources.remove(&key);
+            }
+            Input::Machine {
+                machine,
+                host_pids,
+                fresh,
+            } => {
+                self.apply_machine(machine, &host_pids.into_iter().collect(), fresh);
+            }
+            Input::Problems { problems } => {
+                self.problems = problems;
+            }
+        }
+    }
+
+    fn apply_machine(
+        &mut self,
+        machine: Machine,
+        host_pids: &HashMap<u32, ProcessKey>,
+        fresh: Vec<(ProcessKey, Identity)>,
+    ) {
+        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
+        let mut per_pid: HashMap<u32, Option<u64>> = HashMap::new();
+        for p in &machine.processes {
+            let e = per_pid.entry(p.pid).or_insert(Some(0));
+            *e = match (*e, p.used) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        for (pid, used) in &per_pid {
+            let key = host_pids
+                .get(pid)
+                .copied()
+                .or_else(|| fresh.iter().find(|(k, _)| k.pid == *pid).map(|(k, _)| *k));
+            let Some(key) = key else { continue };
+            if !self.sources.contains_key(&key) {
+                self.model.set_mode(key, Mode::NvmlOnly);
+                self.sources.insert(key, Source::unattached(Mode::NvmlOnly));
+            }
+            if let Some(b) = used {
+                self.model.note_nvml(key, now, *b);
+            }
+        }
+        for (key, id) in fresh {
+            self.identities.entry(key).or_insert(id);
+        }
+        // NVML-only processes that left the GPU are forgotten.
+        let gone: Vec<ProcessKey> = self
+            .sources
+            .iter()
+            .filter(|(k, s)| s.mode == Mode::NvmlOnly && !per_pid.contains_key(&k.pid))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            self.sources.remove(&k);
+            self.identities.remove(&k);
+            self.model.remove(k);
+        }
+        self.machine = machine;
+    }
+}
+
+/// The shared state between the collector tasks and the views. Writers hold
+/// the lock only to apply a batch; readers only to take a snapshot.
+pub struct Hub {
+    inner: Mutex<Inner>,
+    listener: Mutex<Option<Listener>>,
+    recorder: Mutex<Option<Recorder>>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub::new(ModelConfig::default())
+    }
+}
+
+impl Hub {
+    pub fn new(cfg: ModelConfig) -> Self {
+        Hub {
+            inner: Mutex::new(Inner {
+                model: Model::new(cfg),
+                ..Inner::default()
+            }),
+            listener: Mutex::new(None),
+            recorder: Mutex::new(None),
+        }
+    }
+
+    /// Calls `f` (from a collector thread) after every change.
+    pub fn on_change(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.listener.lock().expect("listener lock") = Some(Box::new(f));
+    }
+
+    fn changed(&self) {
+        if let Some(f) = self.listener.lock().expect("listener lock").as_ref() {
+            f();
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    /// A copy of everything, for a view or `snapshot --json`.
+    pub fn snapshot(&self, opts: &ViewOptions) -> Snapshot {
+        self.snapshot_at(monotonic_ns(), opts)
+    }
+
+    /// A copy of everything as of `now` (a replay's clock, not the wall's).
+    pub fn snapshot_at(&self, now: u64, opts: &ViewOptions) -> Snapshot {
+        self.with(|inner| {
+            let view = inner.model.view(now, opts);
+            let processes = view
+                .processes
+                .into_iter()
+                .map(|v| {
+                    let key = v.key;
+                    ProcessEntry {
+                        identity: inner
+                            .identities
+                            .get(&key)
+                            .cloned()
+                            .unwrap_or_else(|| Identity::of_pid(key.pid)),
+                        source: inner
+                            .sources
+                            .get(&key)
+                            .cloned()
+                            .unwrap_or_else(|| Source::unattached(v.mode)),
+                        view: v,
+                    }
+                })
+                .collect();
+            Snapshot {
+                version: state::SNAPSHOT_VERSION,
+                taken_ns: now,
+                machine: inner.machine.clone(),
+                processes,
+                problems: inner.problems.clone(),
+            }
+        })
+    }
+
+    /// The processes that answer commands.
+    pub fn commandable(&self) -> Vec<ProcessKey> {
+        self.with(|i| {
+            i.sources
+                .iter()
+                .filter(|(_, s)| s.commands && s.segment.is_some())
+                .map(|(k, _)| *k)
+                .collect()
+        })
+    }
+
+    /// The process this machine calls `pid`, or that calls itself `pid`
+    /// (inside a container); among several, an attached one first.
+    pub fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
+        self.with(|i| {
+            let mut found: Vec<ProcessKey> = i
+                .identities
+                .iter()
+                .filter(|(k, id)| id.host_pid == pid || id.ns_pid == pid || k.pid == pid)
+                .map(|(k, _)| *k)
+                .collect();
+            found.sort_by_key(|k| (i.sources.get(k).is_none_or(|s| s.segment.is_none()), *k));
+            found.first().copied()
+        })
+    }
+
+    /// The segment of an instrumented process, if it has one.
+    pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
+        self.with(|i| {
+            i.sources
+                .get(&key)
+                .and_then(|s| s.segment.clone())
+                .map(PathBuf::from)
+        })
+    }
+
+    /// Applies one input from a source (live or replayed), records it if a
+    /// recording is running, and tells the views.
+    pub fn apply(&self, input: Input) {
+        if let Some(rec) = self.recorder.lock().expect("recorder lock").as_mut() {
+            if let Err(e) = rec.write(monotonic_ns(), &input) {
+                eprintln!("vramscope: recording stopped: {e}");
+                *self.recorder.lock().expect("recorder lock") = None;
+            }
+        }
+        self.with(|inner| inner.apply(input));
+        self.changed();
+    }
+
+    /// The processes whose model wants a fresh state snapshot (after loss or
+    /// a contradiction) and that can be asked for one. The collector reads
+    /// this after each step; the model only says what it wants.
+    pub fn resync_wanted(&self) -> Vec<ProcessKey> {
+        self.with(|i| {
+            i.model
+                .resync_wanted()
+                .filter(|k| i.sources.get(k).is_some_and(|s| s.commands))
+                .collect()
+        })
+    }
+
+    /// Writes every input from now on into `rec` as well.
+    pub fn record_to(&self, rec: Recorder) {
+        *self.recorder.lock().expect("recorder lock") = Some(rec);
+    }
+
+    /// Flushes and closes the recording, if any.
+    pub fn stop_recording(&self) -> std::io::Result<()> {
+        match self.recorder.lock().expect("recorder lock").take() {
+            Some(r) => r.finish(),
+            None => Ok(()),
+        }
+    }
+
+    /// Resets the model's peak figures of `key` (after a producer's reset).
+    pub fn reset_peaks(&self, key: ProcessKey) {
+        self.with(|i| i.model.reset_peaks(key));
+        self.changed();
+    }
+}
