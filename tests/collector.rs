@@ -1,0 +1,161 @@
+//! The collector end to end on a real segment: the live loop drains it, and
+//! when events were lost the model's wish for a resync (state the collector
+//! reads after each step) becomes a snapshot request through the control
+//! block — the one channel back. A replay's processes refuse commands.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use vramscope::collect::{Collector, Config};
+use vramscope::event::{Event, EventKind, Place, PoolId};
+use vramscope::model::{ProcessKey, ViewOptions};
+use vramscope::ring::codec::encode;
+use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
+
+fn alloc(seg: &SegmentWriter, addr: u64) {
+    let mut words = Vec::new();
+    let place = Place {
+        device: 0,
+        stream: 0,
+        pool: PoolId(0, 0),
+    };
+    encode(
+        &Event {
+            time_ns: vramscope::ring::monotonic_ns(),
+            kind: EventKind::Alloc {
+                place,
+                addr,
+                size: 512,
+            },
+        },
+        0,
+        &mut words,
+    );
+    for w in &words {
+        seg.ring(1).write(w);
+    }
+}
+
+#[test]
+fn loss_makes_the_collector_ask_for_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = SegmentWriter::create(&SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64))
+        .unwrap();
+    let mut cfg = Config::new(dir.path().to_path_buf());
+    cfg.nvml = false;
+    cfg.discover_interval = Duration::from_millis(20);
+    cfg.ring_interval = Duration::from_millis(20);
+    let mut collector = Collector::new(cfg);
+    let hub = collector.hub().clone();
+    let asked: Mutex<Vec<Command>> = Mutex::new(Vec::new());
+    let done = AtomicBool::new(false);
+    let rt = vramscope::collect::runtime().unwrap();
+    std::thread::scope(|s| {
+        // The producer's side: answers commands, and floods its 64-slot ring
+        // once the collector is attached.
+        s.spawn(|| {
+            let server = seg.command_server();
+            let start = Instant::now();
+            let mut flooded = false;
+            while !done.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(20) {
+                if let Some(req) = server.poll() {
+                    asked.lock().unwrap().push(req.command);
+                    server.answer(req, Status::Ok, 1, 0);
+                }
+                let attached = !hub.snapshot(&ViewOptions::default()).processes.is_empty();
+                if attached && !flooded {
+                    flooded = true;
+                    for i in 0..10_000u64 {
+                        alloc(&seg, 0x1000 + i * 512);
+                    }
+                }
+                seg.heartbeat();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        rt.block_on(collector.run_until(async {
+            let start = Instant::now();
+            while asked.lock().unwrap().is_empty() && start.elapsed() < Duration::from_secs(15) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }));
+        done.store(true, Ordering::Release);
+    });
+    let asked = asked.into_inner().unwrap();
+    assert_eq!(
+        asked.first(),
+        Some(&Command::Snapshot { device: None }),
+        "{asked:?}"
+    );
+    let snap = hub.snapshot(&ViewOptions::default());
+    assert!(
+        snap.processes[0].source.lost > 0,
+        "{:?}",
+        snap.processes[0].source
+    );
+}
+
+#[test]
+fn requests_reach_a_process_and_a_replay_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = SegmentWriter::create(&SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64))
+        .unwrap();
+    let mut cfg = Config::new(dir.path().to_path_buf());
+    cfg.nvml = false;
+    let mut collector = Collector::new(cfg);
+    collector.step();
+    let me = std::process::id();
+    let key = collector
+        .find_pid(me)
+        .expect("the writer's process is attached");
+    let rt = vramscope::collect::runtime().unwrap();
+    let stop = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let server = seg.command_server();
+            while !stop.load(Ordering::Acquire) {
+                if let Some(req) = server.poll() {
+                    server.answer(req, Status::Ok, 7 << 20, 3 << 20);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let ask = collector.request(
+            key,
+            Command::EmptyCache { device: None },
+            Duration::from_secs(5),
+        );
+        let out = rt.block_on(ask);
+        stop.store(true, Ordering::Release);
+        out
+    });
+    let out = out.unwrap();
+    assert_eq!(
+        (out.status, out.result0, out.result1),
+        (Status::Ok, 7 << 20, 3 << 20)
+    );
+    // A process that is not there: an error naming it, not a hang.
+    let ghost = ProcessKey {
+        pid: 999_999_999,
+        start_time: 1,
+    };
+    let err = rt
+        .block_on(collector.request(ghost, Command::Ping { value: 1 }, Duration::from_secs(1)))
+        .unwrap_err();
+    assert!(err.to_string().contains("999999999"), "{err}");
+    // A replayed recording's processes cannot be sent commands.
+    let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/v1.0-demo-leak.vsrec");
+    let live = vramscope::collect::Live::replay(
+        vramscope::recording::Replayer::open(&rec).unwrap(),
+        1000.0,
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    live.request(key, Command::Ping { value: 1 }, move |r| {
+        tx.send(r).unwrap()
+    });
+    let r = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(r.unwrap_err().contains("cannot be sent commands"));
+}
