@@ -2,6 +2,8 @@
 //! the dashboard's model reports through the ring equals the simulator's own
 //! statistics exactly.
 
+mod common;
+use common::succeeded;
 use std::process::Command;
 
 use serde_json::Value;
@@ -13,11 +15,7 @@ fn demo(args: &[&str]) -> Value {
         .args(["--headless", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

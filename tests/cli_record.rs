@@ -1,32 +1,14 @@
 //! `record` / `replay` round trip, replay's errors, and `empty-cache PID`.
 
-use std::process::Command as Proc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
-use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
+use vramscope::event::{EventKind, Place, PoolId, Stats};
 use vramscope::ring::codec::encode;
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
-fn bin() -> Proc {
-    Proc::new(env!("CARGO_BIN_EXE_vramscope"))
-}
-
-fn write(seg: &SegmentWriter, ring: usize, kind: EventKind) {
-    let mut words = Vec::new();
-    encode(
-        &Event {
-            time_ns: vramscope::ring::monotonic_ns(),
-            kind,
-        },
-        3,
-        &mut words,
-    );
-    for w in &words {
-        assert!(seg.ring(ring).write(w));
-    }
-}
+mod common;
+use common::{answering, succeeded, vramscope as bin, write};
 
 #[test]
 fn record_then_replay_gives_the_same_figures() {
@@ -107,11 +89,7 @@ fn record_then_replay_gives_the_same_figures() {
     assert!(child.wait().unwrap().success());
 
     let out = bin().args(["replay", "--json"]).arg(&rec).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let p = &v["processes"][0];
     assert_eq!(p["identity"]["label"], "recorded.py");
@@ -156,31 +134,18 @@ fn empty_cache_pid_prints_what_was_released() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
     let seg = SegmentWriter::create(&cfg).unwrap();
-    let stop = AtomicBool::new(false);
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            let server = seg.command_server();
-            while !stop.load(Ordering::Acquire) {
-                if let Some(req) = server.poll() {
-                    assert_eq!(req.command, Command::EmptyCache { device: None });
-                    server.answer(req, Status::Ok, 3 << 30, 1 << 30);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
-        let out = bin()
+    let answer = |req: &vramscope::ring::control::Request| {
+        assert_eq!(req.command, Command::EmptyCache { device: None });
+        (Status::Ok, 3 << 30, 1 << 30)
+    };
+    let out = answering(&seg, answer, || {
+        bin()
             .args(["empty-cache", &std::process::id().to_string(), "--shm-dir"])
             .arg(dir.path())
             .output()
-            .unwrap();
-        stop.store(true, Ordering::Release);
-        out
+            .unwrap()
     });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("released 2.00 GiB (reserved 3.00 GiB -> 1.00 GiB)"),
@@ -255,11 +220,7 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
         .arg(&rec)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("400 of 400 recorded statistics samples match"),

@@ -2,27 +2,13 @@
 //! process; `vramscope snapshot --json` reports its figures exactly.
 
 use std::process::Command as Proc;
-use std::time::Duration;
 
 use serde_json::Value;
-use vramscope::event::{BlockState, Event, EventKind, Place, PoolId, SegmentPool, Stats};
-use vramscope::ring::codec::encode;
+use vramscope::event::{BlockState, EventKind, Place, PoolId, SegmentPool, Stats};
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
-fn write(seg: &SegmentWriter, ring: usize, e: EventKind, t: u64) {
-    let mut words = Vec::new();
-    encode(
-        &Event {
-            time_ns: t,
-            kind: e,
-        },
-        1,
-        &mut words,
-    );
-    for w in &words {
-        assert!(seg.ring(ring).write(w));
-    }
-}
+mod common;
+use common::{answering, succeeded, vramscope, write_at as write};
 
 #[test]
 fn snapshot_json_reports_a_writers_figures_exactly() {
@@ -109,31 +95,18 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
     write(&seg, 0, EventKind::Stats { device: 0, stats }, t0 + 2);
 
     // The "process" answers the snapshot command the collector sends.
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            let server = seg.command_server();
-            while !stop.load(std::sync::atomic::Ordering::Acquire) {
-                if let Some(req) = server.poll() {
-                    assert_eq!(req.command, Command::Snapshot { device: None });
-                    server.answer(req, Status::Ok, 2, 0);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        let out = Proc::new(env!("CARGO_BIN_EXE_vramscope"))
+    let answer = |req: &vramscope::ring::control::Request| {
+        assert_eq!(req.command, Command::Snapshot { device: None });
+        (Status::Ok, 2, 0)
+    };
+    let out = answering(&seg, answer, || {
+        vramscope()
             .args(["snapshot", "--json", "--blocks", "--no-nvml", "--shm-dir"])
             .arg(dir.path())
             .output()
-            .unwrap();
-        stop.store(true, std::sync::atomic::Ordering::Release);
-        out
+            .unwrap()
     });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["version"], 1);
     assert!(v["machine"]["nvml_error"]

@@ -8,45 +8,45 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use vramscope::collect::{Collector, Config};
-use vramscope::event::{Event, EventKind, Place, PoolId};
+use vramscope::event::{Event, EventKind, Place};
 use vramscope::model::{ProcessKey, ViewOptions};
 use vramscope::ring::codec::encode;
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
+mod common;
+
+/// A small-ring segment of this process, as an exact-mode agent makes.
+fn segment(dir: &std::path::Path) -> SegmentWriter {
+    SegmentWriter::create(&SegmentConfig::new(dir, Producer::TorchExact, 1, 64)).unwrap()
+}
+
+/// A collector on `dir`, without NVML.
+fn collector(dir: &std::path::Path, tick: Duration) -> Collector {
+    let mut cfg = Config::new(dir.to_path_buf());
+    cfg.nvml = false;
+    cfg.discover_interval = tick;
+    cfg.ring_interval = tick;
+    Collector::new(cfg)
+}
+
+/// An allocation event; the ring may be full (that is the point).
 fn alloc(seg: &SegmentWriter, addr: u64) {
     let mut words = Vec::new();
-    let place = Place {
-        device: 0,
-        stream: 0,
-        pool: PoolId(0, 0),
+    let kind = EventKind::Alloc {
+        place: Place::default(),
+        addr,
+        size: 512,
     };
-    encode(
-        &Event {
-            time_ns: vramscope::ring::monotonic_ns(),
-            kind: EventKind::Alloc {
-                place,
-                addr,
-                size: 512,
-            },
-        },
-        0,
-        &mut words,
-    );
-    for w in &words {
-        seg.ring(1).write(w);
-    }
+    let time_ns = vramscope::ring::monotonic_ns();
+    encode(&Event { time_ns, kind }, 0, &mut words);
+    seg.ring(1).write(&words[0]);
 }
 
 #[test]
 fn loss_makes_the_collector_ask_for_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let seg = SegmentWriter::create(&SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64))
-        .unwrap();
-    let mut cfg = Config::new(dir.path().to_path_buf());
-    cfg.nvml = false;
-    cfg.discover_interval = Duration::from_millis(20);
-    cfg.ring_interval = Duration::from_millis(20);
-    let mut collector = Collector::new(cfg);
+    let seg = segment(dir.path());
+    let mut collector = collector(dir.path(), Duration::from_millis(20));
     let hub = collector.hub().clone();
     let asked: Mutex<Vec<Command>> = Mutex::new(Vec::new());
     let done = AtomicBool::new(false);
@@ -99,37 +99,24 @@ fn loss_makes_the_collector_ask_for_a_snapshot() {
 #[test]
 fn requests_reach_a_process_and_a_replay_refuses_them() {
     let dir = tempfile::tempdir().unwrap();
-    let seg = SegmentWriter::create(&SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64))
-        .unwrap();
-    let mut cfg = Config::new(dir.path().to_path_buf());
-    cfg.nvml = false;
-    let mut collector = Collector::new(cfg);
+    let seg = segment(dir.path());
+    let mut collector = collector(dir.path(), Duration::from_millis(50));
     collector.step();
     let me = std::process::id();
     let key = collector
         .find_pid(me)
         .expect("the writer's process is attached");
     let rt = vramscope::collect::runtime().unwrap();
-    let stop = AtomicBool::new(false);
-    let out = std::thread::scope(|s| {
-        s.spawn(|| {
-            let server = seg.command_server();
-            while !stop.load(Ordering::Acquire) {
-                if let Some(req) = server.poll() {
-                    server.answer(req, Status::Ok, 7 << 20, 3 << 20);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
-        let ask = collector.request(
-            key,
-            Command::EmptyCache { device: None },
-            Duration::from_secs(5),
-        );
-        let out = rt.block_on(ask);
-        stop.store(true, Ordering::Release);
-        out
-    });
+    let ask = collector.request(
+        key,
+        Command::EmptyCache { device: None },
+        Duration::from_secs(5),
+    );
+    let out = common::answering(
+        &seg,
+        |_| (Status::Ok, 7 << 20, 3 << 20),
+        || rt.block_on(ask),
+    );
     let out = out.unwrap();
     assert_eq!(
         (out.status, out.result0, out.result1),

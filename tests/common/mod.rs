@@ -1,0 +1,67 @@
+//! Helpers shared by the integration tests: the binary, a producer's side of
+//! a segment (writing events, answering commands), and output checks.
+#![allow(dead_code)] // each test binary uses a part
+
+use std::process::{Command as Proc, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use vramscope::event::{Event, EventKind};
+use vramscope::ring::codec::encode;
+use vramscope::ring::control::Request;
+use vramscope::ring::{SegmentWriter, Status};
+
+/// The `vramscope` binary under test.
+pub fn vramscope() -> Proc {
+    Proc::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+/// Asserts the command succeeded (showing its stderr if not); returns it.
+pub fn succeeded(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Writes `kind` at time `t` into ring `ring` of `seg` (statistics take two
+/// records); every record must fit.
+pub fn write_at(seg: &SegmentWriter, ring: usize, kind: EventKind, t: u64) {
+    let mut words = Vec::new();
+    encode(&Event { time_ns: t, kind }, 1, &mut words);
+    for w in &words {
+        assert!(seg.ring(ring).write(w));
+    }
+}
+
+/// [`write_at`] now.
+pub fn write(seg: &SegmentWriter, ring: usize, kind: EventKind) {
+    write_at(seg, ring, kind, vramscope::ring::monotonic_ns());
+}
+
+/// Runs `body` while `seg`'s producer answers every command with `answer`
+/// (from another thread, polling every millisecond); returns `body`'s result.
+pub fn answering<R>(
+    seg: &SegmentWriter,
+    answer: impl Fn(&Request) -> (Status, u64, u64) + Sync,
+    body: impl FnOnce() -> R,
+) -> R {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let server = seg.command_server();
+            while !stop.load(Ordering::Acquire) {
+                if let Some(req) = server.poll() {
+                    let (status, r0, r1) = answer(&req);
+                    server.answer(req, status, r0, r1);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let r = body();
+        stop.store(true, Ordering::Release);
+        r
+    })
+}
