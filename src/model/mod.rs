@@ -7,8 +7,15 @@
 //! - [`Model`] (here): processes by [`ProcessKey`], the entry points.
 //! - [`process`]: one process — devices, counters, recent events, OOMs,
 //!   NVML, events/s, figures and views.
-//! - [`device`]: one device allocator — segments and blocks, the event
-//!   rules, snapshot re-synchronisation, contradiction detection.
+//! - [`device`]: one device allocator — the segment and block types, the
+//!   queries, totals, peaks and drift against stats samples. Its operations
+//!   are submodules:
+//!   - `device::apply`: the event rules (Alloc … SegmentUnmap) and the
+//!     contradictions they detect;
+//!   - `device::snapshot`: receiving a snapshot (SnapshotBegin … End), and
+//!     buffering the events that arrive meanwhile;
+//!   - `device::install`: replacing the state from a complete snapshot and
+//!     replaying those events.
 //! - [`rules`]: PyTorch's block rules used to infer block sizes (the one
 //!   place that guesses).
 //! - [`series`]: bounded downsampling time series for timelines.
