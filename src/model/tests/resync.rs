@@ -38,6 +38,51 @@ fn fresh_process_needs_a_seed_snapshot() {
 }
 
 #[test]
+fn snapshot_requests_are_rate_limited() {
+    const S: u64 = 1_000_000_000;
+    let mut m = model();
+    // Unknown processes are not due, and a request for one creates nothing.
+    assert!(m.resync_due(0).is_empty());
+    m.resync_requested(KEY, 0);
+    assert!(m.process(KEY).is_none());
+
+    let mut r = RefAlloc::new();
+    workload(&mut r, 4);
+    feed(&mut m, &r.take());
+    let t0 = 100 * S;
+    assert_eq!(m.resync_due(t0), vec![KEY], "never asked: due at once");
+    m.resync_requested(KEY, t0);
+    assert_eq!(m.process(KEY).unwrap().last_resync_request(), Some(t0));
+    assert!(m.resync_due(t0).is_empty());
+    assert!(m.resync_due(t0 + 2 * S - 1).is_empty());
+    assert_eq!(m.resync_due(t0 + 2 * S), vec![KEY]);
+    // Still wanted throughout: the limit is on asking, not on wanting.
+    assert_eq!(m.resync_wanted().collect::<Vec<_>>(), vec![KEY]);
+    // A clock that went back does not hold the request back.
+    assert_eq!(m.resync_due(t0 - 1), vec![KEY]);
+
+    // Not due while a snapshot is in flight, nor once it is installed.
+    let snap = r.snapshot(1);
+    m.apply_all(KEY, &snap[..1]);
+    assert!(m.resync_due(t0 + 10 * S).is_empty());
+    assert_eq!(m.resync_wanted().count(), 0);
+    m.apply_all(KEY, &snap[1..]);
+    assert!(!m.needs_resync(KEY));
+    assert!(m.resync_due(t0 + 10 * S).is_empty());
+
+    // The interval is configurable.
+    let mut m = Model::new(ModelConfig {
+        resync_interval_ns: 5 * S,
+        ..ModelConfig::default()
+    });
+    workload(&mut r, 2);
+    feed(&mut m, &r.take());
+    m.resync_requested(KEY, t0);
+    assert!(m.resync_due(t0 + 4 * S).is_empty());
+    assert_eq!(m.resync_due(t0 + 5 * S), vec![KEY]);
+}
+
+#[test]
 fn loss_then_snapshot_restores_exact_state() {
     let mut m = synced_model();
     let mut r = RefAlloc::new();
