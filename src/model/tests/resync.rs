@@ -1,6 +1,5 @@
 //! Loss, contradictions and snapshot re-synchronisation.
 use super::*;
-use crate::event::Stats;
 use crate::model::Problem;
 
 /// A workload on the reference allocator: some live tensors, some cached.
@@ -249,53 +248,21 @@ fn lasting_drift_from_stats_asks_for_resync() {
     // Matching samples (current or recent totals) are fine.
     let ok = stats(r.allocated(), r.reserved());
     for _ in 0..5 {
-        m.apply(
-            KEY,
-            &e.at(EventKind::Stats {
-                device: 0,
-                stats: ok,
-            }),
-        );
+        m.apply(KEY, &e.stats(ok));
     }
     assert!(!m.needs_resync(KEY));
-    // Two stray samples are tolerated (sampling skew); three are drift.
+    // Two stray samples are tolerated (sampling skew); three in a row are drift.
     let off = stats(r.allocated() + 512, r.reserved());
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: ok,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    assert!(!m.needs_resync(KEY));
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
+    for (sample, drift) in [
+        (off, false),
+        (ok, false),
+        (off, false),
+        (off, false),
+        (off, true),
+    ] {
+        m.apply(KEY, &e.stats(sample));
+        assert_eq!(m.needs_resync(KEY), drift);
+    }
     let p = m.process(KEY).unwrap();
     assert!(p.needs_resync());
     assert!(matches!(
