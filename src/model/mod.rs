@@ -7,8 +7,15 @@
 //! - [`Model`] (here): processes by [`ProcessKey`], the entry points.
 //! - [`process`]: one process — devices, counters, recent events, OOMs,
 //!   NVML, events/s, figures and views.
-//! - [`device`]: one device allocator — segments and blocks, the event
-//!   rules, snapshot re-synchronisation, contradiction detection.
+//! - [`device`]: one device allocator — the segment and block types, the
+//!   queries, totals, peaks and drift against stats samples. Its operations
+//!   are submodules:
+//!   - `device::apply`: the event rules (Alloc … SegmentUnmap) and the
+//!     contradictions they detect;
+//!   - `device::snapshot`: receiving a snapshot (SnapshotBegin … End), and
+//!     buffering the events that arrive meanwhile;
+//!   - `device::install`: replacing the state from a complete snapshot and
+//!     replaying those events.
 //! - [`rules`]: PyTorch's block rules used to infer block sizes (the one
 //!   place that guesses).
 //! - [`series`]: bounded downsampling time series for timelines.
@@ -90,6 +97,9 @@ pub struct ModelConfig {
     pub rate_window_ns: u64,
     /// Compare the block map with stats samples and resync on lasting drift.
     pub check_drift: bool,
+    /// Least time between two snapshot requests to one process (see
+    /// [`Model::resync_due`]).
+    pub resync_interval_ns: u64,
 }
 
 impl Default for ModelConfig {
@@ -103,6 +113,7 @@ impl Default for ModelConfig {
             max_ooms: 64,
             rate_window_ns: 5_000_000_000,
             check_drift: true,
+            resync_interval_ns: 2_000_000_000,
         }
     }
 }
@@ -180,17 +191,39 @@ impl Model {
         }
     }
 
-    /// Whether the collector should ask `key` for a state snapshot.
+    /// Whether the block map of `key` cannot be trusted (see
+    /// [`Process::needs_resync`]), whether or not a snapshot is in flight.
     pub fn needs_resync(&self, key: ProcessKey) -> bool {
         self.processes.get(&key).is_some_and(Process::needs_resync)
     }
 
-    /// Processes that need a snapshot and have none in flight.
+    /// Processes that need a snapshot and have none in flight (regardless
+    /// of when one was last asked for).
     pub fn resync_wanted(&self) -> impl Iterator<Item = ProcessKey> + '_ {
         self.processes
             .values()
-            .filter(|p| p.needs_resync() && !p.snapshot_in_progress())
+            .filter(|p| p.resync_wanted())
             .map(Process::key)
+    }
+
+    /// Processes to ask for a snapshot at `now_ns`: those of
+    /// [`resync_wanted`](Self::resync_wanted) not asked within
+    /// [`ModelConfig::resync_interval_ns`]. The caller records each request
+    /// it makes with [`resync_requested`](Self::resync_requested).
+    pub fn resync_due(&self, now_ns: u64) -> Vec<ProcessKey> {
+        self.processes
+            .values()
+            .filter(|p| p.resync_due(now_ns))
+            .map(Process::key)
+            .collect()
+    }
+
+    /// The caller asked `key` for a snapshot at `now_ns` (a process the
+    /// model does not know is ignored).
+    pub fn resync_requested(&mut self, key: ProcessKey, now_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&key) {
+            p.resync_requested(now_ns);
+        }
     }
 
     /// A copy of everything the views show, at the caller's `now_ns`.

@@ -110,6 +110,8 @@ pub struct Process {
     last_problem: Option<ProblemRecord>,
     snapshots_installed: u64,
     snapshots_discarded: u64,
+    /// When a snapshot was last asked for (the caller's clock).
+    resync_asked_ns: Option<u64>,
     events: u64,
     rate: EventRate,
     recent: VecDeque<Event>,
@@ -134,6 +136,7 @@ impl Process {
             last_problem: None,
             snapshots_installed: 0,
             snapshots_discarded: 0,
+            resync_asked_ns: None,
             events: 0,
             rate: EventRate::new(cfg.rate_window_ns),
             recent: VecDeque::with_capacity(cfg.recent_events.min(1 << 16)),
@@ -209,6 +212,31 @@ impl Process {
     /// A snapshot is being received on some device.
     pub fn snapshot_in_progress(&self) -> bool {
         self.devices.iter().any(|d| d.snapshot_in_progress())
+    }
+
+    /// A snapshot is needed and none is in flight.
+    pub fn resync_wanted(&self) -> bool {
+        self.needs_resync() && !self.snapshot_in_progress()
+    }
+
+    /// A snapshot is wanted and was not asked for within the configured
+    /// interval before `now_ns` (a `now_ns` before the last request, i.e. a
+    /// clock that went back, does not hold the request back).
+    pub fn resync_due(&self, now_ns: u64) -> bool {
+        self.resync_wanted()
+            && self
+                .resync_asked_ns
+                .is_none_or(|asked| now_ns < asked || now_ns - asked >= self.cfg.resync_interval_ns)
+    }
+
+    /// A snapshot was asked for at `now_ns`.
+    pub fn resync_requested(&mut self, now_ns: u64) {
+        self.resync_asked_ns = Some(now_ns);
+    }
+
+    /// When a snapshot was last asked for.
+    pub fn last_resync_request(&self) -> Option<u64> {
+        self.resync_asked_ns
     }
 
     fn device_index(&mut self, device: u16) -> usize {

@@ -305,6 +305,11 @@ impl Series {
 mod tests {
     use super::*;
 
+    /// A column of a query result.
+    fn col(min: u64, max: u64, last: u64) -> Option<Column> {
+        Some(Column { min, max, last })
+    }
+
     fn small() -> SeriesConfig {
         SeriesConfig {
             base_width_ns: 10,
@@ -321,15 +326,7 @@ mod tests {
             s.push(i * 10, i * 100);
         }
         let q = s.query(0, 50, 5);
-        let want: Vec<_> = (0..5u64)
-            .map(|i| {
-                Some(Column {
-                    min: i * 100,
-                    max: i * 100,
-                    last: i * 100,
-                })
-            })
-            .collect();
+        let want: Vec<_> = (0..5u64).map(|i| col(i * 100, i * 100, i * 100)).collect();
         assert_eq!(q, want);
     }
 
@@ -341,14 +338,7 @@ mod tests {
         s.push(5, 9);
         s.push(7, 4);
         assert_eq!(s.buckets(), 1);
-        assert_eq!(
-            s.query(0, 10, 1),
-            vec![Some(Column {
-                min: 1,
-                max: 9,
-                last: 4
-            })]
-        );
+        assert_eq!(s.query(0, 10, 1), vec![col(1, 9, 4)]);
     }
 
     #[test]
@@ -379,30 +369,9 @@ mod tests {
         let q = s.query(0, 100, 10);
         assert_eq!(q[0], None);
         assert_eq!(q[4], None);
-        assert_eq!(
-            q[5],
-            Some(Column {
-                min: 7,
-                max: 8,
-                last: 8
-            })
-        );
-        assert_eq!(
-            q[6],
-            Some(Column {
-                min: 8,
-                max: 8,
-                last: 8
-            })
-        );
-        assert_eq!(
-            q[9],
-            Some(Column {
-                min: 3,
-                max: 3,
-                last: 3
-            })
-        );
+        assert_eq!(q[5], col(7, 8, 8));
+        assert_eq!(q[6], col(8, 8, 8));
+        assert_eq!(q[9], col(3, 3, 3));
         // Nothing is drawn after the last point.
         let q = s.query(200, 300, 2);
         assert_eq!(q, vec![None, None]);

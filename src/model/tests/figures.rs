@@ -39,13 +39,7 @@ fn headline_from_block_map_then_stats() {
     };
     let mut e = Ev::new();
     e.t = r.ev.t;
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: s,
-        }),
-    );
+    m.apply(KEY, &e.stats(s));
     let f = m.process(KEY).unwrap().device_figures(dev(&m));
     assert_eq!(f.source, FigureSource::Stats);
     assert_eq!(f.peak_allocated, 9 * MIB);

@@ -11,7 +11,7 @@ mod prop;
 mod resync;
 
 use super::{DeviceState, Model, ModelConfig, ProcessKey};
-use crate::event::{BlockState, Event, EventKind, Place, PoolId, SegmentPool};
+use crate::event::{BlockState, Event, EventKind, Place, PoolId, SegmentPool, Stats};
 
 pub(super) const KEY: ProcessKey = ProcessKey {
     pid: 42,
@@ -48,34 +48,35 @@ impl Ev {
             kind,
         }
     }
-    pub fn alloc(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::Alloc { place, addr, size })
+    /// A statistics sample of this place's device.
+    pub fn stats(&mut self, stats: Stats) -> Event {
+        let device = self.place.device;
+        self.at(EventKind::Stats { device, stats })
     }
-    pub fn free_req(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::FreeRequested { place, addr, size })
-    }
-    pub fn free_done(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::FreeCompleted { place, addr, size })
-    }
-    pub fn seg_alloc(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::SegmentAlloc { place, addr, size })
-    }
-    pub fn seg_free(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::SegmentFree { place, addr, size })
-    }
-    pub fn map(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::SegmentMap { place, addr, size })
-    }
-    pub fn unmap(&mut self, addr: u64, size: u64) -> Event {
-        let place = self.place;
-        self.at(EventKind::SegmentUnmap { place, addr, size })
-    }
+}
+
+/// `Ev` methods for the allocator events `Kind { place, addr, size }`.
+macro_rules! placed_events {
+    ($($method:ident => $kind:ident),* $(,)?) => {
+        impl Ev {
+            $(
+                pub fn $method(&mut self, addr: u64, size: u64) -> Event {
+                    let place = self.place;
+                    self.at(EventKind::$kind { place, addr, size })
+                }
+            )*
+        }
+    };
+}
+
+placed_events! {
+    alloc => Alloc,
+    free_req => FreeRequested,
+    free_done => FreeCompleted,
+    seg_alloc => SegmentAlloc,
+    seg_free => SegmentFree,
+    map => SegmentMap,
+    unmap => SegmentUnmap,
 }
 
 /// (addr, size, state, requested) of every block of a device, address order.

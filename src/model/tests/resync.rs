@@ -1,6 +1,5 @@
 //! Loss, contradictions and snapshot re-synchronisation.
 use super::*;
-use crate::event::Stats;
 use crate::model::Problem;
 
 /// A workload on the reference allocator: some live tensors, some cached.
@@ -35,6 +34,51 @@ fn fresh_process_needs_a_seed_snapshot() {
     assert!(!m.needs_resync(KEY));
     assert_eq!(rows(dev(&m)), r.rows());
     assert_eq!(m.resync_wanted().count(), 0);
+}
+
+#[test]
+fn snapshot_requests_are_rate_limited() {
+    const S: u64 = 1_000_000_000;
+    let mut m = model();
+    // Unknown processes are not due, and a request for one creates nothing.
+    assert!(m.resync_due(0).is_empty());
+    m.resync_requested(KEY, 0);
+    assert!(m.process(KEY).is_none());
+
+    let mut r = RefAlloc::new();
+    workload(&mut r, 4);
+    feed(&mut m, &r.take());
+    let t0 = 100 * S;
+    assert_eq!(m.resync_due(t0), vec![KEY], "never asked: due at once");
+    m.resync_requested(KEY, t0);
+    assert_eq!(m.process(KEY).unwrap().last_resync_request(), Some(t0));
+    assert!(m.resync_due(t0).is_empty());
+    assert!(m.resync_due(t0 + 2 * S - 1).is_empty());
+    assert_eq!(m.resync_due(t0 + 2 * S), vec![KEY]);
+    // Still wanted throughout: the limit is on asking, not on wanting.
+    assert_eq!(m.resync_wanted().collect::<Vec<_>>(), vec![KEY]);
+    // A clock that went back does not hold the request back.
+    assert_eq!(m.resync_due(t0 - 1), vec![KEY]);
+
+    // Not due while a snapshot is in flight, nor once it is installed.
+    let snap = r.snapshot(1);
+    m.apply_all(KEY, &snap[..1]);
+    assert!(m.resync_due(t0 + 10 * S).is_empty());
+    assert_eq!(m.resync_wanted().count(), 0);
+    m.apply_all(KEY, &snap[1..]);
+    assert!(!m.needs_resync(KEY));
+    assert!(m.resync_due(t0 + 10 * S).is_empty());
+
+    // The interval is configurable.
+    let mut m = Model::new(ModelConfig {
+        resync_interval_ns: 5 * S,
+        ..ModelConfig::default()
+    });
+    workload(&mut r, 2);
+    feed(&mut m, &r.take());
+    m.resync_requested(KEY, t0);
+    assert!(m.resync_due(t0 + 4 * S).is_empty());
+    assert_eq!(m.resync_due(t0 + 5 * S), vec![KEY]);
 }
 
 #[test]
@@ -204,53 +248,21 @@ fn lasting_drift_from_stats_asks_for_resync() {
     // Matching samples (current or recent totals) are fine.
     let ok = stats(r.allocated(), r.reserved());
     for _ in 0..5 {
-        m.apply(
-            KEY,
-            &e.at(EventKind::Stats {
-                device: 0,
-                stats: ok,
-            }),
-        );
+        m.apply(KEY, &e.stats(ok));
     }
     assert!(!m.needs_resync(KEY));
-    // Two stray samples are tolerated (sampling skew); three are drift.
+    // Two stray samples are tolerated (sampling skew); three in a row are drift.
     let off = stats(r.allocated() + 512, r.reserved());
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: ok,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
-    assert!(!m.needs_resync(KEY));
-    m.apply(
-        KEY,
-        &e.at(EventKind::Stats {
-            device: 0,
-            stats: off,
-        }),
-    );
+    for (sample, drift) in [
+        (off, false),
+        (ok, false),
+        (off, false),
+        (off, false),
+        (off, true),
+    ] {
+        m.apply(KEY, &e.stats(sample));
+        assert_eq!(m.needs_resync(KEY), drift);
+    }
     let p = m.process(KEY).unwrap();
     assert!(p.needs_resync());
     assert!(matches!(

@@ -1,0 +1,118 @@
+//! Installing a complete snapshot: its segments and blocks replace the
+//! device's state (gaps between blocks filled with inactive blocks, adjacent
+//! inactive blocks merged as the allocator would have), the totals are
+//! recounted, and the allocator events received while the snapshot was
+//! being written are replayed on the new state.
+
+use std::collections::BTreeMap;
+
+use super::snapshot::{Pending, SnapshotOutcome};
+use super::{weigh, Block, DeviceState, Problem, Segment};
+use crate::event::{BlockState, EventKind};
+use crate::model::rules::BlockRules;
+
+impl DeviceState {
+    /// Replace the state with the complete snapshot `p` (ended at `t`).
+    /// Overlapping segments make the snapshot unusable: it is discarded.
+    pub(super) fn install(&mut self, p: Pending, t: u64, rules: &BlockRules) -> SnapshotOutcome {
+        let Some(segments) = disjoint_segments(p.segments) else {
+            return SnapshotOutcome::Discarded;
+        };
+        let blocks = tile(&segments, p.blocks, p.time_ns);
+        self.replace(segments, blocks);
+        let (replay_problems, first_problem) = self.replay(&p.replay, rules);
+        if replay_problems > 0 {
+            self.synced = false;
+        }
+        self.after_change(t);
+        SnapshotOutcome::Installed {
+            replay_problems,
+            first_problem,
+        }
+    }
+
+    /// Make `segments` and `blocks` the state, recount the totals, and trust it.
+    fn replace(&mut self, segments: BTreeMap<u64, Segment>, blocks: BTreeMap<u64, Block>) {
+        self.segments = segments;
+        self.blocks = blocks;
+        self.orphans.clear();
+        self.unknown_kind = 0;
+        self.reserved = self.segments.values().map(|s| s.size).sum();
+        (self.allocated, self.active) = weigh(self.blocks.values());
+        self.synced = true;
+        self.drift = 0;
+    }
+
+    /// Apply the events received during the snapshot; returns how many
+    /// contradicted it, and the first contradiction.
+    fn replay(
+        &mut self,
+        events: &[(u64, EventKind)],
+        rules: &BlockRules,
+    ) -> (u32, Option<Problem>) {
+        let mut count = 0;
+        let mut first = None;
+        for (t, kind) in events {
+            if let Some(problem) = self.apply_unbuffered(*t, kind, rules).problem {
+                count += 1;
+                first.get_or_insert(problem);
+            }
+        }
+        (count, first)
+    }
+}
+
+/// The segments by address, or `None` when two of them overlap.
+fn disjoint_segments(mut segments: Vec<Segment>) -> Option<BTreeMap<u64, Segment>> {
+    segments.sort_by_key(|s| s.addr);
+    if segments.windows(2).any(|w| w[1].addr < w[0].end()) {
+        return None;
+    }
+    Some(segments.into_iter().map(|s| (s.addr, s)).collect())
+}
+
+/// The blocks tiling every segment: the given ones, the gaps between them
+/// as inactive blocks (learnt at `time_ns`), adjacent inactive blocks merged.
+fn tile(
+    segments: &BTreeMap<u64, Segment>,
+    given: Vec<(u64, Block)>,
+    time_ns: u64,
+) -> BTreeMap<u64, Block> {
+    let given: BTreeMap<u64, Block> = given.into_iter().collect();
+    let mut tiled: Vec<(u64, Block)> = Vec::with_capacity(given.len() + segments.len());
+    for s in segments.values() {
+        let gap = |size| Block::inactive(s, size, time_ns);
+        let mut at = s.addr;
+        for (&a, b) in given.range(s.addr..s.end()) {
+            if a > at {
+                push_merged(&mut tiled, at, gap(a - at));
+            }
+            let b = Block {
+                segment: s.addr,
+                ..*b
+            };
+            push_merged(&mut tiled, a, b);
+            at = a + b.size;
+        }
+        if at < s.end() {
+            push_merged(&mut tiled, at, gap(s.end() - at));
+        }
+    }
+    tiled.into_iter().collect()
+}
+
+/// Append block `b` at `addr`, merged into the previous one when both are
+/// inactive, adjacent and of the same segment.
+fn push_merged(tiled: &mut Vec<(u64, Block)>, addr: u64, b: Block) {
+    match tiled.last_mut() {
+        Some((la, lb))
+            if lb.segment == b.segment
+                && lb.state == BlockState::Inactive
+                && b.state == BlockState::Inactive
+                && *la + lb.size == addr =>
+        {
+            lb.size += b.size
+        }
+        _ => tiled.push((addr, b)),
+    }
+}
