@@ -260,15 +260,22 @@ impl Hub {
         self.changed();
     }
 
-    /// The processes whose model wants a fresh state snapshot (after loss or
-    /// a contradiction) and that can be asked for one. The collector reads
-    /// this after each step; the model only says what it wants.
-    pub fn resync_wanted(&self) -> Vec<ProcessKey> {
+    /// The processes to ask for a fresh state snapshot now: the model wants
+    /// one (after loss or a contradiction) and has not asked lately, and the
+    /// process is alive and answers commands. Each is noted as asked. The
+    /// collector reads this after each step; the model only keeps the state.
+    pub fn take_resyncs(&self, now_ns: u64) -> Vec<ProcessKey> {
         self.with(|i| {
-            i.model
-                .resync_wanted()
+            let due: Vec<ProcessKey> = i
+                .model
+                .resync_due(now_ns)
+                .into_iter()
                 .filter(|k| i.sources.get(k).is_some_and(|s| s.commands))
-                .collect()
+                .collect();
+            for k in &due {
+                i.model.resync_requested(*k, now_ns);
+            }
+            due
         })
     }
 

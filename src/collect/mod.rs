@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::model::ProcessKey;
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader, Start, Status};
@@ -86,8 +86,6 @@ impl Config {
     }
 }
 
-/// A process is asked for a resync snapshot at most this often.
-const RESYNC_EVERY: Duration = Duration::from_secs(2);
 /// How long a resync snapshot may take.
 const RESYNC_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -100,7 +98,6 @@ pub struct Collector {
     nvml: Option<Arc<nvml::NvmlSource>>,
     /// Host pid → model key of every attached process (for NVML's figures).
     host_pids: HashMap<u32, ProcessKey>,
-    last_resync: HashMap<ProcessKey, Instant>,
 }
 
 impl Collector {
@@ -117,7 +114,6 @@ impl Collector {
             hub,
             nvml: None,
             host_pids: HashMap::new(),
-            last_resync: HashMap::new(),
         }
     }
 
@@ -173,28 +169,6 @@ impl Collector {
         });
     }
 
-    /// The processes to ask for a resync snapshot now (at most one ask per
-    /// process every [`RESYNC_EVERY`]).
-    fn due_resyncs(&mut self) -> Vec<ProcessKey> {
-        let now = Instant::now();
-        let due: Vec<ProcessKey> = self
-            .hub
-            .resync_wanted()
-            .into_iter()
-            .filter(|k| {
-                self.last_resync
-                    .get(k)
-                    .is_none_or(|t| now.duration_since(*t) >= RESYNC_EVERY)
-            })
-            .collect();
-        for k in &due {
-            self.last_resync.insert(*k, now);
-        }
-        self.last_resync
-            .retain(|_, t| now.duration_since(*t) < RESYNC_EVERY * 4);
-        due
-    }
-
     /// The live loop, until `stop` completes: drain the segments every
     /// `ring_interval`, read NVML every `nvml_interval` (every 30 s when it
     /// is unavailable), ask for the snapshots the model wants. Then one last
@@ -210,7 +184,7 @@ impl Collector {
                 _ = &mut stop => break,
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
-                    for key in self.due_resyncs() {
+                    for key in self.hub.take_resyncs(monotonic_ns()) {
                         let ask = self.request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
                         tokio::spawn(ask);
                     }
