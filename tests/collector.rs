@@ -107,7 +107,7 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
         .find_pid(me)
         .expect("the writer's process is attached");
     let rt = vramscope::collect::runtime().unwrap();
-    let ask = collector.request(
+    let ask = collector.requester().request(
         key,
         Command::EmptyCache { device: None },
         Duration::from_secs(5),
@@ -128,7 +128,11 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
         start_time: 1,
     };
     let err = rt
-        .block_on(collector.request(ghost, Command::Ping { value: 1 }, Duration::from_secs(1)))
+        .block_on(collector.requester().request(
+            ghost,
+            Command::Ping { value: 1 },
+            Duration::from_secs(1),
+        ))
         .unwrap_err();
     assert!(err.to_string().contains("999999999"), "{err}");
     // A replayed recording's processes cannot be sent commands.

@@ -9,16 +9,12 @@ use anyhow::{Context, Result};
 
 use vramscope::collect::Live;
 
-use super::{IntervalFlag, NvmlFlag, ShmFlag};
+use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub shm: ShmFlag,
-    #[command(flatten)]
-    pub nvml: NvmlFlag,
-    #[command(flatten)]
-    pub interval: IntervalFlag,
+    pub collect: CollectFlags,
     #[command(flatten)]
     pub ui: UiFlags,
 }
@@ -74,7 +70,7 @@ impl UiFlags {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    let cfg = args.collect.config();
     open(cfg, args.ui.options())
 }
 

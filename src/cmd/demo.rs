@@ -9,7 +9,7 @@ use vramscope::demo::HeadlessReport;
 use vramscope::ui::format::bytes;
 
 use super::dashboard::UiFlags;
-use super::{IntervalFlag, NvmlFlag, ShmFlag};
+use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,11 +39,7 @@ pub struct Args {
     #[arg(long)]
     gpu: bool,
     #[command(flatten)]
-    shm: ShmFlag,
-    #[command(flatten)]
-    nvml: NvmlFlag,
-    #[command(flatten)]
-    interval: IntervalFlag,
+    collect: CollectFlags,
     #[command(flatten)]
     ui: UiFlags,
 }
@@ -76,7 +72,7 @@ pub fn run(args: Args) -> Result<()> {
     let speed = args
         .speed
         .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
-    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    let cfg = args.collect.config();
     let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
     let mut opts = args.ui.options();
     opts.demo = Some(demo.clone());

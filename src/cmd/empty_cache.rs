@@ -38,7 +38,7 @@ pub fn run(args: Args) -> Result<()> {
             dir.display()
         )
     };
-    let ask = collector.request(
+    let ask = collector.requester().request(
         key,
         Command::EmptyCache { device: None },
         Duration::from_secs_f64(args.timeout),

@@ -99,6 +99,24 @@ impl ShmFlag {
     }
 }
 
+/// What a live collector reads: the segments, and NVML how often.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CollectFlags {
+    #[command(flatten)]
+    pub shm: ShmFlag,
+    #[command(flatten)]
+    pub nvml: NvmlFlag,
+    #[command(flatten)]
+    pub interval: IntervalFlag,
+}
+
+impl CollectFlags {
+    /// The collector's configuration.
+    pub fn config(&self) -> vramscope::collect::Config {
+        collect_config(&self.shm, &self.nvml, Some(&self.interval))
+    }
+}
+
 /// Whether NVML is read.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NvmlFlag {

@@ -10,7 +10,7 @@ use vramscope::collect::{signals, Collector};
 use vramscope::model::ViewOptions;
 use vramscope::recording::Recorder;
 
-use super::{IntervalFlag, NvmlFlag, ShmFlag};
+use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,15 +21,11 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
     #[command(flatten)]
-    shm: ShmFlag,
-    #[command(flatten)]
-    nvml: NvmlFlag,
-    #[command(flatten)]
-    interval: IntervalFlag,
+    collect: CollectFlags,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = super::collect_config(&args.shm, &args.nvml, Some(&args.interval));
+    let cfg = args.collect.config();
     let mut collector = Collector::new(cfg);
     let hub = collector.hub().clone();
     hub.record_to(Recorder::create(&args.output)?);

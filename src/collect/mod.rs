@@ -19,7 +19,8 @@
 //!   NVML tick (`MissedTickBehavior::Skip`); NVML runs off the runtime
 //!   (`spawn_blocking`). After each step it reads what the model wants
 //!   ([`Hub::resync_wanted`]) and asks those processes for a state snapshot.
-//! - [`Requester::request`] is the one channel back to a process: it posts a
+//! - [`Requester::request`]`(target, command, timeout)` is the one channel
+//!   back to a process (get one with [`Collector::requester`]): it posts a
 //!   command on the process's control block and waits for the answer off the
 //!   runtime.
 //! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
@@ -129,16 +130,6 @@ impl Collector {
         }
     }
 
-    /// Sends `command` to `target` and waits up to `timeout` for its answer.
-    pub fn request(
-        &self,
-        target: ProcessKey,
-        command: Command,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<Outcome, RingError>> + Send + 'static {
-        self.requester().request(target, command, timeout)
-    }
-
     /// One step: scan the segment directory if due, drain every segment,
     /// apply what was read.
     pub fn step(&mut self) {
@@ -185,7 +176,7 @@ impl Collector {
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
                     for key in self.hub.take_resyncs(monotonic_ns()) {
-                        let ask = self.request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
+                        let ask = self.requester().request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
                         tokio::spawn(ask);
                     }
                 }
@@ -222,7 +213,12 @@ impl Collector {
             .hub
             .commandable()
             .into_iter()
-            .map(|k| tokio::spawn(self.request(k, Command::Snapshot { device: None }, wait)))
+            .map(|k| {
+                let ask = self
+                    .requester()
+                    .request(k, Command::Snapshot { device: None }, wait);
+                tokio::spawn(ask)
+            })
             .collect();
         for a in asks {
             let _ = a.await;
