@@ -4,11 +4,11 @@
 use std::process::Command as Proc;
 
 use serde_json::Value;
-use vramscope::event::{BlockState, EventKind, Place, PoolId, SegmentPool, Stats};
+use vramscope::event::{BlockState, EventKind, Place, Stats};
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
-use common::{answering, succeeded, vramscope, write_at as write};
+use common::{answering, succeeded, vramscope, write_at as write, write_snapshot};
 
 #[test]
 fn snapshot_json_reports_a_writers_figures_exactly() {
@@ -17,57 +17,15 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
     cfg.label = "train.py".into();
     cfg.framework = "torch 2.11.0+cu130".into();
     let seg = SegmentWriter::create(&cfg).unwrap();
-    let place = Place {
-        device: 0,
-        stream: 0,
-        pool: PoolId(0, 0),
-    };
+    let place = Place::default();
     let seg_addr = 0x7f00_0000_0000u64;
     let t0 = vramscope::ring::monotonic_ns();
     // State before attach, as a snapshot: one 20 MiB segment, 4 MiB allocated.
-    write(
-        &seg,
-        0,
-        EventKind::SnapshotBegin {
-            device: 0,
-            id: 1,
-            segments: 1,
-            blocks: 2,
-        },
-        t0,
-    );
-    write(
-        &seg,
-        0,
-        EventKind::SnapshotSegment {
-            id: 1,
-            place,
-            addr: seg_addr,
-            size: 20 << 20,
-            pool_kind: SegmentPool::Large,
-            expandable: false,
-        },
-        t0,
-    );
-    for (addr, size, state) in [
-        (seg_addr, 4u64 << 20, BlockState::Allocated),
-        (seg_addr + (4 << 20), 16 << 20, BlockState::Inactive),
-    ] {
-        write(
-            &seg,
-            0,
-            EventKind::SnapshotBlock {
-                id: 1,
-                device: 0,
-                addr,
-                size,
-                requested: size,
-                state,
-            },
-            t0,
-        );
-    }
-    write(&seg, 0, EventKind::SnapshotEnd { device: 0, id: 1 }, t0);
+    let blocks = [
+        (4 << 20, BlockState::Allocated),
+        (16 << 20, BlockState::Inactive),
+    ];
+    write_snapshot(&seg, 1, t0, seg_addr, &blocks);
     // Then events: a 2 MiB tensor is carved from the free block.
     write(
         &seg,
@@ -79,18 +37,18 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
         },
         t0 + 1,
     );
+    let (six, twenty) = (6 << 20, 20 << 20);
     let stats = Stats {
-        allocated: 6 << 20,
-        reserved: 20 << 20,
-        active: 6 << 20,
+        allocated: six,
+        reserved: twenty,
+        active: six,
         inactive_split: 14 << 20,
-        requested: 6 << 20,
-        allocated_peak: 6 << 20,
-        reserved_peak: 20 << 20,
-        active_peak: 6 << 20,
-        alloc_retries: 0,
-        ooms: 0,
+        requested: six,
+        allocated_peak: six,
+        reserved_peak: twenty,
+        active_peak: six,
         segments: 1,
+        ..Stats::default()
     };
     write(&seg, 0, EventKind::Stats { device: 0, stats }, t0 + 2);
 

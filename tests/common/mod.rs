@@ -65,3 +65,47 @@ pub fn answering<R>(
         r
     })
 }
+
+/// Writes a complete state snapshot `id` of device 0 into ring 0 at time
+/// `t`: one large-pool segment at `addr` cut into `blocks` (size, state),
+/// back to back; each block's requested size is its size.
+pub fn write_snapshot(
+    seg: &SegmentWriter,
+    id: u32,
+    t: u64,
+    addr: u64,
+    blocks: &[(u64, vramscope::event::BlockState)],
+) {
+    use vramscope::event::{Place, SegmentPool};
+    let size: u64 = blocks.iter().map(|(s, _)| s).sum();
+    let begin = EventKind::SnapshotBegin {
+        device: 0,
+        id,
+        segments: 1,
+        blocks: blocks.len() as u64,
+    };
+    write_at(seg, 0, begin, t);
+    let segment = EventKind::SnapshotSegment {
+        id,
+        place: Place::default(),
+        addr,
+        size,
+        pool_kind: SegmentPool::Large,
+        expandable: false,
+    };
+    write_at(seg, 0, segment, t);
+    let mut at = addr;
+    for &(size, state) in blocks {
+        let block = EventKind::SnapshotBlock {
+            id,
+            device: 0,
+            addr: at,
+            size,
+            requested: size,
+            state,
+        };
+        write_at(seg, 0, block, t);
+        at += size;
+    }
+    write_at(seg, 0, EventKind::SnapshotEnd { device: 0, id }, t);
+}
