@@ -376,7 +376,10 @@ fn help_overlay() {
     a.handle(key(KeyCode::Esc));
     assert!(!a.help);
     // Every key the footer names is in the help.
-    let all: Vec<&str> = vramscope::ui::help::KEYS.iter().map(|k| k.0).collect();
+    let all: Vec<&str> = vramscope::ui::keys::KEYS
+        .iter()
+        .filter_map(|b| b.help.map(|h| h.0))
+        .collect();
     for k in [
         "q Ctrl-C", "?", "p", "space", "[ ]", "S", "e", "r", "s", "/", "Enter",
     ] {

@@ -15,8 +15,10 @@ use crate::demo::DemoStatus;
 use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
 use crate::ring::{Command, Outcome, Status};
 
+use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
+pub use super::state::{Pane, Screen};
 use super::theme::Theme;
 
 /// Everything the loop waits for, in one channel.
@@ -58,44 +60,6 @@ pub enum Effect {
     Screenshot,
     DemoSpeed(f64),
     DemoTogglePause,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Screen {
-    Overview,
-    Process,
-}
-
-/// The panes of the process view (tabs when the terminal is small).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pane {
-    Timeline,
-    Blocks,
-    Stats,
-    Events,
-    Diagnosis,
-}
-
-impl Pane {
-    pub const ALL: [Pane; 5] = [
-        Pane::Timeline,
-        Pane::Blocks,
-        Pane::Stats,
-        Pane::Events,
-        Pane::Diagnosis,
-    ];
-    pub fn title(self) -> &'static str {
-        match self {
-            Pane::Timeline => "Timeline",
-            Pane::Blocks => "Blocks",
-            Pane::Stats => "Stats",
-            Pane::Events => "Events",
-            Pane::Diagnosis => "OOM/Leak",
-        }
-    }
-    fn index(self) -> usize {
-        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
-    }
 }
 
 /// Time windows `+` and `-` step through.
@@ -438,103 +402,203 @@ impl App {
         }
     }
 
-    fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
-        if ctrl && matches!(k.code, KeyCode::Char('c') | KeyCode::Char('C')) {
-            self.quit = true;
-            return vec![Effect::Quit];
-        }
+    /// Where a key is looked up, first match wins: a modal context takes
+    /// every key; otherwise a finished command's report, the global keys,
+    /// then the screen's.
+    fn key_contexts(&self) -> Vec<Context> {
         if self.filter_editing {
-            return self.filter_key(k);
+            return vec![Context::Always, Context::Filter];
         }
-        if let Some(ActionState::Confirm { key, pid, .. }) = &self.action {
-            let (key, pid) = (*key, *pid);
-            match k.code {
-                KeyCode::Char('y') | KeyCode::Char('Y') => {
-                    let command = Command::EmptyCache { device: None };
-                    self.pending_nvml_before = self.nvml_of(key);
-                    self.action = Some(ActionState::Running { pid, command });
-                    return vec![Effect::RunCommand { key, pid, command }];
-                }
-                KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
-                    self.action = None;
-                    self.message = Some("empty_cache cancelled".into());
-                }
-                _ => {}
-            }
-            return vec![];
+        if matches!(self.action, Some(ActionState::Confirm { .. })) {
+            return vec![Context::Always, Context::Confirm];
         }
         if self.help {
-            if matches!(
-                k.code,
-                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::F(1)
-            ) {
-                self.help = false;
-            }
-            return vec![];
+            return vec![Context::Always, Context::Help];
         }
-        match k.code {
-            KeyCode::Char('q') => {
+        let mut c = vec![Context::Always];
+        if matches!(self.action, Some(ActionState::Done(_))) {
+            c.push(Context::Report);
+        }
+        c.push(Context::Global);
+        c.push(match self.screen {
+            Screen::Overview => Context::Overview,
+            Screen::Process => Context::Process,
+        });
+        c
+    }
+
+    fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        let action = keys::action(&k, &self.key_contexts());
+        if !self.filter_editing {
+            return action.map_or_else(Vec::new, |a| self.act(a));
+        }
+        // Typing a filter: characters are text, not commands.
+        match action {
+            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown)) => return self.act(a),
+            Some(a) => {
+                self.act(a);
+            }
+            None => {
+                if let KeyCode::Char(c) = k.code {
+                    if !k.modifiers.contains(KeyModifiers::CONTROL)
+                        && self.filter.chars().count() < 64
+                    {
+                        self.filter.push(c);
+                    }
+                }
+            }
+        }
+        self.table_offset = 0;
+        self.fix_selection();
+        vec![]
+    }
+
+    /// Carries out what a key asked for.
+    fn act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
+            A::Quit => {
                 self.quit = true;
                 return vec![Effect::Quit];
             }
-            KeyCode::Char('?') | KeyCode::F(1) => {
-                self.help = true;
-                return vec![];
+            A::Help => self.help = true,
+            A::CloseHelp => self.help = false,
+            A::Pause => return self.toggle_pause(),
+            A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
+            A::PauseSim => return self.toggle_pause(),
+            A::Screenshot => return vec![Effect::Screenshot],
+            A::DemoSlower | A::DemoFaster => return self.demo_speed(action == A::DemoFaster),
+            A::EmptyCache => return self.ask_empty_cache(),
+            A::ResetPeaks => return self.simple_command(Command::ResetPeaks { device: None }),
+            A::RequestSnapshot => return self.simple_command(Command::Snapshot { device: None }),
+            A::ConfirmYes => return self.confirm_empty_cache(),
+            A::ConfirmNo => {
+                self.action = None;
+                self.message = Some("empty_cache cancelled".into());
             }
-            KeyCode::Char('p') => return self.toggle_pause(),
-            KeyCode::Char(' ') => {
-                if self.demo.is_some() {
-                    return vec![Effect::DemoTogglePause];
-                }
-                return self.toggle_pause();
-            }
-            KeyCode::Char('S') => return vec![Effect::Screenshot],
-            KeyCode::Char('[') | KeyCode::Char(']') if self.demo.is_some() => {
-                let cur = self.demo.as_ref().map_or(1.0, |d| d.speed);
-                let i = SPEEDS
-                    .iter()
-                    .position(|s| *s >= cur - 1e-9)
-                    .unwrap_or(SPEEDS.len() - 1);
-                let j = if k.code == KeyCode::Char(']') {
-                    if SPEEDS[i] > cur + 1e-9 {
-                        i
-                    } else {
-                        (i + 1).min(SPEEDS.len() - 1)
-                    }
-                } else {
-                    i.saturating_sub(1)
-                };
-                return vec![Effect::DemoSpeed(SPEEDS[j])];
-            }
-            KeyCode::Char('e') => return self.ask_empty_cache(),
-            KeyCode::Char('r') => {
-                return self.simple_command(Command::ResetPeaks { device: None });
-            }
-            KeyCode::Char('s') => {
-                return self.simple_command(Command::Snapshot { device: None });
-            }
-            KeyCode::Esc => {
-                if matches!(self.action, Some(ActionState::Done(_))) {
-                    self.action = None;
-                    return vec![];
-                }
-                if self.screen == Screen::Process {
-                    return self.back();
-                }
+            A::CloseReport => self.action = None,
+            A::SelectUp => return self.move_selection(-1),
+            A::SelectDown => return self.move_selection(1),
+            A::SelectPageUp => return self.move_selection(-self.page()),
+            A::SelectPageDown => return self.move_selection(self.page()),
+            A::SelectFirst => return self.move_selection(isize::MIN / 2),
+            A::SelectLast => return self.move_selection(isize::MAX / 2),
+            A::Open => return self.open(),
+            A::EditFilter => self.filter_editing = true,
+            A::ClearFilter => {
                 if !self.filter.is_empty() {
                     self.filter.clear();
                     self.fix_selection();
                 }
                 self.message = None;
-                return vec![];
             }
-            _ => {}
+            A::SortNext => {
+                let i = Col::SORTABLE.iter().position(|c| *c == self.sort);
+                self.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
+                self.descending =
+                    !matches!(self.sort, Col::Pid | Col::Name | Col::User | Col::Mode);
+                self.fix_selection();
+            }
+            A::SortReverse => {
+                self.descending = !self.descending;
+                self.fix_selection();
+            }
+            A::FilterKeep => self.filter_editing = false,
+            A::FilterClear => {
+                self.filter.clear();
+                self.filter_editing = false;
+            }
+            A::FilterBackspace => {
+                self.filter.pop();
+            }
+            A::Back => return self.back(),
+            A::NextPane => self.pane = Pane::ALL[(self.pane.index() + 1) % Pane::ALL.len()],
+            A::PrevPane => {
+                self.pane = Pane::ALL[(self.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
+            }
+            A::ShowPane(p) => self.pane = p,
+            A::ZoomIn => {
+                self.span_index = self.span_index.saturating_sub(1);
+                return self.refresh_timeline();
+            }
+            A::ZoomOut => {
+                self.span_index = (self.span_index + 1).min(SPANS_NS.len() - 1);
+                return self.refresh_timeline();
+            }
+            A::TimeBack => {
+                if self.follow {
+                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
+                    self.follow = false;
+                }
+                self.end_ns = self
+                    .end_ns
+                    .saturating_sub(self.span_ns() / 2)
+                    .max(self.span_ns());
+                return self.refresh_timeline();
+            }
+            A::TimeForward => {
+                if !self.follow {
+                    self.end_ns = self.end_ns.saturating_add(self.span_ns() / 2);
+                    if self.end_ns >= self.now_ns.max(self.snap.taken_ns) {
+                        self.follow = true;
+                    }
+                }
+                return self.refresh_timeline();
+            }
+            A::FollowToggle | A::FollowOn => {
+                self.follow = !self.follow || action == A::FollowOn;
+                if !self.follow {
+                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
+                }
+                return self.refresh_timeline();
+            }
+            A::ScrollUp => self.scroll(-1),
+            A::ScrollDown => self.scroll(1),
+            A::ScrollPageUp => self.scroll(-(layout::pane_page(self) as isize)),
+            A::ScrollPageDown => self.scroll(layout::pane_page(self) as isize),
+            A::ScrollTop => {
+                self.block_scroll = 0;
+                self.event_scroll = 0;
+            }
         }
-        match self.screen {
-            Screen::Overview => self.overview_key(k),
-            Screen::Process => self.process_key(k),
-        }
+        vec![]
+    }
+
+    /// Rows a page key moves the overview's selection.
+    fn page(&self) -> isize {
+        layout::table_rows(self).max(1) as isize
+    }
+
+    fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
+        let Some(d) = &self.demo else {
+            return vec![];
+        };
+        let cur = d.speed;
+        let i = SPEEDS
+            .iter()
+            .position(|s| *s >= cur - 1e-9)
+            .unwrap_or(SPEEDS.len() - 1);
+        let j = if faster {
+            if SPEEDS[i] > cur + 1e-9 {
+                i
+            } else {
+                (i + 1).min(SPEEDS.len() - 1)
+            }
+        } else {
+            i.saturating_sub(1)
+        };
+        vec![Effect::DemoSpeed(SPEEDS[j])]
+    }
+
+    fn confirm_empty_cache(&mut self) -> Vec<Effect> {
+        let Some(ActionState::Confirm { key, pid, .. }) = &self.action else {
+            return vec![];
+        };
+        let (key, pid) = (*key, *pid);
+        let command = Command::EmptyCache { device: None };
+        self.pending_nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running { pid, command });
+        vec![Effect::RunCommand { key, pid, command }]
     }
 
     fn toggle_pause(&mut self) -> Vec<Effect> {
@@ -607,31 +671,6 @@ impl App {
         vec![Effect::Refresh]
     }
 
-    fn filter_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        match k.code {
-            KeyCode::Esc => {
-                self.filter.clear();
-                self.filter_editing = false;
-            }
-            KeyCode::Enter => self.filter_editing = false,
-            KeyCode::Backspace => {
-                self.filter.pop();
-            }
-            KeyCode::Up => return self.move_selection(-1),
-            KeyCode::Down => return self.move_selection(1),
-            KeyCode::Char(c)
-                if !k.modifiers.contains(KeyModifiers::CONTROL)
-                    && self.filter.chars().count() < 64 =>
-            {
-                self.filter.push(c);
-            }
-            _ => {}
-        }
-        self.table_offset = 0;
-        self.fix_selection();
-        vec![]
-    }
-
     fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
         let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
         if keys.is_empty() {
@@ -645,37 +684,6 @@ impl App {
         self.selected = Some(keys[next]);
         self.scroll_to_selection(&keys);
         vec![]
-    }
-
-    fn overview_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        let page = layout::table_rows(self).max(1) as isize;
-        match k.code {
-            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
-            KeyCode::PageUp => self.move_selection(-page),
-            KeyCode::PageDown => self.move_selection(page),
-            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
-            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
-            KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => self.open(),
-            KeyCode::Char('/') => {
-                self.filter_editing = true;
-                vec![]
-            }
-            KeyCode::Char('o') => {
-                let i = Col::SORTABLE.iter().position(|c| *c == self.sort);
-                self.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
-                self.descending =
-                    !matches!(self.sort, Col::Pid | Col::Name | Col::User | Col::Mode);
-                self.fix_selection();
-                vec![]
-            }
-            KeyCode::Char('O') => {
-                self.descending = !self.descending;
-                self.fix_selection();
-                vec![]
-            }
-            _ => vec![],
-        }
     }
 
     /// Opens the process view of the selected process.
@@ -705,81 +713,6 @@ impl App {
                 true
             }
             None => false,
-        }
-    }
-
-    fn process_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        match k.code {
-            KeyCode::Backspace | KeyCode::Char('h') => self.back(),
-            KeyCode::Tab => {
-                self.pane = Pane::ALL[(self.pane.index() + 1) % Pane::ALL.len()];
-                vec![]
-            }
-            KeyCode::BackTab => {
-                self.pane = Pane::ALL[(self.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()];
-                vec![]
-            }
-            KeyCode::Char(c @ '1'..='5') => {
-                self.pane = Pane::ALL[(c as u8 - b'1') as usize];
-                vec![]
-            }
-            KeyCode::Char('+') | KeyCode::Char('=') => {
-                self.span_index = self.span_index.saturating_sub(1);
-                self.refresh_timeline()
-            }
-            KeyCode::Char('-') | KeyCode::Char('_') => {
-                self.span_index = (self.span_index + 1).min(SPANS_NS.len() - 1);
-                self.refresh_timeline()
-            }
-            KeyCode::Left => {
-                if self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
-                    self.follow = false;
-                }
-                self.end_ns = self
-                    .end_ns
-                    .saturating_sub(self.span_ns() / 2)
-                    .max(self.span_ns());
-                self.refresh_timeline()
-            }
-            KeyCode::Right => {
-                if !self.follow {
-                    self.end_ns = self.end_ns.saturating_add(self.span_ns() / 2);
-                    if self.end_ns >= self.now_ns.max(self.snap.taken_ns) {
-                        self.follow = true;
-                    }
-                }
-                self.refresh_timeline()
-            }
-            KeyCode::Char('f') | KeyCode::End => {
-                self.follow = !self.follow || k.code == KeyCode::End;
-                if !self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
-                }
-                self.refresh_timeline()
-            }
-            KeyCode::PageDown => {
-                self.scroll(layout::pane_page(self) as isize);
-                vec![]
-            }
-            KeyCode::PageUp => {
-                self.scroll(-(layout::pane_page(self) as isize));
-                vec![]
-            }
-            KeyCode::Down | KeyCode::Char('j') => {
-                self.scroll(1);
-                vec![]
-            }
-            KeyCode::Up | KeyCode::Char('k') => {
-                self.scroll(-1);
-                vec![]
-            }
-            KeyCode::Home | KeyCode::Char('g') => {
-                self.block_scroll = 0;
-                self.event_scroll = 0;
-                vec![]
-            }
-            _ => vec![],
         }
     }
 

@@ -7,6 +7,7 @@ use ratatui::Frame;
 
 use super::app::{App, Screen};
 use super::format;
+use super::keys::{self, Context};
 use super::rows::display_name;
 
 /// `vramscope · 3 processes · 2 GPUs › pid 42 train.py          live`
@@ -120,47 +121,35 @@ fn trim_speed(s: f64) -> String {
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let line = if app.filter_editing {
+        let hints = keys::footer(&[Context::Filter], false, false)
+            .iter()
+            .map(|h| format!("{} {}", h.key, h.text))
+            .collect::<Vec<_>>()
+            .join(" · ");
         Line::from(vec![
             Span::styled(" filter: ", t.key()),
             Span::raw(app.filter.clone()),
             Span::styled("_", t.key()),
-            Span::styled("   Enter keep · Esc clear · ↑↓ select", t.dim()),
+            Span::styled(format!("   {hints}"), t.dim()),
         ])
     } else if let Some(m) = &app.message {
         Line::from(vec![Span::styled(format!(" {m}"), t.warn())])
     } else {
-        let ro = app.config.readonly;
-        let mut keys: Vec<(&str, &str)> = match app.screen {
-            Screen::Overview => vec![
-                ("↑↓", "select"),
-                ("Enter", "open"),
-                ("/", "filter"),
-                ("o/O", "sort"),
-            ],
-            Screen::Process => vec![
-                ("Esc", "back"),
-                ("Tab", "pane"),
-                ("+/-", "zoom"),
-                ("←/→", "scroll"),
-                ("f", "follow"),
-                ("PgUp/Dn", "blocks"),
-            ],
+        let screen = match app.screen {
+            Screen::Overview => Context::Overview,
+            Screen::Process => Context::Process,
         };
-        if !ro {
-            keys.push(("e", "empty cache"));
-            keys.push(("r", "reset peaks"));
-        }
-        if app.demo.is_some() {
-            keys.push(("[ ]", "speed"));
-            keys.push(("space", "pause sim"));
-        } else {
-            keys.push(("p", "pause"));
-        }
-        keys.push(("?", "help"));
-        keys.push(("q", "quit"));
+        let keys = keys::footer(
+            &[screen, Context::Global],
+            app.config.readonly,
+            app.demo.is_some(),
+        );
         let mut spans = vec![Span::raw(" ")];
         let mut used = 1usize;
-        for (k, d) in keys {
+        for keys::Hint {
+            key: k, text: d, ..
+        } in keys
+        {
             let w = k.chars().count() + d.chars().count() + 3;
             if used + w > area.width as usize {
                 break;
