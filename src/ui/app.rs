@@ -13,12 +13,17 @@ use ratatui::layout::Rect;
 use crate::collect::{ProcessEntry, Snapshot};
 use crate::demo::DemoStatus;
 use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
-use crate::ring::{Command, Outcome, Status};
+use crate::ring::{Command, Outcome};
 
+use super::blockmap;
+use super::format;
 use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
-pub use super::state::{Pane, Screen};
+pub use super::state::{
+    ActionReport, ActionState, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN, SPANS_NS,
+    SPEEDS,
+};
 use super::theme::Theme;
 
 /// Everything the loop waits for, in one channel.
@@ -62,168 +67,117 @@ pub enum Effect {
     DemoTogglePause,
 }
 
-/// Time windows `+` and `-` step through.
-pub const SPANS_NS: [u64; 13] = [
-    1_000_000_000,
-    2_000_000_000,
-    5_000_000_000,
-    10_000_000_000,
-    30_000_000_000,
-    60_000_000_000,
-    120_000_000_000,
-    300_000_000_000,
-    600_000_000_000,
-    1_800_000_000_000,
-    3_600_000_000_000,
-    10_800_000_000_000,
-    43_200_000_000_000,
-];
-pub const DEFAULT_SPAN: usize = 4;
-
-/// Demo speeds `[` and `]` step through.
-pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
-
-/// A process action's life: asked, running, answered.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ActionState {
-    /// `e` pressed: waiting for y/n.
-    Confirm {
-        key: ProcessKey,
-        pid: u32,
-        name: String,
-        reserved: Option<u64>,
-        allocated: Option<u64>,
-    },
-    Running {
-        pid: u32,
-        command: Command,
-    },
-    Done(ActionReport),
-}
-
-/// What a finished command did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActionReport {
-    pub pid: u32,
-    pub key: ProcessKey,
-    pub command: Command,
-    pub status: Result<Status, String>,
-    pub outcome: Option<Outcome>,
-    /// NVML used when the command was posted.
-    pub nvml_before: Option<u64>,
-    /// NVML used in the first NVML sample taken after the answer.
-    pub nvml_after: Option<u64>,
-    /// NVML sample time when the answer came (to spot the next sample).
-    pub nvml_sampled_at_done: Option<u64>,
-}
-
-impl ActionReport {
-    pub fn released(&self) -> Option<u64> {
-        let o = self.outcome?;
-        matches!(self.command, Command::EmptyCache { .. })
-            .then(|| o.result0.saturating_sub(o.result1))
-    }
-}
-
 /// Switches fixed for the life of the dashboard.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AppConfig {
+    /// No actions: nothing is sent to any process.
     pub readonly: bool,
+    /// The one theme (colour and ASCII switches, `NO_COLOR` applied).
     pub theme: Theme,
-    pub demo: bool,
 }
 
-/// The dashboard's state.
+/// The clocks App is told about (collector ns, never read here).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clock {
+    /// Now, as last told by the loop (or a test).
+    pub now_ns: u64,
+    /// When the hub last changed.
+    pub changed_ns: u64,
+}
+
+/// The dashboard's state, grouped by screen.
 #[derive(Debug, Clone)]
 pub struct App {
     pub config: AppConfig,
-    pub theme: Theme,
     pub snap: Arc<Snapshot>,
-    pub demo: Option<DemoStatus>,
     pub screen: Screen,
-    pub selected: Option<ProcessKey>,
-    pub table_offset: usize,
-    pub sort: Col,
-    pub descending: bool,
-    pub filter: String,
-    pub filter_editing: bool,
-    pub pane: Pane,
-    pub span_index: usize,
-    pub follow: bool,
-    /// Window end when not following (collector ns).
-    pub end_ns: u64,
-    pub block_scroll: usize,
-    pub event_scroll: usize,
+    /// The help overlay is up.
+    pub help: bool,
+    pub overview: OverviewState,
+    pub process: ProcessState,
+    /// The process action asked, running or answered.
+    pub action: Option<ActionState>,
+    /// The running demo, as last read.
+    pub demo: Option<DemoStatus>,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
-    pub help: bool,
-    pub action: Option<ActionState>,
     /// One line for the footer (errors, hints).
     pub message: Option<String>,
     /// Terminal size.
     pub size: Rect,
-    /// Collector clock now (set by the loop before each snapshot / tick).
-    pub now_ns: u64,
-    /// When the hub last changed (collector clock).
-    pub changed_ns: u64,
+    pub clock: Clock,
+    /// Something changed since the last frame.
     pub dirty: bool,
     pub quit: bool,
-    pub screenshots: u32,
-    /// NVML used of the target when its command was posted.
-    pub pending_nvml_before: Option<u64>,
 }
 
 impl App {
     pub fn new(config: AppConfig) -> App {
         App {
-            theme: config.theme,
             config,
             snap: Arc::new(Snapshot::default()),
-            demo: None,
             screen: Screen::Overview,
-            selected: None,
-            table_offset: 0,
-            sort: Col::Reserved,
-            descending: true,
-            filter: String::new(),
-            filter_editing: false,
-            pane: Pane::Timeline,
-            span_index: DEFAULT_SPAN,
-            follow: true,
-            end_ns: 0,
-            block_scroll: 0,
-            event_scroll: 0,
-            paused: false,
             help: false,
+            overview: OverviewState::default(),
+            process: ProcessState::default(),
             action: None,
+            demo: None,
+            paused: false,
             message: None,
             size: Rect::new(0, 0, 80, 24),
-            now_ns: 0,
-            changed_ns: 0,
+            clock: Clock::default(),
             dirty: true,
             quit: false,
-            screenshots: 0,
-            pending_nvml_before: None,
         }
     }
 
     /// The rows of the overview, filtered and sorted.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        rows::rows(&self.snap, &self.filter, self.sort, self.descending)
+        self.overview.rows(&self.snap)
     }
 
     pub fn span_ns(&self) -> u64 {
-        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+        self.process.span_ns()
+    }
+
+    /// Now: the newer of the clock and the snapshot.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns.max(self.snap.taken_ns)
     }
 
     /// The timeline window `[from, to)` in collector ns.
     pub fn window(&self) -> (u64, u64) {
-        let to = if self.follow {
-            self.now_ns.max(self.snap.taken_ns)
+        self.process.window(self.now_ns())
+    }
+
+    /// How fresh the data is (the header's right end).
+    pub fn age_label(&self) -> String {
+        if self.clock.changed_ns == 0 {
+            return "waiting for data".into();
+        }
+        let age = self.clock.now_ns.saturating_sub(self.clock.changed_ns);
+        const S: u64 = 1_000_000_000;
+        if age < 2 * S {
+            "live".into()
+        } else if age < 60 * S {
+            format!("updated {}s ago", age / S)
         } else {
-            self.end_ns
-        };
-        (to.saturating_sub(self.span_ns()), to)
+            // Minutes only: the idle tick is slow.
+            format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
+        }
+    }
+
+    /// The overview table's data rows (for clicks).
+    pub fn table_body(&self) -> Rect {
+        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine)
+    }
+
+    /// Data rows the overview table shows at once.
+    pub fn table_rows(&self) -> usize {
+        if self.screen != Screen::Overview && self.size.height == 0 {
+            return 1;
+        }
+        self.table_body().height as usize
     }
 
     /// What the next snapshot must contain for the current screen.
@@ -234,7 +188,7 @@ impl App {
             TimelineRequest {
                 from_ns,
                 to_ns,
-                columns: layout::timeline_columns(self),
+                columns: layout::timeline_columns(self.size, self.demo.is_some()),
             }
         });
         ViewOptions {
@@ -246,14 +200,14 @@ impl App {
 
     /// The selected process in the current snapshot.
     pub fn selected_entry(&self) -> Option<&ProcessEntry> {
-        let key = self.selected?;
+        let key = self.overview.selected?;
         self.snap.processes.iter().find(|p| p.key() == key)
     }
 
     /// A new snapshot arrived.
     pub fn set_snapshot(&mut self, snap: Snapshot) {
-        if snap.taken_ns > self.now_ns {
-            self.now_ns = snap.taken_ns;
+        if snap.taken_ns > self.clock.now_ns {
+            self.clock.now_ns = snap.taken_ns;
         }
         self.snap = Arc::new(snap);
         self.fix_selection();
@@ -274,29 +228,30 @@ impl App {
         }
         let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
         if keys.is_empty() {
-            self.selected = None;
-            self.table_offset = 0;
+            self.overview.selected = None;
+            self.overview.offset = 0;
             return;
         }
-        if self.selected.is_none_or(|k| !keys.contains(&k)) {
-            self.selected = Some(keys[0]);
+        if self.overview.selected.is_none_or(|k| !keys.contains(&k)) {
+            self.overview.selected = Some(keys[0]);
         }
         self.scroll_to_selection(&keys);
     }
 
     fn scroll_to_selection(&mut self, keys: &[ProcessKey]) {
-        let visible = layout::table_rows(self).max(1);
+        let visible = self.table_rows().max(1);
         let idx = self
+            .overview
             .selected
             .and_then(|k| keys.iter().position(|x| *x == k))
             .unwrap_or(0);
-        if idx < self.table_offset {
-            self.table_offset = idx;
-        } else if idx >= self.table_offset + visible {
-            self.table_offset = idx + 1 - visible;
+        if idx < self.overview.offset {
+            self.overview.offset = idx;
+        } else if idx >= self.overview.offset + visible {
+            self.overview.offset = idx + 1 - visible;
         }
         let max_off = keys.len().saturating_sub(visible);
-        self.table_offset = self.table_offset.min(max_off);
+        self.overview.offset = self.overview.offset.min(max_off);
     }
 
     fn note_nvml_after(&mut self) {
@@ -339,7 +294,7 @@ impl App {
         match ev {
             AppEvent::Input(input) => self.input(input),
             AppEvent::Changed => {
-                self.changed_ns = self.now_ns;
+                self.clock.changed_ns = self.clock.now_ns;
                 if self.paused {
                     vec![]
                 } else {
@@ -362,7 +317,10 @@ impl App {
     }
 
     fn command_done(&mut self, done: CommandDone) {
-        let nvml_before = self.pending_nvml_before.take();
+        let nvml_before = match &self.action {
+            Some(ActionState::Running { nvml_before, .. }) => *nvml_before,
+            _ => None,
+        };
         let (status, outcome) = match done.result {
             Ok(o) => (Ok(o.status), Some(o)),
             Err(e) => (Err(e), None),
@@ -406,7 +364,7 @@ impl App {
     /// every key; otherwise a finished command's report, the global keys,
     /// then the screen's.
     fn key_contexts(&self) -> Vec<Context> {
-        if self.filter_editing {
+        if self.overview.filter_editing {
             return vec![Context::Always, Context::Filter];
         }
         if matches!(self.action, Some(ActionState::Confirm { .. })) {
@@ -429,7 +387,7 @@ impl App {
 
     fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
         let action = keys::action(&k, &self.key_contexts());
-        if !self.filter_editing {
+        if !self.overview.filter_editing {
             return action.map_or_else(Vec::new, |a| self.act(a));
         }
         // Typing a filter: characters are text, not commands.
@@ -441,14 +399,14 @@ impl App {
             None => {
                 if let KeyCode::Char(c) = k.code {
                     if !k.modifiers.contains(KeyModifiers::CONTROL)
-                        && self.filter.chars().count() < 64
+                        && self.overview.filter.chars().count() < 64
                     {
-                        self.filter.push(c);
+                        self.overview.filter.push(c);
                     }
                 }
             }
         }
-        self.table_offset = 0;
+        self.overview.offset = 0;
         self.fix_selection();
         vec![]
     }
@@ -484,89 +442,100 @@ impl App {
             A::SelectFirst => return self.move_selection(isize::MIN / 2),
             A::SelectLast => return self.move_selection(isize::MAX / 2),
             A::Open => return self.open(),
-            A::EditFilter => self.filter_editing = true,
+            A::EditFilter => self.overview.filter_editing = true,
             A::ClearFilter => {
-                if !self.filter.is_empty() {
-                    self.filter.clear();
+                if !self.overview.filter.is_empty() {
+                    self.overview.filter.clear();
                     self.fix_selection();
                 }
                 self.message = None;
             }
             A::SortNext => {
-                let i = Col::SORTABLE.iter().position(|c| *c == self.sort);
-                self.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
-                self.descending =
-                    !matches!(self.sort, Col::Pid | Col::Name | Col::User | Col::Mode);
+                let i = Col::SORTABLE.iter().position(|c| *c == self.overview.sort);
+                self.overview.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
+                self.overview.descending = !matches!(
+                    self.overview.sort,
+                    Col::Pid | Col::Name | Col::User | Col::Mode
+                );
                 self.fix_selection();
             }
             A::SortReverse => {
-                self.descending = !self.descending;
+                self.overview.descending = !self.overview.descending;
                 self.fix_selection();
             }
-            A::FilterKeep => self.filter_editing = false,
+            A::FilterKeep => self.overview.filter_editing = false,
             A::FilterClear => {
-                self.filter.clear();
-                self.filter_editing = false;
+                self.overview.filter.clear();
+                self.overview.filter_editing = false;
             }
             A::FilterBackspace => {
-                self.filter.pop();
+                self.overview.filter.pop();
             }
             A::Back => return self.back(),
-            A::NextPane => self.pane = Pane::ALL[(self.pane.index() + 1) % Pane::ALL.len()],
-            A::PrevPane => {
-                self.pane = Pane::ALL[(self.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
+            A::NextPane => {
+                self.process.pane = Pane::ALL[(self.process.pane.index() + 1) % Pane::ALL.len()]
             }
-            A::ShowPane(p) => self.pane = p,
+            A::PrevPane => {
+                self.process.pane =
+                    Pane::ALL[(self.process.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
+            }
+            A::ShowPane(p) => self.process.pane = p,
             A::ZoomIn => {
-                self.span_index = self.span_index.saturating_sub(1);
+                self.process.span_index = self.process.span_index.saturating_sub(1);
                 return self.refresh_timeline();
             }
             A::ZoomOut => {
-                self.span_index = (self.span_index + 1).min(SPANS_NS.len() - 1);
+                self.process.span_index = (self.process.span_index + 1).min(SPANS_NS.len() - 1);
                 return self.refresh_timeline();
             }
             A::TimeBack => {
-                if self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
-                    self.follow = false;
+                if self.process.follow {
+                    self.process.end_ns = self.now_ns();
+                    self.process.follow = false;
                 }
-                self.end_ns = self
+                self.process.end_ns = self
+                    .process
                     .end_ns
                     .saturating_sub(self.span_ns() / 2)
                     .max(self.span_ns());
                 return self.refresh_timeline();
             }
             A::TimeForward => {
-                if !self.follow {
-                    self.end_ns = self.end_ns.saturating_add(self.span_ns() / 2);
-                    if self.end_ns >= self.now_ns.max(self.snap.taken_ns) {
-                        self.follow = true;
+                if !self.process.follow {
+                    self.process.end_ns = self.process.end_ns.saturating_add(self.span_ns() / 2);
+                    if self.process.end_ns >= self.now_ns() {
+                        self.process.follow = true;
                     }
                 }
                 return self.refresh_timeline();
             }
             A::FollowToggle | A::FollowOn => {
-                self.follow = !self.follow || action == A::FollowOn;
-                if !self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
+                self.process.follow = !self.process.follow || action == A::FollowOn;
+                if !self.process.follow {
+                    self.process.end_ns = self.now_ns();
                 }
                 return self.refresh_timeline();
             }
             A::ScrollUp => self.scroll(-1),
             A::ScrollDown => self.scroll(1),
-            A::ScrollPageUp => self.scroll(-(layout::pane_page(self) as isize)),
-            A::ScrollPageDown => self.scroll(layout::pane_page(self) as isize),
+            A::ScrollPageUp => self.scroll(-(self.pane_page() as isize)),
+            A::ScrollPageDown => self.scroll(self.pane_page() as isize),
             A::ScrollTop => {
-                self.block_scroll = 0;
-                self.event_scroll = 0;
+                self.process.block_scroll = 0;
+                self.process.event_scroll = 0;
             }
         }
         vec![]
     }
 
+    /// Rows a page key scrolls in the process view.
+    fn pane_page(&self) -> usize {
+        layout::pane_page(self.size, self.demo.is_some(), self.process.pane)
+    }
+
     /// Rows a page key moves the overview's selection.
     fn page(&self) -> isize {
-        layout::table_rows(self).max(1) as isize
+        self.table_rows().max(1) as isize
     }
 
     fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
@@ -596,8 +565,12 @@ impl App {
         };
         let (key, pid) = (*key, *pid);
         let command = Command::EmptyCache { device: None };
-        self.pending_nvml_before = self.nvml_of(key);
-        self.action = Some(ActionState::Running { pid, command });
+        let nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running {
+            pid,
+            command,
+            nvml_before,
+        });
         vec![Effect::RunCommand { key, pid, command }]
     }
 
@@ -660,8 +633,12 @@ impl App {
             return vec![];
         }
         let (key, pid) = (e.key(), e.identity.host_pid);
-        self.pending_nvml_before = self.nvml_of(key);
-        self.action = Some(ActionState::Running { pid, command });
+        let nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running {
+            pid,
+            command,
+            nvml_before,
+        });
         vec![Effect::RunCommand { key, pid, command }]
     }
 
@@ -677,11 +654,12 @@ impl App {
             return vec![];
         }
         let cur = self
+            .overview
             .selected
             .and_then(|k| keys.iter().position(|x| *x == k))
             .unwrap_or(0);
         let next = (cur as isize + delta).clamp(0, keys.len() as isize - 1) as usize;
-        self.selected = Some(keys[next]);
+        self.overview.selected = Some(keys[next]);
         self.scroll_to_selection(&keys);
         vec![]
     }
@@ -692,9 +670,9 @@ impl App {
             return vec![];
         }
         self.screen = Screen::Process;
-        self.block_scroll = 0;
-        self.event_scroll = 0;
-        self.follow = true;
+        self.process.block_scroll = 0;
+        self.process.event_scroll = 0;
+        self.process.follow = true;
         vec![Effect::Refresh]
     }
 
@@ -708,7 +686,7 @@ impl App {
             .map(|p| p.key());
         match key {
             Some(k) => {
-                self.selected = Some(k);
+                self.overview.selected = Some(k);
                 self.open();
                 true
             }
@@ -727,15 +705,15 @@ impl App {
     /// Scrolls the list the current pane shows (events in the Events tab,
     /// else the block map).
     fn scroll(&mut self, delta: isize) {
-        let events = layout::compact(self.size) && self.pane == Pane::Events;
+        let events = layout::compact(self.size) && self.process.pane == Pane::Events;
         let (v, max) = if events {
             let n = self
                 .selected_entry()
                 .map_or(0, |e| e.view.recent_events.len());
-            (&mut self.event_scroll, n.saturating_sub(1))
+            (&mut self.process.event_scroll, n.saturating_sub(1))
         } else {
-            let n = self.selected_entry().map_or(0, super::blockmap::row_count);
-            (&mut self.block_scroll, n.saturating_sub(1))
+            let n = self.selected_entry().map_or(0, blockmap::row_count);
+            (&mut self.process.block_scroll, n.saturating_sub(1))
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
     }
@@ -758,20 +736,20 @@ impl App {
                 }
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
-                let body = layout::table_body(self);
+                let body = self.table_body();
                 if m.row >= body.y
                     && m.row < body.y + body.height
                     && m.column >= body.x
                     && m.column < body.x + body.width
                 {
-                    let idx = self.table_offset + (m.row - body.y) as usize;
+                    let idx = self.overview.offset + (m.row - body.y) as usize;
                     let key = self.rows().get(idx).map(|r| r.entry.key());
                     if let Some(key) = key {
-                        if self.selected == Some(key) {
+                        if self.overview.selected == Some(key) {
                             self.dirty = true;
                             return self.open();
                         }
-                        self.selected = Some(key);
+                        self.overview.selected = Some(key);
                         self.dirty = true;
                     }
                 }

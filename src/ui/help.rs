@@ -6,12 +6,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
-use super::app::App;
 use super::keys;
+use super::theme::Theme;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
-    let ro = app.config.readonly;
+/// The overlay; `readonly` marks the process actions as off.
+pub fn render(frame: &mut Frame, area: Rect, readonly: bool, t: &Theme) {
+    let ro = readonly;
     let mut rows: Vec<(&str, &str, bool)> = Vec::new();
     for section in keys::HELP_SECTIONS {
         rows.push((section.title(), "", false));

@@ -193,23 +193,24 @@ pub fn spawn_command(
 
 /// Draws the whole screen for `app`.
 pub fn draw(frame: &mut Frame, app: &App) {
+    let t = &app.config.theme;
     let areas = layout::screen(frame.area(), app.demo.is_some());
     bars::render_header(frame, areas.header, app);
-    if let Some(c) = areas.caption {
-        bars::render_caption(frame, c, app);
+    if let (Some(c), Some(d)) = (areas.caption, &app.demo) {
+        bars::render_caption(frame, c, d, t);
     }
     match app.screen {
-        Screen::Overview => overview::render(frame, areas.body, app),
+        Screen::Overview => overview::render(frame, areas.body, &app.snap, &app.overview, t),
         Screen::Process => process::render(frame, areas.body, app),
     }
     bars::render_footer(frame, areas.footer, app);
-    if app.action.is_some() {
-        popup::render(frame, areas.body, app);
+    if let Some(action) = &app.action {
+        popup::render(frame, areas.body, action, t);
     }
     if app.help {
-        help::render(frame, frame.area(), app);
+        help::render(frame, frame.area(), app.config.readonly, t);
     }
-    if app.theme.ascii {
+    if t.ascii {
         theme::asciify(frame.buffer_mut());
     }
 }
@@ -326,19 +327,18 @@ fn event_loop<W: Write>(
     let mut app = App::new(AppConfig {
         readonly: opts.readonly,
         theme,
-        demo: demo.is_some(),
     });
     let size = term.size()?;
     app.size = Rect::new(0, 0, size.width, size.height);
     let take = |app: &mut App| {
-        app.now_ns = monotonic_ns();
+        app.clock.now_ns = monotonic_ns();
         pending.store(false, Ordering::Release);
         let snap = hub.snapshot(&app.view_options());
         app.set_snapshot(snap);
         app.set_demo_status(demo.map(|d| d.status()));
     };
     take(&mut app);
-    app.changed_ns = app.now_ns;
+    app.clock.changed_ns = app.clock.now_ns;
     // `--pid`: open its process view as soon as the collector sees it.
     let mut want_pid = opts.initial_process;
     let open_wanted = |app: &mut App, want: &mut Option<u32>| {
@@ -364,7 +364,7 @@ fn event_loop<W: Write>(
     let mut want_shot = false;
     let mut quit_after_shot = false;
     let mut shot_count = 0u32;
-    let mut tick_label = bars::age_label(&app);
+    let mut tick_label = app.age_label();
     // New data from the collector is taken at most once per `data_frame`
     // (input is answered at once): a busy job changes the model every
     // 50 ms, and redrawing that often costs CPU and ssh bandwidth for
@@ -397,7 +397,7 @@ fn event_loop<W: Write>(
             events.push(ev);
         }
         if Instant::now() >= next_tick {
-            let idle = monotonic_ns().saturating_sub(app.changed_ns) > 60_000_000_000;
+            let idle = monotonic_ns().saturating_sub(app.clock.changed_ns) > 60_000_000_000;
             next_tick = Instant::now() + Duration::from_secs(if idle { 5 } else { 1 });
             events.push(AppEvent::Tick);
         }
@@ -405,7 +405,7 @@ fn event_loop<W: Write>(
         for ev in events {
             let tick = matches!(ev, AppEvent::Tick);
             if matches!(ev, AppEvent::Changed) {
-                app.now_ns = monotonic_ns();
+                app.clock.now_ns = monotonic_ns();
                 if last_data.elapsed() < data_frame {
                     // Taken when the data interval has passed (below).
                     // `pending` stays set, so the hub queues no more
@@ -442,8 +442,8 @@ fn event_loop<W: Write>(
             }
             if tick {
                 // A tick redraws only when the freshness label moved.
-                app.now_ns = monotonic_ns();
-                let label = bars::age_label(&app);
+                app.clock.now_ns = monotonic_ns();
+                let label = app.age_label();
                 app.dirty = dirty_before || label != tick_label;
             }
         }
@@ -452,7 +452,7 @@ fn event_loop<W: Write>(
         }
         if data_pending && last_data.elapsed() >= data_frame {
             data_pending = false;
-            app.now_ns = monotonic_ns();
+            app.clock.now_ns = monotonic_ns();
             for fx in app.handle(AppEvent::Changed) {
                 if matches!(fx, Effect::Refresh) {
                     refresh = true;
@@ -510,7 +510,7 @@ fn event_loop<W: Write>(
             last_draw = Some(Instant::now());
             // The screenshot's message shows in the next frame.
             app.dirty = shot && !quit_after_shot;
-            tick_label = bars::age_label(&app);
+            tick_label = app.age_label();
             if quit_after_shot {
                 break;
             }
