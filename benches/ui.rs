@@ -11,6 +11,7 @@ fn config() -> AppConfig {
     AppConfig {
         readonly: false,
         theme: Theme::new(true, false),
+        ..AppConfig::default()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Command-line interface: one subcommand per job; each hands off to the library.
 use std::path::PathBuf;
+use std::sync::Arc; // STOPGAP (ui branch)
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -69,7 +70,8 @@ impl UiFlags {
         vramscope::ui::UiOptions {
             readonly: self.readonly,
             ascii: self.ascii,
-            monochrome: self.no_color || vramscope::ui::no_color_env(),
+            // ui branch: NO_COLOR is applied by the dashboard itself.
+            monochrome: self.no_color,
             mouse: !self.no_mouse,
             initial_process: self.pid,
             data_interval: Duration::from_millis(self.refresh),
@@ -86,10 +88,16 @@ impl UiFlags {
 }
 
 /// Starts the collector and opens the dashboard on it.
-fn dashboard(cfg: Config, opts: vramscope::ui::UiOptions) -> Result<()> {
-    let hub = std::sync::Arc::new(collect::Hub::default());
+// STOPGAP (ui branch): the demo handle and the driver are passed to `ui::run`.
+fn dashboard(
+    cfg: Config,
+    opts: vramscope::ui::UiOptions,
+    demo: Option<Arc<dyn vramscope::ui::DemoHandle>>,
+) -> Result<()> {
+    let hub = Arc::new(collect::Hub::default());
     collect::spawn(hub.clone(), cfg).context("starting the collector")?;
-    vramscope::ui::run(hub, opts)
+    let driver = Arc::new(StopgapDriver { hub: hub.clone() });
+    vramscope::ui::run(hub, driver, demo, opts)
 }
 
 #[derive(Debug, Subcommand)]
@@ -229,7 +237,7 @@ pub fn run(cli: Cli) -> Result<()> {
     cfg.nvml = !cli.no_nvml;
     cfg.nvml_interval = Duration::from_millis(cli.ui.interval.max(100));
     match cli.command {
-        None => dashboard(cfg, cli.ui.options()),
+        None => dashboard(cfg, cli.ui.options(), None), // STOPGAP (ui branch)
         Some(Command::Rings { clean, json }) => crate::rings::run(&dir, clean, json),
         Some(Command::Run { command }) => {
             Err(vramscope::agent::exec(&command, cli.shm_dir.as_deref()))
@@ -298,11 +306,10 @@ pub fn run(cli: Cli) -> Result<()> {
             let speed = speed.unwrap_or_else(|| vramscope::demo::default_speed(&scenario));
             let demo = vramscope::demo::start(sc, &dir, speed, backing)?;
             let mut opts = cli.ui.options();
-            opts.demo = Some(demo.clone());
             // The simulated job is what a workshop watches: open its view
             // (Esc goes back to the overview).
             opts.initial_process = opts.initial_process.or(Some(std::process::id()));
-            let r = dashboard(cfg, opts);
+            let r = dashboard(cfg, opts, Some(demo.clone())); // STOPGAP (ui branch)
             demo.stop();
             r
         }
@@ -355,5 +362,76 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+// STOPGAP (ui branch): a minimal `ui::Driver` until the collector implements
+// it on its tokio runtime. A std thread per command; the signals through
+// tokio::signal on a small current-thread runtime of their own.
+pub struct StopgapDriver {
+    pub hub: Arc<collect::Hub>,
+}
+
+// STOPGAP (ui branch)
+impl vramscope::ui::Driver for StopgapDriver {
+    fn request(
+        &self,
+        key: vramscope::model::ProcessKey,
+        command: vramscope::ring::Command,
+        done: Box<dyn FnOnce(Result<vramscope::ring::Outcome, String>) + Send>,
+    ) {
+        let hub = self.hub.clone();
+        let slot = Arc::new(std::sync::Mutex::new(Some(done)));
+        let answer = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vramscope-command".into())
+            .spawn(move || {
+                let r = collect::command(&hub, key, command, Duration::from_secs(5))
+                    .map_err(|e| e.to_string());
+                if let Some(done) = answer.lock().ok().and_then(|mut d| d.take()) {
+                    done(r);
+                }
+            });
+        if let Err(e) = spawned {
+            if let Some(done) = slot.lock().ok().and_then(|mut d| d.take()) {
+                done(Err(format!("could not start a thread: {e}")));
+            }
+        }
+    }
+
+    fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        // Registered here, before returning, so no signal is missed.
+        let registered = {
+            let _in_rt = rt.enter();
+            (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            )
+        };
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = registered else {
+            return;
+        };
+        let _ = std::thread::Builder::new()
+            .name("vramscope-signals".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    loop {
+                        tokio::select! {
+                            _ = int.recv() => {}
+                            _ = term.recv() => {}
+                            _ = hup.recv() => {}
+                        }
+                        f();
+                    }
+                })
+            });
     }
 }

@@ -283,7 +283,9 @@ pub fn replay_ui(file: &Path, speed: f64, opts: vramscope::ui::UiOptions) -> Res
                 let _ = file;
             })?
     };
-    let result = vramscope::ui::run(hub, opts);
+    // STOPGAP (ui branch): the dashboard meets the collector through a Driver.
+    let driver = Arc::new(crate::cli::StopgapDriver { hub: hub.clone() });
+    let result = vramscope::ui::run(hub, driver, None, opts);
     drop(feeder); // the feeder ends with the process
     result
 }

@@ -1,10 +1,10 @@
 //! The state machine driven by injected events, no terminal: navigation,
 //! sorting, filtering, the process view, zoom and scroll, the empty-cache
-//! dialogue through a fake command runner, read-only mode, help, pause,
+//! dialogue through a fake driver, read-only mode, help, pause,
 //! demo controls, mouse, and Press-only keys.
 
 use std::sync::mpsc;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use crossterm::event::{
@@ -17,7 +17,7 @@ use vramscope::ui::app::{ActionState, SPANS_NS};
 use vramscope::ui::fixtures::{app_with, refresh, Fixture};
 use vramscope::ui::rows::Col;
 use vramscope::ui::{
-    layout, spawn_command, App, AppConfig, AppEvent, CommandRunner, Effect, Screen, Theme,
+    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Screen, Theme,
 };
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
@@ -26,6 +26,7 @@ fn cfg(readonly: bool) -> AppConfig {
     AppConfig {
         readonly,
         theme: Theme::new(true, false),
+        ..AppConfig::default()
     }
 }
 
@@ -222,21 +223,30 @@ fn block_map_scrolls() {
     assert_eq!(a.process.block_scroll, 0);
 }
 
-/// Answers like a process that released `released` bytes.
-struct FakeRunner {
+/// Answers like a process that released 2 GiB, from a thread of its own.
+struct FakeDriver {
     calls: Mutex<Vec<(ProcessKey, Command)>>,
 }
 
-impl CommandRunner for FakeRunner {
-    fn run(&self, key: ProcessKey, command: Command) -> Result<Outcome, String> {
+impl Driver for FakeDriver {
+    fn request(
+        &self,
+        key: ProcessKey,
+        command: Command,
+        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
+    ) {
         self.calls.lock().unwrap().push((key, command));
-        Ok(Outcome {
-            status: Status::Ok,
-            result0: 3 << 30,
-            result1: 1 << 30,
-            result2: 0,
-        })
+        std::thread::spawn(move || {
+            done(Ok(Outcome {
+                status: Status::Ok,
+                result0: 3 << 30,
+                result1: 1 << 30,
+                result2: 0,
+            }))
+        });
     }
+
+    fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {}
 }
 
 #[test]
@@ -267,15 +277,16 @@ fn empty_cache_confirm_cancel_and_run() {
     assert_eq!(*command, Command::EmptyCache { device: None });
     assert!(matches!(a.action, Some(ActionState::Running { .. })));
     let nvml_before = a.selected_entry().unwrap().view.figures.nvml_used;
-    // Run it as the loop does, through the fake runner, on a thread.
-    let runner = Arc::new(FakeRunner {
+    // Send it as the loop does, through the fake driver (it answers from
+    // another thread).
+    let driver = FakeDriver {
         calls: Mutex::new(Vec::new()),
-    });
+    };
     let (tx, rx) = mpsc::channel();
-    spawn_command(runner.clone(), tx, *k, *pid, *command);
+    send_command(&driver, &tx, *k, *pid, *command);
     let done = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(matches!(done, AppEvent::CommandDone(_)));
-    assert_eq!(runner.calls.lock().unwrap().len(), 1);
+    assert_eq!(driver.calls.lock().unwrap().len(), 1);
     assert_eq!(a.handle(done), vec![Effect::Refresh]);
     let Some(ActionState::Done(r)) = &a.action else {
         panic!("{:?}", a.action)

@@ -21,6 +21,7 @@ fn cfg() -> AppConfig {
     AppConfig {
         readonly: false,
         theme: Theme::new(true, false),
+        ..AppConfig::default()
     }
 }
 

@@ -1,9 +1,15 @@
 //! The dashboard's state machine: everything the screen shows besides the
-//! snapshot itself, and how events change it. No terminal and no I/O here:
-//! [`App::handle`] turns an [`AppEvent`] into state changes and a list of
-//! [`Effect`]s that the loop (or a test) carries out.
+//! snapshot itself, and how events change it. No terminal, no I/O and no
+//! clock here: [`App::handle`] turns an [`AppEvent`] into state changes and
+//! a list of [`Effect`]s that the loop (or a test) carries out, and time
+//! arrives as [`AppEvent::Tick`]. Every decision about what to draw and when
+//! is made here: the freshness label, the data-rate gate, the `--pid` wait,
+//! the automatic screenshot, the frame gap ([`App::deadline_ns`],
+//! [`App::should_draw`], [`App::frame_drawn`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
@@ -32,12 +38,19 @@ pub enum AppEvent {
     Input(Event),
     /// The hub moved (coalesced: at most one queued).
     Changed,
-    /// The slow clock tick (ages, "updated … ago").
-    Tick,
+    /// Time passed: the loop sends one on every wake-up, before the events it
+    /// drained (collector clock, ns). The first one starts the dashboard.
+    Tick {
+        now_ns: u64,
+    },
     /// SIGTERM / SIGHUP / SIGINT.
     Signal,
-    /// A command run off the UI thread finished.
+    /// A command sent through the driver was answered.
     CommandDone(CommandDone),
+    /// The snapshot App asked for with [`Effect::Refresh`].
+    Snapshot(Box<Snapshot>),
+    /// The frame [`App::frame_drawn`] asked for was written (to this path).
+    ScreenshotWritten(Result<PathBuf, String>),
 }
 
 /// The answer to a command sent to a process.
@@ -53,19 +66,41 @@ pub struct CommandDone {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     Quit,
-    /// Take a new snapshot (view options changed, or the hub moved).
+    /// Take a new snapshot and hand it back as [`AppEvent::Snapshot`].
     Refresh,
-    /// Run a command on a background thread; answer with `CommandDone`.
+    /// Send a command through the driver; answer with `CommandDone`.
     RunCommand {
         key: ProcessKey,
         pid: u32,
         command: Command,
     },
-    /// Write the current frame as SVG.
-    Screenshot,
     DemoSpeed(f64),
     DemoTogglePause,
 }
+
+/// Write one frame after a delay, then quit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenshotAfter {
+    pub path: PathBuf,
+    pub after: Duration,
+}
+
+/// A frame to write as SVG: to `path`, or the next free numbered file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shot {
+    pub path: Option<PathBuf>,
+    /// Quit once written (automation).
+    pub then_quit: bool,
+}
+
+/// At least this long between two frames.
+pub const MIN_FRAME_NS: u64 = 10_000_000;
+/// The slow tick (the freshness label), and when idle for a minute.
+pub const TICK_NS: u64 = 1_000_000_000;
+pub const IDLE_TICK_NS: u64 = 5_000_000_000;
+const IDLE_AFTER_NS: u64 = 60_000_000_000;
+/// How long `--pid` waits for its process.
+pub const PID_WAIT_NS: u64 = 10_000_000_000;
 
 /// Switches fixed for the life of the dashboard.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -74,15 +109,51 @@ pub struct AppConfig {
     pub readonly: bool,
     /// The one theme (colour and ASCII switches, `NO_COLOR` applied).
     pub theme: Theme,
+    /// New hub data is taken at most this often (keys are answered at
+    /// once); zero takes every change.
+    pub data_interval: Duration,
+    /// `--pid`: open this process's view as soon as it is seen.
+    pub initial_process: Option<u32>,
+    /// Automation: write the frame shown `after` the start, then quit.
+    pub screenshot: Option<ScreenshotAfter>,
 }
 
-/// The clocks App is told about (collector ns, never read here).
+/// The clocks, as App was told (collector ns; never read here).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Clock {
-    /// Now, as last told by the loop (or a test).
+    /// Now, as of the last tick.
     pub now_ns: u64,
     /// When the hub last changed.
     pub changed_ns: u64,
+    /// The first tick.
+    pub started_ns: Option<u64>,
+    /// When the slow tick is due.
+    pub next_tick_ns: u64,
+    /// When hub data was last taken.
+    pub data_ns: Option<u64>,
+    /// A hub change waits for the data interval.
+    pub data_pending: bool,
+}
+
+/// What happens once, after the start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Startup {
+    /// `--pid` not seen yet.
+    pub wanted_pid: Option<u32>,
+    /// The automatic screenshot, not taken yet.
+    pub screenshot: Option<ScreenshotAfter>,
+}
+
+/// Frames: when the last was drawn, what its freshness label said, and
+/// screenshots asked for or being written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Redraw {
+    pub last_ns: Option<u64>,
+    pub label: String,
+    /// The next frame is to be written.
+    pub shot: Option<Shot>,
+    /// The frame being written.
+    pub writing: Option<Shot>,
 }
 
 /// The dashboard's state, grouped by screen.
@@ -106,6 +177,8 @@ pub struct App {
     /// Terminal size.
     pub size: Rect,
     pub clock: Clock,
+    pub startup: Startup,
+    pub redraw: Redraw,
     /// Something changed since the last frame.
     pub dirty: bool,
     pub quit: bool,
@@ -114,7 +187,7 @@ pub struct App {
 impl App {
     pub fn new(config: AppConfig) -> App {
         App {
-            config,
+            config: config.clone(),
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
             help: false,
@@ -126,6 +199,11 @@ impl App {
             message: None,
             size: Rect::new(0, 0, 80, 24),
             clock: Clock::default(),
+            startup: Startup {
+                wanted_pid: config.initial_process,
+                screenshot: config.screenshot.clone(),
+            },
+            redraw: Redraw::default(),
             dirty: true,
             quit: false,
         }
@@ -289,22 +367,13 @@ impl App {
             .and_then(|p| p.view.figures.nvml_used)
     }
 
-    /// Applies one event; returns what the loop must do.
+    /// Applies one event; returns what the loop must do. While paused, no
+    /// snapshot is asked for.
     pub fn handle(&mut self, ev: AppEvent) -> Vec<Effect> {
-        match ev {
+        let mut fx = match ev {
             AppEvent::Input(input) => self.input(input),
-            AppEvent::Changed => {
-                self.clock.changed_ns = self.clock.now_ns;
-                if self.paused {
-                    vec![]
-                } else {
-                    vec![Effect::Refresh]
-                }
-            }
-            AppEvent::Tick => {
-                self.dirty = true;
-                vec![]
-            }
+            AppEvent::Changed => self.changed(),
+            AppEvent::Tick { now_ns } => self.tick(now_ns),
             AppEvent::Signal => {
                 self.quit = true;
                 vec![Effect::Quit]
@@ -313,7 +382,169 @@ impl App {
                 self.command_done(done);
                 vec![Effect::Refresh]
             }
+            AppEvent::Snapshot(snap) => self.snapshot_taken(*snap),
+            AppEvent::ScreenshotWritten(result) => self.screenshot_written(result),
+        };
+        if self.paused {
+            fx.retain(|f| *f != Effect::Refresh);
         }
+        fx
+    }
+
+    fn data_interval_ns(&self) -> u64 {
+        self.config.data_interval.as_nanos() as u64
+    }
+
+    /// The data interval has passed since data was last taken.
+    fn data_due(&self) -> bool {
+        self.clock
+            .data_ns
+            .is_none_or(|t| self.clock.now_ns >= t + self.data_interval_ns())
+    }
+
+    /// New hub data is taken at most every data interval: a busy job
+    /// changes the model every 50 ms, and redrawing that often costs CPU
+    /// and ssh bandwidth for nothing a person can read.
+    fn changed(&mut self) -> Vec<Effect> {
+        self.clock.changed_ns = self.clock.now_ns;
+        if self.paused {
+            return vec![];
+        }
+        if self.data_due() {
+            vec![Effect::Refresh]
+        } else {
+            self.clock.data_pending = true;
+            vec![]
+        }
+    }
+
+    /// Time passed: start, the slow tick (a redraw only when the freshness
+    /// label moved), data held back by the gate, the automatic screenshot.
+    fn tick(&mut self, now: u64) -> Vec<Effect> {
+        self.clock.now_ns = now;
+        let Some(started) = self.clock.started_ns else {
+            self.clock.started_ns = Some(now);
+            self.clock.next_tick_ns = now + TICK_NS;
+            return vec![Effect::Refresh];
+        };
+        let mut fx = Vec::new();
+        if now >= self.clock.next_tick_ns {
+            let idle = now.saturating_sub(self.clock.changed_ns) > IDLE_AFTER_NS;
+            self.clock.next_tick_ns = now + if idle { IDLE_TICK_NS } else { TICK_NS };
+            if self.age_label() != self.redraw.label {
+                self.dirty = true;
+            }
+        }
+        if self.clock.data_pending && self.data_due() {
+            self.clock.data_pending = false;
+            fx.push(Effect::Refresh);
+        }
+        if let Some(s) = &self.startup.screenshot {
+            if now >= started + s.after.as_nanos() as u64 {
+                self.redraw.shot = Some(Shot {
+                    path: Some(s.path.clone()),
+                    then_quit: true,
+                });
+                self.startup.screenshot = None;
+                self.dirty = true;
+            }
+        }
+        fx
+    }
+
+    /// The snapshot asked for arrived; `--pid` opens its view once it shows.
+    fn snapshot_taken(&mut self, snap: Snapshot) -> Vec<Effect> {
+        self.clock.data_ns = Some(self.clock.now_ns);
+        self.clock.data_pending = false;
+        self.set_snapshot(snap);
+        if self.clock.changed_ns == 0 {
+            self.clock.changed_ns = self.clock.now_ns;
+        }
+        self.open_wanted()
+    }
+
+    fn open_wanted(&mut self) -> Vec<Effect> {
+        let Some(pid) = self.startup.wanted_pid else {
+            return vec![];
+        };
+        if self.screen != Screen::Overview {
+            return vec![];
+        }
+        if self.open_pid(pid) {
+            self.startup.wanted_pid = None;
+            self.message = None;
+            return vec![Effect::Refresh];
+        }
+        let waited = self
+            .clock
+            .now_ns
+            .saturating_sub(self.clock.started_ns.unwrap_or(self.clock.now_ns));
+        if waited > PID_WAIT_NS {
+            self.startup.wanted_pid = None;
+            self.message = Some(format!("pid {pid} is not an instrumented or GPU process"));
+        } else {
+            self.message = Some(format!("waiting for pid {pid} to appear..."));
+        }
+        vec![]
+    }
+
+    fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
+        let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
+        self.message = Some(match result {
+            Ok(path) => format!("screenshot written to {}", path.display()),
+            Err(e) => format!("screenshot failed: {e}"),
+        });
+        // The message shows in the next frame (unless quitting).
+        self.dirty = true;
+        if then_quit {
+            self.quit = true;
+            return vec![Effect::Quit];
+        }
+        vec![]
+    }
+
+    /// When the loop must wake up even if nothing arrives (collector ns):
+    /// the slow tick, the frame gap, held-back data, the automatic
+    /// screenshot. Before the first tick: at once.
+    pub fn deadline_ns(&self) -> u64 {
+        let Some(started) = self.clock.started_ns else {
+            return 0;
+        };
+        let mut d = self.clock.next_tick_ns;
+        if self.dirty {
+            d = d.min(self.redraw.last_ns.map_or(0, |t| t + MIN_FRAME_NS));
+        }
+        if self.clock.data_pending {
+            if let Some(t) = self.clock.data_ns {
+                d = d.min(t + self.data_interval_ns());
+            }
+        }
+        if let Some(s) = &self.startup.screenshot {
+            d = d.min(started + s.after.as_nanos() as u64);
+        }
+        d
+    }
+
+    /// Draw now: something changed, and the last frame is at least
+    /// [`MIN_FRAME_NS`] old.
+    pub fn should_draw(&self, now_ns: u64) -> bool {
+        self.dirty
+            && self
+                .redraw
+                .last_ns
+                .is_none_or(|t| now_ns >= t + MIN_FRAME_NS)
+    }
+
+    /// The loop drew a frame at `now_ns`. Returns the screenshot this frame
+    /// is to be written as, if one was asked for; the loop answers with
+    /// [`AppEvent::ScreenshotWritten`].
+    pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
+        self.dirty = false;
+        self.redraw.last_ns = Some(now_ns);
+        self.redraw.label = self.age_label();
+        let shot = self.redraw.shot.take();
+        self.redraw.writing = shot.clone();
+        shot
     }
 
     fn command_done(&mut self, done: CommandDone) {
@@ -424,7 +655,15 @@ impl App {
             A::Pause => return self.toggle_pause(),
             A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
             A::PauseSim => return self.toggle_pause(),
-            A::Screenshot => return vec![Effect::Screenshot],
+            A::Screenshot => {
+                // An automatic screenshot already asked for goes first.
+                if self.redraw.shot.is_none() {
+                    self.redraw.shot = Some(Shot {
+                        path: None,
+                        then_quit: false,
+                    });
+                }
+            }
             A::DemoSlower | A::DemoFaster => return self.demo_speed(action == A::DemoFaster),
             A::EmptyCache => return self.ask_empty_cache(),
             A::ResetPeaks => return self.simple_command(Command::ResetPeaks { device: None }),
