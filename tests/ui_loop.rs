@@ -240,3 +240,16 @@ fn a_signal_quits() {
     assert_eq!(a.handle(AppEvent::Signal), vec![Effect::Quit]);
     assert!(a.quit);
 }
+
+#[test]
+fn no_color_is_applied_once_by_the_ui() {
+    use vramscope::ui::{app_config, UiOptions};
+    let opts = UiOptions::default();
+    assert!(app_config(&opts, false).theme.color);
+    assert!(!app_config(&opts, true).theme.color, "NO_COLOR");
+    let mono = UiOptions {
+        monochrome: true,
+        ..UiOptions::default()
+    };
+    assert!(!app_config(&mono, false).theme.color, "--no-color");
+}

@@ -710,6 +710,29 @@ impl App {
             A::FilterBackspace => {
                 self.overview.filter.pop();
             }
+            A::Back
+            | A::NextPane
+            | A::PrevPane
+            | A::ShowPane(_)
+            | A::ZoomIn
+            | A::ZoomOut
+            | A::TimeBack
+            | A::TimeForward
+            | A::FollowToggle
+            | A::FollowOn
+            | A::ScrollUp
+            | A::ScrollDown
+            | A::ScrollPageUp
+            | A::ScrollPageDown
+            | A::ScrollTop => return self.process_act(action),
+        }
+        vec![]
+    }
+
+    /// The process view's actions: panes, the time window, scrolling.
+    fn process_act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
             A::Back => return self.back(),
             A::NextPane => {
                 self.process.pane = Pane::ALL[(self.process.pane.index() + 1) % Pane::ALL.len()]
@@ -763,6 +786,7 @@ impl App {
                 self.process.block_scroll = 0;
                 self.process.event_scroll = 0;
             }
+            _ => {}
         }
         vec![]
     }
