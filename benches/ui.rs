@@ -11,7 +11,7 @@ fn config() -> AppConfig {
     AppConfig {
         readonly: false,
         theme: Theme::new(true, false),
-        demo: false,
+        ..AppConfig::default()
     }
 }
 
@@ -36,15 +36,15 @@ fn frames(c: &mut Criterion) {
     bench_frame(c, "frame 200x60 overview, 9 processes", &overview);
 
     let mut process = app_with(&fx, config(), 200, 60);
-    process.selected = fx.key_of("fragmentation");
+    process.overview.selected = fx.key_of("fragmentation");
     process.open();
     refresh(&mut process, &fx);
     bench_frame(c, "frame 200x60 process view (all panes)", &process);
 
     let mut compact = app_with(&fx, config(), 80, 24);
-    compact.selected = fx.key_of("fragmentation");
+    compact.overview.selected = fx.key_of("fragmentation");
     compact.open();
-    compact.pane = Pane::Blocks;
+    compact.process.pane = Pane::Blocks;
     refresh(&mut compact, &fx);
     bench_frame(c, "frame 80x24 block map tab", &compact);
 

@@ -1,10 +1,10 @@
 //! The state machine driven by injected events, no terminal: navigation,
 //! sorting, filtering, the process view, zoom and scroll, the empty-cache
-//! dialogue through a fake command runner, read-only mode, help, pause,
+//! dialogue through a fake driver, read-only mode, help, pause,
 //! demo controls, mouse, and Press-only keys.
 
 use std::sync::mpsc;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use crossterm::event::{
@@ -17,7 +17,7 @@ use vramscope::ui::app::{ActionState, SPANS_NS};
 use vramscope::ui::fixtures::{app_with, refresh, Fixture};
 use vramscope::ui::rows::Col;
 use vramscope::ui::{
-    layout, spawn_command, App, AppConfig, AppEvent, CommandRunner, Effect, Screen, Theme,
+    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Screen, Theme,
 };
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
@@ -26,7 +26,7 @@ fn cfg(readonly: bool) -> AppConfig {
     AppConfig {
         readonly,
         theme: Theme::new(true, false),
-        demo: false,
+        ..AppConfig::default()
     }
 }
 
@@ -77,21 +77,21 @@ fn navigation() {
 fn selection_scrolls_the_table() {
     let fx = Fixture::new(12);
     let mut a = app_with(&fx, cfg(false), 80, 16);
-    let visible = layout::table_rows(&a);
+    let visible = a.table_rows();
     assert!(visible < 13, "{visible}");
     for _ in 0..12 {
         a.handle(key(KeyCode::Down));
     }
-    assert_eq!(a.table_offset, 13 - visible);
+    assert_eq!(a.overview.offset, 13 - visible);
     a.handle(key(KeyCode::Home));
-    assert_eq!(a.table_offset, 0);
+    assert_eq!(a.overview.offset, 0);
 }
 
 #[test]
 fn sorting() {
     let mut a = app();
-    assert_eq!(a.sort, Col::Reserved);
-    assert!(a.descending);
+    assert_eq!(a.overview.sort, Col::Reserved);
+    assert!(a.overview.descending);
     let resv: Vec<Option<u64>> = a.rows().iter().map(|r| r.reserved).collect();
     // Descending, absent (NVML-only) last.
     assert!(resv.windows(2).all(|w| match (w[0], w[1]) {
@@ -100,11 +100,11 @@ fn sorting() {
         (None, Some(_)) => false,
     }));
     a.handle(ch('o'));
-    assert_eq!(a.sort, Col::Allocated);
+    assert_eq!(a.overview.sort, Col::Allocated);
     let alloc: Vec<u64> = a.rows().iter().filter_map(|r| r.allocated).collect();
     assert!(alloc.windows(2).all(|w| w[0] >= w[1]));
     a.handle(ch('O'));
-    assert!(!a.descending);
+    assert!(!a.overview.descending);
     let alloc: Vec<u64> = a.rows().iter().filter_map(|r| r.allocated).collect();
     assert!(alloc.windows(2).all(|w| w[0] <= w[1]));
     // Absent values stay last in either direction.
@@ -113,35 +113,35 @@ fn sorting() {
     for _ in 0..Col::SORTABLE.len() - 1 {
         a.handle(ch('o'));
     }
-    assert_eq!(a.sort, Col::Reserved);
+    assert_eq!(a.overview.sort, Col::Reserved);
 }
 
 #[test]
 fn filtering() {
     let mut a = app();
     a.handle(ch('/'));
-    assert!(a.filter_editing);
+    assert!(a.overview.filter_editing);
     // While typing, letters are text, not commands ('q' does not quit).
     let fx = type_str(&mut a, "seq");
     assert!(fx.is_empty());
     assert!(!a.quit);
-    assert_eq!(a.filter, "seq");
+    assert_eq!(a.overview.filter, "seq");
     assert_eq!(pids(&a).len(), 1);
     assert_eq!(a.rows()[0].name, "seq2seq.py");
     assert_eq!(selected_pid(&a), a.rows()[0].pid);
     a.handle(key(KeyCode::Backspace));
-    assert_eq!(a.filter, "se");
+    assert_eq!(a.overview.filter, "se");
     a.handle(key(KeyCode::Enter));
-    assert!(!a.filter_editing);
-    assert_eq!(a.filter, "se");
+    assert!(!a.overview.filter_editing);
+    assert_eq!(a.overview.filter, "se");
     // By pid and by command line.
-    a.filter = "4242".into();
+    a.overview.filter = "4242".into();
     assert_eq!(pids(&a), vec![4242]);
-    a.filter = "--scenario oom".into();
+    a.overview.filter = "--scenario oom".into();
     assert_eq!(pids(&a).len(), 1);
     // Esc clears.
     a.handle(key(KeyCode::Esc));
-    assert!(a.filter.is_empty());
+    assert!(a.overview.filter.is_empty());
     assert_eq!(pids(&a).len(), 7);
 }
 
@@ -154,16 +154,16 @@ fn open_process_view_and_back() {
     let opts = a.view_options();
     assert!(opts.block_map);
     let tl = opts.timeline.expect("a timeline request");
-    assert_eq!(tl.to_ns - tl.from_ns, SPANS_NS[a.span_index]);
+    assert_eq!(tl.to_ns - tl.from_ns, SPANS_NS[a.process.span_index]);
     assert_eq!(tl.to_ns, FX.now_ns);
     assert_eq!(tl.columns, 80 - 2 - layout::AXIS_WIDTH as usize);
     // Tabs.
     a.handle(key(KeyCode::Tab));
-    assert_eq!(a.pane, vramscope::ui::Pane::Blocks);
+    assert_eq!(a.process.pane, vramscope::ui::Pane::Blocks);
     a.handle(ch('5'));
-    assert_eq!(a.pane, vramscope::ui::Pane::Diagnosis);
+    assert_eq!(a.process.pane, vramscope::ui::Pane::Diagnosis);
     a.handle(key(KeyCode::BackTab));
-    assert_eq!(a.pane, vramscope::ui::Pane::Events);
+    assert_eq!(a.process.pane, vramscope::ui::Pane::Events);
     // Back.
     assert_eq!(a.handle(key(KeyCode::Esc)), vec![Effect::Refresh]);
     assert_eq!(a.screen, Screen::Overview);
@@ -183,18 +183,18 @@ fn zoom_and_scroll_time() {
     let span = a.span_ns();
     // Back in time: stop following, move by half a window.
     a.handle(key(KeyCode::Left));
-    assert!(!a.follow);
+    assert!(!a.process.follow);
     let (from, to) = a.window();
     assert_eq!(to, FX.now_ns - span / 2);
     assert_eq!(to - from, span);
     // Forward past now: follow again.
     a.handle(key(KeyCode::Right));
-    assert!(a.follow);
+    assert!(a.process.follow);
     // f toggles follow; End turns it on.
     a.handle(ch('f'));
-    assert!(!a.follow);
+    assert!(!a.process.follow);
     a.handle(key(KeyCode::End));
-    assert!(a.follow);
+    assert!(a.process.follow);
     // Zooming stops at both ends.
     for _ in 0..40 {
         a.handle(ch('+'));
@@ -209,48 +209,57 @@ fn zoom_and_scroll_time() {
 #[test]
 fn block_map_scrolls() {
     let mut a = app();
-    a.selected = FX.key_of("leak");
+    a.overview.selected = FX.key_of("leak");
     a.handle(key(KeyCode::Enter));
     refresh(&mut a, &FX);
     a.handle(ch('2'));
     a.handle(key(KeyCode::PageDown));
-    let page = a.block_scroll;
+    let page = a.process.block_scroll;
     assert!(page > 5, "{page}");
     a.handle(key(KeyCode::Down));
-    assert_eq!(a.block_scroll, page + 1);
+    assert_eq!(a.process.block_scroll, page + 1);
     a.handle(key(KeyCode::PageUp));
     a.handle(key(KeyCode::PageUp));
-    assert_eq!(a.block_scroll, 0);
+    assert_eq!(a.process.block_scroll, 0);
 }
 
-/// Answers like a process that released `released` bytes.
-struct FakeRunner {
+/// Answers like a process that released 2 GiB, from a thread of its own.
+struct FakeDriver {
     calls: Mutex<Vec<(ProcessKey, Command)>>,
 }
 
-impl CommandRunner for FakeRunner {
-    fn run(&self, key: ProcessKey, command: Command) -> Result<Outcome, String> {
+impl Driver for FakeDriver {
+    fn request(
+        &self,
+        key: ProcessKey,
+        command: Command,
+        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
+    ) {
         self.calls.lock().unwrap().push((key, command));
-        Ok(Outcome {
-            status: Status::Ok,
-            result0: 3 << 30,
-            result1: 1 << 30,
-            result2: 0,
-        })
+        std::thread::spawn(move || {
+            done(Ok(Outcome {
+                status: Status::Ok,
+                result0: 3 << 30,
+                result1: 1 << 30,
+                result2: 0,
+            }))
+        });
     }
+
+    fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {}
 }
 
 #[test]
 fn empty_cache_confirm_cancel_and_run() {
     let mut a = app();
-    a.selected = FX.key_of("empty-cache");
-    let key_ = a.selected.unwrap();
+    a.overview.selected = FX.key_of("empty-cache");
+    let key_ = a.overview.selected.unwrap();
     // Cancel.
     assert!(a.handle(ch('e')).is_empty());
     assert!(matches!(a.action, Some(ActionState::Confirm { .. })));
     // Other keys are ignored while asking.
     a.handle(ch('j'));
-    assert_eq!(a.selected, Some(key_));
+    assert_eq!(a.overview.selected, Some(key_));
     a.handle(ch('n'));
     assert!(a.action.is_none());
     // Confirm.
@@ -268,15 +277,16 @@ fn empty_cache_confirm_cancel_and_run() {
     assert_eq!(*command, Command::EmptyCache { device: None });
     assert!(matches!(a.action, Some(ActionState::Running { .. })));
     let nvml_before = a.selected_entry().unwrap().view.figures.nvml_used;
-    // Run it as the loop does, through the fake runner, on a thread.
-    let runner = Arc::new(FakeRunner {
+    // Send it as the loop does, through the fake driver (it answers from
+    // another thread).
+    let driver = FakeDriver {
         calls: Mutex::new(Vec::new()),
-    });
+    };
     let (tx, rx) = mpsc::channel();
-    spawn_command(runner.clone(), tx, *k, *pid, *command);
+    send_command(&driver, &tx, *k, *pid, *command);
     let done = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(matches!(done, AppEvent::CommandDone(_)));
-    assert_eq!(runner.calls.lock().unwrap().len(), 1);
+    assert_eq!(driver.calls.lock().unwrap().len(), 1);
     assert_eq!(a.handle(done), vec![Effect::Refresh]);
     let Some(ActionState::Done(r)) = &a.action else {
         panic!("{:?}", a.action)
@@ -314,7 +324,7 @@ fn empty_cache_confirm_cancel_and_run() {
 #[test]
 fn commands_need_an_agent() {
     let mut a = app();
-    a.selected = Some(ProcessKey {
+    a.overview.selected = Some(ProcessKey {
         pid: 4242,
         start_time: 777,
     });
@@ -368,15 +378,18 @@ fn help_overlay() {
     let mut a = app();
     a.handle(ch('?'));
     assert!(a.help);
-    let sel = a.selected;
+    let sel = a.overview.selected;
     a.handle(ch('j'));
-    assert_eq!(a.selected, sel);
+    assert_eq!(a.overview.selected, sel);
     assert!(a.handle(ch('e')).is_empty());
     assert!(a.action.is_none());
     a.handle(key(KeyCode::Esc));
     assert!(!a.help);
     // Every key the footer names is in the help.
-    let all: Vec<&str> = vramscope::ui::help::KEYS.iter().map(|k| k.0).collect();
+    let all: Vec<&str> = vramscope::ui::keys::KEYS
+        .iter()
+        .filter_map(|b| b.help.map(|h| h.0))
+        .collect();
     for k in [
         "q Ctrl-C", "?", "p", "space", "[ ]", "S", "e", "r", "s", "/", "Enter",
     ] {
@@ -409,11 +422,11 @@ fn quit_paths() {
 #[test]
 fn only_presses_count() {
     let mut a = app();
-    let before = a.selected;
+    let before = a.overview.selected;
     let mut release = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
     release.kind = KeyEventKind::Release;
     a.handle(AppEvent::Input(Event::Key(release)));
-    assert_eq!(a.selected, before);
+    assert_eq!(a.overview.selected, before);
     let mut release = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::NONE);
     release.kind = KeyEventKind::Release;
     assert!(a.handle(AppEvent::Input(Event::Key(release))).is_empty());
@@ -439,15 +452,7 @@ fn pause_freezes_the_view() {
 
 #[test]
 fn demo_keys() {
-    let mut a = app_with(
-        &FX,
-        AppConfig {
-            demo: true,
-            ..cfg(false)
-        },
-        80,
-        24,
-    );
+    let mut a = app_with(&FX, cfg(false), 80, 24);
     a.set_demo_status(Some(DemoStatus {
         scenario: "leak".into(),
         caption: "x".into(),
@@ -468,7 +473,7 @@ fn demo_keys() {
 #[test]
 fn mouse_selects_opens_and_scrolls() {
     let mut a = app();
-    let body = layout::table_body(&a);
+    let body = a.table_body();
     let click = |row: u16| {
         AppEvent::Input(Event::Mouse(MouseEvent {
             kind: MouseEventKind::Down(MouseButton::Left),

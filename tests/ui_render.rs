@@ -21,7 +21,7 @@ fn cfg() -> AppConfig {
     AppConfig {
         readonly: false,
         theme: Theme::new(true, false),
-        demo: false,
+        ..AppConfig::default()
     }
 }
 
@@ -37,9 +37,9 @@ fn frame(app: &App) -> String {
 
 fn process_app(fx: &Fixture, scenario: &str, w: u16, h: u16, pane: Pane) -> App {
     let mut app = app_with(fx, cfg(), w, h);
-    app.selected = fx.key_of(scenario);
+    app.overview.selected = fx.key_of(scenario);
     app.open();
-    app.pane = pane;
+    app.process.pane = pane;
     refresh(&mut app, fx);
     app
 }
@@ -76,10 +76,10 @@ fn overview_without_nvml() {
 #[test]
 fn overview_filtered_and_empty() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.filter = "seq2".into();
+    app.overview.filter = "seq2".into();
     refresh(&mut app, &FX);
     insta::assert_snapshot!("overview_filter_80x24", frame(&app));
-    app.filter = "nothing-matches".into();
+    app.overview.filter = "nothing-matches".into();
     refresh(&mut app, &FX);
     insta::assert_snapshot!("overview_filter_none_80x24", frame(&app));
     let mut empty = App::new(cfg());
@@ -114,13 +114,13 @@ fn oom_details_at_80x24() {
 #[test]
 fn nvml_only_process() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.selected = Some(vramscope::model::ProcessKey {
+    app.overview.selected = Some(vramscope::model::ProcessKey {
         pid: 4242,
         start_time: 777,
     });
     app.open();
     for pane in [Pane::Timeline, Pane::Blocks] {
-        app.pane = pane;
+        app.process.pane = pane;
         refresh(&mut app, &FX);
         insta::assert_snapshot!(format!("process_nvml_only_{pane:?}_80x24"), frame(&app));
     }
@@ -151,7 +151,7 @@ fn help_overlay() {
 #[test]
 fn action_boxes() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.selected = FX.key_of("empty-cache");
+    app.overview.selected = FX.key_of("empty-cache");
     let e = app.selected_entry().unwrap();
     app.action = Some(ActionState::Confirm {
         key: e.key(),
@@ -165,15 +165,7 @@ fn action_boxes() {
 
 #[test]
 fn demo_caption() {
-    let mut app = app_with(
-        &FX,
-        AppConfig {
-            demo: true,
-            ..cfg()
-        },
-        80,
-        24,
-    );
+    let mut app = app_with(&FX, cfg(), 80, 24);
     app.set_demo_status(Some(DemoStatus {
         scenario: "leak".into(),
         caption: "step 7: the list of losses keeps each graph alive".into(),
@@ -190,7 +182,7 @@ fn monochrome_has_no_colours() {
     let theme = Theme::new(false, false);
     for pane in Pane::ALL {
         let mut app = process_app(&FX, "oom", 120, 40, pane);
-        app.theme = theme;
+        app.config.theme = theme;
         let buf = render_buffer(&app, 120, 40);
         for c in &buf.content {
             assert_eq!(c.fg, Color::Reset, "colour {:?} at {:?}", c.fg, c.symbol());
@@ -212,14 +204,14 @@ fn ascii_has_only_ascii() {
     let mut frames = Vec::new();
     for pane in Pane::ALL {
         let mut app = process_app(&FX, "fragmentation", 80, 24, pane);
-        app.theme = theme;
+        app.config.theme = theme;
         frames.push(render_buffer(&app, 80, 24));
     }
     let mut app = process_app(&FX, "leak", 200, 60, Pane::Timeline);
-    app.theme = theme;
+    app.config.theme = theme;
     frames.push(render_buffer(&app, 200, 60));
     let mut o = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
-    o.theme = theme;
+    o.config.theme = theme;
     frames.push(render_buffer(&o, 80, 24));
     o.help = true;
     frames.push(render_buffer(&o, 80, 24));

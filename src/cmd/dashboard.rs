@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use vramscope::collect::Live;
+use vramscope::ui::DemoHandle;
 
 use super::CollectFlags;
 
@@ -53,7 +54,7 @@ impl UiFlags {
         vramscope::ui::UiOptions {
             readonly: self.readonly,
             ascii: self.ascii,
-            monochrome: self.no_color || vramscope::ui::no_color_env(),
+            monochrome: self.no_color,
             mouse: !self.no_mouse,
             initial_process: self.pid,
             data_interval: Duration::from_millis(self.refresh),
@@ -71,11 +72,16 @@ impl UiFlags {
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
-    open(cfg, args.ui.options())
+    open(cfg, None, args.ui.options())
 }
 
-/// Starts the collector and opens the dashboard on it.
-pub fn open(cfg: vramscope::collect::Config, opts: vramscope::ui::UiOptions) -> Result<()> {
-    let live = Live::start(cfg).context("starting the collector")?;
-    vramscope::ui::run(Arc::new(live), opts)
+/// Starts the collector and opens the dashboard on it (and on the demo's
+/// controls, in `vramscope demo`).
+pub fn open(
+    cfg: vramscope::collect::Config,
+    demo: Option<Arc<dyn DemoHandle>>,
+    opts: vramscope::ui::UiOptions,
+) -> Result<()> {
+    let live = Arc::new(Live::start(cfg).context("starting the collector")?);
+    vramscope::ui::run(live.hub().clone(), live, demo, opts)
 }

@@ -75,11 +75,10 @@ pub fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
     let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
     let mut opts = args.ui.options();
-    opts.demo = Some(demo.clone());
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
     opts.initial_process = opts.initial_process.or(Some(std::process::id()));
-    let r = super::dashboard::open(cfg, opts);
+    let r = super::dashboard::open(cfg, Some(demo.clone()), opts);
     demo.stop();
     r
 }

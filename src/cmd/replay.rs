@@ -36,8 +36,8 @@ pub fn run(args: Args) -> Result<()> {
         let mut opts = args.view.options();
         // A recording cannot be sent commands.
         opts.readonly = true;
-        let live = Live::replay(reader, speed).context("starting the replay")?;
-        return vramscope::ui::run(Arc::new(live), opts);
+        let live = Arc::new(Live::replay(reader, speed).context("starting the replay")?);
+        return vramscope::ui::run(live.hub().clone(), live, None, opts);
     }
     let hub = Hub::default();
     let pace = if args.speed > 0.0 {

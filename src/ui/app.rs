@@ -1,9 +1,15 @@
 //! The dashboard's state machine: everything the screen shows besides the
-//! snapshot itself, and how events change it. No terminal and no I/O here:
-//! [`App::handle`] turns an [`AppEvent`] into state changes and a list of
-//! [`Effect`]s that the loop (or a test) carries out.
+//! snapshot itself, and how events change it. No terminal, no I/O and no
+//! clock here: [`App::handle`] turns an [`AppEvent`] into state changes and
+//! a list of [`Effect`]s that the loop (or a test) carries out, and time
+//! arrives as [`AppEvent::Tick`]. Every decision about what to draw and when
+//! is made here: the freshness label, the data-rate gate, the `--pid` wait,
+//! the automatic screenshot, the frame gap ([`App::deadline_ns`],
+//! [`App::should_draw`], [`App::frame_drawn`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
@@ -13,10 +19,17 @@ use ratatui::layout::Rect;
 use crate::collect::{ProcessEntry, Snapshot};
 use crate::demo::DemoStatus;
 use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
-use crate::ring::{Command, Outcome, Status};
+use crate::ring::{Command, Outcome};
 
+use super::blockmap;
+use super::format;
+use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
+pub use super::state::{
+    ActionReport, ActionState, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN, SPANS_NS,
+    SPEEDS,
+};
 use super::theme::Theme;
 
 /// Everything the loop waits for, in one channel.
@@ -25,12 +38,19 @@ pub enum AppEvent {
     Input(Event),
     /// The hub moved (coalesced: at most one queued).
     Changed,
-    /// The slow clock tick (ages, "updated … ago").
-    Tick,
+    /// Time passed: the loop sends one on every wake-up, before the events it
+    /// drained (collector clock, ns). The first one starts the dashboard.
+    Tick {
+        now_ns: u64,
+    },
     /// SIGTERM / SIGHUP / SIGINT.
     Signal,
-    /// A command run off the UI thread finished.
+    /// A command sent through the driver was answered.
     CommandDone(CommandDone),
+    /// The snapshot App asked for with [`Effect::Refresh`].
+    Snapshot(Box<Snapshot>),
+    /// The frame [`App::frame_drawn`] asked for was written (to this path).
+    ScreenshotWritten(Result<PathBuf, String>),
 }
 
 /// The answer to a command sent to a process.
@@ -46,220 +66,196 @@ pub struct CommandDone {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     Quit,
-    /// Take a new snapshot (view options changed, or the hub moved).
+    /// Take a new snapshot and hand it back as [`AppEvent::Snapshot`].
     Refresh,
-    /// Run a command on a background thread; answer with `CommandDone`.
+    /// Send a command through the driver; answer with `CommandDone`.
     RunCommand {
         key: ProcessKey,
         pid: u32,
         command: Command,
     },
-    /// Write the current frame as SVG.
-    Screenshot,
     DemoSpeed(f64),
     DemoTogglePause,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Screen {
-    Overview,
-    Process,
+/// Write one frame after a delay, then quit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScreenshotAfter {
+    pub path: PathBuf,
+    pub after: Duration,
 }
 
-/// The panes of the process view (tabs when the terminal is small).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pane {
-    Timeline,
-    Blocks,
-    Stats,
-    Events,
-    Diagnosis,
+/// A frame to write as SVG: to `path`, or the next free numbered file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shot {
+    pub path: Option<PathBuf>,
+    /// Quit once written (automation).
+    pub then_quit: bool,
 }
 
-impl Pane {
-    pub const ALL: [Pane; 5] = [
-        Pane::Timeline,
-        Pane::Blocks,
-        Pane::Stats,
-        Pane::Events,
-        Pane::Diagnosis,
-    ];
-    pub fn title(self) -> &'static str {
-        match self {
-            Pane::Timeline => "Timeline",
-            Pane::Blocks => "Blocks",
-            Pane::Stats => "Stats",
-            Pane::Events => "Events",
-            Pane::Diagnosis => "OOM/Leak",
-        }
-    }
-    fn index(self) -> usize {
-        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
-    }
-}
-
-/// Time windows `+` and `-` step through.
-pub const SPANS_NS: [u64; 13] = [
-    1_000_000_000,
-    2_000_000_000,
-    5_000_000_000,
-    10_000_000_000,
-    30_000_000_000,
-    60_000_000_000,
-    120_000_000_000,
-    300_000_000_000,
-    600_000_000_000,
-    1_800_000_000_000,
-    3_600_000_000_000,
-    10_800_000_000_000,
-    43_200_000_000_000,
-];
-pub const DEFAULT_SPAN: usize = 4;
-
-/// Demo speeds `[` and `]` step through.
-pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
-
-/// A process action's life: asked, running, answered.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ActionState {
-    /// `e` pressed: waiting for y/n.
-    Confirm {
-        key: ProcessKey,
-        pid: u32,
-        name: String,
-        reserved: Option<u64>,
-        allocated: Option<u64>,
-    },
-    Running {
-        pid: u32,
-        command: Command,
-    },
-    Done(ActionReport),
-}
-
-/// What a finished command did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActionReport {
-    pub pid: u32,
-    pub key: ProcessKey,
-    pub command: Command,
-    pub status: Result<Status, String>,
-    pub outcome: Option<Outcome>,
-    /// NVML used when the command was posted.
-    pub nvml_before: Option<u64>,
-    /// NVML used in the first NVML sample taken after the answer.
-    pub nvml_after: Option<u64>,
-    /// NVML sample time when the answer came (to spot the next sample).
-    pub nvml_sampled_at_done: Option<u64>,
-}
-
-impl ActionReport {
-    pub fn released(&self) -> Option<u64> {
-        let o = self.outcome?;
-        matches!(self.command, Command::EmptyCache { .. })
-            .then(|| o.result0.saturating_sub(o.result1))
-    }
-}
+/// At least this long between two frames.
+pub const MIN_FRAME_NS: u64 = 10_000_000;
+/// The slow tick (the freshness label), and when idle for a minute.
+pub const TICK_NS: u64 = 1_000_000_000;
+pub const IDLE_TICK_NS: u64 = 5_000_000_000;
+const IDLE_AFTER_NS: u64 = 60_000_000_000;
+/// How long `--pid` waits for its process.
+pub const PID_WAIT_NS: u64 = 10_000_000_000;
 
 /// Switches fixed for the life of the dashboard.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AppConfig {
+    /// No actions: nothing is sent to any process.
     pub readonly: bool,
+    /// The one theme (colour and ASCII switches, `NO_COLOR` applied).
     pub theme: Theme,
-    pub demo: bool,
+    /// New hub data is taken at most this often (keys are answered at
+    /// once); zero takes every change.
+    pub data_interval: Duration,
+    /// `--pid`: open this process's view as soon as it is seen.
+    pub initial_process: Option<u32>,
+    /// Automation: write the frame shown `after` the start, then quit.
+    pub screenshot: Option<ScreenshotAfter>,
 }
 
-/// The dashboard's state.
+/// The clocks, as App was told (collector ns; never read here).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clock {
+    /// Now, as of the last tick.
+    pub now_ns: u64,
+    /// When the hub last changed.
+    pub changed_ns: u64,
+    /// The first tick.
+    pub started_ns: Option<u64>,
+    /// When the slow tick is due.
+    pub next_tick_ns: u64,
+    /// When hub data was last taken.
+    pub data_ns: Option<u64>,
+    /// A hub change waits for the data interval.
+    pub data_pending: bool,
+}
+
+/// What happens once, after the start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Startup {
+    /// `--pid` not seen yet.
+    pub wanted_pid: Option<u32>,
+    /// The automatic screenshot, not taken yet.
+    pub screenshot: Option<ScreenshotAfter>,
+}
+
+/// Frames: when the last was drawn, what its freshness label said, and
+/// screenshots asked for or being written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Redraw {
+    pub last_ns: Option<u64>,
+    pub label: String,
+    /// The next frame is to be written.
+    pub shot: Option<Shot>,
+    /// The frame being written.
+    pub writing: Option<Shot>,
+}
+
+/// The dashboard's state, grouped by screen.
 #[derive(Debug, Clone)]
 pub struct App {
     pub config: AppConfig,
-    pub theme: Theme,
     pub snap: Arc<Snapshot>,
-    pub demo: Option<DemoStatus>,
     pub screen: Screen,
-    pub selected: Option<ProcessKey>,
-    pub table_offset: usize,
-    pub sort: Col,
-    pub descending: bool,
-    pub filter: String,
-    pub filter_editing: bool,
-    pub pane: Pane,
-    pub span_index: usize,
-    pub follow: bool,
-    /// Window end when not following (collector ns).
-    pub end_ns: u64,
-    pub block_scroll: usize,
-    pub event_scroll: usize,
+    /// The help overlay is up.
+    pub help: bool,
+    pub overview: OverviewState,
+    pub process: ProcessState,
+    /// The process action asked, running or answered.
+    pub action: Option<ActionState>,
+    /// The running demo, as last read.
+    pub demo: Option<DemoStatus>,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
-    pub help: bool,
-    pub action: Option<ActionState>,
     /// One line for the footer (errors, hints).
     pub message: Option<String>,
     /// Terminal size.
     pub size: Rect,
-    /// Collector clock now (set by the loop before each snapshot / tick).
-    pub now_ns: u64,
-    /// When the hub last changed (collector clock).
-    pub changed_ns: u64,
+    pub clock: Clock,
+    pub startup: Startup,
+    pub redraw: Redraw,
+    /// Something changed since the last frame.
     pub dirty: bool,
     pub quit: bool,
-    pub screenshots: u32,
-    /// NVML used of the target when its command was posted.
-    pub pending_nvml_before: Option<u64>,
 }
 
 impl App {
     pub fn new(config: AppConfig) -> App {
         App {
-            theme: config.theme,
-            config,
+            config: config.clone(),
             snap: Arc::new(Snapshot::default()),
-            demo: None,
             screen: Screen::Overview,
-            selected: None,
-            table_offset: 0,
-            sort: Col::Reserved,
-            descending: true,
-            filter: String::new(),
-            filter_editing: false,
-            pane: Pane::Timeline,
-            span_index: DEFAULT_SPAN,
-            follow: true,
-            end_ns: 0,
-            block_scroll: 0,
-            event_scroll: 0,
-            paused: false,
             help: false,
+            overview: OverviewState::default(),
+            process: ProcessState::default(),
             action: None,
+            demo: None,
+            paused: false,
             message: None,
             size: Rect::new(0, 0, 80, 24),
-            now_ns: 0,
-            changed_ns: 0,
+            clock: Clock::default(),
+            startup: Startup {
+                wanted_pid: config.initial_process,
+                screenshot: config.screenshot.clone(),
+            },
+            redraw: Redraw::default(),
             dirty: true,
             quit: false,
-            screenshots: 0,
-            pending_nvml_before: None,
         }
     }
 
     /// The rows of the overview, filtered and sorted.
     pub fn rows(&self) -> Vec<Row<'_>> {
-        rows::rows(&self.snap, &self.filter, self.sort, self.descending)
+        self.overview.rows(&self.snap)
     }
 
     pub fn span_ns(&self) -> u64 {
-        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+        self.process.span_ns()
+    }
+
+    /// Now: the newer of the clock and the snapshot.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns.max(self.snap.taken_ns)
     }
 
     /// The timeline window `[from, to)` in collector ns.
     pub fn window(&self) -> (u64, u64) {
-        let to = if self.follow {
-            self.now_ns.max(self.snap.taken_ns)
+        self.process.window(self.now_ns())
+    }
+
+    /// How fresh the data is (the header's right end).
+    pub fn age_label(&self) -> String {
+        if self.clock.changed_ns == 0 {
+            return "waiting for data".into();
+        }
+        let age = self.clock.now_ns.saturating_sub(self.clock.changed_ns);
+        const S: u64 = 1_000_000_000;
+        if age < 2 * S {
+            "live".into()
+        } else if age < 60 * S {
+            format!("updated {}s ago", age / S)
         } else {
-            self.end_ns
-        };
-        (to.saturating_sub(self.span_ns()), to)
+            // Minutes only: the idle tick is slow.
+            format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
+        }
+    }
+
+    /// The overview table's data rows (for clicks).
+    pub fn table_body(&self) -> Rect {
+        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine)
+    }
+
+    /// Data rows the overview table shows at once.
+    pub fn table_rows(&self) -> usize {
+        if self.screen != Screen::Overview && self.size.height == 0 {
+            return 1;
+        }
+        self.table_body().height as usize
     }
 
     /// What the next snapshot must contain for the current screen.
@@ -270,7 +266,7 @@ impl App {
             TimelineRequest {
                 from_ns,
                 to_ns,
-                columns: layout::timeline_columns(self),
+                columns: layout::timeline_columns(self.size, self.demo.is_some()),
             }
         });
         ViewOptions {
@@ -282,14 +278,14 @@ impl App {
 
     /// The selected process in the current snapshot.
     pub fn selected_entry(&self) -> Option<&ProcessEntry> {
-        let key = self.selected?;
+        let key = self.overview.selected?;
         self.snap.processes.iter().find(|p| p.key() == key)
     }
 
     /// A new snapshot arrived.
     pub fn set_snapshot(&mut self, snap: Snapshot) {
-        if snap.taken_ns > self.now_ns {
-            self.now_ns = snap.taken_ns;
+        if snap.taken_ns > self.clock.now_ns {
+            self.clock.now_ns = snap.taken_ns;
         }
         self.snap = Arc::new(snap);
         self.fix_selection();
@@ -310,29 +306,30 @@ impl App {
         }
         let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
         if keys.is_empty() {
-            self.selected = None;
-            self.table_offset = 0;
+            self.overview.selected = None;
+            self.overview.offset = 0;
             return;
         }
-        if self.selected.is_none_or(|k| !keys.contains(&k)) {
-            self.selected = Some(keys[0]);
+        if self.overview.selected.is_none_or(|k| !keys.contains(&k)) {
+            self.overview.selected = Some(keys[0]);
         }
         self.scroll_to_selection(&keys);
     }
 
     fn scroll_to_selection(&mut self, keys: &[ProcessKey]) {
-        let visible = layout::table_rows(self).max(1);
+        let visible = self.table_rows().max(1);
         let idx = self
+            .overview
             .selected
             .and_then(|k| keys.iter().position(|x| *x == k))
             .unwrap_or(0);
-        if idx < self.table_offset {
-            self.table_offset = idx;
-        } else if idx >= self.table_offset + visible {
-            self.table_offset = idx + 1 - visible;
+        if idx < self.overview.offset {
+            self.overview.offset = idx;
+        } else if idx >= self.overview.offset + visible {
+            self.overview.offset = idx + 1 - visible;
         }
         let max_off = keys.len().saturating_sub(visible);
-        self.table_offset = self.table_offset.min(max_off);
+        self.overview.offset = self.overview.offset.min(max_off);
     }
 
     fn note_nvml_after(&mut self) {
@@ -370,22 +367,13 @@ impl App {
             .and_then(|p| p.view.figures.nvml_used)
     }
 
-    /// Applies one event; returns what the loop must do.
+    /// Applies one event; returns what the loop must do. While paused, no
+    /// snapshot is asked for.
     pub fn handle(&mut self, ev: AppEvent) -> Vec<Effect> {
-        match ev {
+        let mut fx = match ev {
             AppEvent::Input(input) => self.input(input),
-            AppEvent::Changed => {
-                self.changed_ns = self.now_ns;
-                if self.paused {
-                    vec![]
-                } else {
-                    vec![Effect::Refresh]
-                }
-            }
-            AppEvent::Tick => {
-                self.dirty = true;
-                vec![]
-            }
+            AppEvent::Changed => self.changed(),
+            AppEvent::Tick { now_ns } => self.tick(now_ns),
             AppEvent::Signal => {
                 self.quit = true;
                 vec![Effect::Quit]
@@ -394,11 +382,176 @@ impl App {
                 self.command_done(done);
                 vec![Effect::Refresh]
             }
+            AppEvent::Snapshot(snap) => self.snapshot_taken(*snap),
+            AppEvent::ScreenshotWritten(result) => self.screenshot_written(result),
+        };
+        if self.paused {
+            fx.retain(|f| *f != Effect::Refresh);
+        }
+        fx
+    }
+
+    fn data_interval_ns(&self) -> u64 {
+        self.config.data_interval.as_nanos() as u64
+    }
+
+    /// The data interval has passed since data was last taken.
+    fn data_due(&self) -> bool {
+        self.clock
+            .data_ns
+            .is_none_or(|t| self.clock.now_ns >= t + self.data_interval_ns())
+    }
+
+    /// New hub data is taken at most every data interval: a busy job
+    /// changes the model every 50 ms, and redrawing that often costs CPU
+    /// and ssh bandwidth for nothing a person can read.
+    fn changed(&mut self) -> Vec<Effect> {
+        self.clock.changed_ns = self.clock.now_ns;
+        if self.paused {
+            return vec![];
+        }
+        if self.data_due() {
+            vec![Effect::Refresh]
+        } else {
+            self.clock.data_pending = true;
+            vec![]
         }
     }
 
+    /// Time passed: start, the slow tick (a redraw only when the freshness
+    /// label moved), data held back by the gate, the automatic screenshot.
+    fn tick(&mut self, now: u64) -> Vec<Effect> {
+        self.clock.now_ns = now;
+        let Some(started) = self.clock.started_ns else {
+            self.clock.started_ns = Some(now);
+            self.clock.next_tick_ns = now + TICK_NS;
+            return vec![Effect::Refresh];
+        };
+        let mut fx = Vec::new();
+        if now >= self.clock.next_tick_ns {
+            let idle = now.saturating_sub(self.clock.changed_ns) > IDLE_AFTER_NS;
+            self.clock.next_tick_ns = now + if idle { IDLE_TICK_NS } else { TICK_NS };
+            if self.age_label() != self.redraw.label {
+                self.dirty = true;
+            }
+        }
+        if self.clock.data_pending && self.data_due() {
+            self.clock.data_pending = false;
+            fx.push(Effect::Refresh);
+        }
+        if let Some(s) = &self.startup.screenshot {
+            if now >= started + s.after.as_nanos() as u64 {
+                self.redraw.shot = Some(Shot {
+                    path: Some(s.path.clone()),
+                    then_quit: true,
+                });
+                self.startup.screenshot = None;
+                self.dirty = true;
+            }
+        }
+        fx
+    }
+
+    /// The snapshot asked for arrived; `--pid` opens its view once it shows.
+    fn snapshot_taken(&mut self, snap: Snapshot) -> Vec<Effect> {
+        self.clock.data_ns = Some(self.clock.now_ns);
+        self.clock.data_pending = false;
+        self.set_snapshot(snap);
+        if self.clock.changed_ns == 0 {
+            self.clock.changed_ns = self.clock.now_ns;
+        }
+        self.open_wanted()
+    }
+
+    fn open_wanted(&mut self) -> Vec<Effect> {
+        let Some(pid) = self.startup.wanted_pid else {
+            return vec![];
+        };
+        if self.screen != Screen::Overview {
+            return vec![];
+        }
+        if self.open_pid(pid) {
+            self.startup.wanted_pid = None;
+            self.message = None;
+            return vec![Effect::Refresh];
+        }
+        let waited = self
+            .clock
+            .now_ns
+            .saturating_sub(self.clock.started_ns.unwrap_or(self.clock.now_ns));
+        if waited > PID_WAIT_NS {
+            self.startup.wanted_pid = None;
+            self.message = Some(format!("pid {pid} is not an instrumented or GPU process"));
+        } else {
+            self.message = Some(format!("waiting for pid {pid} to appear..."));
+        }
+        vec![]
+    }
+
+    fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
+        let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
+        self.message = Some(match result {
+            Ok(path) => format!("screenshot written to {}", path.display()),
+            Err(e) => format!("screenshot failed: {e}"),
+        });
+        // The message shows in the next frame (unless quitting).
+        self.dirty = true;
+        if then_quit {
+            self.quit = true;
+            return vec![Effect::Quit];
+        }
+        vec![]
+    }
+
+    /// When the loop must wake up even if nothing arrives (collector ns):
+    /// the slow tick, the frame gap, held-back data, the automatic
+    /// screenshot. Before the first tick: at once.
+    pub fn deadline_ns(&self) -> u64 {
+        let Some(started) = self.clock.started_ns else {
+            return 0;
+        };
+        let mut d = self.clock.next_tick_ns;
+        if self.dirty {
+            d = d.min(self.redraw.last_ns.map_or(0, |t| t + MIN_FRAME_NS));
+        }
+        if self.clock.data_pending {
+            if let Some(t) = self.clock.data_ns {
+                d = d.min(t + self.data_interval_ns());
+            }
+        }
+        if let Some(s) = &self.startup.screenshot {
+            d = d.min(started + s.after.as_nanos() as u64);
+        }
+        d
+    }
+
+    /// Draw now: something changed, and the last frame is at least
+    /// [`MIN_FRAME_NS`] old.
+    pub fn should_draw(&self, now_ns: u64) -> bool {
+        self.dirty
+            && self
+                .redraw
+                .last_ns
+                .is_none_or(|t| now_ns >= t + MIN_FRAME_NS)
+    }
+
+    /// The loop drew a frame at `now_ns`. Returns the screenshot this frame
+    /// is to be written as, if one was asked for; the loop answers with
+    /// [`AppEvent::ScreenshotWritten`].
+    pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
+        self.dirty = false;
+        self.redraw.last_ns = Some(now_ns);
+        self.redraw.label = self.age_label();
+        let shot = self.redraw.shot.take();
+        self.redraw.writing = shot.clone();
+        shot
+    }
+
     fn command_done(&mut self, done: CommandDone) {
-        let nvml_before = self.pending_nvml_before.take();
+        let nvml_before = match &self.action {
+            Some(ActionState::Running { nvml_before, .. }) => *nvml_before,
+            _ => None,
+        };
         let (status, outcome) = match done.result {
             Ok(o) => (Ok(o.status), Some(o)),
             Err(e) => (Err(e), None),
@@ -438,103 +591,250 @@ impl App {
         }
     }
 
-    fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
-        if ctrl && matches!(k.code, KeyCode::Char('c') | KeyCode::Char('C')) {
-            self.quit = true;
-            return vec![Effect::Quit];
+    /// Where a key is looked up, first match wins: a modal context takes
+    /// every key; otherwise a finished command's report, the global keys,
+    /// then the screen's.
+    fn key_contexts(&self) -> Vec<Context> {
+        if self.overview.filter_editing {
+            return vec![Context::Always, Context::Filter];
         }
-        if self.filter_editing {
-            return self.filter_key(k);
-        }
-        if let Some(ActionState::Confirm { key, pid, .. }) = &self.action {
-            let (key, pid) = (*key, *pid);
-            match k.code {
-                KeyCode::Char('y') | KeyCode::Char('Y') => {
-                    let command = Command::EmptyCache { device: None };
-                    self.pending_nvml_before = self.nvml_of(key);
-                    self.action = Some(ActionState::Running { pid, command });
-                    return vec![Effect::RunCommand { key, pid, command }];
-                }
-                KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
-                    self.action = None;
-                    self.message = Some("empty_cache cancelled".into());
-                }
-                _ => {}
-            }
-            return vec![];
+        if matches!(self.action, Some(ActionState::Confirm { .. })) {
+            return vec![Context::Always, Context::Confirm];
         }
         if self.help {
-            if matches!(
-                k.code,
-                KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::F(1)
-            ) {
-                self.help = false;
-            }
-            return vec![];
+            return vec![Context::Always, Context::Help];
         }
-        match k.code {
-            KeyCode::Char('q') => {
+        let mut c = vec![Context::Always];
+        if matches!(self.action, Some(ActionState::Done(_))) {
+            c.push(Context::Report);
+        }
+        c.push(Context::Global);
+        c.push(match self.screen {
+            Screen::Overview => Context::Overview,
+            Screen::Process => Context::Process,
+        });
+        c
+    }
+
+    fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
+        let action = keys::action(&k, &self.key_contexts());
+        if !self.overview.filter_editing {
+            return action.map_or_else(Vec::new, |a| self.act(a));
+        }
+        // Typing a filter: characters are text, not commands.
+        match action {
+            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown)) => return self.act(a),
+            Some(a) => {
+                self.act(a);
+            }
+            None => {
+                if let KeyCode::Char(c) = k.code {
+                    if !k.modifiers.contains(KeyModifiers::CONTROL)
+                        && self.overview.filter.chars().count() < 64
+                    {
+                        self.overview.filter.push(c);
+                    }
+                }
+            }
+        }
+        self.overview.offset = 0;
+        self.fix_selection();
+        vec![]
+    }
+
+    /// Carries out what a key asked for.
+    fn act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
+            A::Quit => {
                 self.quit = true;
                 return vec![Effect::Quit];
             }
-            KeyCode::Char('?') | KeyCode::F(1) => {
-                self.help = true;
-                return vec![];
-            }
-            KeyCode::Char('p') => return self.toggle_pause(),
-            KeyCode::Char(' ') => {
-                if self.demo.is_some() {
-                    return vec![Effect::DemoTogglePause];
+            A::Help => self.help = true,
+            A::CloseHelp => self.help = false,
+            A::Pause => return self.toggle_pause(),
+            A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
+            A::PauseSim => return self.toggle_pause(),
+            A::Screenshot => {
+                // An automatic screenshot already asked for goes first.
+                if self.redraw.shot.is_none() {
+                    self.redraw.shot = Some(Shot {
+                        path: None,
+                        then_quit: false,
+                    });
                 }
-                return self.toggle_pause();
             }
-            KeyCode::Char('S') => return vec![Effect::Screenshot],
-            KeyCode::Char('[') | KeyCode::Char(']') if self.demo.is_some() => {
-                let cur = self.demo.as_ref().map_or(1.0, |d| d.speed);
-                let i = SPEEDS
-                    .iter()
-                    .position(|s| *s >= cur - 1e-9)
-                    .unwrap_or(SPEEDS.len() - 1);
-                let j = if k.code == KeyCode::Char(']') {
-                    if SPEEDS[i] > cur + 1e-9 {
-                        i
-                    } else {
-                        (i + 1).min(SPEEDS.len() - 1)
-                    }
-                } else {
-                    i.saturating_sub(1)
-                };
-                return vec![Effect::DemoSpeed(SPEEDS[j])];
+            A::DemoSlower | A::DemoFaster => return self.demo_speed(action == A::DemoFaster),
+            A::EmptyCache => return self.ask_empty_cache(),
+            A::ResetPeaks => return self.simple_command(Command::ResetPeaks { device: None }),
+            A::RequestSnapshot => return self.simple_command(Command::Snapshot { device: None }),
+            A::ConfirmYes => return self.confirm_empty_cache(),
+            A::ConfirmNo => {
+                self.action = None;
+                self.message = Some("empty_cache cancelled".into());
             }
-            KeyCode::Char('e') => return self.ask_empty_cache(),
-            KeyCode::Char('r') => {
-                return self.simple_command(Command::ResetPeaks { device: None });
-            }
-            KeyCode::Char('s') => {
-                return self.simple_command(Command::Snapshot { device: None });
-            }
-            KeyCode::Esc => {
-                if matches!(self.action, Some(ActionState::Done(_))) {
-                    self.action = None;
-                    return vec![];
-                }
-                if self.screen == Screen::Process {
-                    return self.back();
-                }
-                if !self.filter.is_empty() {
-                    self.filter.clear();
+            A::CloseReport => self.action = None,
+            A::SelectUp => return self.move_selection(-1),
+            A::SelectDown => return self.move_selection(1),
+            A::SelectPageUp => return self.move_selection(-self.page()),
+            A::SelectPageDown => return self.move_selection(self.page()),
+            A::SelectFirst => return self.move_selection(isize::MIN / 2),
+            A::SelectLast => return self.move_selection(isize::MAX / 2),
+            A::Open => return self.open(),
+            A::EditFilter => self.overview.filter_editing = true,
+            A::ClearFilter => {
+                if !self.overview.filter.is_empty() {
+                    self.overview.filter.clear();
                     self.fix_selection();
                 }
                 self.message = None;
-                return vec![];
+            }
+            A::SortNext => {
+                let i = Col::SORTABLE.iter().position(|c| *c == self.overview.sort);
+                self.overview.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
+                self.overview.descending = !matches!(
+                    self.overview.sort,
+                    Col::Pid | Col::Name | Col::User | Col::Mode
+                );
+                self.fix_selection();
+            }
+            A::SortReverse => {
+                self.overview.descending = !self.overview.descending;
+                self.fix_selection();
+            }
+            A::FilterKeep => self.overview.filter_editing = false,
+            A::FilterClear => {
+                self.overview.filter.clear();
+                self.overview.filter_editing = false;
+            }
+            A::FilterBackspace => {
+                self.overview.filter.pop();
+            }
+            A::Back
+            | A::NextPane
+            | A::PrevPane
+            | A::ShowPane(_)
+            | A::ZoomIn
+            | A::ZoomOut
+            | A::TimeBack
+            | A::TimeForward
+            | A::FollowToggle
+            | A::FollowOn
+            | A::ScrollUp
+            | A::ScrollDown
+            | A::ScrollPageUp
+            | A::ScrollPageDown
+            | A::ScrollTop => return self.process_act(action),
+        }
+        vec![]
+    }
+
+    /// The process view's actions: panes, the time window, scrolling.
+    fn process_act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
+            A::Back => return self.back(),
+            A::NextPane => {
+                self.process.pane = Pane::ALL[(self.process.pane.index() + 1) % Pane::ALL.len()]
+            }
+            A::PrevPane => {
+                self.process.pane =
+                    Pane::ALL[(self.process.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
+            }
+            A::ShowPane(p) => self.process.pane = p,
+            A::ZoomIn => {
+                self.process.span_index = self.process.span_index.saturating_sub(1);
+                return self.refresh_timeline();
+            }
+            A::ZoomOut => {
+                self.process.span_index = (self.process.span_index + 1).min(SPANS_NS.len() - 1);
+                return self.refresh_timeline();
+            }
+            A::TimeBack => {
+                if self.process.follow {
+                    self.process.end_ns = self.now_ns();
+                    self.process.follow = false;
+                }
+                self.process.end_ns = self
+                    .process
+                    .end_ns
+                    .saturating_sub(self.span_ns() / 2)
+                    .max(self.span_ns());
+                return self.refresh_timeline();
+            }
+            A::TimeForward => {
+                if !self.process.follow {
+                    self.process.end_ns = self.process.end_ns.saturating_add(self.span_ns() / 2);
+                    if self.process.end_ns >= self.now_ns() {
+                        self.process.follow = true;
+                    }
+                }
+                return self.refresh_timeline();
+            }
+            A::FollowToggle | A::FollowOn => {
+                self.process.follow = !self.process.follow || action == A::FollowOn;
+                if !self.process.follow {
+                    self.process.end_ns = self.now_ns();
+                }
+                return self.refresh_timeline();
+            }
+            A::ScrollUp => self.scroll(-1),
+            A::ScrollDown => self.scroll(1),
+            A::ScrollPageUp => self.scroll(-(self.pane_page() as isize)),
+            A::ScrollPageDown => self.scroll(self.pane_page() as isize),
+            A::ScrollTop => {
+                self.process.block_scroll = 0;
+                self.process.event_scroll = 0;
             }
             _ => {}
         }
-        match self.screen {
-            Screen::Overview => self.overview_key(k),
-            Screen::Process => self.process_key(k),
-        }
+        vec![]
+    }
+
+    /// Rows a page key scrolls in the process view.
+    fn pane_page(&self) -> usize {
+        layout::pane_page(self.size, self.demo.is_some(), self.process.pane)
+    }
+
+    /// Rows a page key moves the overview's selection.
+    fn page(&self) -> isize {
+        self.table_rows().max(1) as isize
+    }
+
+    fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
+        let Some(d) = &self.demo else {
+            return vec![];
+        };
+        let cur = d.speed;
+        let i = SPEEDS
+            .iter()
+            .position(|s| *s >= cur - 1e-9)
+            .unwrap_or(SPEEDS.len() - 1);
+        let j = if faster {
+            if SPEEDS[i] > cur + 1e-9 {
+                i
+            } else {
+                (i + 1).min(SPEEDS.len() - 1)
+            }
+        } else {
+            i.saturating_sub(1)
+        };
+        vec![Effect::DemoSpeed(SPEEDS[j])]
+    }
+
+    fn confirm_empty_cache(&mut self) -> Vec<Effect> {
+        let Some(ActionState::Confirm { key, pid, .. }) = &self.action else {
+            return vec![];
+        };
+        let (key, pid) = (*key, *pid);
+        let command = Command::EmptyCache { device: None };
+        let nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running {
+            pid,
+            command,
+            nvml_before,
+        });
+        vec![Effect::RunCommand { key, pid, command }]
     }
 
     fn toggle_pause(&mut self) -> Vec<Effect> {
@@ -596,8 +896,12 @@ impl App {
             return vec![];
         }
         let (key, pid) = (e.key(), e.identity.host_pid);
-        self.pending_nvml_before = self.nvml_of(key);
-        self.action = Some(ActionState::Running { pid, command });
+        let nvml_before = self.nvml_of(key);
+        self.action = Some(ActionState::Running {
+            pid,
+            command,
+            nvml_before,
+        });
         vec![Effect::RunCommand { key, pid, command }]
     }
 
@@ -607,75 +911,20 @@ impl App {
         vec![Effect::Refresh]
     }
 
-    fn filter_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        match k.code {
-            KeyCode::Esc => {
-                self.filter.clear();
-                self.filter_editing = false;
-            }
-            KeyCode::Enter => self.filter_editing = false,
-            KeyCode::Backspace => {
-                self.filter.pop();
-            }
-            KeyCode::Up => return self.move_selection(-1),
-            KeyCode::Down => return self.move_selection(1),
-            KeyCode::Char(c)
-                if !k.modifiers.contains(KeyModifiers::CONTROL)
-                    && self.filter.chars().count() < 64 =>
-            {
-                self.filter.push(c);
-            }
-            _ => {}
-        }
-        self.table_offset = 0;
-        self.fix_selection();
-        vec![]
-    }
-
     fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
         let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
         if keys.is_empty() {
             return vec![];
         }
         let cur = self
+            .overview
             .selected
             .and_then(|k| keys.iter().position(|x| *x == k))
             .unwrap_or(0);
         let next = (cur as isize + delta).clamp(0, keys.len() as isize - 1) as usize;
-        self.selected = Some(keys[next]);
+        self.overview.selected = Some(keys[next]);
         self.scroll_to_selection(&keys);
         vec![]
-    }
-
-    fn overview_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        let page = layout::table_rows(self).max(1) as isize;
-        match k.code {
-            KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
-            KeyCode::PageUp => self.move_selection(-page),
-            KeyCode::PageDown => self.move_selection(page),
-            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
-            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
-            KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => self.open(),
-            KeyCode::Char('/') => {
-                self.filter_editing = true;
-                vec![]
-            }
-            KeyCode::Char('o') => {
-                let i = Col::SORTABLE.iter().position(|c| *c == self.sort);
-                self.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
-                self.descending =
-                    !matches!(self.sort, Col::Pid | Col::Name | Col::User | Col::Mode);
-                self.fix_selection();
-                vec![]
-            }
-            KeyCode::Char('O') => {
-                self.descending = !self.descending;
-                self.fix_selection();
-                vec![]
-            }
-            _ => vec![],
-        }
     }
 
     /// Opens the process view of the selected process.
@@ -684,9 +933,9 @@ impl App {
             return vec![];
         }
         self.screen = Screen::Process;
-        self.block_scroll = 0;
-        self.event_scroll = 0;
-        self.follow = true;
+        self.process.block_scroll = 0;
+        self.process.event_scroll = 0;
+        self.process.follow = true;
         vec![Effect::Refresh]
     }
 
@@ -700,86 +949,11 @@ impl App {
             .map(|p| p.key());
         match key {
             Some(k) => {
-                self.selected = Some(k);
+                self.overview.selected = Some(k);
                 self.open();
                 true
             }
             None => false,
-        }
-    }
-
-    fn process_key(&mut self, k: KeyEvent) -> Vec<Effect> {
-        match k.code {
-            KeyCode::Backspace | KeyCode::Char('h') => self.back(),
-            KeyCode::Tab => {
-                self.pane = Pane::ALL[(self.pane.index() + 1) % Pane::ALL.len()];
-                vec![]
-            }
-            KeyCode::BackTab => {
-                self.pane = Pane::ALL[(self.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()];
-                vec![]
-            }
-            KeyCode::Char(c @ '1'..='5') => {
-                self.pane = Pane::ALL[(c as u8 - b'1') as usize];
-                vec![]
-            }
-            KeyCode::Char('+') | KeyCode::Char('=') => {
-                self.span_index = self.span_index.saturating_sub(1);
-                self.refresh_timeline()
-            }
-            KeyCode::Char('-') | KeyCode::Char('_') => {
-                self.span_index = (self.span_index + 1).min(SPANS_NS.len() - 1);
-                self.refresh_timeline()
-            }
-            KeyCode::Left => {
-                if self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
-                    self.follow = false;
-                }
-                self.end_ns = self
-                    .end_ns
-                    .saturating_sub(self.span_ns() / 2)
-                    .max(self.span_ns());
-                self.refresh_timeline()
-            }
-            KeyCode::Right => {
-                if !self.follow {
-                    self.end_ns = self.end_ns.saturating_add(self.span_ns() / 2);
-                    if self.end_ns >= self.now_ns.max(self.snap.taken_ns) {
-                        self.follow = true;
-                    }
-                }
-                self.refresh_timeline()
-            }
-            KeyCode::Char('f') | KeyCode::End => {
-                self.follow = !self.follow || k.code == KeyCode::End;
-                if !self.follow {
-                    self.end_ns = self.now_ns.max(self.snap.taken_ns);
-                }
-                self.refresh_timeline()
-            }
-            KeyCode::PageDown => {
-                self.scroll(layout::pane_page(self) as isize);
-                vec![]
-            }
-            KeyCode::PageUp => {
-                self.scroll(-(layout::pane_page(self) as isize));
-                vec![]
-            }
-            KeyCode::Down | KeyCode::Char('j') => {
-                self.scroll(1);
-                vec![]
-            }
-            KeyCode::Up | KeyCode::Char('k') => {
-                self.scroll(-1);
-                vec![]
-            }
-            KeyCode::Home | KeyCode::Char('g') => {
-                self.block_scroll = 0;
-                self.event_scroll = 0;
-                vec![]
-            }
-            _ => vec![],
         }
     }
 
@@ -794,15 +968,15 @@ impl App {
     /// Scrolls the list the current pane shows (events in the Events tab,
     /// else the block map).
     fn scroll(&mut self, delta: isize) {
-        let events = layout::compact(self.size) && self.pane == Pane::Events;
+        let events = layout::compact(self.size) && self.process.pane == Pane::Events;
         let (v, max) = if events {
             let n = self
                 .selected_entry()
                 .map_or(0, |e| e.view.recent_events.len());
-            (&mut self.event_scroll, n.saturating_sub(1))
+            (&mut self.process.event_scroll, n.saturating_sub(1))
         } else {
-            let n = self.selected_entry().map_or(0, super::blockmap::row_count);
-            (&mut self.block_scroll, n.saturating_sub(1))
+            let n = self.selected_entry().map_or(0, blockmap::row_count);
+            (&mut self.process.block_scroll, n.saturating_sub(1))
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
     }
@@ -825,20 +999,20 @@ impl App {
                 }
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
-                let body = layout::table_body(self);
+                let body = self.table_body();
                 if m.row >= body.y
                     && m.row < body.y + body.height
                     && m.column >= body.x
                     && m.column < body.x + body.width
                 {
-                    let idx = self.table_offset + (m.row - body.y) as usize;
+                    let idx = self.overview.offset + (m.row - body.y) as usize;
                     let key = self.rows().get(idx).map(|r| r.entry.key());
                     if let Some(key) = key {
-                        if self.selected == Some(key) {
+                        if self.overview.selected == Some(key) {
                             self.dirty = true;
                             return self.open();
                         }
-                        self.selected = Some(key);
+                        self.overview.selected = Some(key);
                         self.dirty = true;
                     }
                 }

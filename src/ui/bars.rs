@@ -6,12 +6,14 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, Screen};
-use super::format;
+use super::keys::{self, Context};
 use super::rows::display_name;
+use super::theme::Theme;
+use crate::demo::DemoStatus;
 
 /// `vramscope · 3 processes · 2 GPUs › pid 42 train.py          live`
 pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+    let t = &app.config.theme;
     let g = t.glyphs();
     let snap = &app.snap;
     let mut left = vec![
@@ -53,7 +55,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     if app.paused {
         right.push(Span::styled(" PAUSED ", t.paused()));
     } else {
-        right.push(Span::styled(age_label(app), t.dim()));
+        right.push(Span::styled(app.age_label(), t.dim()));
     }
     right.push(Span::raw(" "));
     let rw: usize = right.iter().map(|s| s.width()).sum();
@@ -64,27 +66,8 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(left)), area);
 }
 
-/// How fresh the data is.
-pub fn age_label(app: &App) -> String {
-    if app.changed_ns == 0 {
-        return "waiting for data".into();
-    }
-    let age = app.now_ns.saturating_sub(app.changed_ns);
-    const S: u64 = 1_000_000_000;
-    if age < 2 * S {
-        "live".into()
-    } else if age < 60 * S {
-        format!("updated {}s ago", age / S)
-    } else {
-        // Minutes only: the idle tick is slow.
-        format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
-    }
-}
-
 /// `demo leak · 2× · [####....] 45% · run 1 · caption`
-pub fn render_caption(frame: &mut Frame, area: Rect, app: &App) {
-    let Some(d) = &app.demo else { return };
-    let t = &app.theme;
+pub fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) {
     let g = t.glyphs();
     let bar_w = 10usize;
     let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
@@ -118,49 +101,37 @@ fn trim_speed(s: f64) -> String {
 
 /// Key hints, the filter being typed, or the last message.
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
-    let line = if app.filter_editing {
+    let t = &app.config.theme;
+    let line = if app.overview.filter_editing {
+        let hints = keys::footer(&[Context::Filter], false, false)
+            .iter()
+            .map(|h| format!("{} {}", h.key, h.text))
+            .collect::<Vec<_>>()
+            .join(" · ");
         Line::from(vec![
             Span::styled(" filter: ", t.key()),
-            Span::raw(app.filter.clone()),
+            Span::raw(app.overview.filter.clone()),
             Span::styled("_", t.key()),
-            Span::styled("   Enter keep · Esc clear · ↑↓ select", t.dim()),
+            Span::styled(format!("   {hints}"), t.dim()),
         ])
     } else if let Some(m) = &app.message {
         Line::from(vec![Span::styled(format!(" {m}"), t.warn())])
     } else {
-        let ro = app.config.readonly;
-        let mut keys: Vec<(&str, &str)> = match app.screen {
-            Screen::Overview => vec![
-                ("↑↓", "select"),
-                ("Enter", "open"),
-                ("/", "filter"),
-                ("o/O", "sort"),
-            ],
-            Screen::Process => vec![
-                ("Esc", "back"),
-                ("Tab", "pane"),
-                ("+/-", "zoom"),
-                ("←/→", "scroll"),
-                ("f", "follow"),
-                ("PgUp/Dn", "blocks"),
-            ],
+        let screen = match app.screen {
+            Screen::Overview => Context::Overview,
+            Screen::Process => Context::Process,
         };
-        if !ro {
-            keys.push(("e", "empty cache"));
-            keys.push(("r", "reset peaks"));
-        }
-        if app.demo.is_some() {
-            keys.push(("[ ]", "speed"));
-            keys.push(("space", "pause sim"));
-        } else {
-            keys.push(("p", "pause"));
-        }
-        keys.push(("?", "help"));
-        keys.push(("q", "quit"));
+        let keys = keys::footer(
+            &[screen, Context::Global],
+            app.config.readonly,
+            app.demo.is_some(),
+        );
         let mut spans = vec![Span::raw(" ")];
         let mut used = 1usize;
-        for (k, d) in keys {
+        for keys::Hint {
+            key: k, text: d, ..
+        } in keys
+        {
             let w = k.chars().count() + d.chars().count() + 3;
             if used + w > area.width as usize {
                 break;

@@ -15,7 +15,6 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::app::App;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
@@ -68,16 +67,13 @@ pub fn stream_label(stream: u64) -> String {
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+/// The map of `e`, from row `scroll` on.
+pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
     let g = t.glyphs();
-    let Some(e) = app.selected_entry() else {
-        return;
-    };
     let rows = map_rows(e);
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
     let inner_h = area.height.saturating_sub(2) as usize;
-    let offset = app.block_scroll.min(rows.len().saturating_sub(1));
+    let offset = scroll.min(rows.len().saturating_sub(1));
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
         Span::styled(format!("{} {segs} segments ", g.dot), t.dim()),

@@ -7,19 +7,17 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::app::App;
 use super::blockmap::stream_label;
 use super::events::event_line;
 use super::format;
 use super::theme::Theme;
+use crate::collect::ProcessEntry;
 use crate::model::leak::{LeakReport, StepSource};
 use crate::model::view::OomRecord;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
-    let Some(e) = app.selected_entry() else {
-        return;
-    };
+/// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
+/// snapshot's time).
+pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &Theme) {
     let v = &e.view;
     let title = if !v.ooms.is_empty() && v.leak.flagged {
         " Out of memory & leak "
@@ -42,7 +40,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         oom_lines(
             oom,
             v.ooms_total.max(v.ooms.len() as u64),
-            app.snap.taken_ns,
+            now_ns,
             t,
             &mut lines,
         );

@@ -5,17 +5,22 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::app::App;
 use super::blockmap::stream_label;
 use super::format;
 use super::theme::Theme;
+use crate::collect::ProcessEntry;
 use crate::event::{Event, EventKind};
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
-    let Some(e) = app.selected_entry() else {
-        return;
-    };
+/// `e`'s recent events, newest first from `scroll` on, aged against
+/// `now_ns` (the snapshot's time).
+pub fn render(
+    frame: &mut Frame,
+    area: Rect,
+    e: &ProcessEntry,
+    now_ns: u64,
+    scroll: usize,
+    t: &Theme,
+) {
     let evs = &e.view.recent_events;
     let block = t.block(Line::from(vec![
         Span::styled(" Recent events ", t.title()),
@@ -39,13 +44,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(Line::styled(msg, t.dim())), inner);
         return;
     }
-    let now = app.snap.taken_ns;
     let lines: Vec<Line> = evs
         .iter()
         .rev()
-        .skip(app.event_scroll)
+        .skip(scroll)
         .take(inner.height as usize)
-        .map(|ev| event_line(ev, now, t))
+        .map(|ev| event_line(ev, now_ns, t))
         .collect();
     frame.render_widget(Paragraph::new(lines), inner);
 }

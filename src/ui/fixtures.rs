@@ -244,14 +244,14 @@ pub fn app_with(
 ) -> crate::ui::App {
     let mut app = crate::ui::App::new(config);
     app.size = ratatui::layout::Rect::new(0, 0, width, height);
-    app.now_ns = fx.now_ns;
-    app.changed_ns = fx.now_ns;
+    app.clock.now_ns = fx.now_ns;
+    app.clock.changed_ns = fx.now_ns;
     app.set_snapshot(fx.snapshot(&app.view_options()));
     app
 }
 
 /// Takes a new snapshot of `fx` for what `app` shows now.
 pub fn refresh(app: &mut crate::ui::App, fx: &Fixture) {
-    app.now_ns = fx.now_ns;
+    app.clock.now_ns = fx.now_ns;
     app.set_snapshot(fx.snapshot(&app.view_options()));
 }

@@ -1,7 +1,14 @@
 //! Numbers as text. A figure that is absent renders as the theme's absent
 //! glyph (`—`, or `-` in ASCII mode), never as 0.
+//!
+//! The one public formatter of the crate for bytes and for durations: use
+//! [`bytes`] (`1.50 GiB`, binary units, three significant digits) and
+//! [`duration`] (`850ms`, `12.5s`, `3m05s`, `2h10m`) everywhere, the CLI's
+//! reports included; [`bytes_short`] and [`span`] are their compact forms
+//! for tables and axes.
 
-/// `1.23 GiB`, `512 B`.
+/// Bytes in binary units with three significant digits: `1.23 GiB`,
+/// `20.0 MiB`, `512 B`. The crate's byte formatter.
 pub fn bytes(b: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     if b < 1024 {
@@ -66,7 +73,8 @@ pub fn opt<T>(v: Option<T>, absent: &str, f: impl FnOnce(T) -> String) -> String
     v.map_or_else(|| absent.to_string(), f)
 }
 
-/// A duration in ns, short: `850ms`, `12.5s`, `3m05s`, `2h10m`.
+/// A duration in ns, short: `850ms`, `12.5s`, `3m05s`, `2h10m`. The
+/// crate's duration formatter.
 pub fn duration(ns: u64) -> String {
     let ms = ns / 1_000_000;
     if ms < 1_000 {

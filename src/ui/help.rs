@@ -1,52 +1,30 @@
-//! The help overlay: every key, what the columns mean, and the read-only note.
+//! The help overlay: every key of [`super::keys::KEYS`] that has a help
+//! line, by section, the mouse, and the read-only note.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
-use super::app::App;
+use super::keys;
+use super::theme::Theme;
 
-/// Every key: (keys, what it does, is a process action).
-pub const KEYS: &[(&str, &str, &str)] = &[
-    ("Global", "", ""),
-    ("q Ctrl-C", "quit", ""),
-    ("?", "this help (Esc closes)", ""),
-    ("p", "pause the view (freeze)", ""),
-    ("space", "pause (demo: simulation)", ""),
-    ("[ ]", "demo speed down / up", ""),
-    ("S", "write an SVG screenshot", ""),
-    ("e", "empty_cache (asks y/n)", "action"),
-    ("r", "reset peak statistics", "action"),
-    ("s", "ask for a fresh snapshot", "action"),
-    ("Overview", "", ""),
-    ("Up Down j k", "select a process", ""),
-    ("PgUp/Dn g G", "page / first / last", ""),
-    ("Enter", "open the process view", ""),
-    ("/", "filter name/label/cmd/pid", ""),
-    ("o  O", "sort column / reverse", ""),
-    ("Esc", "clear the filter", ""),
-    ("Process view", "", ""),
-    ("Esc Bksp", "back to the overview", ""),
-    ("Tab 1-5", "pane (small terminals)", ""),
-    ("+  -", "zoom time in / out", ""),
-    ("Left Right", "scroll back / forward", ""),
-    ("f  End", "follow live (toggle/on)", ""),
-    ("PgUp/Dn j k", "scroll blocks / events", ""),
-    ("Mouse", "", ""),
-    ("click", "select (again: open)", ""),
-    ("wheel", "scroll", ""),
-];
-
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
-    let ro = app.config.readonly;
-    let items: Vec<Line> = KEYS
+/// The overlay; `readonly` marks the process actions as off.
+pub fn render(frame: &mut Frame, area: Rect, readonly: bool, t: &Theme) {
+    let ro = readonly;
+    let mut rows: Vec<(&str, &str, bool)> = Vec::new();
+    for section in keys::HELP_SECTIONS {
+        rows.push((section.title(), "", false));
+        rows.extend(keys::help(section));
+    }
+    rows.push(("Mouse", "", false));
+    rows.extend(keys::MOUSE.iter().map(|(k, d)| (*k, *d, false)));
+    let items: Vec<Line> = rows
         .iter()
-        .map(|(k, d, kind)| {
+        .map(|(k, d, action)| {
             if d.is_empty() {
                 Line::styled(k.to_string(), t.header())
-            } else if ro && *kind == "action" {
+            } else if ro && *action {
                 Line::from(vec![
                     Span::styled(format!(" {k:<12}"), t.dim()),
                     Span::styled(format!("{d} (off)"), t.dim()),

@@ -1,6 +1,6 @@
-//! Where everything goes. The same functions place the panes when drawing
-//! and map mouse clicks and page sizes when handling input, so the two never
-//! disagree.
+//! Where everything goes: pure geometry from sizes (and the GPU count), no
+//! state. The same functions place the panes when drawing and map mouse
+//! clicks and page sizes when handling input, so the two never disagree.
 //!
 //! ```text
 //!  ┌ header: vramscope · processes · GPUs · PAUSED / updated 2s ago ─────────┐
@@ -15,7 +15,8 @@
 
 use ratatui::layout::{Constraint, Layout, Rect};
 
-use super::app::{App, Pane, Screen};
+use super::state::Pane;
+use crate::collect::Machine;
 
 /// The frame's bands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,51 +43,40 @@ pub fn screen(area: Rect, demo: bool) -> Areas {
     }
 }
 
-pub fn areas(app: &App) -> Areas {
-    screen(app.size, app.demo.is_some())
-}
-
 /// Whether the process view uses tabs.
 pub fn compact(size: Rect) -> bool {
     size.width < 120 || size.height < 40
 }
 
-/// Lines of the GPU block (inside its border).
-pub fn gpu_lines(app: &App, body: Rect) -> u16 {
-    let m = &app.snap.machine;
-    let n = if m.nvml_error.is_some() || m.gpus.is_empty() {
+/// Lines of the GPU block (inside its border): one per GPU, or one for
+/// the NVML error, at most a third of the body.
+pub fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
+    let n = if machine.nvml_error.is_some() || machine.gpus.is_empty() {
         1
     } else {
-        m.gpus.len() as u16
+        machine.gpus.len() as u16
     };
     n.min((body.height / 3).max(1))
 }
 
 /// The overview's GPU block and process table.
-pub fn overview(app: &App, body: Rect) -> (Rect, Rect) {
-    let g = gpu_lines(app, body);
+pub fn overview(body: Rect, machine: &Machine) -> (Rect, Rect) {
+    let g = gpu_lines(machine, body);
     let [gpus, table] =
         Layout::vertical([Constraint::Length(g + 2), Constraint::Min(0)]).areas(body);
     (gpus, table)
 }
 
-/// The table's data rows (inside the border, below the header row).
-pub fn table_body(app: &App) -> Rect {
-    let (_, table) = overview(app, areas(app).body);
+/// The table's data rows (inside the border, below the header row) on a
+/// terminal of `size`.
+pub fn table_body(size: Rect, demo: bool, machine: &Machine) -> Rect {
+    let (_, table) = overview(screen(size, demo).body, machine);
     Rect {
         x: table.x + 1,
         y: table.y + 2,
         width: table.width.saturating_sub(2),
         height: table.height.saturating_sub(3),
     }
-}
-
-/// Data rows the table shows at once.
-pub fn table_rows(app: &App) -> usize {
-    if app.screen != Screen::Overview && app.size.height == 0 {
-        return 1;
-    }
-    table_body(app).height as usize
 }
 
 /// The process view's panes (absent ones are not shown now).
@@ -154,18 +144,18 @@ pub fn plot_area(area: Rect) -> Rect {
 }
 
 /// Columns to ask the model for: one per plot cell.
-pub fn timeline_columns(app: &App) -> usize {
-    let body = areas(app).body;
-    let a = process(app.size, Pane::Timeline, body);
+pub fn timeline_columns(size: Rect, demo: bool) -> usize {
+    let body = screen(size, demo).body;
+    let a = process(size, Pane::Timeline, body);
     a.timeline
         .map_or(60, |t| plot_area(t).width as usize)
         .clamp(8, 1000)
 }
 
 /// Rows a page key scrolls in the process view.
-pub fn pane_page(app: &App) -> usize {
-    let a = process(app.size, app.pane, areas(app).body);
-    let r = if compact(app.size) && app.pane == Pane::Events {
+pub fn pane_page(size: Rect, demo: bool, pane: Pane) -> usize {
+    let a = process(size, pane, screen(size, demo).body);
+    let r = if compact(size) && pane == Pane::Events {
         a.events
     } else {
         a.blocks

@@ -14,22 +14,21 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row as TRow, Table};
 use ratatui::Frame;
 
-use super::app::App;
 use super::format;
 use super::layout;
 use super::rows::{fit_columns, mode_name, Col, Row};
+use super::state::OverviewState;
 use super::theme::Theme;
+use crate::collect::{Machine, Snapshot};
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let (gpus, table) = layout::overview(app, area);
-    render_gpus(frame, gpus, app);
-    render_table(frame, table, app);
+pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
+    let (gpus, table) = layout::overview(area, &snap.machine);
+    render_gpus(frame, gpus, &snap.machine, t);
+    render_table(frame, table, snap, state, t);
 }
 
-fn render_gpus(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+fn render_gpus(frame: &mut Frame, area: Rect, m: &Machine, t: &Theme) {
     let g = t.glyphs();
-    let m = &app.snap.machine;
     let title = match &m.driver_version {
         Some(v) => format!(" GPUs {} driver {v} ", g.dot),
         None => " GPUs ".to_string(),
@@ -108,22 +107,21 @@ fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-fn render_table(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
     let g = t.glyphs();
-    let rows = app.rows();
-    let arrow = if app.descending { g.down } else { g.up };
+    let rows = state.rows(snap);
+    let arrow = if state.descending { g.down } else { g.up };
     let mut title = vec![Span::styled(
         format!(" Processes ({}) ", rows.len()),
         t.title(),
     )];
     title.push(Span::styled(
-        format!("{} sort {} {} ", g.dot, app.sort.title(), arrow),
+        format!("{} sort {} {} ", g.dot, state.sort.title(), arrow),
         t.dim(),
     ));
-    if !app.filter.is_empty() || app.filter_editing {
+    if !state.filter.is_empty() || state.filter_editing {
         title.push(Span::styled(format!("{} filter ", g.dot), t.dim()));
-        title.push(Span::styled(format!("{} ", app.filter), t.key()));
+        title.push(Span::styled(format!("{} ", state.filter), t.key()));
     }
     let block = t.block(Line::from(title));
     let inner = block.inner(area);
@@ -134,7 +132,7 @@ fn render_table(frame: &mut Frame, area: Rect, app: &App) {
     let cols = fit_columns(inner.width);
     let header = TRow::new(cols.iter().map(|c| {
         let mut s = c.title().to_string();
-        if *c == app.sort {
+        if *c == state.sort {
             s.push_str(arrow);
         }
         let line = Line::from(s);
@@ -146,13 +144,13 @@ fn render_table(frame: &mut Frame, area: Rect, app: &App) {
     }))
     .style(t.header());
     if rows.is_empty() {
-        let msg = if app.snap.processes.is_empty() {
+        let msg = if snap.processes.is_empty() {
             "No processes yet. Start a PyTorch job with the vramscope agent, or run `vramscope demo`."
                 .to_string()
         } else {
             format!(
                 "No process matches \"{}\" (Esc clears the filter).",
-                app.filter
+                state.filter
             )
         };
         let table = Table::new(Vec::<TRow>::new(), widths(&cols)).header(header);
@@ -175,10 +173,10 @@ fn render_table(frame: &mut Frame, area: Rect, app: &App) {
     let visible = inner.height.saturating_sub(1) as usize;
     let body: Vec<TRow> = rows
         .iter()
-        .skip(app.table_offset)
+        .skip(state.offset)
         .take(visible)
         .map(|r| {
-            let selected = app.selected == Some(r.entry.key());
+            let selected = state.selected == Some(r.entry.key());
             let mut row = TRow::new(cols.iter().map(|c| cell(r, *c, t)));
             if selected {
                 row = row.style(t.selected());
@@ -195,8 +193,8 @@ fn render_table(frame: &mut Frame, area: Rect, app: &App) {
     if rows.len() > visible && inner.width > 12 {
         let label = format!(
             " {}-{}/{} ",
-            app.table_offset + 1,
-            (app.table_offset + visible).min(rows.len()),
+            state.offset + 1,
+            (state.offset + visible).min(rows.len()),
             rows.len()
         );
         let w = label.len() as u16;

@@ -7,8 +7,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::app::{ActionReport, ActionState, App};
 use super::format;
+use super::state::{ActionReport, ActionState};
+use super::theme::Theme;
 use crate::ring::{Command, Status};
 
 fn command_name(c: Command) -> &'static str {
@@ -21,9 +22,7 @@ fn command_name(c: Command) -> &'static str {
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let Some(action) = &app.action else { return };
-    let t = &app.theme;
+pub fn render(frame: &mut Frame, area: Rect, action: &ActionState, t: &Theme) {
     let a = t.glyphs().absent;
     let (title, lines): (String, Vec<Line>) = match action {
         ActionState::Confirm {
@@ -62,14 +61,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ]));
             (" empty_cache ".into(), l)
         }
-        ActionState::Running { pid, command } => (
+        ActionState::Running { pid, command, .. } => (
             format!(" {} ", command_name(*command)),
             vec![Line::raw(format!(
                 "{} sent to pid {pid}; waiting for its answer...",
                 command_name(*command)
             ))],
         ),
-        ActionState::Done(r) => (format!(" {} ", command_name(r.command)), report(r, app)),
+        ActionState::Done(r) => (format!(" {} ", command_name(r.command)), report(r, t)),
     };
     let w = 76.min(area.width);
     let inner_w = w.saturating_sub(2).max(1) as usize;
@@ -94,8 +93,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     );
 }
 
-fn report(r: &ActionReport, app: &App) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
     let a = t.glyphs().absent;
     let mut l = Vec::new();
     match &r.status {

@@ -6,14 +6,17 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 
-use super::app::{App, Pane};
+use super::app::App;
 use super::rows::{mode_name, Row};
+use super::state::Pane;
+use super::theme::Theme;
 use super::{blockmap, diagnosis, events, format, layout, stats, timeline};
 
+/// The view of the selected process; each pane gets what it draws.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+    let t = &app.config.theme;
     let Some(e) = app.selected_entry() else {
-        let pid = app.selected.map_or(0, |k| k.pid);
+        let pid = app.overview.selected.map_or(0, |k| k.pid);
         frame.render_widget(
             Paragraph::new(vec![
                 Line::raw(""),
@@ -29,8 +32,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         );
         return;
     };
-    let a = layout::process(app.size, app.pane, area);
-    render_info(frame, a.info, app, &Row::new(&app.snap, e));
+    let view = &app.process;
+    let compact = layout::compact(app.size);
+    let a = layout::process(app.size, view.pane, area);
+    render_info(frame, a.info, &Row::new(&app.snap, e), t);
     if let Some(tabs) = a.tabs {
         let titles: Vec<Line> = Pane::ALL
             .iter()
@@ -44,31 +49,32 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             })
             .collect();
         let w = Tabs::new(titles)
-            .select(Pane::ALL.iter().position(|p| *p == app.pane))
+            .select(Pane::ALL.iter().position(|p| *p == view.pane))
             .style(t.dim())
             .highlight_style(t.selected())
             .divider(if t.ascii { "|" } else { "│" });
         frame.render_widget(w, tabs);
     }
+    let taken = app.snap.taken_ns;
     if let Some(r) = a.timeline {
-        timeline::render(frame, r, app);
+        timeline::render(frame, r, e, view, app.now_ns(), t);
     }
     if let Some(r) = a.blocks {
-        blockmap::render(frame, r, app);
+        blockmap::render(frame, r, e, view.block_scroll, t);
     }
     if let Some(r) = a.stats {
-        stats::render(frame, r, app);
+        let scroll = if compact { view.block_scroll } else { 0 };
+        stats::render(frame, r, e, scroll, t);
     }
     if let Some(r) = a.events {
-        events::render(frame, r, app);
+        events::render(frame, r, e, taken, view.event_scroll, t);
     }
     if let Some(r) = a.diagnosis {
-        diagnosis::render(frame, r, app);
+        diagnosis::render(frame, r, e, taken, t);
     }
 }
 
-fn render_info(frame: &mut Frame, area: Rect, app: &App, r: &Row) {
-    let t = &app.theme;
+fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
     let g = t.glyphs();
     let a = g.absent;
     let e = r.entry;

@@ -7,18 +7,17 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::app::App;
 use super::format;
+use super::theme::Theme;
+use crate::collect::ProcessEntry;
 use crate::model::view::FigureSource;
 use crate::model::Mode;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+/// The summary of `e`; `scroll` rows skipped when it does not fit (on a
+/// small terminal, where it is a tab of its own).
+pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
     let g = t.glyphs();
     let a = g.absent;
-    let Some(e) = app.selected_entry() else {
-        return;
-    };
     let block = t.block(Span::styled(" Memory summary ", t.title()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -112,8 +111,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Cell::from(Line::from("Peak").right_aligned()),
     ])
     .style(t.header());
-    let skip = if rows.len() + 1 > inner.height as usize && crate::ui::layout::compact(app.size) {
-        app.block_scroll.min(rows.len().saturating_sub(1))
+    let skip = if rows.len() + 1 > inner.height as usize {
+        scroll.min(rows.len().saturating_sub(1))
     } else {
         0
     };

@@ -1,12 +1,11 @@
 //! The terminal, set up and restored in exactly one place. `restore` runs
 //! at most once per `enter`, from whichever exit path comes first: the
-//! guard's drop (normal quit, Ctrl-C as a key, SIGTERM/SIGHUP through the
-//! loop, an error) or the panic hook. It leaves the alternate screen and
+//! guard's drop (normal quit, Ctrl-C as a key, SIGINT/SIGTERM/SIGHUP through
+//! the driver and the loop, an error) or the panic hook. It leaves the alternate screen and
 //! shows the cursor last, so a shell prompt after us is always usable.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::Once;
 
 use crossterm::cursor::{Hide, Show};
@@ -15,8 +14,6 @@ use crossterm::execute;
 use crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, Clear, ClearType, EnterAlternateScreen, LeaveAlternateScreen,
 };
-
-use super::app::AppEvent;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static MOUSE: AtomicBool = AtomicBool::new(false);
@@ -69,22 +66,4 @@ fn install_panic_hook() {
             previous(info);
         }));
     });
-}
-
-/// A small thread that turns SIGTERM, SIGHUP and SIGINT into
-/// `AppEvent::Signal`, so the loop ends and the guard restores the terminal.
-pub fn forward_signals(tx: Sender<AppEvent>) -> io::Result<signal_hook::iterator::Handle> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])?;
-    let handle = signals.handle();
-    std::thread::Builder::new()
-        .name("vramscope-signals".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                if tx.send(AppEvent::Signal).is_err() {
-                    break;
-                }
-            }
-        })?;
-    Ok(handle)
 }

@@ -11,9 +11,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::app::App;
 use super::format;
 use super::layout::{plot_area, AXIS_WIDTH};
+use super::state::ProcessState;
+use super::theme::Theme;
 use crate::collect::ProcessEntry;
 
 /// One plot column, summed over devices.
@@ -70,18 +71,23 @@ fn nice_max(v: u64) -> u64 {
     target.div_ceil(half) * half
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.theme;
+/// `e`'s memory over `view`'s window; `now` is the newer of the clock and
+/// the snapshot.
+pub fn render(
+    frame: &mut Frame,
+    area: Rect,
+    e: &ProcessEntry,
+    view: &ProcessState,
+    now: u64,
+    t: &Theme,
+) {
     let g = t.glyphs();
-    let Some(e) = app.selected_entry() else {
-        return;
-    };
-    let span = app.span_ns();
-    let state = if app.follow {
+    let span = view.span_ns();
+    let state = if view.follow {
         Span::styled(" LIVE ", t.good())
     } else {
-        let (_, to) = app.window();
-        let back = app.now_ns.max(app.snap.taken_ns).saturating_sub(to);
+        let (_, to) = view.window(now);
+        let back = now.saturating_sub(to);
         Span::styled(format!(" ends {} ago ", format::duration(back)), t.warn())
     };
     let title = Line::from(vec![
@@ -121,7 +127,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 ..plot
             },
         );
-        draw_time_axis(frame, area, plot, app, span);
+        draw_time_axis(frame, area, plot, (view, now), t);
         return;
     }
     let top = cols
@@ -183,18 +189,24 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             r,
         );
     }
-    draw_time_axis(frame, area, plot, app, span);
+    draw_time_axis(frame, area, plot, (view, now), t);
 }
 
-fn draw_time_axis(frame: &mut Frame, area: Rect, plot: Rect, app: &App, span: u64) {
-    let t = &app.theme;
+fn draw_time_axis(
+    frame: &mut Frame,
+    area: Rect,
+    plot: Rect,
+    (view, now): (&ProcessState, u64),
+    t: &Theme,
+) {
+    let span = view.span_ns();
     let y = plot.y + plot.height;
     if y >= area.y + area.height.saturating_sub(1) {
         return;
     }
-    let (_, to) = app.window();
-    let back = app.now_ns.max(app.snap.taken_ns).saturating_sub(to);
-    let right = if app.follow && back < 1_000_000_000 {
+    let (_, to) = view.window(now);
+    let back = now.saturating_sub(to);
+    let right = if view.follow && back < 1_000_000_000 {
         "now".to_string()
     } else {
         format!("-{}", format::span(back))

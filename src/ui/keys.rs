@@ -1,0 +1,407 @@
+//! The one key table: every key, the [`Action`] it stands for, where it
+//! counts ([`Context`]), its line in the help overlay and its hint in the
+//! footer. [`super::App`] dispatches through [`action`], [`super::help`]
+//! lists [`KEYS`], and [`super::bars`] builds the footer from [`footer`], so
+//! the three never disagree.
+//!
+//! A binding matches on the key code alone (a shifted `S` arrives as `S`
+//! with SHIFT), except `ctrl` bindings, which need CONTROL. Only
+//! `KeyEventKind::Press` counts; the caller checks that.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use serde::{Deserialize, Serialize};
+
+use super::state::Pane;
+
+/// What a key asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    Quit,
+    Help,
+    CloseHelp,
+    /// Freeze the view (no new snapshots).
+    Pause,
+    /// Space: the demo's simulation when there is one, else [`Action::Pause`].
+    PauseSim,
+    Screenshot,
+    DemoSlower,
+    DemoFaster,
+    /// Ask y/n, then `torch.cuda.empty_cache()` in the selected process.
+    EmptyCache,
+    ResetPeaks,
+    RequestSnapshot,
+    ConfirmYes,
+    ConfirmNo,
+    /// Close a finished command's report.
+    CloseReport,
+    SelectUp,
+    SelectDown,
+    SelectPageUp,
+    SelectPageDown,
+    SelectFirst,
+    SelectLast,
+    Open,
+    EditFilter,
+    /// Esc in the overview: clear the filter and the message.
+    ClearFilter,
+    SortNext,
+    SortReverse,
+    /// While typing a filter: keep it.
+    FilterKeep,
+    /// While typing a filter: drop it.
+    FilterClear,
+    FilterBackspace,
+    Back,
+    NextPane,
+    PrevPane,
+    ShowPane(Pane),
+    ZoomIn,
+    ZoomOut,
+    TimeBack,
+    TimeForward,
+    FollowToggle,
+    FollowOn,
+    ScrollUp,
+    ScrollDown,
+    ScrollPageUp,
+    ScrollPageDown,
+    ScrollTop,
+}
+
+impl Action {
+    /// Sends something to a process (off in read-only mode).
+    pub fn is_process_action(self) -> bool {
+        matches!(
+            self,
+            Action::EmptyCache | Action::ResetPeaks | Action::RequestSnapshot
+        )
+    }
+}
+
+/// Where a binding counts. Modal contexts (a filter being typed, the y/n
+/// question, the help overlay) take every key; otherwise a finished
+/// command's report, then the global keys, then the screen's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Context {
+    /// Everywhere, modal contexts included (Ctrl-C).
+    Always,
+    Filter,
+    Confirm,
+    Help,
+    /// A finished command's report is shown (it does not take other keys).
+    Report,
+    Global,
+    Overview,
+    Process,
+}
+
+impl Context {
+    /// The section title in the help overlay.
+    pub fn title(self) -> &'static str {
+        match self {
+            Context::Global => "Global",
+            Context::Overview => "Overview",
+            Context::Process => "Process view",
+            Context::Always => "Always",
+            Context::Filter => "Filter",
+            Context::Confirm => "Confirm",
+            Context::Help => "Help",
+            Context::Report => "Report",
+        }
+    }
+}
+
+/// A key: its code, and whether Control must be held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    pub code: KeyCode,
+    pub ctrl: bool,
+}
+
+impl Key {
+    pub fn matches(&self, k: &KeyEvent) -> bool {
+        self.code == k.code && (!self.ctrl || k.modifiers.contains(KeyModifiers::CONTROL))
+    }
+}
+
+/// When a footer hint is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    Always,
+    /// Only while a demo runs.
+    Demo,
+    /// Only when no demo runs.
+    NoDemo,
+}
+
+/// A footer hint: `key text`, placed by `order` (screen hints first), and
+/// left out from the right when the line is too narrow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    pub key: &'static str,
+    pub text: &'static str,
+    pub order: u8,
+    pub shown: Shown,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    pub keys: &'static [Key],
+    pub action: Action,
+    pub context: Context,
+    /// The help overlay's line (keys as written there, what they do). A
+    /// binding without one is described by a neighbour's line.
+    pub help: Option<(&'static str, &'static str)>,
+    pub footer: Option<Hint>,
+}
+
+const fn c(ch: char) -> Key {
+    Key {
+        code: KeyCode::Char(ch),
+        ctrl: false,
+    }
+}
+
+const fn k(code: KeyCode) -> Key {
+    Key { code, ctrl: false }
+}
+
+const fn ctrl(ch: char) -> Key {
+    Key {
+        code: KeyCode::Char(ch),
+        ctrl: true,
+    }
+}
+
+const fn bind(context: Context, keys: &'static [Key], action: Action) -> Binding {
+    Binding {
+        keys,
+        action,
+        context,
+        help: None,
+        footer: None,
+    }
+}
+
+impl Binding {
+    const fn help(mut self, keys: &'static str, text: &'static str) -> Binding {
+        self.help = Some((keys, text));
+        self
+    }
+
+    const fn hint(mut self, key: &'static str, text: &'static str, order: u8) -> Binding {
+        self.footer = Some(Hint {
+            key,
+            text,
+            order,
+            shown: Shown::Always,
+        });
+        self
+    }
+
+    const fn shown(mut self, shown: Shown) -> Binding {
+        if let Some(h) = &mut self.footer {
+            h.shown = shown;
+        }
+        self
+    }
+}
+
+use Action as A;
+use Context::{Always, Confirm, Filter, Global, Help, Overview, Process, Report};
+use KeyCode::{
+    BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
+};
+
+/// Every key. The help overlay lists the Global, Overview and Process
+/// bindings that have a help line, in this order.
+pub const KEYS: &[Binding] = &[
+    // Everywhere.
+    bind(Always, &[ctrl('c'), ctrl('C')], A::Quit),
+    // Typing a filter (other characters are typed).
+    bind(Filter, &[k(Esc)], A::FilterClear).hint("Esc", "clear", 2),
+    bind(Filter, &[k(Enter)], A::FilterKeep).hint("Enter", "keep", 1),
+    bind(Filter, &[k(Backspace)], A::FilterBackspace),
+    bind(Filter, &[k(Up)], A::SelectUp).hint("↑↓", "select", 3),
+    bind(Filter, &[k(Down)], A::SelectDown),
+    // The empty-cache question (other keys are ignored).
+    bind(Confirm, &[c('y'), c('Y')], A::ConfirmYes),
+    bind(Confirm, &[c('n'), c('N'), k(Esc)], A::ConfirmNo),
+    // The help overlay (other keys are ignored).
+    bind(Help, &[k(Esc), c('?'), c('q'), k(F(1))], A::CloseHelp),
+    // A finished command's report.
+    bind(Report, &[k(Esc)], A::CloseReport),
+    // Global.
+    bind(Global, &[c('q')], A::Quit)
+        .help("q Ctrl-C", "quit")
+        .hint("q", "quit", 46),
+    bind(Global, &[c('?'), k(F(1))], A::Help)
+        .help("?", "this help (Esc closes)")
+        .hint("?", "help", 45),
+    bind(Global, &[c('p')], A::Pause)
+        .help("p", "pause the view (freeze)")
+        .hint("p", "pause", 44)
+        .shown(Shown::NoDemo),
+    bind(Global, &[c(' ')], A::PauseSim)
+        .help("space", "pause (demo: simulation)")
+        .hint("space", "pause sim", 43)
+        .shown(Shown::Demo),
+    bind(Global, &[c('[')], A::DemoSlower)
+        .help("[ ]", "demo speed down / up")
+        .hint("[ ]", "speed", 42)
+        .shown(Shown::Demo),
+    bind(Global, &[c(']')], A::DemoFaster),
+    bind(Global, &[c('S')], A::Screenshot).help("S", "write an SVG screenshot"),
+    bind(Global, &[c('e')], A::EmptyCache)
+        .help("e", "empty_cache (asks y/n)")
+        .hint("e", "empty cache", 40),
+    bind(Global, &[c('r')], A::ResetPeaks)
+        .help("r", "reset peak statistics")
+        .hint("r", "reset peaks", 41),
+    bind(Global, &[c('s')], A::RequestSnapshot).help("s", "ask for a fresh snapshot"),
+    // Overview.
+    bind(Overview, &[k(Up), c('k')], A::SelectUp)
+        .help("Up Down j k", "select a process")
+        .hint("↑↓", "select", 1),
+    bind(Overview, &[k(Down), c('j')], A::SelectDown),
+    bind(Overview, &[k(PageUp)], A::SelectPageUp).help("PgUp/Dn g G", "page / first / last"),
+    bind(Overview, &[k(PageDown)], A::SelectPageDown),
+    bind(Overview, &[k(Home), c('g')], A::SelectFirst),
+    bind(Overview, &[k(End), c('G')], A::SelectLast),
+    bind(Overview, &[k(Enter), k(Right), c('l')], A::Open)
+        .help("Enter", "open the process view")
+        .hint("Enter", "open", 2),
+    bind(Overview, &[c('/')], A::EditFilter)
+        .help("/", "filter name/label/cmd/pid")
+        .hint("/", "filter", 3),
+    bind(Overview, &[c('o')], A::SortNext)
+        .help("o  O", "sort column / reverse")
+        .hint("o/O", "sort", 4),
+    bind(Overview, &[c('O')], A::SortReverse),
+    bind(Overview, &[k(Esc)], A::ClearFilter).help("Esc", "clear the filter"),
+    // Process view.
+    bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
+        .help("Esc Bksp", "back to the overview")
+        .hint("Esc", "back", 1),
+    bind(Process, &[k(Tab)], A::NextPane)
+        .help("Tab 1-5", "pane (small terminals)")
+        .hint("Tab", "pane", 2),
+    bind(Process, &[k(BackTab)], A::PrevPane),
+    bind(Process, &[c('1')], A::ShowPane(Pane::Timeline)),
+    bind(Process, &[c('2')], A::ShowPane(Pane::Blocks)),
+    bind(Process, &[c('3')], A::ShowPane(Pane::Stats)),
+    bind(Process, &[c('4')], A::ShowPane(Pane::Events)),
+    bind(Process, &[c('5')], A::ShowPane(Pane::Diagnosis)),
+    bind(Process, &[c('+'), c('=')], A::ZoomIn)
+        .help("+  -", "zoom time in / out")
+        .hint("+/-", "zoom", 3),
+    bind(Process, &[c('-'), c('_')], A::ZoomOut),
+    bind(Process, &[k(Left)], A::TimeBack)
+        .help("Left Right", "scroll back / forward")
+        .hint("←/→", "scroll", 4),
+    bind(Process, &[k(Right)], A::TimeForward),
+    bind(Process, &[c('f')], A::FollowToggle)
+        .help("f  End", "follow live (toggle/on)")
+        .hint("f", "follow", 5),
+    bind(Process, &[k(End)], A::FollowOn),
+    bind(Process, &[k(PageDown)], A::ScrollPageDown)
+        .help("PgUp/Dn j k", "scroll blocks / events")
+        .hint("PgUp/Dn", "blocks", 6),
+    bind(Process, &[k(PageUp)], A::ScrollPageUp),
+    bind(Process, &[k(Down), c('j')], A::ScrollDown),
+    bind(Process, &[k(Up), c('k')], A::ScrollUp),
+    bind(Process, &[k(Home), c('g')], A::ScrollTop),
+];
+
+/// The mouse, for the help overlay (not keys, so not in [`KEYS`]).
+pub const MOUSE: &[(&str, &str)] = &[("click", "select (again: open)"), ("wheel", "scroll")];
+
+/// The help overlay's sections, in order.
+pub const HELP_SECTIONS: [Context; 3] = [Global, Overview, Process];
+
+/// The action `key` stands for in the first of `contexts` that binds it.
+pub fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
+    contexts.iter().find_map(|ctx| {
+        KEYS.iter()
+            .filter(|b| b.context == *ctx)
+            .find(|b| b.keys.iter().any(|k| k.matches(key)))
+            .map(|b| b.action)
+    })
+}
+
+/// The help lines of one section: (keys, what they do, is a process action).
+pub fn help(context: Context) -> impl Iterator<Item = (&'static str, &'static str, bool)> {
+    KEYS.iter()
+        .filter(move |b| b.context == context)
+        .filter_map(|b| {
+            b.help
+                .map(|(keys, text)| (keys, text, b.action.is_process_action()))
+        })
+}
+
+/// The footer hints of `contexts`, in footer order: process actions left out
+/// in read-only mode, demo keys only with a demo.
+pub fn footer(contexts: &[Context], readonly: bool, demo: bool) -> Vec<Hint> {
+    let mut hints: Vec<Hint> = KEYS
+        .iter()
+        .filter(|b| contexts.contains(&b.context))
+        .filter(|b| !(readonly && b.action.is_process_action()))
+        .filter_map(|b| b.footer)
+        .filter(|h| match h.shown {
+            Shown::Always => true,
+            Shown::Demo => demo,
+            Shown::NoDemo => !demo,
+        })
+        .collect();
+    hints.sort_by_key(|h| h.order);
+    hints
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn press(code: KeyCode, modifiers: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, modifiers)
+    }
+
+    #[test]
+    fn contexts_take_precedence_in_order() {
+        let esc = press(Esc, KeyModifiers::NONE);
+        assert_eq!(
+            action(&esc, &[Report, Global, Process]),
+            Some(A::CloseReport)
+        );
+        assert_eq!(action(&esc, &[Global, Process]), Some(A::Back));
+        assert_eq!(action(&esc, &[Global, Overview]), Some(A::ClearFilter));
+        let end = press(End, KeyModifiers::NONE);
+        assert_eq!(action(&end, &[Overview]), Some(A::SelectLast));
+        assert_eq!(action(&end, &[Process]), Some(A::FollowOn));
+    }
+
+    #[test]
+    fn ctrl_bindings_need_control() {
+        let c_ = press(KeyCode::Char('c'), KeyModifiers::NONE);
+        assert_eq!(action(&c_, &[Always]), None);
+        let ctrl_c = press(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(action(&ctrl_c, &[Always]), Some(A::Quit));
+        // A shifted letter arrives with SHIFT and still matches.
+        let s = press(KeyCode::Char('S'), KeyModifiers::SHIFT);
+        assert_eq!(action(&s, &[Global]), Some(A::Screenshot));
+    }
+
+    #[test]
+    fn no_key_is_bound_twice_in_one_context() {
+        for (i, a) in KEYS.iter().enumerate() {
+            for b in &KEYS[i + 1..] {
+                if a.context != b.context {
+                    continue;
+                }
+                for ka in a.keys {
+                    assert!(!b.keys.contains(ka), "{ka:?} twice in {:?}", a.context);
+                }
+            }
+        }
+    }
+}

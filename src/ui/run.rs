@@ -1,0 +1,192 @@
+//! The frame loop: the dashboard's one thread. It owns the channel, the
+//! terminal and the screenshot files, and decides nothing: it waits until
+//! [`App::deadline_ns`], hands App a tick and everything queued, carries out
+//! the [`Effect`]s, takes a snapshot when App asks (the hub's lock is never
+//! held while drawing), draws when [`App::should_draw`] says so (inside a
+//! synchronized update), and writes the screenshots App asks for.
+
+use std::io::{self, BufWriter, Stdout};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use crossterm::event::Event;
+use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+
+use super::app::{App, AppEvent, Effect};
+use super::{send_command, terminal, write_svg, DemoHandle, Driver};
+use crate::collect::{Hub, Snapshot};
+use crate::ring::monotonic_ns;
+
+/// The running dashboard (fields drop in order: the terminal before the
+/// guard that restores it).
+pub struct Dashboard {
+    hub: Arc<Hub>,
+    driver: Arc<dyn Driver>,
+    demo: Option<Arc<dyn DemoHandle>>,
+    tx: Sender<AppEvent>,
+    rx: Receiver<AppEvent>,
+    /// A `Changed` is queued (or held back by App), and no snapshot was
+    /// taken since: the hub queues no more.
+    changed: Arc<AtomicBool>,
+    term: Terminal<CrosstermBackend<BufWriter<Stdout>>>,
+    _guard: terminal::Guard,
+    shots_dir: PathBuf,
+    shots: u32,
+}
+
+impl Dashboard {
+    /// Wires the hub's changes and the driver's signals into one channel,
+    /// then takes the terminal and starts the input thread.
+    pub fn new(
+        hub: Arc<Hub>,
+        driver: Arc<dyn Driver>,
+        demo: Option<Arc<dyn DemoHandle>>,
+        mouse: bool,
+        shots_dir: PathBuf,
+    ) -> Result<Dashboard> {
+        let (tx, rx) = mpsc::channel();
+        let changed = Arc::new(AtomicBool::new(false));
+        hub.on_change({
+            let (tx, changed) = (tx.clone(), changed.clone());
+            move || {
+                if !changed.swap(true, Ordering::AcqRel) {
+                    let _ = tx.send(AppEvent::Changed);
+                }
+            }
+        });
+        driver.on_signal(Box::new({
+            let tx = tx.clone();
+            move || {
+                let _ = tx.send(AppEvent::Signal);
+            }
+        }));
+        let guard = terminal::enter(mouse).context("setting up the terminal")?;
+        let out = BufWriter::with_capacity(1 << 16, io::stdout());
+        let term = Terminal::new(CrosstermBackend::new(out)).context("creating the terminal")?;
+        let input = tx.clone();
+        std::thread::Builder::new()
+            .name("vramscope-input".into())
+            .spawn(move || {
+                while let Ok(ev) = crossterm::event::read() {
+                    if input.send(AppEvent::Input(ev)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the input thread")?;
+        Ok(Dashboard {
+            hub,
+            driver,
+            demo,
+            tx,
+            rx,
+            changed,
+            term,
+            _guard: guard,
+            shots_dir,
+            shots: 0,
+        })
+    }
+
+    /// Runs `app` until it quits (or every sender is gone).
+    pub fn run(mut self, mut app: App) -> Result<()> {
+        let size = self.term.size()?;
+        let mut events = vec![AppEvent::Input(Event::Resize(size.width, size.height))];
+        loop {
+            let now_ns = monotonic_ns();
+            let mut refresh = self.apply(&mut app, AppEvent::Tick { now_ns });
+            for ev in events.drain(..) {
+                refresh |= self.apply(&mut app, ev);
+            }
+            while refresh && !app.quit {
+                let snap = self.snapshot(&mut app);
+                refresh = self.apply(&mut app, AppEvent::Snapshot(Box::new(snap)));
+            }
+            if !app.quit && app.should_draw(monotonic_ns()) {
+                self.draw(&mut app)?;
+            }
+            if app.quit {
+                return Ok(());
+            }
+            let wait = app.deadline_ns().saturating_sub(monotonic_ns());
+            match self.rx.recv_timeout(Duration::from_nanos(wait)) {
+                Ok(ev) => events.push(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            events.extend(self.rx.try_iter());
+        }
+    }
+
+    /// Hands `ev` to App and carries out its effects; true when App wants a
+    /// snapshot.
+    fn apply(&mut self, app: &mut App, ev: AppEvent) -> bool {
+        let mut refresh = false;
+        for fx in app.handle(ev) {
+            match fx {
+                Effect::Quit => {}
+                Effect::Refresh => refresh = true,
+                Effect::RunCommand { key, pid, command } => {
+                    send_command(&*self.driver, &self.tx, key, pid, command)
+                }
+                Effect::DemoSpeed(speed) => {
+                    if let Some(d) = &self.demo {
+                        d.set_speed(speed);
+                        app.set_demo_status(Some(d.status()));
+                    }
+                }
+                Effect::DemoTogglePause => {
+                    if let Some(d) = &self.demo {
+                        d.toggle_pause();
+                        app.set_demo_status(Some(d.status()));
+                    }
+                }
+            }
+        }
+        refresh
+    }
+
+    /// The hub's picture for App's current screen, and the demo's status.
+    fn snapshot(&mut self, app: &mut App) -> Snapshot {
+        self.changed.store(false, Ordering::Release);
+        let snap = self.hub.snapshot(&app.view_options());
+        app.set_demo_status(self.demo.as_ref().map(|d| d.status()));
+        snap
+    }
+
+    /// One frame, and the screenshot App asked for of it.
+    fn draw(&mut self, app: &mut App) -> Result<()> {
+        crossterm::queue!(self.term.backend_mut(), BeginSynchronizedUpdate)?;
+        let frame = self.term.draw(|f| super::draw(f, app))?;
+        let written = app.frame_drawn(monotonic_ns()).map(|shot| {
+            let path = shot
+                .path
+                .unwrap_or_else(|| next_screenshot_path(&self.shots_dir, &mut self.shots));
+            write_svg(frame.buffer, &path)
+                .map(|()| path)
+                .map_err(|e| format!("{e:#}"))
+        });
+        crossterm::execute!(self.term.backend_mut(), EndSynchronizedUpdate)?;
+        if let Some(result) = written {
+            self.apply(app, AppEvent::ScreenshotWritten(result));
+        }
+        Ok(())
+    }
+}
+
+/// `dir/vramscope-NNN.svg`, the first that does not exist yet.
+fn next_screenshot_path(dir: &Path, n: &mut u32) -> PathBuf {
+    loop {
+        *n += 1;
+        let p = dir.join(format!("vramscope-{:03}.svg", *n));
+        if !p.exists() {
+            return p;
+        }
+    }
+}

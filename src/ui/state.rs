@@ -1,0 +1,187 @@
+//! The dashboard's state, grouped by screen: what [`super::App`] changes and
+//! the panes draw. Plain data and small derived values; no events here.
+
+use serde::{Deserialize, Serialize};
+
+use super::rows::{self, Col, Row};
+use crate::collect::Snapshot;
+use crate::model::ProcessKey;
+use crate::ring::{Command, Outcome, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Overview,
+    Process,
+}
+
+/// The panes of the process view (tabs when the terminal is small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pane {
+    Timeline,
+    Blocks,
+    Stats,
+    Events,
+    Diagnosis,
+}
+
+impl Pane {
+    pub const ALL: [Pane; 5] = [
+        Pane::Timeline,
+        Pane::Blocks,
+        Pane::Stats,
+        Pane::Events,
+        Pane::Diagnosis,
+    ];
+    pub fn title(self) -> &'static str {
+        match self {
+            Pane::Timeline => "Timeline",
+            Pane::Blocks => "Blocks",
+            Pane::Stats => "Stats",
+            Pane::Events => "Events",
+            Pane::Diagnosis => "OOM/Leak",
+        }
+    }
+    pub fn index(self) -> usize {
+        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
+    }
+}
+
+/// Time windows `+` and `-` step through.
+pub const SPANS_NS: [u64; 13] = [
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    300_000_000_000,
+    600_000_000_000,
+    1_800_000_000_000,
+    3_600_000_000_000,
+    10_800_000_000_000,
+    43_200_000_000_000,
+];
+pub const DEFAULT_SPAN: usize = 4;
+
+/// Demo speeds `[` and `]` step through.
+pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// A process action's life: asked, running, answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionState {
+    /// `e` pressed: waiting for y/n.
+    Confirm {
+        key: ProcessKey,
+        pid: u32,
+        name: String,
+        reserved: Option<u64>,
+        allocated: Option<u64>,
+    },
+    Running {
+        pid: u32,
+        command: Command,
+        /// NVML used of the target when the command was posted.
+        nvml_before: Option<u64>,
+    },
+    Done(ActionReport),
+}
+
+/// What a finished command did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionReport {
+    pub pid: u32,
+    pub key: ProcessKey,
+    pub command: Command,
+    pub status: Result<Status, String>,
+    pub outcome: Option<Outcome>,
+    /// NVML used when the command was posted.
+    pub nvml_before: Option<u64>,
+    /// NVML used in the first NVML sample taken after the answer.
+    pub nvml_after: Option<u64>,
+    /// NVML sample time when the answer came (to spot the next sample).
+    pub nvml_sampled_at_done: Option<u64>,
+}
+
+impl ActionReport {
+    pub fn released(&self) -> Option<u64> {
+        let o = self.outcome?;
+        matches!(self.command, Command::EmptyCache { .. })
+            .then(|| o.result0.saturating_sub(o.result1))
+    }
+}
+
+/// The overview: the process table's selection, scroll, order and filter.
+/// The selection is also the process the process view shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverviewState {
+    pub selected: Option<ProcessKey>,
+    /// The first table row shown.
+    pub offset: usize,
+    pub sort: Col,
+    pub descending: bool,
+    pub filter: String,
+    /// The filter is being typed (keys are text).
+    pub filter_editing: bool,
+}
+
+impl Default for OverviewState {
+    fn default() -> Self {
+        OverviewState {
+            selected: None,
+            offset: 0,
+            sort: Col::Reserved,
+            descending: true,
+            filter: String::new(),
+            filter_editing: false,
+        }
+    }
+}
+
+impl OverviewState {
+    /// The rows of the table, filtered and sorted.
+    pub fn rows<'a>(&self, snap: &'a Snapshot) -> Vec<Row<'a>> {
+        rows::rows(snap, &self.filter, self.sort, self.descending)
+    }
+}
+
+/// The process view: the pane shown (tabs), the time window and the scroll
+/// of the block map and events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessState {
+    pub pane: Pane,
+    /// Into [`SPANS_NS`].
+    pub span_index: usize,
+    /// The window ends now (else at `end_ns`).
+    pub follow: bool,
+    /// Window end when not following (collector ns).
+    pub end_ns: u64,
+    pub block_scroll: usize,
+    pub event_scroll: usize,
+}
+
+impl Default for ProcessState {
+    fn default() -> Self {
+        ProcessState {
+            pane: Pane::Timeline,
+            span_index: DEFAULT_SPAN,
+            follow: true,
+            end_ns: 0,
+            block_scroll: 0,
+            event_scroll: 0,
+        }
+    }
+}
+
+impl ProcessState {
+    pub fn span_ns(&self) -> u64 {
+        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+    }
+
+    /// The timeline window `[from, to)` in collector ns, `now` being the
+    /// newer of the clock and the snapshot.
+    pub fn window(&self, now: u64) -> (u64, u64) {
+        let to = if self.follow { now } else { self.end_ns };
+        (to.saturating_sub(self.span_ns()), to)
+    }
+}
