@@ -10,6 +10,17 @@ use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 mod common;
 use common::{answering, succeeded, vramscope as bin, write};
 
+/// `vramscope record` of the segments in `shm` into `rec`, for 3 seconds.
+fn record_for_3s(rec: &std::path::Path, shm: &std::path::Path) -> std::process::Child {
+    bin()
+        .args(["record", "--no-nvml", "--duration", "3", "-o"])
+        .arg(rec)
+        .arg("--shm-dir")
+        .arg(shm)
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn record_then_replay_gives_the_same_figures() {
     let dir = tempfile::tempdir().unwrap();
@@ -24,13 +35,7 @@ fn record_then_replay_gives_the_same_figures() {
         stream: 0,
         pool: PoolId(0, 0),
     };
-    let mut child = bin()
-        .args(["record", "--no-nvml", "--duration", "3", "-o"])
-        .arg(&rec)
-        .arg("--shm-dir")
-        .arg(&shm)
-        .spawn()
-        .unwrap();
+    let mut child = record_for_3s(&rec, &shm);
     std::thread::sleep(Duration::from_millis(600));
     // Events arrive while recording: a segment and two tensors, one freed.
     let base = 0x7f00_0000_0000u64;
@@ -170,13 +175,7 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
     std::fs::create_dir(&shm).unwrap();
     let seg =
         SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 1 << 16)).unwrap();
-    let mut child = bin()
-        .args(["record", "--no-nvml", "--duration", "3", "-o"])
-        .arg(&rec)
-        .arg("--shm-dir")
-        .arg(&shm)
-        .spawn()
-        .unwrap();
+    let mut child = record_for_3s(&rec, &shm);
     std::thread::sleep(Duration::from_millis(700));
     // A "process" whose allocator is the simulator, on an 80 GiB device.
     let mut a = SimAllocator::new(SimConfig {
