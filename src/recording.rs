@@ -337,11 +337,17 @@ mod tests {
         let events = vec![
             Event {
                 time_ns: 1_000,
-                kind: EventKind::Marker { value: 1 },
+                kind: EventKind::Marker {
+                    value: 1,
+                    source: Default::default(),
+                },
             },
             Event {
                 time_ns: 3_000,
-                kind: EventKind::Marker { value: 2 },
+                kind: EventKind::Marker {
+                    value: 2,
+                    source: Default::default(),
+                },
             },
         ];
         let mut rec = Recorder::create(&path).unwrap();

@@ -41,6 +41,7 @@ fn record_then_replay_gives_the_same_figures() {
         device: 0,
         stream: 0,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     };
     let mut child = bin()
         .args(["record", "--no-nvml", "--duration", "3", "-o"])

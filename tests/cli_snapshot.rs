@@ -35,6 +35,7 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
         device: 0,
         stream: 0,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     };
     let seg_addr = 0x7f00_0000_0000u64;
     let t0 = vramscope::ring::monotonic_ns();
@@ -47,6 +48,7 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
             id: 1,
             segments: 1,
             blocks: 2,
+            at: None,
         },
         t0,
     );
@@ -77,6 +79,7 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
                 size,
                 requested: size,
                 state,
+                ctx: Default::default(),
             },
             t0,
         );
