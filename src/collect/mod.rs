@@ -82,6 +82,7 @@ impl Inner {
                 key,
                 identity,
                 source,
+                ..
             } => {
                 self.model.set_mode(key, source.mode);
                 self.identities.insert(key, identity);
@@ -97,6 +98,7 @@ impl Inner {
                 delivered,
                 lost,
                 lost_now,
+                ..
             } => {
                 self.model.apply_all(key, events.iter());
                 if lost_now > 0 {
@@ -137,6 +139,8 @@ impl Inner {
                 self.problems = problems;
                 false
             }
+            // Counts of what a bound dropped: recorded, not yet shown.
+            Input::Dropped { .. } => false,
         }
     }
 

@@ -161,6 +161,7 @@ impl RingSet {
                         key,
                         identity,
                         source,
+                        watch: Default::default(),
                     });
                     self.attached.insert(
                         f.path.clone(),
@@ -218,6 +219,7 @@ impl RingSet {
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
+                    at: Vec::new(),
                 });
                 if wants_resync
                     && !gone

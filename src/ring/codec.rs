@@ -451,8 +451,8 @@ pub fn encode(e: &Event, sample: u32, out: &mut Vec<Words>) {
 #[derive(Debug, Default)]
 pub struct Decoder {
     pending_stats: Option<(u16, u32, Words)>,
-    /// The last complete sample `(device, sample)`, for its STATS_C.
-    last_sample: Option<(u16, u32)>,
+    /// The last complete sample number of each device, for its STATS_C.
+    last_samples: Vec<(u16, u32)>,
     /// Statistics samples dropped because one half was lost.
     pub dropped_samples: u64,
 }
@@ -526,7 +526,10 @@ impl Decoder {
                     self.dropped_samples += 2;
                     return None;
                 }
-                self.last_sample = Some((device, aux));
+                match self.last_samples.iter_mut().find(|(d, _)| *d == device) {
+                    Some(last) => last.1 = aux,
+                    None => self.last_samples.push((device, aux)),
+                }
                 EventKind::Stats {
                     device,
                     stats: Stats {
@@ -590,13 +593,13 @@ impl Decoder {
                 // Only for the sample just completed on this ring; a STATS_C
                 // whose halves were lost is dropped with them.
                 let at = span_of(w[2], w[3], w[4]);
-                let ours = self.last_sample == Some((device, aux));
+                let last = self.last_samples.iter().position(|&l| l == (device, aux));
                 if self.pending_stats.take().is_some() {
                     self.dropped_samples += 1;
                 }
-                match at {
-                    Some(at) if ours => {
-                        self.last_sample = None;
+                match (at, last) {
+                    (Some(at), Some(i)) => {
+                        self.last_samples.swap_remove(i);
                         return Some(Event {
                             time_ns,
                             kind: EventKind::StatsPosition { device, at },
