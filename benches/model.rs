@@ -31,6 +31,7 @@ fn workload(cycles: u64, dt: u64) -> (Vec<Event>, u64) {
         device: 0,
         stream: 0,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     };
     let mut t = 0u64;
     let mut out = Vec::new();
@@ -45,6 +46,7 @@ fn workload(cycles: u64, dt: u64) -> (Vec<Event>, u64) {
             id: 1,
             segments: 0,
             blocks: 0,
+            at: None,
         },
     );
     push(&mut out, EventKind::SnapshotEnd { device: 0, id: 1 });
@@ -89,7 +91,13 @@ fn workload(cycles: u64, dt: u64) -> (Vec<Event>, u64) {
     }
     assert_eq!(out.len(), SETUP);
     for c in 0..cycles {
-        push(&mut out, EventKind::Marker { value: c });
+        push(
+            &mut out,
+            EventKind::Marker {
+                value: c,
+                source: Default::default(),
+            },
+        );
         for i in 0..8 {
             push(
                 &mut out,

@@ -278,7 +278,9 @@ fn answer(runner: &mut ScenarioRunner, cmd: Command, sink: &mut RingSink) -> (St
             (Status::Ok, id as u64, 0)
         }
         Command::Ping { value } => (Status::Ok, value, 0),
-        Command::Unknown { .. } => (Status::Unsupported, 0, 0),
+        // The simulator has no Python stacks: 1.1's capture is unsupported,
+        // as is any command of a later minor.
+        Command::CaptureStacks { .. } | Command::Unknown { .. } => (Status::Unsupported, 0, 0),
     }
 }
 
@@ -411,4 +413,34 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
         "cannot create a private directory under {}",
         base.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FORMAT.md "Versions": a producer answers a command it does not
+    /// implement "unsupported" — 1.1's capture-stacks, and any later kind.
+    #[test]
+    fn demo_answers_unknown_and_capture_commands_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = SegmentConfig::new(dir.path(), Producer::Simulator, 1, 64);
+        cfg.tag = Some("cmdtest".into());
+        let seg = SegmentWriter::create(&cfg).unwrap();
+        let mut sink = RingSink::new(&seg, None);
+        let mut runner = ScenarioRunner::new(Scenario::by_name("leak").unwrap());
+        for cmd in [
+            Command::CaptureStacks { steps: 3, depth: 0 },
+            Command::Unknown { kind: 99, arg: 1 },
+        ] {
+            assert_eq!(
+                answer(&mut runner, cmd, &mut sink),
+                (Status::Unsupported, 0, 0)
+            );
+        }
+        assert_eq!(
+            answer(&mut runner, Command::Ping { value: 5 }, &mut sink),
+            (Status::Ok, 5, 0)
+        );
+    }
 }

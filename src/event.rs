@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 )]
 pub struct PoolId(pub u64, pub u64);
 
-/// Where an allocator event happened: which device allocator, which stream, which pool.
+/// Where an allocator event happened: which device allocator, which stream,
+/// which pool, and (format 1.1) which code was running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Place {
     /// CUDA device index as the process numbers it.
@@ -22,6 +23,118 @@ pub struct Place {
     /// The `cudaStream_t` value (0 is the legacy default stream).
     pub stream: u64,
     pub pool: PoolId,
+    /// The code context the producer tagged the event with (none by default,
+    /// and always none from a 1.0 producer).
+    #[serde(default, skip_serializing_if = "CtxTag::is_none")]
+    pub ctx: CtxTag,
+}
+
+/// The context tag of an allocator event (FORMAT.md, "Contexts"): which
+/// CONTEXT the calling thread was in, and the low bits of the step. Packed
+/// into the record header's `aux`: bits 0–23 the context id, bits 24–31 the
+/// step tag. Zero means "not given".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct CtxTag {
+    /// A CONTEXT id (1 to 2^24 − 1), 0 for none.
+    pub context: u32,
+    /// `(step mod 255) + 1`, 0 for not given; the full step is the latest
+    /// step boundary (MARKER) whose value has this tag.
+    pub step_tag: u8,
+}
+
+impl CtxTag {
+    pub const NONE: CtxTag = CtxTag {
+        context: 0,
+        step_tag: 0,
+    };
+    /// The largest context id a tag can carry.
+    pub const MAX_CONTEXT: u32 = (1 << 24) - 1;
+
+    pub fn is_none(&self) -> bool {
+        *self == CtxTag::NONE
+    }
+    /// From a record header's `aux`.
+    pub fn from_aux(aux: u32) -> Self {
+        CtxTag {
+            context: aux & CtxTag::MAX_CONTEXT,
+            step_tag: (aux >> 24) as u8,
+        }
+    }
+    /// Into a record header's `aux` (a context id above 2^24 − 1 is cut).
+    pub fn aux(self) -> u32 {
+        (self.context & CtxTag::MAX_CONTEXT) | (self.step_tag as u32) << 24
+    }
+    /// The step tag of step `step`.
+    pub fn step_tag_of(step: u64) -> u8 {
+        (step % 255) as u8 + 1
+    }
+}
+
+/// Where a state snapshot or a statistics sample sits in a device ring
+/// (FORMAT.md, "Positions"): records of ring `ring` at positions below
+/// `before` are reflected in it, those at `after` and above are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RingSpan {
+    /// Index of the ring in the segment's ring table.
+    pub ring: u8,
+    /// The ring's head just before the state was read.
+    pub before: u64,
+    /// The ring's head just after the state was read (≥ `before`).
+    pub after: u64,
+    /// Read under the allocator lock that every event of the ring is
+    /// written under: `before == after` and the split is exact.
+    pub exact: bool,
+    /// Records were written between `before` and `after`: which of them are
+    /// reflected is for the reader to resolve.
+    pub ambiguous: bool,
+}
+
+/// What a step boundary (MARKER) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum MarkSource {
+    /// Not said (every 1.0 producer).
+    #[default]
+    Unknown,
+    /// `vramscope.mark()` in the user's code.
+    User,
+    /// A global optimizer step hook; `optimizer` numbers the optimizer in the
+    /// order the producer first saw it (1, 2, …; 0 not given).
+    OptimizerStep { optimizer: u32 },
+    /// Inferred by the producer from the allocation pattern.
+    Inferred,
+    /// 4 ("other") or a code this build does not know.
+    Other(u8),
+}
+
+/// What a code block was doing (CONTEXT `phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Phase {
+    #[default]
+    NotGiven,
+    Forward,
+    Backward,
+    Optimizer,
+    /// 4 ("other") or a code this build does not know.
+    Other(u8),
+}
+
+/// What a producer's bound dropped (DROPPED `what`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DropWhat {
+    /// Records the producer chose not to write (a rate or buffer bound).
+    Records,
+    /// Allocator events tagged "no context" because context ids ran out.
+    ContextIds,
+    /// Stacks not captured (capture bound: depth, count or time).
+    Stacks,
+    /// Strings cut at the length bound.
+    Strings,
+    /// Definitions not re-sent with a snapshot (re-send bound).
+    Definitions,
+    /// Live blocks whose context tag was not kept (tag table full).
+    BlockTags,
+    /// A code this build does not know.
+    Other(u32),
 }
 
 /// One event, timestamped with the writer's `CLOCK_MONOTONIC` in nanoseconds.
@@ -111,6 +224,9 @@ pub enum EventKind {
         id: u32,
         segments: u64,
         blocks: u64,
+        /// Where the snapshot sits in the device's ring (1.1; None from 1.0).
+        #[serde(default)]
+        at: Option<RingSpan>,
     },
     /// One segment of the snapshot `id`.
     SnapshotSegment {
@@ -129,11 +245,58 @@ pub enum EventKind {
         size: u64,
         requested: u64,
         state: BlockState,
+        /// The context tag of the allocation that made the block (1.1).
+        #[serde(default)]
+        ctx: CtxTag,
     },
     /// The snapshot `id` is complete.
     SnapshotEnd { device: u16, id: u32 },
     /// A marker written by the process (e.g. a training step boundary).
-    Marker { value: u64 },
+    Marker {
+        value: u64,
+        /// What the boundary came from (1.1; Unknown from 1.0).
+        #[serde(default)]
+        source: MarkSource,
+    },
+    /// Where the statistics sample just delivered for `device` sits in the
+    /// device ring (STATS_C, 1.1). Follows its `Stats`.
+    StatsPosition { device: u16, at: RingSpan },
+    /// A producer's bound dropped `count` things of kind `what` since the
+    /// segment was created (cumulative); `bound` is the limit (0 not given).
+    Dropped {
+        device: u16,
+        what: DropWhat,
+        count: u64,
+        bound: u64,
+    },
+    /// Bytes `offset .. offset + 32` (cut at `len`) of string `id`, `len`
+    /// bytes of UTF-8 in all.
+    StringChunk {
+        id: u32,
+        len: u32,
+        offset: u32,
+        bytes: [u8; 32],
+    },
+    /// Defines frame `id`: a Python source line.
+    Frame {
+        id: u32,
+        file: u32,
+        function: u32,
+        line: u32,
+    },
+    /// Defines stack `id`: frame `frame` called from stack `parent` (0: the
+    /// outermost frame).
+    Stack { id: u32, frame: u32, parent: u32 },
+    /// Defines context `id`: module path string `module` (0 none), `phase`,
+    /// the stack captured when it was entered (0 none) and, if the producer
+    /// keys contexts by step, the step.
+    Context {
+        id: u32,
+        module: u32,
+        phase: Phase,
+        stack: u32,
+        step: Option<u64>,
+    },
     /// A record kind this build does not know; readers skip it.
     Unknown { kind: u16 },
 }

@@ -111,6 +111,36 @@ pub struct SourceProblem {
     pub message: String,
 }
 
+/// How and where watching a process began (recording format 1.1; every
+/// field is "not given" in an `Attach` of a 1.0 recording).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Watch {
+    /// The collector's monotonic ns when watching began.
+    #[serde(default)]
+    pub began_ns: Option<u64>,
+    /// The process was already running: records written before watching
+    /// began were skipped, and the state comes from an anchor snapshot.
+    #[serde(default)]
+    pub mid_run: bool,
+    /// Per ring (index in the segment's ring table): the position the
+    /// reader started at. Empty: not given.
+    #[serde(default)]
+    pub ring_starts: Vec<u64>,
+    /// The snapshot the state is anchored on (FORMAT.md, "Attaching
+    /// mid-run"), once known.
+    #[serde(default)]
+    pub anchor_snapshot: Option<u32>,
+}
+
+/// Where an event's record was in its segment: the ring (index in the ring
+/// table) and the position of the event's last record (a statistics sample's
+/// STATS_B; its STATS_A is at `position - 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RingPos {
+    pub ring: u32,
+    pub position: u64,
+}
+
 /// Everything a source tells the hub. A recording is a sequence of these.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Input {
@@ -119,6 +149,9 @@ pub enum Input {
         key: ProcessKey,
         identity: Identity,
         source: Source,
+        /// How watching began (1.1; default: not given).
+        #[serde(default)]
+        watch: Watch,
     },
     /// Events drained from a process's segment, and its wire totals so far.
     Events {
@@ -127,6 +160,10 @@ pub enum Input {
         delivered: u64,
         lost: u64,
         lost_now: u64,
+        /// The ring position of each event (1.1): empty (not given), or one
+        /// per event, in order.
+        #[serde(default)]
+        at: Vec<RingPos>,
     },
     /// The process exited (its figures stay visible for a while).
     Gone { key: ProcessKey },
@@ -140,4 +177,27 @@ pub enum Input {
     },
     /// The segments that could not be used, and why (replaces the list).
     Problems { problems: Vec<SourceProblem> },
+    /// A bound of the collector or the model dropped `count` things named by
+    /// `what` (e.g. `"events"`, `"blocks"`) so far, for process `key` (None:
+    /// the whole hub). Cumulative: the latest count replaces earlier ones.
+    /// Added in recording format 1.1.
+    Dropped {
+        key: Option<ProcessKey>,
+        what: String,
+        count: u64,
+    },
+}
+
+impl Input {
+    /// The names of every variant, as they appear in JSON: a reader skips
+    /// (and counts) an input whose name is not among them (a later minor's).
+    pub const VARIANTS: &'static [&'static str] = &[
+        "Attach", "Events", "Gone", "Forget", "Machine", "Problems", "Dropped",
+    ];
+
+    /// Whether recording format 1.0 knew this variant (it goes into an
+    /// input frame of kind 1; later ones into kind 4, which 1.0 skips).
+    pub fn known_to_1_0(&self) -> bool {
+        !matches!(self, Input::Dropped { .. })
+    }
 }

@@ -297,6 +297,11 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     let mut r = SegmentReader::open(&path).expect("the Python segment validates");
     let h = r.header().clone();
     assert_eq!(h.producer, Producer::TorchSampled);
+    assert_eq!(
+        h.minor,
+        vramscope::ring::layout::MINOR,
+        "the Python agent writes format 1.1"
+    );
     assert_eq!(h.pid, job.child.id());
     assert_eq!(h.framework, "torch 2.11.0+fake");
     assert!(h.label.starts_with("train_fake.py"), "{}", h.label);
@@ -382,7 +387,7 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
         .any(|e| matches!(e, EventKind::SnapshotEnd { device: 1, .. })));
     assert!(events
         .iter()
-        .any(|e| matches!(e, EventKind::Marker { value: 7 })));
+        .any(|e| matches!(e, EventKind::Marker { value: 7, .. })));
 
     // Commands.
     let t = Duration::from_secs(10);
@@ -396,6 +401,12 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
         .unwrap();
     assert_eq!(o.status, Status::Ok);
     let o = r.command(Command::Unknown { kind: 77, arg: 0 }, t).unwrap();
+    assert_eq!(o.status, Status::Unsupported);
+    // 1.1's capture-stacks command: sampled mode has no allocator callback
+    // to tag, so it answers unsupported (FORMAT.md, "Versions").
+    let o = r
+        .command(Command::CaptureStacks { steps: 2, depth: 0 }, t)
+        .unwrap();
     assert_eq!(o.status, Status::Unsupported);
     // During a CUDA graph capture, empty_cache is refused.
     job.send("capture");
@@ -426,7 +437,7 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     let later = drain_all(&mut r);
     assert!(!later
         .iter()
-        .any(|e| matches!(e, EventKind::Marker { value: 5 | 6 })));
+        .any(|e| matches!(e, EventKind::Marker { value: 5 | 6, .. })));
     assert_eq!(r.totals().lost, 0);
 
     let (code, stderr) = job.finish();

@@ -34,6 +34,7 @@ fn record_then_replay_gives_the_same_figures() {
         device: 0,
         stream: 0,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     };
     let mut child = record_for_3s(&rec, &shm);
     std::thread::sleep(Duration::from_millis(600));
@@ -124,6 +125,7 @@ fn record_then_replay_gives_the_same_figures() {
     // A newer major version is refused, naming the version.
     let mut newer = bytes.clone();
     newer[8] = 2;
+    newer[10] = 0; // minor 0: "version 2.0"
     let nv = dir.path().join("newer.vsrec");
     std::fs::write(&nv, &newer).unwrap();
     let out = bin().args(["replay"]).arg(&nv).output().unwrap();

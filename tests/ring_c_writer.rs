@@ -62,6 +62,7 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
     let h = reader.header().clone();
     assert_eq!(h.pid, child.id());
     assert_eq!(h.producer, Producer::Test);
+    assert_eq!(h.minor, 1, "vramscope_ring.h writes format 1.1");
     assert_eq!(h.framework, "c-writer 1.0");
     assert_eq!(h.label, "cross-language test é");
     assert_eq!(h.rings.len(), 2);
@@ -135,7 +136,10 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
                     segments: 7
                 }
             },
-            EventKind::Marker { value: 42 }
+            EventKind::Marker {
+                value: 42,
+                source: Default::default(),
+            }
         ]
     );
 

@@ -47,7 +47,7 @@ fn wrong_magic_version_size_and_offsets() {
     let me = std::process::id();
     let p = forged(d, me, |b| put(b, OFF_MAGIC, b"NOTVRAMS"));
     assert!(open_err(&p).contains("bad magic"));
-    let p = forged(d, me, |b| put(b, OFF_MAJOR, &9u16.to_le_bytes()));
+    let p = forged(d, me, |b| put(b, OFF_MAJOR, &[9, 0, 0, 0]));
     assert!(open_err(&p).contains("format version 9.0"));
     let p = forged(d, me, |b| b.truncate(b.len() - 4096));
     assert!(open_err(&p).contains("the file has"));

@@ -1,5 +1,5 @@
 /*
- * vramscope_ring.h — the C writer of the vramscope segment format 1.0.
+ * vramscope_ring.h — the C writer of the vramscope segment format 1.1.
  *
  * A single header for C (gnu11) and C++ (gnu++17 and later), built with gcc or
  * clang. The format is specified in src/ring/FORMAT.md of the vramscope
@@ -17,6 +17,11 @@
  * vs_ring_write is safe to call from any number of threads at once and from
  * under a lock: it makes no system call, allocates nothing and never waits.
  * Shared words are accessed only through the __atomic builtins.
+ *
+ * Format 1.1 records (context tags, definitions, positions, DROPPED) are
+ * built with the vs_rec_* helpers below: each fills seven words on the
+ * caller's stack and touches nothing else, so it may be called from the
+ * allocator callback like vs_ring_write.
  */
 #ifndef VRAMSCOPE_RING_H
 #define VRAMSCOPE_RING_H
@@ -38,7 +43,7 @@ extern "C" {
 
 #define VS_MAGIC 0x3165706f63534d56ULL /* "VMScope1" little-endian */
 #define VS_MAJOR 1
-#define VS_MINOR 0
+#define VS_MINOR 1
 #define VS_HEADER_SIZE 256
 #define VS_RING_ENTRY_SIZE 32
 #define VS_RING_HEADER_SIZE 128
@@ -56,6 +61,8 @@ extern "C" {
 #define VS_FLAG_EVENTS 1u
 #define VS_FLAG_STATS 2u
 #define VS_FLAG_SIMULATED 4u
+#define VS_FLAG_POSITIONS 8u /* 1.1: SNAP_BEGIN and STATS_C carry ring positions */
+#define VS_FLAG_CONTEXTS 16u /* 1.1: allocator events carry context tags */
 
 /* Ring roles. */
 #define VS_ROLE_AGENT 0u
@@ -77,13 +84,49 @@ extern "C" {
 #define VS_K_SNAP_BLOCK 34
 #define VS_K_SNAP_END 35
 #define VS_K_MARKER 48
+/* Added in 1.1. */
+#define VS_K_STATS_C 18
+#define VS_K_DROPPED 49
+#define VS_K_STRING 64
+#define VS_K_FRAME 65
+#define VS_K_STACK 66
+#define VS_K_CONTEXT 67
 #define VS_NO_DEVICE 0xffffu
+
+/* MARKER sources (w3), 1.1. */
+#define VS_MARK_UNKNOWN 0
+#define VS_MARK_USER 1
+#define VS_MARK_OPTIMIZER_STEP 2
+#define VS_MARK_INFERRED 3
+#define VS_MARK_OTHER 4
+/* CONTEXT phases (w3), 1.1. */
+#define VS_PHASE_NOT_GIVEN 0
+#define VS_PHASE_FORWARD 1
+#define VS_PHASE_BACKWARD 2
+#define VS_PHASE_OPTIMIZER 3
+#define VS_PHASE_OTHER 4
+/* DROPPED `what` (aux), 1.1. */
+#define VS_DROP_RECORDS 1
+#define VS_DROP_CONTEXT_IDS 2
+#define VS_DROP_STACKS 3
+#define VS_DROP_STRINGS 4
+#define VS_DROP_DEFINITIONS 5
+#define VS_DROP_BLOCK_TAGS 6
+/* Position flags (SNAP_BEGIN w6, STATS_C w4), 1.1. */
+#define VS_SPAN_GIVEN 1ull
+#define VS_SPAN_EXACT 2ull
+#define VS_SPAN_AMBIGUOUS 4ull
+#define VS_CONTEXT_STEP_GIVEN 1ull
+#define VS_CONTEXT_MAX 0xffffffu /* context ids are 24-bit */
+#define VS_STRING_CHUNK 32
+#define VS_STRING_MAX 4096
 
 /* Commands and statuses (FORMAT.md, "Control block"). */
 #define VS_CMD_EMPTY_CACHE 1
 #define VS_CMD_RESET_PEAKS 2
 #define VS_CMD_SNAPSHOT 3
 #define VS_CMD_PING 4
+#define VS_CMD_CAPTURE_STACKS 5 /* 1.1: arg bits 0-31 steps, 32-47 depth */
 #define VS_STATUS_OK 0
 #define VS_STATUS_UNSUPPORTED 1
 #define VS_STATUS_FAILED 2
@@ -151,6 +194,149 @@ static inline uint64_t vs_head_word(uint16_t kind, uint16_t device, uint32_t aux
     return (uint64_t)kind | ((uint64_t)device << 16) | ((uint64_t)aux << 32);
 }
 
+/* ---- format 1.1 record builders (FORMAT.md, "Records") ------------------ */
+
+/* (step mod 255) + 1: the step tag of an allocator event (0: not given). */
+static inline uint8_t vs_step_tag(uint64_t step) { return (uint8_t)(step % 255u + 1u); }
+
+/* The context tag that goes into an allocator event's aux. */
+static inline uint32_t vs_ctx_tag(uint32_t context, uint8_t step_tag) {
+    return (context & VS_CONTEXT_MAX) | ((uint32_t)step_tag << 24);
+}
+
+/* An allocator event (kinds 1-7, 9) with its context tag. */
+static inline void vs_rec_alloc_event(uint64_t w[7], uint16_t kind, uint16_t device, uint32_t tag, uint64_t time,
+                                      uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool0, uint64_t pool1) {
+    w[0] = vs_head_word(kind, device, tag);
+    w[1] = time;
+    w[2] = addr;
+    w[3] = size;
+    w[4] = stream;
+    w[5] = pool0;
+    w[6] = pool1;
+}
+
+/* The flags word of a position span: `before` and `after` are the device
+   ring's head loaded just before and just after the state was read. */
+static inline uint64_t vs_span_flags(uint8_t ring, uint64_t before, uint64_t after, int exact) {
+    return VS_SPAN_GIVEN | (exact ? VS_SPAN_EXACT : 0) | (after != before ? VS_SPAN_AMBIGUOUS : 0) |
+           ((uint64_t)ring << 8);
+}
+
+/* A step boundary: `source` is a VS_MARK_*; `optimizer` numbers the optimizer
+   for VS_MARK_OPTIMIZER_STEP (1, 2, ...; 0 not given). */
+static inline void vs_rec_marker(uint64_t w[7], uint64_t time, uint64_t value, uint8_t source, uint32_t optimizer) {
+    w[0] = vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0);
+    w[1] = time;
+    w[2] = value;
+    w[3] = source;
+    w[4] = source == VS_MARK_OPTIMIZER_STEP ? optimizer : 0;
+    w[5] = 0;
+    w[6] = 0;
+}
+
+/* STATS_C: written after the STATS_B of sample `sample`, same device. */
+static inline void vs_rec_stats_c(uint64_t w[7], uint16_t device, uint32_t sample, uint64_t time, uint8_t ring,
+                                  uint64_t before, uint64_t after, int exact) {
+    w[0] = vs_head_word(VS_K_STATS_C, device, sample);
+    w[1] = time;
+    w[2] = before;
+    w[3] = after;
+    w[4] = vs_span_flags(ring, before, after, exact);
+    w[5] = 0;
+    w[6] = 0;
+}
+
+/* SNAP_BEGIN with the device ring's positions around the snapshot. */
+static inline void vs_rec_snap_begin(uint64_t w[7], uint16_t device, uint32_t id, uint64_t time, uint64_t segments,
+                                     uint64_t blocks, uint8_t ring, uint64_t before, uint64_t after, int exact) {
+    w[0] = vs_head_word(VS_K_SNAP_BEGIN, device, id);
+    w[1] = time;
+    w[2] = segments;
+    w[3] = blocks;
+    w[4] = before;
+    w[5] = after;
+    w[6] = vs_span_flags(ring, before, after, exact);
+}
+
+/* DROPPED: `count` is cumulative since the segment was created. */
+static inline void vs_rec_dropped(uint64_t w[7], uint16_t device, uint32_t what, uint64_t time, uint64_t count,
+                                  uint64_t bound) {
+    w[0] = vs_head_word(VS_K_DROPPED, device, what);
+    w[1] = time;
+    w[2] = count;
+    w[3] = bound;
+    w[4] = 0;
+    w[5] = 0;
+    w[6] = 0;
+}
+
+/* The length a STRING record sends for `s` (n bytes): at most VS_STRING_MAX,
+   cut on a UTF-8 character boundary. */
+static inline uint32_t vs_string_len(const char *s, size_t n) {
+    if (n > VS_STRING_MAX) {
+        n = VS_STRING_MAX;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    }
+    return (uint32_t)n;
+}
+
+/* The STRING chunk of string `id` at byte `offset` (a multiple of 32) of
+   `s`, `len` bytes long (from vs_string_len). A string of `len` bytes takes
+   max(1, ceil(len / 32)) chunks. */
+static inline void vs_rec_string(uint64_t w[7], uint32_t id, uint64_t time, const char *s, uint32_t len,
+                                 uint32_t offset) {
+    uint8_t chunk[VS_STRING_CHUNK];
+    memset(chunk, 0, sizeof chunk);
+    if (offset < len) memcpy(chunk, s + offset, len - offset < VS_STRING_CHUNK ? len - offset : VS_STRING_CHUNK);
+    w[0] = vs_head_word(VS_K_STRING, VS_NO_DEVICE, id);
+    w[1] = time;
+    w[2] = (uint64_t)len | ((uint64_t)offset << 32);
+    for (int i = 0; i < 4; i++) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; b--) v = (v << 8) | chunk[i * 8 + b];
+        w[3 + i] = v;
+    }
+}
+
+/* Writes every chunk of string `id` into `ring` (no allocation). Returns the
+   number of chunks that were dropped because their slot was held. */
+static inline int vs_write_string(vs_ring *ring, uint32_t id, uint64_t time, const char *s);
+
+static inline void vs_rec_frame(uint64_t w[7], uint32_t id, uint64_t time, uint32_t file, uint32_t function,
+                                uint32_t line) {
+    w[0] = vs_head_word(VS_K_FRAME, VS_NO_DEVICE, id);
+    w[1] = time;
+    w[2] = file;
+    w[3] = function;
+    w[4] = line;
+    w[5] = 0;
+    w[6] = 0;
+}
+
+static inline void vs_rec_stack(uint64_t w[7], uint32_t id, uint64_t time, uint32_t frame, uint32_t parent) {
+    w[0] = vs_head_word(VS_K_STACK, VS_NO_DEVICE, id);
+    w[1] = time;
+    w[2] = frame;
+    w[3] = parent;
+    w[4] = 0;
+    w[5] = 0;
+    w[6] = 0;
+}
+
+/* CONTEXT: `module` a string id (0 none), `phase` a VS_PHASE_*, `stack` a
+   stack id (0 none); `has_step` says whether `step` is given. */
+static inline void vs_rec_context(uint64_t w[7], uint32_t id, uint64_t time, uint32_t module, uint8_t phase,
+                                  uint32_t stack, int has_step, uint64_t step) {
+    w[0] = vs_head_word(VS_K_CONTEXT, VS_NO_DEVICE, id);
+    w[1] = time;
+    w[2] = module;
+    w[3] = phase;
+    w[4] = has_step ? step : 0;
+    w[5] = stack;
+    w[6] = has_step ? VS_CONTEXT_STEP_GIVEN : 0;
+}
+
 /*
  * Writes one record (seven payload words) into `ring`. Returns 1 if written,
  * 0 if the slot was held by another writer (the record is lost and counted).
@@ -169,6 +355,19 @@ static inline int vs_ring_write(vs_ring *ring, const uint64_t w[7]) {
     for (int i = 0; i < 7; i++) __atomic_store_n(&slot[1 + i], w[i], __ATOMIC_RELAXED);
     __atomic_store_n(&slot[0], writing + 1, __ATOMIC_RELEASE);
     return 1;
+}
+
+static inline int vs_write_string(vs_ring *ring, uint32_t id, uint64_t time, const char *s) {
+    uint32_t len = vs_string_len(s, strlen(s));
+    int dropped = 0;
+    uint32_t off = 0;
+    do {
+        uint64_t w[7];
+        vs_rec_string(w, id, time, s, len, off);
+        dropped += !vs_ring_write(ring, w);
+        off += VS_STRING_CHUNK;
+    } while (off < len);
+    return dropped;
 }
 
 /*

@@ -32,6 +32,7 @@ impl Inner {
                 key,
                 identity,
                 source,
+                ..
             } => {
                 self.model.set_mode(key, source.mode);
                 self.identities.insert(key, identity);
@@ -46,6 +47,7 @@ impl Inner {
                 delivered,
                 lost,
                 lost_now,
+                ..
             } => {
                 self.model.apply_all(key, events.iter());
                 if lost_now > 0 {
@@ -79,6 +81,9 @@ impl Inner {
             Input::Problems { problems } => {
                 self.problems = problems;
             }
+            // Format 1.1 reserves these counts; the model's bounds (which
+            // will show them) are not built yet.
+            Input::Dropped { .. } => {}
         }
     }
 

@@ -162,6 +162,7 @@ impl RingSet {
                         key,
                         identity,
                         source,
+                        watch: Default::default(),
                     });
                     self.attached.insert(
                         f.path.clone(),
@@ -218,6 +219,7 @@ impl RingSet {
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
+                    at: Vec::new(),
                 });
             }
             if gone && a.gone_at.is_none() {

@@ -373,7 +373,15 @@ impl Process {
                 self.remember(ev);
                 self.leak.on_marker();
             }
-            EventKind::Unknown { .. } => {}
+            // 1.1 records: placement, attribution and drop counts are for
+            // the features that use them; the figures do not depend on them.
+            EventKind::StatsPosition { .. }
+            | EventKind::Dropped { .. }
+            | EventKind::StringChunk { .. }
+            | EventKind::Frame { .. }
+            | EventKind::Stack { .. }
+            | EventKind::Context { .. }
+            | EventKind::Unknown { .. } => {}
         }
     }
 

@@ -1,7 +1,10 @@
 //! Records: how an [`Event`] is packed into a slot's seven payload words and
 //! unpacked again (`FORMAT.md`, "Records"). Pure code.
 
-use crate::event::{BlockState, Event, EventKind, Place, PoolId, SegmentPool, Stats};
+use crate::event::{
+    BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
+    SegmentPool, Stats,
+};
 
 use super::layout::PAYLOAD_WORDS;
 
@@ -23,6 +26,26 @@ pub const K_SNAP_SEGMENT: u16 = 33;
 pub const K_SNAP_BLOCK: u16 = 34;
 pub const K_SNAP_END: u16 = 35;
 pub const K_MARKER: u16 = 48;
+// Added in 1.1 (FORMAT.md, "Changelog").
+pub const K_STATS_C: u16 = 18;
+pub const K_DROPPED: u16 = 49;
+pub const K_STRING: u16 = 64;
+pub const K_FRAME: u16 = 65;
+pub const K_STACK: u16 = 66;
+pub const K_CONTEXT: u16 = 67;
+
+/// Position-span flags (SNAP_BEGIN w6, STATS_C w4): bit 0 given, bit 1
+/// exact, bit 2 ambiguous, bits 8–15 the ring index.
+pub const SPAN_GIVEN: u64 = 1;
+pub const SPAN_EXACT: u64 = 2;
+pub const SPAN_AMBIGUOUS: u64 = 4;
+/// CONTEXT w6 bit 0: w4 holds the step.
+pub const CONTEXT_STEP_GIVEN: u64 = 1;
+/// STRING: bytes of a string one record carries.
+pub const STRING_CHUNK: usize = 32;
+/// STRING: the longest string a producer may define (longer ones are cut at
+/// a character boundary and counted as DROPPED `Strings`).
+pub const STRING_MAX: usize = 4096;
 
 pub const NO_DEVICE: u16 = 0xffff;
 
@@ -37,7 +60,7 @@ pub fn split_head(w0: u64) -> (u16, u16, u32) {
 
 fn placed(kind: u16, time: u64, p: &Place, a: u64, b: u64) -> Words {
     [
-        head(kind, p.device, 0),
+        head(kind, p.device, p.ctx.aux()),
         time,
         a,
         b,
@@ -45,6 +68,181 @@ fn placed(kind: u16, time: u64, p: &Place, a: u64, b: u64) -> Words {
         p.pool.0,
         p.pool.1,
     ]
+}
+
+/// The flags word of a position span (`None`: 0, "not given").
+pub fn span_flags(at: &Option<RingSpan>) -> u64 {
+    match at {
+        None => 0,
+        Some(a) => {
+            SPAN_GIVEN
+                | if a.exact { SPAN_EXACT } else { 0 }
+                | if a.ambiguous { SPAN_AMBIGUOUS } else { 0 }
+                | (a.ring as u64) << 8
+        }
+    }
+}
+
+/// A position span from its `before`, `after` and flags words.
+pub fn span_of(before: u64, after: u64, flags: u64) -> Option<RingSpan> {
+    (flags & SPAN_GIVEN != 0).then_some(RingSpan {
+        ring: (flags >> 8) as u8,
+        before,
+        after,
+        exact: flags & SPAN_EXACT != 0,
+        ambiguous: flags & SPAN_AMBIGUOUS != 0,
+    })
+}
+
+fn mark_source_words(s: &MarkSource) -> (u64, u64) {
+    match *s {
+        MarkSource::Unknown => (0, 0),
+        MarkSource::User => (1, 0),
+        MarkSource::OptimizerStep { optimizer } => (2, optimizer as u64),
+        MarkSource::Inferred => (3, 0),
+        MarkSource::Other(c) => (c as u64, 0),
+    }
+}
+
+fn mark_source_of(w3: u64, w4: u64) -> MarkSource {
+    match w3 as u8 {
+        0 => MarkSource::Unknown,
+        1 => MarkSource::User,
+        2 => MarkSource::OptimizerStep {
+            optimizer: w4 as u32,
+        },
+        3 => MarkSource::Inferred,
+        c => MarkSource::Other(c),
+    }
+}
+
+fn phase_code(p: Phase) -> u64 {
+    match p {
+        Phase::NotGiven => 0,
+        Phase::Forward => 1,
+        Phase::Backward => 2,
+        Phase::Optimizer => 3,
+        Phase::Other(c) => c as u64,
+    }
+}
+
+fn phase_of(w: u64) -> Phase {
+    match w as u8 {
+        0 => Phase::NotGiven,
+        1 => Phase::Forward,
+        2 => Phase::Backward,
+        3 => Phase::Optimizer,
+        c => Phase::Other(c),
+    }
+}
+
+fn drop_code(w: DropWhat) -> u32 {
+    match w {
+        DropWhat::Records => 1,
+        DropWhat::ContextIds => 2,
+        DropWhat::Stacks => 3,
+        DropWhat::Strings => 4,
+        DropWhat::Definitions => 5,
+        DropWhat::BlockTags => 6,
+        DropWhat::Other(c) => c,
+    }
+}
+
+fn drop_of(c: u32) -> DropWhat {
+    match c {
+        1 => DropWhat::Records,
+        2 => DropWhat::ContextIds,
+        3 => DropWhat::Stacks,
+        4 => DropWhat::Strings,
+        5 => DropWhat::Definitions,
+        6 => DropWhat::BlockTags,
+        c => DropWhat::Other(c),
+    }
+}
+
+fn pack32(bytes: &[u8; 32]) -> [u64; 4] {
+    let mut w = [0u64; 4];
+    for (i, c) in bytes.chunks_exact(8).enumerate() {
+        w[i] = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    }
+    w
+}
+
+fn unpack32(w: &[u64]) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    for (i, v) in w.iter().take(4).enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// The STRING records that define string `id` as `s` (cut at
+/// [`STRING_MAX`] bytes on a character boundary), stamped `time`.
+pub fn encode_string(id: u32, time: u64, s: &str, out: &mut Vec<Words>) {
+    let mut n = s.len().min(STRING_MAX);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    let b = &s.as_bytes()[..n];
+    let mut off = 0;
+    loop {
+        let mut chunk = [0u8; 32];
+        let end = (off + STRING_CHUNK).min(n);
+        chunk[..end - off].copy_from_slice(&b[off..end]);
+        let w = pack32(&chunk);
+        out.push([
+            head(K_STRING, NO_DEVICE, id),
+            time,
+            n as u64 | (off as u64) << 32,
+            w[0],
+            w[1],
+            w[2],
+            w[3],
+        ]);
+        off = end;
+        if off >= n {
+            break;
+        }
+    }
+}
+
+/// Reassembles strings from their STRING chunks (in any order, repeats
+/// allowed): what a reader keeps to resolve string ids.
+#[derive(Debug, Default, Clone)]
+pub struct Strings {
+    partial: std::collections::HashMap<u32, (u32, Vec<u8>, Vec<bool>)>,
+    done: std::collections::HashMap<u32, String>,
+}
+
+impl Strings {
+    /// Takes one chunk; returns true when it completed its string.
+    pub fn add(&mut self, id: u32, len: u32, offset: u32, bytes: &[u8; 32]) -> bool {
+        if id == 0 || self.done.contains_key(&id) || len as usize > STRING_MAX {
+            return false;
+        }
+        let chunks = (len as usize).div_ceil(STRING_CHUNK).max(1);
+        let entry = self
+            .partial
+            .entry(id)
+            .or_insert_with(|| (len, vec![0; len as usize], vec![false; chunks]));
+        let off = offset as usize;
+        if entry.0 != len || off % STRING_CHUNK != 0 || off / STRING_CHUNK >= chunks {
+            return false;
+        }
+        let end = (off + STRING_CHUNK).min(len as usize);
+        entry.1[off..end].copy_from_slice(&bytes[..end - off]);
+        entry.2[off / STRING_CHUNK] = true;
+        if entry.2.iter().all(|&b| b) {
+            let (_, b, _) = self.partial.remove(&id).expect("present");
+            self.done
+                .insert(id, String::from_utf8_lossy(&b).into_owned());
+            return true;
+        }
+        false
+    }
+    pub fn get(&self, id: u32) -> Option<&str> {
+        self.done.get(&id).map(String::as_str)
+    }
 }
 
 /// Packs one event into one or two records (statistics take two).
@@ -101,14 +299,15 @@ pub fn encode(e: &Event, sample: u32, out: &mut Vec<Words>) {
             id,
             segments,
             blocks,
+            at,
         } => out.push([
             head(K_SNAP_BEGIN, *device, *id),
             t,
             *segments,
             *blocks,
-            0,
-            0,
-            0,
+            at.map_or(0, |a| a.before),
+            at.map_or(0, |a| a.after),
+            span_flags(at),
         ]),
         EventKind::SnapshotSegment {
             id,
@@ -136,6 +335,7 @@ pub fn encode(e: &Event, sample: u32, out: &mut Vec<Words>) {
             size,
             requested,
             state,
+            ctx,
         } => {
             let st = match state {
                 BlockState::Allocated => 0,
@@ -149,15 +349,98 @@ pub fn encode(e: &Event, sample: u32, out: &mut Vec<Words>) {
                 *size,
                 *requested,
                 st,
-                0,
+                ctx.aux() as u64,
             ])
         }
         EventKind::SnapshotEnd { device, id } => {
             out.push([head(K_SNAP_END, *device, *id), t, 0, 0, 0, 0, 0])
         }
-        EventKind::Marker { value } => {
-            out.push([head(K_MARKER, NO_DEVICE, 0), t, *value, 0, 0, 0, 0])
+        EventKind::Marker { value, source } => {
+            let (code, arg) = mark_source_words(source);
+            out.push([head(K_MARKER, NO_DEVICE, 0), t, *value, code, arg, 0, 0])
         }
+        EventKind::StatsPosition { device, at } => out.push([
+            head(K_STATS_C, *device, sample),
+            t,
+            at.before,
+            at.after,
+            span_flags(&Some(*at)),
+            0,
+            0,
+        ]),
+        EventKind::Dropped {
+            device,
+            what,
+            count,
+            bound,
+        } => out.push([
+            head(K_DROPPED, *device, drop_code(*what)),
+            t,
+            *count,
+            *bound,
+            0,
+            0,
+            0,
+        ]),
+        EventKind::StringChunk {
+            id,
+            len,
+            offset,
+            bytes,
+        } => {
+            let w = pack32(bytes);
+            out.push([
+                head(K_STRING, NO_DEVICE, *id),
+                t,
+                *len as u64 | (*offset as u64) << 32,
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+            ])
+        }
+        EventKind::Frame {
+            id,
+            file,
+            function,
+            line,
+        } => out.push([
+            head(K_FRAME, NO_DEVICE, *id),
+            t,
+            *file as u64,
+            *function as u64,
+            *line as u64,
+            0,
+            0,
+        ]),
+        EventKind::Stack { id, frame, parent } => out.push([
+            head(K_STACK, NO_DEVICE, *id),
+            t,
+            *frame as u64,
+            *parent as u64,
+            0,
+            0,
+            0,
+        ]),
+        EventKind::Context {
+            id,
+            module,
+            phase,
+            stack,
+            step,
+        } => out.push([
+            head(K_CONTEXT, NO_DEVICE, *id),
+            t,
+            *module as u64,
+            phase_code(*phase),
+            step.unwrap_or(0),
+            *stack as u64,
+            if step.is_some() {
+                CONTEXT_STEP_GIVEN
+            } else {
+                0
+            },
+        ]),
         EventKind::Unknown { kind } => out.push([head(*kind, NO_DEVICE, 0), t, 0, 0, 0, 0, 0]),
     }
 }
@@ -168,6 +451,8 @@ pub fn encode(e: &Event, sample: u32, out: &mut Vec<Words>) {
 #[derive(Debug, Default)]
 pub struct Decoder {
     pending_stats: Option<(u16, u32, Words)>,
+    /// The last complete sample number of each device, for its STATS_C.
+    last_samples: Vec<(u16, u32)>,
     /// Statistics samples dropped because one half was lost.
     pub dropped_samples: u64,
 }
@@ -182,6 +467,7 @@ impl Decoder {
             device,
             stream: w[4],
             pool: PoolId(w[5], w[6]),
+            ctx: CtxTag::from_aux(aux),
         };
         let kind = match kind {
             K_ALLOC => EventKind::Alloc {
@@ -240,6 +526,10 @@ impl Decoder {
                     self.dropped_samples += 2;
                     return None;
                 }
+                match self.last_samples.iter_mut().find(|(d, _)| *d == device) {
+                    Some(last) => last.1 = aux,
+                    None => self.last_samples.push((device, aux)),
+                }
                 EventKind::Stats {
                     device,
                     stats: Stats {
@@ -262,6 +552,7 @@ impl Decoder {
                 id: aux,
                 segments: w[2],
                 blocks: w[3],
+                at: span_of(w[4], w[5], w[6]),
             },
             K_SNAP_SEGMENT => EventKind::SnapshotSegment {
                 id: aux,
@@ -269,6 +560,7 @@ impl Decoder {
                     device,
                     stream: w[4],
                     pool: PoolId(w[5], w[6] >> 8),
+                    ctx: CtxTag::NONE,
                 },
                 addr: w[2],
                 size: w[3],
@@ -290,9 +582,62 @@ impl Decoder {
                     1 => BlockState::PendingFree,
                     _ => BlockState::Inactive,
                 },
+                ctx: CtxTag::from_aux(w[6] as u32),
             },
             K_SNAP_END => EventKind::SnapshotEnd { device, id: aux },
-            K_MARKER => EventKind::Marker { value: w[2] },
+            K_MARKER => EventKind::Marker {
+                value: w[2],
+                source: mark_source_of(w[3], w[4]),
+            },
+            K_STATS_C => {
+                // Only for the sample just completed on this ring; a STATS_C
+                // whose halves were lost is dropped with them.
+                let at = span_of(w[2], w[3], w[4]);
+                let last = self.last_samples.iter().position(|&l| l == (device, aux));
+                if self.pending_stats.take().is_some() {
+                    self.dropped_samples += 1;
+                }
+                match (at, last) {
+                    (Some(at), Some(i)) => {
+                        self.last_samples.swap_remove(i);
+                        return Some(Event {
+                            time_ns,
+                            kind: EventKind::StatsPosition { device, at },
+                        });
+                    }
+                    _ => return None,
+                }
+            }
+            K_DROPPED => EventKind::Dropped {
+                device,
+                what: drop_of(aux),
+                count: w[2],
+                bound: w[3],
+            },
+            K_STRING => EventKind::StringChunk {
+                id: aux,
+                len: w[2] as u32,
+                offset: (w[2] >> 32) as u32,
+                bytes: unpack32(&w[3..7]),
+            },
+            K_FRAME => EventKind::Frame {
+                id: aux,
+                file: w[2] as u32,
+                function: w[3] as u32,
+                line: w[4] as u32,
+            },
+            K_STACK => EventKind::Stack {
+                id: aux,
+                frame: w[2] as u32,
+                parent: w[3] as u32,
+            },
+            K_CONTEXT => EventKind::Context {
+                id: aux,
+                module: w[2] as u32,
+                phase: phase_of(w[3]),
+                stack: w[5] as u32,
+                step: (w[6] & CONTEXT_STEP_GIVEN != 0).then_some(w[4]),
+            },
             other => EventKind::Unknown { kind: other },
         };
         if self.pending_stats.take().is_some() {
@@ -311,6 +656,7 @@ mod tests {
             device: 3,
             stream: 0xdead_beef,
             pool: PoolId(1, 2),
+            ctx: CtxTag::NONE,
         };
         let k = vec![
             EventKind::Alloc {
@@ -374,6 +720,7 @@ mod tests {
                 id: 9,
                 segments: 2,
                 blocks: 5,
+                at: None,
             },
             EventKind::SnapshotSegment {
                 id: 9,
@@ -390,9 +737,13 @@ mod tests {
                 size: 512,
                 requested: 500,
                 state: BlockState::PendingFree,
+                ctx: CtxTag::NONE,
             },
             EventKind::SnapshotEnd { device: 0, id: 9 },
-            EventKind::Marker { value: 17 },
+            EventKind::Marker {
+                value: 17,
+                source: MarkSource::Unknown,
+            },
             EventKind::Unknown { kind: 999 },
         ];
         k.into_iter()
@@ -438,5 +789,313 @@ mod tests {
         assert_eq!(d.decode(&words[0]), None);
         assert_eq!(d.decode(&other[1]), None);
         assert_eq!(d.dropped_samples, 4);
+    }
+    /// Every 1.1 record, with every new field set.
+    pub(crate) fn new_kinds() -> Vec<Event> {
+        let tag = CtxTag {
+            context: 0x00ab_cdef,
+            step_tag: 200,
+        };
+        let place = Place {
+            device: 2,
+            stream: 7,
+            pool: PoolId(0, 0),
+            ctx: tag,
+        };
+        let span = RingSpan {
+            ring: 3,
+            before: 1_000,
+            after: 1_004,
+            exact: false,
+            ambiguous: true,
+        };
+        let mut bytes = [0u8; 32];
+        bytes[..20].copy_from_slice(b"transformer.h.3.attn");
+        let k = vec![
+            EventKind::Alloc {
+                place,
+                addr: 1 << 40,
+                size: 4096,
+            },
+            EventKind::FreeRequested {
+                place,
+                addr: 1 << 40,
+                size: 4096,
+            },
+            EventKind::FreeCompleted {
+                place,
+                addr: 1 << 40,
+                size: 4096,
+            },
+            EventKind::SegmentAlloc {
+                place,
+                addr: 1 << 40,
+                size: 2 << 20,
+            },
+            EventKind::SegmentFree {
+                place,
+                addr: 1 << 40,
+                size: 2 << 20,
+            },
+            EventKind::SegmentMap {
+                place,
+                addr: 1 << 40,
+                size: 2 << 20,
+            },
+            EventKind::SegmentUnmap {
+                place,
+                addr: 1 << 40,
+                size: 2 << 20,
+            },
+            EventKind::Oom {
+                place,
+                device_free: 1,
+                request: 2,
+            },
+            EventKind::Marker {
+                value: 41,
+                source: MarkSource::User,
+            },
+            EventKind::Marker {
+                value: 42,
+                source: MarkSource::OptimizerStep { optimizer: 2 },
+            },
+            EventKind::Marker {
+                value: 43,
+                source: MarkSource::Inferred,
+            },
+            EventKind::Marker {
+                value: 44,
+                source: MarkSource::Other(4),
+            },
+            EventKind::Stats {
+                device: 2,
+                stats: Stats {
+                    allocated: 1,
+                    reserved: 2,
+                    ..Stats::default()
+                },
+            },
+            EventKind::StatsPosition {
+                device: 2,
+                at: RingSpan {
+                    exact: true,
+                    ambiguous: false,
+                    after: 1_000,
+                    ..span
+                },
+            },
+            EventKind::SnapshotBegin {
+                device: 2,
+                id: 5,
+                segments: 1,
+                blocks: 1,
+                at: Some(span),
+            },
+            EventKind::SnapshotBlock {
+                id: 5,
+                device: 2,
+                addr: 1 << 40,
+                size: 512,
+                requested: 500,
+                state: BlockState::Allocated,
+                ctx: tag,
+            },
+            EventKind::Dropped {
+                device: NO_DEVICE,
+                what: DropWhat::ContextIds,
+                count: 12,
+                bound: CtxTag::MAX_CONTEXT as u64,
+            },
+            EventKind::Dropped {
+                device: 0,
+                what: DropWhat::Other(77),
+                count: 1,
+                bound: 0,
+            },
+            EventKind::StringChunk {
+                id: 1,
+                len: 20,
+                offset: 0,
+                bytes,
+            },
+            EventKind::Frame {
+                id: 1,
+                file: 2,
+                function: 3,
+                line: 118,
+            },
+            EventKind::Stack {
+                id: 4,
+                frame: 1,
+                parent: 0,
+            },
+            EventKind::Context {
+                id: 0x00ab_cdef,
+                module: 1,
+                phase: Phase::Backward,
+                stack: 4,
+                step: None,
+            },
+            EventKind::Context {
+                id: 9,
+                module: 0,
+                phase: Phase::Other(9),
+                stack: 0,
+                step: Some(0),
+            },
+        ];
+        k.into_iter()
+            .enumerate()
+            .map(|(i, kind)| Event {
+                time_ns: 1_000 + i as u64,
+                kind,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_new_kind_round_trips() {
+        let mut d = Decoder::default();
+        let mut words = Vec::new();
+        for e in new_kinds() {
+            words.clear();
+            encode(&e, 9, &mut words);
+            let back: Vec<Event> = words.iter().filter_map(|w| d.decode(w)).collect();
+            assert_eq!(back, vec![e]);
+        }
+        assert_eq!(d.dropped_samples, 0);
+    }
+
+    /// With every 1.1 field zero, a record is word for word what 1.0 wrote
+    /// (the words 1.0 left 0 stay 0).
+    #[test]
+    fn zero_new_fields_encode_as_one_point_zero() {
+        for e in all_kinds() {
+            let mut words = Vec::new();
+            encode(&e, 7, &mut words);
+            for w in &words {
+                let (kind, _, aux) = split_head(w[0]);
+                match kind {
+                    K_ALLOC..=K_SEGMENT_UNMAP | K_OOM | K_MARKER => assert_eq!(aux, 0),
+                    _ => {}
+                }
+                match kind {
+                    K_MARKER => assert_eq!(&w[3..], &[0, 0, 0, 0]),
+                    K_SNAP_BEGIN => assert_eq!(&w[4..], &[0, 0, 0]),
+                    K_SNAP_BLOCK => assert_eq!(w[6], 0),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stats_position_belongs_to_the_sample_before_it() {
+        let news = new_kinds();
+        let stats = news
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::Stats { .. }))
+            .unwrap();
+        let pos = news
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::StatsPosition { .. }))
+            .unwrap();
+        let marker = &news[8];
+        let (mut s, mut p, mut m) = (Vec::new(), Vec::new(), Vec::new());
+        encode(stats, 3, &mut s);
+        encode(pos, 3, &mut p);
+        encode(marker, 0, &mut m);
+        // A, B, another thread's marker, C: placed.
+        let mut d = Decoder::default();
+        let got: Vec<_> = [&s[0], &s[1], &m[0], &p[0]]
+            .into_iter()
+            .filter_map(|w| d.decode(w))
+            .collect();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2], *pos);
+        // C twice: the second is an orphan.
+        assert_eq!(d.decode(&p[0]), None);
+        // C whose halves were lost (only B arrived): dropped with them.
+        let mut d = Decoder::default();
+        assert_eq!(d.decode(&s[1]), None);
+        assert_eq!(d.decode(&p[0]), None);
+        assert_eq!(d.dropped_samples, 1);
+        // C of another sample number: dropped.
+        let mut other = Vec::new();
+        encode(pos, 4, &mut other);
+        let mut d = Decoder::default();
+        assert!(d.decode(&s[0]).is_none());
+        assert!(d.decode(&s[1]).is_some());
+        assert_eq!(d.decode(&other[0]), None);
+        // A position span that says "not given" is no position.
+        let mut bare = p[0];
+        bare[4] = 0;
+        let mut d = Decoder::default();
+        d.decode(&s[0]);
+        d.decode(&s[1]);
+        assert_eq!(d.decode(&bare), None);
+    }
+
+    #[test]
+    fn strings_chunk_and_reassemble_in_any_order() {
+        let long: String = "αβγ.".repeat(30); // 210 bytes, multi-byte characters
+        let mut words = Vec::new();
+        encode_string(7, 1, &long, &mut words);
+        assert_eq!(words.len(), long.len().div_ceil(STRING_CHUNK));
+        let mut d = Decoder::default();
+        let mut chunks: Vec<Event> = words.iter().filter_map(|w| d.decode(w)).collect();
+        chunks.reverse();
+        let mut strings = Strings::default();
+        let mut done = 0;
+        for c in &chunks {
+            if let EventKind::StringChunk {
+                id,
+                len,
+                offset,
+                bytes,
+            } = &c.kind
+            {
+                done += strings.add(*id, *len, *offset, bytes) as u32;
+            }
+        }
+        assert_eq!(done, 1);
+        assert_eq!(strings.get(7), Some(long.as_str()));
+        // Cut at the bound on a character boundary.
+        let huge = "é".repeat(STRING_MAX);
+        words.clear();
+        encode_string(8, 1, &huge, &mut words);
+        assert_eq!(words[0][2] as u32 as usize, STRING_MAX);
+        // An empty string is one record.
+        words.clear();
+        encode_string(9, 1, "", &mut words);
+        assert_eq!(words.len(), 1);
+        let mut s = Strings::default();
+        if let Some(Event {
+            kind:
+                EventKind::StringChunk {
+                    id,
+                    len,
+                    offset,
+                    bytes,
+                },
+            ..
+        }) = Decoder::default().decode(&words[0])
+        {
+            assert!(s.add(id, len, offset, &bytes));
+        }
+        assert_eq!(s.get(9), Some(""));
+    }
+
+    #[test]
+    fn ctx_tag_packs_into_aux() {
+        let t = CtxTag {
+            context: CtxTag::MAX_CONTEXT,
+            step_tag: CtxTag::step_tag_of(254),
+        };
+        assert_eq!(t.step_tag, 255);
+        assert_eq!(CtxTag::from_aux(t.aux()), t);
+        assert_eq!(CtxTag::step_tag_of(255), 1);
+        assert_eq!(CtxTag::from_aux(0), CtxTag::NONE);
     }
 }

@@ -27,6 +27,10 @@ pub enum Command {
     Snapshot { device: Option<u16> },
     /// Echo `value` back; proves the producer's command thread is alive.
     Ping { value: u64 },
+    /// Capture Python stacks for the next `steps` steps (0: stop), at most
+    /// `depth` frames each (0: the producer's default). Added in 1.1: older
+    /// producers answer `Unsupported`.
+    CaptureStacks { steps: u32, depth: u16 },
     /// A kind this build does not know (received by a producer).
     Unknown { kind: u64, arg: u64 },
 }
@@ -46,6 +50,7 @@ impl Command {
             Command::ResetPeaks { device } => (2, dev_arg(device)),
             Command::Snapshot { device } => (3, dev_arg(device)),
             Command::Ping { value } => (4, value),
+            Command::CaptureStacks { steps, depth } => (5, steps as u64 | (depth as u64) << 32),
             Command::Unknown { kind, arg } => (kind, arg),
         }
     }
@@ -61,6 +66,10 @@ impl Command {
                 device: arg_dev(arg),
             },
             4 => Command::Ping { value: arg },
+            5 => Command::CaptureStacks {
+                steps: arg as u32,
+                depth: (arg >> 32) as u16,
+            },
             kind => Command::Unknown { kind, arg },
         }
     }

@@ -1,10 +1,18 @@
 //! Finding segments and keeping the segment directory clean: names, the
-//! checks made before a file is mapped, liveness by pid and start time.
+//! checks made before a file is mapped, validation of what it holds,
+//! liveness by pid, start time and state.
+//!
+//! This module sits below [`reader`](super::reader) and
+//! [`writer`](super::writer): both use it, it uses neither (only `layout`
+//! and `shm`).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
+use super::layout::{self, Header, Parsed, HEADER_SIZE, OFF_STATE};
+use super::shm::Shared;
 use super::RingError;
 
 /// The environment variable that moves the segment directory.
@@ -97,6 +105,16 @@ pub fn liveness(pid: u32, start_time: u64) -> Liveness {
     }
 }
 
+/// Whether the producer of a segment still runs, given the segment's header
+/// `state`: the one place of the rule "a closed segment counts as dead"
+/// (FORMAT.md, "Liveness and hygiene").
+pub fn segment_liveness(pid: u32, start_time: u64, state: u32) -> Liveness {
+    if state == layout::STATE_CLOSED {
+        return Liveness::Dead;
+    }
+    liveness(pid, start_time)
+}
+
 /// Opens a segment file for mapping after the hygiene checks of FORMAT.md:
 /// no symlinks, a regular file, owned by us, no group or world permissions.
 pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
@@ -138,6 +156,46 @@ pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
     Ok((file, meta.len()))
 }
 
+/// Opens `path` after the hygiene checks, maps it, and validates a private
+/// copy of its header and ring table: everything FORMAT.md says a reader
+/// refuses is refused here, with the file named.
+pub fn open_mapped(path: &Path) -> Result<(Shared, Header), RingError> {
+    let (file, size) = open_checked(path)?;
+    if size < HEADER_SIZE as u64 {
+        return Err(RingError::invalid(
+            path,
+            format!("{size} bytes, smaller than the {HEADER_SIZE}-byte header"),
+        ));
+    }
+    let len = usize::try_from(size)
+        .map_err(|_| RingError::invalid(path, format!("{size} bytes is too large")))?;
+    let shared = Shared::map(&file, len).map_err(|e| RingError::io(path, e))?;
+    // Parse a private copy: first the fixed header, then as much as it asks for.
+    let mut copy = shared.copy_prefix(HEADER_SIZE);
+    let parsed = loop {
+        match layout::parse_header(&copy, size) {
+            Err(RingError::ShortCopy { needed }) if needed > copy.len() && needed <= len => {
+                copy = shared.copy_prefix(needed);
+            }
+            Err(RingError::Invalid(why)) => return Err(RingError::invalid(path, why)),
+            other => break other.map_err(|e| RingError::invalid(path, e.to_string()))?,
+        }
+    };
+    let header = match parsed {
+        Parsed::Initialising => return Err(RingError::Initialising(path.to_path_buf())),
+        Parsed::Ready(h) => h,
+    };
+    // The magic was read with acquire ordering in `copy_prefix`, so the
+    // writer's initialisation is visible from here on.
+    if header.uid != current_uid() {
+        return Err(RingError::refused(
+            path,
+            format!("header names uid {}, but the file is ours", header.uid),
+        ));
+    }
+    Ok((shared, header))
+}
+
 /// What `inspect` learns about a segment without keeping it open.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SegmentInfo {
@@ -150,19 +208,14 @@ pub struct SegmentInfo {
 
 /// Opens, validates and closes a segment: what is it, is its producer alive.
 pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
-    let reader = super::reader::SegmentReader::open(path)?;
-    let h = reader.header();
-    let mut liveness = liveness(h.pid, h.start_time);
-    let state = reader.state();
-    if state == super::layout::STATE_CLOSED && liveness == Liveness::Alive {
-        liveness = Liveness::Dead;
-    }
+    let (shared, h) = open_mapped(path)?;
+    let state = shared.u32_at(OFF_STATE).load(Ordering::Acquire);
     Ok(SegmentInfo {
         path: path.to_path_buf(),
         pid: h.pid,
-        liveness,
+        liveness: segment_liveness(h.pid, h.start_time, state),
         state,
-        label: h.label.clone(),
+        label: h.label,
     })
 }
 

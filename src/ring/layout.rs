@@ -7,7 +7,9 @@ use super::RingError;
 /// `VMScope1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VMScope1");
 pub const MAJOR: u16 = 1;
-pub const MINOR: u16 = 0;
+/// The minor this build writes; it reads every minor of [`MAJOR`]
+/// (FORMAT.md, "Versions").
+pub const MINOR: u16 = 1;
 pub const HEADER_SIZE: usize = 256;
 pub const RING_ENTRY_SIZE: usize = 32;
 pub const RING_HEADER_SIZE: usize = 128;
@@ -52,6 +54,16 @@ pub const CTL_STATUS: usize = 72;
 pub const CTL_RESULT0: usize = 80;
 pub const CTL_RESULT1: usize = 88;
 pub const CTL_RESULT2: usize = 96;
+
+/// Header `flags` (bits 3 and 4 added in 1.1; a reader ignores bits it does
+/// not know).
+pub const FLAG_EVENTS: u32 = 1;
+pub const FLAG_STATS: u32 = 2;
+pub const FLAG_SIMULATED: u32 = 4;
+/// SNAP_BEGIN and STATS_C records carry ring positions.
+pub const FLAG_POSITIONS: u32 = 8;
+/// Allocator events carry context tags (CONTEXT records define them).
+pub const FLAG_CONTEXTS: u32 = 16;
 
 /// Segment states (header `state`).
 pub const STATE_INITIALISING: u32 = 0;
@@ -183,7 +195,8 @@ pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
     let minor = u16_at(bytes, OFF_MAJOR + 2);
     if major != MAJOR {
         return bad(format!(
-            "format version {major}.{minor}, this build reads {MAJOR}.x"
+            "format version {major}.{minor}, this vramscope reads {MAJOR}.0 to {MAJOR}.{MINOR} \
+             (major {MAJOR}): use a vramscope that reads major {major}"
         ));
     }
     let header_size = u32_at(bytes, OFF_HEADER_SIZE) as usize;
@@ -421,7 +434,13 @@ mod tests {
         assert!(err(&b, size).contains("bad magic"));
         let mut b = buf.clone();
         b[OFF_MAJOR] = 2;
+        b[OFF_MAJOR + 2] = 0;
         assert!(err(&b, size).contains("format version 2.0"));
+        assert!(
+            err(&b, size).contains("reads 1.0 to 1.1"),
+            "{}",
+            err(&b, size)
+        );
         assert!(err(&buf, size + 1).contains("the file has"));
         let mut b = buf.clone();
         b[OFF_RING_COUNT] = 0;

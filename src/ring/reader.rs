@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::codec::{Decoder, Words};
 use super::control::{Command, CommandClient, Outcome};
 use super::discover::{self, Liveness};
-use super::layout::{self, Header, Parsed, HEADER_SIZE, OFF_HEARTBEAT, OFF_STATE};
+use super::layout::{self, Header, OFF_HEARTBEAT, OFF_STATE};
 use super::shm::Shared;
 use super::RingError;
 use crate::event::Event;
@@ -73,39 +73,7 @@ impl SegmentReader {
     }
 
     pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
-        let (file, size) = discover::open_checked(path)?;
-        if size < HEADER_SIZE as u64 {
-            return Err(RingError::invalid(
-                path,
-                format!("{size} bytes, smaller than the {HEADER_SIZE}-byte header"),
-            ));
-        }
-        let len = usize::try_from(size)
-            .map_err(|_| RingError::invalid(path, format!("{size} bytes is too large")))?;
-        let shared = Shared::map(&file, len).map_err(|e| RingError::io(path, e))?;
-        // Parse a private copy: first the fixed header, then as much as it asks for.
-        let mut copy = shared.copy_prefix(HEADER_SIZE);
-        let parsed = loop {
-            match layout::parse_header(&copy, size) {
-                Err(RingError::ShortCopy { needed }) if needed > copy.len() && needed <= len => {
-                    copy = shared.copy_prefix(needed);
-                }
-                Err(RingError::Invalid(why)) => return Err(RingError::invalid(path, why)),
-                other => break other.map_err(|e| RingError::invalid(path, e.to_string()))?,
-            }
-        };
-        let header = match parsed {
-            Parsed::Initialising => return Err(RingError::Initialising(path.to_path_buf())),
-            Parsed::Ready(h) => h,
-        };
-        // The magic was read with acquire ordering in `copy_prefix`, so the
-        // writer's initialisation is visible from here on.
-        if header.uid != discover::current_uid() {
-            return Err(RingError::refused(
-                path,
-                format!("header names uid {}, but the file is ours", header.uid),
-            ));
-        }
+        let (shared, header) = discover::open_mapped(path)?;
         let cursors = header
             .rings
             .iter()
@@ -160,10 +128,7 @@ impl SegmentReader {
 
     /// Whether the producer still runs (closed counts as gone).
     pub fn liveness(&self) -> Liveness {
-        if self.state() == layout::STATE_CLOSED {
-            return Liveness::Dead;
-        }
-        discover::liveness(self.header.pid, self.header.start_time)
+        discover::segment_liveness(self.header.pid, self.header.start_time, self.state())
     }
 
     /// Accounting for ring `i`.

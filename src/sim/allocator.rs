@@ -370,6 +370,7 @@ impl SimAllocator {
             device: self.cfg.device,
             stream,
             pool: PoolId(0, 0),
+            ctx: Default::default(),
         }
     }
     fn emit(&self, sink: &mut dyn EventSink, kind: EventKind) {
@@ -1250,6 +1251,7 @@ impl SimAllocator {
                 id,
                 segments: segs.len() as u64,
                 blocks: nblocks,
+                at: None,
             },
         );
         for s in &segs {
@@ -1274,6 +1276,7 @@ impl SimAllocator {
                         size: b.size,
                         requested: b.requested,
                         state: b.state,
+                        ctx: Default::default(),
                     },
                 );
             }

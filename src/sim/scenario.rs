@@ -620,7 +620,10 @@ impl ScenarioRunner {
                 });
                 sink.emit(Event {
                     time_ns,
-                    kind: EventKind::Marker { value: n },
+                    kind: EventKind::Marker {
+                        value: n,
+                        source: Default::default(),
+                    },
                 });
             }
             Op::Snapshot => {
@@ -829,7 +832,7 @@ mod tests {
         assert!(r.caption().starts_with("step "), "{}", r.caption());
         assert!(ev
             .iter()
-            .any(|e| matches!(e.kind, EventKind::Marker { value: 1 })));
+            .any(|e| matches!(e.kind, EventKind::Marker { value: 1, .. })));
         assert!(ev.iter().any(|e| matches!(e.kind, EventKind::Stats { .. })));
         assert!(ev.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
         r.run_to_end(&mut NullSink);

@@ -138,6 +138,7 @@ fn describe(k: &EventKind, t: &Theme) -> (&'static str, ratatui::style::Style, S
             id,
             segments,
             blocks,
+            ..
         } => (
             "SNAPSHOT",
             t.dim(),
@@ -149,7 +150,28 @@ fn describe(k: &EventKind, t: &Theme) -> (&'static str, ratatui::style::Style, S
         EventKind::SnapshotEnd { device, id } => {
             ("SNAP_END", t.dim(), format!("#{id} cuda:{device}"))
         }
-        EventKind::Marker { value } => ("STEP", t.key(), format!("marker {value}")),
+        EventKind::Marker { value, source } => {
+            let from = match source {
+                crate::event::MarkSource::Unknown => String::new(),
+                crate::event::MarkSource::User => " (mark)".into(),
+                crate::event::MarkSource::OptimizerStep { .. } => " (optimizer step)".into(),
+                crate::event::MarkSource::Inferred => " (inferred)".into(),
+                crate::event::MarkSource::Other(_) => " (other)".into(),
+            };
+            ("STEP", t.key(), format!("marker {value}{from}"))
+        }
+        EventKind::StatsPosition { device, at } => (
+            "STATS_AT",
+            t.dim(),
+            format!("cuda:{device} ring {} {}..{}", at.ring, at.before, at.after),
+        ),
+        EventKind::Dropped { what, count, .. } => {
+            ("DROPPED", t.dim(), format!("{what:?}: {count}"))
+        }
+        EventKind::StringChunk { id, .. }
+        | EventKind::Frame { id, .. }
+        | EventKind::Stack { id, .. }
+        | EventKind::Context { id, .. } => ("DEFINE", t.dim(), format!("#{id}")),
         EventKind::Unknown { kind } => ("UNKNOWN", t.dim(), format!("kind {kind}")),
     }
 }

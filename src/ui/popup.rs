@@ -18,6 +18,7 @@ fn command_name(c: Command) -> &'static str {
         Command::ResetPeaks { .. } => "reset peaks",
         Command::Snapshot { .. } => "snapshot",
         Command::Ping { .. } => "ping",
+        Command::CaptureStacks { .. } => "capture stacks",
         Command::Unknown { .. } => "command",
     }
 }

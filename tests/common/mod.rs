@@ -83,6 +83,7 @@ pub fn write_snapshot(
         id,
         segments: 1,
         blocks: blocks.len() as u64,
+        at: None,
     };
     write_at(seg, 0, begin, t);
     let segment = EventKind::SnapshotSegment {
@@ -103,6 +104,7 @@ pub fn write_snapshot(
             size,
             requested: size,
             state,
+            ctx: Default::default(),
         };
         write_at(seg, 0, block, t);
         at += size;

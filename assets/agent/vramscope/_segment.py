@@ -1,4 +1,4 @@
-"""A pure-Python producer of the vramscope segment format 1.0.
+"""A pure-Python producer of the vramscope segment format 1.1.
 
 Used by sampled mode (no compiler, or an allocator that refuses the trace
 tracker). It lays the segment out exactly as `vramscope_ring.h` does and is
@@ -28,6 +28,8 @@ import struct
 import time
 
 MAGIC = 0x3165706F63534D56
+MAJOR = 1
+MINOR = 1  # format 1.1: this producer writes none of 1.1's new records
 HEADER_SIZE = 256
 RING_ENTRY_SIZE = 32
 RING_HEADER_SIZE = 128
@@ -51,12 +53,23 @@ K_SNAP_SEGMENT = 33
 K_SNAP_BLOCK = 34
 K_SNAP_END = 35
 K_MARKER = 48
+# Added in 1.1 (not written by sampled mode; listed for completeness).
+K_STATS_C = 18
+K_DROPPED = 49
+K_STRING = 64
+K_FRAME = 65
+K_STACK = 66
+K_CONTEXT = 67
+MARK_UNKNOWN = 0
+MARK_USER = 1
+MARK_OPTIMIZER_STEP = 2
 NO_DEVICE = 0xFFFF
 
 CMD_EMPTY_CACHE = 1
 CMD_RESET_PEAKS = 2
 CMD_SNAPSHOT = 3
 CMD_PING = 4
+CMD_CAPTURE_STACKS = 5  # 1.1; sampled mode answers it STATUS_UNSUPPORTED
 STATUS_OK = 0
 STATUS_UNSUPPORTED = 1
 STATUS_FAILED = 2
@@ -176,7 +189,7 @@ class Segment:
         self.size = size
         self.control = control
         hdr = bytearray(HEADER_SIZE + len(rings) * RING_ENTRY_SIZE)
-        struct.pack_into("<HHIQ", hdr, 8, 1, 0, HEADER_SIZE, size)
+        struct.pack_into("<HHIQ", hdr, 8, MAJOR, MINOR, HEADER_SIZE, size)
         struct.pack_into("<IIQII", hdr, 24, pid, uid, _start_time(), producer, flags)
         struct.pack_into("<QIIII", hdr, 48, time.time_ns(), len(rings), HEADER_SIZE, control, CONTROL_SIZE)
         struct.pack_into("<QI", hdr, 72, monotonic_ns(), 1)

@@ -255,11 +255,13 @@ fn streams_pools_and_adjacent_segments() {
         device: 0,
         stream: 0x10,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     };
     let s2 = Place {
         device: 0,
         stream: 0x20,
         pool: PoolId(3, 1),
+        ctx: Default::default(),
     };
     e.place = s1;
     let mut evs = vec![e.seg_alloc(BASE, 2 * MIB), e.alloc(BASE, 512)];

@@ -25,7 +25,10 @@ fn training_loop(steps: u64, keep_loss: bool, noise: bool, markers: bool) -> Mod
     let mut temps: Vec<(u64, u64)> = Vec::new();
     for step in 0..steps {
         if markers {
-            let ev = r.ev.at(EventKind::Marker { value: step });
+            let ev = r.ev.at(EventKind::Marker {
+                value: step,
+                source: Default::default(),
+            });
             r.out.push(ev);
         }
         let acts: Vec<u64> = (0..6)

@@ -25,6 +25,7 @@ pub(super) fn place(device: u16, stream: u64) -> Place {
         device,
         stream,
         pool: PoolId(0, 0),
+        ctx: Default::default(),
     }
 }
 
@@ -346,12 +347,14 @@ impl RefAlloc {
             id,
             segments: segs.len() as u64,
             blocks: nblocks,
+            at: None,
         }));
         for s in &segs {
             let place = Place {
                 device: 0,
                 stream: s.stream,
                 pool: PoolId(0, 0),
+                ctx: Default::default(),
             };
             let pool_kind = if s.small {
                 SegmentPool::Small
@@ -374,6 +377,7 @@ impl RefAlloc {
                     size: b.size,
                     requested: b.requested,
                     state: b.state,
+                    ctx: Default::default(),
                 }));
             }
         }

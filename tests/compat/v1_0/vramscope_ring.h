@@ -1,0 +1,434 @@
+/*
+ * vramscope_ring.h — the C writer of the vramscope segment format 1.0.
+ *
+ * A single header for C (gnu11) and C++ (gnu++17 and later), built with gcc or
+ * clang. The format is specified in src/ring/FORMAT.md of the vramscope
+ * repository; this file implements the producer side of it:
+ *
+ *   vs_segment seg;
+ *   vs_config cfg = vs_default_config();       // then set label, rings, ...
+ *   char err[256];
+ *   if (vs_segment_create(&seg, &cfg, err, sizeof err) != 0) { warn(err); }
+ *   vs_ring_write(&seg.rings[1], words);        // any thread, never blocks
+ *   vs_heartbeat(&seg);                         // at least once a second
+ *   if (vs_command_poll(&seg, &req)) { ...; vs_command_answer(&seg, &req, 0, a, b); }
+ *   vs_segment_close(&seg);                     // state = closed, unlink
+ *
+ * vs_ring_write is safe to call from any number of threads at once and from
+ * under a lock: it makes no system call, allocates nothing and never waits.
+ * Shared words are accessed only through the __atomic builtins.
+ */
+#ifndef VRAMSCOPE_RING_H
+#define VRAMSCOPE_RING_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VS_MAGIC 0x3165706f63534d56ULL /* "VMScope1" little-endian */
+#define VS_MAJOR 1
+#define VS_MINOR 0
+#define VS_HEADER_SIZE 256
+#define VS_RING_ENTRY_SIZE 32
+#define VS_RING_HEADER_SIZE 128
+#define VS_SLOT_SIZE 64
+#define VS_CONTROL_SIZE 128
+#define VS_MAX_RINGS 64
+
+/* Producers (header `producer`). */
+#define VS_PRODUCER_TORCH_EXACT 1
+#define VS_PRODUCER_TORCH_SAMPLED 2
+#define VS_PRODUCER_SIMULATOR 3
+#define VS_PRODUCER_TEST 4
+
+/* Header flags. */
+#define VS_FLAG_EVENTS 1u
+#define VS_FLAG_STATS 2u
+#define VS_FLAG_SIMULATED 4u
+
+/* Ring roles. */
+#define VS_ROLE_AGENT 0u
+#define VS_ROLE_DEVICE 1u
+
+/* Record kinds (FORMAT.md, "Records"). */
+#define VS_K_ALLOC 1
+#define VS_K_FREE_REQUESTED 2
+#define VS_K_FREE_COMPLETED 3
+#define VS_K_SEGMENT_ALLOC 4
+#define VS_K_SEGMENT_FREE 5
+#define VS_K_SEGMENT_MAP 6
+#define VS_K_SEGMENT_UNMAP 7
+#define VS_K_OOM 9
+#define VS_K_STATS_A 16
+#define VS_K_STATS_B 17
+#define VS_K_SNAP_BEGIN 32
+#define VS_K_SNAP_SEGMENT 33
+#define VS_K_SNAP_BLOCK 34
+#define VS_K_SNAP_END 35
+#define VS_K_MARKER 48
+#define VS_NO_DEVICE 0xffffu
+
+/* Commands and statuses (FORMAT.md, "Control block"). */
+#define VS_CMD_EMPTY_CACHE 1
+#define VS_CMD_RESET_PEAKS 2
+#define VS_CMD_SNAPSHOT 3
+#define VS_CMD_PING 4
+#define VS_STATUS_OK 0
+#define VS_STATUS_UNSUPPORTED 1
+#define VS_STATUS_FAILED 2
+#define VS_STATUS_REFUSED 3
+
+/* Header field offsets. */
+#define VS_OFF_HEARTBEAT 72
+#define VS_OFF_STATE 80
+/* Control block offsets. */
+#define VS_CTL_CMD_SEQ 16
+#define VS_CTL_CMD_KIND 24
+#define VS_CTL_CMD_ARG 32
+#define VS_CTL_ACK_SEQ 64
+#define VS_CTL_STATUS 72
+#define VS_CTL_RESULT0 80
+#define VS_CTL_RESULT1 88
+#define VS_CTL_RESULT2 96
+
+typedef struct vs_ring_spec {
+    uint32_t slots; /* power of two, 2 .. 2^24 */
+    uint32_t role;
+    uint32_t device; /* 0xffffffff: any */
+} vs_ring_spec;
+
+typedef struct vs_config {
+    const char *dir;   /* NULL: $VRAMSCOPE_SHM_DIR, else /dev/shm */
+    const char *tag;   /* NULL or [A-Za-z0-9_]{1,32} */
+    uint32_t producer;
+    uint32_t flags;
+    const char *framework;
+    const char *label;
+    uint32_t ring_count;
+    vs_ring_spec rings[VS_MAX_RINGS];
+} vs_config;
+
+typedef struct vs_ring {
+    uint64_t *head;
+    uint64_t *dropped;
+    uint64_t *slots; /* slot i starts at slots + 8 * i */
+    uint64_t mask;
+} vs_ring;
+
+typedef struct vs_segment {
+    uint8_t *base;
+    size_t size;
+    uint32_t control_offset;
+    uint32_t ring_count;
+    vs_ring rings[VS_MAX_RINGS];
+    char path[512];
+} vs_segment;
+
+typedef struct vs_request {
+    uint64_t seq;
+    uint64_t kind;
+    uint64_t arg;
+} vs_request;
+
+static inline uint64_t vs_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t vs_head_word(uint16_t kind, uint16_t device, uint32_t aux) {
+    return (uint64_t)kind | ((uint64_t)device << 16) | ((uint64_t)aux << 32);
+}
+
+/*
+ * Writes one record (seven payload words) into `ring`. Returns 1 if written,
+ * 0 if the slot was held by another writer (the record is lost and counted).
+ */
+static inline int vs_ring_write(vs_ring *ring, const uint64_t w[7]) {
+    uint64_t p = __atomic_fetch_add(ring->head, 1, __ATOMIC_RELAXED);
+    uint64_t *slot = ring->slots + 8 * (p & ring->mask);
+    uint64_t writing = 2 * p + 1;
+    uint64_t s = __atomic_load_n(&slot[0], __ATOMIC_RELAXED);
+    if ((s & 1) || s >= writing ||
+        !__atomic_compare_exchange_n(&slot[0], &s, writing, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        __atomic_fetch_add(ring->dropped, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int i = 0; i < 7; i++) __atomic_store_n(&slot[1 + i], w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[0], writing + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/*
+ * vs_ring_write for a ring that only one thread writes at a time (e.g. a
+ * device's ring, written only under that device's allocator lock): the same
+ * slot protocol with plain atomic stores instead of read-modify-writes.
+ * Readers cannot tell the difference. Concurrent use voids the guarantee
+ * that no torn record is accepted.
+ */
+static inline void vs_ring_write_exclusive(vs_ring *ring, const uint64_t w[7]) {
+    uint64_t p = __atomic_load_n(ring->head, __ATOMIC_RELAXED);
+    __atomic_store_n(ring->head, p + 1, __ATOMIC_RELAXED);
+    uint64_t *slot = ring->slots + 8 * (p & ring->mask);
+    __atomic_store_n(&slot[0], 2 * p + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int i = 0; i < 7; i++) __atomic_store_n(&slot[1 + i], w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[0], 2 * p + 2, __ATOMIC_RELEASE);
+}
+
+static inline uint64_t *vs_word(vs_segment *seg, size_t off) {
+    return (uint64_t *)(seg->base + off);
+}
+
+static inline void vs_heartbeat(vs_segment *seg) {
+    __atomic_store_n(vs_word(seg, VS_OFF_HEARTBEAT), vs_monotonic_ns(), __ATOMIC_RELEASE);
+}
+
+/* Reads a posted command not yet answered. Returns 1 and fills `req` if one is there. */
+static inline int vs_command_poll(vs_segment *seg, vs_request *req) {
+    uint64_t *c = vs_word(seg, seg->control_offset);
+    uint64_t s1 = __atomic_load_n(&c[VS_CTL_CMD_SEQ / 8], __ATOMIC_ACQUIRE);
+    if ((s1 & 1) || s1 == 0 || s1 == __atomic_load_n(&c[VS_CTL_ACK_SEQ / 8], __ATOMIC_ACQUIRE))
+        return 0;
+    uint64_t kind = __atomic_load_n(&c[VS_CTL_CMD_KIND / 8], __ATOMIC_RELAXED);
+    uint64_t arg = __atomic_load_n(&c[VS_CTL_CMD_ARG / 8], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&c[VS_CTL_CMD_SEQ / 8], __ATOMIC_RELAXED) != s1) return 0;
+    req->seq = s1;
+    req->kind = kind;
+    req->arg = arg;
+    return 1;
+}
+
+/* Publishes the outcome of `req`. */
+static inline void vs_command_answer(vs_segment *seg, const vs_request *req, uint64_t status,
+                                     uint64_t result0, uint64_t result1) {
+    uint64_t *c = vs_word(seg, seg->control_offset);
+    __atomic_store_n(&c[VS_CTL_ACK_SEQ / 8], req->seq - 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&c[VS_CTL_STATUS / 8], status, __ATOMIC_RELAXED);
+    __atomic_store_n(&c[VS_CTL_RESULT0 / 8], result0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c[VS_CTL_RESULT1 / 8], result1, __ATOMIC_RELAXED);
+    __atomic_store_n(&c[VS_CTL_RESULT2 / 8], vs_monotonic_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&c[VS_CTL_ACK_SEQ / 8], req->seq, __ATOMIC_RELEASE);
+}
+
+static inline vs_config vs_default_config(void) {
+    vs_config c;
+    memset(&c, 0, sizeof c);
+    c.producer = VS_PRODUCER_TEST;
+    c.ring_count = 2;
+    c.rings[0].slots = 65536;
+    c.rings[0].role = VS_ROLE_AGENT;
+    c.rings[0].device = 0xffffffffu;
+    c.rings[1].slots = 65536;
+    c.rings[1].role = VS_ROLE_DEVICE;
+    c.rings[1].device = 0xffffffffu;
+    return c;
+}
+
+static inline size_t vs__align(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static inline void vs__put(uint8_t *b, size_t off, const void *v, size_t n) { memcpy(b + off, v, n); }
+
+static inline void vs__text(uint8_t *b, size_t off, size_t cap, const char *s) {
+    if (!s) return;
+    size_t n = strlen(s);
+    if (n > cap - 1) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* keep UTF-8 whole */
+    }
+    memcpy(b + off, s, n);
+}
+
+/* Field 22 of /proc/self/stat: process start time in clock ticks. */
+static inline uint64_t vs__start_time(void) {
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p++; /* the space before field 3 */
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p + 1, ' '); /* the space before field + 1 */
+    }
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static inline int vs__valid_tag(const char *t) {
+    size_t n = strlen(t);
+    if (n < 1 || n > 32) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Creates and publishes a segment for this process. Returns 0, or -1 with a
+ * message in `err`. Never leaves a half-made file behind on failure.
+ */
+static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
+    memset(seg, 0, sizeof *seg);
+    if (cfg->ring_count < 1 || cfg->ring_count > VS_MAX_RINGS) {
+        snprintf(err, errlen, "vramscope: %u rings requested, 1 to %d allowed", cfg->ring_count, VS_MAX_RINGS);
+        return -1;
+    }
+    if (cfg->tag && !vs__valid_tag(cfg->tag)) {
+        snprintf(err, errlen, "vramscope: bad segment tag '%s'", cfg->tag);
+        return -1;
+    }
+    const char *dir = cfg->dir;
+    if (!dir || !*dir) dir = getenv("VRAMSCOPE_SHM_DIR");
+    if (!dir || !*dir) dir = "/dev/shm";
+    unsigned uid = (unsigned)geteuid();
+    unsigned pid = (unsigned)getpid();
+    int n = cfg->tag ? snprintf(seg->path, sizeof seg->path, "%s/vramscope-%u-%u-%s", dir, uid, pid, cfg->tag)
+                     : snprintf(seg->path, sizeof seg->path, "%s/vramscope-%u-%u", dir, uid, pid);
+    if (n < 0 || (size_t)n >= sizeof seg->path) {
+        snprintf(err, errlen, "vramscope: segment path too long under %s", dir);
+        return -1;
+    }
+    /* Lay out: header, table, control block, then page-aligned rings. */
+    size_t control = vs__align(VS_HEADER_SIZE + cfg->ring_count * VS_RING_ENTRY_SIZE, 64);
+    size_t at = vs__align(control + VS_CONTROL_SIZE, 4096);
+    size_t offsets[VS_MAX_RINGS];
+    for (uint32_t i = 0; i < cfg->ring_count; i++) {
+        uint32_t s = cfg->rings[i].slots;
+        if (s < 2 || s > (1u << 24) || (s & (s - 1))) {
+            snprintf(err, errlen, "vramscope: ring %u: %u slots is not a power of two in 2..2^24", i, s);
+            return -1;
+        }
+        offsets[i] = at;
+        at = vs__align(at + VS_RING_HEADER_SIZE + (size_t)s * VS_SLOT_SIZE, 4096);
+    }
+    size_t size = at;
+    int fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* The name carries our own pid: an existing file is left over from an
+           earlier process with this pid, or from an earlier attach of ours. */
+        unlink(seg->path);
+        fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "vramscope: cannot create %s: %s", seg->path, strerror(errno));
+        return -1;
+    }
+    /* tmpfs allocates pages lazily: reserve them now, so that a full
+       /dev/shm is an error here rather than a SIGBUS later, inside the
+       allocator callback. */
+    int rc = 0;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0) rc = errno;
+    if (rc == 0) rc = posix_fallocate(fd, 0, (off_t)size);
+    if (rc != 0) {
+        snprintf(err, errlen, "vramscope: cannot reserve %zu bytes for %s: %s", size, seg->path, strerror(rc));
+        close(fd);
+        unlink(seg->path);
+        return -1;
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        snprintf(err, errlen, "vramscope: cannot map %s: %s", seg->path, strerror(errno));
+        unlink(seg->path);
+        return -1;
+    }
+    uint8_t hdr[VS_HEADER_SIZE + VS_MAX_RINGS * VS_RING_ENTRY_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    uint16_t major = VS_MAJOR, minor = VS_MINOR;
+    uint32_t hsize = VS_HEADER_SIZE, ring_count = cfg->ring_count, table = VS_HEADER_SIZE;
+    uint32_t ctl = (uint32_t)control, ctl_size = VS_CONTROL_SIZE, upid = pid, uuid = uid;
+    uint64_t size64 = size, start = vs__start_time();
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    uint64_t created = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    vs__put(hdr, 8, &major, 2);
+    vs__put(hdr, 10, &minor, 2);
+    vs__put(hdr, 12, &hsize, 4);
+    vs__put(hdr, 16, &size64, 8);
+    vs__put(hdr, 24, &upid, 4);
+    vs__put(hdr, 28, &uuid, 4);
+    vs__put(hdr, 32, &start, 8);
+    vs__put(hdr, 40, &cfg->producer, 4);
+    vs__put(hdr, 44, &cfg->flags, 4);
+    vs__put(hdr, 48, &created, 8);
+    vs__put(hdr, 56, &ring_count, 4);
+    vs__put(hdr, 60, &table, 4);
+    vs__put(hdr, 64, &ctl, 4);
+    vs__put(hdr, 68, &ctl_size, 4);
+    vs__text(hdr, 88, 32, cfg->framework);
+    vs__text(hdr, 120, 64, cfg->label);
+    for (uint32_t i = 0; i < cfg->ring_count; i++) {
+        size_t e = VS_HEADER_SIZE + i * VS_RING_ENTRY_SIZE;
+        uint64_t off = offsets[i];
+        uint32_t slots = cfg->rings[i].slots, slot_size = VS_SLOT_SIZE;
+        vs__put(hdr, e, &off, 8);
+        vs__put(hdr, e + 8, &slots, 4);
+        vs__put(hdr, e + 12, &slot_size, 4);
+        vs__put(hdr, e + 16, &cfg->rings[i].role, 4);
+        vs__put(hdr, e + 20, &cfg->rings[i].device, 4);
+    }
+    /* Header words go in with relaxed atomic stores (the file is fresh and
+       zeroed); the magic is stored last with release ordering. */
+    uint64_t *words = (uint64_t *)base;
+    size_t nwords = (VS_HEADER_SIZE + cfg->ring_count * VS_RING_ENTRY_SIZE) / 8;
+    for (size_t i = 1; i < nwords; i++) {
+        uint64_t v;
+        memcpy(&v, hdr + 8 * i, 8);
+        __atomic_store_n(&words[i], v, __ATOMIC_RELAXED);
+    }
+    seg->base = (uint8_t *)base;
+    seg->size = size;
+    seg->control_offset = ctl;
+    seg->ring_count = cfg->ring_count;
+    for (uint32_t i = 0; i < cfg->ring_count; i++) {
+        uint64_t *r = (uint64_t *)(seg->base + offsets[i]);
+        seg->rings[i].head = r;
+        seg->rings[i].dropped = r + 1;
+        seg->rings[i].slots = (uint64_t *)(seg->base + offsets[i] + VS_RING_HEADER_SIZE);
+        seg->rings[i].mask = cfg->rings[i].slots - 1;
+    }
+    __atomic_store_n((uint32_t *)(seg->base + VS_OFF_STATE), 1u, __ATOMIC_RELAXED);
+    vs_heartbeat(seg);
+    __atomic_store_n(&words[0], VS_MAGIC, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Marks the segment closed, removes its file and unmaps it. */
+static inline void vs_segment_close(vs_segment *seg) {
+    if (!seg->base) return;
+    __atomic_store_n((uint32_t *)(seg->base + VS_OFF_STATE), 2u, __ATOMIC_RELEASE);
+    unlink(seg->path);
+    munmap(seg->base, seg->size);
+    seg->base = NULL;
+}
+
+/* Unmaps without unlinking: for a forked child, whose parent still owns the
+   segment. The child must not write into it. */
+static inline void vs_segment_forget(vs_segment *seg) {
+    if (!seg->base) return;
+    munmap(seg->base, seg->size);
+    seg->base = NULL;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VRAMSCOPE_RING_H */

@@ -1,0 +1,432 @@
+//! Recording-format compatibility: one committed recording per format
+//! version, each replayed by today's vramscope.
+//!
+//! - `v1.0-demo-leak.vsrec`: made by vramscope 0.1.0 (`vramscope record` of
+//!   `vramscope demo leak`); `v1.0-demo-leak.replay.json` is what 0.1.0's
+//!   `replay --json` printed for it.
+//! - `v1.1-synthetic.vsrec`: written by [`write_v1_1`] below with every
+//!   1.1 addition (watch start, ring positions, a placed statistics sample,
+//!   tagged events, definitions, step sources, DROPPED records and a
+//!   `Dropped` input). Regenerate it (only when adding a version's file,
+//!   never to "fix" a test) with
+//!   `VRAMSCOPE_WRITE_FIXTURE=1 cargo test --test recording_compat -- --ignored`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Proc;
+
+use serde_json::Value;
+use vramscope::event::{
+    BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
+    SegmentPool, Stats,
+};
+use vramscope::input::{Identity, Input, RingPos, Source, Watch};
+use vramscope::model::{Mode, ProcessKey};
+use vramscope::recording::{Recorder, Replayer};
+
+const MIB: u64 = 1 << 20;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings")
+        .join(name)
+}
+
+fn replay_json(file: &Path) -> Value {
+    let out = Proc::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["replay", "--json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn v1_0_recording_of_vramscope_0_1_0_replays_to_the_same_figures() {
+    let file = fixture("v1.0-demo-leak.vsrec");
+    let want: Value =
+        serde_json::from_slice(&std::fs::read(fixture("v1.0-demo-leak.replay.json")).unwrap())
+            .unwrap();
+    let got = replay_json(&file);
+    let (w, g) = (&want["processes"][0], &got["processes"][0]);
+    for p in [
+        "/view/figures/allocated",
+        "/view/figures/reserved",
+        "/view/figures/active",
+        "/view/figures/peak_allocated",
+        "/view/figures/peak_reserved",
+        "/view/figures/events_total",
+        "/view/figures/lost_events",
+        "/view/figures/inconsistencies",
+        "/view/devices/0/figures/segments",
+        "/view/devices/0/figures/blocks",
+        "/view/devices/0/figures/synced",
+        "/view/devices/0/figures/stats",
+        "/view/devices/0/figures/fragmentation",
+        "/view/snapshots_installed",
+        "/source/delivered",
+        "/source/lost",
+        "/identity/label",
+    ] {
+        assert_eq!(g.pointer(p), w.pointer(p), "{p}");
+        assert!(w.pointer(p).is_some(), "{p} in the 0.1.0 output");
+    }
+    // The leak verdict, all of it.
+    assert_eq!(g["view"]["leak"], w["view"]["leak"]);
+    // The block map: every segment and block.
+    assert_eq!(
+        g["view"]["devices"][0]["segments"],
+        w["view"]["devices"][0]["segments"]
+    );
+    // The file is 1.0, read by a 1.1 reader.
+    let mut r = Replayer::open(&file).unwrap();
+    assert_eq!(r.minor(), 0);
+    while r.next_input().unwrap().is_some() {}
+    assert_eq!(r.skipped_inputs(), 0);
+}
+
+fn key() -> ProcessKey {
+    ProcessKey {
+        pid: 4242,
+        start_time: 777,
+    }
+}
+
+/// The inputs of the 1.1 fixture: a process watched from mid-run, anchored
+/// on snapshot 1, then tagged events and a statistics sample placed exactly.
+fn v1_1_inputs() -> Vec<(u64, Input)> {
+    let t0 = 5_000_000_000u64;
+    let ev = |dt: u64, kind| Event {
+        time_ns: t0 + dt,
+        kind,
+    };
+    let b = 0x7f00_0000_0000u64;
+    let s2 = b + (1 << 30);
+    let tag = CtxTag {
+        context: 1,
+        step_tag: CtxTag::step_tag_of(1),
+    };
+    let place = Place {
+        device: 0,
+        stream: 0,
+        pool: PoolId(0, 0),
+        ctx: tag,
+    };
+    let mut name = [0u8; 32];
+    name[..12].copy_from_slice(b"model.layer1");
+    let mut source = Source::unattached(Mode::Exact);
+    source.segment = Some("/dev/shm/vramscope-1000-4242".into());
+    source.producer = Some("TorchExact".into());
+    let attach = Input::Attach {
+        key: key(),
+        identity: Identity {
+            host_pid: 4242,
+            ns_pid: 4242,
+            name: "python3".into(),
+            label: "train.py".into(),
+            alive: true,
+            ..Identity::default()
+        },
+        source,
+        watch: Watch {
+            began_ns: Some(t0),
+            mid_run: true,
+            ring_starts: vec![3, 5],
+            anchor_snapshot: Some(1),
+        },
+    };
+    // Ring 0 (agent) from position 3, ring 1 (device 0) from position 5.
+    let agent = vec![
+        ev(
+            0,
+            EventKind::StringChunk {
+                id: 1,
+                len: 12,
+                offset: 0,
+                bytes: name,
+            },
+        ),
+        ev(
+            1,
+            EventKind::Context {
+                id: 1,
+                module: 1,
+                phase: Phase::Forward,
+                stack: 0,
+                step: None,
+            },
+        ),
+        ev(
+            2,
+            EventKind::SnapshotBegin {
+                device: 0,
+                id: 1,
+                segments: 1,
+                blocks: 2,
+                at: Some(RingSpan {
+                    ring: 1,
+                    before: 5,
+                    after: 5,
+                    exact: true,
+                    ambiguous: false,
+                }),
+            },
+        ),
+        ev(
+            2,
+            EventKind::SnapshotSegment {
+                id: 1,
+                place: Place {
+                    ctx: CtxTag::NONE,
+                    ..place
+                },
+                addr: b,
+                size: 20 * MIB,
+                pool_kind: SegmentPool::Large,
+                expandable: false,
+            },
+        ),
+        ev(
+            2,
+            EventKind::SnapshotBlock {
+                id: 1,
+                device: 0,
+                addr: b,
+                size: 4 * MIB,
+                requested: 4 * MIB,
+                state: BlockState::Allocated,
+                ctx: tag,
+            },
+        ),
+        ev(
+            2,
+            EventKind::SnapshotBlock {
+                id: 1,
+                device: 0,
+                addr: b + 4 * MIB,
+                size: 16 * MIB,
+                requested: 0,
+                state: BlockState::Inactive,
+                ctx: CtxTag::NONE,
+            },
+        ),
+        ev(2, EventKind::SnapshotEnd { device: 0, id: 1 }),
+    ];
+    let agent_at: Vec<RingPos> = (3..10)
+        .map(|position| RingPos { ring: 0, position })
+        .collect();
+    let first = Input::Events {
+        key: key(),
+        events: agent,
+        delivered: 7,
+        lost: 0,
+        lost_now: 0,
+        at: agent_at,
+    };
+    let device = vec![
+        ev(
+            1_000,
+            EventKind::Alloc {
+                place,
+                addr: b + 4 * MIB,
+                size: 2 * MIB,
+            },
+        ),
+        ev(
+            2_000,
+            EventKind::SegmentAlloc {
+                place,
+                addr: s2,
+                size: 20 * MIB,
+            },
+        ),
+        ev(
+            3_000,
+            EventKind::Alloc {
+                place,
+                addr: s2,
+                size: 8 * MIB,
+            },
+        ),
+        ev(
+            4_000,
+            EventKind::FreeRequested {
+                place,
+                addr: b,
+                size: 4 * MIB,
+            },
+        ),
+        ev(
+            5_000,
+            EventKind::FreeCompleted {
+                place,
+                addr: b,
+                size: 4 * MIB,
+            },
+        ),
+        ev(
+            6_000,
+            EventKind::Stats {
+                device: 0,
+                stats: Stats {
+                    allocated: 10 * MIB,
+                    reserved: 40 * MIB,
+                    active: 10 * MIB,
+                    requested: 10 * MIB,
+                    allocated_peak: 14 * MIB,
+                    reserved_peak: 40 * MIB,
+                    active_peak: 14 * MIB,
+                    segments: 2,
+                    ..Stats::default()
+                },
+            },
+        ),
+        ev(
+            6_000,
+            EventKind::StatsPosition {
+                device: 0,
+                at: RingSpan {
+                    ring: 1,
+                    before: 10,
+                    after: 10,
+                    exact: true,
+                    ambiguous: false,
+                },
+            },
+        ),
+        ev(
+            7_000,
+            EventKind::Marker {
+                value: 1,
+                source: MarkSource::OptimizerStep { optimizer: 1 },
+            },
+        ),
+        ev(
+            8_000,
+            EventKind::Dropped {
+                device: 0xffff,
+                what: DropWhat::Stacks,
+                count: 2,
+                bound: 64,
+            },
+        ),
+    ];
+    let mut at: Vec<RingPos> = (5..10)
+        .map(|position| RingPos { ring: 1, position })
+        .collect();
+    // Agent ring: the sample is positions 10 and 11 (its STATS_B at 11),
+    // its STATS_C 12, the marker 13, DROPPED 14.
+    at.extend([11, 12, 13, 14].map(|position| RingPos { ring: 0, position }));
+    let second = Input::Events {
+        key: key(),
+        events: device,
+        delivered: 16,
+        lost: 0,
+        lost_now: 0,
+        at,
+    };
+    let dropped = Input::Dropped {
+        key: Some(key()),
+        what: "recent events".into(),
+        count: 3,
+    };
+    vec![
+        (t0, attach),
+        (t0 + 10, first),
+        (t0 + 10_000, second),
+        (t0 + 20_000, dropped),
+    ]
+}
+
+fn write_v1_1(path: &Path) {
+    let mut rec = Recorder::create(path).unwrap();
+    for (t, i) in v1_1_inputs() {
+        rec.write(t, &i).unwrap();
+    }
+    rec.finish().unwrap();
+}
+
+/// Writes the committed 1.1 fixture (see the module doc).
+#[test]
+#[ignore]
+fn write_v1_1_fixture() {
+    if std::env::var_os("VRAMSCOPE_WRITE_FIXTURE").is_some() {
+        write_v1_1(&fixture("v1.1-synthetic.vsrec"));
+    }
+}
+
+#[test]
+fn v1_1_recording_replays_with_every_new_field() {
+    let file = fixture("v1.1-synthetic.vsrec");
+    assert!(std::fs::metadata(&file).unwrap().len() <= 200 << 10);
+    // Read back exactly what was written.
+    let mut r = Replayer::open(&file).unwrap();
+    assert_eq!(r.minor(), 1);
+    let mut got = Vec::new();
+    while let Some(x) = r.next_input().unwrap() {
+        got.push(x);
+    }
+    assert_eq!(got, v1_1_inputs());
+    assert_eq!(r.skipped_inputs(), 0);
+    // And the figures: the anchor snapshot, then the events after it.
+    let v = replay_json(&file);
+    let p = &v["processes"][0]["view"];
+    assert_eq!(p["figures"]["allocated"], 10 * MIB, "{p}");
+    assert_eq!(p["figures"]["reserved"], 40 * MIB);
+    assert_eq!(p["figures"]["peak_allocated"], 14 * MIB);
+    assert_eq!(p["devices"][0]["figures"]["segments"], 2);
+    assert_eq!(p["devices"][0]["figures"]["blocks"], 5);
+    assert_eq!(p["devices"][0]["figures"]["synced"], true);
+    assert_eq!(p["figures"]["inconsistencies"], 0);
+    assert_eq!(p["snapshots_installed"], 1);
+    assert_eq!(v["processes"][0]["identity"]["label"], "train.py");
+}
+
+/// A file written today, read the way vramscope 0.1.0 reads (it skips frame
+/// kinds it does not know; the events frames are unchanged): replaying only
+/// the frames 1.0 knew gives the same figures.
+#[test]
+fn a_1_1_recording_without_its_new_frames_gives_the_same_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = fixture("v1.1-synthetic.vsrec");
+    let bytes = std::fs::read(&full).unwrap();
+    let mut old = bytes[..16].to_vec();
+    old[10] = 0; // minor 0
+    let mut at = 16;
+    let mut kinds = Vec::new();
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let kind = bytes[at + 4];
+        kinds.push(kind);
+        if kind <= 2 {
+            old.extend_from_slice(&bytes[at..at + 4 + len]);
+        }
+        at += 4 + len;
+    }
+    assert_eq!(
+        kinds,
+        vec![1, 2, 3, 2, 3, 4],
+        "attach, events+positions x2, dropped"
+    );
+    let stripped = dir.path().join("as-1.0.vsrec");
+    std::fs::write(&stripped, old).unwrap();
+    let (a, b) = (replay_json(&full), replay_json(&stripped));
+    for p in [
+        "/processes/0/view/figures",
+        "/processes/0/view/devices/0/figures",
+        "/processes/0/view/leak",
+    ] {
+        let strip = |v: &Value| {
+            let mut v = v.pointer(p).unwrap().clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("events_per_sec");
+            }
+            v
+        };
+        assert_eq!(strip(&a), strip(&b), "{p}");
+    }
+}
