@@ -228,6 +228,13 @@ struct ExpandableSegment {
     page: u64,
 }
 
+/// Where [`SimAllocator::link_new`] puts a new block.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Before,
+    After,
+}
+
 fn pidx(p: SegmentPool) -> usize {
     match p {
         SegmentPool::Small => 0,
@@ -366,40 +373,26 @@ impl SimAllocator {
         self.free_ids.push(id);
     }
     /// A new free block `[ptr, ptr + size)` in `id`'s segment (same stream,
-    /// pool and expandable segment), linked in just before `id`.
-    fn link_before(&mut self, id: BlockId, ptr: u64, size: u64) -> BlockId {
-        let (stream, pool, es, prev) = {
-            let b = self.b(id);
-            (b.stream, b.pool, b.es, b.prev)
+    /// pool and expandable segment), `mapped` or not, linked in on `side`
+    /// of `id`.
+    fn link_new(&mut self, id: BlockId, side: Side, ptr: u64, size: u64, mapped: bool) -> BlockId {
+        let b = self.b(id);
+        let (prev, next) = match side {
+            Side::Before => (b.prev, Some(id)),
+            Side::After => (Some(id), b.next),
         };
-        let mut nb = Block::new(stream, pool, ptr, size);
-        nb.es = es;
+        let mut nb = Block::new(b.stream, b.pool, ptr, size);
+        nb.mapped = mapped;
+        nb.es = b.es;
         nb.prev = prev;
-        nb.next = Some(id);
+        nb.next = next;
         let nid = self.new_block(nb);
         if let Some(p) = prev {
             self.bm(p).next = Some(nid);
         }
-        self.bm(id).prev = Some(nid);
-        nid
-    }
-    /// A new free block `[ptr, ptr + size)` in `id`'s segment, `mapped` or
-    /// not, linked in just after `id`.
-    fn link_after(&mut self, id: BlockId, ptr: u64, size: u64, mapped: bool) -> BlockId {
-        let (stream, pool, es, next) = {
-            let b = self.b(id);
-            (b.stream, b.pool, b.es, b.next)
-        };
-        let mut nb = Block::new(stream, pool, ptr, size);
-        nb.mapped = mapped;
-        nb.es = es;
-        nb.prev = Some(id);
-        nb.next = next;
-        let nid = self.new_block(nb);
         if let Some(n) = next {
             self.bm(n).prev = Some(nid);
         }
-        self.bm(id).next = Some(nid);
         nid
     }
     fn place(&self, stream: u64) -> Place {
@@ -776,7 +769,7 @@ impl SimAllocator {
         let already_split = self.b(remaining).is_split();
         let expandable = self.b(remaining).es.is_some();
         let ptr = self.b(remaining).ptr;
-        let nid = self.link_before(remaining, ptr, size);
+        let nid = self.link_new(remaining, Side::Before, ptr, size, true);
         {
             let r = self.bm(remaining);
             r.ptr += size;
@@ -953,7 +946,13 @@ impl SimAllocator {
         self.erase_unmapped(to_map);
         self.bm(to_map).mapped = true;
         if mapped_size < bsize {
-            let rid = self.link_after(to_map, ptr + mapped_size, bsize - mapped_size, false);
+            let rid = self.link_new(
+                to_map,
+                Side::After,
+                ptr + mapped_size,
+                bsize - mapped_size,
+                false,
+            );
             self.insert_unmapped(rid);
             self.bm(to_map).size = mapped_size;
         }
@@ -1017,12 +1016,12 @@ impl SimAllocator {
         self.erase_from_blocks(id);
         let before = un_ptr - ptr;
         if before > 0 {
-            let bid = self.link_before(id, ptr, before);
+            let bid = self.link_new(id, Side::Before, ptr, before, true);
             self.insert_into_blocks(bid);
         }
         let after = size - (before + un_size);
         if after > 0 {
-            let aid = self.link_after(id, un_ptr + un_size, after, true);
+            let aid = self.link_new(id, Side::After, un_ptr + un_size, after, true);
             self.insert_into_blocks(aid);
         }
         {
