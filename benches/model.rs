@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
-use vramscope::model::{Model, ModelConfig, ProcessKey};
+use vramscope::model::{Model, ModelConfig, Process, ProcessKey};
 
 const KEY: ProcessKey = ProcessKey {
     pid: 1,
@@ -22,167 +22,156 @@ const BACKGROUND: u64 = 0x7f00_2000_0000;
 /// Events before the repeating body.
 const SETUP: usize = 4 + 50 * 101;
 
+/// Every event of the workload happens in this place.
+const PLACE: Place = Place {
+    device: 0,
+    stream: 0,
+    pool: PoolId(0, 0),
+    ctx: vramscope::event::CtxTag::NONE,
+};
+
+/// A list of events `dt` apart; `t` is the time of the last one.
+struct Events {
+    out: Vec<Event>,
+    t: u64,
+    dt: u64,
+}
+
+impl Events {
+    fn push(&mut self, kind: EventKind) {
+        self.t += self.dt;
+        self.out.push(Event {
+            time_ns: self.t,
+            kind,
+        });
+    }
+    fn segment(&mut self, addr: u64, size: u64) {
+        self.push(EventKind::SegmentAlloc {
+            place: PLACE,
+            addr,
+            size,
+        });
+    }
+    fn alloc(&mut self, addr: u64, size: u64) {
+        self.push(EventKind::Alloc {
+            place: PLACE,
+            addr,
+            size,
+        });
+    }
+    /// A free, requested then completed.
+    fn free(&mut self, addr: u64, size: u64) {
+        self.push(EventKind::FreeRequested {
+            place: PLACE,
+            addr,
+            size,
+        });
+        self.push(EventKind::FreeCompleted {
+            place: PLACE,
+            addr,
+            size,
+        });
+    }
+}
+
 /// A consistent, repeating allocator workload: per cycle 8 small tensors
 /// allocated and freed in reverse, 3 large ones allocated and freed in
 /// order, a marker, and a stats sample now and then. Each cycle leaves the
 /// state as it found it, so the list can be replayed with shifted times.
 fn workload(cycles: u64, dt: u64) -> (Vec<Event>, u64) {
-    let place = Place {
-        device: 0,
-        stream: 0,
-        pool: PoolId(0, 0),
-        ctx: Default::default(),
+    let mut w = Events {
+        out: Vec::new(),
+        t: 0,
+        dt,
     };
-    let mut t = 0u64;
-    let mut out = Vec::new();
-    let mut push = |out: &mut Vec<Event>, kind| {
-        t += dt;
-        out.push(Event { time_ns: t, kind });
-    };
-    push(
-        &mut out,
-        EventKind::SnapshotBegin {
-            device: 0,
-            id: 1,
-            segments: 0,
-            blocks: 0,
-            at: None,
-        },
-    );
-    push(&mut out, EventKind::SnapshotEnd { device: 0, id: 1 });
-    push(
-        &mut out,
-        EventKind::SegmentAlloc {
-            place,
-            addr: SMALL,
-            size: 2 * MIB,
-        },
-    );
-    push(
-        &mut out,
-        EventKind::SegmentAlloc {
-            place,
-            addr: LARGE,
-            size: 20 * MIB,
-        },
-    );
-    // A background of 5,000 live tensors in 50 other segments, so the
-    // block map has a realistic depth.
-    for s in 0..50u64 {
-        let base = BACKGROUND + s * 2 * MIB;
-        push(
-            &mut out,
-            EventKind::SegmentAlloc {
-                place,
-                addr: base,
-                size: 2 * MIB,
-            },
-        );
-        for i in 0..100 {
-            push(
-                &mut out,
-                EventKind::Alloc {
-                    place,
-                    addr: base + i * 4096,
-                    size: 4096,
-                },
-            );
-        }
-    }
-    assert_eq!(out.len(), SETUP);
+    setup(&mut w);
+    assert_eq!(w.out.len(), SETUP);
     for c in 0..cycles {
-        push(
-            &mut out,
-            EventKind::Marker {
-                value: c,
-                source: Default::default(),
-            },
-        );
-        for i in 0..8 {
-            push(
-                &mut out,
-                EventKind::Alloc {
-                    place,
-                    addr: SMALL + i * 4096,
-                    size: 4000,
-                },
-            );
-        }
-        for i in (0..8).rev() {
-            push(
-                &mut out,
-                EventKind::FreeRequested {
-                    place,
-                    addr: SMALL + i * 4096,
-                    size: 4000,
-                },
-            );
-            push(
-                &mut out,
-                EventKind::FreeCompleted {
-                    place,
-                    addr: SMALL + i * 4096,
-                    size: 4000,
-                },
-            );
-        }
-        for i in 0..3 {
-            push(
-                &mut out,
-                EventKind::Alloc {
-                    place,
-                    addr: LARGE + i * 4 * MIB,
-                    size: 4 * MIB,
-                },
-            );
-        }
-        for i in 0..3 {
-            push(
-                &mut out,
-                EventKind::FreeRequested {
-                    place,
-                    addr: LARGE + i * 4 * MIB,
-                    size: 4 * MIB,
-                },
-            );
-            push(
-                &mut out,
-                EventKind::FreeCompleted {
-                    place,
-                    addr: LARGE + i * 4 * MIB,
-                    size: 4 * MIB,
-                },
-            );
-        }
-        if c % 400 == 0 {
-            let stats = Stats {
-                allocated: 5_000 * 4096,
-                reserved: 122 * MIB,
-                ..Stats::default()
-            };
-            push(&mut out, EventKind::Stats { device: 0, stats });
-        }
+        cycle(&mut w, c);
     }
-    (out, t)
+    (w.out, w.t)
 }
 
-/// Apply `total` events: the setup once, then the repeating body with
-/// shifted times. Returns the model.
-fn run(events: &[Event], setup: usize, span: u64, total: u64) -> Model {
+/// The [`SETUP`] events: an empty snapshot, the segments the cycles use,
+/// and a background of 5,000 live tensors in 50 other segments, so the
+/// block map has a realistic depth.
+fn setup(w: &mut Events) {
+    w.push(EventKind::SnapshotBegin {
+        device: 0,
+        id: 1,
+        segments: 0,
+        blocks: 0,
+        at: None,
+    });
+    w.push(EventKind::SnapshotEnd { device: 0, id: 1 });
+    w.segment(SMALL, 2 * MIB);
+    w.segment(LARGE, 20 * MIB);
+    for s in 0..50u64 {
+        let base = BACKGROUND + s * 2 * MIB;
+        w.segment(base, 2 * MIB);
+        for i in 0..100 {
+            w.alloc(base + i * 4096, 4096);
+        }
+    }
+}
+
+/// Cycle `c` of the repeating body.
+fn cycle(w: &mut Events, c: u64) {
+    w.push(EventKind::Marker {
+        value: c,
+        source: Default::default(),
+    });
+    for i in 0..8 {
+        w.alloc(SMALL + i * 4096, 4000);
+    }
+    for i in (0..8).rev() {
+        w.free(SMALL + i * 4096, 4000);
+    }
+    for i in 0..3 {
+        w.alloc(LARGE + i * 4 * MIB, 4 * MIB);
+    }
+    for i in 0..3 {
+        w.free(LARGE + i * 4 * MIB, 4 * MIB);
+    }
+    if c % 400 == 0 {
+        let stats = Stats {
+            allocated: 5_000 * 4096,
+            reserved: 122 * MIB,
+            ..Stats::default()
+        };
+        w.push(EventKind::Stats { device: 0, stats });
+    }
+}
+
+/// A model whose process [`KEY`] has seen the first `setup` events.
+fn primed(events: &[Event], setup: usize) -> Model {
     let mut m = Model::new(ModelConfig::default());
     let p = m.process_mut(KEY);
     for ev in &events[..setup] {
         p.apply(ev);
     }
+    m
+}
+
+/// Applies `body` to `p` with every time shifted by `offset`.
+fn apply_shifted(p: &mut Process, body: &[Event], offset: u64) {
+    for ev in body {
+        let mut e = ev.clone();
+        e.time_ns += offset;
+        p.apply(black_box(&e));
+    }
+}
+
+/// Apply `total` events: the setup once, then the repeating body with
+/// shifted times. Returns the model.
+fn run(events: &[Event], setup: usize, span: u64, total: u64) -> Model {
+    let mut m = primed(events, setup);
+    let p = m.process_mut(KEY);
     let body = &events[setup..];
     let mut done = setup as u64;
     let mut offset = 0;
     while done < total {
-        for ev in body {
-            let mut e = ev.clone();
-            e.time_ns += offset;
-            p.apply(black_box(&e));
-        }
+        apply_shifted(p, body, offset);
         done += body.len() as u64;
         offset += span;
     }
@@ -216,18 +205,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("model");
     g.throughput(Throughput::Elements((events.len() - SETUP) as u64));
     g.bench_function("apply", |b| {
-        let mut m = Model::new(ModelConfig::default());
+        let mut m = primed(&events, SETUP);
         let p = m.process_mut(KEY);
-        for ev in &events[..SETUP] {
-            p.apply(ev);
-        }
         let mut offset = 0;
         b.iter(|| {
-            for ev in &events[SETUP..] {
-                let mut e = ev.clone();
-                e.time_ns += offset;
-                p.apply(black_box(&e));
-            }
+            apply_shifted(p, &events[SETUP..], offset);
             offset += span;
         });
     });

@@ -186,6 +186,29 @@ fn setup() -> Env {
     }
 }
 
+impl Env {
+    /// `py script` with the fake torch and the agent importable and the
+    /// segment directory `shm`.
+    fn python(&self, py: &str, script: &Path, shm: &Path) -> Proc {
+        let mut cmd = Proc::new(py);
+        cmd.arg(script)
+            .env(
+                "PYTHONPATH",
+                format!("{}:{}", self.fake.display(), self.agent.display()),
+            )
+            .env("VRAMSCOPE_SHM_DIR", shm)
+            .env("XDG_CACHE_HOME", &self.cache);
+        cmd
+    }
+
+    /// Writes a script beside the main one.
+    fn script(&self, name: &str, text: &str) -> PathBuf {
+        let script = self.script.with_file_name(name);
+        std::fs::write(&script, text).unwrap();
+        script
+    }
+}
+
 struct Job {
     child: Child,
     stdin: ChildStdin,
@@ -220,15 +243,8 @@ impl Job {
 }
 
 fn start(py: &str, env: &Env, extra: &[(&str, &str)]) -> Job {
-    let mut cmd = Proc::new(py);
-    cmd.arg(&env.script)
-        .env(
-            "PYTHONPATH",
-            format!("{}:{}", env.fake.display(), env.agent.display()),
-        )
-        .env("VRAMSCOPE_SHM_DIR", &env.shm)
-        .env("XDG_CACHE_HOME", &env.cache)
-        .env("VRAMSCOPE_STATS_MS", "50")
+    let mut cmd = env.python(py, &env.script, &env.shm);
+    cmd.env("VRAMSCOPE_STATS_MS", "50")
         .env("VRAMSCOPE_SLOTS", "4096")
         .env_remove("VRAMSCOPE_MODE")
         .env_remove("VRAMSCOPE_AUTO")
@@ -265,6 +281,14 @@ fn expected_stats() -> Stats {
     }
 }
 
+/// The agent's own lines on stderr.
+fn our_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("vramscope:"))
+        .collect()
+}
+
 fn drain_all(r: &mut SegmentReader) -> Vec<EventKind> {
     let mut out = Vec::new();
     r.drain(usize::MAX, |_, e| out.push(e.kind));
@@ -288,14 +312,49 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     let py = need_python!();
     let env = setup();
     let mut job = start(&py, &env, &[]);
+    let path = attached_segment(&mut job, &env);
+    let mut r = SegmentReader::open(&path).expect("the Python segment validates");
+    check_header(&r, &job);
+
+    std::thread::sleep(Duration::from_millis(300));
+    let events = drain_all(&mut r);
+    check_stats(&events);
+    assert_eq!(r.dropped_samples(), 0);
+    check_first_snapshot(&events);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EventKind::SnapshotEnd { device: 1, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EventKind::Marker { value: 7, .. })));
+
+    check_commands(&mut r, &mut job);
+    check_fork(&mut r, &mut job);
+
+    let (code, stderr) = job.finish();
+    assert_eq!(code, 0);
+    let ours = our_lines(&stderr);
+    assert_eq!(ours.len(), 1, "one announcement line, got: {stderr}");
+    assert!(ours[0].contains("sampled mode"), "{}", ours[0]);
+    assert!(ours[0].contains("torch headers missing"), "{}", ours[0]);
+    // Closed and unlinked at exit.
+    assert!(!path.exists());
+    assert_eq!(r.state(), 2);
+}
+
+/// The script attached and reports sampled mode; returns its segment's path
+/// (in the test's segment directory).
+fn attached_segment(job: &mut Job, env: &Env) -> PathBuf {
     assert_eq!(job.line(), r#"{"attached": true}"#);
     let status: serde_json::Value = serde_json::from_str(&job.line()).unwrap();
     assert_eq!(status["mode"], "sampled", "{status}");
     let path = PathBuf::from(status["path"].as_str().unwrap());
     assert_eq!(path.parent().unwrap(), env.shm);
+    path
+}
 
-    let mut r = SegmentReader::open(&path).expect("the Python segment validates");
-    let h = r.header().clone();
+fn check_header(r: &SegmentReader, job: &Job) {
+    let h = r.header();
     assert_eq!(h.producer, Producer::TorchSampled);
     assert_eq!(
         h.minor,
@@ -308,11 +367,11 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     assert_eq!(h.flags, 2);
     assert_eq!(h.rings.len(), 3);
     assert_eq!(h.rings[0].slot_count, 4096);
+}
 
-    std::thread::sleep(Duration::from_millis(300));
-    let events = drain_all(&mut r);
-    // Statistics: exactly what the fake returned, for device 0; device 1
-    // (never used) too, with zeros.
+/// Statistics: exactly what the fake returned, for device 0; device 1
+/// (never used) too, with zeros.
+fn check_stats(events: &[EventKind]) {
     let stats0: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
@@ -325,8 +384,10 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     assert!(events
         .iter()
         .any(|e| matches!(e, EventKind::Stats { device: 1, stats } if *stats == Stats::default())));
-    assert_eq!(r.dropped_samples(), 0);
-    // The first snapshot: complete, for both devices.
+}
+
+/// The first snapshot of device 0: complete, as the fake described it.
+fn check_first_snapshot(events: &[EventKind]) {
     let begin = events
         .iter()
         .position(|e| matches!(e, EventKind::SnapshotBegin { device: 0, .. }))
@@ -382,17 +443,20 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
             (BlockState::Inactive, 0)
         ]
     );
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, EventKind::SnapshotEnd { device: 1, .. })));
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, EventKind::Marker { value: 7, .. })));
+}
 
-    // Commands.
+/// Commands through the control block, empty_cache refused during a CUDA
+/// graph capture and run once after it.
+fn check_commands(r: &mut SegmentReader, job: &mut Job) {
     let t = Duration::from_secs(10);
     let o = r.command(Command::Ping { value: 99 }, t).unwrap();
     assert_eq!((o.status, o.result0), (Status::Ok, 99));
+    // 1.1's capture-stacks command: sampled mode has no allocator callback
+    // to tag, so it answers unsupported (FORMAT.md, "Versions").
+    let o = r
+        .command(Command::CaptureStacks { steps: 2, depth: 0 }, t)
+        .unwrap();
+    assert_eq!(o.status, Status::Unsupported);
     let o = r.command(Command::Snapshot { device: None }, t).unwrap();
     assert_eq!(o.status, Status::Ok);
     assert!(o.result0 >= 2, "snapshot id {}", o.result0);
@@ -401,12 +465,6 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
         .unwrap();
     assert_eq!(o.status, Status::Ok);
     let o = r.command(Command::Unknown { kind: 77, arg: 0 }, t).unwrap();
-    assert_eq!(o.status, Status::Unsupported);
-    // 1.1's capture-stacks command: sampled mode has no allocator callback
-    // to tag, so it answers unsupported (FORMAT.md, "Versions").
-    let o = r
-        .command(Command::CaptureStacks { steps: 2, depth: 0 }, t)
-        .unwrap();
     assert_eq!(o.status, Status::Unsupported);
     // During a CUDA graph capture, empty_cache is refused.
     job.send("capture");
@@ -424,34 +482,23 @@ fn sampled_mode_segment_is_read_and_commands_are_answered() {
     job.send("calls");
     assert_eq!(job.line(), r#"[["empty_cache", 0]]"#);
     std::thread::sleep(Duration::from_millis(200));
-    let after = drain_all(&mut r);
+    let after = drain_all(r);
     assert!(after.iter().any(|e| matches!(e, EventKind::Stats { device: 0, stats } if stats.reserved == 3 << 20 && stats.allocated_peak == 3 << 20)));
     assert!(after
         .iter()
         .any(|e| matches!(e, EventKind::SnapshotEnd { id, .. } if *id >= 2)));
+}
 
-    // A forked child never writes into the parent's segment.
+/// A forked child never writes into the parent's segment.
+fn check_fork(r: &mut SegmentReader, job: &mut Job) {
     job.send("fork");
     assert_eq!(job.line(), "forked");
     std::thread::sleep(Duration::from_millis(150));
-    let later = drain_all(&mut r);
+    let later = drain_all(r);
     assert!(!later
         .iter()
         .any(|e| matches!(e, EventKind::Marker { value: 5 | 6, .. })));
     assert_eq!(r.totals().lost, 0);
-
-    let (code, stderr) = job.finish();
-    assert_eq!(code, 0);
-    let ours: Vec<_> = stderr
-        .lines()
-        .filter(|l| l.starts_with("vramscope:"))
-        .collect();
-    assert_eq!(ours.len(), 1, "one announcement line, got: {stderr}");
-    assert!(ours[0].contains("sampled mode"), "{}", ours[0]);
-    assert!(ours[0].contains("torch headers missing"), "{}", ours[0]);
-    // Closed and unlinked at exit.
-    assert!(!path.exists());
-    assert_eq!(r.state(), 2);
 }
 
 #[test]
@@ -459,9 +506,8 @@ fn forced_sampled_mode_and_deferred_cuda_init() {
     let py = need_python!();
     let env = setup();
     // CUDA not initialised at attach: the agent waits for torch's lazy init.
-    let script = env.script.with_file_name("deferred.py");
-    std::fs::write(
-        &script,
+    let script = env.script(
+        "deferred.py",
         r#"
 import json, sys, time, torch, vramscope
 vramscope.attach()
@@ -475,17 +521,9 @@ for _ in range(400):
 print(json.dumps(vramscope.status()), flush=True)
 sys.stdin.readline()
 "#,
-    )
-    .unwrap();
-    let mut cmd = Proc::new(&py);
-    cmd.arg(&script)
-        .env(
-            "PYTHONPATH",
-            format!("{}:{}", env.fake.display(), env.agent.display()),
-        )
-        .env("VRAMSCOPE_SHM_DIR", &env.shm)
-        .env("XDG_CACHE_HOME", &env.cache)
-        .env("VRAMSCOPE_MODE", "sampled")
+    );
+    let mut cmd = env.python(&py, &script, &env.shm);
+    cmd.env("VRAMSCOPE_MODE", "sampled")
         .env("FAKE_CUDA_INIT", "0")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -516,9 +554,8 @@ sys.stdin.readline()
 }
 
 fn run_plain(py: &str, env: &Env, shm: &Path) -> (i32, String, String) {
-    let script = env.script.with_file_name("plain.py");
-    std::fs::write(
-        &script,
+    let script = env.script(
+        "plain.py",
         r#"
 import torch, vramscope, time
 print("attach:", vramscope.attach(), flush=True)
@@ -528,16 +565,9 @@ print("status:", vramscope.status()["mode"], flush=True)
 print("job finished", flush=True)
 raise SystemExit(0)
 "#,
-    )
-    .unwrap();
-    let out = Proc::new(py)
-        .arg(&script)
-        .env(
-            "PYTHONPATH",
-            format!("{}:{}", env.fake.display(), env.agent.display()),
-        )
-        .env("VRAMSCOPE_SHM_DIR", shm)
-        .env("XDG_CACHE_HOME", &env.cache)
+    );
+    let out = env
+        .python(py, &script, shm)
         .env("VRAMSCOPE_MODE", "sampled")
         .output()
         .unwrap();
@@ -556,10 +586,7 @@ fn unwritable_segment_dir_warns_once_and_the_job_runs() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("job finished"), "{stdout}");
     assert!(stdout.contains("status: failed"), "{stdout}");
-    let ours: Vec<_> = stderr
-        .lines()
-        .filter(|l| l.starts_with("vramscope:"))
-        .collect();
+    let ours = our_lines(&stderr);
     assert_eq!(ours.len(), 1, "{stderr}");
     assert!(ours[0].contains("cannot create the segment"), "{stderr}");
     assert!(!stderr.contains("Traceback"), "{stderr}");

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use vramscope::event::EventKind;
-use vramscope::sim::{AllocConf, SimAllocator, SimConfig};
+use vramscope::sim::{AllocConf, NullSink, SimAllocator, SimConfig};
 
 fn segment_sizes(a: &mut SimAllocator) -> Vec<u64> {
     let mut ev = Vec::new();
@@ -25,6 +25,70 @@ fn segment_sizes(a: &mut SimAllocator) -> Vec<u64> {
     sizes
 }
 
+/// The simulated device and allocator a recording's header describes.
+fn config(header: &Value) -> SimConfig {
+    SimConfig {
+        capacity: header["capacity"].as_u64().unwrap(),
+        alloc: AllocConf::parse(header["conf"].as_str().unwrap()).unwrap(),
+        memory_fraction: header["fraction"].as_f64(),
+        ..SimConfig::default()
+    }
+}
+
+/// Applies one recorded request; `addrs` maps live ids to addresses.
+/// Returns whether it ran out of memory.
+fn apply(a: &mut SimAllocator, addrs: &mut HashMap<u64, u64>, r: &Value) -> bool {
+    let id = || r["id"].as_u64().unwrap();
+    match r["op"].as_str().unwrap() {
+        "alloc" => match a.malloc(
+            r["size"].as_u64().unwrap(),
+            r["stream"].as_u64().unwrap(),
+            &mut NullSink,
+        ) {
+            Ok(addr) => {
+                addrs.insert(id(), addr);
+            }
+            Err(_) => return true,
+        },
+        "free" => {
+            if let Some(addr) = addrs.remove(&id()) {
+                a.free(addr, &mut NullSink).unwrap();
+            }
+        }
+        "empty_cache" => a.empty_cache(&mut NullSink),
+        other => panic!("unknown op {other}"),
+    }
+    false
+}
+
+/// (allocated, reserved, segments, retries, ooms, oom) as the simulator has
+/// them and as a request's `expect` object recorded them.
+type Figures = (u64, u64, u64, u64, u64, bool);
+
+fn figures(a: &SimAllocator, oom: bool) -> Figures {
+    let s = a.stats();
+    (
+        s.allocated,
+        s.reserved,
+        s.segments,
+        s.alloc_retries,
+        s.ooms,
+        oom,
+    )
+}
+
+fn recorded(e: &Value) -> Figures {
+    let n = |k: &str| e[k].as_u64().unwrap();
+    (
+        n("allocated"),
+        n("reserved"),
+        n("segments"),
+        n("alloc_retries"),
+        n("ooms"),
+        e["oom"].as_bool().unwrap(),
+    )
+}
+
 fn check(path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
@@ -35,60 +99,16 @@ fn check(path: &Path) -> usize {
         "{}: the recording started dirty",
         path.display()
     );
-    let cfg = SimConfig {
-        capacity: header["capacity"].as_u64().unwrap(),
-        alloc: AllocConf::parse(header["conf"].as_str().unwrap()).unwrap(),
-        memory_fraction: header["fraction"].as_f64(),
-        ..SimConfig::default()
-    };
-    let mut a = SimAllocator::new(cfg);
-    let mut sink = Vec::new();
+    let mut a = SimAllocator::new(config(&header));
     let mut addrs: HashMap<u64, u64> = HashMap::new();
     let mut n = 0;
     for (i, line) in lines.enumerate() {
         let r: Value = serde_json::from_str(line).unwrap();
-        let mut oom = false;
-        match r["op"].as_str().unwrap() {
-            "alloc" => match a.malloc(
-                r["size"].as_u64().unwrap(),
-                r["stream"].as_u64().unwrap(),
-                &mut sink,
-            ) {
-                Ok(addr) => {
-                    addrs.insert(r["id"].as_u64().unwrap(), addr);
-                }
-                Err(_) => oom = true,
-            },
-            "free" => {
-                if let Some(addr) = addrs.remove(&r["id"].as_u64().unwrap()) {
-                    a.free(addr, &mut sink).unwrap();
-                }
-            }
-            "empty_cache" => a.empty_cache(&mut sink),
-            other => panic!("unknown op {other}"),
-        }
-        sink.clear();
+        let oom = apply(&mut a, &mut addrs, &r);
         let e = &r["expect"];
-        let s = a.stats();
-        let got = (
-            s.allocated,
-            s.reserved,
-            s.segments,
-            s.alloc_retries,
-            s.ooms,
-            oom,
-        );
-        let want = (
-            e["allocated"].as_u64().unwrap(),
-            e["reserved"].as_u64().unwrap(),
-            e["segments"].as_u64().unwrap(),
-            e["alloc_retries"].as_u64().unwrap(),
-            e["ooms"].as_u64().unwrap(),
-            e["oom"].as_bool().unwrap(),
-        );
         assert_eq!(
-            got,
-            want,
+            figures(&a, oom),
+            recorded(e),
             "{} request {} ({line}): (allocated, reserved, segments, retries, ooms, oom)",
             path.display(),
             i + 1

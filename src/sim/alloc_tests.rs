@@ -9,12 +9,25 @@ use crate::event::{BlockState, Event, EventKind, SegmentPool};
 
 const MIB: u64 = 1 << 20;
 
-fn sim(conf: &str, capacity: u64) -> SimAllocator {
-    SimAllocator::new(SimConfig {
+/// A fresh allocator with `PYTORCH_CUDA_ALLOC_CONF=conf` on a device of
+/// `capacity` bytes, and an empty list for its events.
+fn sim(conf: &str, capacity: u64) -> (SimAllocator, Vec<Event>) {
+    sim_with_fraction(conf, capacity, None)
+}
+
+/// [`sim`] with a per-process memory fraction.
+fn sim_with_fraction(
+    conf: &str,
+    capacity: u64,
+    memory_fraction: Option<f64>,
+) -> (SimAllocator, Vec<Event>) {
+    let a = SimAllocator::new(SimConfig {
         capacity,
         alloc: AllocConf::parse(conf).unwrap(),
+        memory_fraction,
         ..SimConfig::default()
-    })
+    });
+    (a, Vec::new())
 }
 
 fn kinds(ev: &[Event]) -> Vec<&'static str> {
@@ -33,6 +46,38 @@ fn kinds(ev: &[Event]) -> Vec<&'static str> {
         .collect()
 }
 
+/// The invariants of one segment's block structure.
+fn check_segment(s: &SegmentInfo) {
+    assert!(!s.blocks.is_empty());
+    // Blocks tile the segment exactly.
+    let mut at = s.addr;
+    for b in &s.blocks {
+        assert_eq!(b.addr, at, "gap or overlap in segment {:#x}", s.addr);
+        assert!(b.size >= 512 && b.size % 512 == 0);
+        at += b.size;
+    }
+    assert_eq!(at, s.addr + s.size);
+    // Free neighbours are always merged.
+    for w in s.blocks.windows(2) {
+        assert!(
+            !(w[0].state == BlockState::Inactive && w[1].state == BlockState::Inactive),
+            "two adjacent free blocks"
+        );
+    }
+    if !s.expandable {
+        let expect = match s.pool {
+            SegmentPool::Small => s.size == 2 * MIB,
+            SegmentPool::Large => s.size > MIB && s.size % (2 * MIB) == 0,
+        };
+        assert!(expect, "segment size {} for {:?}", s.size, s.pool);
+    }
+    if s.pool == SegmentPool::Small && !s.expandable {
+        for b in &s.blocks {
+            assert!(b.size <= 2 * MIB);
+        }
+    }
+}
+
 /// Checks every invariant tying the statistics to the block structure.
 pub(super) fn check_invariants(a: &SimAllocator) {
     let st = a.stats();
@@ -47,33 +92,8 @@ pub(super) fn check_invariants(a: &SimAllocator) {
         assert!(s.addr >= prev_end, "segments overlap");
         prev_end = s.addr + s.size;
         reserved += s.size;
-        assert!(!s.blocks.is_empty());
-        // Blocks tile the segment exactly.
-        let mut at = s.addr;
+        check_segment(s);
         for b in &s.blocks {
-            assert_eq!(b.addr, at, "gap or overlap in segment {:#x}", s.addr);
-            assert!(b.size >= 512 && b.size % 512 == 0);
-            at += b.size;
-        }
-        assert_eq!(at, s.addr + s.size);
-        // Free neighbours are always merged.
-        for w in s.blocks.windows(2) {
-            assert!(
-                !(w[0].state == BlockState::Inactive && w[1].state == BlockState::Inactive),
-                "two adjacent free blocks"
-            );
-        }
-        if !s.expandable {
-            let expect = match s.pool {
-                SegmentPool::Small => s.size == 2 * MIB,
-                SegmentPool::Large => s.size > MIB && s.size % (2 * MIB) == 0,
-            };
-            assert!(expect, "segment size {} for {:?}", s.size, s.pool);
-        }
-        for b in &s.blocks {
-            if s.pool == SegmentPool::Small && !s.expandable {
-                assert!(b.size <= 2 * MIB);
-            }
             match b.state {
                 BlockState::Allocated => {
                     allocated += b.size;
@@ -111,8 +131,7 @@ pub(super) fn check_invariants(a: &SimAllocator) {
 
 #[test]
 fn reuses_cached_block() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let p = a.malloc(1000, 0, &mut ev).unwrap();
     assert_eq!(kinds(&ev), ["segment_alloc", "alloc"]);
     assert_eq!(a.block_size(p), Some(1024));
@@ -135,8 +154,7 @@ fn reuses_cached_block() {
 
 #[test]
 fn split_and_merge() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let x = a.malloc(5 * MIB, 0, &mut ev).unwrap();
     assert_eq!(
         a.stats().reserved,
@@ -168,8 +186,7 @@ fn split_and_merge() {
 
 #[test]
 fn large_segments_round_to_2mib_and_small_pool() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     a.malloc(15 * MIB, 0, &mut ev).unwrap();
     assert_eq!(a.stats().reserved, 16 * MIB, "15 MiB gets a 16 MiB segment");
     a.malloc(MIB, 0, &mut ev).unwrap();
@@ -191,8 +208,7 @@ fn large_segments_round_to_2mib_and_small_pool() {
 
 #[test]
 fn best_fit_picks_smallest_sufficient_block() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let big = a.malloc(40 * MIB, 0, &mut ev).unwrap();
     let small = a.malloc(12 * MIB, 0, &mut ev).unwrap();
     a.free(big, &mut ev).unwrap();
@@ -205,8 +221,7 @@ fn best_fit_picks_smallest_sufficient_block() {
 
 #[test]
 fn streams_do_not_share_blocks() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let p = a.malloc(4096, 0, &mut ev).unwrap();
     a.free(p, &mut ev).unwrap();
     ev.clear();
@@ -223,8 +238,7 @@ fn streams_do_not_share_blocks() {
 
 #[test]
 fn max_split_size_keeps_oversize_blocks_whole() {
-    let mut a = sim("max_split_size_mb:40", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("max_split_size_mb:40", 1 << 30);
     let p = a.malloc(64 * MIB, 0, &mut ev).unwrap();
     a.free(p, &mut ev).unwrap();
     // A request below max_split_size never takes the oversize block.
@@ -251,8 +265,7 @@ fn max_split_size_keeps_oversize_blocks_whole() {
 #[test]
 fn max_split_release_available_frees_oversize_blocks_first() {
     // 200 MiB device; cache two oversize blocks, then ask for more than fits.
-    let mut a = sim("max_split_size_mb:20", 200 * MIB);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("max_split_size_mb:20", 200 * MIB);
     let x = a.malloc(60 * MIB, 0, &mut ev).unwrap();
     let y = a.malloc(70 * MIB, 0, &mut ev).unwrap();
     let _keep = a.malloc(30 * MIB, 0, &mut ev).unwrap();
@@ -276,8 +289,7 @@ fn max_split_release_available_frees_oversize_blocks_first() {
 
 #[test]
 fn expandable_segments_map_and_unmap() {
-    let mut a = sim("expandable_segments:True", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("expandable_segments:True", 1 << 30);
     let x = a.malloc(5 * MIB, 0, &mut ev).unwrap();
     assert_eq!(kinds(&ev), ["segment_map", "alloc"]);
     match ev[0].kind {
@@ -336,8 +348,7 @@ fn expandable_segments_map_and_unmap() {
 
 #[test]
 fn expandable_unmap_keeps_partially_used_pages() {
-    let mut a = sim("expandable_segments:True", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("expandable_segments:True", 1 << 30);
     let x = a.malloc(30 * MIB, 0, &mut ev).unwrap(); // pages 0-1
     let y = a.malloc(15 * MIB, 0, &mut ev).unwrap(); // [30, 45) -> pages 1-2
     assert_eq!(a.stats().reserved, 60 * MIB);
@@ -362,8 +373,7 @@ fn expandable_unmap_keeps_partially_used_pages() {
 
 #[test]
 fn oom_retry_frees_cache_and_succeeds() {
-    let mut a = sim("", 100 * MIB);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 100 * MIB);
     let p = a.malloc(60 * MIB, 0, &mut ev).unwrap();
     a.free(p, &mut ev).unwrap();
     ev.clear();
@@ -378,8 +388,7 @@ fn oom_retry_frees_cache_and_succeeds() {
 
 #[test]
 fn oom_with_fragmented_free_memory() {
-    let mut a = sim("", 100 * MIB);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 100 * MIB);
     // Four 20 MiB segments, each with one live 5 MiB tensor and 15 MiB free.
     let mut live = Vec::new();
     for _ in 0..4 {
@@ -423,8 +432,7 @@ fn oom_with_fragmented_free_memory() {
 
 #[test]
 fn empty_cache_frees_only_whole_free_segments() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let a1 = a.malloc(5 * MIB, 0, &mut ev).unwrap();
     let _a2 = a.malloc(5 * MIB, 0, &mut ev).unwrap(); // same segment as a1
     let b1 = a.malloc(30 * MIB, 0, &mut ev).unwrap();
@@ -450,8 +458,7 @@ fn empty_cache_frees_only_whole_free_segments() {
 
 #[test]
 fn record_stream_defers_free() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let p = a.malloc(3 * MIB, 0, &mut ev).unwrap();
     a.record_stream(p, 9).unwrap();
     ev.clear();
@@ -472,13 +479,7 @@ fn record_stream_defers_free() {
 #[test]
 fn garbage_collection_threshold_reclaims_old_blocks() {
     let run = |conf: &str| {
-        let mut a = SimAllocator::new(SimConfig {
-            capacity: 100 * MIB,
-            alloc: AllocConf::parse(conf).unwrap(),
-            memory_fraction: Some(1.0),
-            ..SimConfig::default()
-        });
-        let mut ev = Vec::new();
+        let (mut a, mut ev) = sim_with_fraction(conf, 100 * MIB, Some(1.0));
         let x = a.malloc(30 * MIB, 0, &mut ev).unwrap();
         let y = a.malloc(30 * MIB, 0, &mut ev).unwrap();
         a.free(x, &mut ev).unwrap();
@@ -502,12 +503,7 @@ fn garbage_collection_threshold_reclaims_old_blocks() {
 
 #[test]
 fn memory_fraction_limits_reserved() {
-    let mut a = SimAllocator::new(SimConfig {
-        capacity: 100 * MIB,
-        memory_fraction: Some(0.5),
-        ..SimConfig::default()
-    });
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim_with_fraction("", 100 * MIB, Some(0.5));
     a.malloc(40 * MIB, 0, &mut ev).unwrap();
     assert!(a.malloc(20 * MIB, 0, &mut ev).is_err());
     assert_eq!(a.stats().ooms, 1);
@@ -515,8 +511,7 @@ fn memory_fraction_limits_reserved() {
 
 #[test]
 fn snapshot_events_match_segments() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let p = a.malloc(5 * MIB, 0, &mut ev).unwrap();
     a.malloc(100, 1, &mut ev).unwrap();
     a.malloc(7 * MIB, 0, &mut ev).unwrap();
@@ -577,8 +572,7 @@ fn snapshot_events_match_segments() {
 
 #[test]
 fn zero_byte_request_is_a_null_pointer() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     assert_eq!(a.malloc(0, 0, &mut ev), Ok(0));
     a.free(0, &mut ev).unwrap();
     assert!(ev.is_empty());
@@ -587,8 +581,7 @@ fn zero_byte_request_is_a_null_pointer() {
 
 #[test]
 fn free_of_unknown_address_is_an_error() {
-    let mut a = sim("", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("", 1 << 30);
     let p = a.malloc(100, 0, &mut ev).unwrap();
     a.free(p, &mut ev).unwrap();
     assert!(a.free(p, &mut ev).is_err());
@@ -599,8 +592,7 @@ fn free_of_unknown_address_is_an_error() {
 fn small_pool_expandable_segment_grows_past_one_page() {
     // Found by the property test: small-pool expandable segments map 2 MiB
     // pages, and free space may span several of them.
-    let mut a = sim("expandable_segments:True", 1 << 30);
-    let mut ev = Vec::new();
+    let (mut a, mut ev) = sim("expandable_segments:True", 1 << 30);
     let ps: Vec<u64> = (0..5)
         .map(|_| a.malloc(900 * 1024, 0, &mut ev).unwrap())
         .collect();
@@ -656,14 +648,9 @@ proptest! {
         ],
         ops in prop::collection::vec(op_strategy(), 1..150),
     ) {
-        let mut a = SimAllocator::new(SimConfig {
-            capacity: 512 * MIB,
-            alloc: AllocConf::parse(conf).unwrap(),
-            memory_fraction: if conf.contains("garbage") { Some(0.9) } else { None },
-            ..SimConfig::default()
-        });
+        let fraction = if conf.contains("garbage") { Some(0.9) } else { None };
+        let (mut a, mut ev) = sim_with_fraction(conf, 512 * MIB, fraction);
         let mut live: Vec<u64> = Vec::new();
-        let mut ev = Vec::new();
         for op in ops {
             match op {
                 Op::Alloc { size, stream } => {

@@ -228,6 +228,13 @@ struct ExpandableSegment {
     page: u64,
 }
 
+/// Where [`SimAllocator::link_new`] puts a new block.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Before,
+    After,
+}
+
 fn pidx(p: SegmentPool) -> usize {
     match p {
         SegmentPool::Small => 0,
@@ -365,6 +372,29 @@ impl SimAllocator {
         self.blocks[id] = None;
         self.free_ids.push(id);
     }
+    /// A new free block `[ptr, ptr + size)` in `id`'s segment (same stream,
+    /// pool and expandable segment), `mapped` or not, linked in on `side`
+    /// of `id`.
+    fn link_new(&mut self, id: BlockId, side: Side, ptr: u64, size: u64, mapped: bool) -> BlockId {
+        let b = self.b(id);
+        let (prev, next) = match side {
+            Side::Before => (b.prev, Some(id)),
+            Side::After => (Some(id), b.next),
+        };
+        let mut nb = Block::new(b.stream, b.pool, ptr, size);
+        nb.mapped = mapped;
+        nb.es = b.es;
+        nb.prev = prev;
+        nb.next = next;
+        let nid = self.new_block(nb);
+        if let Some(p) = prev {
+            self.bm(p).next = Some(nid);
+        }
+        if let Some(n) = next {
+            self.bm(n).prev = Some(nid);
+        }
+        nid
+    }
     fn place(&self, stream: u64) -> Place {
         Place {
             device: self.cfg.device,
@@ -455,6 +485,30 @@ impl SimAllocator {
         let pool = rules::pool_for_size(rsize);
         let alloc_size = rules::get_allocation_size(rsize);
 
+        let Some(block) = self.find_or_allocate(pool, stream, rsize, alloc_size, sink) else {
+            return Err(self.out_of_memory(stream, size, rsize, alloc_size, sink));
+        };
+        let split = rules::should_split(
+            self.b(block).size,
+            rsize,
+            pool,
+            self.cfg.alloc.expandable_segments,
+            self.cfg.alloc.max_split_size,
+        );
+        Ok(self.alloc_found_block(block, rsize, size, split, sink))
+    }
+
+    /// `malloc`'s search order: a cached block, garbage collection, a new
+    /// segment, freeing oversize cached blocks and retrying, freeing every
+    /// cached segment and retrying.
+    fn find_or_allocate(
+        &mut self,
+        pool: SegmentPool,
+        stream: u64,
+        rsize: u64,
+        alloc_size: u64,
+        sink: &mut dyn EventSink,
+    ) -> Option<BlockId> {
         let mut found = self.get_free_block(pool, stream, rsize);
         if found.is_none() {
             if self.gc_enabled() {
@@ -469,37 +523,39 @@ impl SimAllocator {
                 found = self.alloc_block(pool, stream, rsize, alloc_size, true, sink);
             }
         }
-        let Some(block) = found else {
-            let device_free = self.device_free();
-            self.emit(
-                sink,
-                EventKind::Oom {
-                    place: self.place(stream),
-                    device_free,
-                    request: rsize,
-                },
-            );
-            self.stats.ooms += 1;
-            return Err(OomError {
-                device: self.cfg.device,
-                stream,
-                requested: size,
-                rounded: rsize,
-                alloc_size,
+        found
+    }
+
+    /// Emits `Oom`, counts it, and returns the error PyTorch would raise.
+    fn out_of_memory(
+        &mut self,
+        stream: u64,
+        requested: u64,
+        rounded: u64,
+        alloc_size: u64,
+        sink: &mut dyn EventSink,
+    ) -> OomError {
+        let device_free = self.device_free();
+        self.emit(
+            sink,
+            EventKind::Oom {
+                place: self.place(stream),
                 device_free,
-                device_total: self.cfg.capacity,
-                allocated: self.stats.allocated,
-                reserved: self.stats.reserved,
-            });
-        };
-        let split = rules::should_split(
-            self.b(block).size,
-            rsize,
-            pool,
-            self.cfg.alloc.expandable_segments,
-            self.cfg.alloc.max_split_size,
+                request: rounded,
+            },
         );
-        Ok(self.alloc_found_block(block, rsize, size, split, sink))
+        self.stats.ooms += 1;
+        OomError {
+            device: self.cfg.device,
+            stream,
+            requested,
+            rounded,
+            alloc_size,
+            device_free,
+            device_total: self.cfg.capacity,
+            allocated: self.stats.allocated,
+            reserved: self.stats.reserved,
+        }
     }
 
     /// `free`: the tensor releases the block at `addr`.
@@ -675,45 +731,17 @@ impl SimAllocator {
         split: bool,
         sink: &mut dyn EventSink,
     ) -> u64 {
-        let already_split = self.b(block).is_split();
-        let expandable = self.b(block).es.is_some();
-        let mut block = block;
-        if split {
-            let remaining = block;
-            let (stream, pool, ptr, es, prev) = {
-                let r = self.b(remaining);
-                (r.stream, r.pool, r.ptr, r.es, r.prev)
-            };
-            let mut nb = Block::new(stream, pool, ptr, size);
-            nb.es = es;
-            nb.prev = prev;
-            nb.next = Some(remaining);
-            let nid = self.new_block(nb);
-            if let Some(p) = prev {
-                self.bm(p).next = Some(nid);
+        let block = if split {
+            self.split_block(block, size)
+        } else {
+            let b = self.b(block);
+            if b.is_split() && b.es.is_none() {
+                let freed_split = b.size;
+                self.stats.inactive_split -= freed_split;
+                self.inactive_split_blocks -= 1;
             }
-            {
-                let r = self.bm(remaining);
-                r.prev = Some(nid);
-                r.ptr += size;
-                r.size -= size;
-            }
-            self.insert_into_blocks(remaining);
-            if !expandable {
-                if already_split {
-                    // An already-split inactive block shrinks by `size`.
-                    self.stats.inactive_split -= size;
-                } else {
-                    // A new split inactive block appears.
-                    self.stats.inactive_split += self.b(remaining).size;
-                    self.inactive_split_blocks += 1;
-                }
-            }
-            block = nid;
-        } else if already_split && !expandable {
-            self.stats.inactive_split -= self.b(block).size;
-            self.inactive_split_blocks -= 1;
-        }
+            block
+        };
         let (ptr, bsize, stream) = {
             let b = self.bm(block);
             b.allocated = true;
@@ -733,6 +761,33 @@ impl SimAllocator {
         self.inc_active(bsize);
         self.stats.requested += orig_size;
         ptr
+    }
+
+    /// The split in `alloc_found_block`: the first `size` bytes of the free
+    /// block `remaining` become a new block (returned), and `remaining`, the
+    /// rest, goes back to its pool.
+    fn split_block(&mut self, remaining: BlockId, size: u64) -> BlockId {
+        let already_split = self.b(remaining).is_split();
+        let expandable = self.b(remaining).es.is_some();
+        let ptr = self.b(remaining).ptr;
+        let nid = self.link_new(remaining, Side::Before, ptr, size, true);
+        {
+            let r = self.bm(remaining);
+            r.ptr += size;
+            r.size -= size;
+        }
+        self.insert_into_blocks(remaining);
+        if !expandable {
+            if already_split {
+                // An already-split inactive block shrinks by `size`.
+                self.stats.inactive_split -= size;
+            } else {
+                // A new split inactive block appears.
+                self.stats.inactive_split += self.b(remaining).size;
+                self.inactive_split_blocks += 1;
+            }
+        }
+        nid
     }
 
     /// `free_block`: returns a block to its pool, merging free neighbours.
@@ -811,6 +866,13 @@ impl SimAllocator {
         s.size
     }
 
+    /// Merges `id` with whichever of its neighbours can be merged.
+    fn merge_neighbours(&mut self, id: BlockId) {
+        let (prev, next) = (self.b(id).prev, self.b(id).next);
+        self.try_merge_blocks(id, prev);
+        self.try_merge_blocks(id, next);
+    }
+
     // ----- expandable segments -------------------------------------------
 
     fn allocatable(&self, id: Option<BlockId>) -> bool {
@@ -885,26 +947,17 @@ impl SimAllocator {
         self.erase_unmapped(to_map);
         self.bm(to_map).mapped = true;
         if mapped_size < bsize {
-            let (pool, next) = {
-                let b = self.b(to_map);
-                (b.pool, b.next)
-            };
-            let mut rem = Block::new(stream, pool, ptr + mapped_size, bsize - mapped_size);
-            rem.mapped = false;
-            rem.es = Some(es_id);
-            rem.prev = Some(to_map);
-            rem.next = next;
-            let rid = self.new_block(rem);
-            if let Some(n) = next {
-                self.bm(n).prev = Some(rid);
-            }
-            self.bm(to_map).next = Some(rid);
+            let rid = self.link_new(
+                to_map,
+                Side::After,
+                ptr + mapped_size,
+                bsize - mapped_size,
+                false,
+            );
             self.insert_unmapped(rid);
             self.bm(to_map).size = mapped_size;
         }
-        let (prev, next) = (self.b(to_map).prev, self.b(to_map).next);
-        self.try_merge_blocks(to_map, prev);
-        self.try_merge_blocks(to_map, next);
+        self.merge_neighbours(to_map);
         self.insert_into_blocks(to_map);
         self.total_allocated_memory += mapped_size;
         self.inc_reserved(mapped_size);
@@ -949,17 +1002,9 @@ impl SimAllocator {
 
     /// `unmap_block`: unmaps the whole free pages inside a free block.
     fn unmap_block(&mut self, id: BlockId, sink: &mut dyn EventSink) {
-        let (es_id, ptr, size, stream, pool, prev, next) = {
+        let (es_id, ptr, size, stream) = {
             let b = self.b(id);
-            (
-                b.es.expect("expandable"),
-                b.ptr,
-                b.size,
-                b.stream,
-                b.pool,
-                b.prev,
-                b.next,
-            )
+            (b.es.expect("expandable"), b.ptr, b.size, b.stream)
         };
         let es = &self.expandable[&es_id];
         let begin = (ptr - es.base).div_ceil(es.page);
@@ -972,28 +1017,12 @@ impl SimAllocator {
         self.erase_from_blocks(id);
         let before = un_ptr - ptr;
         if before > 0 {
-            let mut bf = Block::new(stream, pool, ptr, before);
-            bf.es = Some(es_id);
-            bf.prev = prev;
-            bf.next = Some(id);
-            let bid = self.new_block(bf);
-            if let Some(p) = prev {
-                self.bm(p).next = Some(bid);
-            }
-            self.bm(id).prev = Some(bid);
+            let bid = self.link_new(id, Side::Before, ptr, before, true);
             self.insert_into_blocks(bid);
         }
         let after = size - (before + un_size);
         if after > 0 {
-            let mut af = Block::new(stream, pool, un_ptr + un_size, after);
-            af.es = Some(es_id);
-            af.prev = Some(id);
-            af.next = next;
-            let aid = self.new_block(af);
-            if let Some(n) = next {
-                self.bm(n).prev = Some(aid);
-            }
-            self.bm(id).next = Some(aid);
+            let aid = self.link_new(id, Side::After, un_ptr + un_size, after, true);
             self.insert_into_blocks(aid);
         }
         {
@@ -1002,9 +1031,7 @@ impl SimAllocator {
             b.size = un_size;
             b.mapped = false;
         }
-        let (prev, next) = (self.b(id).prev, self.b(id).next);
-        self.try_merge_blocks(id, prev);
-        self.try_merge_blocks(id, next);
+        self.merge_neighbours(id);
         self.insert_unmapped(id);
         self.total_allocated_memory -= un_size;
         self.stats.reserved -= un_size;

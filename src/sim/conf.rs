@@ -80,6 +80,12 @@ fn bad(key: &str, value: &str, reason: impl Into<String>) -> ConfError {
     }
 }
 
+fn missing(key: &str) -> ConfError {
+    ConfError::MissingValue {
+        key: key.to_string(),
+    }
+}
+
 /// Splits like `AllocatorConfig::lexArgs`: `, : [ ]` are tokens of their
 /// own, spaces vanish, everything else accumulates.
 fn lex(s: &str) -> Vec<String> {
@@ -124,19 +130,27 @@ impl Tokens {
         let hi = (self.i + 2).min(self.toks.len());
         self.toks[lo..hi].concat()
     }
-    /// `:` then a plain value token.
-    fn value(&mut self, key: &str) -> Result<String, ConfError> {
+    /// A syntax error here: `expected` was not found.
+    fn syntax(&self, expected: &str) -> ConfError {
+        ConfError::Syntax {
+            near: self.near(),
+            expected: expected.into(),
+        }
+    }
+    /// The `:` after `key`.
+    fn colon(&mut self, key: &str) -> Result<(), ConfError> {
         if self.peek() != Some(":") {
-            return Err(ConfError::MissingValue {
-                key: key.to_string(),
-            });
+            return Err(missing(key));
         }
         self.i += 1;
+        Ok(())
+    }
+    /// `:` then a plain value token.
+    fn value(&mut self, key: &str) -> Result<String, ConfError> {
+        self.colon(key)?;
         match self.next() {
             Some(v) if !matches!(v.as_str(), "," | ":" | "[" | "]") => Ok(v),
-            _ => Err(ConfError::MissingValue {
-                key: key.to_string(),
-            }),
+            _ => Err(missing(key)),
         }
     }
 }
@@ -163,76 +177,15 @@ fn parse_mb_at_least_20(key: &str, v: &str) -> Result<u64, ConfError> {
     Ok(mb.min(u64::MAX / MIB) * MIB)
 }
 
-/// `parseRoundUpPower2Divisions`, including its list semantics: the first
-/// `size:div` entry also fills every interval below it, `>:div` fills from
-/// the last named interval (inclusive) to the end.
+/// `parseRoundUpPower2Divisions`: one power of two for every interval, or
+/// a list (see [`parse_roundup_list`]).
 fn parse_roundup(t: &mut Tokens, key: &str) -> Result<RoundupDivisions, ConfError> {
-    let mut div = NO_ROUNDUP_DIVISIONS;
-    if t.peek() != Some(":") {
-        return Err(ConfError::MissingValue {
-            key: key.to_string(),
-        });
-    }
-    t.i += 1;
+    t.colon(key)?;
     match t.peek() {
-        None => Err(ConfError::MissingValue {
-            key: key.to_string(),
-        }),
+        None => Err(missing(key)),
         Some("[") => {
             t.i += 1;
-            let mut first = true;
-            let mut last_index = 0usize;
-            loop {
-                let Some(interval) = t.next() else {
-                    return Err(ConfError::Syntax {
-                        near: t.near(),
-                        expected: "`]`".into(),
-                    });
-                };
-                if interval == "]" {
-                    break;
-                }
-                let dv = t.value(key)?;
-                let d = parse_u64(key, &dv)?;
-                if d != 0 && !d.is_power_of_two() {
-                    return Err(bad(
-                        key,
-                        &dv,
-                        "divisions must be a power of 2, or 0 to disable",
-                    ));
-                }
-                if interval == ">" {
-                    div[last_index..].fill(d);
-                } else {
-                    let mb = parse_u64(key, &interval)?;
-                    if !mb.is_power_of_two() {
-                        return Err(bad(
-                            key,
-                            &interval,
-                            "interval sizes (MiB) must be powers of 2",
-                        ));
-                    }
-                    let index =
-                        (63 - mb.leading_zeros() as usize).min(ROUNDUP_POWER2_INTERVALS - 1);
-                    if first {
-                        div[..index].fill(d);
-                        first = false;
-                    }
-                    div[index] = d;
-                    last_index = index;
-                }
-                match t.peek() {
-                    Some(",") => t.i += 1,
-                    Some("]") => {}
-                    _ => {
-                        return Err(ConfError::Syntax {
-                            near: t.near(),
-                            expected: "`,` or `]`".into(),
-                        })
-                    }
-                }
-            }
-            Ok(div)
+            parse_roundup_list(t, key)
         }
         Some(_) => {
             let v = t.next().unwrap_or_default();
@@ -240,8 +193,57 @@ fn parse_roundup(t: &mut Tokens, key: &str) -> Result<RoundupDivisions, ConfErro
             if !d.is_power_of_two() {
                 return Err(bad(key, &v, "divisions must be a power of 2"));
             }
-            div.fill(d);
-            Ok(div)
+            Ok([d; ROUNDUP_POWER2_INTERVALS])
+        }
+    }
+}
+
+/// The list form after `[`, with its semantics: the first `size:div` entry
+/// also fills every interval below it, `>:div` fills from the last named
+/// interval (inclusive) to the end.
+fn parse_roundup_list(t: &mut Tokens, key: &str) -> Result<RoundupDivisions, ConfError> {
+    let mut div = NO_ROUNDUP_DIVISIONS;
+    let mut first = true;
+    let mut last_index = 0usize;
+    loop {
+        let Some(interval) = t.next() else {
+            return Err(t.syntax("`]`"));
+        };
+        if interval == "]" {
+            return Ok(div);
+        }
+        let dv = t.value(key)?;
+        let d = parse_u64(key, &dv)?;
+        if d != 0 && !d.is_power_of_two() {
+            return Err(bad(
+                key,
+                &dv,
+                "divisions must be a power of 2, or 0 to disable",
+            ));
+        }
+        if interval == ">" {
+            div[last_index..].fill(d);
+        } else {
+            let mb = parse_u64(key, &interval)?;
+            if !mb.is_power_of_two() {
+                return Err(bad(
+                    key,
+                    &interval,
+                    "interval sizes (MiB) must be powers of 2",
+                ));
+            }
+            let index = (63 - mb.leading_zeros() as usize).min(ROUNDUP_POWER2_INTERVALS - 1);
+            if first {
+                div[..index].fill(d);
+                first = false;
+            }
+            div[index] = d;
+            last_index = index;
+        }
+        match t.peek() {
+            Some(",") => t.i += 1,
+            Some("]") => {}
+            _ => return Err(t.syntax("`,` or `]`")),
         }
     }
 }
@@ -304,22 +306,14 @@ impl AllocConf {
                         return Err(bad(&key, &v, "must be a power of 2"));
                     }
                 }
-                "," | ":" | "[" | "]" => {
-                    return Err(ConfError::Syntax {
-                        near: t.near(),
-                        expected: "an option name".into(),
-                    })
-                }
+                "," | ":" | "[" | "]" => return Err(t.syntax("an option name")),
                 _ => return Err(ConfError::UnknownKey { key }),
             }
             match t.next().as_deref() {
                 None | Some(",") => {}
                 Some(_) => {
                     t.i -= 1;
-                    return Err(ConfError::Syntax {
-                        near: t.near(),
-                        expected: "`,`".into(),
-                    });
+                    return Err(t.syntax("`,`"));
                 }
             }
         }

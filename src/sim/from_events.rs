@@ -34,70 +34,77 @@ pub fn requests_from_events<'a>(
     events: impl IntoIterator<Item = &'a Event>,
     device: u16,
 ) -> Recovered {
-    let mut out = Recovered::default();
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    let mut next_id = 1u64;
-    let mut burst = false;
-    let push = |out: &mut Recovered, r: Request| {
-        out.requests.push(r);
-        out.recorded.push(None);
+    let mut r = Recovery {
+        next_id: 1,
+        ..Recovery::default()
     };
     for e in events {
         match &e.kind {
             EventKind::Alloc { place, addr, size } if place.device == device => {
-                burst = false; // the allocator's own retry
-                live.insert(*addr, next_id);
-                push(
-                    &mut out,
-                    Request::Alloc {
-                        id: next_id,
-                        size: *size,
-                        stream: place.stream,
-                    },
-                );
-                next_id += 1;
+                let id = r.alloc(*size, place.stream);
+                r.live.insert(*addr, id);
             }
             EventKind::Oom { place, request, .. } if place.device == device => {
-                burst = false;
-                push(
-                    &mut out,
-                    Request::Alloc {
-                        id: next_id,
-                        size: *request,
-                        stream: place.stream,
-                    },
-                );
-                next_id += 1;
+                r.alloc(*request, place.stream);
             }
             EventKind::FreeRequested { place, addr, .. } if place.device == device => {
-                if std::mem::take(&mut burst) {
-                    push(&mut out, Request::EmptyCache);
-                }
-                match live.remove(addr) {
-                    Some(id) => push(&mut out, Request::Free { id }),
-                    None => out.unknown_frees += 1,
+                r.end_burst();
+                match r.live.remove(addr) {
+                    Some(id) => r.push(Request::Free { id }),
+                    None => r.out.unknown_frees += 1,
                 }
             }
             EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
                 if place.device == device =>
             {
-                burst = true;
+                r.burst = true;
             }
             EventKind::Stats { device: d, stats } if *d == device => {
-                if std::mem::take(&mut burst) {
-                    push(&mut out, Request::EmptyCache);
-                }
-                if let Some(last) = out.recorded.last_mut() {
+                r.end_burst();
+                if let Some(last) = r.out.recorded.last_mut() {
                     *last = Some(*stats);
                 }
             }
             _ => {}
         }
     }
-    if burst {
-        push(&mut out, Request::EmptyCache);
+    r.end_burst();
+    r.out
+}
+
+/// The state of [`requests_from_events`] while it walks the events.
+#[derive(Default)]
+struct Recovery {
+    out: Recovered,
+    /// Live tensors: real address to request id.
+    live: HashMap<u64, u64>,
+    next_id: u64,
+    /// Segments were released since the last request.
+    burst: bool,
+}
+
+impl Recovery {
+    fn push(&mut self, r: Request) {
+        self.out.requests.push(r);
+        self.out.recorded.push(None);
     }
-    out
+
+    /// An `alloc` of `size` bytes on `stream`; returns its id. A release
+    /// burst just before it was the allocator's own retry, not a request.
+    fn alloc(&mut self, size: u64, stream: u64) -> u64 {
+        self.burst = false;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.push(Request::Alloc { id, size, stream });
+        id
+    }
+
+    /// A release burst not followed by an allocation was an `empty_cache`.
+    fn end_burst(&mut self) {
+        if std::mem::take(&mut self.burst) {
+            self.push(Request::EmptyCache);
+        }
+    }
 }
 
 #[cfg(test)]

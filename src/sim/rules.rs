@@ -197,13 +197,17 @@ mod tests {
 
     #[test]
     fn round_size_minimum_and_512_multiples() {
-        assert_eq!(round_size_default(0), 512);
-        assert_eq!(round_size_default(1), 512);
-        assert_eq!(round_size_default(511), 512);
-        assert_eq!(round_size_default(512), 512);
-        assert_eq!(round_size_default(513), 1024);
-        assert_eq!(round_size_default(4000), 4096);
-        assert_eq!(round_size_default(MIB + 1), MIB + 512);
+        for (size, want) in [
+            (0, 512),
+            (1, 512),
+            (511, 512),
+            (512, 512),
+            (513, 1024),
+            (4000, 4096),
+            (MIB + 1, MIB + 512),
+        ] {
+            assert_eq!(round_size_default(size), want, "round_size({size})");
+        }
     }
 
     #[test]
@@ -233,14 +237,18 @@ mod tests {
 
     #[test]
     fn roundup_index_intervals() {
-        assert_eq!(roundup_power2_index(1), 0);
-        assert_eq!(roundup_power2_index(MIB - 1), 0);
-        assert_eq!(roundup_power2_index(MIB), 0);
-        assert_eq!(roundup_power2_index(2 * MIB), 1);
-        assert_eq!(roundup_power2_index(256 * MIB), 8);
-        assert_eq!(roundup_power2_index(511 * MIB), 8);
-        assert_eq!(roundup_power2_index(512 * MIB), 9);
-        assert_eq!(roundup_power2_index(1 << 40), 15);
+        for (size, want) in [
+            (1, 0),
+            (MIB - 1, 0),
+            (MIB, 0),
+            (2 * MIB, 1),
+            (256 * MIB, 8),
+            (511 * MIB, 8),
+            (512 * MIB, 9),
+            (1 << 40, 15),
+        ] {
+            assert_eq!(roundup_power2_index(size), want, "index of {size}");
+        }
     }
 
     #[test]
@@ -255,117 +263,68 @@ mod tests {
 
     #[test]
     fn allocation_sizes() {
-        assert_eq!(get_allocation_size(512), 2 * MIB);
-        assert_eq!(get_allocation_size(MIB), 2 * MIB);
-        assert_eq!(get_allocation_size(MIB + 512), 20 * MIB);
-        assert_eq!(get_allocation_size(5 * MIB), 20 * MIB);
-        assert_eq!(get_allocation_size(10 * MIB - 512), 20 * MIB);
-        assert_eq!(get_allocation_size(10 * MIB), 10 * MIB);
-        assert_eq!(get_allocation_size(15 * MIB), 16 * MIB);
-        assert_eq!(get_allocation_size(100 * MIB + 1), 102 * MIB);
+        for (rounded, want) in [
+            (512, 2 * MIB),
+            (MIB, 2 * MIB),
+            (MIB + 512, 20 * MIB),
+            (5 * MIB, 20 * MIB),
+            (10 * MIB - 512, 20 * MIB),
+            (10 * MIB, 10 * MIB),
+            (15 * MIB, 16 * MIB),
+            (100 * MIB + 1, 102 * MIB),
+        ] {
+            assert_eq!(get_allocation_size(rounded), want, "for {rounded}");
+        }
     }
 
     #[test]
     fn split_thresholds() {
+        use SegmentPool::{Large, Small};
         let unlimited = UNLIMITED_SPLIT_SIZE;
-        // Small pool: split when >= 512 bytes remain.
-        assert!(should_split(
-            2 * MIB,
-            2 * MIB - 512,
-            SegmentPool::Small,
-            false,
-            unlimited
-        ));
-        assert!(!should_split(
-            2 * MIB,
-            2 * MIB,
-            SegmentPool::Small,
-            false,
-            unlimited
-        ));
-        // Large pool: only when more than 1 MiB remains.
-        assert!(should_split(
-            20 * MIB,
-            5 * MIB,
-            SegmentPool::Large,
-            false,
-            unlimited
-        ));
-        assert!(!should_split(
-            20 * MIB,
-            19 * MIB,
-            SegmentPool::Large,
-            false,
-            unlimited
-        ));
-        assert!(should_split(
-            20 * MIB,
-            19 * MIB - 512,
-            SegmentPool::Large,
-            false,
-            unlimited
-        ));
-        // ...and never for requests at or above max_split_size.
-        assert!(!should_split(
-            100 * MIB,
-            40 * MIB,
-            SegmentPool::Large,
-            false,
-            40 * MIB
-        ));
-        assert!(should_split(
-            100 * MIB,
-            39 * MIB,
-            SegmentPool::Large,
-            false,
-            40 * MIB
-        ));
-        // Expandable segments split large blocks at 512-byte granularity.
-        assert!(should_split(
-            20 * MIB,
-            19 * MIB,
-            SegmentPool::Large,
-            true,
-            unlimited
-        ));
-        assert!(should_split(
-            100 * MIB,
-            40 * MIB,
-            SegmentPool::Large,
-            true,
-            40 * MIB
-        ));
+        // (block size, request, pool, expandable, max_split_size, splits)
+        let cases = [
+            // Small pool: split when >= 512 bytes remain.
+            (2 * MIB, 2 * MIB - 512, Small, false, unlimited, true),
+            (2 * MIB, 2 * MIB, Small, false, unlimited, false),
+            // Large pool: only when more than 1 MiB remains.
+            (20 * MIB, 5 * MIB, Large, false, unlimited, true),
+            (20 * MIB, 19 * MIB, Large, false, unlimited, false),
+            (20 * MIB, 19 * MIB - 512, Large, false, unlimited, true),
+            // ...and never for requests at or above max_split_size.
+            (100 * MIB, 40 * MIB, Large, false, 40 * MIB, false),
+            (100 * MIB, 39 * MIB, Large, false, 40 * MIB, true),
+            // Expandable segments split large blocks at 512-byte granularity.
+            (20 * MIB, 19 * MIB, Large, true, unlimited, true),
+            (100 * MIB, 40 * MIB, Large, true, 40 * MIB, true),
+        ];
+        for (block, size, pool, expandable, max_split, want) in cases {
+            assert_eq!(
+                should_split(block, size, pool, expandable, max_split),
+                want,
+                "should_split({block}, {size}, {pool:?}, {expandable}, {max_split})"
+            );
+        }
     }
 
     #[test]
     fn oversize_rules() {
-        let unlimited = UNLIMITED_SPLIT_SIZE;
-        assert!(oversize_block_acceptable(
-            2 * MIB,
-            1 << 40,
-            unlimited,
-            K_LARGE_BUFFER
-        ));
-        // A small-ish request may not take an oversize block.
-        assert!(!oversize_block_acceptable(
-            30 * MIB,
-            64 * MIB,
-            64 * MIB,
-            K_LARGE_BUFFER
-        ));
-        // An oversize request may take an oversize block less than 20 MiB larger.
-        assert!(oversize_block_acceptable(
-            64 * MIB,
-            83 * MIB,
-            64 * MIB,
-            K_LARGE_BUFFER
-        ));
-        assert!(!oversize_block_acceptable(
-            64 * MIB,
-            84 * MIB,
-            64 * MIB,
-            K_LARGE_BUFFER
-        ));
+        // (request, block size, max_split_size, acceptable); the
+        // max_non_split_rounding_size is the default 20 MiB throughout.
+        let cases = [
+            (2 * MIB, 1 << 40, UNLIMITED_SPLIT_SIZE, true),
+            // A small-ish request may not take an oversize block.
+            (30 * MIB, 64 * MIB, 64 * MIB, false),
+            // An oversize request may take an oversize block less than 20 MiB larger.
+            (64 * MIB, 83 * MIB, 64 * MIB, true),
+            (64 * MIB, 84 * MIB, 64 * MIB, false),
+        ];
+        for (size, block, max_split, want) in cases {
+            assert_eq!(
+                oversize_block_acceptable(size, block, max_split, K_LARGE_BUFFER),
+                want,
+                "oversize_block_acceptable({size}, {block}, {max_split})"
+            );
+        }
     }
 
     #[test]

@@ -107,16 +107,22 @@ impl Scenario {
     /// example `fragmentation` with `expandable_segments:True`).
     pub fn with_config(name: &str, config: SimConfig) -> Option<Scenario> {
         let (name, description) = *LIST.iter().find(|(n, _)| *n == name)?;
-        let mut g = Gen::default();
-        match name {
-            "healthy" => healthy(&mut g),
-            "leak" => leak(&mut g),
-            "fragmentation" => fragmentation(&mut g),
-            "empty-cache" => empty_cache(&mut g),
-            "oom" => oom(&mut g),
-            "inference" => inference(&mut g),
+        let script: fn(&mut Gen) -> &'static str = match name {
+            "healthy" => healthy,
+            "leak" => leak,
+            "fragmentation" => fragmentation,
+            "empty-cache" => empty_cache,
+            "oom" => oom,
+            "inference" => inference,
             _ => return None,
-        }
+        };
+        // Every script opens and closes with a snapshot; it returns the
+        // closing caption.
+        let mut g = Gen::default();
+        g.push(Op::Snapshot);
+        let closing = script(&mut g);
+        g.say(closing);
+        g.push(Op::Snapshot);
         Some(Scenario {
             name,
             description,
@@ -221,20 +227,39 @@ impl Model {
     /// Returns the `loss` tensor (the caller frees or keeps it).
     fn train_step(&mut self, g: &mut Gen, n: u64, total: u64, act: u64, label: &str) -> u32 {
         g.step(n);
+        let at = format!("step {n}/{total}{label}");
+        self.zero_grad(g, &at);
+        g.say(format!("{at} · batch copied to the GPU"));
+        let input = g.alloc(act / 4);
+        let saved = self.forward(g, &at, act);
+        g.say(format!("{at} · logits and loss"));
+        let logits = g.alloc(act / 2);
+        let loss = g.alloc(4);
+        self.backward(g, &at, act, logits, saved);
+        g.free(input);
+        self.optimizer_step(g, &at);
+        loss
+    }
+
+    /// `optimizer.zero_grad()` (set_to_none): the gradients die.
+    fn zero_grad(&mut self, g: &mut Gen, at: &str) {
         if !self.grads.is_empty() {
             g.say(format!(
-                "step {n}/{total}{label} · optimizer.zero_grad(): gradients freed (set_to_none)"
+                "{at} · optimizer.zero_grad(): gradients freed (set_to_none)"
             ));
             for id in std::mem::take(&mut self.grads) {
                 g.free(id);
             }
         }
-        g.say(format!("step {n}/{total}{label} · batch copied to the GPU"));
-        let input = g.alloc(act / 4);
+    }
+
+    /// The forward pass: returns the activation each layer keeps for
+    /// backward.
+    fn forward(&self, g: &mut Gen, at: &str, act: u64) -> Vec<u32> {
         let mut saved = Vec::with_capacity(self.layers);
         for l in 0..self.layers {
             g.say(format!(
-                "step {n}/{total}{label} · forward layer {}: {} activation kept for backward",
+                "{at} · forward layer {}: {} activation kept for backward",
                 l + 1,
                 format_size(act)
             ));
@@ -242,11 +267,14 @@ impl Model {
             let tmp = g.alloc(act / 2);
             g.free(tmp);
         }
-        g.say(format!("step {n}/{total}{label} · logits and loss"));
-        let logits = g.alloc(act / 2);
-        let loss = g.alloc(4);
+        saved
+    }
+
+    /// `loss.backward()`: frees `logits` and the `saved` activations layer
+    /// by layer, keeping a gradient per parameter.
+    fn backward(&mut self, g: &mut Gen, at: &str, act: u64, logits: u32, saved: Vec<u32>) {
         g.say(format!(
-            "step {n}/{total}{label} · loss.backward(): activations freed layer by layer"
+            "{at} · loss.backward(): activations freed layer by layer"
         ));
         let mut gout = g.alloc(act / 2);
         g.free(logits);
@@ -257,16 +285,20 @@ impl Model {
             self.grads.push(g.alloc(self.weight));
             self.grads.push(g.alloc(self.bias));
             g.say(format!(
-                "step {n}/{total}{label} · backward layer {}: activation freed, gradient kept",
+                "{at} · backward layer {}: activation freed, gradient kept",
                 l + 1
             ));
             g.free(saved[l]);
         }
         g.free(gout);
-        g.free(input);
+    }
+
+    /// `optimizer.step()`: Adam's state on the first step, then temporary
+    /// buffers per parameter.
+    fn optimizer_step(&mut self, g: &mut Gen, at: &str) {
         if self.adam.is_empty() {
             g.say(format!(
-                "step {n}/{total}{label} · optimizer.step(): Adam creates exp_avg and exp_avg_sq (2x the weights)"
+                "{at} · optimizer.step(): Adam creates exp_avg and exp_avg_sq (2x the weights)"
             ));
             let sizes: Vec<u64> = self.param_sizes().collect();
             for s in sizes {
@@ -276,14 +308,13 @@ impl Model {
             }
         }
         g.say(format!(
-            "step {n}/{total}{label} · optimizer.step(): temporary buffers per parameter"
+            "{at} · optimizer.step(): temporary buffers per parameter"
         ));
         let sizes: Vec<u64> = self.param_sizes().collect();
         for s in sizes {
             let t = g.alloc(s);
             g.free(t);
         }
-        loss
     }
 
     /// A forward pass under `torch.no_grad()`: each activation dies as soon
@@ -314,8 +345,10 @@ impl Model {
 
 const ACT: u64 = 64 * MIB;
 
-fn healthy(g: &mut Gen) {
-    g.push(Op::Snapshot);
+// The scripts: each fills `g` between the opening and closing snapshots
+// that `Scenario::with_config` adds, and returns the closing caption.
+
+fn healthy(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
     let total = 16;
     for n in 1..=total {
@@ -323,12 +356,10 @@ fn healthy(g: &mut Gen) {
         g.say(format!("step {n}/{total} · loss.item() logged, loss freed: allocated returns to the same floor"));
         g.free(loss);
     }
-    g.say("done: a healthy loop has a flat allocated floor and a steady reserved level");
-    g.push(Op::Snapshot);
+    "done: a healthy loop has a flat allocated floor and a steady reserved level"
 }
 
-fn leak(g: &mut Gen) {
-    g.push(Op::Snapshot);
+fn leak(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
     let total = 16;
     let val_act = 16 * MIB;
@@ -350,8 +381,7 @@ fn leak(g: &mut Gen) {
             format_size(val_act * m.layers as u64 + val_act / 4 + 512)
         ));
     }
-    g.say("done: allocated never returns to its floor; fix: loss.item() and torch.no_grad() for validation");
-    g.push(Op::Snapshot);
+    "done: allocated never returns to its floor; fix: loss.item() and torch.no_grad() for validation"
 }
 
 /// Deterministic sequence lengths between 64 and 1024 (a fixed LCG).
@@ -367,8 +397,7 @@ fn seq_lengths(n: usize) -> Vec<u64> {
         .collect()
 }
 
-fn fragmentation(g: &mut Gen) {
-    g.push(Op::Snapshot);
+fn fragmentation(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
     let total = 16;
     for (i, seq) in seq_lengths(total as usize).into_iter().enumerate() {
@@ -382,12 +411,10 @@ fn fragmentation(g: &mut Gen) {
         ));
         g.free(loss);
     }
-    g.say("done: compare inactive_split and reserved with expandable_segments:True or max_split_size_mb");
-    g.push(Op::Snapshot);
+    "done: compare inactive_split and reserved with expandable_segments:True or max_split_size_mb"
 }
 
-fn empty_cache(g: &mut Gen) {
-    g.push(Op::Snapshot);
+fn empty_cache(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
     let total = 12;
     for n in 1..=total {
@@ -410,12 +437,10 @@ fn empty_cache(g: &mut Gen) {
             g.say("the next step must cudaMalloc again: empty_cache frees memory but costs time");
         }
     }
-    g.say("done: empty_cache lowers reserved, never allocated; it cannot fix a leak");
-    g.push(Op::Snapshot);
+    "done: empty_cache lowers reserved, never allocated; it cannot fix a leak"
 }
 
-fn oom(g: &mut Gen) {
-    g.push(Op::Snapshot);
+fn oom(g: &mut Gen) -> &'static str {
     g.say("model.cuda(): 1 GiB of weights");
     let mut keep: Vec<u32> = (0..8).map(|_| g.alloc(128 * MIB)).collect();
     let n = 40;
@@ -440,12 +465,10 @@ fn oom(g: &mut Gen) {
     g.step(3);
     g.say("a 2 GiB logits tensor is requested: no free block is large enough, cudaMalloc fails, and nothing can be released");
     let _big = g.alloc(2048 * MIB);
-    g.say("OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this");
-    g.push(Op::Snapshot);
+    "OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this"
 }
 
-fn inference(g: &mut Gen) {
-    g.push(Op::Snapshot);
+fn inference(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
     let total = 16;
     for n in 1..=8 {
@@ -459,8 +482,7 @@ fn inference(g: &mut Gen) {
     for n in 9..=total {
         m.no_grad_forward(g, n, total, ACT);
     }
-    g.say("done: under no_grad only one or two activations are alive at a time");
-    g.push(Op::Snapshot);
+    "done: under no_grad only one or two activations are alive at a time"
 }
 
 // ----- running -----------------------------------------------------------
@@ -589,8 +611,24 @@ impl ScenarioRunner {
         if let Some(c) = caption {
             self.caption = c;
         }
-        let mut oom = None;
-        match op {
+        let oom = self.apply(&op, time_ns, sink);
+        self.observe();
+        let due = self
+            .last_stats_ns
+            .is_none_or(|t| time_ns >= t + STATS_INTERVAL_NS);
+        if due || matches!(op, Op::Step(_)) || oom.is_some() || self.is_finished() {
+            self.alloc.emit_stats(sink);
+            self.last_stats_ns = Some(time_ns);
+        }
+        if self.is_finished() {
+            self.finish_step();
+        }
+        Some(Applied { op, time_ns, oom })
+    }
+
+    /// Applies `op` to the allocator; returns its OOM, if any.
+    fn apply(&mut self, op: &Op, time_ns: u64, sink: &mut dyn EventSink) -> Option<OomError> {
+        match *op {
             Op::Alloc {
                 tensor,
                 size,
@@ -602,7 +640,7 @@ impl ScenarioRunner {
                 Err(e) => {
                     self.caption = format!("OOM: {e}");
                     self.last_oom = Some(e.clone());
-                    oom = Some(e);
+                    return Some(e);
                 }
             },
             Op::Free { tensor } => {
@@ -630,18 +668,7 @@ impl ScenarioRunner {
                 self.alloc.snapshot(sink);
             }
         }
-        self.observe();
-        let due = self
-            .last_stats_ns
-            .is_none_or(|t| time_ns >= t + STATS_INTERVAL_NS);
-        if due || matches!(op, Op::Step(_)) || oom.is_some() || self.is_finished() {
-            self.alloc.emit_stats(sink);
-            self.last_stats_ns = Some(time_ns);
-        }
-        if self.is_finished() {
-            self.finish_step();
-        }
-        Some(Applied { op, time_ns, oom })
+        None
     }
 
     /// Runs the rest of the script.

@@ -157,38 +157,59 @@ pub fn replay_with_sink(
     let mut out = Vec::with_capacity(requests.len());
     for (step, req) in requests.iter().enumerate() {
         a.set_time(step as u64 * 1_000_000);
-        let mut addr = None;
-        let mut oom = None;
-        let mut note = None;
-        match *req {
-            Request::Alloc { id, size, stream } => match a.malloc(size, stream, sink) {
-                Ok(p) => {
-                    addrs.insert(id, p);
-                    addr = Some(p);
-                }
-                Err(e) => oom = Some(e),
-            },
-            Request::Free { id } => match addrs.remove(&id) {
-                Some(p) => a.free(p, sink).expect("live tensor"),
-                None => {
-                    note = Some(format!(
-                        "id {id} was never allocated (out of memory); skipped"
-                    ))
-                }
-            },
-            Request::RecordStream { id, stream } => match addrs.get(&id) {
-                Some(&p) => a.record_stream(p, stream).expect("live tensor"),
-                None => {
-                    note = Some(format!(
-                        "id {id} was never allocated (out of memory); skipped"
-                    ))
-                }
-            },
-            Request::EmptyCache => a.empty_cache(sink),
-            Request::Synchronize => a.synchronize(sink),
-        }
+        let outcome = apply(&mut a, &mut addrs, req, sink);
+        out.push(StepReport::after(step, req, &a, outcome));
+    }
+    out
+}
+
+/// What one request did besides changing the statistics.
+#[derive(Default)]
+struct Outcome {
+    addr: Option<u64>,
+    oom: Option<OomError>,
+    note: Option<String>,
+}
+
+fn skipped(id: u64) -> String {
+    format!("id {id} was never allocated (out of memory); skipped")
+}
+
+/// Applies one request; `addrs` maps live tensor ids to their addresses.
+fn apply(
+    a: &mut SimAllocator,
+    addrs: &mut HashMap<u64, u64>,
+    req: &Request,
+    sink: &mut dyn EventSink,
+) -> Outcome {
+    let mut out = Outcome::default();
+    match *req {
+        Request::Alloc { id, size, stream } => match a.malloc(size, stream, sink) {
+            Ok(p) => {
+                addrs.insert(id, p);
+                out.addr = Some(p);
+            }
+            Err(e) => out.oom = Some(e),
+        },
+        Request::Free { id } => match addrs.remove(&id) {
+            Some(p) => a.free(p, sink).expect("live tensor"),
+            None => out.note = Some(skipped(id)),
+        },
+        Request::RecordStream { id, stream } => match addrs.get(&id) {
+            Some(&p) => a.record_stream(p, stream).expect("live tensor"),
+            None => out.note = Some(skipped(id)),
+        },
+        Request::EmptyCache => a.empty_cache(sink),
+        Request::Synchronize => a.synchronize(sink),
+    }
+    out
+}
+
+impl StepReport {
+    /// The report of request `step`, from the allocator's state after it.
+    fn after(step: usize, req: &Request, a: &SimAllocator, outcome: Outcome) -> StepReport {
         let st = a.stats();
-        out.push(StepReport {
+        StepReport {
             step,
             request: req.clone(),
             allocated: st.allocated,
@@ -202,12 +223,11 @@ pub fn replay_with_sink(
             reserved_peak: st.reserved_peak,
             alloc_retries: st.alloc_retries,
             ooms: st.ooms,
-            addr,
-            oom,
-            note,
-        });
+            addr: outcome.addr,
+            oom: outcome.oom,
+            note: outcome.note,
+        }
     }
-    out
 }
 
 fn describe(r: &Request) -> String {

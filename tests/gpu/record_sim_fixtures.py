@@ -46,50 +46,37 @@ def plan(name, rng):
         ops.append(("free", i, 0, 0))
         live.remove(i)
 
+    def empty_cache():
+        ops.append(("empty_cache", 0, 0, 0))
+
+    def churn(rounds, p_free, new):
+        """`rounds` times: free a random live tensor with probability
+        `p_free` (when any is live), else call `new`, which allocates."""
+        for _ in range(rounds):
+            if live and rng.random() < p_free:
+                free(rng.choice(live))
+            else:
+                new()
+
     if name == "small_large_pools":
-        for _ in range(120):
-            if live and rng.random() < 0.45:
-                free(rng.choice(live))
-            else:
-                size = rng.choice([rng.randint(1, 4096), rng.randint(4096, MiB), rng.randint(MiB, 12 * MiB), rng.randint(12 * MiB, 64 * MiB)])
-                alloc(size)
-        ops.append(("empty_cache", 0, 0, 0))
-        for _ in range(40):
-            if live and rng.random() < 0.5:
-                free(rng.choice(live))
-            else:
-                alloc(rng.randint(1, 30 * MiB))
+        churn(120, 0.45, lambda: alloc(rng.choice([rng.randint(1, 4096), rng.randint(4096, MiB), rng.randint(MiB, 12 * MiB), rng.randint(12 * MiB, 64 * MiB)])))
+        empty_cache()
+        churn(40, 0.5, lambda: alloc(rng.randint(1, 30 * MiB)))
     elif name == "streams":
-        for _ in range(120):
-            if live and rng.random() < 0.45:
-                free(rng.choice(live))
-            else:
-                alloc(rng.choice([rng.randint(1, MiB), rng.randint(MiB, 24 * MiB)]), rng.choice([0, 1, 2]))
-        ops.append(("empty_cache", 0, 0, 0))
+        churn(120, 0.45, lambda: alloc(rng.choice([rng.randint(1, MiB), rng.randint(MiB, 24 * MiB)]), rng.choice([0, 1, 2])))
+        empty_cache()
     elif name == "expandable":
-        for _ in range(150):
-            if live and rng.random() < 0.45:
-                free(rng.choice(live))
-            else:
-                alloc(rng.choice([rng.randint(1, MiB), rng.randint(MiB, 40 * MiB)]))
-        ops.append(("empty_cache", 0, 0, 0))
+        churn(150, 0.45, lambda: alloc(rng.choice([rng.randint(1, MiB), rng.randint(MiB, 40 * MiB)])))
+        empty_cache()
         for _ in range(30):
             alloc(rng.randint(MiB, 8 * MiB))
     elif name == "max_split":
-        for _ in range(150):
-            if live and rng.random() < 0.45:
-                free(rng.choice(live))
-            else:
-                alloc(rng.choice([rng.randint(MiB, 30 * MiB), rng.randint(60 * MiB, 200 * MiB)]))
-        ops.append(("empty_cache", 0, 0, 0))
+        churn(150, 0.45, lambda: alloc(rng.choice([rng.randint(MiB, 30 * MiB), rng.randint(60 * MiB, 200 * MiB)])))
+        empty_cache()
     elif name == "oom_retry":
         # A small memory fraction: cached blocks must be freed and retried,
         # and some requests fail.
-        for _ in range(80):
-            if live and rng.random() < 0.35:
-                free(rng.choice(live))
-            else:
-                alloc(rng.choice([rng.randint(MiB, 20 * MiB), rng.randint(100 * MiB, 600 * MiB)]))
+        churn(80, 0.35, lambda: alloc(rng.choice([rng.randint(MiB, 20 * MiB), rng.randint(100 * MiB, 600 * MiB)])))
     return ops
 
 
