@@ -24,17 +24,17 @@ use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 /// The 1.0 `crate::event` (e1cdefb:src/event.rs).
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "compat/v1_0/event.rs"]
+#[path = "compat/v1_0/event.rs.frozen"]
 mod event;
 
 /// The 1.0 slot codec (e1cdefb:src/ring/codec.rs).
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "compat/v1_0/codec.rs"]
+#[path = "compat/v1_0/codec.rs.frozen"]
 mod codec;
 
 /// The 1.0 header parser (e1cdefb:src/ring/layout.rs).
 #[allow(dead_code, unused_imports, clippy::all)]
-#[path = "compat/v1_0/layout.rs"]
+#[path = "compat/v1_0/layout.rs.frozen"]
 mod layout;
 
 /// What the frozen layout needs of 1.0's `ring::RingError`.

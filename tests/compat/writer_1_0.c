@@ -6,7 +6,7 @@
  *
  *   writer_1_0 DIR
  */
-#include "v1_0/vramscope_ring.h"
+#include "v1_0/vramscope_ring.h.frozen"
 
 #define MIB (1ull << 20)
 
