@@ -37,13 +37,7 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
         row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
         row(
             "Non-PyTorch (NVML-resv)",
-            format::opt(f.non_pytorch, a, |v| {
-                if v < 0 {
-                    format!("-{}", format::bytes(v.unsigned_abs()))
-                } else {
-                    format::bytes(v as u64)
-                }
-            }),
+            format::opt(f.non_pytorch, a, format::bytes_i64),
             a.to_string(),
         ),
     ];
