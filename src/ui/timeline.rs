@@ -95,16 +95,11 @@ pub fn render(
         Span::styled(format!("{} window {} ", g.dot, format::span(span)), t.dim()),
         state,
     ]);
-    let legend = Line::from(vec![
-        Span::raw(" "),
-        Span::styled(g.allocated, t.allocated()),
-        Span::raw(" allocated "),
-        Span::styled(g.swing, t.allocated_alt()),
-        Span::raw(" alloc range "),
-        Span::styled(g.reserved, t.reserved()),
-        Span::raw(" reserved "),
-        Span::styled(g.nvml, t.nvml()),
-        Span::raw(" NVML used "),
+    let legend = t.legend(&[
+        (g.allocated, t.allocated(), "allocated"),
+        (g.swing, t.allocated_alt(), "alloc range"),
+        (g.reserved, t.reserved(), "reserved"),
+        (g.nvml, t.nvml(), "NVML used"),
     ]);
     let block = t.block(title).title_bottom(legend);
     frame.render_widget(block, area);
