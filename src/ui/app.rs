@@ -674,6 +674,43 @@ impl App {
                 self.message = Some("empty_cache cancelled".into());
             }
             A::CloseReport => self.action = None,
+            A::SelectUp
+            | A::SelectDown
+            | A::SelectPageUp
+            | A::SelectPageDown
+            | A::SelectFirst
+            | A::SelectLast
+            | A::Open
+            | A::EditFilter
+            | A::ClearFilter
+            | A::SortNext
+            | A::SortReverse
+            | A::FilterKeep
+            | A::FilterClear
+            | A::FilterBackspace => return self.overview_act(action),
+            A::Back
+            | A::NextPane
+            | A::PrevPane
+            | A::ShowPane(_)
+            | A::ZoomIn
+            | A::ZoomOut
+            | A::TimeBack
+            | A::TimeForward
+            | A::FollowToggle
+            | A::FollowOn
+            | A::ScrollUp
+            | A::ScrollDown
+            | A::ScrollPageUp
+            | A::ScrollPageDown
+            | A::ScrollTop => return self.process_act(action),
+        }
+        vec![]
+    }
+
+    /// The overview's actions: the selection, sorting and the filter.
+    fn overview_act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
             A::SelectUp => return self.move_selection(-1),
             A::SelectDown => return self.move_selection(1),
             A::SelectPageUp => return self.move_selection(-self.page()),
@@ -710,21 +747,7 @@ impl App {
             A::FilterBackspace => {
                 self.overview.filter.pop();
             }
-            A::Back
-            | A::NextPane
-            | A::PrevPane
-            | A::ShowPane(_)
-            | A::ZoomIn
-            | A::ZoomOut
-            | A::TimeBack
-            | A::TimeForward
-            | A::FollowToggle
-            | A::FollowOn
-            | A::ScrollUp
-            | A::ScrollDown
-            | A::ScrollPageUp
-            | A::ScrollPageDown
-            | A::ScrollTop => return self.process_act(action),
+            _ => {}
         }
         vec![]
     }
