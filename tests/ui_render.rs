@@ -35,6 +35,13 @@ fn frame(app: &App) -> String {
     text(&render_buffer(app, app.size.width, app.size.height))
 }
 
+/// `app`'s frame as the snapshot `name`, once it is seen to show `text`.
+fn snapshot_showing(name: &str, app: &App, text: &str) {
+    let f = frame(app);
+    assert!(f.contains(text), "{f}");
+    insta::assert_snapshot!(name, f);
+}
+
 fn process_app(fx: &Fixture, scenario: &str, w: u16, h: u16, pane: Pane) -> App {
     let mut app = app_with(fx, cfg(), w, h);
     app.overview.selected = fx.key_of(scenario);
@@ -68,9 +75,7 @@ fn overview_eight_processes_scrolls_at_80x24() {
 #[test]
 fn overview_without_nvml() {
     let app = app_with(&NO_NVML, cfg(), 80, 24);
-    let f = frame(&app);
-    assert!(f.contains("NVML library not found"), "{f}");
-    insta::assert_snapshot!("overview_no_nvml_80x24", f);
+    snapshot_showing("overview_no_nvml_80x24", &app, "NVML library not found");
 }
 
 #[test]
@@ -106,9 +111,7 @@ fn process_view_wide() {
 #[test]
 fn oom_details_at_80x24() {
     let app = process_app(&FX, "oom", 80, 24, Pane::Diagnosis);
-    let f = frame(&app);
-    assert!(f.contains("OUT OF MEMORY"));
-    insta::assert_snapshot!("process_oom_diagnosis_80x24", f);
+    snapshot_showing("process_oom_diagnosis_80x24", &app, "OUT OF MEMORY");
 }
 
 #[test]
@@ -143,9 +146,7 @@ fn help_overlay() {
         24,
     );
     ro.help = true;
-    let f = frame(&ro);
-    assert!(f.contains("Read-only"));
-    insta::assert_snapshot!("help_readonly_80x24", f);
+    snapshot_showing("help_readonly_80x24", &ro, "Read-only");
 }
 
 #[test]

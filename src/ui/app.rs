@@ -674,6 +674,43 @@ impl App {
                 self.message = Some("empty_cache cancelled".into());
             }
             A::CloseReport => self.action = None,
+            A::SelectUp
+            | A::SelectDown
+            | A::SelectPageUp
+            | A::SelectPageDown
+            | A::SelectFirst
+            | A::SelectLast
+            | A::Open
+            | A::EditFilter
+            | A::ClearFilter
+            | A::SortNext
+            | A::SortReverse
+            | A::FilterKeep
+            | A::FilterClear
+            | A::FilterBackspace => return self.overview_act(action),
+            A::Back
+            | A::NextPane
+            | A::PrevPane
+            | A::ShowPane(_)
+            | A::ZoomIn
+            | A::ZoomOut
+            | A::TimeBack
+            | A::TimeForward
+            | A::FollowToggle
+            | A::FollowOn
+            | A::ScrollUp
+            | A::ScrollDown
+            | A::ScrollPageUp
+            | A::ScrollPageDown
+            | A::ScrollTop => return self.process_act(action),
+        }
+        vec![]
+    }
+
+    /// The overview's actions: the selection, sorting and the filter.
+    fn overview_act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
             A::SelectUp => return self.move_selection(-1),
             A::SelectDown => return self.move_selection(1),
             A::SelectPageUp => return self.move_selection(-self.page()),
@@ -710,21 +747,7 @@ impl App {
             A::FilterBackspace => {
                 self.overview.filter.pop();
             }
-            A::Back
-            | A::NextPane
-            | A::PrevPane
-            | A::ShowPane(_)
-            | A::ZoomIn
-            | A::ZoomOut
-            | A::TimeBack
-            | A::TimeForward
-            | A::FollowToggle
-            | A::FollowOn
-            | A::ScrollUp
-            | A::ScrollDown
-            | A::ScrollPageUp
-            | A::ScrollPageDown
-            | A::ScrollTop => return self.process_act(action),
+            _ => {}
         }
         vec![]
     }
@@ -827,7 +850,11 @@ impl App {
             return vec![];
         };
         let (key, pid) = (*key, *pid);
-        let command = Command::EmptyCache { device: None };
+        self.start_command(key, pid, Command::EmptyCache { device: None })
+    }
+
+    /// `command` goes to `pid`; the action box shows it running.
+    fn start_command(&mut self, key: ProcessKey, pid: u32, command: Command) -> Vec<Effect> {
         let nvml_before = self.nvml_of(key);
         self.action = Some(ActionState::Running {
             pid,
@@ -846,32 +873,38 @@ impl App {
         }
     }
 
-    fn target(&self) -> Option<&ProcessEntry> {
-        self.selected_entry()
+    /// The selected process if it answers commands (`allocator`: and has
+    /// allocator figures); otherwise the footer's reason why not.
+    fn command_target(&self, allocator: bool) -> Result<&ProcessEntry, String> {
+        let e = self
+            .selected_entry()
+            .ok_or_else(|| "no process selected".to_string())?;
+        if !e.source.commands || (allocator && e.view.mode == Mode::NvmlOnly) {
+            return Err(format!(
+                "pid {} does not answer commands (no vramscope agent)",
+                e.identity.host_pid
+            ));
+        }
+        Ok(e)
     }
 
     fn ask_empty_cache(&mut self) -> Vec<Effect> {
         if self.config.readonly {
             return vec![];
         }
-        let Some(e) = self.target() else {
-            self.message = Some("no process selected".into());
-            return vec![];
+        let e = match self.command_target(true) {
+            Ok(e) => e,
+            Err(why) => {
+                self.message = Some(why);
+                return vec![];
+            }
         };
-        if !e.source.commands || e.view.mode == Mode::NvmlOnly {
-            self.message = Some(format!(
-                "pid {} does not answer commands (no vramscope agent)",
-                e.identity.host_pid
-            ));
-            return vec![];
-        }
-        let allocator = e.view.mode != Mode::NvmlOnly;
         self.action = Some(ActionState::Confirm {
             key: e.key(),
             pid: e.identity.host_pid,
             name: rows::display_name(e),
-            reserved: allocator.then_some(e.view.figures.reserved),
-            allocated: allocator.then_some(e.view.figures.allocated),
+            reserved: Some(e.view.figures.reserved),
+            allocated: Some(e.view.figures.allocated),
         });
         vec![]
     }
@@ -884,25 +917,16 @@ impl App {
             self.message = Some("a command is still running".into());
             return vec![];
         }
-        let Some(e) = self.target() else {
-            self.message = Some("no process selected".into());
-            return vec![];
-        };
-        if !e.source.commands {
-            self.message = Some(format!(
-                "pid {} does not answer commands (no vramscope agent)",
-                e.identity.host_pid
-            ));
-            return vec![];
+        match self.command_target(false) {
+            Ok(e) => {
+                let (key, pid) = (e.key(), e.identity.host_pid);
+                self.start_command(key, pid, command)
+            }
+            Err(why) => {
+                self.message = Some(why);
+                vec![]
+            }
         }
-        let (key, pid) = (e.key(), e.identity.host_pid);
-        let nvml_before = self.nvml_of(key);
-        self.action = Some(ActionState::Running {
-            pid,
-            command,
-            nvml_before,
-        });
-        vec![Effect::RunCommand { key, pid, command }]
     }
 
     fn back(&mut self) -> Vec<Effect> {

@@ -90,18 +90,12 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
             t.dim(),
         ));
     }
-    let legend = Line::from(vec![
-        Span::raw(" "),
-        Span::styled(g.allocated, t.allocated()),
-        Span::raw(" allocated "),
-        Span::styled(g.pending, t.pending()),
-        Span::raw(" pending-free "),
-        Span::styled(g.inactive, t.inactive()),
-        Span::raw(" inactive "),
-        Span::styled("L/S", t.key()),
-        Span::raw(" pool "),
-        Span::styled("x", t.key()),
-        Span::raw(" expandable "),
+    let legend = t.legend(&[
+        (g.allocated, t.allocated(), "allocated"),
+        (g.pending, t.pending(), "pending-free"),
+        (g.inactive, t.inactive(), "inactive"),
+        ("L/S", t.key(), "pool"),
+        ("x", t.key(), "expandable"),
     ]);
     let block = t.block(Line::from(title)).title_bottom(legend);
     let inner = block.inner(area);

@@ -1,6 +1,7 @@
 //! Recent allocator events, newest first, with their age.
 
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
@@ -9,7 +10,7 @@ use super::blockmap::stream_label;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, MarkSource, Place};
 
 /// `e`'s recent events, newest first from `scroll` on, aged against
 /// `now_ns` (the snapshot's time).
@@ -69,109 +70,94 @@ pub fn event_line(ev: &Event, now_ns: u64, t: &Theme) -> Line<'static> {
     ])
 }
 
-fn describe(k: &EventKind, t: &Theme) -> (&'static str, ratatui::style::Style, String) {
-    let place = |p: &crate::event::Place| format!("{} cuda:{}", stream_label(p.stream), p.device);
-    let sized = |size: u64, addr: u64, p: &crate::event::Place| {
-        format!("{:>7} {addr:#014x} {}", format::bytes_short(size), place(p))
+/// The event's name, its style and what follows them.
+fn describe(k: &EventKind, t: &Theme) -> (&'static str, Style, String) {
+    use EventKind as K;
+    let (name, style) = match k {
+        K::Alloc { .. } => ("ALLOC", t.allocated()),
+        K::FreeRequested { .. } => ("FREE_REQ", t.pending()),
+        K::FreeCompleted { .. } => ("FREE", t.inactive()),
+        K::SegmentAlloc { .. } => ("SEG_ALLOC", t.header()),
+        K::SegmentFree { .. } => ("SEG_FREE", t.header()),
+        K::SegmentMap { .. } => ("MAP", t.header()),
+        K::SegmentUnmap { .. } => ("UNMAP", t.header()),
+        K::Oom { .. } => ("OOM", t.alert()),
+        K::Stats { .. } => ("STATS", t.dim()),
+        K::SnapshotBegin { .. } => ("SNAPSHOT", t.dim()),
+        K::SnapshotSegment { .. } | K::SnapshotBlock { .. } => ("SNAP_PART", t.dim()),
+        K::SnapshotEnd { .. } => ("SNAP_END", t.dim()),
+        K::Marker { .. } => ("STEP", t.key()),
+        K::StatsPosition { .. } => ("STATS_AT", t.dim()),
+        K::Dropped { .. } => ("DROPPED", t.dim()),
+        K::StringChunk { .. } | K::Frame { .. } | K::Stack { .. } | K::Context { .. } => {
+            ("DEFINE", t.dim())
+        }
+        K::Unknown { .. } => ("UNKNOWN", t.dim()),
     };
+    (name, style, detail(k))
+}
+
+/// `1.50M 0x7f3a…00 s0 cuda:0` for a block or segment event; what else
+/// an event carries for the others.
+fn detail(k: &EventKind) -> String {
+    use EventKind as K;
+    let at = |p: &Place| format!("{} cuda:{}", stream_label(p.stream), p.device);
     match k {
-        EventKind::Alloc {
-            place: p,
-            addr,
-            size,
-        } => ("ALLOC", t.allocated(), sized(*size, *addr, p)),
-        EventKind::FreeRequested {
-            place: p,
-            addr,
-            size,
-        } => ("FREE_REQ", t.pending(), sized(*size, *addr, p)),
-        EventKind::FreeCompleted {
-            place: p,
-            addr,
-            size,
-        } => ("FREE", t.inactive(), sized(*size, *addr, p)),
-        EventKind::SegmentAlloc {
-            place: p,
-            addr,
-            size,
-        } => ("SEG_ALLOC", t.header(), sized(*size, *addr, p)),
-        EventKind::SegmentFree {
-            place: p,
-            addr,
-            size,
-        } => ("SEG_FREE", t.header(), sized(*size, *addr, p)),
-        EventKind::SegmentMap {
-            place: p,
-            addr,
-            size,
-        } => ("MAP", t.header(), sized(*size, *addr, p)),
-        EventKind::SegmentUnmap {
-            place: p,
-            addr,
-            size,
-        } => ("UNMAP", t.header(), sized(*size, *addr, p)),
-        EventKind::Oom {
-            place: p,
+        K::Alloc { place, addr, size }
+        | K::FreeRequested { place, addr, size }
+        | K::FreeCompleted { place, addr, size }
+        | K::SegmentAlloc { place, addr, size }
+        | K::SegmentFree { place, addr, size }
+        | K::SegmentMap { place, addr, size }
+        | K::SegmentUnmap { place, addr, size } => {
+            format!(
+                "{:>7} {addr:#014x} {}",
+                format::bytes_short(*size),
+                at(place)
+            )
+        }
+        K::Oom {
+            place,
             device_free,
             request,
-        } => (
-            "OOM",
-            t.alert(),
-            format!(
-                "request {} with {} free on the device, {}",
-                format::bytes(*request),
-                format::bytes(*device_free),
-                place(p)
-            ),
+        } => format!(
+            "request {} with {} free on the device, {}",
+            format::bytes(*request),
+            format::bytes(*device_free),
+            at(place)
         ),
-        EventKind::Stats { device, stats } => (
-            "STATS",
-            t.dim(),
-            format!(
-                "cuda:{device} alloc {} resv {}",
-                format::bytes_short(stats.allocated),
-                format::bytes_short(stats.reserved)
-            ),
+        K::Stats { device, stats } => format!(
+            "cuda:{device} alloc {} resv {}",
+            format::bytes_short(stats.allocated),
+            format::bytes_short(stats.reserved)
         ),
-        EventKind::SnapshotBegin {
+        K::SnapshotBegin {
             device,
             id,
             segments,
             blocks,
             ..
-        } => (
-            "SNAPSHOT",
-            t.dim(),
-            format!("#{id} cuda:{device}: {segments} segments, {blocks} blocks"),
-        ),
-        EventKind::SnapshotSegment { id, .. } | EventKind::SnapshotBlock { id, .. } => {
-            ("SNAP_PART", t.dim(), format!("#{id}"))
-        }
-        EventKind::SnapshotEnd { device, id } => {
-            ("SNAP_END", t.dim(), format!("#{id} cuda:{device}"))
-        }
-        EventKind::Marker { value, source } => {
+        } => format!("#{id} cuda:{device}: {segments} segments, {blocks} blocks"),
+        K::SnapshotSegment { id, .. } | K::SnapshotBlock { id, .. } => format!("#{id}"),
+        K::SnapshotEnd { device, id } => format!("#{id} cuda:{device}"),
+        K::Marker { value, source } => {
             let from = match source {
-                crate::event::MarkSource::Unknown => String::new(),
-                crate::event::MarkSource::User => " (mark)".into(),
-                crate::event::MarkSource::OptimizerStep { .. } => " (optimizer step)".into(),
-                crate::event::MarkSource::Inferred => " (inferred)".into(),
-                crate::event::MarkSource::Other(_) => " (other)".into(),
+                MarkSource::Unknown => "",
+                MarkSource::User => " (mark)",
+                MarkSource::OptimizerStep { .. } => " (optimizer step)",
+                MarkSource::Inferred => " (inferred)",
+                MarkSource::Other(_) => " (other)",
             };
-            ("STEP", t.key(), format!("marker {value}{from}"))
+            format!("marker {value}{from}")
         }
-        EventKind::StatsPosition { device, at } => (
-            "STATS_AT",
-            t.dim(),
-            format!("cuda:{device} ring {} {}..{}", at.ring, at.before, at.after),
-        ),
-        EventKind::Dropped { what, count, .. } => {
-            ("DROPPED", t.dim(), format!("{what:?}: {count}"))
+        K::StatsPosition { device, at } => {
+            format!("cuda:{device} ring {} {}..{}", at.ring, at.before, at.after)
         }
-        EventKind::StringChunk { id, .. }
-        | EventKind::Frame { id, .. }
-        | EventKind::Stack { id, .. }
-        | EventKind::Context { id, .. } => ("DEFINE", t.dim(), format!("#{id}")),
-        EventKind::Unknown { kind } => ("UNKNOWN", t.dim(), format!("kind {kind}")),
+        K::Dropped { what, count, .. } => format!("{what:?}: {count}"),
+        K::StringChunk { id, .. }
+        | K::Frame { id, .. }
+        | K::Stack { id, .. }
+        | K::Context { id, .. } => format!("#{id}"),
+        K::Unknown { kind } => format!("kind {kind}"),
     }
 }

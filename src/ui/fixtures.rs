@@ -50,154 +50,135 @@ impl Fixture {
     }
 
     fn build(instrumented: usize, nvml: bool) -> Fixture {
-        let mut model = Model::new(ModelConfig::default());
-        let mut identities = HashMap::new();
-        let mut sources = HashMap::new();
-        let mut gpu_procs = Vec::new();
-        let mut now_ns = BASE_NS;
-        for i in 0..instrumented {
-            let (name, script, user) = CAST[i % CAST.len()];
-            let pid = 2000 + 17 * i as u32;
-            let key = ProcessKey {
-                pid,
-                start_time: 50_000 + i as u64,
-            };
-            let mut runner = ScenarioRunner::new(Scenario::by_name(name).expect("known scenario"));
-            let mut events: Vec<Event> = Vec::new();
-            let mut delivered = 0u64;
-            let mut t = 0u64;
-            let mut last_nvml = None;
-            while !runner.is_finished() {
-                t += 250_000_000;
-                runner.advance_to(t, &mut events);
-                for ev in &mut events {
-                    ev.time_ns += BASE_NS;
-                }
-                delivered += events.len() as u64;
-                model.apply_all(key, events.iter());
-                events.clear();
-                if nvml {
-                    let used = runner.allocator().stats().reserved + CONTEXT;
-                    model.note_nvml(key, BASE_NS + t, used);
-                    last_nvml = Some(used);
-                }
-            }
-            now_ns = now_ns.max(BASE_NS + t);
-            let lost = if name == "fragmentation" { 17 } else { 0 };
-            if lost > 0 {
-                model.note_loss(key, lost);
-            }
-            let suffix = if i >= CAST.len() {
-                format!(" #{}", i / CAST.len() + 1)
-            } else {
-                String::new()
-            };
-            identities.insert(
-                key,
-                Identity {
-                    host_pid: pid,
-                    ns_pid: pid,
-                    name: "python3".into(),
-                    cmdline: format!("python3 {script} --scenario {name}"),
-                    user: user.into(),
-                    uid: Some(1000),
-                    label: format!("{script}{suffix}"),
-                    alive: true,
-                },
-            );
-            sources.insert(
-                key,
-                Source {
-                    mode: Mode::Exact,
-                    segment: Some(format!("/dev/shm/vramscope-1000-{pid}")),
-                    producer: Some("TorchExact".into()),
-                    framework: Some("torch 2.11.0+cu130".into()),
-                    delivered,
-                    lost,
-                    commands: true,
-                },
-            );
-            if let Some(used) = last_nvml {
-                gpu_procs.push(GpuProcess {
-                    pid,
-                    gpu: (i % 2) as u32,
-                    used: Some(used),
-                });
-            }
-        }
-        // A process without the agent: NVML knows it, nothing else does.
-        if nvml {
-            let key = ProcessKey {
-                pid: 4242,
-                start_time: 777,
-            };
-            model.set_mode(key, Mode::NvmlOnly);
-            for k in 0..40u64 {
-                let used = 3 * GIB + (k % 4) * 64 * MIB;
-                model.note_nvml(key, now_ns - (40 - k) * 500_000_000, used);
-            }
-            model.note_nvml(key, now_ns, 3 * GIB + 128 * MIB);
-            identities.insert(
-                key,
-                Identity {
-                    host_pid: 4242,
-                    ns_pid: 4242,
-                    name: "tritonserver".into(),
-                    cmdline: "tritonserver --model-repository=/models".into(),
-                    user: "svc".into(),
-                    uid: Some(998),
-                    label: String::new(),
-                    alive: true,
-                },
-            );
-            sources.insert(key, Source::unattached(Mode::NvmlOnly));
-            gpu_procs.push(GpuProcess {
-                pid: 4242,
-                gpu: 1,
-                used: Some(3 * GIB + 128 * MIB),
-            });
-        }
-        let machine = if nvml {
-            let mut gpus = Vec::new();
-            for g in 0..2u32 {
-                let used: u64 = gpu_procs
-                    .iter()
-                    .filter(|p| p.gpu == g)
-                    .filter_map(|p| p.used)
-                    .sum::<u64>()
-                    + 512 * MIB;
-                gpus.push(Gpu {
-                    index: g,
-                    name: "NVIDIA H100 80GB HBM3".into(),
-                    uuid: Some(format!("GPU-0000000{g}-fixture")),
-                    total: Some(80 * GIB),
-                    used: Some(used),
-                    free: Some(80 * GIB - used),
-                    util_gpu: Some(if g == 0 { 87 } else { 12 }),
-                    util_mem: Some(if g == 0 { 41 } else { 3 }),
-                    temperature_c: Some(if g == 0 { 64 } else { 38 }),
-                    power_w: Some(if g == 0 { 512.0 } else { 96.5 }),
-                });
-            }
-            Machine {
-                nvml_error: None,
-                driver_version: Some("580.95.05".into()),
-                gpus,
-                processes: gpu_procs,
-                sampled_ns: Some(now_ns),
-            }
+        let mut fx = Fixture {
+            model: Model::new(ModelConfig::default()),
+            machine: Machine::default(),
+            identities: HashMap::new(),
+            sources: HashMap::new(),
+            now_ns: BASE_NS,
+        };
+        let mut gpu_procs: Vec<GpuProcess> = (0..instrumented)
+            .filter_map(|i| fx.add_scenario(i, nvml))
+            .collect();
+        fx.machine = if nvml {
+            gpu_procs.push(fx.add_unattached());
+            machine(gpu_procs, fx.now_ns)
         } else {
             Machine {
                 nvml_error: Some("NVML library not found (libnvidia-ml.so.1)".into()),
                 ..Machine::default()
             }
         };
-        Fixture {
-            model,
-            machine,
-            identities,
-            sources,
-            now_ns,
+        fx
+    }
+
+    /// The `i`-th instrumented process: the next scenario of [`CAST`] run
+    /// to its end. What NVML sees of it, when `nvml`.
+    fn add_scenario(&mut self, i: usize, nvml: bool) -> Option<GpuProcess> {
+        let (name, script, user) = CAST[i % CAST.len()];
+        let pid = 2000 + 17 * i as u32;
+        let key = ProcessKey {
+            pid,
+            start_time: 50_000 + i as u64,
+        };
+        let ran = self.run_scenario(key, name, nvml);
+        self.now_ns = self.now_ns.max(BASE_NS + ran.end_ns);
+        let lost = if name == "fragmentation" { 17 } else { 0 };
+        if lost > 0 {
+            self.model.note_loss(key, lost);
+        }
+        let suffix = if i >= CAST.len() {
+            format!(" #{}", i / CAST.len() + 1)
+        } else {
+            String::new()
+        };
+        self.identities.insert(
+            key,
+            Identity {
+                host_pid: pid,
+                ns_pid: pid,
+                name: "python3".into(),
+                cmdline: format!("python3 {script} --scenario {name}"),
+                user: user.into(),
+                uid: Some(1000),
+                label: format!("{script}{suffix}"),
+                alive: true,
+            },
+        );
+        self.sources.insert(
+            key,
+            Source {
+                mode: Mode::Exact,
+                segment: Some(format!("/dev/shm/vramscope-1000-{pid}")),
+                producer: Some("TorchExact".into()),
+                framework: Some("torch 2.11.0+cu130".into()),
+                delivered: ran.delivered,
+                lost,
+                commands: true,
+            },
+        );
+        ran.last_nvml.map(|used| GpuProcess {
+            pid,
+            gpu: (i % 2) as u32,
+            used: Some(used),
+        })
+    }
+
+    /// Feeds scenario `name` into the model as `key`, a quarter second at a
+    /// time, with an NVML figure at each step when `nvml`.
+    fn run_scenario(&mut self, key: ProcessKey, name: &str, nvml: bool) -> Ran {
+        let mut runner = ScenarioRunner::new(Scenario::by_name(name).expect("known scenario"));
+        let mut events: Vec<Event> = Vec::new();
+        let mut ran = Ran::default();
+        while !runner.is_finished() {
+            ran.end_ns += 250_000_000;
+            runner.advance_to(ran.end_ns, &mut events);
+            for ev in &mut events {
+                ev.time_ns += BASE_NS;
+            }
+            ran.delivered += events.len() as u64;
+            self.model.apply_all(key, events.iter());
+            events.clear();
+            if nvml {
+                let used = runner.allocator().stats().reserved + CONTEXT;
+                self.model.note_nvml(key, BASE_NS + ran.end_ns, used);
+                ran.last_nvml = Some(used);
+            }
+        }
+        ran
+    }
+
+    /// A process without the agent: NVML knows it, nothing else does.
+    fn add_unattached(&mut self) -> GpuProcess {
+        let key = ProcessKey {
+            pid: 4242,
+            start_time: 777,
+        };
+        self.model.set_mode(key, Mode::NvmlOnly);
+        for k in 0..40u64 {
+            let used = 3 * GIB + (k % 4) * 64 * MIB;
+            self.model
+                .note_nvml(key, self.now_ns - (40 - k) * 500_000_000, used);
+        }
+        self.model.note_nvml(key, self.now_ns, 3 * GIB + 128 * MIB);
+        self.identities.insert(
+            key,
+            Identity {
+                host_pid: 4242,
+                ns_pid: 4242,
+                name: "tritonserver".into(),
+                cmdline: "tritonserver --model-repository=/models".into(),
+                user: "svc".into(),
+                uid: Some(998),
+                label: String::new(),
+                alive: true,
+            },
+        );
+        self.sources.insert(key, Source::unattached(Mode::NvmlOnly));
+        GpuProcess {
+            pid: 4242,
+            gpu: 1,
+            used: Some(3 * GIB + 128 * MIB),
         }
     }
 
@@ -232,6 +213,56 @@ impl Fixture {
             .filter(|(_, id)| id.cmdline.ends_with(&format!("--scenario {scenario}")))
             .map(|(k, _)| *k)
             .min()
+    }
+}
+
+/// What feeding one scenario left.
+#[derive(Default)]
+struct Ran {
+    /// Simulated time at its end.
+    end_ns: u64,
+    /// Events fed into the model.
+    delivered: u64,
+    /// The last NVML figure noted.
+    last_nvml: Option<u64>,
+}
+
+/// Two GPUs with `processes` on them (NVML's figures).
+fn machine(processes: Vec<GpuProcess>, now_ns: u64) -> Machine {
+    let gpus = (0..2u32)
+        .map(|g| {
+            let used: u64 = processes
+                .iter()
+                .filter(|p| p.gpu == g)
+                .filter_map(|p| p.used)
+                .sum::<u64>()
+                + 512 * MIB;
+            gpu(g, used)
+        })
+        .collect();
+    Machine {
+        nvml_error: None,
+        driver_version: Some("580.95.05".into()),
+        gpus,
+        processes,
+        sampled_ns: Some(now_ns),
+    }
+}
+
+/// GPU `g` (0 busy, 1 quiet) with `used` bytes in use.
+fn gpu(g: u32, used: u64) -> Gpu {
+    let busy = g == 0;
+    Gpu {
+        index: g,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        uuid: Some(format!("GPU-0000000{g}-fixture")),
+        total: Some(80 * GIB),
+        used: Some(used),
+        free: Some(80 * GIB - used),
+        util_gpu: Some(if busy { 87 } else { 12 }),
+        util_mem: Some(if busy { 41 } else { 3 }),
+        temperature_c: Some(if busy { 64 } else { 38 }),
+        power_w: Some(if busy { 512.0 } else { 96.5 }),
     }
 }
 

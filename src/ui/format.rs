@@ -7,43 +7,64 @@
 //! reports included; [`bytes_short`] and [`span`] are their compact forms
 //! for tables and axes.
 
+/// How a byte count names its unit: `1.23 GiB` or `1.23G`.
+struct Units {
+    names: [&'static str; 6],
+    /// Between the number and the unit.
+    gap: &'static str,
+}
+
+const LONG: Units = Units {
+    names: ["B", "KiB", "MiB", "GiB", "TiB", "PiB"],
+    gap: " ",
+};
+const SHORT: Units = Units {
+    names: ["B", "K", "M", "G", "T", "P"],
+    gap: "",
+};
+
 /// Bytes in binary units with three significant digits: `1.23 GiB`,
 /// `20.0 MiB`, `512 B`. The crate's byte formatter.
 pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{} {}", sig3(v), UNITS[u])
+    bytes_in(b, &LONG)
 }
 
 /// Compact: `1.23G`, `512M`, `0B`.
 pub fn bytes_short(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
+    bytes_in(b, &SHORT)
+}
+
+/// `b` in `units`: whole bytes below 1 KiB, else three significant digits.
+fn bytes_in(b: u64, units: &Units) -> String {
+    let Units { names, gap } = units;
     if b < 1024 {
-        return format!("{b}B");
+        return format!("{b}{gap}{}", names[0]);
     }
     let mut v = b as f64;
     let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
+    while v >= 1024.0 && u < names.len() - 1 {
         v /= 1024.0;
         u += 1;
     }
-    format!("{}{}", sig3(v), UNITS[u])
+    format!("{}{gap}{}", sig3(v), names[u])
+}
+
+/// Bytes that may be negative, no sign when not: `-12.0 MiB`, `3.00 GiB`.
+pub fn bytes_i64(b: i64) -> String {
+    minus(b, bytes)
 }
 
 /// Signed compact bytes (`-12M`).
 pub fn bytes_signed_short(b: i64) -> String {
+    minus(b, bytes_short)
+}
+
+/// `b` through `f`, with a `-` before it when negative.
+fn minus(b: i64, f: fn(u64) -> String) -> String {
     if b < 0 {
-        format!("-{}", bytes_short(b.unsigned_abs()))
+        format!("-{}", f(b.unsigned_abs()))
     } else {
-        bytes_short(b as u64)
+        f(b as u64)
     }
 }
 
@@ -179,6 +200,8 @@ mod tests {
         assert_eq!(bytes(3 << 30), "3.00 GiB");
         assert_eq!(bytes_short(512 << 20), "512M");
         assert_eq!(bytes_signed_short(-(2 << 20)), "-2.00M");
+        assert_eq!(bytes_i64(-(12 << 20)), "-12.0 MiB");
+        assert_eq!(bytes_i64(3 << 30), "3.00 GiB");
         assert_eq!(opt(None::<u64>, "—", bytes), "—");
     }
 

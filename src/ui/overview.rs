@@ -108,66 +108,19 @@ fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
 }
 
 fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
-    let g = t.glyphs();
     let rows = state.rows(snap);
-    let arrow = if state.descending { g.down } else { g.up };
-    let mut title = vec![Span::styled(
-        format!(" Processes ({}) ", rows.len()),
-        t.title(),
-    )];
-    title.push(Span::styled(
-        format!("{} sort {} {} ", g.dot, state.sort.title(), arrow),
-        t.dim(),
-    ));
-    if !state.filter.is_empty() || state.filter_editing {
-        title.push(Span::styled(format!("{} filter ", g.dot), t.dim()));
-        title.push(Span::styled(format!("{} ", state.filter), t.key()));
-    }
-    let block = t.block(Line::from(title));
+    let block = t.block(table_title(rows.len(), state, t));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height == 0 {
         return;
     }
     let cols = fit_columns(inner.width);
-    let header = TRow::new(cols.iter().map(|c| {
-        let mut s = c.title().to_string();
-        if *c == state.sort {
-            s.push_str(arrow);
-        }
-        let line = Line::from(s);
-        Cell::from(if c.right_aligned() {
-            line.alignment(Alignment::Right)
-        } else {
-            line
-        })
-    }))
-    .style(t.header());
+    let header = header_row(&cols, state, t);
     if rows.is_empty() {
-        let msg = if snap.processes.is_empty() {
-            "No processes yet. Start a PyTorch job with the vramscope agent, or run `vramscope demo`."
-                .to_string()
-        } else {
-            format!(
-                "No process matches \"{}\" (Esc clears the filter).",
-                state.filter
-            )
-        };
         let table = Table::new(Vec::<TRow>::new(), widths(&cols)).header(header);
         frame.render_widget(table, inner);
-        if inner.height > 2 {
-            let r = Rect {
-                y: inner.y + 2,
-                height: inner.height - 2,
-                ..inner
-            };
-            frame.render_widget(
-                Paragraph::new(Line::styled(msg, t.dim()))
-                    .alignment(Alignment::Center)
-                    .wrap(ratatui::widgets::Wrap { trim: true }),
-                r,
-            );
-        }
+        render_no_rows(frame, inner, snap, state, t);
         return;
     }
     let visible = inner.height.saturating_sub(1) as usize;
@@ -191,21 +144,116 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
         .column_spacing(1);
     frame.render_widget(table, inner);
     if rows.len() > visible && inner.width > 12 {
-        let label = format!(
-            " {}-{}/{} ",
-            state.offset + 1,
-            (state.offset + visible).min(rows.len()),
-            rows.len()
-        );
-        let w = label.len() as u16;
-        let r = Rect::new(
-            area.x + area.width.saturating_sub(w + 1),
-            area.y + area.height - 1,
-            w,
-            1,
-        );
-        frame.render_widget(Paragraph::new(Span::styled(label, t.dim())), r);
+        render_position(frame, area, (state.offset, visible, rows.len()), t);
     }
+}
+
+/// ` Processes (3) · sort RESV ▼ `, then the filter when there is one.
+fn table_title(count: usize, state: &OverviewState, t: &Theme) -> Line<'static> {
+    let g = t.glyphs();
+    let mut title = vec![
+        Span::styled(format!(" Processes ({count}) "), t.title()),
+        Span::styled(
+            format!(
+                "{} sort {} {} ",
+                g.dot,
+                state.sort.title(),
+                sort_arrow(state, t)
+            ),
+            t.dim(),
+        ),
+    ];
+    if !state.filter.is_empty() || state.filter_editing {
+        title.push(Span::styled(format!("{} filter ", g.dot), t.dim()));
+        title.push(Span::styled(format!("{} ", state.filter), t.key()));
+    }
+    Line::from(title)
+}
+
+fn sort_arrow(state: &OverviewState, t: &Theme) -> &'static str {
+    let g = t.glyphs();
+    if state.descending {
+        g.down
+    } else {
+        g.up
+    }
+}
+
+/// The column titles, the sort column's with its arrow.
+fn header_row(cols: &[Col], state: &OverviewState, t: &Theme) -> TRow<'static> {
+    TRow::new(cols.iter().map(|c| {
+        let mut s = c.title().to_string();
+        if *c == state.sort {
+            s.push_str(sort_arrow(state, t));
+        }
+        aligned(*c, Line::from(s))
+    }))
+    .style(t.header())
+}
+
+/// Why the table is empty, under its header.
+fn render_no_rows(
+    frame: &mut Frame,
+    inner: Rect,
+    snap: &Snapshot,
+    state: &OverviewState,
+    t: &Theme,
+) {
+    if inner.height <= 2 {
+        return;
+    }
+    let msg = if snap.processes.is_empty() {
+        "No processes yet. Start a PyTorch job with the vramscope agent, or run `vramscope demo`."
+            .to_string()
+    } else {
+        format!(
+            "No process matches \"{}\" (Esc clears the filter).",
+            state.filter
+        )
+    };
+    let r = Rect {
+        y: inner.y + 2,
+        height: inner.height - 2,
+        ..inner
+    };
+    frame.render_widget(
+        Paragraph::new(Line::styled(msg, t.dim()))
+            .alignment(Alignment::Center)
+            .wrap(ratatui::widgets::Wrap { trim: true }),
+        r,
+    );
+}
+
+/// ` 1-8/12 ` on the bottom edge of `area`: which rows are shown.
+fn render_position(
+    frame: &mut Frame,
+    area: Rect,
+    (offset, visible, total): (usize, usize, usize),
+    t: &Theme,
+) {
+    let label = format!(
+        " {}-{}/{} ",
+        offset + 1,
+        (offset + visible).min(total),
+        total
+    );
+    let w = label.len() as u16;
+    let r = Rect::new(
+        area.x + area.width.saturating_sub(w + 1),
+        area.y + area.height - 1,
+        w,
+        1,
+    );
+    frame.render_widget(Paragraph::new(Span::styled(label, t.dim())), r);
+}
+
+/// A cell of column `c`, right-aligned where the column is.
+fn aligned(c: Col, line: Line<'static>) -> Cell<'static> {
+    Cell::from(if c.right_aligned() {
+        line.alignment(Alignment::Right)
+    } else {
+        line
+    })
 }
 
 fn widths(cols: &[Col]) -> Vec<Constraint> {
@@ -279,10 +327,5 @@ fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
             (f, style)
         }
     };
-    let line = Line::styled(text, style);
-    Cell::from(if c.right_aligned() {
-        line.alignment(Alignment::Right)
-    } else {
-        line
-    })
+    aligned(c, Line::styled(text, style))
 }

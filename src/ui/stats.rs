@@ -10,124 +10,23 @@ use ratatui::Frame;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
-use crate::model::view::FigureSource;
+use crate::model::view::{DeviceFigures, FigureSource};
 use crate::model::Mode;
 
 /// The summary of `e`; `scroll` rows skipped when it does not fit (on a
 /// small terminal, where it is a tab of its own).
 pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
-    let g = t.glyphs();
-    let a = g.absent;
     let block = t.block(Span::styled(" Memory summary ", t.title()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let f = &e.view.figures;
-    let b = |v: u64| format::bytes(v);
-    let ob = |v: Option<u64>| format::opt(v, a, format::bytes);
-    let row = |name: &str, cur: String, peak: String| {
-        Row::new(vec![
-            Cell::from(format!(" {name}")),
-            Cell::from(Line::from(cur).right_aligned()),
-            Cell::from(Line::from(peak).right_aligned()),
-        ])
-    };
-    let section = |name: String| Row::new(vec![Cell::from(Span::styled(name, t.header()))]);
-    let mut rows = vec![
-        section("Process".into()),
-        row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
-        row(
-            "Non-PyTorch (NVML-resv)",
-            format::opt(f.non_pytorch, a, |v| {
-                if v < 0 {
-                    format!("-{}", format::bytes(v.unsigned_abs()))
-                } else {
-                    format::bytes(v as u64)
-                }
-            }),
-            a.to_string(),
-        ),
-    ];
-    if e.view.mode == Mode::NvmlOnly {
-        rows.push(Row::new(vec![Cell::from(Span::styled(
-            " no allocator figures: no vramscope agent in this process",
-            t.dim(),
-        ))]));
-    }
+    let mut rows = process_rows(e, t);
     for d in &e.view.devices {
-        let df = &d.figures;
-        let src = match df.source {
-            FigureSource::Stats => "stats",
-            FigureSource::BlockMap => "block map",
-        };
-        rows.push(section(format!("cuda:{} · {src}", df.device)));
-        rows.push(row(
-            "Allocated memory",
-            b(df.allocated),
-            b(df.peak_allocated),
-        ));
-        rows.push(row("Active memory", b(df.active), b(df.peak_active)));
-        rows.push(row("Requested memory", ob(df.requested), a.to_string()));
-        rows.push(row(
-            "GPU reserved memory",
-            b(df.reserved),
-            b(df.peak_reserved),
-        ));
-        rows.push(row(
-            "Inactive split",
-            b(df.fragmentation.inactive_split),
-            a.to_string(),
-        ));
-        rows.push(row(
-            "Segments",
-            df.stats
-                .map(|s| s.segments)
-                .unwrap_or(df.segments)
-                .to_string(),
-            a.to_string(),
-        ));
-        rows.push(row("Blocks (map)", df.blocks.to_string(), a.to_string()));
-        rows.push(row(
-            "Free blocks (map)",
-            df.fragmentation.free_blocks.to_string(),
-            a.to_string(),
-        ));
-        rows.push(row(
-            "Alloc retries",
-            format::opt(df.stats.map(|s| s.alloc_retries), a, |v| v.to_string()),
-            a.to_string(),
-        ));
-        rows.push(row(
-            "OOMs",
-            format::opt(df.stats.map(|s| s.ooms), a, |v| v.to_string()),
-            a.to_string(),
-        ));
+        rows.extend(device_rows(&d.figures, t));
     }
     if inner.height == 0 {
         return;
     }
-    let header = Row::new(vec![
-        Cell::from(" Metric"),
-        Cell::from(Line::from("Current").right_aligned()),
-        Cell::from(Line::from("Peak").right_aligned()),
-    ])
-    .style(t.header());
-    let skip = if rows.len() + 1 > inner.height as usize {
-        scroll.min(rows.len().saturating_sub(1))
-    } else {
-        0
-    };
-    let rows: Vec<Row> = rows.into_iter().skip(skip).collect();
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(20),
-            Constraint::Length(11),
-            Constraint::Length(11),
-        ],
-    )
-    .header(header)
-    .column_spacing(1);
-    frame.render_widget(table, inner);
+    render_table(frame, inner, rows, scroll, t);
     if e.view.devices.is_empty() && e.view.mode != Mode::NvmlOnly && inner.height > 5 {
         frame.render_widget(
             Paragraph::new(Line::styled(" no device figures yet", t.dim())),
@@ -138,4 +37,98 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
             },
         );
     }
+}
+
+/// `rows` under the Metric / Current / Peak header, from `scroll` on when
+/// they do not all fit.
+fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: usize, t: &Theme) {
+    let header = Row::new(vec![
+        Cell::from(" Metric"),
+        Cell::from(Line::from("Current").right_aligned()),
+        Cell::from(Line::from("Peak").right_aligned()),
+    ])
+    .style(t.header());
+    let skip = if rows.len() + 1 > area.height as usize {
+        scroll.min(rows.len().saturating_sub(1))
+    } else {
+        0
+    };
+    let table = Table::new(
+        rows.into_iter().skip(skip),
+        [
+            Constraint::Min(20),
+            Constraint::Length(11),
+            Constraint::Length(11),
+        ],
+    )
+    .header(header)
+    .column_spacing(1);
+    frame.render_widget(table, area);
+}
+
+/// The process section: NVML's figures, and why there are no others.
+fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
+    let a = t.glyphs().absent;
+    let f = &e.view.figures;
+    let ob = |v: Option<u64>| format::opt(v, a, format::bytes);
+    let mut rows = vec![
+        section("Process".into(), t),
+        row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
+        row(
+            "Non-PyTorch (NVML-resv)",
+            format::opt(f.non_pytorch, a, format::bytes_i64),
+            a.to_string(),
+        ),
+    ];
+    if e.view.mode == Mode::NvmlOnly {
+        rows.push(Row::new(vec![Cell::from(Span::styled(
+            " no allocator figures: no vramscope agent in this process",
+            t.dim(),
+        ))]));
+    }
+    rows
+}
+
+/// One device's section: memory current and peak, then counts.
+fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
+    let a = t.glyphs().absent;
+    let b = format::bytes;
+    let count = |v: Option<u64>| format::opt(v, a, |v| v.to_string());
+    // No peak for these.
+    let current = |name: &str, cur: String| row(name, cur, a.to_string());
+    let src = match df.source {
+        FigureSource::Stats => "stats",
+        FigureSource::BlockMap => "block map",
+    };
+    let segments = df.stats.map(|s| s.segments).unwrap_or(df.segments);
+    vec![
+        section(format!("cuda:{} · {src}", df.device), t),
+        row("Allocated memory", b(df.allocated), b(df.peak_allocated)),
+        row("Active memory", b(df.active), b(df.peak_active)),
+        current("Requested memory", format::opt(df.requested, a, b)),
+        row("GPU reserved memory", b(df.reserved), b(df.peak_reserved)),
+        current("Inactive split", b(df.fragmentation.inactive_split)),
+        current("Segments", segments.to_string()),
+        current("Blocks (map)", df.blocks.to_string()),
+        current(
+            "Free blocks (map)",
+            df.fragmentation.free_blocks.to_string(),
+        ),
+        current("Alloc retries", count(df.stats.map(|s| s.alloc_retries))),
+        current("OOMs", count(df.stats.map(|s| s.ooms))),
+    ]
+}
+
+/// ` name`, then the current and the peak figure, right-aligned.
+fn row(name: &str, cur: String, peak: String) -> Row<'static> {
+    Row::new(vec![
+        Cell::from(format!(" {name}")),
+        Cell::from(Line::from(cur).right_aligned()),
+        Cell::from(Line::from(peak).right_aligned()),
+    ])
+}
+
+/// A section's heading row.
+fn section(name: String, t: &Theme) -> Row<'static> {
+    Row::new(vec![Cell::from(Span::styled(name, t.header()))])
 }

@@ -90,11 +90,84 @@ struct RunStyle {
     dim: bool,
 }
 
+impl RunStyle {
+    fn of(cell: &ratatui::buffer::Cell) -> RunStyle {
+        let (fg, _) = cell_colors(cell);
+        let m = cell.modifier;
+        RunStyle {
+            fg: fg.unwrap_or_else(|| DEFAULT_FG.to_string()),
+            bold: m.contains(Modifier::BOLD),
+            italic: m.contains(Modifier::ITALIC),
+            underline: m.contains(Modifier::UNDERLINED),
+            dim: m.contains(Modifier::DIM),
+        }
+    }
+}
+
+/// Text in one style from column `col` on.
+struct Run {
+    col: usize,
+    style: RunStyle,
+    text: String,
+}
+
+impl Run {
+    /// Appends the run to `line` as a `<tspan>`; a blank run is left out.
+    fn write(self, line: &mut String) {
+        if self.text.trim().is_empty() {
+            return;
+        }
+        let st = &self.style;
+        let _ = write!(
+            line,
+            r#"<tspan x="{:.1}" fill="{}""#,
+            self.col as f64 * CW,
+            st.fg
+        );
+        if st.bold {
+            line.push_str(r#" font-weight="bold""#);
+        }
+        if st.italic {
+            line.push_str(r#" font-style="italic""#);
+        }
+        if st.underline {
+            line.push_str(r#" text-decoration="underline""#);
+        }
+        if st.dim {
+            line.push_str(r#" opacity="0.6""#);
+        }
+        line.push('>');
+        escape(&self.text, line);
+        line.push_str("</tspan>");
+    }
+}
+
 /// Renders `buf` as an SVG document.
 pub fn render(buf: &Buffer) -> String {
     let area = buf.area;
     let (w, h) = (area.width as usize, area.height as usize);
     let mut out = String::with_capacity(w * h * 4 + 1024);
+    write_head(&mut out, w, h);
+    for y in 0..h {
+        write_backgrounds(buf, y, &mut out);
+    }
+    // Text: one <text> per line, one <tspan> per run.
+    for y in 0..h {
+        let baseline = y as f64 * CH + CH * 0.78;
+        let line = text_runs(buf, y);
+        if !line.is_empty() {
+            let _ = writeln!(
+                out,
+                r#"<text y="{baseline:.1}" xml:space="preserve">{line}</text>"#
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The `<svg>` element for `w` × `h` cells, the font, the default background.
+fn write_head(out: &mut String, w: usize, h: usize) {
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{:.0}" height="{:.0}" viewBox="0 0 {:.1} {:.1}">"#,
@@ -111,107 +184,76 @@ pub fn render(buf: &Buffer) -> String {
         out,
         r#"<rect width="100%" height="100%" fill="{DEFAULT_BG}"/>"#
     );
-    // Backgrounds.
-    for y in 0..h {
-        let mut x = 0;
-        while x < w {
-            let cell = &buf[(area.x + x as u16, area.y + y as u16)];
-            let bg = cell_colors(cell).1;
-            let start = x;
-            x += 1;
-            while x < w && cell_colors(&buf[(area.x + x as u16, area.y + y as u16)]).1 == bg {
-                x += 1;
-            }
-            if let Some(bg) = bg {
-                let _ = writeln!(
-                    out,
-                    r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{bg}"/>"#,
-                    start as f64 * CW,
-                    y as f64 * CH,
-                    (x - start) as f64 * CW,
-                    CH
-                );
-            }
-        }
-    }
-    // Text: one <text> per line, one <tspan> per run, each run placed at its
-    // column so wide or missing glyphs cannot shift what follows.
-    for y in 0..h {
-        let baseline = y as f64 * CH + CH * 0.78;
-        let mut line = String::new();
-        let mut x = 0;
-        let mut skip = 0usize;
-        let mut run: Option<(usize, RunStyle, String)> = None;
-        let flush = |run: &mut Option<(usize, RunStyle, String)>, line: &mut String| {
-            if let Some((col, st, text)) = run.take() {
-                if text.trim().is_empty() {
-                    return;
-                }
-                let _ = write!(
-                    line,
-                    r#"<tspan x="{:.1}" fill="{}""#,
-                    col as f64 * CW,
-                    st.fg
-                );
-                if st.bold {
-                    line.push_str(r#" font-weight="bold""#);
-                }
-                if st.italic {
-                    line.push_str(r#" font-style="italic""#);
-                }
-                if st.underline {
-                    line.push_str(r#" text-decoration="underline""#);
-                }
-                if st.dim {
-                    line.push_str(r#" opacity="0.6""#);
-                }
-                line.push('>');
-                escape(&text, line);
-                line.push_str("</tspan>");
-            }
-        };
-        while x < w {
-            let cell = &buf[(area.x + x as u16, area.y + y as u16)];
-            if skip > 0 {
-                skip -= 1;
-                x += 1;
-                continue;
-            }
-            let sym = cell.symbol();
-            let cw = unicode_width::UnicodeWidthStr::width(sym).max(1);
-            skip = cw - 1;
-            let (fg, _) = cell_colors(cell);
-            let m = cell.modifier;
-            let st = RunStyle {
-                fg: fg.unwrap_or_else(|| DEFAULT_FG.to_string()),
-                bold: m.contains(Modifier::BOLD),
-                italic: m.contains(Modifier::ITALIC),
-                underline: m.contains(Modifier::UNDERLINED),
-                dim: m.contains(Modifier::DIM),
-            };
-            let same = matches!(&run, Some((_, s, _)) if *s == st) && cw == 1;
-            if !same {
-                flush(&mut run, &mut line);
-                run = Some((x, st, String::new()));
-            }
-            if let Some((_, _, text)) = &mut run {
-                text.push_str(if sym.is_empty() { " " } else { sym });
-            }
-            if cw > 1 {
-                flush(&mut run, &mut line);
-            }
+}
+
+/// A `<rect>` for each run of one background colour in row `y` (none for
+/// the default background).
+fn write_backgrounds(buf: &Buffer, y: usize, out: &mut String) {
+    let area = buf.area;
+    let w = area.width as usize;
+    let bg_at = |x: usize| cell_colors(&buf[(area.x + x as u16, area.y + y as u16)]).1;
+    let mut x = 0;
+    while x < w {
+        let bg = bg_at(x);
+        let start = x;
+        x += 1;
+        while x < w && bg_at(x) == bg {
             x += 1;
         }
-        flush(&mut run, &mut line);
-        if !line.is_empty() {
+        if let Some(bg) = bg {
             let _ = writeln!(
                 out,
-                r#"<text y="{baseline:.1}" xml:space="preserve">{line}</text>"#
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{bg}"/>"#,
+                start as f64 * CW,
+                y as f64 * CH,
+                (x - start) as f64 * CW,
+                CH
             );
         }
     }
-    out.push_str("</svg>\n");
-    out
+}
+
+/// Row `y`'s `<tspan>`s: one per run of one style, each placed at its
+/// column so wide or missing glyphs cannot shift what follows (a wide glyph
+/// is a run of its own).
+fn text_runs(buf: &Buffer, y: usize) -> String {
+    let area = buf.area;
+    let mut line = String::new();
+    let mut skip = 0usize;
+    let mut run: Option<Run> = None;
+    let flush = |run: &mut Option<Run>, line: &mut String| {
+        if let Some(r) = run.take() {
+            r.write(line);
+        }
+    };
+    for x in 0..area.width as usize {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        let cell = &buf[(area.x + x as u16, area.y + y as u16)];
+        let sym = cell.symbol();
+        let cw = unicode_width::UnicodeWidthStr::width(sym).max(1);
+        skip = cw - 1;
+        let style = RunStyle::of(cell);
+        let same = matches!(&run, Some(r) if r.style == style) && cw == 1;
+        if !same {
+            flush(&mut run, &mut line);
+            run = Some(Run {
+                col: x,
+                style,
+                text: String::new(),
+            });
+        }
+        if let Some(r) = &mut run {
+            r.text.push_str(if sym.is_empty() { " " } else { sym });
+        }
+        if cw > 1 {
+            flush(&mut run, &mut line);
+        }
+    }
+    flush(&mut run, &mut line);
+    line
 }
 
 /// (foreground, background) after REVERSED; `None` is the default colour.

@@ -6,6 +6,7 @@
 use ratatui::buffer::Buffer;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::border;
+use ratatui::text::{Line, Span};
 
 /// How the dashboard draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,6 +114,17 @@ impl Theme {
             .border_set(self.border())
             .border_style(self.border_style())
             .title(title)
+    }
+
+    /// A legend for a block's bottom edge: ` █ allocated ░ inactive `, each
+    /// mark (a glyph or a key) in its style, each label plain.
+    pub fn legend(&self, items: &[(&'static str, Style, &'static str)]) -> Line<'static> {
+        let mut spans = vec![Span::raw(" ")];
+        for &(mark, style, label) in items {
+            spans.push(Span::styled(mark, style));
+            spans.push(Span::raw(format!(" {label} ")));
+        }
+        Line::from(spans)
     }
 
     fn fg(&self, c: Color) -> Style {

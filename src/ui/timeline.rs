@@ -82,31 +82,13 @@ pub fn render(
     t: &Theme,
 ) {
     let g = t.glyphs();
-    let span = view.span_ns();
-    let state = if view.follow {
-        Span::styled(" LIVE ", t.good())
-    } else {
-        let (_, to) = view.window(now);
-        let back = now.saturating_sub(to);
-        Span::styled(format!(" ends {} ago ", format::duration(back)), t.warn())
-    };
-    let title = Line::from(vec![
-        Span::styled(" Memory over time ", t.title()),
-        Span::styled(format!("{} window {} ", g.dot, format::span(span)), t.dim()),
-        state,
+    let legend = t.legend(&[
+        (g.allocated, t.allocated(), "allocated"),
+        (g.swing, t.allocated_alt(), "alloc range"),
+        (g.reserved, t.reserved(), "reserved"),
+        (g.nvml, t.nvml(), "NVML used"),
     ]);
-    let legend = Line::from(vec![
-        Span::raw(" "),
-        Span::styled(g.allocated, t.allocated()),
-        Span::raw(" allocated "),
-        Span::styled(g.swing, t.allocated_alt()),
-        Span::raw(" alloc range "),
-        Span::styled(g.reserved, t.reserved()),
-        Span::raw(" reserved "),
-        Span::styled(g.nvml, t.nvml()),
-        Span::raw(" NVML used "),
-    ]);
-    let block = t.block(title).title_bottom(legend);
+    let block = t.block(title(view, now, t)).title_bottom(legend);
     frame.render_widget(block, area);
     let plot = plot_area(area);
     if plot.width < 4 || plot.height < 2 {
@@ -127,16 +109,47 @@ pub fn render(
                 ..plot
             },
         );
-        draw_time_axis(frame, area, plot, (view, now), t);
-        return;
+    } else {
+        let top = cols
+            .iter()
+            .flat_map(|c| [c.alloc_max, c.reserved, c.nvml])
+            .flatten()
+            .max()
+            .unwrap_or(0);
+        let ymax = nice_max(top);
+        draw_columns(frame, plot, &cols, ymax, t);
+        draw_value_axis(frame, area, plot, ymax, t);
     }
-    let top = cols
-        .iter()
-        .flat_map(|c| [c.alloc_max, c.reserved, c.nvml])
-        .flatten()
-        .max()
-        .unwrap_or(0);
-    let ymax = nice_max(top);
+    draw_time_axis(frame, area, plot, (view, now), t);
+}
+
+/// ` Memory over time · window 5m  LIVE ` (or how long ago the window ends).
+fn title(view: &ProcessState, now: u64, t: &Theme) -> Line<'static> {
+    let state = if view.follow {
+        Span::styled(" LIVE ", t.good())
+    } else {
+        let (_, to) = view.window(now);
+        let back = now.saturating_sub(to);
+        Span::styled(format!(" ends {} ago ", format::duration(back)), t.warn())
+    };
+    Line::from(vec![
+        Span::styled(" Memory over time ", t.title()),
+        Span::styled(
+            format!(
+                "{} window {} ",
+                t.glyphs().dot,
+                format::span(view.span_ns())
+            ),
+            t.dim(),
+        ),
+        state,
+    ])
+}
+
+/// `cols` across `plot`, from the bottom up to `ymax`: allocated, its
+/// range, reserved, and NVML used as a line.
+fn draw_columns(frame: &mut Frame, plot: Rect, cols: &[Col], ymax: u64, t: &Theme) {
+    let g = t.glyphs();
     let h = plot.height as u64;
     // Value → filled cells (rounded).
     let cells = |v: u64| -> u64 { ((v as f64 / ymax as f64) * h as f64).round() as u64 };
@@ -168,7 +181,11 @@ pub fn render(
             buf[(plot.x + x, y)].set_symbol(g.nvml).set_style(t.nvml());
         }
     }
-    // Value axis.
+}
+
+/// `ymax`, its half and 0 left of `plot`.
+fn draw_value_axis(frame: &mut Frame, area: Rect, plot: Rect, ymax: u64, t: &Theme) {
+    let h = plot.height as u64;
     let label_w = (AXIS_WIDTH - 1) as usize;
     let labels = [
         (0u16, ymax),
@@ -189,7 +206,6 @@ pub fn render(
             r,
         );
     }
-    draw_time_axis(frame, area, plot, (view, now), t);
 }
 
 fn draw_time_axis(
