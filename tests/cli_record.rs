@@ -21,27 +21,13 @@ fn record_for_3s(rec: &std::path::Path, shm: &std::path::Path) -> std::process::
         .unwrap()
 }
 
-#[test]
-fn record_then_replay_gives_the_same_figures() {
-    let dir = tempfile::tempdir().unwrap();
-    let rec = dir.path().join("run.vsrec");
-    let shm = dir.path().join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let mut cfg = SegmentConfig::new(&shm, Producer::Test, 1, 4096);
-    cfg.label = "recorded.py".into();
-    let seg = SegmentWriter::create(&cfg).unwrap();
-    let place = Place {
-        device: 0,
-        stream: 0,
-        pool: PoolId(0, 0),
-        ctx: Default::default(),
-    };
-    let mut child = record_for_3s(&rec, &shm);
-    std::thread::sleep(Duration::from_millis(600));
-    // Events arrive while recording: a segment and two tensors, one freed.
+/// A 20 MiB segment, a 3 MiB and a 5 MiB tensor, the first freed, and the
+/// statistics that say so: 5 events and one sample (two records).
+fn write_small_job(seg: &SegmentWriter) {
+    let place = Place::default();
     let base = 0x7f00_0000_0000u64;
     write(
-        &seg,
+        seg,
         1,
         EventKind::SegmentAlloc {
             place,
@@ -50,7 +36,7 @@ fn record_then_replay_gives_the_same_figures() {
         },
     );
     write(
-        &seg,
+        seg,
         1,
         EventKind::Alloc {
             place,
@@ -59,7 +45,7 @@ fn record_then_replay_gives_the_same_figures() {
         },
     );
     write(
-        &seg,
+        seg,
         1,
         EventKind::Alloc {
             place,
@@ -68,7 +54,7 @@ fn record_then_replay_gives_the_same_figures() {
         },
     );
     write(
-        &seg,
+        seg,
         1,
         EventKind::FreeRequested {
             place,
@@ -77,7 +63,7 @@ fn record_then_replay_gives_the_same_figures() {
         },
     );
     write(
-        &seg,
+        seg,
         1,
         EventKind::FreeCompleted {
             place,
@@ -91,7 +77,22 @@ fn record_then_replay_gives_the_same_figures() {
         segments: 1,
         ..Stats::default()
     };
-    write(&seg, 0, EventKind::Stats { device: 0, stats });
+    write(seg, 0, EventKind::Stats { device: 0, stats });
+}
+
+#[test]
+fn record_then_replay_gives_the_same_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("run.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut cfg = SegmentConfig::new(&shm, Producer::Test, 1, 4096);
+    cfg.label = "recorded.py".into();
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let mut child = record_for_3s(&rec, &shm);
+    std::thread::sleep(Duration::from_millis(600));
+    // Events arrive while recording: a segment and two tensors, one freed.
+    write_small_job(&seg);
     assert!(child.wait().unwrap().success());
 
     let out = bin().args(["replay", "--json"]).arg(&rec).output().unwrap();
