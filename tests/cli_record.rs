@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vramscope::event::{EventKind, Place, PoolId, Stats};
+use vramscope::event::{EventKind, Place, Stats};
 use vramscope::ring::codec::encode;
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
