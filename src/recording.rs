@@ -161,79 +161,86 @@ impl Recorder {
 
     /// Appends one input.
     pub fn write(&mut self, time_ns: u64, input: &Input) -> std::io::Result<()> {
-        match input {
-            Input::Events {
-                key,
-                events,
-                delivered,
-                lost,
-                lost_now,
-                at,
-            } => {
-                if !at.is_empty() && at.len() != events.len() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("{} positions for {} events", at.len(), events.len()),
-                    ));
-                }
-                self.words.clear();
-                // (ring, count, first) over the records, in order.
-                let mut runs: Vec<(u32, u32, u64)> = Vec::new();
-                let sample = self.samples.entry(*key).or_insert(0);
-                for (i, e) in events.iter().enumerate() {
-                    if matches!(e.kind, EventKind::Stats { .. }) {
-                        *sample = sample.wrapping_add(1);
-                    }
-                    let before = self.words.len();
-                    encode(e, *sample, &mut self.words);
-                    let n = (self.words.len() - before) as u64;
-                    if let Some(p) = at.get(i) {
-                        let first = (p.position + 1).saturating_sub(n);
-                        match runs.last_mut() {
-                            Some((r, c, f)) if *r == p.ring && *f + *c as u64 == first => {
-                                *c += n as u32
-                            }
-                            _ => runs.push((p.ring, n as u32, first)),
-                        }
-                    }
-                }
-                let mut p = Vec::with_capacity(40 + self.words.len() * 56);
-                p.extend_from_slice(&key.pid.to_le_bytes());
-                p.extend_from_slice(&key.start_time.to_le_bytes());
-                p.extend_from_slice(&delivered.to_le_bytes());
-                p.extend_from_slice(&lost.to_le_bytes());
-                p.extend_from_slice(&lost_now.to_le_bytes());
-                p.extend_from_slice(&(self.words.len() as u32).to_le_bytes());
-                for w in &self.words {
-                    for v in w {
-                        p.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                self.frame(KIND_EVENTS, time_ns, &p)?;
-                if runs.is_empty() {
-                    return Ok(());
-                }
-                let mut p = Vec::with_capacity(16 + runs.len() * 16);
-                p.extend_from_slice(&key.pid.to_le_bytes());
-                p.extend_from_slice(&key.start_time.to_le_bytes());
-                p.extend_from_slice(&(runs.len() as u32).to_le_bytes());
-                for (ring, count, first) in runs {
-                    p.extend_from_slice(&ring.to_le_bytes());
-                    p.extend_from_slice(&count.to_le_bytes());
-                    p.extend_from_slice(&first.to_le_bytes());
-                }
-                self.frame(KIND_POSITIONS, time_ns, &p)
-            }
-            other => {
-                let json = serde_json::to_vec(other).map_err(std::io::Error::other)?;
-                let kind = if other.known_to_1_0() {
-                    KIND_INPUT
-                } else {
-                    KIND_INPUT_NEW
-                };
-                self.frame(kind, time_ns, &json)
+        let Input::Events {
+            key,
+            events,
+            delivered,
+            lost,
+            lost_now,
+            at,
+        } = input
+        else {
+            let json = serde_json::to_vec(input).map_err(std::io::Error::other)?;
+            let kind = if input.known_to_1_0() {
+                KIND_INPUT
+            } else {
+                KIND_INPUT_NEW
+            };
+            return self.frame(kind, time_ns, &json);
+        };
+        if !at.is_empty() && at.len() != events.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} positions for {} events", at.len(), events.len()),
+            ));
+        }
+        let runs = self.encode_events(*key, events, at);
+        let mut p = Vec::with_capacity(40 + self.words.len() * 56);
+        p.extend_from_slice(&key.pid.to_le_bytes());
+        p.extend_from_slice(&key.start_time.to_le_bytes());
+        p.extend_from_slice(&delivered.to_le_bytes());
+        p.extend_from_slice(&lost.to_le_bytes());
+        p.extend_from_slice(&lost_now.to_le_bytes());
+        p.extend_from_slice(&(self.words.len() as u32).to_le_bytes());
+        for w in &self.words {
+            for v in w {
+                p.extend_from_slice(&v.to_le_bytes());
             }
         }
+        self.frame(KIND_EVENTS, time_ns, &p)?;
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut p = Vec::with_capacity(16 + runs.len() * 16);
+        p.extend_from_slice(&key.pid.to_le_bytes());
+        p.extend_from_slice(&key.start_time.to_le_bytes());
+        p.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+        for (ring, count, first) in runs {
+            p.extend_from_slice(&ring.to_le_bytes());
+            p.extend_from_slice(&count.to_le_bytes());
+            p.extend_from_slice(&first.to_le_bytes());
+        }
+        self.frame(KIND_POSITIONS, time_ns, &p)
+    }
+
+    /// Encodes `events` into `self.words`; returns the runs `(ring, count,
+    /// first)` of ring positions of the records, in order (none if `at` is
+    /// empty).
+    fn encode_events(
+        &mut self,
+        key: ProcessKey,
+        events: &[Event],
+        at: &[RingPos],
+    ) -> Vec<(u32, u32, u64)> {
+        self.words.clear();
+        let mut runs: Vec<(u32, u32, u64)> = Vec::new();
+        let sample = self.samples.entry(key).or_insert(0);
+        for (i, e) in events.iter().enumerate() {
+            if matches!(e.kind, EventKind::Stats { .. }) {
+                *sample = sample.wrapping_add(1);
+            }
+            let before = self.words.len();
+            encode(e, *sample, &mut self.words);
+            let n = (self.words.len() - before) as u64;
+            if let Some(p) = at.get(i) {
+                let first = (p.position + 1).saturating_sub(n);
+                match runs.last_mut() {
+                    Some((r, c, f)) if *r == p.ring && *f + *c as u64 == first => *c += n as u32,
+                    _ => runs.push((p.ring, n as u32, first)),
+                }
+            }
+        }
+        runs
     }
 
     pub fn finish(mut self) -> std::io::Result<()> {

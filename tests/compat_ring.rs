@@ -8,9 +8,9 @@
 //!   parser, frozen in `tests/compat/v1_0/` and compiled here as they were;
 //! - a segment of another major is refused with one line.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Proc, Stdio};
+use std::process::Child;
 
 use serde_json::Value;
 use vramscope::collect::Hub;
@@ -19,6 +19,9 @@ use vramscope::input::{Identity, Input, Source};
 use vramscope::model::{Mode, ProcessKey, ViewOptions};
 use vramscope::ring::codec::{self as new_codec, Decoder as NewDecoder};
 use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+
+#[path = "common/c_writer.rs"]
+mod c_writer;
 
 // ---- the 1.0 reader side, frozen ------------------------------------------
 
@@ -53,30 +56,15 @@ impl std::fmt::Display for RingError {
 
 const MIB: u64 = 1 << 20;
 
-fn compile(src: &str, out: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
-    let exe = out.join(src.file_stem().unwrap());
-    let st = Proc::new("cc")
-        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(st.success(), "compiling {} failed", src.display());
-    exe
-}
-
-/// Starts a C writer; returns it and its segment once written.
-fn start(exe: &Path, shm: &Path) -> (Child, PathBuf) {
-    let mut child = Proc::new(exe)
-        .arg(shm)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let path = PathBuf::from(lines.next().unwrap().unwrap());
-    (child, path)
+/// Builds a C producer (`tests/compat`), starts it and returns it with its
+/// segment once written.
+fn start(src: &str, dir: &Path) -> (Child, PathBuf) {
+    let shm = dir.join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let exe = dir.join(Path::new(src).file_stem().unwrap());
+    c_writer::compile(src, &exe, &["cc", "-std=gnu11"], &[]);
+    let w = c_writer::start(&exe, &[&shm]);
+    (w.child, w.path)
 }
 
 fn stop(mut child: Child) {
@@ -134,10 +122,7 @@ fn u(v: &Value, p: &str) -> u64 {
 #[test]
 fn a_1_0_agent_is_watched_by_todays_reader_with_exact_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let shm = dir.path().join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let exe = compile("tests/compat/writer_1_0.c", dir.path());
-    let (child, path) = start(&exe, &shm);
+    let (child, path) = start("tests/compat/writer_1_0.c", dir.path());
     let mut r = SegmentReader::open(&path).expect("a 1.0 segment opens");
     assert_eq!(r.header().minor, 0);
     assert_eq!(r.header().framework, "c-writer 1.0");
@@ -179,77 +164,81 @@ fn a_1_0_agent_is_watched_by_todays_reader_with_exact_figures() {
 fn as_1_0(e: &new::Event) -> event::Event {
     use event::EventKind as O;
     use new::EventKind as N;
-    let p = |p: &new::Place| event::Place {
-        device: p.device,
-        stream: p.stream,
-        pool: event::PoolId(p.pool.0, p.pool.1),
-    };
-    let st = |s: &new::BlockState| match s {
-        new::BlockState::Allocated => event::BlockState::Allocated,
-        new::BlockState::PendingFree => event::BlockState::PendingFree,
-        new::BlockState::Inactive => event::BlockState::Inactive,
-    };
-    let kind = match &e.kind {
-        N::Alloc { place, addr, size } => O::Alloc {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::FreeRequested { place, addr, size } => O::FreeRequested {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::FreeCompleted { place, addr, size } => O::FreeCompleted {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::SegmentAlloc { place, addr, size } => O::SegmentAlloc {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::SegmentFree { place, addr, size } => O::SegmentFree {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::SegmentMap { place, addr, size } => O::SegmentMap {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
-        N::SegmentUnmap { place, addr, size } => O::SegmentUnmap {
-            place: p(place),
-            addr: *addr,
-            size: *size,
-        },
+    /// The allocator events, the same in both but for the place's context.
+    macro_rules! placed {
+        ($($v:ident),*) => {
+            match &e.kind {
+                $(N::$v { place, addr, size } => Some(O::$v {
+                    place: place_1_0(place),
+                    addr: *addr,
+                    size: *size,
+                }),)*
+                _ => None,
+            }
+        };
+    }
+    let placed = placed!(
+        Alloc,
+        FreeRequested,
+        FreeCompleted,
+        SegmentAlloc,
+        SegmentFree,
+        SegmentMap,
+        SegmentUnmap
+    );
+    let kind = placed.unwrap_or_else(|| match &e.kind {
         N::Oom {
             place,
             device_free,
             request,
         } => O::Oom {
-            place: p(place),
+            place: place_1_0(place),
             device_free: *device_free,
             request: *request,
         },
         N::Stats { device, stats: s } => O::Stats {
             device: *device,
-            stats: event::Stats {
-                allocated: s.allocated,
-                reserved: s.reserved,
-                active: s.active,
-                inactive_split: s.inactive_split,
-                requested: s.requested,
-                allocated_peak: s.allocated_peak,
-                reserved_peak: s.reserved_peak,
-                active_peak: s.active_peak,
-                alloc_retries: s.alloc_retries,
-                ooms: s.ooms,
-                segments: s.segments,
-            },
+            stats: stats_1_0(s),
         },
+        N::Marker { value, .. } => O::Marker { value: *value },
+        N::Unknown { kind } => O::Unknown { kind: *kind },
+        k => snapshot_1_0(k).unwrap_or_else(|| O::Unknown { kind: kind_1_1(k) }),
+    });
+    event::Event {
+        time_ns: e.time_ns,
+        kind,
+    }
+}
+
+fn place_1_0(p: &new::Place) -> event::Place {
+    event::Place {
+        device: p.device,
+        stream: p.stream,
+        pool: event::PoolId(p.pool.0, p.pool.1),
+    }
+}
+
+fn stats_1_0(s: &new::Stats) -> event::Stats {
+    event::Stats {
+        allocated: s.allocated,
+        reserved: s.reserved,
+        active: s.active,
+        inactive_split: s.inactive_split,
+        requested: s.requested,
+        allocated_peak: s.allocated_peak,
+        reserved_peak: s.reserved_peak,
+        active_peak: s.active_peak,
+        alloc_retries: s.alloc_retries,
+        ooms: s.ooms,
+        segments: s.segments,
+    }
+}
+
+/// The snapshot records without their 1.1 fields (position span, context).
+fn snapshot_1_0(k: &new::EventKind) -> Option<event::EventKind> {
+    use event::EventKind as O;
+    use new::EventKind as N;
+    Some(match k {
         N::SnapshotBegin {
             device,
             id,
@@ -271,7 +260,7 @@ fn as_1_0(e: &new::Event) -> event::Event {
             expandable,
         } => O::SnapshotSegment {
             id: *id,
-            place: p(place),
+            place: place_1_0(place),
             addr: *addr,
             size: *size,
             pool_kind: match pool_kind {
@@ -294,36 +283,31 @@ fn as_1_0(e: &new::Event) -> event::Event {
             addr: *addr,
             size: *size,
             requested: *requested,
-            state: st(state),
+            state: match state {
+                new::BlockState::Allocated => event::BlockState::Allocated,
+                new::BlockState::PendingFree => event::BlockState::PendingFree,
+                new::BlockState::Inactive => event::BlockState::Inactive,
+            },
         },
         N::SnapshotEnd { device, id } => O::SnapshotEnd {
             device: *device,
             id: *id,
         },
-        N::Marker { value, .. } => O::Marker { value: *value },
-        N::StatsPosition { .. } => O::Unknown {
-            kind: new_codec::K_STATS_C,
-        },
-        N::Dropped { .. } => O::Unknown {
-            kind: new_codec::K_DROPPED,
-        },
-        N::StringChunk { .. } => O::Unknown {
-            kind: new_codec::K_STRING,
-        },
-        N::Frame { .. } => O::Unknown {
-            kind: new_codec::K_FRAME,
-        },
-        N::Stack { .. } => O::Unknown {
-            kind: new_codec::K_STACK,
-        },
-        N::Context { .. } => O::Unknown {
-            kind: new_codec::K_CONTEXT,
-        },
-        N::Unknown { kind } => O::Unknown { kind: *kind },
-    };
-    event::Event {
-        time_ns: e.time_ns,
-        kind,
+        _ => return None,
+    })
+}
+
+/// The kind number of a record 1.1 added (1.0 reads it as Unknown).
+fn kind_1_1(k: &new::EventKind) -> u16 {
+    use new::EventKind as N;
+    match k {
+        N::StatsPosition { .. } => new_codec::K_STATS_C,
+        N::Dropped { .. } => new_codec::K_DROPPED,
+        N::StringChunk { .. } => new_codec::K_STRING,
+        N::Frame { .. } => new_codec::K_FRAME,
+        N::Stack { .. } => new_codec::K_STACK,
+        N::Context { .. } => new_codec::K_CONTEXT,
+        other => panic!("{other:?} is no 1.1 kind"),
     }
 }
 
@@ -350,47 +334,8 @@ fn every_kind() -> Vec<new::Event> {
     let a = 0x7f00_0000_0000u64;
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(b"model.fc");
-    let kinds = vec![
-        EventKind::SegmentAlloc {
-            place,
-            addr: a,
-            size: 20 * MIB,
-        },
-        EventKind::Alloc {
-            place,
-            addr: a,
-            size: 4096,
-        },
-        EventKind::SegmentMap {
-            place,
-            addr: a,
-            size: 2 * MIB,
-        },
-        EventKind::SegmentUnmap {
-            place,
-            addr: a,
-            size: 2 * MIB,
-        },
-        EventKind::Oom {
-            place,
-            device_free: 5,
-            request: 6,
-        },
-        EventKind::FreeRequested {
-            place,
-            addr: a,
-            size: 4096,
-        },
-        EventKind::FreeCompleted {
-            place,
-            addr: a,
-            size: 4096,
-        },
-        EventKind::SegmentFree {
-            place,
-            addr: a,
-            size: 20 * MIB,
-        },
+    let mut kinds = allocator_kinds(place, a);
+    kinds.extend([
         EventKind::Stats {
             device: 0,
             stats: Stats {
@@ -467,7 +412,7 @@ fn every_kind() -> Vec<new::Event> {
             stack: 1,
             step: Some(41),
         },
-    ];
+    ]);
     kinds
         .into_iter()
         .enumerate()
@@ -476,6 +421,53 @@ fn every_kind() -> Vec<new::Event> {
             kind,
         })
         .collect()
+}
+
+/// The allocator events of [`every_kind`], all at `place` and address `a`.
+fn allocator_kinds(place: new::Place, a: u64) -> Vec<new::EventKind> {
+    use new::EventKind;
+    vec![
+        EventKind::SegmentAlloc {
+            place,
+            addr: a,
+            size: 20 * MIB,
+        },
+        EventKind::Alloc {
+            place,
+            addr: a,
+            size: 4096,
+        },
+        EventKind::SegmentMap {
+            place,
+            addr: a,
+            size: 2 * MIB,
+        },
+        EventKind::SegmentUnmap {
+            place,
+            addr: a,
+            size: 2 * MIB,
+        },
+        EventKind::Oom {
+            place,
+            device_free: 5,
+            request: 6,
+        },
+        EventKind::FreeRequested {
+            place,
+            addr: a,
+            size: 4096,
+        },
+        EventKind::FreeCompleted {
+            place,
+            addr: a,
+            size: 4096,
+        },
+        EventKind::SegmentFree {
+            place,
+            addr: a,
+            size: 20 * MIB,
+        },
+    ]
 }
 
 #[test]
@@ -520,10 +512,7 @@ fn todays_rust_writer_is_read_by_the_1_0_reader() {
 #[test]
 fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
     let dir = tempfile::tempdir().unwrap();
-    let shm = dir.path().join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let exe = compile("tests/compat/writer_1_1.c", dir.path());
-    let (child, path) = start(&exe, &shm);
+    let (child, path) = start("tests/compat/writer_1_1.c", dir.path());
     let bytes = std::fs::read(&path).unwrap();
     match layout::parse_header(&bytes, bytes.len() as u64).unwrap() {
         layout::Parsed::Ready(h) => assert_eq!(h.minor, 1),
@@ -549,16 +538,22 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
     assert_eq!(old_events, want);
     assert_eq!(old[0].dropped_samples + old[1].dropped_samples, 0);
     // Today's reader: what the C helpers wrote, field for field.
-    use new::EventKind as K;
-    let tag = new::CtxTag {
-        context: 5,
-        step_tag: new::CtxTag::step_tag_of(41),
-    };
+    let (strings, seen) = strings_apart(&new_events);
+    assert_eq!(strings.get(1), Some("transformer.h.3.attn"));
+    assert_eq!(
+        strings.get(2),
+        Some("/home/u/train.py:an exceptionally long path name, longer than one chunk")
+    );
+    assert_eq!(seen, written_by_writer_1_1());
+}
+
+/// The strings the STRING records define, and the other events' kinds.
+fn strings_apart(events: &[new::Event]) -> (new_codec::Strings, Vec<new::EventKind>) {
     let mut strings = new_codec::Strings::default();
     let mut seen = Vec::new();
-    for e in &new_events {
+    for e in events {
         match &e.kind {
-            K::StringChunk {
+            new::EventKind::StringChunk {
                 id,
                 len,
                 offset,
@@ -569,11 +564,17 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
             k => seen.push(k.clone()),
         }
     }
-    assert_eq!(strings.get(1), Some("transformer.h.3.attn"));
-    assert_eq!(
-        strings.get(2),
-        Some("/home/u/train.py:an exceptionally long path name, longer than one chunk")
-    );
+    (strings, seen)
+}
+
+/// What tests/compat/writer_1_1.c writes, but its strings: the agent ring,
+/// then the device ring.
+fn written_by_writer_1_1() -> Vec<new::EventKind> {
+    use new::EventKind as K;
+    let tag = new::CtxTag {
+        context: 5,
+        step_tag: new::CtxTag::step_tag_of(41),
+    };
     let place = new::Place {
         device: 0,
         stream: 0,
@@ -587,7 +588,7 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
         exact: false,
         ambiguous: true,
     };
-    let expected = vec![
+    vec![
         K::Frame {
             id: 1,
             file: 2,
@@ -690,8 +691,7 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
             addr: 0x7f00_0000_0000,
             size: 4096,
         },
-    ];
-    assert_eq!(seen, expected);
+    ]
 }
 
 #[test]

@@ -37,11 +37,8 @@ fn replay_json(file: &Path) -> Value {
         .arg(file)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -96,32 +93,81 @@ fn key() -> ProcessKey {
     }
 }
 
-/// The inputs of the 1.1 fixture: a process watched from mid-run, anchored
-/// on snapshot 1, then tagged events and a statistics sample placed exactly.
-fn v1_1_inputs() -> Vec<(u64, Input)> {
-    let t0 = 5_000_000_000u64;
-    let ev = |dt: u64, kind| Event {
-        time_ns: t0 + dt,
+const T0: u64 = 5_000_000_000;
+/// The first segment's address; the second's is 1 GiB above.
+const B: u64 = 0x7f00_0000_0000;
+
+fn ev(dt: u64, kind: EventKind) -> Event {
+    Event {
+        time_ns: T0 + dt,
         kind,
-    };
-    let b = 0x7f00_0000_0000u64;
-    let s2 = b + (1 << 30);
-    let tag = CtxTag {
+    }
+}
+
+fn tag() -> CtxTag {
+    CtxTag {
         context: 1,
         step_tag: CtxTag::step_tag_of(1),
-    };
-    let place = Place {
+    }
+}
+
+fn place() -> Place {
+    Place {
         device: 0,
         stream: 0,
         pool: PoolId(0, 0),
-        ctx: tag,
+        ctx: tag(),
+    }
+}
+
+/// The inputs of the 1.1 fixture: a process watched from mid-run, anchored
+/// on snapshot 1, then tagged events and a statistics sample placed exactly.
+fn v1_1_inputs() -> Vec<(u64, Input)> {
+    // Ring 0 (agent) from position 3, ring 1 (device 0) from position 5.
+    let agent_at: Vec<RingPos> = (3..10)
+        .map(|position| RingPos { ring: 0, position })
+        .collect();
+    let first = Input::Events {
+        key: key(),
+        events: agent_events(),
+        delivered: 7,
+        lost: 0,
+        lost_now: 0,
+        at: agent_at,
     };
-    let mut name = [0u8; 32];
-    name[..12].copy_from_slice(b"model.layer1");
+    let mut at: Vec<RingPos> = (5..10)
+        .map(|position| RingPos { ring: 1, position })
+        .collect();
+    // Agent ring: the sample is positions 10 and 11 (its STATS_B at 11),
+    // its STATS_C 12, the marker 13, DROPPED 14.
+    at.extend([11, 12, 13, 14].map(|position| RingPos { ring: 0, position }));
+    let second = Input::Events {
+        key: key(),
+        events: device_events(),
+        delivered: 16,
+        lost: 0,
+        lost_now: 0,
+        at,
+    };
+    let dropped = Input::Dropped {
+        key: Some(key()),
+        what: "recent events".into(),
+        count: 3,
+    };
+    vec![
+        (T0, attach()),
+        (T0 + 10, first),
+        (T0 + 10_000, second),
+        (T0 + 20_000, dropped),
+    ]
+}
+
+/// Watching began at `T0`, mid-run, anchored on snapshot 1.
+fn attach() -> Input {
     let mut source = Source::unattached(Mode::Exact);
     source.segment = Some("/dev/shm/vramscope-1000-4242".into());
     source.producer = Some("TorchExact".into());
-    let attach = Input::Attach {
+    Input::Attach {
         key: key(),
         identity: Identity {
             host_pid: 4242,
@@ -133,14 +179,20 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
         },
         source,
         watch: Watch {
-            began_ns: Some(t0),
+            began_ns: Some(T0),
             mid_run: true,
             ring_starts: vec![3, 5],
             anchor_snapshot: Some(1),
         },
-    };
-    // Ring 0 (agent) from position 3, ring 1 (device 0) from position 5.
-    let agent = vec![
+    }
+}
+
+/// The agent ring's first records: a string, a context, snapshot 1.
+fn agent_events() -> Vec<Event> {
+    let (tag, place) = (tag(), place());
+    let mut name = [0u8; 32];
+    name[..12].copy_from_slice(b"model.layer1");
+    vec![
         ev(
             0,
             EventKind::StringChunk {
@@ -184,7 +236,7 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
                     ctx: CtxTag::NONE,
                     ..place
                 },
-                addr: b,
+                addr: B,
                 size: 20 * MIB,
                 pool_kind: SegmentPool::Large,
                 expandable: false,
@@ -195,7 +247,7 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
             EventKind::SnapshotBlock {
                 id: 1,
                 device: 0,
-                addr: b,
+                addr: B,
                 size: 4 * MIB,
                 requested: 4 * MIB,
                 state: BlockState::Allocated,
@@ -207,7 +259,7 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
             EventKind::SnapshotBlock {
                 id: 1,
                 device: 0,
-                addr: b + 4 * MIB,
+                addr: B + 4 * MIB,
                 size: 16 * MIB,
                 requested: 0,
                 state: BlockState::Inactive,
@@ -215,24 +267,19 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
             },
         ),
         ev(2, EventKind::SnapshotEnd { device: 0, id: 1 }),
-    ];
-    let agent_at: Vec<RingPos> = (3..10)
-        .map(|position| RingPos { ring: 0, position })
-        .collect();
-    let first = Input::Events {
-        key: key(),
-        events: agent,
-        delivered: 7,
-        lost: 0,
-        lost_now: 0,
-        at: agent_at,
-    };
-    let device = vec![
+    ]
+}
+
+/// Device 0's events, then the agent ring's sample, marker and DROPPED.
+fn device_events() -> Vec<Event> {
+    let place = place();
+    let s2 = B + (1 << 30);
+    vec![
         ev(
             1_000,
             EventKind::Alloc {
                 place,
-                addr: b + 4 * MIB,
+                addr: B + 4 * MIB,
                 size: 2 * MIB,
             },
         ),
@@ -256,7 +303,7 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
             4_000,
             EventKind::FreeRequested {
                 place,
-                addr: b,
+                addr: B,
                 size: 4 * MIB,
             },
         ),
@@ -264,7 +311,7 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
             5_000,
             EventKind::FreeCompleted {
                 place,
-                addr: b,
+                addr: B,
                 size: 4 * MIB,
             },
         ),
@@ -314,31 +361,6 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
                 bound: 64,
             },
         ),
-    ];
-    let mut at: Vec<RingPos> = (5..10)
-        .map(|position| RingPos { ring: 1, position })
-        .collect();
-    // Agent ring: the sample is positions 10 and 11 (its STATS_B at 11),
-    // its STATS_C 12, the marker 13, DROPPED 14.
-    at.extend([11, 12, 13, 14].map(|position| RingPos { ring: 0, position }));
-    let second = Input::Events {
-        key: key(),
-        events: device,
-        delivered: 16,
-        lost: 0,
-        lost_now: 0,
-        at,
-    };
-    let dropped = Input::Dropped {
-        key: Some(key()),
-        what: "recent events".into(),
-        count: 3,
-    };
-    vec![
-        (t0, attach),
-        (t0 + 10, first),
-        (t0 + 10_000, second),
-        (t0 + 20_000, dropped),
     ]
 }
 

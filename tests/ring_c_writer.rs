@@ -1,35 +1,36 @@
 //! Cross-language: the C writer (assets/agent/vramscope_ring.h), compiled by
 //! this test with the system C compiler (and as C++), drives the Rust reader.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Proc, Stdio};
 use std::time::Duration;
 
 use vramscope::event::{EventKind, Stats};
+use vramscope::ring::discover::Liveness;
 use vramscope::ring::{Command, Producer, SegmentReader, Status};
 
+#[path = "common/c_writer.rs"]
+mod c_writer;
+
 fn compile(out: &Path, cxx: bool) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/writer.c");
-    let exe = out.join(if cxx { "writer_cxx" } else { "writer_c" });
-    let mut cmd = if cxx {
-        Proc::new("c++")
+    let (exe, lang) = if cxx {
+        ("writer_cxx", &["c++", "-x", "c++", "-std=gnu++17"][..])
     } else {
-        Proc::new("cc")
+        ("writer_c", &["cc", "-std=gnu11"][..])
     };
-    if cxx {
-        cmd.args(["-x", "c++", "-std=gnu++17"]);
-    } else {
-        cmd.arg("-std=gnu11");
-    }
-    let st = cmd
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("a C compiler (cc / c++) is needed for this test");
-    assert!(st.success(), "compiling {} failed", src.display());
-    exe
+    c_writer::compile("tests/c/writer.c", &out.join(exe), lang, &["-pthread"])
+}
+
+/// Builds writer.c and starts it with `args` (THREADS PER_THREAD SLOTS);
+/// returns it with its segment open, and the segment directory.
+fn start(dir: &Path, cxx: bool, args: &[String]) -> (c_writer::Writer, SegmentReader, PathBuf) {
+    let exe = compile(dir, cxx);
+    let shm = dir.join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut all = vec![shm.display().to_string()];
+    all.extend_from_slice(args);
+    let writer = c_writer::start(&exe, &all);
+    let reader = SegmentReader::open(&writer.path).expect("the C segment validates");
+    (writer, reader, shm)
 }
 
 /// Mirrors `make` in writer.c.
@@ -42,25 +43,10 @@ fn expected(thread: u64, i: u64) -> [u64; 6] {
     [x, w2, w3, w4, w5, w2 ^ w3 ^ w4 ^ w5]
 }
 
-fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile(dir.path(), cxx);
-    let shm = dir.path().join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let mut child = Proc::new(&exe)
-        .arg(&shm)
-        .arg(threads.to_string())
-        .arg(per_thread.to_string())
-        .arg(slots.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let path = PathBuf::from(lines.next().unwrap().unwrap());
-    let mut reader = SegmentReader::open(&path).expect("the C segment validates");
+/// The header writer.c wrote, read as today's reader reads it.
+fn check_header(reader: &SegmentReader, pid: u32, slots: u64) {
     let h = reader.header().clone();
-    assert_eq!(h.pid, child.id());
+    assert_eq!(h.pid, pid);
     assert_eq!(h.producer, Producer::Test);
     assert_eq!(h.minor, 1, "vramscope_ring.h writes format 1.1");
     assert_eq!(h.framework, "c-writer 1.0");
@@ -69,16 +55,15 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
     assert_eq!(h.rings[1].slot_count, slots);
     assert_eq!(
         Some(h.start_time),
-        vramscope::ring::discover::proc_start_time(child.id()),
+        vramscope::ring::discover::proc_start_time(pid),
         "the C writer's start time is field 22 of /proc/<pid>/stat"
     );
-    assert_eq!(
-        reader.liveness(),
-        vramscope::ring::discover::Liveness::Alive
-    );
+    assert_eq!(reader.liveness(), Liveness::Alive);
+}
 
-    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
-    // Drain slowly while the writers run.
+/// Drains the device ring slowly while the writers run, checking every
+/// record; returns how many were delivered.
+fn drain_checked(reader: &mut SegmentReader, threads: u64, per_thread: u64) -> u64 {
     let mut next = vec![0u64; threads as usize];
     let mut delivered = 0u64;
     let mut check = |_: u64, w: &[u64; 7]| {
@@ -100,49 +85,40 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    // The writer prints "written" after the agent ring records.
-    assert_eq!(lines.next().unwrap().unwrap(), "written");
-    let c = reader.counts(1);
-    assert_eq!(c.delivered, delivered);
-    assert_eq!(
-        c.skipped + c.delivered + c.lost,
-        threads * per_thread,
-        "{c:?}"
-    );
-    assert_eq!(reader.head(1), threads * per_thread);
+    delivered
+}
 
+/// The statistics sample and marker writer.c puts in the agent ring.
+fn check_agent_ring(reader: &mut SegmentReader) {
     let mut events = Vec::new();
     reader.drain(100, |ring, e| {
         if ring == 0 {
             events.push(e.kind)
         }
     });
-    assert_eq!(
-        events,
-        vec![
-            EventKind::Stats {
-                device: 0,
-                stats: Stats {
-                    allocated: 100,
-                    reserved: 200,
-                    active: 150,
-                    inactive_split: 50,
-                    requested: 90,
-                    allocated_peak: 101,
-                    reserved_peak: 201,
-                    active_peak: 151,
-                    alloc_retries: 3,
-                    ooms: 2,
-                    segments: 7
-                }
-            },
-            EventKind::Marker {
-                value: 42,
-                source: Default::default(),
-            }
-        ]
-    );
+    let stats = Stats {
+        allocated: 100,
+        reserved: 200,
+        active: 150,
+        inactive_split: 50,
+        requested: 90,
+        allocated_peak: 101,
+        reserved_peak: 201,
+        active_peak: 151,
+        alloc_retries: 3,
+        ooms: 2,
+        segments: 7,
+    };
+    let marker = EventKind::Marker {
+        value: 42,
+        source: Default::default(),
+    };
+    assert_eq!(events, vec![EventKind::Stats { device: 0, stats }, marker]);
+}
 
+/// writer.c's commands: ping echoes, empty cache says 300 -> 100, the rest
+/// is unsupported, ping 0 ends it.
+fn check_commands(reader: &mut SegmentReader) {
     let t = Duration::from_secs(10);
     let pong = reader.command(Command::Ping { value: 77 }, t).unwrap();
     assert_eq!((pong.status, pong.result0), (Status::Ok, 77));
@@ -155,8 +131,31 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
         .unwrap();
     assert_eq!(un.status, Status::Unsupported);
     reader.command(Command::Ping { value: 0 }, t).unwrap();
-    assert!(child.wait().unwrap().success());
-    assert!(!path.exists(), "a clean exit removes the segment");
+}
+
+fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [threads, per_thread, slots].map(|n| n.to_string());
+    let (mut w, mut reader, _) = start(dir.path(), cxx, &args);
+    check_header(&reader, w.child.id(), slots);
+
+    w.tell("go");
+    let delivered = drain_checked(&mut reader, threads, per_thread);
+    // The writer prints "written" after the agent ring records.
+    assert_eq!(w.lines.next().unwrap().unwrap(), "written");
+    let c = reader.counts(1);
+    assert_eq!(c.delivered, delivered);
+    assert_eq!(
+        c.skipped + c.delivered + c.lost,
+        threads * per_thread,
+        "{c:?}"
+    );
+    assert_eq!(reader.head(1), threads * per_thread);
+
+    check_agent_ring(&mut reader);
+    check_commands(&mut reader);
+    assert!(w.child.wait().unwrap().success());
+    assert!(!w.path.exists(), "a clean exit removes the segment");
     assert_eq!(reader.state(), vramscope::ring::layout::STATE_CLOSED);
 }
 
@@ -176,28 +175,17 @@ fn cxx_writer_one_thread_big_ring() {
 #[test]
 fn c_writer_killed_mid_run_costs_only_what_it_held() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile(dir.path(), false);
-    let shm = dir.path().join("shm");
-    std::fs::create_dir(&shm).unwrap();
-    let mut child = Proc::new(&exe)
-        .arg(&shm)
-        .args(["4", "100000000", "4096"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let path = PathBuf::from(lines.next().unwrap().unwrap());
-    let mut reader = SegmentReader::open(&path).unwrap();
-    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    let args = ["4", "100000000", "4096"].map(String::from);
+    let (mut w, mut reader, shm) = start(dir.path(), false, &args);
+    w.tell("go");
     let mut delivered = 0u64;
     for _ in 0..20 {
         reader.drain_ring_raw(1, 1000, false, |_, _| delivered += 1);
         std::thread::sleep(Duration::from_millis(2));
     }
-    child.kill().unwrap(); // SIGKILL, possibly in the middle of a write
-    child.wait().unwrap();
-    assert_eq!(reader.liveness(), vramscope::ring::discover::Liveness::Dead);
+    w.child.kill().unwrap(); // SIGKILL, possibly in the middle of a write
+    w.child.wait().unwrap();
+    assert_eq!(reader.liveness(), Liveness::Dead);
     // Everything left is delivered or counted lost; nothing waits forever.
     let mut n = 0;
     loop {
@@ -210,7 +198,7 @@ fn c_writer_killed_mid_run_costs_only_what_it_held() {
     assert!(c.delivered > 0);
     assert_eq!(c.skipped + c.delivered + c.lost, reader.head(1), "{c:?}");
     // The killed writer left its file: it is stale now, and cleanup removes it.
-    assert!(path.exists());
+    assert!(w.path.exists());
     let removed = vramscope::ring::discover::remove_stale(&shm).unwrap();
-    assert_eq!(removed, vec![path]);
+    assert_eq!(removed, vec![w.path]);
 }

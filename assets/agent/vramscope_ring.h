@@ -204,16 +204,22 @@ static inline uint32_t vs_ctx_tag(uint32_t context, uint8_t step_tag) {
     return (context & VS_CONTEXT_MAX) | ((uint32_t)step_tag << 24);
 }
 
+/* Any record: its header word, its time and words 2 to 6. */
+static inline void vs_rec_words(uint64_t w[7], uint16_t kind, uint16_t device, uint32_t aux, uint64_t time,
+                                uint64_t w2, uint64_t w3, uint64_t w4, uint64_t w5, uint64_t w6) {
+    w[0] = vs_head_word(kind, device, aux);
+    w[1] = time;
+    w[2] = w2;
+    w[3] = w3;
+    w[4] = w4;
+    w[5] = w5;
+    w[6] = w6;
+}
+
 /* An allocator event (kinds 1-7, 9) with its context tag. */
 static inline void vs_rec_alloc_event(uint64_t w[7], uint16_t kind, uint16_t device, uint32_t tag, uint64_t time,
                                       uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool0, uint64_t pool1) {
-    w[0] = vs_head_word(kind, device, tag);
-    w[1] = time;
-    w[2] = addr;
-    w[3] = size;
-    w[4] = stream;
-    w[5] = pool0;
-    w[6] = pool1;
+    vs_rec_words(w, kind, device, tag, time, addr, size, stream, pool0, pool1);
 }
 
 /* The flags word of a position span: `before` and `after` are the device
@@ -226,49 +232,28 @@ static inline uint64_t vs_span_flags(uint8_t ring, uint64_t before, uint64_t aft
 /* A step boundary: `source` is a VS_MARK_*; `optimizer` numbers the optimizer
    for VS_MARK_OPTIMIZER_STEP (1, 2, ...; 0 not given). */
 static inline void vs_rec_marker(uint64_t w[7], uint64_t time, uint64_t value, uint8_t source, uint32_t optimizer) {
-    w[0] = vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0);
-    w[1] = time;
-    w[2] = value;
-    w[3] = source;
-    w[4] = source == VS_MARK_OPTIMIZER_STEP ? optimizer : 0;
-    w[5] = 0;
-    w[6] = 0;
+    uint64_t arg = source == VS_MARK_OPTIMIZER_STEP ? optimizer : 0;
+    vs_rec_words(w, VS_K_MARKER, VS_NO_DEVICE, 0, time, value, source, arg, 0, 0);
 }
 
 /* STATS_C: written after the STATS_B of sample `sample`, same device. */
 static inline void vs_rec_stats_c(uint64_t w[7], uint16_t device, uint32_t sample, uint64_t time, uint8_t ring,
                                   uint64_t before, uint64_t after, int exact) {
-    w[0] = vs_head_word(VS_K_STATS_C, device, sample);
-    w[1] = time;
-    w[2] = before;
-    w[3] = after;
-    w[4] = vs_span_flags(ring, before, after, exact);
-    w[5] = 0;
-    w[6] = 0;
+    uint64_t flags = vs_span_flags(ring, before, after, exact);
+    vs_rec_words(w, VS_K_STATS_C, device, sample, time, before, after, flags, 0, 0);
 }
 
 /* SNAP_BEGIN with the device ring's positions around the snapshot. */
 static inline void vs_rec_snap_begin(uint64_t w[7], uint16_t device, uint32_t id, uint64_t time, uint64_t segments,
                                      uint64_t blocks, uint8_t ring, uint64_t before, uint64_t after, int exact) {
-    w[0] = vs_head_word(VS_K_SNAP_BEGIN, device, id);
-    w[1] = time;
-    w[2] = segments;
-    w[3] = blocks;
-    w[4] = before;
-    w[5] = after;
-    w[6] = vs_span_flags(ring, before, after, exact);
+    uint64_t flags = vs_span_flags(ring, before, after, exact);
+    vs_rec_words(w, VS_K_SNAP_BEGIN, device, id, time, segments, blocks, before, after, flags);
 }
 
 /* DROPPED: `count` is cumulative since the segment was created. */
 static inline void vs_rec_dropped(uint64_t w[7], uint16_t device, uint32_t what, uint64_t time, uint64_t count,
                                   uint64_t bound) {
-    w[0] = vs_head_word(VS_K_DROPPED, device, what);
-    w[1] = time;
-    w[2] = count;
-    w[3] = bound;
-    w[4] = 0;
-    w[5] = 0;
-    w[6] = 0;
+    vs_rec_words(w, VS_K_DROPPED, device, what, time, count, bound, 0, 0, 0);
 }
 
 /* The length a STRING record sends for `s` (n bytes): at most VS_STRING_MAX,
@@ -305,36 +290,19 @@ static inline int vs_write_string(vs_ring *ring, uint32_t id, uint64_t time, con
 
 static inline void vs_rec_frame(uint64_t w[7], uint32_t id, uint64_t time, uint32_t file, uint32_t function,
                                 uint32_t line) {
-    w[0] = vs_head_word(VS_K_FRAME, VS_NO_DEVICE, id);
-    w[1] = time;
-    w[2] = file;
-    w[3] = function;
-    w[4] = line;
-    w[5] = 0;
-    w[6] = 0;
+    vs_rec_words(w, VS_K_FRAME, VS_NO_DEVICE, id, time, file, function, line, 0, 0);
 }
 
 static inline void vs_rec_stack(uint64_t w[7], uint32_t id, uint64_t time, uint32_t frame, uint32_t parent) {
-    w[0] = vs_head_word(VS_K_STACK, VS_NO_DEVICE, id);
-    w[1] = time;
-    w[2] = frame;
-    w[3] = parent;
-    w[4] = 0;
-    w[5] = 0;
-    w[6] = 0;
+    vs_rec_words(w, VS_K_STACK, VS_NO_DEVICE, id, time, frame, parent, 0, 0, 0);
 }
 
 /* CONTEXT: `module` a string id (0 none), `phase` a VS_PHASE_*, `stack` a
    stack id (0 none); `has_step` says whether `step` is given. */
 static inline void vs_rec_context(uint64_t w[7], uint32_t id, uint64_t time, uint32_t module, uint8_t phase,
                                   uint32_t stack, int has_step, uint64_t step) {
-    w[0] = vs_head_word(VS_K_CONTEXT, VS_NO_DEVICE, id);
-    w[1] = time;
-    w[2] = module;
-    w[3] = phase;
-    w[4] = has_step ? step : 0;
-    w[5] = stack;
-    w[6] = has_step ? VS_CONTEXT_STEP_GIVEN : 0;
+    vs_rec_words(w, VS_K_CONTEXT, VS_NO_DEVICE, id, time, module, phase, has_step ? step : 0, stack,
+                 has_step ? VS_CONTEXT_STEP_GIVEN : 0);
 }
 
 /*
@@ -480,20 +448,8 @@ static inline int vs__valid_tag(const char *t) {
     return 1;
 }
 
-/*
- * Creates and publishes a segment for this process. Returns 0, or -1 with a
- * message in `err`. Never leaves a half-made file behind on failure.
- */
-static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
-    memset(seg, 0, sizeof *seg);
-    if (cfg->ring_count < 1 || cfg->ring_count > VS_MAX_RINGS) {
-        snprintf(err, errlen, "vramscope: %u rings requested, 1 to %d allowed", cfg->ring_count, VS_MAX_RINGS);
-        return -1;
-    }
-    if (cfg->tag && !vs__valid_tag(cfg->tag)) {
-        snprintf(err, errlen, "vramscope: bad segment tag '%s'", cfg->tag);
-        return -1;
-    }
+/* The segment's path: DIR/vramscope-UID-PID[-TAG]. Returns 0 or -1. */
+static inline int vs__segment_path(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
     const char *dir = cfg->dir;
     if (!dir || !*dir) dir = getenv("VRAMSCOPE_SHM_DIR");
     if (!dir || !*dir) dir = "/dev/shm";
@@ -505,30 +461,40 @@ static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char 
         snprintf(err, errlen, "vramscope: segment path too long under %s", dir);
         return -1;
     }
-    /* Lay out: header, table, control block, then page-aligned rings. */
-    size_t control = vs__align(VS_HEADER_SIZE + cfg->ring_count * VS_RING_ENTRY_SIZE, 64);
-    size_t at = vs__align(control + VS_CONTROL_SIZE, 4096);
-    size_t offsets[VS_MAX_RINGS];
+    return 0;
+}
+
+/* Lays out header, table, control block, then page-aligned rings: sets
+   `*control` and `offsets`, returns the segment size (0: bad ring size). */
+static inline size_t vs__layout(const vs_config *cfg, size_t *control, size_t offsets[VS_MAX_RINGS], char *err,
+                                size_t errlen) {
+    *control = vs__align(VS_HEADER_SIZE + cfg->ring_count * VS_RING_ENTRY_SIZE, 64);
+    size_t at = vs__align(*control + VS_CONTROL_SIZE, 4096);
     for (uint32_t i = 0; i < cfg->ring_count; i++) {
         uint32_t s = cfg->rings[i].slots;
         if (s < 2 || s > (1u << 24) || (s & (s - 1))) {
             snprintf(err, errlen, "vramscope: ring %u: %u slots is not a power of two in 2..2^24", i, s);
-            return -1;
+            return 0;
         }
         offsets[i] = at;
         at = vs__align(at + VS_RING_HEADER_SIZE + (size_t)s * VS_SLOT_SIZE, 4096);
     }
-    size_t size = at;
-    int fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    return at;
+}
+
+/* Creates the file at `path` with `size` bytes reserved and maps it.
+   Returns the mapping, or NULL with no file left behind. */
+static inline void *vs__map_new(const char *path, size_t size, char *err, size_t errlen) {
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
         /* The name carries our own pid: an existing file is left over from an
            earlier process with this pid, or from an earlier attach of ours. */
-        unlink(seg->path);
-        fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        unlink(path);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     }
     if (fd < 0) {
-        snprintf(err, errlen, "vramscope: cannot create %s: %s", seg->path, strerror(errno));
-        return -1;
+        snprintf(err, errlen, "vramscope: cannot create %s: %s", path, strerror(errno));
+        return NULL;
     }
     /* tmpfs allocates pages lazily: reserve them now, so that a full
        /dev/shm is an error here rather than a SIGBUS later, inside the
@@ -537,23 +503,28 @@ static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char 
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0) rc = errno;
     if (rc == 0) rc = posix_fallocate(fd, 0, (off_t)size);
     if (rc != 0) {
-        snprintf(err, errlen, "vramscope: cannot reserve %zu bytes for %s: %s", size, seg->path, strerror(rc));
+        snprintf(err, errlen, "vramscope: cannot reserve %zu bytes for %s: %s", size, path, strerror(rc));
         close(fd);
-        unlink(seg->path);
-        return -1;
+        unlink(path);
+        return NULL;
     }
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-        snprintf(err, errlen, "vramscope: cannot map %s: %s", seg->path, strerror(errno));
-        unlink(seg->path);
-        return -1;
+        snprintf(err, errlen, "vramscope: cannot map %s: %s", path, strerror(errno));
+        unlink(path);
+        return NULL;
     }
-    uint8_t hdr[VS_HEADER_SIZE + VS_MAX_RINGS * VS_RING_ENTRY_SIZE];
-    memset(hdr, 0, sizeof hdr);
+    return base;
+}
+
+/* The header and ring table, all but the magic, into `hdr` (zeroed). */
+static inline void vs__fill_header(uint8_t *hdr, const vs_config *cfg, size_t control, size_t size,
+                                   const size_t offsets[VS_MAX_RINGS]) {
     uint16_t major = VS_MAJOR, minor = VS_MINOR;
     uint32_t hsize = VS_HEADER_SIZE, ring_count = cfg->ring_count, table = VS_HEADER_SIZE;
-    uint32_t ctl = (uint32_t)control, ctl_size = VS_CONTROL_SIZE, upid = pid, uuid = uid;
+    uint32_t ctl = (uint32_t)control, ctl_size = VS_CONTROL_SIZE;
+    uint32_t upid = (uint32_t)getpid(), uuid = (uint32_t)geteuid();
     uint64_t size64 = size, start = vs__start_time();
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
@@ -584,6 +555,31 @@ static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char 
         vs__put(hdr, e + 16, &cfg->rings[i].role, 4);
         vs__put(hdr, e + 20, &cfg->rings[i].device, 4);
     }
+}
+
+/*
+ * Creates and publishes a segment for this process. Returns 0, or -1 with a
+ * message in `err`. Never leaves a half-made file behind on failure.
+ */
+static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
+    memset(seg, 0, sizeof *seg);
+    if (cfg->ring_count < 1 || cfg->ring_count > VS_MAX_RINGS) {
+        snprintf(err, errlen, "vramscope: %u rings requested, 1 to %d allowed", cfg->ring_count, VS_MAX_RINGS);
+        return -1;
+    }
+    if (cfg->tag && !vs__valid_tag(cfg->tag)) {
+        snprintf(err, errlen, "vramscope: bad segment tag '%s'", cfg->tag);
+        return -1;
+    }
+    if (vs__segment_path(seg, cfg, err, errlen) != 0) return -1;
+    size_t control, offsets[VS_MAX_RINGS];
+    size_t size = vs__layout(cfg, &control, offsets, err, errlen);
+    if (size == 0) return -1;
+    void *base = vs__map_new(seg->path, size, err, errlen);
+    if (!base) return -1;
+    uint8_t hdr[VS_HEADER_SIZE + VS_MAX_RINGS * VS_RING_ENTRY_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    vs__fill_header(hdr, cfg, control, size, offsets);
     /* Header words go in with relaxed atomic stores (the file is fresh and
        zeroed); the magic is stored last with release ordering. */
     uint64_t *words = (uint64_t *)base;
@@ -595,7 +591,7 @@ static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char 
     }
     seg->base = (uint8_t *)base;
     seg->size = size;
-    seg->control_offset = ctl;
+    seg->control_offset = (uint32_t)control;
     seg->ring_count = cfg->ring_count;
     for (uint32_t i = 0; i < cfg->ring_count; i++) {
         uint64_t *r = (uint64_t *)(seg->base + offsets[i]);

@@ -178,9 +178,8 @@ pub enum Parsed {
 /// `bytes` may be shorter than the whole segment but must cover the header;
 /// if it does not cover the ring table, the error says how much is needed.
 pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
-    let bad = |why: String| Err(RingError::Invalid(why));
     if bytes.len() < HEADER_SIZE || file_size < HEADER_SIZE as u64 {
-        return bad(format!(
+        return invalid(format!(
             "segment is {file_size} bytes, smaller than the {HEADER_SIZE}-byte header"
         ));
     }
@@ -189,23 +188,77 @@ pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
         return Ok(Parsed::Initialising);
     }
     if magic != MAGIC {
-        return bad(format!("bad magic {magic:#018x}, not a vramscope segment"));
+        return invalid(format!("bad magic {magic:#018x}, not a vramscope segment"));
     }
+    let minor = check_version(bytes)?;
+    let frame = check_frame(bytes, file_size)?;
+    let needed = frame.control_offset + CONTROL_SIZE;
+    if bytes.len() < needed {
+        return Err(RingError::ShortCopy { needed });
+    }
+    let mut rings: Vec<RingEntry> = Vec::with_capacity(frame.ring_count);
+    for i in 0..frame.ring_count {
+        let entry = ring_entry(bytes, i, needed, frame.segment_size)?;
+        let (start, end) = (entry.offset, entry.offset + entry.bytes());
+        if let Some((j, _)) = rings
+            .iter()
+            .enumerate()
+            .find(|(_, r)| start < r.offset + r.bytes() && r.offset < end)
+        {
+            return invalid(format!("ring {i} overlaps ring {j}"));
+        }
+        rings.push(entry);
+    }
+    Ok(Parsed::Ready(Header {
+        minor,
+        segment_size: frame.segment_size,
+        pid: u32_at(bytes, OFF_PID),
+        uid: u32_at(bytes, OFF_PID + 4),
+        start_time: u64_at(bytes, OFF_START_TIME),
+        producer: Producer::from_u32(u32_at(bytes, OFF_PRODUCER)),
+        flags: u32_at(bytes, OFF_PRODUCER + 4),
+        created_ns: u64_at(bytes, OFF_CREATED_NS),
+        control_offset: frame.control_offset,
+        framework: text_at(bytes, OFF_FRAMEWORK, FRAMEWORK_LEN),
+        label: text_at(bytes, OFF_LABEL, LABEL_LEN),
+        rings,
+    }))
+}
+
+fn invalid<T>(why: String) -> Result<T, RingError> {
+    Err(RingError::Invalid(why))
+}
+
+/// The minor version, if the major is the one this build reads.
+fn check_version(bytes: &[u8]) -> Result<u16, RingError> {
     let major = u16_at(bytes, OFF_MAJOR);
     let minor = u16_at(bytes, OFF_MAJOR + 2);
     if major != MAJOR {
-        return bad(format!(
+        return invalid(format!(
             "format version {major}.{minor}, this vramscope reads {MAJOR}.0 to {MAJOR}.{MINOR} \
              (major {MAJOR}): use a vramscope that reads major {major}"
         ));
     }
+    Ok(minor)
+}
+
+/// The sizes and offsets a header gives, checked against each other.
+struct Frame {
+    segment_size: usize,
+    ring_count: usize,
+    control_offset: usize,
+}
+
+/// Checks the header size, the segment size, the ring table and where the
+/// control block is.
+fn check_frame(bytes: &[u8], file_size: u64) -> Result<Frame, RingError> {
     let header_size = u32_at(bytes, OFF_HEADER_SIZE) as usize;
     if header_size != HEADER_SIZE {
-        return bad(format!("header_size {header_size}, expected {HEADER_SIZE}"));
+        return invalid(format!("header_size {header_size}, expected {HEADER_SIZE}"));
     }
     let segment_size = u64_at(bytes, OFF_SEGMENT_SIZE);
     if segment_size != file_size {
-        return bad(format!(
+        return invalid(format!(
             "header says {segment_size} bytes but the file has {file_size}"
         ));
     }
@@ -213,11 +266,11 @@ pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
         .map_err(|_| RingError::Invalid(format!("segment_size {segment_size} too large")))?;
     let ring_count = u32_at(bytes, OFF_RING_COUNT) as usize;
     if ring_count == 0 || ring_count > MAX_RINGS {
-        return bad(format!("ring_count {ring_count}, must be 1 to {MAX_RINGS}"));
+        return invalid(format!("ring_count {ring_count}, must be 1 to {MAX_RINGS}"));
     }
     let table = u32_at(bytes, OFF_RING_COUNT + 4) as usize;
     if table != HEADER_SIZE {
-        return bad(format!("ring_table_offset {table}, expected {HEADER_SIZE}"));
+        return invalid(format!("ring_table_offset {table}, expected {HEADER_SIZE}"));
     }
     let control_offset = u32_at(bytes, OFF_CONTROL_OFFSET) as usize;
     let control_size = u32_at(bytes, OFF_CONTROL_OFFSET + 4) as usize;
@@ -227,93 +280,78 @@ pub fn parse_header(bytes: &[u8], file_size: u64) -> Result<Parsed, RingError> {
         || control_offset < table_end
         || control_offset + CONTROL_SIZE > segment_size
     {
-        return bad(format!(
+        return invalid(format!(
             "control block at {control_offset} ({control_size} bytes) does not fit \
              between the ring table end {table_end} and the segment end {segment_size}"
         ));
     }
-    let needed = control_offset + CONTROL_SIZE;
-    if bytes.len() < needed {
-        return Err(RingError::ShortCopy { needed });
-    }
-    let mut rings: Vec<RingEntry> = Vec::with_capacity(ring_count);
-    for i in 0..ring_count {
-        let e = table + i * RING_ENTRY_SIZE;
-        let offset = u64_at(bytes, e);
-        let slot_count = u32_at(bytes, e + 8) as u64;
-        let slot_size = u32_at(bytes, e + 12) as usize;
-        let role = u32_at(bytes, e + 16);
-        let device = u32_at(bytes, e + 20);
-        if slot_size != SLOT_SIZE {
-            return bad(format!(
-                "ring {i}: slot_size {slot_size}, expected {SLOT_SIZE}"
-            ));
-        }
-        if !(2..=MAX_SLOTS).contains(&slot_count) || !slot_count.is_power_of_two() {
-            return bad(format!(
-                "ring {i}: slot_count {slot_count} is not a power of two in 2..={MAX_SLOTS}"
-            ));
-        }
-        if offset % 128 != 0 {
-            return bad(format!("ring {i}: offset {offset} is not 128-aligned"));
-        }
-        let start = offset as usize;
-        let entry = RingEntry {
-            offset: start,
-            slot_count,
-            role,
-            device,
-        };
-        let end = start.checked_add(entry.bytes());
-        if (offset as usize) < needed || end.is_none_or(|end| end > segment_size) {
-            return bad(format!(
-                "ring {i}: bytes {offset}..+{} fall outside the ring area {needed}..{segment_size}",
-                entry.bytes()
-            ));
-        }
-        let end = start + entry.bytes();
-        if let Some((j, _)) = rings
-            .iter()
-            .enumerate()
-            .find(|(_, r)| start < r.offset + r.bytes() && r.offset < end)
-        {
-            return bad(format!("ring {i} overlaps ring {j}"));
-        }
-        rings.push(entry);
-    }
-    Ok(Parsed::Ready(Header {
-        minor,
+    Ok(Frame {
         segment_size,
-        pid: u32_at(bytes, OFF_PID),
-        uid: u32_at(bytes, OFF_PID + 4),
-        start_time: u64_at(bytes, OFF_START_TIME),
-        producer: Producer::from_u32(u32_at(bytes, OFF_PRODUCER)),
-        flags: u32_at(bytes, OFF_PRODUCER + 4),
-        created_ns: u64_at(bytes, OFF_CREATED_NS),
+        ring_count,
         control_offset,
-        framework: text_at(bytes, OFF_FRAMEWORK, FRAMEWORK_LEN),
-        label: text_at(bytes, OFF_LABEL, LABEL_LEN),
-        rings,
-    }))
+    })
+}
+
+/// Ring table entry `i`, checked to lie within `needed..segment_size`.
+fn ring_entry(
+    bytes: &[u8],
+    i: usize,
+    needed: usize,
+    segment_size: usize,
+) -> Result<RingEntry, RingError> {
+    let e = HEADER_SIZE + i * RING_ENTRY_SIZE;
+    let offset = u64_at(bytes, e);
+    let slot_count = u32_at(bytes, e + 8) as u64;
+    let slot_size = u32_at(bytes, e + 12) as usize;
+    let role = u32_at(bytes, e + 16);
+    let device = u32_at(bytes, e + 20);
+    if slot_size != SLOT_SIZE {
+        return invalid(format!(
+            "ring {i}: slot_size {slot_size}, expected {SLOT_SIZE}"
+        ));
+    }
+    check_slot_count(i, slot_count)?;
+    if offset % 128 != 0 {
+        return invalid(format!("ring {i}: offset {offset} is not 128-aligned"));
+    }
+    let entry = RingEntry {
+        offset: offset as usize,
+        slot_count,
+        role,
+        device,
+    };
+    let end = entry.offset.checked_add(entry.bytes());
+    if entry.offset < needed || end.is_none_or(|end| end > segment_size) {
+        return invalid(format!(
+            "ring {i}: bytes {offset}..+{} fall outside the ring area {needed}..{segment_size}",
+            entry.bytes()
+        ));
+    }
+    Ok(entry)
+}
+
+fn check_slot_count(i: usize, slot_count: u64) -> Result<(), RingError> {
+    if !(2..=MAX_SLOTS).contains(&slot_count) || !slot_count.is_power_of_two() {
+        return invalid(format!(
+            "ring {i}: slot_count {slot_count} is not a power of two in 2..={MAX_SLOTS}"
+        ));
+    }
+    Ok(())
 }
 
 /// Lays out rings, given as `(slot_count, role, device)`, after the control
 /// block; returns the ring entries and the total segment size.
 pub fn plan(rings: &[(u64, u32, u32)]) -> Result<(Vec<RingEntry>, usize), RingError> {
     if rings.is_empty() || rings.len() > MAX_RINGS {
-        return Err(RingError::Invalid(format!(
+        return invalid(format!(
             "a segment needs 1 to {MAX_RINGS} rings, not {}",
             rings.len()
-        )));
+        ));
     }
     let mut at = prefix_len(rings.len()).next_multiple_of(4096);
     let mut out = Vec::with_capacity(rings.len());
     for (i, &(slot_count, role, device)) in rings.iter().enumerate() {
-        if !(2..=MAX_SLOTS).contains(&slot_count) || !slot_count.is_power_of_two() {
-            return Err(RingError::Invalid(format!(
-                "ring {i}: slot_count {slot_count} is not a power of two in 2..={MAX_SLOTS}"
-            )));
-        }
+        check_slot_count(i, slot_count)?;
         let entry = RingEntry {
             offset: at,
             slot_count,
