@@ -103,82 +103,8 @@ impl RingSet {
         self.refused
             .retain(|p, _| found.iter().any(|f| &f.path == p));
         for f in found {
-            if self.attached.contains_key(&f.path) {
-                continue;
-            }
-            match SegmentReader::open(&f.path) {
-                Ok(reader) => {
-                    let h = reader.header().clone();
-                    match reader.liveness() {
-                        Liveness::Alive => {}
-                        Liveness::Dead => {
-                            // Left behind by a process that is gone (or
-                            // closed): nothing to show; tidy it away.
-                            if self.cfg.clean_stale {
-                                let _ = std::fs::remove_file(&f.path);
-                            }
-                            continue;
-                        }
-                        Liveness::Reused => {
-                            // Its pid now names another process. Never
-                            // deleted automatically (a writer with a wrong
-                            // start time would lose its segment): reported,
-                            // and `vramscope rings --clean` removes it.
-                            self.refused.insert(
-                                f.path.clone(),
-                                format!(
-                                    "stale: pid {} now belongs to a newer process (start time differs); `vramscope rings --clean` removes it",
-                                    h.pid
-                                ),
-                            );
-                            continue;
-                        }
-                    }
-                    self.refused.remove(&f.path);
-                    let key = ProcessKey {
-                        pid: h.pid,
-                        start_time: h.start_time,
-                    };
-                    let host_pid = procfs::host_pid(h.pid, h.start_time);
-                    let mut identity =
-                        host_pid
-                            .and_then(procfs::identity)
-                            .unwrap_or_else(|| Identity {
-                                host_pid: host_pid.unwrap_or(0),
-                                ns_pid: h.pid,
-                                ..Identity::default()
-                            });
-                    identity.label = h.label.clone();
-                    let source = Source {
-                        mode: mode_of(h.producer),
-                        segment: Some(f.path.display().to_string()),
-                        producer: Some(format!("{:?}", h.producer)),
-                        framework: Some(h.framework.clone()).filter(|s| !s.is_empty()),
-                        delivered: 0,
-                        lost: 0,
-                        commands: !matches!(h.producer, Producer::Test | Producer::Other(_)),
-                    };
-                    hub.apply(Input::Attach {
-                        key,
-                        identity,
-                        source,
-                        watch: Default::default(),
-                    });
-                    self.attached.insert(
-                        f.path.clone(),
-                        Attached {
-                            reader,
-                            key,
-                            host_pid,
-                            lost_seen: 0,
-                            gone_at: None,
-                        },
-                    );
-                }
-                Err(RingError::Initialising(_)) => {}
-                Err(e) => {
-                    self.refused.insert(f.path.clone(), e.to_string());
-                }
+            if !self.attached.contains_key(&f.path) {
+                self.open(f.path, hub);
             }
         }
         if self.refused != before {
@@ -186,6 +112,84 @@ impl RingSet {
                 problems: self.problems(),
             });
         }
+    }
+
+    /// Opens a segment found in the directory: attached when its producer
+    /// is alive, tidied away when dead, reported when refused or reused.
+    fn open(&mut self, path: PathBuf, hub: &Hub) {
+        let reader = match SegmentReader::open(&path) {
+            Ok(r) => r,
+            Err(RingError::Initialising(_)) => return,
+            Err(e) => {
+                self.refused.insert(path, e.to_string());
+                return;
+            }
+        };
+        match reader.liveness() {
+            Liveness::Alive => {
+                self.refused.remove(&path);
+                self.attach(path, reader, hub);
+            }
+            Liveness::Dead => {
+                // Left behind by a process that is gone (or closed):
+                // nothing to show; tidy it away.
+                if self.cfg.clean_stale {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            Liveness::Reused => {
+                // Its pid now names another process. Never deleted
+                // automatically (a writer with a wrong start time would lose
+                // its segment): reported, and `vramscope rings --clean`
+                // removes it.
+                let why = format!(
+                    "stale: pid {} now belongs to a newer process (start time differs); `vramscope rings --clean` removes it",
+                    reader.header().pid
+                );
+                self.refused.insert(path, why);
+            }
+        }
+    }
+
+    /// Tells the hub about a live producer and starts draining its segment.
+    fn attach(&mut self, path: PathBuf, reader: SegmentReader, hub: &Hub) {
+        let h = reader.header();
+        let key = ProcessKey {
+            pid: h.pid,
+            start_time: h.start_time,
+        };
+        let host_pid = procfs::host_pid(h.pid, h.start_time);
+        let mut identity = host_pid
+            .and_then(procfs::identity)
+            .unwrap_or_else(|| Identity {
+                host_pid: host_pid.unwrap_or(0),
+                ns_pid: h.pid,
+                ..Identity::default()
+            });
+        identity.label = h.label.clone();
+        let source = Source {
+            mode: mode_of(h.producer),
+            segment: Some(path.display().to_string()),
+            producer: Some(format!("{:?}", h.producer)),
+            framework: Some(h.framework.clone()).filter(|s| !s.is_empty()),
+            delivered: 0,
+            lost: 0,
+            commands: !matches!(h.producer, Producer::Test | Producer::Other(_)),
+        };
+        hub.apply(Input::Attach {
+            key,
+            identity,
+            source,
+            watch: Default::default(),
+        });
+        let attached = Attached {
+            reader,
+            key,
+            host_pid,
+            lost_seen: 0,
+            gone_at: None,
+        };
+        self.attached.insert(path, attached);
     }
 
     fn drain(&mut self, hub: &Hub) {
