@@ -1,0 +1,13 @@
+//! Hostile inputs, one test per attack of the adversarial review (issue 11):
+//! crafted segments from a small writer of the format, a second user where
+//! the machine allows it, a pid namespace where `unshare` works, a truncating
+//! process, a sparse file, a flood of orphan allocations. A test that needs
+//! what this machine lacks prints `SKIPPED: …` and returns.
+//!
+//! One module per area; each test is named after the item it pins.
+
+mod agent;
+mod names;
+mod numbers;
+mod reader;
+mod memory;
