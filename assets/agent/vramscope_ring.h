@@ -482,20 +482,89 @@ static inline size_t vs__layout(const vs_config *cfg, size_t *control, size_t of
     return at;
 }
 
-/* Creates the file at `path` with `size` bytes reserved and maps it.
-   Returns the mapping, or NULL with no file left behind. */
-static inline void *vs__map_new(const char *path, size_t size, char *err, size_t errlen) {
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) {
-        /* The name carries our own pid: an existing file is left over from an
-           earlier process with this pid, or from an earlier attach of ours. */
-        unlink(path);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+/* A new file at `path` (O_EXCL), or -1 with errno. A file of ours already
+   there is a leftover (the name carries our own pid: an earlier process with
+   this pid, or an earlier attach of ours) and is replaced. Sets `*taken`
+   (and returns -1) when the name is held by a file this process may not
+   remove: another user's (planted in the sticky directory), or one that
+   will not go. */
+static inline int vs__open_new(const char *path, int *taken) {
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    *taken = 0;
+    int fd = open(path, flags, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+    struct stat st;
+    if (lstat(path, &st) == 0 && st.st_uid != geteuid()) {
+        *taken = 1;
+        return -1;
     }
-    if (fd < 0) {
-        snprintf(err, errlen, "vramscope: cannot create %s: %s", path, strerror(errno));
-        return NULL;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        *taken = 1;
+        return -1;
     }
+    fd = open(path, flags, 0600);
+    if (fd < 0 && errno == EEXIST) *taken = 1;
+    return fd;
+}
+
+/* Random bits for a tag: /dev/urandom, else the clock and the pid. */
+static inline uint64_t vs__random(void) {
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &v, sizeof v) != (ssize_t)sizeof v) v = 0;
+        close(fd);
+    }
+    return v ^ vs_monotonic_ns() ^ ((uint64_t)getpid() << 40);
+}
+
+/* Opens the segment's file, new, at `seg->path`. When that name is held by
+   a file this process cannot remove, takes a tagged name of its own instead
+   (DIR/vramscope-UID-PID-[TAG_]rXXXXXXXXXX, FORMAT.md "Naming and
+   creation"), updates `seg->path` and says so in one line on stderr.
+   Returns the descriptor, or -1 with a message in `err`. */
+static inline int vs__create_file(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
+    int taken = 0;
+    int fd = vs__open_new(seg->path, &taken);
+    if (fd < 0 && taken) {
+        char first[sizeof seg->path];
+        memcpy(first, seg->path, sizeof first);
+        struct stat st;
+        long owner = lstat(first, &st) == 0 ? (long)st.st_uid : -1;
+        const char *dir = cfg->dir;
+        if (!dir || !*dir) dir = getenv("VRAMSCOPE_SHM_DIR");
+        if (!dir || !*dir) dir = "/dev/shm";
+        for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+            unsigned long long r = (unsigned long long)(vs__random() & 0xffffffffffull);
+            int n = cfg->tag ? snprintf(seg->path, sizeof seg->path, "%s/vramscope-%u-%u-%.20s_r%010llx", dir,
+                                        (unsigned)geteuid(), (unsigned)getpid(), cfg->tag, r)
+                             : snprintf(seg->path, sizeof seg->path, "%s/vramscope-%u-%u-r%010llx", dir,
+                                        (unsigned)geteuid(), (unsigned)getpid(), r);
+            if (n < 0 || (size_t)n >= sizeof seg->path) {
+                snprintf(err, errlen, "vramscope: segment path too long under %s", dir);
+                return -1;
+            }
+            fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd < 0 && errno != EEXIST) break;
+        }
+        if (fd >= 0) {
+            const char *base = strrchr(seg->path, '/');
+            fprintf(stderr, "vramscope: %s is taken by a file this process cannot remove (owner uid %ld); using %s\n",
+                    first, owner, base ? base + 1 : seg->path);
+            fflush(stderr);
+        }
+    }
+    if (fd < 0) snprintf(err, errlen, "vramscope: cannot create %s: %s", seg->path, strerror(errno));
+    return fd;
+}
+
+/* Creates the segment's file (see vs__create_file) with `size` bytes
+   reserved and maps it. Returns the mapping, or NULL with no file left
+   behind. */
+static inline void *vs__map_new(vs_segment *seg, const vs_config *cfg, size_t size, char *err, size_t errlen) {
+    const char *path = seg->path;
+    int fd = vs__create_file(seg, cfg, err, errlen);
+    if (fd < 0) return NULL;
     /* tmpfs allocates pages lazily: reserve them now, so that a full
        /dev/shm is an error here rather than a SIGBUS later, inside the
        allocator callback. */
@@ -575,7 +644,7 @@ static inline int vs_segment_create(vs_segment *seg, const vs_config *cfg, char 
     size_t control, offsets[VS_MAX_RINGS];
     size_t size = vs__layout(cfg, &control, offsets, err, errlen);
     if (size == 0) return -1;
-    void *base = vs__map_new(seg->path, size, err, errlen);
+    void *base = vs__map_new(seg, cfg, size, err, errlen);
     if (!base) return -1;
     uint8_t hdr[VS_HEADER_SIZE + VS_MAX_RINGS * VS_RING_ENTRY_SIZE];
     memset(hdr, 0, sizeof hdr);

@@ -70,12 +70,17 @@ pub struct SegmentWriter {
     path: PathBuf,
     shared: Shared,
     header: Header,
+    notice: Option<String>,
     _file: File,
 }
 
 impl SegmentWriter {
     /// Creates and publishes a segment named for this process
-    /// (`vramscope-<uid>-<pid>[-<tag>]`), replacing a stale one of that name.
+    /// (`vramscope-<uid>-<pid>[-<tag>]`), replacing a stale one of ours of
+    /// that name. When the name is held by a file it may not remove (another
+    /// user's, or a live segment), it takes a tagged name of its own instead
+    /// (FORMAT.md, "Naming and creation") and says so in one line on stderr
+    /// (also in [`notice`](Self::notice)).
     pub fn create(cfg: &SegmentConfig) -> Result<Self, RingError> {
         let pid = std::process::id();
         let uid = discover::current_uid();
@@ -105,19 +110,10 @@ impl SegmentWriter {
             label: cfg.label.clone(),
             rings,
         };
-        let file = match create_exclusive(&path) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                // Only a stale segment of ours may be replaced.
-                match discover::inspect(&path) {
-                    Ok(info) if info.liveness != Liveness::Alive || info.pid == pid => {
-                        std::fs::remove_file(&path).map_err(|e| RingError::io(&path, e))?;
-                        create_exclusive(&path).map_err(|e| RingError::io(&path, e))?
-                    }
-                    _ => return Err(RingError::io(&path, e)),
-                }
-            }
-            other => other.map_err(|e| RingError::io(&path, e))?,
-        };
+        let (file, path, notice) = create_named(&cfg.dir, uid, pid, cfg.tag.as_deref(), path)?;
+        if let Some(n) = &notice {
+            eprintln!("vramscope: {n}");
+        }
         let result = (|| {
             file.set_len(size as u64)?;
             super::shm::reserve(&file, size)?;
@@ -145,8 +141,15 @@ impl SegmentWriter {
             path,
             shared,
             header,
+            notice,
             _file: file,
         })
+    }
+
+    /// Why the segment got a tagged name of its own (printed on stderr at
+    /// creation), or `None` when it has the name asked for.
+    pub fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
     }
 
     pub fn path(&self) -> &Path {
@@ -188,6 +191,82 @@ impl Drop for SegmentWriter {
             .store(layout::STATE_CLOSED, Ordering::Release);
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The segment's file, new: at `path` when free or held by a stale segment
+/// of ours, else under a tagged name `vramscope-<uid>-<pid>-[<tag>_]r<hex>`
+/// with a note saying why. Returns (file, its path, the note).
+fn create_named(
+    dir: &Path,
+    uid: u32,
+    pid: u32,
+    tag: Option<&str>,
+    path: PathBuf,
+) -> Result<(File, PathBuf, Option<String>), RingError> {
+    use std::os::unix::fs::MetadataExt;
+    let held = match create_exclusive(&path) {
+        Ok(f) => return Ok((f, path, None)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.uid() == uid);
+            // Only a stale segment of ours may be replaced.
+            let stale = ours
+                && matches!(discover::inspect(&path),
+                    Ok(info) if info.liveness != Liveness::Alive || info.pid == pid);
+            if stale && std::fs::remove_file(&path).is_ok() {
+                match create_exclusive(&path) {
+                    Ok(f) => return Ok((f, path, None)),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(RingError::io(&path, e)),
+                }
+            }
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.uid() != uid => format!("a file of uid {}", m.uid()),
+                Ok(_) => "a file of ours that is not a stale segment".to_string(),
+                Err(e) => e.to_string(),
+            }
+        }
+        Err(e) => return Err(RingError::io(&path, e)),
+    };
+    let mut last = None;
+    for i in 0..16u64 {
+        let r = random_bits(i) & 0xff_ffff_ffff;
+        let alt = match tag {
+            Some(t) => format!("{}_r{r:010x}", &t[..t.len().min(20)]),
+            None => format!("r{r:010x}"),
+        };
+        let name = discover::segment_name(uid, pid, Some(&alt))
+            .ok_or_else(|| RingError::Invalid(format!("bad tag {alt:?}")))?;
+        let alt_path = dir.join(name);
+        match create_exclusive(&alt_path) {
+            Ok(f) => {
+                let note = format!(
+                    "{} is taken by {held} that this process cannot remove; using {}",
+                    path.display(),
+                    alt_path.file_name().unwrap_or_default().to_string_lossy()
+                );
+                return Ok((f, alt_path, Some(note)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((alt_path, e)),
+            Err(e) => return Err(RingError::io(&alt_path, e)),
+        }
+    }
+    let (p, e) = last.expect("16 attempts");
+    Err(RingError::io(&p, e))
+}
+
+/// Bits for a tag nobody can plant in advance: the OS's random state (a
+/// `RandomState` key), the clock and `salt`.
+fn random_bits(salt: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(salt);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
 }
 
 fn create_exclusive(path: &Path) -> io::Result<File> {

@@ -216,7 +216,7 @@ class _Starter(threading.Thread):
             abi = 1
         variant = os.environ.get("VRAMSCOPE_VARIANT", "")
         try:
-            return _build.build(t.__file__, t.__version__, abi, variant), None
+            return _build.build(t.__file__, t.__version__, abi, variant, warn=_warn), None
         except _build.BuildError as e:
             return None, str(e)
         except Exception as e:
@@ -328,6 +328,8 @@ class _Starter(threading.Thread):
             _st["reason"] = str(e)
             _warn("disabled: cannot create the segment: %s" % e)
             return
+        if s.seg.notice:
+            _warn(s.seg.notice)
         _st["sampler"] = s
         _st["mode"] = "sampled"
         _st["path"] = s.seg.path

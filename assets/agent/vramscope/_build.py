@@ -10,6 +10,7 @@ import glob
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,178 @@ def source_files():
 
 
 def cache_dir():
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "vramscope")
+    """Where built trackers are cached: ``$XDG_CACHE_HOME/vramscope``, else
+    ``$HOME/.cache/vramscope``, else ``$TMPDIR/vramscope-cache-<euid>`` (the
+    vramscope binary's choice too). Used only when private to this user (see
+    ``private_problem``)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "vramscope")
+    home = os.environ.get("HOME", "")
+    if os.path.isabs(home):
+        return os.path.join(home, ".cache", "vramscope")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", "vramscope-cache-%d" % os.geteuid())
+
+
+def _ancestor_problem(path, st, uid):
+    """A directory on the way to a private one: owned by root or `uid`, not
+    writable by others unless sticky."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "%s is not a directory" % path
+    if st.st_uid not in (0, uid):
+        return "%s is owned by uid %d" % (path, st.st_uid)
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return "%s is writable by other users (mode %o)" % (path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _private_entry_problem(path, st, uid):
+    """An entry (from lstat or fstat) that only `uid` can change."""
+    if stat.S_ISLNK(st.st_mode):
+        return "%s is a symbolic link" % path
+    if st.st_uid != uid:
+        return "%s is owned by uid %d, not %d" % (path, st.st_uid, uid)
+    if st.st_mode & 0o022:
+        return "%s is writable by group or others (mode %o)" % (path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _chain_problem(path, uid):
+    """Every directory from / to `path`, symbolic links followed one
+    component at a time (each owned by root or `uid`): None when no other
+    user can change where `path` leads, else why."""
+    if not os.path.isabs(path):
+        return "%s is not an absolute path" % path
+    try:
+        why = _ancestor_problem("/", os.stat("/"), uid)
+        if why:
+            return why
+        todo = [c for c in reversed(path.split("/")) if c not in ("", ".")]
+        cur, links = "/", 0
+        while todo:
+            c = todo.pop()
+            if c == "..":
+                cur = os.path.dirname(cur) or "/"
+                continue
+            nxt = os.path.join(cur, c)
+            st = os.lstat(nxt)
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > 40 or st.st_uid not in (0, uid):
+                    return "%s is a symbolic link owned by uid %d" % (nxt, st.st_uid)
+                target = os.readlink(nxt)
+                if target.startswith("/"):
+                    cur = "/"
+                todo.extend(c2 for c2 in reversed(target.split("/")) if c2 not in ("", "."))
+                continue
+            why = _ancestor_problem(nxt, st, uid)
+            if why:
+                return why
+            cur = nxt
+    except OSError as e:
+        return str(e)
+    return None
+
+
+def private_problem(root):
+    """Makes `root` a directory private to this user if it can: created
+    (0700) when missing, it must be ours, no symbolic link, writable by no
+    one else, on a path no other user can change. None, or why not."""
+    uid = os.geteuid()
+    if not os.path.isabs(root):
+        return "%s is not an absolute path" % root
+    parent = os.path.dirname(root)
+    try:
+        if not os.path.lexists(parent):
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+    except OSError as e:
+        return "creating %s: %s" % (parent, e)
+    why = _chain_problem(parent, uid)
+    if why:
+        return why
+    try:
+        os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        return "creating %s: %s" % (root, e)
+    try:
+        st = os.lstat(root)
+    except OSError as e:
+        return str(e)
+    why = _private_entry_problem(root, st, uid)
+    if why:
+        return why
+    if not stat.S_ISDIR(st.st_mode):
+        return "%s is not a directory" % root
+    return None
+
+
+def _fresh_private_dir():
+    """A new directory (0700, made by mkdtemp: never one that existed) under
+    the first of $TMPDIR, /tmp, /dev/shm whose path no other user can change."""
+    uid = os.geteuid()
+    whys = []
+    for parent in (os.environ.get("TMPDIR") or "/tmp", "/tmp", "/dev/shm"):
+        why = _chain_problem(parent, uid)
+        if why:
+            whys.append(why)
+            continue
+        try:
+            return tempfile.mkdtemp(prefix="vramscope-build-%d-" % uid, dir=parent)
+        except OSError as e:
+            whys.append(str(e))
+    raise BuildError("no private directory to build the tracker in: %s" % "; ".join(whys))
+
+
+def build_dir():
+    """(directory, note): the cache when private to this user; otherwise a
+    fresh private directory and a one-line note saying so."""
+    root = cache_dir()
+    why = private_problem(root)
+    if why is None:
+        return root, None
+    fresh = _fresh_private_dir()
+    return fresh, "not using the build cache (%s is not private to this user: %s); building in %s" % (root, why, fresh)
+
+
+def _digest_fd(fd):
+    h = hashlib.sha256()
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return h.hexdigest()
+        h.update(chunk)
+
+
+def verified_library(path):
+    """Whether the cached library `path` may be loaded: a regular file of
+    ours writable by no one else, whose SHA-256 is the one recorded beside
+    it (``<path>.sha256``) when it was built."""
+    uid = os.geteuid()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or _private_entry_problem(path, st, uid):
+            return False
+        digest = _digest_fd(fd)
+    finally:
+        os.close(fd)
+    try:
+        fd = os.open(path + ".sha256", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or _private_entry_problem(path, st, uid):
+            return False
+        recorded = os.read(fd, 256).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    return recorded == digest
 
 
 def find_compiler():
@@ -167,10 +338,15 @@ class BuildError(Exception):
     pass
 
 
-def build(torch_file, torch_version, abi, variant=""):
+def build(torch_file, torch_version, abi, variant="", warn=None):
     """Returns the path of the tracker library, building it if needed.
 
     Raises BuildError with a one-line reason (what is missing) otherwise.
+    The library is cached only in a directory private to this user
+    (``build_dir``); a cached one is reused only when ``verified_library``
+    (ours, and its content the one recorded when it was built), and rebuilt
+    otherwise. When the cache is not private, the library is built in a
+    fresh private directory and `warn` gets one line saying so.
     Concurrent processes (DDP ranks) each build into a temporary file and
     rename it into place; the rename is atomic, so every process loads a
     complete library."""
@@ -189,14 +365,12 @@ def build(torch_file, torch_version, abi, variant=""):
     key = _key(cpp, hdr, cxx, torch_version, abi, cuda_inc, variant)
     tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
     name = "tracker-torch%s-abi%d-%s-%s%s.so" % (tv, int(abi), AGENT_VERSION, key, "-" + variant if variant else "")
-    out_dir = cache_dir()
+    out_dir, note = build_dir()
+    if note and warn is not None:
+        warn(note)
     out = os.path.join(out_dir, name)
-    if os.path.isfile(out):
+    if verified_library(out):
         return out
-    try:
-        os.makedirs(out_dir, mode=0o700, exist_ok=True)
-    except OSError as e:
-        raise BuildError("cannot create cache directory %s: %s" % (out_dir, e))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".so", dir=out_dir)
     os.close(fd)
     cmd = build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, tmp, variant)
@@ -209,14 +383,29 @@ def build(torch_file, torch_version, abi, variant=""):
         _rm(tmp)
         log = out + ".log"
         try:
-            with open(log, "wb") as f:
+            _rm(log)
+            lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(lfd, "wb") as f:
                 f.write((" ".join(cmd) + "\n\n").encode() + r.stdout)
         except OSError:
             log = "(log not written)"
         first = next((l for l in r.stdout.decode("utf-8", "replace").splitlines() if "error" in l), "")
         raise BuildError("compiling the tracker failed: %s (full log: %s)" % (first.strip()[:200], log))
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, out)
+    try:
+        os.chmod(tmp, 0o700)
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            digest = _digest_fd(fd)
+        finally:
+            os.close(fd)
+        sfd, stmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".sha256", dir=out_dir)
+        with os.fdopen(sfd, "w") as f:
+            f.write(digest + "\n")
+        os.replace(stmp, out + ".sha256")
+        os.replace(tmp, out)
+    except OSError as e:
+        _rm(tmp)
+        raise BuildError("storing the tracker in %s failed: %s" % (out_dir, e))
     return out
 
 

@@ -143,6 +143,36 @@ class Ring:
         os.pwrite(fd, struct.pack("<Q", (2 * p + 2) & MASK64), slot)
 
 
+def _owner(path):
+    try:
+        return "owner uid %d" % os.lstat(path).st_uid
+    except OSError as e:
+        return str(e)
+
+
+def _open_new(path, flags):
+    """A descriptor of a new file at `path`. A file of ours already there is
+    a leftover (the name carries our pid: an earlier process with this pid,
+    or an earlier attach of ours) and is replaced. None when the name is held
+    by a file we may not remove: another user's, or one that will not go."""
+    try:
+        return os.open(path, flags, 0o600)
+    except FileExistsError:
+        pass
+    try:
+        if os.lstat(path).st_uid != os.geteuid():
+            return None
+        os.unlink(path)
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        try:
+            return os.open(path, flags, 0o600)
+        except FileExistsError:
+            return None
+    except (FileExistsError, PermissionError):
+        return None
+
+
 class Segment:
     """One segment, created and published; written with pwrite only."""
 
@@ -152,8 +182,8 @@ class Segment:
             raise ValueError("1 to 64 rings")
         d = segment_dir(dir)
         uid, pid = os.geteuid(), os.getpid()
-        name = "vramscope-%d-%d" % (uid, pid) + ("-" + tag if tag else "")
-        self.path = os.path.join(d, name)
+        base = "vramscope-%d-%d" % (uid, pid)
+        self.path = os.path.join(d, base + ("-" + tag if tag else ""))
         self.pid = pid
         control = _align(HEADER_SIZE + len(rings) * RING_ENTRY_SIZE, 64)
         at = _align(control + CONTROL_SIZE, 4096)
@@ -165,13 +195,29 @@ class Segment:
             at = _align(at + RING_HEADER_SIZE + slots * SLOT_SIZE, 4096)
         size = at
         flags_open = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self.path, flags_open, 0o600)
-        except FileExistsError:
-            # The name carries our pid: a leftover of an earlier process with
-            # this pid, or of an earlier attach of ours.
-            os.unlink(self.path)
-            fd = os.open(self.path, flags_open, 0o600)
+        # What a producer said about its name (None: the usual one).
+        self.notice = None
+        fd = _open_new(self.path, flags_open)
+        if fd is None:
+            # The name is held by a file we may not remove (another user's,
+            # planted in the sticky directory): a tagged name of our own.
+            taken = self.path
+            for _ in range(16):
+                alt = (tag[:20] + "_" if tag else "") + "r" + os.urandom(5).hex()
+                path = os.path.join(d, base + "-" + alt)
+                try:
+                    fd = os.open(path, flags_open, 0o600)
+                except FileExistsError:
+                    continue
+                self.path = path
+                break
+            else:
+                raise FileExistsError("no free segment name for %s in %s" % (base, d))
+            self.notice = "%s is taken by a file this process cannot remove (%s); using %s" % (
+                taken,
+                _owner(taken),
+                os.path.basename(self.path),
+            )
         try:
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, size)

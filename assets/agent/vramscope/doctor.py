@@ -101,19 +101,23 @@ def checks(build=False):
     out.append(_check("mode", "ok" if mode in ("auto", "exact", "sampled") else "warn", "VRAMSCOPE_MODE=%s" % mode))
 
     cache = _build.cache_dir()
-    try:
-        os.makedirs(cache, mode=0o700, exist_ok=True)
-        ok = os.access(cache, os.W_OK)
-    except OSError:
-        ok = False
-    out.append(
-        _check("build cache", "ok" if ok else "warn", cache + (" is writable" if ok else " is not writable"), "" if ok else "set XDG_CACHE_HOME to a writable directory")
-    )
+    why = _build.private_problem(cache)
+    if why is None:
+        out.append(_check("build cache", "ok", cache + " is private to this user"))
+    else:
+        out.append(
+            _check(
+                "build cache",
+                "warn",
+                "%s is not private to this user (%s): the tracker is built in a fresh private directory every time" % (cache, why),
+                "set XDG_CACHE_HOME to a directory of yours that only you can write",
+            )
+        )
 
     if build and torch is not None and cxx and inc and getattr(getattr(torch, "version", None), "cuda", None):
         try:
             abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
-            path = _build.build(torch.__file__, torch.__version__, abi)
+            path = _build.build(torch.__file__, torch.__version__, abi, warn=lambda note: None)
             out.append(_check("tracker build", "ok", path))
         except Exception as e:
             out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
