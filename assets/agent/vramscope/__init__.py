@@ -270,7 +270,12 @@ class _Starter(threading.Thread):
     def _start_exact(self, lib_path):
         import ctypes
 
-        lib = ctypes.CDLL(lib_path)  # never dlclose'd
+        try:
+            lib = ctypes.CDLL(lib_path)  # never dlclose'd
+        finally:
+            # A library built in a fresh private directory (the cache was not
+            # private) is not kept: loaded, it no longer needs its file.
+            _build.discard_fresh()
         lib.vs_agent_api_version.restype = ctypes.c_int
         if lib.vs_agent_api_version() != 1:
             return -5, "tracker library %s has an unknown API version" % lib_path

@@ -139,6 +139,16 @@ def private_problem(root):
     return None
 
 
+_fresh = []
+
+
+def discard_fresh():
+    """Removes the fresh private directories made by ``build`` (once what it
+    built is loaded, or not wanted)."""
+    while _fresh:
+        shutil.rmtree(_fresh.pop(), ignore_errors=True)
+
+
 def _fresh_private_dir():
     """A new directory (0700, made by mkdtemp: never one that existed) under
     the first of $TMPDIR, /tmp, /dev/shm whose path no other user can change."""
@@ -150,7 +160,9 @@ def _fresh_private_dir():
             whys.append(why)
             continue
         try:
-            return tempfile.mkdtemp(prefix="vramscope-build-%d-" % uid, dir=parent)
+            d = tempfile.mkdtemp(prefix="vramscope-build-%d-" % uid, dir=parent)
+            _fresh.append(d)
+            return d
         except OSError as e:
             whys.append(str(e))
     raise BuildError("no private directory to build the tracker in: %s" % "; ".join(whys))

@@ -119,6 +119,7 @@ def checks(build=False):
             abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
             path = _build.build(torch.__file__, torch.__version__, abi, warn=lambda note: None)
             out.append(_check("tracker build", "ok", path))
+            _build.discard_fresh()
         except Exception as e:
             out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
     return out
