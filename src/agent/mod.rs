@@ -390,6 +390,38 @@ fn write_files(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes what earlier [`extract_fresh`] calls left in `parent`: our own
+/// `vramscope-agent-<uid>-<pid>-…` directories whose process (the job that
+/// vramscope became) is gone and that are over an hour old.
+fn remove_old_fresh(parent: &Path, uid: u32) {
+    let prefix = format!("vramscope-agent-{uid}-");
+    let Ok(rd) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let old = e.metadata().is_ok_and(|m| {
+            m.is_dir()
+                && m.uid() == uid
+                && m.modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > Duration::from_secs(3600))
+        });
+        if old && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The agent in a fresh private directory under the temporary directory
 /// (the first of `$TMPDIR`, `/tmp`, `/dev/shm` whose path no other user can
 /// change), never reused: for when the cache cannot be trusted.
@@ -406,6 +438,7 @@ pub fn extract_fresh() -> Result<PathBuf> {
             why.push(e);
             continue;
         }
+        remove_old_fresh(&parent, uid);
         let dir = match fresh_dir(&parent, &format!("vramscope-agent-{uid}")) {
             Ok(d) => d,
             Err(e) => {
@@ -865,6 +898,27 @@ fn output_with_timeout(mut cmd: Command, limit: Duration) -> Result<std::process
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chains_are_walked_component_by_component() {
+        let uid = crate::ring::discover::current_uid();
+        assert!(check_chain(Path::new("relative/dir"), uid).is_err());
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink("real", tmp.path().join("rel")).unwrap();
+        assert_eq!(check_chain(&tmp.path().join("rel"), uid), Ok(()));
+        assert_eq!(check_chain(&tmp.path().join("real/../real"), uid), Ok(()));
+        assert!(check_chain(&tmp.path().join("missing"), uid).is_err());
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_chain(&tmp.path().join("rel"), uid).unwrap_err();
+        assert!(e.contains("writable by other users"), "{e}");
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(check_chain(&tmp.path().join("rel"), uid), Ok(()));
+        // The root itself must be private, not merely sticky.
+        let e = private_root(&real).unwrap_err();
+        assert!(e.contains("writable by group or others"), "{e}");
+    }
 
     #[test]
     fn files_are_embedded_and_hashed() {
