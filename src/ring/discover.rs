@@ -526,6 +526,36 @@ mod tests {
     }
 
     #[test]
+    fn unverifiable_start_times_cannot_tell() {
+        let me = std::process::id();
+        assert_eq!(liveness(me, 0), Liveness::CannotTell);
+        assert_eq!(liveness(me, u64::MAX / 2), Liveness::CannotTell);
+        let t = proc_start_time(me).unwrap();
+        assert_eq!(locate(me, t), Located::Here(me));
+    }
+
+    #[test]
+    fn removal_checks_the_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, b"first").unwrap();
+        let first = file_id(&a).unwrap();
+        std::fs::remove_file(&a).unwrap();
+        let keep = dir.path().join("keep");
+        std::fs::write(&keep, b"x").unwrap(); // holds the first inode's number apart
+        std::fs::write(&a, b"second").unwrap();
+        let second = file_id(&a).unwrap();
+        if second != first {
+            assert!(!remove_if_same(&a, first));
+            assert_eq!(std::fs::read(&a).unwrap(), b"second");
+        }
+        assert!(remove_if_same(&a, second));
+        assert!(!a.exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "no private name left behind");
+    }
+
+    #[test]
     fn segment_dir_prefers_flag() {
         assert_eq!(segment_dir(Some(Path::new("/x"))), PathBuf::from("/x"));
     }

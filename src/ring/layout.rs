@@ -442,6 +442,16 @@ pub fn encode_header(h: &Header, buf: &mut [u8]) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn untrusted_text_is_made_printable() {
+        assert_eq!(printable("train.py é ✓"), "train.py é ✓");
+        let p = printable("a\x1b[2J\r\nb\u{9b}1m\u{202e}c\u{2028}\x07\x7f");
+        assert!(!p
+            .chars()
+            .any(|c| c.is_control() || c == '\u{202e}' || c == '\u{2028}'));
+        assert!(p.starts_with('a') && p.contains('b') && p.contains('c'));
+    }
+
     fn sample() -> (Header, Vec<u8>) {
         let (rings, size) = plan(&[(64, ROLE_AGENT, u32::MAX), (128, ROLE_DEVICE, 0)]).unwrap();
         let h = Header {
