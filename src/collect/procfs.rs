@@ -68,6 +68,29 @@ pub fn owner(pid: u32) -> Option<u32> {
     uids.split_whitespace().next()?.parse().ok()
 }
 
+/// Whether process `pid` (a pid here) has the file `file` mapped, from
+/// `/proc/<pid>/maps`: a producer writes its segment through a mapping, so
+/// a process that does not map it is not its producer. None if the maps
+/// cannot be read.
+pub fn maps_file(pid: u32, file: discover::FileId) -> Option<bool> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let (major, minor) = (
+        ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
+        (file.dev & 0xff) | ((file.dev >> 12) & !0xff),
+    );
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some(maps.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (Some(dev), Some(ino)) = (f.nth(3), f.next()) else {
+            return false;
+        };
+        let dev_ok = dev
+            .split_once(':')
+            .is_some_and(|(a, b)| hex(a) == Some(major) && hex(b) == Some(minor));
+        dev_ok && ino.parse::<u64>().ok() == Some(file.ino)
+    }))
+}
+
 /// The pid in our namespace of a process that calls itself `ns_pid` and
 /// started at `start_time` (see [`discover::locate`]).
 pub fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
@@ -103,6 +126,21 @@ impl IdentityCache {
 mod tests {
     use super::*;
     use crate::ring::discover::proc_start_time;
+
+    #[test]
+    fn maps_tell_a_mapped_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m");
+        std::fs::write(&p, [0u8; 4096]).unwrap();
+        let id = discover::file_id(&p).unwrap();
+        let me = std::process::id();
+        assert_eq!(maps_file(me, id), Some(false));
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: a private file of this test, not changed while mapped.
+        let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        assert_eq!(maps_file(me, id), Some(true));
+        drop(m);
+    }
 
     #[test]
     fn own_identity() {

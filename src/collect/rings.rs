@@ -169,6 +169,22 @@ impl RingSet {
                 // are shown under its name only if it is ours.
                 let me = discover::current_uid();
                 match procfs::owner(host) {
+                    Some(uid) if uid == me && procfs::maps_file(host, id) != Some(true) => {
+                        // Ours, but it does not map the segment (or will not
+                        // say): not shown as its producer (a segment naming
+                        // pid 1, say).
+                        let why = match procfs::maps_file(host, id) {
+                            Some(_) => format!(
+                                "pid {} does not map this segment: it is not its producer; not shown",
+                                h.pid
+                            ),
+                            None => format!(
+                                "cannot verify that pid {} maps this segment (/proc/{host}/maps is unreadable); not shown",
+                                h.pid
+                            ),
+                        };
+                        self.refused.insert(path, why);
+                    }
                     Some(uid) if uid == me => {
                         self.refused.remove(&path);
                         self.attach(path, id, host, reader, hub);

@@ -60,6 +60,51 @@ impl Drop for Sleeper {
     }
 }
 
+/// A `python3` (after `prefix`, e.g. `unshare …`) that maps `path`, as a
+/// producer does, and sleeps; once it has mapped it. None without python3.
+fn mapper(prefix: &[&str], path: &Path) -> Option<Sleeper> {
+    use std::io::BufRead;
+    let code = "import mmap,sys,time\nf=open(sys.argv[1],'r+b')\nm=mmap.mmap(f.fileno(),0)\nprint('mapped',flush=True)\ntime.sleep(60)";
+    let mut cmd = Command::new(prefix.first().copied().unwrap_or("python3"));
+    if !prefix.is_empty() {
+        cmd.args(&prefix[1..]).arg("python3");
+    }
+    let mut child = cmd
+        .args(["-c", code])
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    let out = child.stdout.take().unwrap();
+    std::io::BufReader::new(out).read_line(&mut line).ok()?;
+    let s = Sleeper(child);
+    (line.trim() == "mapped").then_some(s)
+}
+
+/// Writes the header's start time of the segment at `path` in place.
+fn set_start(path: &Path, start_time: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&start_time.to_le_bytes(), OFF_START_TIME as u64)
+        .unwrap();
+}
+
+/// Writes the header's pid of the segment at `path` in place.
+fn put_pid(path: &Path, pid: u32) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&pid.to_le_bytes(), OFF_PID as u64).unwrap();
+}
+
+/// This process maps the file at `path` (as its producer would).
+fn map_here(path: &Path) -> memmap2::Mmap {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a test's own file; read-only here.
+    unsafe { memmap2::Mmap::map(&f) }.unwrap()
+}
+
 fn sleeper(cmd: &mut Command) -> Option<Sleeper> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -163,13 +208,15 @@ fn item_02_producer_in_another_pid_namespace_is_never_cleaned() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // A producer that is pid 1 of its own namespace.
-    let ns =
-        sleeper(Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "sleep", "60"]))
-            .expect("unshare");
+    // A producer that is pid 1 of its own namespace, its segment mapped.
+    let seg = forged(d, 1, "contained", 1, 1, |_| {});
+    let Some(ns) = mapper(&["unshare", "--pid", "--fork", "--mount-proc"], &seg) else {
+        eprintln!("SKIPPED: item_02: python3 is needed to map a segment in a namespace");
+        return;
+    };
     let host = namespace_init(ns.0.id()).expect("the namespace's pid 1");
     let st = proc_start_time(host).unwrap();
-    let seg = forged(d, 1, "contained", 1, st, |_| {});
+    set_start(&seg, st);
     let info = discover::inspect(&seg).unwrap();
     assert_eq!(info.liveness, Liveness::Alive);
     assert_eq!(discover::locate(1, st), discover::Located::Here(host));
@@ -219,16 +266,14 @@ fn item_03_linger_cleanup_spares_a_new_producer_at_the_same_path() {
     let d = dir.path();
     // The old producer: a child, whose segment has the path that this
     // process's segment tagged "reuse" will have.
-    let old = sleeper(Command::new("sleep").arg("60")).unwrap();
+    let seg = forged(d, std::process::id(), "reuse", 0, 1, |_| {});
+    let Some(old) = mapper(&[], &seg) else {
+        eprintln!("SKIPPED: item_03: python3 is needed to map a segment");
+        return;
+    };
     let old_pid = old.0.id();
-    let seg = forged(
-        d,
-        std::process::id(),
-        "reuse",
-        old_pid,
-        proc_start_time(old_pid).unwrap(),
-        |_| {},
-    );
+    put_pid(&seg, old_pid);
+    set_start(&seg, proc_start_time(old_pid).unwrap());
     let mut c = collector(d, Duration::from_millis(400));
     let s = step_until(&mut c, Duration::from_secs(3), |s| {
         s.processes.iter().any(|p| p.identity.ns_pid == old_pid)
@@ -385,6 +430,30 @@ fn item_16_spoofed_pids_and_start_times_are_not_trusted() {
     discover::remove_stale(d).unwrap();
     assert!(zero.exists() && future.exists());
 
+    // pid 1 with its true start time: init is never shown as the producer
+    // (another user's, or ours but not mapping the segment).
+    if let Some(st1) = proc_start_time(1) {
+        let init = forged(d, 1, "init", 1, st1, |_| {});
+        let path = init.display().to_string();
+        let s = step_until(&mut c, Duration::from_secs(2), |s| {
+            s.problems.iter().any(|p| p.path == path)
+        });
+        assert!(
+            !s.processes.iter().any(|p| p.identity.host_pid == 1),
+            "pid 1 was shown with the segment's figures"
+        );
+        let pr = s.problems.iter().find(|p| p.path == path).unwrap();
+        assert!(
+            pr.message.contains("pid 1 belongs to another user")
+                || pr.message.contains("pid 1 does not map this segment")
+                || pr
+                    .message
+                    .contains("cannot verify that pid 1 maps this segment"),
+            "{}",
+            pr.message
+        );
+    }
+
     // Another user's process: its pid and start time in our segment.
     if current_uid() != 0 {
         eprintln!("SKIPPED: item_16 (other user): needs root to start a process as nobody");
@@ -439,7 +508,7 @@ fn item_09_terminal_escapes_in_labels_are_made_printable() {
         put(b, OFF_LABEL, &[0; 64]);
         put(b, OFF_LABEL, evil)
     });
-    let _keep = &seg;
+    let _mapped = map_here(&seg);
     let clean = |s: &str| {
         !s.chars()
             .any(|c| c.is_control() && c != '\n' || c == '\u{202e}')
