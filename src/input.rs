@@ -3,16 +3,29 @@
 //! recording (`crate::recording`) is a sequence of them. Plain data,
 //! serde-serialisable, no I/O.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::event::Event;
 use crate::model::{Mode, ProcessKey};
+
+/// Text from a recording (names, command lines, labels, messages) is made
+/// printable as it is read: a crafted recording cannot put terminal escapes
+/// on the screen (see [`crate::ring::layout::printable`]).
+fn printable<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    String::deserialize(d).map(|s| crate::ring::layout::printable(&s))
+}
+
+fn printable_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d).map(|s| s.map(|s| crate::ring::layout::printable(&s)))
+}
 
 /// One GPU as NVML sees it. A value NVML could not read is `None`, never 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
     pub index: u32,
+    #[serde(deserialize_with = "printable")]
     pub name: String,
+    #[serde(default, deserialize_with = "printable_opt")]
     pub uuid: Option<String>,
     pub total: Option<u64>,
     pub used: Option<u64>,
@@ -38,7 +51,9 @@ pub struct GpuProcess {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Machine {
     /// `None` while NVML works; else why it is unavailable, in one line.
+    #[serde(default, deserialize_with = "printable_opt")]
     pub nvml_error: Option<String>,
+    #[serde(default, deserialize_with = "printable_opt")]
     pub driver_version: Option<String>,
     pub gpus: Vec<Gpu>,
     pub processes: Vec<GpuProcess>,
@@ -53,11 +68,15 @@ pub struct Identity {
     pub host_pid: u32,
     /// The pid the process sees itself as (differs inside containers).
     pub ns_pid: u32,
+    #[serde(deserialize_with = "printable")]
     pub name: String,
+    #[serde(deserialize_with = "printable")]
     pub cmdline: String,
+    #[serde(deserialize_with = "printable")]
     pub user: String,
     pub uid: Option<u32>,
     /// The producer's label from its segment (script name, scenario).
+    #[serde(deserialize_with = "printable")]
     pub label: String,
     /// Still running.
     pub alive: bool,
@@ -79,9 +98,12 @@ impl Identity {
 pub struct Source {
     pub mode: Mode,
     /// The segment file, for instrumented and simulated processes.
+    #[serde(default, deserialize_with = "printable_opt")]
     pub segment: Option<String>,
     /// Producer kind and framework, e.g. `TorchExact`, `torch 2.11.0+cu130`.
+    #[serde(default, deserialize_with = "printable_opt")]
     pub producer: Option<String>,
+    #[serde(default, deserialize_with = "printable_opt")]
     pub framework: Option<String>,
     pub delivered: u64,
     pub lost: u64,
@@ -107,7 +129,9 @@ impl Source {
 /// A segment the collector could not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceProblem {
+    #[serde(deserialize_with = "printable")]
     pub path: String,
+    #[serde(deserialize_with = "printable")]
     pub message: String,
 }
 

@@ -2,7 +2,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use vramscope::ring::discover::{self, Liveness};
+use vramscope::ring::discover::{self, Liveness, Located};
 use vramscope::ring::{Producer, SegmentReader};
 
 use super::ShmFlag;
@@ -27,6 +27,8 @@ struct Row {
     label: Option<String>,
     framework: Option<String>,
     liveness: Option<Liveness>,
+    /// Why the liveness cannot be told, when it cannot.
+    why: Option<String>,
     /// Records written so far, all rings.
     written: Option<u64>,
     /// Records abandoned by writers (slot held), all rings.
@@ -48,13 +50,22 @@ pub fn run(args: Args) -> Result<()> {
             Ok(r) => {
                 let h = r.header();
                 let n = h.rings.len();
+                let located = if r.state() == vramscope::ring::layout::STATE_CLOSED {
+                    Located::Dead
+                } else {
+                    discover::locate(h.pid, h.start_time)
+                };
                 Row {
                     path: f.path.display().to_string(),
                     pid: Some(h.pid),
                     producer: Some(h.producer),
                     label: Some(h.label.clone()),
                     framework: Some(h.framework.clone()),
-                    liveness: Some(r.liveness()),
+                    liveness: Some(located.liveness()),
+                    why: match located {
+                        Located::CannotTell(why) => Some(why),
+                        _ => None,
+                    },
                     written: Some((0..n).map(|i| r.head(i)).sum()),
                     writer_dropped: Some((0..n).map(|i| r.writer_dropped(i)).sum()),
                     error: None,
@@ -67,6 +78,7 @@ pub fn run(args: Args) -> Result<()> {
                 label: None,
                 framework: None,
                 liveness: None,
+                why: None,
                 written: None,
                 writer_dropped: None,
                 error: Some(e.to_string()),
@@ -83,20 +95,31 @@ pub fn run(args: Args) -> Result<()> {
     if others > 0 {
         println!("({others} other users' segments not shown)");
     }
+    let mut stale = false;
     for r in &rows {
+        stale |= matches!(r.liveness, Some(Liveness::Dead | Liveness::Reused));
         match &r.error {
             Some(e) => println!("  ! {e}"),
             None => println!(
                 "  pid {:>7}  {:<12} {:<8} written {:>12}  dropped {:>6}  {}  {}",
                 r.pid.unwrap_or(0),
                 format!("{:?}", r.producer.unwrap_or(Producer::Other(0))),
-                format!("{:?}", r.liveness.unwrap_or(Liveness::Dead)),
+                match r.liveness {
+                    Some(Liveness::CannotTell) => "CannotTell".to_string(),
+                    l => format!("{:?}", l.unwrap_or(Liveness::Dead)),
+                },
                 r.written.unwrap_or(0),
                 r.writer_dropped.unwrap_or(0),
                 r.label.as_deref().unwrap_or(""),
                 r.framework.as_deref().unwrap_or(""),
             ),
         }
+        if let Some(why) = &r.why {
+            println!("      cannot tell whether it runs: {why}; left alone");
+        }
+    }
+    if stale && !args.clean {
+        println!("`vramscope rings --clean` removes stale segments");
     }
     Ok(())
 }

@@ -91,5 +91,8 @@ pub fn table(s: &Snapshot) -> String {
     for pr in &s.problems {
         let _ = writeln!(o, "! {}: {}", pr.path, pr.message);
     }
+    if s.problems.iter().any(|p| p.message.starts_with("stale")) {
+        let _ = writeln!(o, "`vramscope rings --clean` removes stale segments");
+    }
     o
 }

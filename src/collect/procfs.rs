@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::ring::discover::proc_start_time;
+use crate::ring::discover;
+use crate::ring::layout::printable;
 
 use crate::input::Identity;
 
@@ -16,7 +17,9 @@ pub fn identity(pid: u32) -> Option<Identity> {
             .find_map(|l| l.strip_prefix(name))
             .map(|v| v.trim().to_string())
     };
-    let name = field("Name:").unwrap_or_default();
+    // Names and command lines are chosen by whoever runs the process:
+    // made printable here, where they enter.
+    let name = printable(&field("Name:").unwrap_or_default());
     let uid = field("Uid:").and_then(|v| v.split_whitespace().next().and_then(|u| u.parse().ok()));
     let ns_pid = field("NSpid:")
         .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
@@ -29,6 +32,7 @@ pub fn identity(pid: u32) -> Option<Identity> {
                 .collect::<Vec<_>>()
                 .join(" ")
         })
+        .map(|s| printable(&s))
         .unwrap_or_default();
     Some(Identity {
         host_pid: pid,
@@ -57,38 +61,43 @@ pub fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
+/// The real uid of process `pid` (a pid here), from `/proc/<pid>/status`.
+pub fn owner(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    uids.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether process `pid` (a pid here) has the file `file` mapped, from
+/// `/proc/<pid>/maps`: a producer writes its segment through a mapping, so
+/// a process that does not map it is not its producer. None if the maps
+/// cannot be read.
+pub fn maps_file(pid: u32, file: discover::FileId) -> Option<bool> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let (major, minor) = (
+        ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
+        (file.dev & 0xff) | ((file.dev >> 12) & !0xff),
+    );
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some(maps.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (Some(dev), Some(ino)) = (f.nth(3), f.next()) else {
+            return false;
+        };
+        let dev_ok = dev
+            .split_once(':')
+            .is_some_and(|(a, b)| hex(a) == Some(major) && hex(b) == Some(minor));
+        dev_ok && ino.parse::<u64>().ok() == Some(file.ino)
+    }))
+}
+
 /// The pid in our namespace of a process that calls itself `ns_pid` and
-/// started at `start_time`: itself if that matches here, else found by
-/// scanning `/proc/*/status` for an `NSpid` line ending in `ns_pid`.
+/// started at `start_time` (see [`discover::locate`]).
 pub fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
-    if proc_start_time(ns_pid) == Some(start_time) {
-        return Some(ns_pid);
+    match discover::locate(ns_pid, start_time) {
+        discover::Located::Here(pid) => Some(pid),
+        _ => None,
     }
-    let dir = std::fs::read_dir("/proc").ok()?;
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let last = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .and_then(|v| {
-                v.split_whitespace()
-                    .last()
-                    .and_then(|p| p.parse::<u32>().ok())
-            });
-        if last == Some(ns_pid) && proc_start_time(pid) == Some(start_time) {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 /// Identities by pid, cached for processes already seen (pid + start time).
@@ -116,6 +125,22 @@ impl IdentityCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::discover::proc_start_time;
+
+    #[test]
+    fn maps_tell_a_mapped_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m");
+        std::fs::write(&p, [0u8; 4096]).unwrap();
+        let id = discover::file_id(&p).unwrap();
+        let me = std::process::id();
+        assert_eq!(maps_file(me, id), Some(false));
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: a private file of this test, not changed while mapped.
+        let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        assert_eq!(maps_file(me, id), Some(true));
+        drop(m);
+    }
 
     #[test]
     fn own_identity() {

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::event::{Event, EventKind};
 use crate::model::{Mode, ProcessKey};
-use crate::ring::discover::{self, Liveness};
+use crate::ring::discover::{self, FileId, Liveness, Located};
 use crate::ring::{Producer, RingError, SegmentReader};
 
 use super::{procfs, Config, Hub};
@@ -19,6 +19,8 @@ use crate::input::{Identity, Source, SourceProblem};
 
 struct Attached {
     reader: SegmentReader,
+    /// The file that was validated: the linger cleanup removes only it.
+    file: FileId,
     key: ProcessKey,
     host_pid: Option<u32>,
     lost_seen: u64,
@@ -28,8 +30,12 @@ struct Attached {
 /// All segments being read.
 pub struct RingSet {
     cfg: Config,
-    attached: HashMap<PathBuf, Attached>,
+    /// By path and file: a new producer's segment at the path of one that
+    /// still lingers is a different file, attached beside it.
+    attached: HashMap<(PathBuf, FileId), Attached>,
     refused: HashMap<PathBuf, String>,
+    /// Segments whose magic was still 0 when first seen, and when.
+    initialising: HashMap<PathBuf, Instant>,
     last_scan: Option<Instant>,
 }
 
@@ -46,6 +52,7 @@ impl RingSet {
             cfg,
             attached: HashMap::new(),
             refused: HashMap::new(),
+            initialising: HashMap::new(),
             last_scan: None,
         }
     }
@@ -102,9 +109,14 @@ impl RingSet {
         // Forget refusals of files that are gone.
         self.refused
             .retain(|p, _| found.iter().any(|f| &f.path == p));
+        self.initialising
+            .retain(|p, _| found.iter().any(|f| &f.path == p));
         for f in found {
-            if !self.attached.contains_key(&f.path) {
-                self.open(f.path, hub);
+            let Some(id) = discover::file_id(&f.path) else {
+                continue;
+            };
+            if !self.attached.contains_key(&(f.path.clone(), id)) {
+                self.open(f.path, id, hub);
             }
         }
         if self.refused != before {
@@ -114,55 +126,119 @@ impl RingSet {
         }
     }
 
-    /// Opens a segment found in the directory: attached when its producer
-    /// is alive, tidied away when dead, reported when refused or reused.
-    fn open(&mut self, path: PathBuf, hub: &Hub) {
+    /// Opens a segment found in the directory (`id`: the file its path
+    /// named when listed): attached when its producer is alive and ours,
+    /// tidied away when dead, reported when refused, reused, unverifiable or
+    /// still initialising after 5 s.
+    fn open(&mut self, path: PathBuf, id: FileId, hub: &Hub) {
         let reader = match SegmentReader::open(&path) {
             Ok(r) => r,
-            Err(RingError::Initialising(_)) => return,
+            Err(RingError::Initialising(_)) => {
+                let since = *self
+                    .initialising
+                    .entry(path.clone())
+                    .or_insert_with(Instant::now);
+                if since.elapsed() >= INITIALISING_GRACE {
+                    self.refused.insert(
+                        path,
+                        "its magic is still 0 after 5 s: the producer never finished creating it (it may have crashed)".into(),
+                    );
+                }
+                return;
+            }
             Err(e) => {
                 self.refused.insert(path, e.to_string());
                 return;
             }
         };
-        match reader.liveness() {
-            Liveness::Alive => {
-                self.refused.remove(&path);
-                self.attach(path, reader, hub);
-            }
-            Liveness::Dead => {
-                // Left behind by a process that is gone (or closed):
-                // nothing to show; tidy it away.
-                if self.cfg.clean_stale {
-                    let _ = std::fs::remove_file(&path);
+        self.initialising.remove(&path);
+        // The file validated must be the one listed (and still at its path):
+        // else it changed meanwhile, and the next scan looks again.
+        if discover::file_id(&path) != Some(id) {
+            return;
+        }
+        let h = reader.header();
+        let located = if reader.state() == crate::ring::layout::STATE_CLOSED {
+            Located::Dead
+        } else {
+            discover::locate(h.pid, h.start_time)
+        };
+        match located {
+            Located::Here(host) => {
+                // The pid and start time match a process here; its figures
+                // are shown under its name only if it is ours.
+                let me = discover::current_uid();
+                match procfs::owner(host) {
+                    Some(uid) if uid == me && procfs::maps_file(host, id) != Some(true) => {
+                        // Ours, but it does not map the segment (or will not
+                        // say): not shown as its producer (a segment naming
+                        // pid 1, say).
+                        let why = match procfs::maps_file(host, id) {
+                            Some(_) => format!(
+                                "pid {} does not map this segment: it is not its producer; not shown",
+                                h.pid
+                            ),
+                            None => format!(
+                                "cannot verify that pid {} maps this segment (/proc/{host}/maps is unreadable); not shown",
+                                h.pid
+                            ),
+                        };
+                        self.refused.insert(path, why);
+                    }
+                    Some(uid) if uid == me => {
+                        self.refused.remove(&path);
+                        self.attach(path, id, host, reader, hub);
+                    }
+                    Some(uid) => {
+                        let why = format!(
+                            "pid {} belongs to another user (uid {uid}), not to the segment's owner (uid {me}): not shown",
+                            h.pid
+                        );
+                        self.refused.insert(path, why);
+                    }
+                    None => {} // gone meanwhile: the next scan sees it dead
                 }
             }
-            Liveness::Reused => {
+            Located::Dead => {
+                // Left behind by a process that is gone (or closed):
+                // nothing to show; tidy it away (that very file only).
+                if self.cfg.clean_stale {
+                    discover::remove_if_same(&path, id);
+                }
+            }
+            Located::Reused => {
                 // Its pid now names another process. Never deleted
                 // automatically (a writer with a wrong start time would lose
                 // its segment): reported, and `vramscope rings --clean`
                 // removes it.
                 let why = format!(
                     "stale: pid {} now belongs to a newer process (start time differs); `vramscope rings --clean` removes it",
-                    reader.header().pid
+                    h.pid
                 );
                 self.refused.insert(path, why);
+            }
+            Located::CannotTell(why) => {
+                // Never deleted, never shown as a process: reported.
+                self.refused.insert(
+                    path,
+                    format!("cannot tell whether its producer runs: {why}"),
+                );
             }
         }
     }
 
     /// Tells the hub about a live producer and starts draining its segment.
-    fn attach(&mut self, path: PathBuf, reader: SegmentReader, hub: &Hub) {
+    fn attach(&mut self, path: PathBuf, file: FileId, host: u32, reader: SegmentReader, hub: &Hub) {
         let h = reader.header();
         let key = ProcessKey {
             pid: h.pid,
             start_time: h.start_time,
         };
-        let host_pid = procfs::host_pid(h.pid, h.start_time);
-        let mut identity = host_pid
-            .and_then(procfs::identity)
+        let host_pid = Some(host);
+        let mut identity = procfs::identity(host)
+            .filter(|id| id.uid == Some(h.uid))
             .unwrap_or_else(|| Identity {
-                host_pid: host_pid.unwrap_or(0),
+                host_pid: host,
                 ns_pid: h.pid,
                 ..Identity::default()
             });
@@ -184,12 +260,13 @@ impl RingSet {
         });
         let attached = Attached {
             reader,
+            file,
             key,
             host_pid,
             lost_seen: 0,
             gone_at: None,
         };
-        self.attached.insert(path, attached);
+        self.attached.insert((path, file), attached);
     }
 
     fn drain(&mut self, hub: &Hub) {
@@ -197,7 +274,8 @@ impl RingSet {
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
             let mut batch: Vec<Event> = Vec::new();
-            let gone = a.reader.liveness() != Liveness::Alive;
+            let liveness = a.reader.liveness();
+            let gone = liveness != Liveness::Alive;
             // At most two rounds of up to 65,536 records per ring each tick
             // (over 2 M records/s per ring at 20 ticks/s): a busy process
             // cannot starve the others, and the batch stays a few MiB.
@@ -231,19 +309,26 @@ impl RingSet {
                 hub.apply(Input::Gone { key });
             }
             if a.gone_at.is_some_and(|t| t.elapsed() >= linger) {
-                finished.push(path.clone());
+                let stale = matches!(liveness, Liveness::Dead | Liveness::Reused);
+                finished.push((path.clone(), stale));
             }
         }
-        for path in finished {
-            if let Some(a) = self.attached.remove(&path) {
+        for (at, stale) in finished {
+            if let Some(a) = self.attached.remove(&at) {
                 hub.apply(Input::Forget { key: a.key });
-                if self.cfg.clean_stale {
-                    let _ = std::fs::remove_file(&path);
+                // Only the file that was read, never whatever now has its
+                // path (a new producer that got the same pid).
+                if self.cfg.clean_stale && stale {
+                    discover::remove_if_same(&at.0, a.file);
                 }
             }
         }
     }
 }
+
+/// How long a segment may stay initialising (magic 0) before it is
+/// reported (FORMAT.md, "Naming and creation").
+const INITIALISING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Records an agent writes (statistics, snapshots, markers), as opposed to
 /// the allocator's own events.

@@ -95,14 +95,136 @@ pub enum Liveness {
     Dead,
     /// The pid belongs to a newer process.
     Reused,
+    /// Cannot tell: the producer cannot be checked from here (its start
+    /// time is 0 or in the future, or it runs in a pid namespace this
+    /// reader cannot see). Never deleted; shown with [`locate`]'s reason.
+    CannotTell,
+}
+
+/// Where the producer of a segment is, as seen from this reader's pid
+/// namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Located {
+    /// Running, with this pid here (the host pid when it runs in a
+    /// container, whose header names its pid in there).
+    Here(u32),
+    /// No process here has that pid and start time, and this reader sees
+    /// every process (it runs in the root pid namespace).
+    Dead,
+    /// As `Dead`, but a process with that pid runs here (pid reused).
+    Reused,
+    /// Cannot tell, and why.
+    CannotTell(String),
+}
+
+impl Located {
+    pub fn liveness(&self) -> Liveness {
+        match self {
+            Located::Here(_) => Liveness::Alive,
+            Located::Dead => Liveness::Dead,
+            Located::Reused => Liveness::Reused,
+            Located::CannotTell(_) => Liveness::CannotTell,
+        }
+    }
+}
+
+/// The kernel's inode number of the initial pid namespace (`PROC_PID_INIT_INO`).
+const ROOT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+
+/// Whether this process runs in the root pid namespace, where `/proc` shows
+/// every process of the machine.
+pub fn in_root_pid_namespace() -> bool {
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == ROOT_PID_NS_INO)
+}
+
+/// The `NSpid` line of `/proc/<pid>/status`: the pid in every namespace
+/// from ours inward; its last entry is what the process calls itself.
+pub fn proc_ns_pids(pid: u32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().map(|p| p.parse().ok()).collect()
+}
+
+/// Clock ticks since boot: the clock of `start_time`.
+fn ticks_now() -> Option<u64> {
+    let up = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some((secs * hz as f64) as u64)
+}
+
+/// Whether the process `host` (a pid here) is the one that calls itself
+/// `ns_pid` and started at `start_time`.
+fn is_producer(host: u32, ns_pid: u32, start_time: u64) -> bool {
+    proc_start_time(host) == Some(start_time)
+        && match proc_ns_pids(host) {
+            Some(v) => v.last() == Some(&ns_pid),
+            // A kernel before 4.1 has no NSpid: only our namespace's pid.
+            None => host == ns_pid,
+        }
+}
+
+/// Host pids found for (namespace pid, start time), checked again on use:
+/// scanning `/proc` each tick for a producer in a container would cost.
+static FOUND: std::sync::Mutex<Vec<((u32, u64), u32)>> = std::sync::Mutex::new(Vec::new());
+
+/// Finds the producer that calls itself `ns_pid` (the header's pid, in its
+/// own pid namespace) and started at `start_time` (field 22 of its
+/// `/proc/<pid>/stat`, ticks since boot: the same in every namespace), by
+/// the `NSpid` lines of `/proc`. A start time of 0 or one in the future
+/// cannot be checked; nor can a producer this reader does not see when it
+/// does not run in the root pid namespace.
+pub fn locate(ns_pid: u32, start_time: u64) -> Located {
+    if start_time == 0 {
+        return Located::CannotTell(
+            "the segment's start time is 0: its producer cannot be verified".into(),
+        );
+    }
+    if ticks_now().is_some_and(|now| start_time > now + 100) {
+        return Located::CannotTell(format!(
+            "the segment's start time ({start_time} ticks) is in the future: its producer cannot be verified"
+        ));
+    }
+    if is_producer(ns_pid, ns_pid, start_time) {
+        return Located::Here(ns_pid);
+    }
+    let key = (ns_pid, start_time);
+    let cached = FOUND
+        .lock()
+        .ok()
+        .and_then(|f| f.iter().find(|(k, _)| *k == key).map(|e| e.1));
+    if let Some(host) = cached.filter(|&h| is_producer(h, ns_pid, start_time)) {
+        return Located::Here(host);
+    }
+    let found = std::fs::read_dir("/proc").ok().and_then(|dir| {
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+            .find(|&pid| pid != ns_pid && is_producer(pid, ns_pid, start_time))
+    });
+    if let Some(host) = found {
+        if let Ok(mut f) = FOUND.lock() {
+            f.retain(|(k, h)| *k != key && is_producer(*h, k.0, k.1));
+            if f.len() < 4096 {
+                f.push((key, host));
+            }
+        }
+        return Located::Here(host);
+    }
+    if !in_root_pid_namespace() {
+        return Located::CannotTell(format!(
+            "no process here is pid {ns_pid} with its start time, but this reader runs in a pid namespace of its own and cannot see every process: it may run elsewhere"
+        ));
+    }
+    if Path::new(&format!("/proc/{ns_pid}")).exists() {
+        Located::Reused
+    } else {
+        Located::Dead
+    }
 }
 
 pub fn liveness(pid: u32, start_time: u64) -> Liveness {
-    match proc_start_time(pid) {
-        None => Liveness::Dead,
-        Some(t) if start_time != 0 && t != start_time => Liveness::Reused,
-        Some(_) => Liveness::Alive,
-    }
+    locate(pid, start_time).liveness()
 }
 
 /// Whether the producer of a segment still runs, given the segment's header
@@ -113,6 +235,74 @@ pub fn segment_liveness(pid: u32, start_time: u64, state: u32) -> Liveness {
         return Liveness::Dead;
     }
     liveness(pid, start_time)
+}
+
+/// Which file a path names: device and inode. Deletions check it, so that
+/// only the file that was validated is ever removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> Self {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// The file `path` names now (not following a symlink).
+pub fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
+}
+
+/// Removes `path` only if it still names the file `id`: the path is first
+/// renamed to a private name in the same directory (never replacing
+/// anything), its inode checked there, then unlinked, or renamed back if a
+/// different file had taken the path. Returns whether it was removed.
+pub fn remove_if_same(path: &Path, id: FileId) -> bool {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    if file_id(path) != Some(id) {
+        return false;
+    }
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".vramscope-unlink-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let rename = |from: &Path, to: &Path| {
+        let (Ok(a), Ok(b)) = (
+            CString::new(from.as_os_str().as_bytes()),
+            CString::new(to.as_os_str().as_bytes()),
+        ) else {
+            return false;
+        };
+        // SAFETY: both are NUL-terminated paths that outlive the call.
+        unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            ) == 0
+        }
+    };
+    if !rename(path, &tmp) {
+        return false;
+    }
+    if file_id(&tmp) == Some(id) {
+        return std::fs::remove_file(&tmp).is_ok();
+    }
+    // Another file took the path between the check and the rename: put it back.
+    let _ = rename(&tmp, path);
+    false
 }
 
 /// Opens a segment file for mapping after the hygiene checks of FORMAT.md:
@@ -160,7 +350,16 @@ pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
 /// copy of its header and ring table: everything FORMAT.md says a reader
 /// refuses is refused here, with the file named.
 pub fn open_mapped(path: &Path) -> Result<(Shared, Header), RingError> {
+    open_mapped_id(path).map(|(s, h, _)| (s, h))
+}
+
+/// [`open_mapped`], and which file was validated.
+pub fn open_mapped_id(path: &Path) -> Result<(Shared, Header, FileId), RingError> {
     let (file, size) = open_checked(path)?;
+    let id = file
+        .metadata()
+        .map(|m| FileId::of(&m))
+        .map_err(|e| RingError::io(path, e))?;
     if size < HEADER_SIZE as u64 {
         return Err(RingError::invalid(
             path,
@@ -193,7 +392,7 @@ pub fn open_mapped(path: &Path) -> Result<(Shared, Header), RingError> {
             format!("header names uid {}, but the file is ours", header.uid),
         ));
     }
-    Ok((shared, header))
+    Ok((shared, header, id))
 }
 
 /// What `inspect` learns about a segment without keeping it open.
@@ -204,18 +403,33 @@ pub struct SegmentInfo {
     pub liveness: Liveness,
     pub state: u32,
     pub label: String,
+    /// The file that was validated (what a deletion must still find).
+    #[serde(skip)]
+    pub file: FileId,
+    /// Why its liveness cannot be told, when it cannot.
+    pub why: Option<String>,
 }
 
 /// Opens, validates and closes a segment: what is it, is its producer alive.
 pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
-    let (shared, h) = open_mapped(path)?;
+    let (shared, h, file) = open_mapped_id(path)?;
     let state = shared.u32_at(OFF_STATE).load(Ordering::Acquire);
+    let located = if state == layout::STATE_CLOSED {
+        Located::Dead
+    } else {
+        locate(h.pid, h.start_time)
+    };
     Ok(SegmentInfo {
         path: path.to_path_buf(),
         pid: h.pid,
-        liveness: segment_liveness(h.pid, h.start_time, state),
+        liveness: located.liveness(),
         state,
         label: h.label,
+        file,
+        why: match located {
+            Located::CannotTell(why) => Some(why),
+            _ => None,
+        },
     })
 }
 
@@ -251,21 +465,21 @@ pub fn list(dir: &Path) -> Result<(Vec<Found>, usize), RingError> {
 }
 
 /// Removes this user's segments whose producer is gone (dead, pid reused, or
-/// closed). Returns what was removed; files that fail the checks are left alone.
+/// closed). Only files that validate as this user's segments are removed,
+/// and only the very file that was validated (same device and inode); a
+/// producer that cannot be checked ([`Liveness::CannotTell`]) is left alone,
+/// and so is anything unreadable. Returns what was removed.
 pub fn remove_stale(dir: &Path) -> Result<Vec<PathBuf>, RingError> {
     let (found, _) = list(dir)?;
     let mut removed = Vec::new();
     for f in found {
-        if let Ok(info) = inspect(&f.path) {
-            if info.liveness != Liveness::Alive && std::fs::remove_file(&f.path).is_ok() {
-                removed.push(f.path);
-            }
-        } else if f.name.pid != 0 && proc_start_time(f.name.pid).is_none() {
-            // Unreadable (e.g. truncated) and its named pid is gone: stale too,
-            // but only if it is ours and a plain file.
-            if open_checked(&f.path).is_ok() && std::fs::remove_file(&f.path).is_ok() {
-                removed.push(f.path);
-            }
+        let Ok(info) = inspect(&f.path) else {
+            continue;
+        };
+        if matches!(info.liveness, Liveness::Dead | Liveness::Reused)
+            && remove_if_same(&f.path, info.file)
+        {
+            removed.push(f.path);
         }
     }
     Ok(removed)
@@ -309,6 +523,36 @@ mod tests {
         assert_eq!(liveness(me, t), Liveness::Alive);
         assert_eq!(liveness(me, t + 1), Liveness::Reused);
         assert_eq!(liveness(u32::MAX - 1, 1), Liveness::Dead);
+    }
+
+    #[test]
+    fn unverifiable_start_times_cannot_tell() {
+        let me = std::process::id();
+        assert_eq!(liveness(me, 0), Liveness::CannotTell);
+        assert_eq!(liveness(me, u64::MAX / 2), Liveness::CannotTell);
+        let t = proc_start_time(me).unwrap();
+        assert_eq!(locate(me, t), Located::Here(me));
+    }
+
+    #[test]
+    fn removal_checks_the_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, b"first").unwrap();
+        let first = file_id(&a).unwrap();
+        std::fs::remove_file(&a).unwrap();
+        let keep = dir.path().join("keep");
+        std::fs::write(&keep, b"x").unwrap(); // holds the first inode's number apart
+        std::fs::write(&a, b"second").unwrap();
+        let second = file_id(&a).unwrap();
+        if second != first {
+            assert!(!remove_if_same(&a, first));
+            assert_eq!(std::fs::read(&a).unwrap(), b"second");
+        }
+        assert!(remove_if_same(&a, second));
+        assert!(!a.exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "no private name left behind");
     }
 
     #[test]

@@ -151,7 +151,31 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 fn text_at(b: &[u8], off: usize, len: usize) -> String {
     let raw = &b[off..off + len];
     let end = raw.iter().position(|&c| c == 0).unwrap_or(len);
-    String::from_utf8_lossy(&raw[..end]).into_owned()
+    printable(&String::from_utf8_lossy(&raw[..end]))
+}
+
+/// Untrusted text (a segment's label and framework, a command line from
+/// `/proc`, the strings of a recording) made safe to print: every control
+/// character (C0, DEL, C1: escapes, carriage returns, line feeds), the line
+/// and paragraph separators and the bidirectional overrides become U+FFFD,
+/// so no terminal escape, line break or reordering survives. Applied where
+/// such text enters the program, so every output is safe.
+pub fn printable(s: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+            )
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !s.chars().any(unsafe_char) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c })
+        .collect()
 }
 
 /// The number of bytes a reader must copy to parse a header with `ring_count`
@@ -417,6 +441,16 @@ pub fn encode_header(h: &Header, buf: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn untrusted_text_is_made_printable() {
+        assert_eq!(printable("train.py é ✓"), "train.py é ✓");
+        let p = printable("a\x1b[2J\r\nb\u{9b}1m\u{202e}c\u{2028}\x07\x7f");
+        assert!(!p
+            .chars()
+            .any(|c| c.is_control() || c == '\u{202e}' || c == '\u{2028}'));
+        assert!(p.starts_with('a') && p.contains('b') && p.contains('c'));
+    }
 
     fn sample() -> (Header, Vec<u8>) {
         let (rings, size) = plan(&[(64, ROLE_AGENT, u32::MAX), (128, ROLE_DEVICE, 0)]).unwrap();

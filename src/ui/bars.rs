@@ -39,6 +39,15 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
             }
         )));
     }
+    // Segments not shown (refused, unverifiable, stale): on every screen;
+    // the overview says which and why.
+    if !snap.problems.is_empty() {
+        left.push(Span::styled(format!(" {} ", g.dot), t.dim()));
+        left.push(Span::styled(
+            format!("{} segment(s) not shown", snap.problems.len()),
+            t.warn(),
+        ));
+    }
     if app.screen == Screen::Process {
         if let Some(e) = app.selected_entry() {
             left.push(Span::styled(" > ", t.dim()));

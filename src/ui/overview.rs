@@ -110,10 +110,22 @@ fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
 fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
     let rows = state.rows(snap);
     let block = t.block(table_title(rows.len(), state, t));
-    let inner = block.inner(area);
+    let mut inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height == 0 {
         return;
+    }
+    // Segments that are not shown (refused, unverifiable, stale), on the
+    // last line of the table: never silently missing.
+    if !snap.problems.is_empty() && inner.height >= 3 {
+        let line = problems_line(&snap.problems, inner.width, t);
+        let r = Rect {
+            y: inner.y + inner.height - 1,
+            height: 1,
+            ..inner
+        };
+        frame.render_widget(Paragraph::new(line), r);
+        inner.height -= 1;
     }
     let cols = fit_columns(inner.width);
     let header = header_row(&cols, state, t);
@@ -189,6 +201,38 @@ fn header_row(cols: &[Col], state: &OverviewState, t: &Theme) -> TRow<'static> {
         aligned(*c, Line::from(s))
     }))
     .style(t.header())
+}
+
+/// `! 2 segments not shown: vramscope-1000-42: stale: … · `vramscope rings
+/// --clean` removes stale segments`: the first problem, how many there are,
+/// and the advice where it applies.
+pub fn problems_line(
+    problems: &[crate::input::SourceProblem],
+    width: u16,
+    t: &Theme,
+) -> Line<'static> {
+    let g = t.glyphs();
+    let n = problems.len();
+    let head = format!("! {n} segment{} not shown: ", if n == 1 { "" } else { "s" });
+    let first = &problems[0];
+    let name = std::path::Path::new(&first.path)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| first.path.clone());
+    let advice = if problems.iter().any(|p| p.message.starts_with("stale")) {
+        " · `vramscope rings --clean` removes stale segments"
+    } else {
+        ""
+    };
+    let room = (width as usize)
+        .saturating_sub(head.chars().count() + advice.chars().count())
+        .max(8);
+    let body = format::truncate(&format!("{name}: {}", first.message), room, g.ellipsis);
+    Line::from(vec![
+        Span::styled(head, t.warn()),
+        Span::styled(body, t.warn()),
+        Span::styled(advice, t.dim()),
+    ])
 }
 
 /// Why the table is empty, under its header.
