@@ -777,7 +777,10 @@ fn segment_dir_checks(dir: &Path) -> Vec<Check> {
             .iter()
             .filter(|f| {
                 crate::ring::discover::inspect(&f.path)
-                    .map(|i| i.liveness != crate::ring::discover::Liveness::Alive)
+                    .map(|i| {
+                        use crate::ring::discover::Liveness;
+                        matches!(i.liveness, Liveness::Dead | Liveness::Reused)
+                    })
                     .unwrap_or(false)
             })
             .count();

@@ -254,8 +254,9 @@ impl Strings {
         entry.2[off / STRING_CHUNK] = true;
         if entry.2.iter().all(|&b| b) {
             let (_, b, _) = self.partial.remove(&id).expect("present");
-            self.done
-                .insert(id, String::from_utf8_lossy(&b).into_owned());
+            // Text from a producer: printable before anything shows it.
+            let text = super::layout::printable(&String::from_utf8_lossy(&b));
+            self.done.insert(id, text);
             return true;
         }
         false

@@ -482,7 +482,38 @@ pub fn remove_stale(dir: &Path) -> Result<Vec<PathBuf>, RingError> {
             removed.push(f.path);
         }
     }
+    removed.extend(remove_abandoned_unlinks(dir));
     Ok(removed)
+}
+
+/// Files [`remove_if_same`] renamed away and did not get to unlink because
+/// its process died in between (`.vramscope-unlink-<pid>-<n>`): removed
+/// when they are ours, regular files, and that process is gone.
+fn remove_abandoned_unlinks(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = current_uid();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".vramscope-unlink-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = e.path();
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.file_type().is_file() && m.uid() == uid);
+        if ours && proc_start_time(pid).is_none() && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -514,6 +545,21 @@ mod tests {
             assert_eq!(parse_name(bad), None, "{bad}");
         }
         assert_eq!(segment_name(1, 2, Some("no/slash")), None);
+    }
+
+    #[test]
+    fn abandoned_unlinks_of_dead_removers_are_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(".vramscope-unlink-999999999-0");
+        let mine = dir
+            .path()
+            .join(format!(".vramscope-unlink-{}-0", std::process::id()));
+        let other = dir.path().join("vramscope-unrelated");
+        for p in [&dead, &mine, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale(dir.path()).unwrap(), vec![dead.clone()]);
+        assert!(!dead.exists() && mine.exists() && other.exists());
     }
 
     #[test]

@@ -209,10 +209,18 @@ fn create_named(
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.uid() == uid);
             // Only a stale segment of ours may be replaced.
-            let stale = ours
-                && matches!(discover::inspect(&path),
-                    Ok(info) if info.liveness != Liveness::Alive || info.pid == pid);
-            if stale && std::fs::remove_file(&path).is_ok() {
+            // (Never one whose producer cannot be told: it may live in a
+            // pid namespace this process cannot see.) Only the file that
+            // was checked is removed, never whatever the path names now.
+            let stale = match discover::inspect(&path) {
+                Ok(info) if ours => match info.liveness {
+                    Liveness::Dead | Liveness::Reused => Some(info.file),
+                    Liveness::Alive if info.pid == pid => Some(info.file),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if stale.is_some_and(|id| discover::remove_if_same(&path, id)) {
                 match create_exclusive(&path) {
                     Ok(f) => return Ok((f, path, None)),
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
