@@ -7,7 +7,7 @@
 //! One module per area; each test is named after the item it pins.
 
 mod agent;
+mod memory;
 mod names;
 mod numbers;
 mod reader;
-mod memory;
