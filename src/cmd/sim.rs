@@ -10,7 +10,7 @@
 //! keeping only that process's events, which are sorted by time and turned
 //! into requests in memory (one process's events, not the whole file).
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -66,10 +66,18 @@ pub fn run(args: Args) -> Result<()> {
     };
     let path = &args.trace;
     let mut printer = Printer::new(args.json);
-    if !is_recording(path) {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut reader = sim::TraceReader::new(std::io::BufReader::with_capacity(1 << 16, file));
+    // Opened once, its first bytes read once: a pipe (`--trace /dev/stdin`)
+    // works too.
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut magic = Vec::with_capacity(MAGIC.len());
+    std::io::Read::by_ref(&mut file)
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut magic)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if magic != MAGIC {
+        let input = std::io::Read::chain(std::io::Cursor::new(magic), file);
+        let mut reader = sim::TraceReader::new(std::io::BufReader::with_capacity(1 << 16, input));
         let mut replay = sim::Replay::new(&cfg);
         while let Some(req) = reader
             .next_request()
@@ -80,6 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         return printer.finish();
     }
+    drop(file);
     let (reqs, recorded) = from_recording(path, args.pid, args.device)?;
     let mut replay = sim::Replay::new(&cfg);
     let mut compare = Compare::default();
@@ -91,15 +100,6 @@ pub fn run(args: Args) -> Result<()> {
     printer.finish()?;
     compare.summary(args.conf.as_deref());
     Ok(())
-}
-
-/// Whether `path` begins with a recording's magic.
-fn is_recording(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok()
-        && &magic == MAGIC
 }
 
 /// Prints each step as it is simulated (buffered), and the summary last.

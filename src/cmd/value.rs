@@ -45,7 +45,7 @@ fn decimal(s: &str, what: &str, lo: f64, open_lo: bool, hi: f64) -> Result<f64, 
 
 /// A whole number in `lo..=hi`.
 fn whole(s: &str, what: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let range = format!("a whole number from {lo} to {hi}");
+    let range = format!("a whole number, at least {lo} and at most {hi}");
     match s.trim().parse::<u64>() {
         Ok(v) if (lo..=hi).contains(&v) => Ok(v),
         _ => Err(format!("{what} must be {range}")),
