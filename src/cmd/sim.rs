@@ -4,8 +4,10 @@
 //!
 //! Streams: a JSON-lines trace is read, checked, simulated and printed one
 //! line at a time (`vramscope::sim::TraceReader`, lines of at most 1 MiB),
-//! so memory follows the live tensors, not the trace's length (10 M lines
-//! in a few MiB). A recording is read twice: once to count each process's
+//! so memory follows the live tensors, not the trace's length: 10 M lines
+//! (64 live tensors) piped into `sim --trace /dev/stdin` peaked at 9.8 MiB
+//! resident (`/usr/bin/time -v`, debug build; it was 2.7–3.7 GB before),
+//! and `tests/hostile/numbers.rs` checks a million lines stay under 64 MiB. A recording is read twice: once to count each process's
 //! events (choosing the process: `--pid`, else the one with the most), then
 //! keeping only that process's events, which are sorted by time and turned
 //! into requests in memory (one process's events, not the whole file).

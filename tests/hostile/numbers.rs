@@ -92,6 +92,11 @@ fn key() -> ProcessKey {
 /// A recording of one process: attached at `t0`, then one statistics event
 /// per `(time, stats)`.
 fn recording(path: &Path, t0: u64, samples: &[(u64, Stats)]) {
+    recording_with(path, t0, samples, &[]);
+}
+
+/// [`recording`], then `extra` inputs.
+fn recording_with(path: &Path, t0: u64, samples: &[(u64, Stats)], extra: &[(u64, Input)]) {
     let mut rec = Recorder::create(path).unwrap();
     let attach = Input::Attach {
         key: key(),
@@ -117,6 +122,9 @@ fn recording(path: &Path, t0: u64, samples: &[(u64, Stats)]) {
         };
         rec.write(*t, &events).unwrap();
     }
+    for (t, input) in extra {
+        rec.write(*t, input).unwrap();
+    }
     rec.finish().unwrap();
 }
 
@@ -136,13 +144,41 @@ fn stats(allocated: u64, reserved: u64) -> Stats {
 fn item_04_huge_figure_does_not_hang_the_timeline() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("huge.vsrec");
-    recording(
+    let huge = Some(u64::MAX - 7);
+    let machine = vramscope::input::Machine {
+        gpus: vec![vramscope::input::Gpu {
+            index: 0,
+            name: "crafted".into(),
+            uuid: None,
+            total: huge,
+            used: huge,
+            free: Some(u64::MAX),
+            util_gpu: Some(u32::MAX),
+            util_mem: Some(u32::MAX),
+            temperature_c: Some(u32::MAX),
+            power_w: Some(f64::MAX),
+        }],
+        processes: vec![vramscope::input::GpuProcess {
+            pid: PID,
+            gpu: 0,
+            used: huge,
+        }],
+        sampled_ns: Some(3_500),
+        ..Default::default()
+    };
+    let nvml = Input::Machine {
+        machine,
+        host_pids: vec![(PID, key())],
+        fresh: vec![],
+    };
+    recording_with(
         &rec,
         1_000,
         &[
             (2_000, stats(8_800_000_000_000_000_000, u64::MAX)),
             (3_000, stats(u64::MAX - 1, u64::MAX)),
         ],
+        &[(3_500, nvml)],
     );
     let shot = dir.path().join("x.svg");
     let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
@@ -163,6 +199,17 @@ fn item_04_huge_figure_does_not_hang_the_timeline() {
     assert!(status.success(), "{status:?}: {text}");
     let svg = std::fs::read_to_string(&shot).expect("the screenshot was written");
     assert!(svg.contains("Memory over time"), "the timeline was drawn");
+    // The overview, with the same figures.
+    let over = dir.path().join("o.svg");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.arg("replay");
+    cmd.arg(&rec);
+    cmd.args(["--ui", "--screenshot-after", "500", "--screenshot"]);
+    cmd.arg(&over);
+    let (status, out) = in_pty(cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out);
+    assert!(status.is_some_and(|s| s.success()), "{text}");
+    assert!(over.exists());
 }
 
 /// Item 10, the child: a dashboard whose driver's thread panics.
