@@ -12,7 +12,6 @@
 //! closed pipe ends the output quietly).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -142,7 +141,7 @@ pub struct IntervalFlag {
         default_value = "1000",
         value_name = "MS"
     )]
-    pub interval: value::Millis,
+    pub interval: value::Millis<100>,
 }
 
 /// The collector's configuration from the flags a command has.
@@ -154,7 +153,7 @@ pub fn collect_config(
     let mut cfg = vramscope::collect::Config::new(shm.dir());
     cfg.nvml = !nvml.no_nvml;
     if let Some(i) = interval {
-        cfg.nvml_interval = i.interval.duration().max(Duration::from_millis(100));
+        cfg.nvml_interval = i.interval.duration();
     }
     cfg
 }

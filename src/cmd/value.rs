@@ -4,7 +4,7 @@
 //! | type        | written as          | accepted                                   |
 //! |-------------|---------------------|--------------------------------------------|
 //! | [`Seconds`] | seconds, decimals   | more than 0, at most [`Seconds::MAX`]       |
-//! | [`Millis`]  | whole milliseconds  | 0 to [`Millis::MAX`]                        |
+//! | [`Millis`]  | whole milliseconds  | `MIN` (default 0) to [`Millis::MAX`]        |
 //! | [`Speed`]   | a factor, decimals  | [`Speed::MIN`] to [`Speed::MAX`]            |
 //! | [`Gib`]     | GiB, decimals       | more than 0, at most [`Gib::MAX`]           |
 //! | [`Count`]   | a whole number      | 1 to [`Count::MAX`]                         |
@@ -82,11 +82,12 @@ impl fmt::Display for Seconds {
     }
 }
 
-/// A length of time in whole milliseconds (`--refresh 250`).
+/// A length of time in whole milliseconds (`--refresh 250`), at least
+/// `MIN` (`Millis<100>`: a poll period that must not spin).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Millis(u64);
+pub struct Millis<const MIN: u64 = 0>(u64);
 
-impl Millis {
+impl<const MIN: u64> Millis<MIN> {
     /// One day.
     pub const MAX: u64 = 86_400_000;
 
@@ -95,14 +96,14 @@ impl Millis {
     }
 }
 
-impl FromStr for Millis {
+impl<const MIN: u64> FromStr for Millis<MIN> {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        whole(s, "milliseconds", 0, Self::MAX).map(Millis)
+        whole(s, "milliseconds", MIN, Self::MAX).map(Millis)
     }
 }
 
-impl fmt::Display for Millis {
+impl<const MIN: u64> fmt::Display for Millis<MIN> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }
@@ -211,6 +212,8 @@ mod tests {
         }
         assert!("0".parse::<Count>().is_err());
         assert_eq!("0".parse::<Millis>().unwrap().duration(), Duration::ZERO);
+        assert!("99".parse::<Millis<100>>().is_err());
+        assert!("100".parse::<Millis<100>>().is_ok());
         assert_eq!(
             "2.5".parse::<Seconds>().unwrap().duration().as_millis(),
             2500

@@ -301,6 +301,10 @@ fn item_11_every_bad_number_is_one_line_and_exit_2() {
     cases.push((vec!["--refresh", "-1"], "--refresh"));
     cases.push((vec!["--interval", "1.5"], "--interval"));
     cases.push((
+        vec!["record", "-o", "x.vsrec", "--interval", "0"],
+        "--interval",
+    ));
+    cases.push((
         vec!["demo", "--screenshot-after", "inf"],
         "--screenshot-after",
     ));
