@@ -24,7 +24,7 @@ pub struct Args {
     /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True).
     #[arg(long, value_name = "CONF")]
     conf: Option<String>,
-    /// Simulated seconds per second (default 1; 0.2 for `oom`).
+    /// Simulated seconds per second, 0.001 to 1000000 (default 1; 0.2 for `oom`).
     #[arg(long, allow_negative_numbers = true)]
     speed: Option<Speed>,
     /// No terminal: run as fast as possible and print the final state.

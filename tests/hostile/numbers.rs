@@ -347,6 +347,19 @@ fn item_11_replay_does_not_sleep_for_centuries() {
     let status = wait_for(&mut child, Duration::from_secs(30)).expect("replay ended");
     assert!(status.success());
     assert!(started.elapsed() < Duration::from_secs(30));
+    // In the dashboard, the far frame's times moved onto this clock stay
+    // sane: it draws and quits on time.
+    let shot = dir.path().join("far.svg");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.arg("replay");
+    cmd.arg(&rec);
+    cmd.args(["--ui", "--speed", "1000000", "--pid", &PID.to_string()]);
+    cmd.args(["--screenshot-after", "800", "--screenshot"]);
+    cmd.arg(&shot);
+    let (status, out) = in_pty(cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out);
+    assert!(status.is_some_and(|s| s.success()), "{text}");
+    assert!(shot.exists());
 }
 
 /// Item 12: a closed standard output is the end of the output: exit 0,
