@@ -1,6 +1,8 @@
 //! The `vramscope` binary: parses the command line and hands off to the
 //! subcommand (`src/cmd/`). A bad command line is one line on stderr and
-//! exit 2; a failure is its error and causes on one line and exit 1.
+//! exit 2 (every number a flag takes is checked then: `src/cmd/value.rs`);
+//! a failure is its error and causes on one line and exit 1; a closed
+//! standard output is the end of the output, exit 0 (`src/cmd/out.rs`).
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -8,12 +10,14 @@ use clap::Parser;
 mod cmd;
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = match cmd::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if cmd::out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vramscope: {}", message(&e));
             ExitCode::FAILURE
@@ -40,14 +44,27 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("invalid command line");
     let line = line.strip_prefix("error: ").unwrap_or(line);
-    // "Usage: vramscope doctor [OPTIONS]" names the command the help is for.
-    let command: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Usage: "))
-        .unwrap_or("vramscope")
-        .split_whitespace()
-        .take_while(|w| !w.starts_with(['[', '<', '-']))
-        .collect();
+    // "Usage: vramscope doctor [OPTIONS]" names the command the help is for;
+    // an invalid value has no usage block: the first argument that is a
+    // subcommand's name does.
+    let command: Vec<String> = match text.lines().find_map(|l| l.trim().strip_prefix("Usage: ")) {
+        Some(usage) => usage
+            .split_whitespace()
+            .take_while(|w| !w.starts_with(['[', '<', '-']))
+            .map(str::to_string)
+            .collect(),
+        None => {
+            use clap::CommandFactory;
+            let cli = cmd::Cli::command();
+            let sub = std::env::args().skip(1).find(|a| {
+                cli.get_subcommands()
+                    .any(|c| c.get_name() == a || c.get_all_aliases().any(|n| n == a))
+            });
+            std::iter::once("vramscope".to_string())
+                .chain(sub)
+                .collect()
+        }
+    };
     eprintln!("vramscope: {line} (see `{} --help`)", command.join(" "));
     ExitCode::from(2)
 }
@@ -64,4 +81,24 @@ fn message(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+/// A safety net for output not written through `cmd::out` (the standard
+/// library's `println!` panics on a closed pipe): that panic ends the
+/// program quietly with status 0, as `cmd::out` would. Any other panic
+/// goes to the default hook.
+fn quiet_on_closed_stdout() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
 }

@@ -16,7 +16,7 @@ enum What {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.what {
-        What::Path => println!("{}", vramscope::agent::extract()?.display()),
+        What::Path => super::out::line(&vramscope::agent::extract()?.display().to_string())?,
     }
     Ok(())
 }

@@ -3,13 +3,13 @@
 //! every dashboard shares (`demo` and `replay --ui` open one too).
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use vramscope::collect::Live;
 use vramscope::ui::DemoHandle;
 
+use super::value::Millis;
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
@@ -23,7 +23,9 @@ pub struct Args {
 /// How the dashboard looks and what it may do.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UiFlags {
-    /// No actions: empty-cache, peak reset and snapshot requests are disabled.
+    /// No actions from the dashboard: its empty-cache, peak reset and
+    /// snapshot requests are disabled. (A dashboard flag: `vramscope
+    /// empty-cache` is a separate command, which sends its one request.)
     #[arg(long)]
     pub readonly: bool,
     /// ASCII only: no braille, box-drawing or block glyphs.
@@ -42,11 +44,21 @@ pub struct UiFlags {
     #[arg(long, value_name = "FILE.svg")]
     pub screenshot: Option<PathBuf>,
     /// Milliseconds before --screenshot is taken.
-    #[arg(long, default_value_t = 3000, value_name = "MS")]
-    pub screenshot_after: u64,
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "3000",
+        value_name = "MS"
+    )]
+    pub screenshot_after: Millis,
     /// Draw new data at most every this many milliseconds (keys are answered at once).
-    #[arg(long, default_value_t = 250, value_name = "MS")]
-    pub refresh: u64,
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "250",
+        value_name = "MS"
+    )]
+    pub refresh: Millis,
 }
 
 impl UiFlags {
@@ -57,13 +69,13 @@ impl UiFlags {
             monochrome: self.no_color,
             mouse: !self.no_mouse,
             initial_process: self.pid,
-            data_interval: Duration::from_millis(self.refresh),
+            data_interval: self.refresh.duration(),
             screenshot: self
                 .screenshot
                 .clone()
                 .map(|path| vramscope::ui::ScreenshotAfter {
                     path,
-                    after: Duration::from_millis(self.screenshot_after),
+                    after: self.screenshot_after.duration(),
                 }),
             ..vramscope::ui::UiOptions::default()
         }

@@ -9,6 +9,8 @@ use vramscope::demo::HeadlessReport;
 use vramscope::ui::format::bytes;
 
 use super::dashboard::UiFlags;
+use super::out;
+use super::value::{Seconds, Speed};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
@@ -22,15 +24,15 @@ pub struct Args {
     /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True).
     #[arg(long, value_name = "CONF")]
     conf: Option<String>,
-    /// Simulated seconds per second (default 1; 0.2 for `oom`).
-    #[arg(long)]
-    speed: Option<f64>,
+    /// Simulated seconds per second, 0.001 to 1000000 (default 1; 0.2 for `oom`).
+    #[arg(long, allow_negative_numbers = true)]
+    speed: Option<Speed>,
     /// No terminal: run as fast as possible and print the final state.
     #[arg(long)]
     headless: bool,
     /// With --headless: simulated seconds to run (default: the whole scenario).
-    #[arg(long, value_name = "SECS")]
-    duration: Option<f64>,
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
+    duration: Option<Seconds>,
     /// With --headless: print JSON.
     #[arg(long)]
     json: bool,
@@ -46,21 +48,21 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.list {
+        let mut o = String::new();
         for (name, about) in vramscope::demo::list() {
-            println!("{name:<14} {about}");
+            let _ = writeln!(o, "{name:<14} {about}");
         }
-        return Ok(());
+        return out::print(&o);
     }
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
-        let report =
-            vramscope::demo::run_headless(sc, args.conf.as_deref(), args.duration, args.gpu)?;
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+        let duration = args.duration.map(Seconds::secs);
+        let report = vramscope::demo::run_headless(sc, args.conf.as_deref(), duration, args.gpu)?;
+        return if args.json {
+            out::line(&serde_json::to_string_pretty(&report)?)
         } else {
-            print!("{}", text(&report));
-        }
-        return Ok(());
+            out::print(&text(&report))
+        };
     }
     let backing = if args.gpu {
         let g =
@@ -71,6 +73,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let speed = args
         .speed
+        .map(Speed::factor)
         .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
     let cfg = args.collect.config();
     let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;

@@ -1,5 +1,7 @@
 //! `vramscope doctor`: every requirement checked and explained, with what to
 //! do about each that is missing; exits non-zero when a check failed.
+use std::fmt::Write as _;
+
 use anyhow::Result;
 
 use vramscope::agent::Level;
@@ -17,9 +19,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let checks = vramscope::agent::doctor(args.shm.shm_dir.as_deref());
+    let mut o = String::new();
     if args.json {
         for c in &checks {
-            println!("{}", serde_json::to_string(c)?);
+            let _ = writeln!(o, "{}", serde_json::to_string(c)?);
         }
     } else {
         for c in &checks {
@@ -28,12 +31,13 @@ pub fn run(args: Args) -> Result<()> {
                 Level::Warn => "warn",
                 Level::Fail => "FAIL",
             };
-            println!("[{mark}] {}: {}", c.name, c.detail);
+            let _ = writeln!(o, "[{mark}] {}: {}", c.name, c.detail);
             if !c.fix.is_empty() {
-                println!("       -> {}", c.fix);
+                let _ = writeln!(o, "       -> {}", c.fix);
             }
         }
     }
+    super::out::print(&o)?;
     let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if failed > 0 {
         anyhow::bail!("{failed} check(s) failed");

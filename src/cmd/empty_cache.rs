@@ -1,13 +1,12 @@
 //! `vramscope empty-cache PID`: asks an instrumented process to run
 //! `torch.cuda.empty_cache()` and prints what was released.
-use std::time::Duration;
-
 use anyhow::{bail, Context, Result};
 
 use vramscope::collect::Collector;
 use vramscope::ring::{Command, Status};
 use vramscope::ui::format::bytes;
 
+use super::value::Seconds;
 use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
@@ -15,8 +14,13 @@ pub struct Args {
     /// The process id (as this machine sees it, or as the process sees itself).
     pid: u32,
     /// Seconds to wait for the answer.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "10",
+        value_name = "SECS"
+    )]
+    timeout: Seconds,
     #[command(flatten)]
     shm: ShmFlag,
 }
@@ -41,21 +45,40 @@ pub fn run(args: Args) -> Result<()> {
     let ask = collector.requester().request(
         key,
         Command::EmptyCache { device: None },
-        Duration::from_secs_f64(args.timeout),
+        args.timeout.duration(),
     );
     let out = super::runtime()?
         .block_on(ask)
         .with_context(|| format!("asking process {pid} to empty its cache"))?;
     match out.status {
         Status::Ok => {
-            println!(
+            let (before, after) = (out.result0, out.result1);
+            if let Some(why) = implausible(before, after) {
+                bail!(
+                    "process {pid} answered an implausible result: reserved {before} B -> {after} B ({why}); the cache may or may not have been emptied"
+                );
+            }
+            super::out::line(&format!(
                 "process {pid}: released {} (reserved {} -> {})",
-                bytes(out.result0.saturating_sub(out.result1)),
-                bytes(out.result0),
-                bytes(out.result1)
-            );
-            Ok(())
+                bytes(before - after),
+                bytes(before),
+                bytes(after)
+            ))
         }
         s => bail!("process {pid} answered {s:?}: the cache was not emptied"),
+    }
+}
+
+/// More reserved memory than any device has (1 PiB).
+const ABSURD: u64 = 1 << 50;
+
+/// Why an empty-cache answer (reserved bytes before, after) cannot be true.
+fn implausible(before: u64, after: u64) -> Option<&'static str> {
+    if after > before {
+        Some("more reserved after emptying the cache than before")
+    } else if before > ABSURD {
+        Some("more than 1 PiB reserved")
+    } else {
+        None
     }
 }

@@ -5,9 +5,13 @@
 //! Shared flag groups: [`ShmFlag`] (where the segments are), [`NvmlFlags`]
 //! (whether and how often NVML is read) and [`dashboard::UiFlags`] (how the
 //! dashboard looks), each flattened into the commands that use it.
+//!
+//! Every number a flag takes is one of the types of [`value`] (checked while
+//! parsing: one line naming the flag and the accepted range, exit 2), and
+//! everything a command prints for its reader goes through [`out`] (a
+//! closed pipe ends the output quietly).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -16,12 +20,14 @@ pub mod dashboard;
 pub mod demo;
 pub mod doctor;
 pub mod empty_cache;
+pub mod out;
 pub mod record;
 pub mod replay;
 pub mod rings;
 pub mod run;
 pub mod sim;
 pub mod snapshot;
+pub mod value;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -129,8 +135,13 @@ pub struct NvmlFlag {
 #[derive(Debug, Clone, clap::Args)]
 pub struct IntervalFlag {
     /// NVML poll period in milliseconds (at least 100).
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub interval: u64,
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "1000",
+        value_name = "MS"
+    )]
+    pub interval: value::Millis<100>,
 }
 
 /// The collector's configuration from the flags a command has.
@@ -142,7 +153,7 @@ pub fn collect_config(
     let mut cfg = vramscope::collect::Config::new(shm.dir());
     cfg.nvml = !nvml.no_nvml;
     if let Some(i) = interval {
-        cfg.nvml_interval = Duration::from_millis(i.interval.max(100));
+        cfg.nvml_interval = i.interval.duration();
     }
     cfg
 }

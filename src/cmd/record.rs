@@ -2,7 +2,7 @@
 //! written to a recording (format: `src/recording.rs`) until Ctrl-C,
 //! SIGTERM, SIGHUP or `--duration`.
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 
@@ -18,8 +18,8 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    duration: Option<f64>,
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
+    duration: Option<super::value::Seconds>,
     #[command(flatten)]
     collect: CollectFlags,
 }
@@ -31,7 +31,7 @@ pub fn run(args: Args) -> Result<()> {
     hub.record_to(Recorder::create(&args.output)?);
     let start = Instant::now();
     eprintln!("recording to {} (Ctrl-C to stop)", args.output.display());
-    let limit = args.duration.map(Duration::from_secs_f64);
+    let limit = args.duration.map(super::value::Seconds::duration);
     super::runtime()?.block_on(async {
         let stop = async {
             match limit {

@@ -11,14 +11,16 @@ use vramscope::model::ViewOptions;
 use vramscope::recording::Replayer;
 
 use super::dashboard::UiFlags;
+use super::out;
+use super::value::Speed;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     file: PathBuf,
-    /// Playback speed (recorded seconds per second); 0 = as fast as
-    /// possible (without --ui).
-    #[arg(long, default_value_t = 0.0)]
-    speed: f64,
+    /// Playback speed (recorded seconds per second, 0.001 to 1000000).
+    /// Without it: as fast as possible, or 1 with --ui.
+    #[arg(long, allow_negative_numbers = true)]
+    speed: Option<Speed>,
     /// Print the state at the end as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,7 +34,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let reader = Replayer::open(&args.file)?;
     if args.ui {
-        let speed = if args.speed > 0.0 { args.speed } else { 1.0 };
+        let speed = args.speed.map_or(1.0, Speed::factor);
         let mut opts = args.view.options();
         // A recording cannot be sent commands.
         opts.readonly = true;
@@ -40,11 +42,9 @@ pub fn run(args: Args) -> Result<()> {
         return vramscope::ui::run(live.hub().clone(), live, None, opts);
     }
     let hub = Hub::default();
-    let pace = if args.speed > 0.0 {
-        Pace::Recorded(args.speed)
-    } else {
-        Pace::Fast
-    };
+    let pace = args
+        .speed
+        .map_or(Pace::Fast, |s| Pace::Recorded(s.factor()));
     let played = super::runtime()?.block_on(play(reader, &hub, pace))?;
     // Figures as of the end of the recording, whatever the clock says now.
     let opts = ViewOptions {
@@ -54,14 +54,13 @@ pub fn run(args: Args) -> Result<()> {
     };
     let snap = hub.snapshot_at(played.last_ns, &opts);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap)?);
+        out::line(&serde_json::to_string_pretty(&snap)?)
     } else {
         eprintln!(
             "replayed {} inputs from {}",
             played.inputs,
             args.file.display()
         );
-        print!("{}", super::snapshot::table(&snap));
+        out::print(&super::snapshot::table(&snap))
     }
-    Ok(())
 }

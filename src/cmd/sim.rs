@@ -1,7 +1,18 @@
 //! `vramscope sim --trace FILE`: allocation requests replayed under any
 //! allocator configuration — a JSON-lines trace, or a recording of a real
 //! process (then compared with the statistics it reported).
+//!
+//! Streams: a JSON-lines trace is read, checked, simulated and printed one
+//! line at a time (`vramscope::sim::TraceReader`, lines of at most 1 MiB),
+//! so memory follows the live tensors, not the trace's length: 10 M lines
+//! (64 live tensors) piped into `sim --trace /dev/stdin` peaked at 9.8 MiB
+//! resident (`/usr/bin/time -v`, debug build; it was 2.7–3.7 GB before),
+//! and `tests/hostile/numbers.rs` checks a million lines stay under 64 MiB. A recording is read twice: once to count each process's
+//! events (choosing the process: `--pid`, else the one with the most), then
+//! keeping only that process's events, which are sorted by time and turned
+//! into requests in memory (one process's events, not the whole file).
 use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -10,8 +21,11 @@ use vramscope::event::{Event, Stats};
 use vramscope::input::Input;
 use vramscope::model::ProcessKey;
 use vramscope::recording::{Replayer, MAGIC};
-use vramscope::sim::{self, Request, StepReport};
+use vramscope::sim::{self, NullSink, Request, StepReport};
 use vramscope::ui::format::bytes;
+
+use super::out;
+use super::value::Gib;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -29,77 +43,133 @@ pub struct Args {
     /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF.
     #[arg(long, value_name = "CONF")]
     conf: Option<String>,
-    /// Device memory in GiB.
-    #[arg(long, default_value_t = 80.0)]
-    capacity_gib: f64,
+    /// Device memory in GiB (more than 0, at most 1048576).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "80",
+        value_name = "GIB"
+    )]
+    capacity_gib: Gib,
     /// One JSON object per request.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let (reqs, recorded) = requests(&args.trace, args.pid, args.device)?;
     let alloc = match &args.conf {
         Some(c) => sim::AllocConf::parse(c).with_context(|| format!("--conf {c:?}"))?,
         None => sim::AllocConf::default(),
     };
     let cfg = sim::SimConfig {
         alloc,
-        capacity: (args.capacity_gib * (1u64 << 30) as f64) as u64,
+        capacity: args.capacity_gib.bytes(),
         ..sim::SimConfig::default()
     };
-    let reports = sim::replay(&reqs, &cfg);
-    if args.json {
-        for (i, r) in reports.iter().enumerate() {
+    let path = &args.trace;
+    let mut printer = Printer::new(args.json);
+    // Opened once, its first bytes read once: a pipe (`--trace /dev/stdin`)
+    // works too.
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut magic = Vec::with_capacity(MAGIC.len());
+    std::io::Read::by_ref(&mut file)
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut magic)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if magic != MAGIC {
+        let input = std::io::Read::chain(std::io::Cursor::new(magic), file);
+        let mut reader = sim::TraceReader::new(std::io::BufReader::with_capacity(1 << 16, input));
+        let mut replay = sim::Replay::new(&cfg);
+        while let Some(req) = reader
+            .next_request()
+            .with_context(|| format!("in {}", path.display()))?
+        {
+            let r = replay.step(&req, &mut NullSink);
+            printer.report(&r, None)?;
+        }
+        return printer.finish();
+    }
+    drop(file);
+    let (reqs, recorded) = from_recording(path, args.pid, args.device)?;
+    let mut replay = sim::Replay::new(&cfg);
+    let mut compare = Compare::default();
+    for (req, rec) in reqs.iter().zip(&recorded) {
+        let r = replay.step(req, &mut NullSink);
+        compare.add(&r, rec.as_ref());
+        printer.report(&r, rec.as_ref())?;
+    }
+    printer.finish()?;
+    compare.summary(args.conf.as_deref());
+    Ok(())
+}
+
+/// Prints each step as it is simulated (buffered), and the summary last.
+struct Printer {
+    json: bool,
+    out: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    last: Option<StepReport>,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Printer {
+            json,
+            out: out::stream(),
+            last: None,
+        }
+    }
+
+    fn report(&mut self, r: &StepReport, recorded: Option<&Stats>) -> Result<()> {
+        if self.json {
             let mut v = serde_json::to_value(r)?;
-            if let Some(Some(s)) = recorded.as_ref().map(|rec| rec[i]) {
+            if let Some(s) = recorded {
                 v["recorded"] = serde_json::to_value(s)?;
             }
-            println!("{v}");
+            writeln!(self.out, "{v}").map_err(out::wrap)?;
+        } else {
+            if self.last.is_none() {
+                self.out
+                    .write_all(sim::table_header().as_bytes())
+                    .map_err(out::wrap)?;
+            }
+            self.out
+                .write_all(sim::table_row(r).as_bytes())
+                .map_err(out::wrap)?;
         }
-    } else {
-        print!("{}", sim::render_table(&reports));
+        self.last = Some(r.clone());
+        Ok(())
     }
-    if let Some(rec) = &recorded {
-        compare_summary(&reports, rec, args.conf.as_deref());
+
+    fn finish(mut self) -> Result<()> {
+        if !self.json {
+            let text = match &self.last {
+                Some(last) => sim::table_summary(last),
+                None => sim::table_header(),
+            };
+            self.out.write_all(text.as_bytes()).map_err(out::wrap)?;
+        }
+        self.out.flush().map_err(out::wrap)
     }
-    Ok(())
 }
 
 /// The statistics a recorded process reported after each request.
 type Recorded = Vec<Option<Stats>>;
 
-/// The requests to replay from `path`: a JSON-lines trace, or a recording
-/// (then also the statistics the process reported after each request).
-fn requests(
-    path: &Path,
-    pid: Option<u32>,
-    device: u16,
-) -> Result<(Vec<Request>, Option<Recorded>)> {
-    let mut magic = [0u8; 8];
-    let is_recording = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok()
-        && &magic == MAGIC;
-    if !is_recording {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let reqs = sim::parse_trace(&text).with_context(|| format!("in {}", path.display()))?;
-        return Ok((reqs, None));
-    }
+/// The requests of one process of the recording at `path` (`pid`, else the
+/// one with the most events), and the statistics it reported after each.
+/// Two passes: counting, then keeping only that process's events.
+fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<(Vec<Request>, Recorded)> {
+    let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
     let mut r = Replayer::open(path)?;
-    let mut by_process: BTreeMap<ProcessKey, Vec<Event>> = BTreeMap::new();
     while let Some((_, input)) = r.next_input()? {
         if let Input::Events { key, events, .. } = input {
-            by_process.entry(key).or_default().extend(events);
+            *counts.entry(key).or_default() += events.len() as u64;
         }
     }
     let chosen = match pid {
-        Some(p) => by_process.keys().find(|k| k.pid == p).copied(),
-        None => by_process
-            .iter()
-            .max_by_key(|(_, e)| e.len())
-            .map(|(k, _)| *k),
+        Some(p) => counts.keys().find(|k| k.pid == p).copied(),
+        None => counts.iter().max_by_key(|(_, n)| **n).map(|(k, _)| *k),
     };
     let Some(key) = chosen else {
         bail!(
@@ -108,7 +178,18 @@ fn requests(
             pid.map_or("any process".into(), |p| format!("process {p}"))
         );
     };
-    let mut events = by_process.remove(&key).unwrap_or_default();
+    let mut events: Vec<Event> = Vec::new();
+    let mut r = Replayer::open(path)?;
+    while let Some((_, input)) = r.next_input()? {
+        if let Input::Events {
+            key: k, events: e, ..
+        } = input
+        {
+            if k == key {
+                events.extend(e);
+            }
+        }
+    }
     events.sort_by_key(|e| e.time_ns);
     let got = sim::from_events::requests_from_events(&events, device);
     if got.unknown_frees > 0 {
@@ -117,34 +198,48 @@ fn requests(
             got.unknown_frees
         );
     }
-    Ok((got.requests, Some(got.recorded)))
+    Ok((got.requests, got.recorded))
 }
 
-/// Compares a replay with what the recorded process reported, on stderr.
-fn compare_summary(reports: &[StepReport], recorded: &[Option<Stats>], conf: Option<&str>) {
-    let mut total = 0;
-    let mut same = 0;
-    let mut first_diff = None;
-    for (r, s) in reports.iter().zip(recorded) {
-        let Some(s) = s else { continue };
-        total += 1;
+/// A replay compared with what the recorded process reported, as it goes.
+#[derive(Default)]
+struct Compare {
+    total: u64,
+    same: u64,
+    first_diff: Option<(usize, u64, u64)>,
+    ooms: u64,
+}
+
+impl Compare {
+    fn add(&mut self, r: &StepReport, recorded: Option<&Stats>) {
+        if r.oom.is_some() {
+            self.ooms += 1;
+        }
+        let Some(s) = recorded else { return };
+        self.total += 1;
         if (r.allocated, r.reserved, r.segments) == (s.allocated, s.reserved, s.segments) {
-            same += 1;
-        } else if first_diff.is_none() {
-            first_diff = Some((r.step, r.reserved, s.reserved));
+            self.same += 1;
+        } else if self.first_diff.is_none() {
+            self.first_diff = Some((r.step, r.reserved, s.reserved));
         }
     }
-    let under = conf.map_or("the default configuration".to_string(), |c| {
-        format!("--conf {c}")
-    });
-    eprintln!("under {under}: {same} of {total} recorded statistics samples match the replay exactly (allocated, reserved, segments)");
-    if let Some((step, sim, real)) = first_diff {
+
+    /// The comparison, on stderr.
+    fn summary(&self, conf: Option<&str>) {
+        let under = conf.map_or("the default configuration".to_string(), |c| {
+            format!("--conf {c}")
+        });
         eprintln!(
-            "first difference at request {step}: reserved {} simulated vs {} recorded",
-            bytes(sim),
-            bytes(real)
+            "under {under}: {} of {} recorded statistics samples match the replay exactly (allocated, reserved, segments)",
+            self.same, self.total
         );
+        if let Some((step, sim, real)) = self.first_diff {
+            eprintln!(
+                "first difference at request {step}: reserved {} simulated vs {} recorded",
+                bytes(sim),
+                bytes(real)
+            );
+        }
+        eprintln!("out-of-memory requests in the replay: {}", self.ooms);
     }
-    let ooms = reports.iter().filter(|r| r.oom.is_some()).count();
-    eprintln!("out-of-memory requests in the replay: {ooms}");
 }

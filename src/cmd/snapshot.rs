@@ -34,11 +34,10 @@ pub fn run(args: Args) -> Result<()> {
         timeline: None,
     });
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap)?);
+        super::out::line(&serde_json::to_string_pretty(&snap)?)
     } else {
-        print!("{}", table(&snap));
+        super::out::print(&table(&snap))
     }
-    Ok(())
 }
 
 fn opt(b: Option<u64>) -> String {

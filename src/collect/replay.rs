@@ -1,5 +1,11 @@
 //! A recording played back into a hub, at any speed: the one pacing loop
 //! behind `replay` and `replay --ui`.
+//!
+//! Paced playback never waits longer than [`MAX_WAIT`] between two inputs:
+//! a longer gap (an idle stretch, or a crafted time centuries ahead) is
+//! played as `MAX_WAIT`, and later inputs move up by what was cut, so a
+//! recording always plays to its end. With `Pace::Live` the cut is taken
+//! out of the moved times too (an event's time is never after its input's).
 
 use std::time::Duration;
 
@@ -23,6 +29,9 @@ pub enum Pace {
     Live(f64),
 }
 
+/// The longest wall-clock wait between two inputs of a paced playback.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+
 /// What a playback got through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Played {
@@ -42,22 +51,35 @@ pub async fn play(mut reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played,
     let base = monotonic_ns();
     let mut first: Option<u64> = None;
     let mut played = Played::default();
+    // Recorded nanoseconds cut out of gaps longer than MAX_WAIT, and the
+    // latest (cut) offset from the first input.
+    let mut cut: u64 = 0;
+    let mut latest: u64 = 0;
     while let Some((t, mut input)) = reader.next_input()? {
         let t0 = *first.get_or_insert(t);
-        let since = t.saturating_sub(t0);
+        let mut since = t.saturating_sub(t0).saturating_sub(cut);
         if let Some(speed) = speed {
+            let max_gap = (MAX_WAIT.as_secs_f64() * 1e9 * speed) as u64;
+            let gap = since.saturating_sub(latest);
+            if gap > max_gap {
+                cut = cut.saturating_add(gap - max_gap);
+                since = latest.saturating_add(max_gap);
+            }
+            latest = latest.max(since);
             let after =
                 Duration::try_from_secs_f64(since as f64 / 1e9 / speed).unwrap_or(Duration::MAX);
+            // Every wait is at most MAX_WAIT, so this is always a time the
+            // clock can say; were it not, the input is applied at once.
             if let Some(due) = wall0.checked_add(after) {
                 tokio::time::sleep_until(due).await;
-            } else {
-                // Further away than this machine's clock can say: never.
-                std::future::pending::<()>().await;
             }
         }
         played.last_ns = t;
         if let (Pace::Live(_), Some(speed)) = (pace, speed) {
-            let map = |x: u64| base.saturating_add((x.saturating_sub(t0) as f64 / speed) as u64);
+            let map = |x: u64| {
+                let off = x.saturating_sub(t0).saturating_sub(cut).min(since);
+                base.saturating_add((off as f64 / speed) as u64)
+            };
             retime(&mut input, &map);
             played.last_ns = map(t);
         }

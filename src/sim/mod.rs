@@ -61,7 +61,8 @@ pub use allocator::{
 pub use conf::{AllocConf, ConfError};
 pub use scenario::{Scenario, ScenarioRunner, StepStats};
 pub use trace::{
-    parse_trace, render_table, replay, replay_with_sink, Request, StepReport, TraceError,
+    parse_trace, render_table, replay, replay_with_sink, table_header, table_row, table_summary,
+    Replay, Request, StepReport, TraceError, TraceParser, TraceReader, MAX_LINE,
 };
 
 #[cfg(test)]

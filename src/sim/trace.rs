@@ -18,6 +18,13 @@
 //! checks this, with the line number). An `alloc` that runs out of memory
 //! leaves its id dead; a later `free` of it is a no-op in the replay.
 //!
+//! A trace is read as a stream: [`TraceReader`] yields one request at a
+//! time from any reader (a line may be at most [`MAX_LINE`] bytes; a
+//! longer one, e.g. `/dev/zero`, is an error naming its line), keeping
+//! only the set of live ids, and [`Replay`] applies one request at a time,
+//! keeping only the allocator and the live tensors' addresses. Memory is
+//! bounded by the live tensors, not by the trace's length.
+//!
 //! [`replay`] returns one [`StepReport`] per request, with the allocator's
 //! statistics after it (`allocated`, `reserved` and `segments` mean exactly
 //! `allocated_bytes.all.current`, `reserved_bytes.all.current` and
@@ -25,6 +32,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -61,20 +69,40 @@ pub struct TraceError {
     pub message: String,
 }
 
-/// Parses a JSON-lines trace, checking that ids are used consistently.
-pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
-    let mut out = Vec::new();
-    let mut live: HashSet<u64> = HashSet::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
+/// The longest line a trace may have (1 MiB).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Checks a trace's lines one by one: each is a request, and ids are used
+/// consistently (it keeps the set of live ids).
+#[derive(Debug, Default)]
+pub struct TraceParser {
+    live: HashSet<u64>,
+    line: usize,
+}
+
+impl TraceParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of the last line given (1-based).
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The request on the next line, or None for a blank line.
+    pub fn next_line(&mut self, raw: &str) -> Result<Option<Request>, TraceError> {
+        self.line += 1;
+        let line = self.line;
         let s = raw.trim();
         if s.is_empty() {
-            continue;
+            return Ok(None);
         }
         let req: Request = serde_json::from_str(s).map_err(|e| TraceError {
             line,
-            message: format!("{e} (in `{s}`)"),
+            message: format!("{e} (in `{}`)", shorten(s)),
         })?;
+        let live = &mut self.live;
         match &req {
             Request::Alloc { id, .. } => {
                 if !live.insert(*id) {
@@ -102,7 +130,75 @@ pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
             }
             Request::EmptyCache | Request::Synchronize => {}
         }
-        out.push(req);
+        Ok(Some(req))
+    }
+}
+
+/// At most 200 characters of a line, for an error message.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// The requests of a JSON-lines trace read from `R`, one at a time.
+pub struct TraceReader<R> {
+    input: R,
+    parser: TraceParser,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> TraceReader<R> {
+    pub fn new(input: R) -> Self {
+        TraceReader {
+            input,
+            parser: TraceParser::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next request; None at the end of the input.
+    pub fn next_request(&mut self) -> Result<Option<Request>, TraceError> {
+        loop {
+            self.buf.clear();
+            let line = self.parser.line() + 1;
+            let n = std::io::Read::take(&mut self.input, MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| TraceError {
+                    line,
+                    message: format!("reading: {e}"),
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if self.buf.last() == Some(&b'\n') {
+                self.buf.pop();
+            } else if self.buf.len() > MAX_LINE {
+                return Err(TraceError {
+                    line,
+                    message: format!("longer than {MAX_LINE} bytes (1 MiB); not a trace?"),
+                });
+            }
+            let text = std::str::from_utf8(&self.buf).map_err(|_| TraceError {
+                line,
+                message: "not UTF-8 text; not a trace?".into(),
+            })?;
+            if let Some(req) = self.parser.next_line(text)? {
+                return Ok(Some(req));
+            }
+        }
+    }
+}
+
+/// Parses a JSON-lines trace, checking that ids are used consistently.
+pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
+    let mut parser = TraceParser::new();
+    let mut out = Vec::new();
+    for raw in text.lines() {
+        if let Some(req) = parser.next_line(raw)? {
+            out.push(req);
+        }
     }
     Ok(out)
 }
@@ -152,15 +248,35 @@ pub fn replay_with_sink(
     cfg: &SimConfig,
     sink: &mut dyn EventSink,
 ) -> Vec<StepReport> {
-    let mut a = SimAllocator::new(cfg.clone());
-    let mut addrs: HashMap<u64, u64> = HashMap::new();
-    let mut out = Vec::with_capacity(requests.len());
-    for (step, req) in requests.iter().enumerate() {
-        a.set_time(step as u64 * 1_000_000);
-        let outcome = apply(&mut a, &mut addrs, req, sink);
-        out.push(StepReport::after(step, req, &a, outcome));
+    let mut r = Replay::new(cfg);
+    requests.iter().map(|req| r.step(req, sink)).collect()
+}
+
+/// A replay one request at a time: the allocator and the live tensors'
+/// addresses, nothing of the requests already applied.
+pub struct Replay {
+    a: SimAllocator,
+    addrs: HashMap<u64, u64>,
+    step: usize,
+}
+
+impl Replay {
+    pub fn new(cfg: &SimConfig) -> Self {
+        Replay {
+            a: SimAllocator::new(cfg.clone()),
+            addrs: HashMap::new(),
+            step: 0,
+        }
     }
-    out
+
+    /// Applies the next request (one simulated millisecond after the last).
+    pub fn step(&mut self, req: &Request, sink: &mut dyn EventSink) -> StepReport {
+        let step = self.step;
+        self.step += 1;
+        self.a.set_time((step as u64).saturating_mul(1_000_000));
+        let outcome = apply(&mut self.a, &mut self.addrs, req, sink);
+        StepReport::after(step, req, &self.a, outcome)
+    }
 }
 
 /// What one request did besides changing the statistics.
@@ -244,43 +360,55 @@ fn describe(r: &Request) -> String {
 
 /// A plain-text table of a replay, one line per step, then a summary.
 pub fn render_table(reports: &[StepReport]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
-        "step", "request", "allocated", "reserved", "segs", "frag", "largest free"
-    );
+    let mut s = table_header();
     for r in reports {
-        let _ = write!(
-            s,
-            "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
-            r.step,
-            describe(&r.request),
-            format_size(r.allocated),
-            format_size(r.reserved),
-            r.segments,
-            format_size(r.inactive_split),
-            format_size(r.largest_free),
-        );
-        if let Some(e) = &r.oom {
-            let _ = write!(s, "  OOM: {e}");
-        }
-        if let Some(n) = &r.note {
-            let _ = write!(s, "  ({n})");
-        }
-        s.push('\n');
+        s.push_str(&table_row(r));
     }
     if let Some(last) = reports.last() {
-        let _ = writeln!(
-            s,
-            "peak allocated {}, peak reserved {}, retries {}, OOMs {}",
-            format_size(last.allocated_peak),
-            format_size(last.reserved_peak),
-            last.alloc_retries,
-            last.ooms
-        );
+        s.push_str(&table_summary(last));
     }
     s
+}
+
+/// The table's header line.
+pub fn table_header() -> String {
+    format!(
+        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}\n",
+        "step", "request", "allocated", "reserved", "segs", "frag", "largest free"
+    )
+}
+
+/// The table's line for one step.
+pub fn table_row(r: &StepReport) -> String {
+    let mut s = format!(
+        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
+        r.step,
+        describe(&r.request),
+        format_size(r.allocated),
+        format_size(r.reserved),
+        r.segments,
+        format_size(r.inactive_split),
+        format_size(r.largest_free),
+    );
+    if let Some(e) = &r.oom {
+        let _ = write!(s, "  OOM: {e}");
+    }
+    if let Some(n) = &r.note {
+        let _ = write!(s, "  ({n})");
+    }
+    s.push('\n');
+    s
+}
+
+/// The table's last line, from the last step's report.
+pub fn table_summary(last: &StepReport) -> String {
+    format!(
+        "peak allocated {}, peak reserved {}, retries {}, OOMs {}\n",
+        format_size(last.allocated_peak),
+        format_size(last.reserved_peak),
+        last.alloc_retries,
+        last.ooms
+    )
 }
 
 #[cfg(test)]
@@ -340,6 +468,25 @@ mod tests {
         let e = parse_trace("{\"op\":\"alloc\",\"id\":1}").unwrap_err();
         assert!(e.message.contains("size"), "{e}");
         assert!(parse_trace("not json").is_err());
+    }
+
+    #[test]
+    fn reader_streams_and_bounds_lines() {
+        let text = "{\"op\":\"alloc\",\"id\":1,\"size\":4}\n\n{\"op\":\"free\",\"id\":1}";
+        let mut r = TraceReader::new(text.as_bytes());
+        assert!(matches!(r.next_request(), Ok(Some(Request::Alloc { .. }))));
+        assert_eq!(r.next_request(), Ok(Some(Request::Free { id: 1 })));
+        assert_eq!(r.next_request(), Ok(None));
+        let zeros = std::io::BufReader::new(std::io::repeat(0));
+        let e = TraceReader::new(zeros).next_request().unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.message.contains("longer than"), "{e}");
+        let mut long = "{\"op\":\"synchronize\"}\n".to_string();
+        long.push_str(&" ".repeat(MAX_LINE));
+        long.push_str("{\"op\":\"synchronize\"}\n");
+        let mut r = TraceReader::new(long.as_bytes());
+        assert!(r.next_request().unwrap().is_some());
+        assert_eq!(r.next_request().unwrap_err().line, 2);
     }
 
     #[test]

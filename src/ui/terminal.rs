@@ -57,13 +57,18 @@ pub fn restore() {
     let _ = disable_raw_mode();
 }
 
-/// Restores the terminal before the default hook prints the panic.
+/// Restores the terminal before the default hook prints the panic, then,
+/// if the terminal was ours, ends the program.
 fn install_panic_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            let ours = ACTIVE.load(Ordering::SeqCst);
             restore();
             previous(info);
+            if ours {
+                std::process::exit(101);
+            }
         }));
     });
 }

@@ -37,7 +37,7 @@ pub fn columns(e: &ProcessEntry) -> Vec<Col> {
     let mut cols = vec![Col::default(); n];
     let add = |slot: &mut Option<u64>, v: Option<u64>| {
         if let Some(v) = v {
-            *slot = Some(slot.unwrap_or(0) + v);
+            *slot = Some(slot.unwrap_or(0).saturating_add(v));
         }
     };
     for d in &e.view.devices {
@@ -58,17 +58,20 @@ pub fn columns(e: &ProcessEntry) -> Vec<Col> {
     cols
 }
 
-/// A round upper bound for the axis.
-fn nice_max(v: u64) -> u64 {
+/// A round upper bound for the axis: 5 % above `v`, rounded up to a
+/// multiple of half a power of two. Saturating: any figure, up to
+/// `u64::MAX` (a crafted recording's), gives a bound (at most `u64::MAX`)
+/// in at most 44 steps.
+pub fn nice_max(v: u64) -> u64 {
     let v = v.max(1 << 20);
-    let target = v + v / 20;
+    let target = v.saturating_add(v / 20);
     let mut step: u64 = 1 << 20;
-    while step * 8 < target {
+    while step.saturating_mul(8) < target {
         step *= 2;
     }
     // multiples of step/2 give 1.5/2/3/4/6/8-ish tops
     let half = (step / 2).max(1);
-    target.div_ceil(half) * half
+    target.div_ceil(half).saturating_mul(half)
 }
 
 /// `e`'s memory over `view`'s window; `now` is the newer of the clock and
@@ -191,7 +194,7 @@ fn draw_value_axis(frame: &mut Frame, area: Rect, plot: Rect, ymax: u64, t: &The
         (0u16, ymax),
         (
             plot.height / 2,
-            ymax - ymax * u64::from(plot.height / 2) / h,
+            ymax - (u128::from(ymax) * u128::from(plot.height / 2) / u128::from(h)) as u64,
         ),
         (plot.height - 1, 0),
     ];
@@ -248,4 +251,25 @@ fn draw_time_axis(
         Paragraph::new(Span::styled(s, t.dim())),
         Rect::new(plot.x, y, plot.width, 1),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nice_max;
+
+    #[test]
+    fn nice_max_is_above_and_ends_for_any_figure() {
+        assert!(nice_max(0) >= 1 << 20);
+        for v in [
+            1u64 << 30,
+            8_800_000_000_000_000_000,
+            u64::MAX / 2,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let top = nice_max(v);
+            assert!(top >= v, "{v} -> {top}");
+        }
+        assert_eq!(nice_max(u64::MAX), u64::MAX);
+    }
 }

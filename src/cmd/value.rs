@@ -1,0 +1,228 @@
+//! Every number a flag takes — a duration, a speed, a size, a count — is
+//! parsed by one of these types, never as a bare `f64`/`u64`:
+//!
+//! | type        | written as          | accepted                                   |
+//! |-------------|---------------------|--------------------------------------------|
+//! | [`Seconds`] | seconds, decimals   | more than 0, at most [`Seconds::MAX`]       |
+//! | [`Millis`]  | whole milliseconds  | `MIN` (default 0) to [`Millis::MAX`]        |
+//! | [`Speed`]   | a factor, decimals  | [`Speed::MIN`] to [`Speed::MAX`]            |
+//! | [`Gib`]     | GiB, decimals       | more than 0, at most [`Gib::MAX`]           |
+//! | [`Count`]   | a whole number      | 1 to [`Count::MAX`]                         |
+//!
+//! NaN, infinities, negative numbers, zero where it means nothing, and
+//! values that would overflow a `Duration`, an `Instant` or a byte count are
+//! refused while the command line is parsed: clap names the flag and the
+//! value, the type says what is accepted, all on one line, exit 2
+//! (`invalid value '-1' for '--duration <SECS>': seconds must be more than 0
+//! and at most 100000000`). A value that passes can be turned into a
+//! `Duration`, an `Instant` offset or a byte count without checks.
+//!
+//! A new flag that takes a number uses one of these (or a new type here
+//! with the same shape): `#[arg(long)] timeout: Seconds` — clap finds the
+//! parser through `FromStr`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A finite decimal in `lo..=hi` (`lo` excluded when `open_lo`).
+fn decimal(s: &str, what: &str, lo: f64, open_lo: bool, hi: f64) -> Result<f64, String> {
+    let range = if open_lo {
+        format!("more than {lo} and at most {hi}")
+    } else {
+        format!("at least {lo} and at most {hi}")
+    };
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{what} must be a number, {range}"))?;
+    let below = if open_lo { v <= lo } else { v < lo };
+    if !v.is_finite() || below || v > hi {
+        return Err(format!("{what} must be {range}"));
+    }
+    Ok(v)
+}
+
+/// A whole number in `lo..=hi`.
+fn whole(s: &str, what: &str, lo: u64, hi: u64) -> Result<u64, String> {
+    let range = format!("a whole number, at least {lo} and at most {hi}");
+    match s.trim().parse::<u64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!("{what} must be {range}")),
+    }
+}
+
+/// A length of time in seconds (`--duration 2.5`, `--timeout 10`).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Seconds(f64);
+
+impl Seconds {
+    /// About three years: any `Instant` this far ahead exists.
+    pub const MAX: f64 = 1e8;
+
+    pub fn secs(self) -> f64 {
+        self.0
+    }
+
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.0)
+    }
+}
+
+impl FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        decimal(s, "seconds", 0.0, true, Self::MAX).map(Seconds)
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A length of time in whole milliseconds (`--refresh 250`), at least
+/// `MIN` (`Millis<100>`: a poll period that must not spin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Millis<const MIN: u64 = 0>(u64);
+
+impl<const MIN: u64> Millis<MIN> {
+    /// One day.
+    pub const MAX: u64 = 86_400_000;
+
+    pub fn duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
+impl<const MIN: u64> FromStr for Millis<MIN> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "milliseconds", MIN, Self::MAX).map(Millis)
+    }
+}
+
+impl<const MIN: u64> fmt::Display for Millis<MIN> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A playback or simulation speed: recorded (or simulated) seconds per
+/// second (`--speed 2`).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Speed(f64);
+
+impl Speed {
+    /// A second lasts at most 1000 s (a day of recording plays in at most
+    /// about 3 years: every pacing `Instant` exists).
+    pub const MIN: f64 = 0.001;
+    pub const MAX: f64 = 1_000_000.0;
+
+    pub fn factor(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for Speed {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        decimal(s, "the speed", Self::MIN, false, Self::MAX).map(Speed)
+    }
+}
+
+impl fmt::Display for Speed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A memory size in GiB (`--capacity-gib 80`).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Gib(f64);
+
+impl Gib {
+    /// 1 PiB.
+    pub const MAX: f64 = 1_048_576.0;
+
+    pub fn bytes(self) -> u64 {
+        (self.0 * (1u64 << 30) as f64) as u64
+    }
+}
+
+impl FromStr for Gib {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        decimal(s, "GiB", 0.0, true, Self::MAX).map(Gib)
+    }
+}
+
+impl fmt::Display for Gib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How many of something (`--last 10`): at least one. (No flag takes a
+/// count yet: here for those that will.)
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Count(u64);
+
+#[allow(dead_code)]
+impl Count {
+    pub const MAX: u64 = 1 << 32;
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Count {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the count", 1, Self::MAX).map(Count)
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_what_overflows_or_means_nothing() {
+        for bad in ["-1", "nan", "NaN", "inf", "-inf", "0", "1e20", "x", ""] {
+            assert!(bad.parse::<Seconds>().is_err(), "{bad}");
+            assert!(bad.parse::<Gib>().is_err(), "{bad}");
+            assert!(bad.parse::<Speed>().is_err(), "{bad}");
+        }
+        for bad in ["1e-300", "1e-9", "-0"] {
+            assert!(bad.parse::<Speed>().is_err(), "{bad}");
+        }
+        for bad in ["-1", "1.5", "nan", "99999999999999999999"] {
+            assert!(bad.parse::<Millis>().is_err(), "{bad}");
+            assert!(bad.parse::<Count>().is_err(), "{bad}");
+        }
+        assert!("0".parse::<Count>().is_err());
+        assert_eq!("0".parse::<Millis>().unwrap().duration(), Duration::ZERO);
+        assert!("99".parse::<Millis<100>>().is_err());
+        assert!("100".parse::<Millis<100>>().is_ok());
+        assert_eq!(
+            "2.5".parse::<Seconds>().unwrap().duration().as_millis(),
+            2500
+        );
+        assert_eq!("1".parse::<Gib>().unwrap().bytes(), 1 << 30);
+        let e = "-1".parse::<Seconds>().unwrap_err();
+        assert!(e.contains("more than 0") && !e.contains('\n'), "{e}");
+        // The largest of each still fits a Duration and an Instant.
+        let far = Seconds(Seconds::MAX).duration();
+        assert!(std::time::Instant::now().checked_add(far).is_some());
+    }
+}
