@@ -85,41 +85,54 @@ pub fn run(args: Args) -> Result<()> {
             },
         })
         .collect();
-    if args.json {
-        for r in &rows {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        return Ok(());
+    super::out::print(&if args.json {
+        json_lines(&rows)?
+    } else {
+        table(&rows, &dir, others, args.clean)
+    })
+}
+
+/// One JSON object per segment.
+fn json_lines(rows: &[Row]) -> anyhow::Result<String> {
+    let mut o = String::new();
+    for r in rows {
+        o.push_str(&serde_json::to_string(r)?);
+        o.push('\n');
     }
-    println!("{} segment(s) in {}", rows.len(), dir.display());
+    Ok(o)
+}
+
+/// The segments as a table, with what to do about stale ones.
+fn table(rows: &[Row], dir: &std::path::Path, others: usize, cleaned: bool) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "{} segment(s) in {}", rows.len(), dir.display());
     if others > 0 {
-        println!("({others} other users' segments not shown)");
+        let _ = writeln!(o, "({others} other users' segments not shown)");
     }
     let mut stale = false;
-    for r in &rows {
+    for r in rows {
         stale |= matches!(r.liveness, Some(Liveness::Dead | Liveness::Reused));
-        match &r.error {
-            Some(e) => println!("  ! {e}"),
-            None => println!(
+        let _ = match &r.error {
+            Some(e) => writeln!(o, "  ! {e}"),
+            None => writeln!(
+                o,
                 "  pid {:>7}  {:<12} {:<8} written {:>12}  dropped {:>6}  {}  {}",
                 r.pid.unwrap_or(0),
                 format!("{:?}", r.producer.unwrap_or(Producer::Other(0))),
-                match r.liveness {
-                    Some(Liveness::CannotTell) => "CannotTell".to_string(),
-                    l => format!("{:?}", l.unwrap_or(Liveness::Dead)),
-                },
+                format!("{:?}", r.liveness.unwrap_or(Liveness::Dead)),
                 r.written.unwrap_or(0),
                 r.writer_dropped.unwrap_or(0),
                 r.label.as_deref().unwrap_or(""),
                 r.framework.as_deref().unwrap_or(""),
             ),
-        }
+        };
         if let Some(why) = &r.why {
-            println!("      cannot tell whether it runs: {why}; left alone");
+            let _ = writeln!(o, "      cannot tell whether it runs: {why}; left alone");
         }
     }
-    if stale && !args.clean {
-        println!("`vramscope rings --clean` removes stale segments");
+    if stale && !cleaned {
+        let _ = writeln!(o, "`vramscope rings --clean` removes stale segments");
     }
-    Ok(())
+    o
 }
