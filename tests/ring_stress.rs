@@ -138,3 +138,73 @@ fn exclusive_writer_with_a_slow_reader() {
     assert_eq!(c.skipped + c.delivered + c.lost, 2_000_000);
     assert!(c.lost > 0 && c.delivered > 1024, "{c:?}");
 }
+
+/// Item 5 under load: four writer threads and a draining reader in one
+/// process while another process truncates the segment. Nothing dies (the
+/// run is a child process, so a SIGBUS cannot take the test runner down),
+/// no torn record is accepted before the cut, and the reader stops reading
+/// the file and says why.
+#[test]
+fn truncation_under_load_is_survived() {
+    const NAME: &str = "truncation_under_load_is_survived";
+    const ENV: &str = "VRAMSCOPE_STRESS_CHILD";
+    if std::env::var(ENV).as_deref() != Ok(NAME) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ENV, NAME)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("CHILD-OK"),
+            "{:?}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let mut cfg = SegmentConfig::new(dir.path(), Producer::Test, 1, 1 << 14);
+    cfg.tag = Some("trunc_load".into());
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let mut reader = SegmentReader::open(seg.path()).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let seg = &seg;
+        let stop = &stop;
+        for t in 0..4u64 {
+            s.spawn(move || {
+                let ring = seg.ring(1);
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    ring.write(&record(t, i));
+                    i += 1;
+                }
+            });
+        }
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let st = std::process::Command::new("truncate")
+                .args(["-s", "4096"])
+                .arg(seg.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            std::thread::sleep(Duration::from_millis(50));
+            stop.store(true, Ordering::Relaxed);
+        });
+        while !stop.load(Ordering::Relaxed) {
+            reader.drain_ring_raw(1, 4096, false, |_, w| {
+                assert_eq!(w[6], w[2] ^ w[3] ^ w[4] ^ w[5], "torn record {w:?}");
+            });
+        }
+    });
+    reader.drain(usize::MAX, |_, _| {});
+    let why = reader.broken().expect("the reader noticed the cut");
+    assert!(why.contains("truncated"), "{why}");
+    println!("CHILD-OK: {why}");
+}

@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
         }
         bytes = good;
     }
-    let path = dir.path().join(segment_name(current_uid(), 1, Some("fuzz")).unwrap());
+    let path = dir
+        .path()
+        .join(segment_name(current_uid(), 1, Some("fuzz")).unwrap());
     std::fs::write(&path, &bytes).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     if let Ok(mut r) = SegmentReader::open(&path) {

@@ -197,16 +197,24 @@ impl<'a> CommandClient<'a> {
         let seq = self.w(CTL_CMD_SEQ);
         let ack = self.w(CTL_ACK_SEQ);
         let current = seq.load(Ordering::Acquire);
-        let pending = ack.load(Ordering::Acquire) != current;
-        if pending {
+        let acked = ack.load(Ordering::Acquire);
+        if acked != current {
             // An earlier command is unanswered: leave it unless its poster
             // gave up long ago (we hold the lock, so nobody else is waiting).
             if current & 1 == 0 && !self.earlier_is_stale() {
                 return Err(RingError::Busy { holder_pid: 0 });
             }
         }
-        let n = current / 2 + 1; // at most 2^63: 2n wraps to 0 only then
-        let posted_seq = n.wrapping_mul(2);
+        // Number our command above both words: an `ack_seq` left ahead of
+        // `cmd_seq` (an abandoned post, a confused party) must never pass for
+        // the answer to our command.
+        let top = current.max(acked);
+        let posted_seq = (top / 2 + 1).wrapping_mul(2);
+        if posted_seq == 0 {
+            return Err(RingError::Invalid(format!(
+                "the control block's sequence is exhausted (cmd_seq {current:#x}, ack_seq {acked:#x})"
+            )));
+        }
         let (kind, arg) = cmd.encode();
         self.w(CTL_POSTED_NS)
             .store(monotonic_ns(), Ordering::Relaxed);
@@ -292,12 +300,72 @@ impl<'a> CommandServer<'a> {
     /// Publishes the outcome of `req`.
     pub fn answer(&self, req: Request, status: Status, result0: u64, result1: u64) {
         let ack = self.w(CTL_ACK_SEQ);
-        ack.store(req.seq - 1, Ordering::Relaxed);
+        ack.store(req.seq.wrapping_sub(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.w(CTL_STATUS).store(status.as_u64(), Ordering::Relaxed);
         self.w(CTL_RESULT0).store(result0, Ordering::Relaxed);
         self.w(CTL_RESULT1).store(result1, Ordering::Relaxed);
         self.w(CTL_RESULT2).store(monotonic_ns(), Ordering::Relaxed);
         ack.store(req.seq, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::super::layout::{CTL_ACK_SEQ, CTL_CMD_SEQ, CTL_RESULT0, CTL_STATUS};
+    use super::super::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+    use super::*;
+
+    /// Found while writing the `control` fuzz target: an abandoned post (`cmd_seq` odd)
+    /// with `ack_seq` one ahead made the next command "answered" at once,
+    /// with the stale status and results.
+    #[test]
+    fn an_ack_left_ahead_is_not_taken_for_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = SegmentConfig::new(dir.path(), Producer::Test, 1, 16);
+        cfg.tag = Some("ack".into());
+        let seg = SegmentWriter::create(&cfg).unwrap();
+        let r = SegmentReader::open(seg.path()).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(seg.path())
+            .unwrap();
+        let base = seg.header().control_offset as u64;
+        for (off, v) in [
+            (CTL_CMD_SEQ, 3u64),
+            (CTL_ACK_SEQ, 4),
+            (CTL_STATUS, 2),
+            (CTL_RESULT0, 99),
+        ] {
+            f.write_all_at(&v.to_le_bytes(), base + off as u64).unwrap();
+        }
+        // The producer answers our command; the stale words must not be
+        // taken for its answer.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let server = seg.command_server();
+                for _ in 0..2000 {
+                    if let Some(req) = server.poll() {
+                        server.answer(req, Status::Ok, 7, 0);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            let got = r.command(Command::Ping { value: 7 }, Duration::from_secs(2));
+            assert!(
+                matches!(
+                    got,
+                    Ok(Outcome {
+                        status: Status::Ok,
+                        result0: 7,
+                        ..
+                    })
+                ),
+                "{got:?}"
+            );
+        });
     }
 }

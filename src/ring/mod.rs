@@ -5,9 +5,11 @@
 //!
 //! - [`layout`]: constants, header parsing and validation (pure).
 //! - [`codec`]: events to slot words and back (pure): the slot codec.
-//! - [`shm`]: the mapping as atomic words; the only file with `unsafe`.
+//! - [`shm`]: the mapping as atomic words, kept valid when another process
+//!   truncates the file (a SIGBUS handler); the only file with `unsafe`.
 //! - [`writer`]: create a segment, write records, answer commands.
-//! - [`reader`]: open and validate a segment, drain with exact loss counts.
+//! - [`reader`]: open and validate a segment, drain with exact loss counts
+//!   and bounded work (FORMAT.md, "Reader limits").
 //! - [`control`]: the command protocol, both ends.
 //! - [`discover`]: names, hygiene checks, liveness, stale cleanup.
 

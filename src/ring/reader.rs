@@ -19,6 +19,11 @@ use crate::event::Event;
 /// reader counts it lost (a writer preempted mid-write, or one that died).
 pub const DEFAULT_STALL_LIMIT: Duration = Duration::from_millis(100);
 
+/// The largest segment a reader maps (FORMAT.md, "Reader limits"): 4 GiB,
+/// e.g. nine rings of 2^22 slots, far above the 4 MiB rings producers make
+/// by default. Larger files are refused before a ring is touched.
+pub const MAX_READER_SEGMENT: usize = 4 << 30;
+
 /// Where a new reader starts in each ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
@@ -63,6 +68,9 @@ pub struct SegmentReader {
     header: Header,
     cursors: Vec<Cursor>,
     stall_limit: Duration,
+    /// Why the segment can no longer be read (truncated, holes punched),
+    /// once found; reading stops for good then.
+    broken: Option<String>,
 }
 
 impl SegmentReader {
@@ -74,6 +82,18 @@ impl SegmentReader {
 
     pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
         let (shared, header) = discover::open_mapped(path)?;
+        if header.segment_size > MAX_READER_SEGMENT {
+            return Err(RingError::refused(
+                path,
+                format!(
+                    "{} bytes is larger than the {MAX_READER_SEGMENT} bytes a reader maps",
+                    header.segment_size
+                ),
+            ));
+        }
+        shared
+            .intact()
+            .map_err(|why| RingError::refused(path, why))?;
         let cursors = header
             .rings
             .iter()
@@ -101,6 +121,7 @@ impl SegmentReader {
             header,
             cursors,
             stall_limit: DEFAULT_STALL_LIMIT,
+            broken: None,
         })
     }
 
@@ -126,8 +147,30 @@ impl SegmentReader {
         self.shared.u64_at(OFF_HEARTBEAT).load(Ordering::Acquire)
     }
 
-    /// Whether the producer still runs (closed counts as gone).
+    /// Why this segment can no longer be read, if another process broke it
+    /// (truncated it or punched holes in it while it was mapped). Checked on
+    /// every drain; once set, drains deliver nothing and [`Self::liveness`]
+    /// says `Dead`, so a collector lets the segment go.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Checks the file still backs the mapping; remembers the first problem.
+    fn still_intact(&mut self) -> bool {
+        if self.broken.is_none() {
+            if let Err(why) = self.shared.intact() {
+                self.broken = Some(why);
+            }
+        }
+        self.broken.is_none()
+    }
+
+    /// Whether the producer still runs (closed counts as gone, and so does
+    /// a segment another process broke: see [`Self::broken`]).
     pub fn liveness(&self) -> Liveness {
+        if self.broken.is_some() || self.shared.poisoned() {
+            return Liveness::Dead;
+        }
         discover::segment_liveness(self.header.pid, self.header.start_time, self.state())
     }
 
@@ -166,9 +209,14 @@ impl SegmentReader {
             .load(Ordering::Relaxed)
     }
 
-    /// Delivers up to `max` complete records of ring `i` in position order, as
-    /// `(position, words)`. `producer_gone` makes incomplete positions count
-    /// as lost at once (nobody will finish them). Returns what this call did.
+    /// Delivers complete records of ring `i` in position order, as
+    /// `(position, words)`, passing at most `max` positions and never more
+    /// than the ring's slot count in one call (delivered, lost or skipped:
+    /// the work and the pages touched are bounded whatever the head says).
+    /// Positions more than a ring behind the head are counted without
+    /// touching their slots. `producer_gone` makes incomplete positions count
+    /// as lost at once (nobody will finish them). Returns what this call did;
+    /// nothing once the segment is [broken](Self::broken).
     pub fn drain_ring_raw(
         &mut self,
         i: usize,
@@ -176,6 +224,9 @@ impl SegmentReader {
         producer_gone: bool,
         mut f: impl FnMut(u64, &Words),
     ) -> RingCounts {
+        if !self.still_intact() {
+            return RingCounts::default();
+        }
         let view = self.shared.ring(&self.header.rings[i]);
         let n = view.slot_count();
         let cur = &mut self.cursors[i];
@@ -192,7 +243,10 @@ impl SegmentReader {
             cur.stall = None;
         }
         let mut words = [0u64; layout::PAYLOAD_WORDS];
-        while cur.pos < head && (done.delivered as usize) < max {
+        // Positions this call may pass: at most `max`, at most one lap.
+        let budget = (max as u64).min(n);
+        let end = head.min(cur.pos.saturating_add(budget));
+        while cur.pos < end {
             let t = cur.pos;
             let slot = view.slot(t);
             let done_seq = t.wrapping_mul(2).wrapping_add(2);
@@ -236,6 +290,11 @@ impl SegmentReader {
             cur.stall = None;
         }
         cur.counts.add(&done);
+        if self.shared.poisoned() {
+            // A page vanished under this drain: what it read there was zeros
+            // (never delivered), and nothing more is read from this file.
+            self.still_intact();
+        }
         done
     }
 
