@@ -439,7 +439,11 @@ impl Replayer {
                 },
                 KIND_EVENTS => {
                     let (input, sources) = self.events(f.at, &f.payload)?;
-                    return self.with_positions(f.time, input, sources).map(Some);
+                    // `events` checked the frame holds exactly this many.
+                    let records = (f.payload.len() - 40) / 56;
+                    return self
+                        .with_positions(f.time, input, sources, records)
+                        .map(Some);
                 }
                 // A newer minor's frame, or positions without their events: skip.
                 _ => continue,
@@ -455,6 +459,7 @@ impl Replayer {
         time: u64,
         mut input: Input,
         sources: Vec<u32>,
+        frame_records: usize,
     ) -> Result<(u64, Input), RecordingError> {
         let Input::Events { key, at, .. } = &mut input else {
             return Ok((time, input));
@@ -478,11 +483,22 @@ impl Replayer {
         if p.len() != 16 + runs * 16 {
             return Err(bad(&format!("{runs} runs in {} bytes", p.len())));
         }
-        // The ring position of every record of the events frame.
-        let mut positions: Vec<RingPos> = Vec::new();
+        // The ring position of every record of the events frame: never
+        // more than the frame holds (a crafted count must not allocate).
+        let mut positions: Vec<RingPos> = Vec::with_capacity(frame_records);
         for r in p[16..].chunks_exact(16) {
-            let (ring, count, first) = (u32_le(r), u32_le(&r[4..]), u64_le(&r[8..]));
-            positions.extend((0..count as u64).map(|i| RingPos {
+            let (ring, count, first) = (u32_le(r), u32_le(&r[4..]) as u64, u64_le(&r[8..]));
+            if positions.len() as u64 + count > frame_records as u64 {
+                return Err(bad(&format!(
+                    "positions for more than the {frame_records} records of its events frame"
+                )));
+            }
+            if first.checked_add(count).is_none() {
+                return Err(bad(&format!(
+                    "a run of {count} from position {first} overflows"
+                )));
+            }
+            positions.extend((0..count).map(|i| RingPos {
                 ring,
                 position: first + i,
             }));

@@ -271,6 +271,7 @@ impl RingSet {
 
     fn drain(&mut self, hub: &Hub) {
         let mut finished = Vec::new();
+        let mut damaged: Vec<(PathBuf, String)> = Vec::new();
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
             let mut batch: Vec<Event> = Vec::new();
@@ -308,10 +309,26 @@ impl RingSet {
                 a.gone_at = Some(Instant::now());
                 hub.apply(Input::Gone { key });
             }
+            // A segment another process cut short is damaged, not stale:
+            // shown as a problem with its reason, and never deleted.
+            let broken = a.reader.broken().map(str::to_string);
+            if let Some(why) = &broken {
+                damaged.push((path.0.clone(), why.clone()));
+            }
             if a.gone_at.is_some_and(|t| t.elapsed() >= linger) {
-                let stale = matches!(liveness, Liveness::Dead | Liveness::Reused);
+                let stale =
+                    broken.is_none() && matches!(liveness, Liveness::Dead | Liveness::Reused);
                 finished.push((path.clone(), stale));
             }
+        }
+        let before = self.refused.len();
+        for (p, why) in damaged {
+            self.refused.entry(p).or_insert(why);
+        }
+        if self.refused.len() != before {
+            hub.apply(Input::Problems {
+                problems: self.problems(),
+            });
         }
         for (at, stale) in finished {
             if let Some(a) = self.attached.remove(&at) {

@@ -315,3 +315,32 @@ fn item_18_shared_is_safe_to_misuse() {
     });
     assert!(child_ok(&out), "{}", describe(&out));
 }
+
+/// Recordings the `recording` fuzz target found: a positions frame whose runs
+/// announced billions of positions made the reader allocate up to 64 GiB.
+/// Each is now one error naming the file and the offset, at once.
+#[test]
+fn fuzz_found_recordings_are_one_error_not_an_allocation() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().contains("recording-") {
+            continue;
+        }
+        seen += 1;
+        let started = std::time::Instant::now();
+        let mut r = vramscope::recording::Replayer::open(&path).unwrap();
+        let err = loop {
+            match r.next_input() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("{} read to the end without an error", path.display()),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(err.contains(&*path.to_string_lossy()), "{err}");
+        assert!(err.contains("offset"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+    assert_eq!(seen, 3);
+}

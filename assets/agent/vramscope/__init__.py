@@ -101,6 +101,26 @@ def _env_int(name, default):
         return default
 
 
+# Readers map at most 4 GiB of one segment (FORMAT.md, "Reader limits").
+_READER_CAP = 4 << 30
+
+
+def _slots(rings):
+    """VRAMSCOPE_SLOTS, kept so that `rings` rings of 64-byte slots stay
+    inside what a reader maps (the largest power of two that fits)."""
+    want = _env_int("VRAMSCOPE_SLOTS", 65536)
+    fit = (_READER_CAP - (1 << 20)) // (64 * max(1, rings))
+    slots = min(want, 1 << 24, fit)
+    return 1 << max(1, slots.bit_length() - 1)
+
+
+def _device_count(torch):
+    try:
+        return max(1, int(torch.cuda.device_count()))
+    except Exception:
+        return 1
+
+
 def _label():
     try:
         argv = list(sys.argv or [])
@@ -306,7 +326,7 @@ class _Starter(threading.Thread):
             fw,
             self.label.encode("utf-8", "replace"),
             self.shm_dir.encode() if self.shm_dir else None,
-            _env_int("VRAMSCOPE_SLOTS", 65536),
+            _slots(1 + _device_count(self.torch)),
             err,
             len(err),
         )

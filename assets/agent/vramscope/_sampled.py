@@ -56,13 +56,9 @@ class Sampler(threading.Thread):
         except Exception:
             n = 1
         self.devices = max(1, min(n, 63))
-        slots = 65536
-        try:
-            v = int(os.environ.get("VRAMSCOPE_SLOTS", ""))
-            if 2 <= v <= (1 << 24) and v & (v - 1) == 0:
-                slots = v
-        except ValueError:
-            pass
+        from . import _slots
+
+        slots = _slots(1 + self.devices)
         rings = [(slots, S.ROLE_AGENT, 0xFFFFFFFF)]
         # Device rings stay empty in sampled mode (no events); they keep the
         # layout of the exact tracker (one ring per visible device).
