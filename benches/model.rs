@@ -146,7 +146,7 @@ fn cycle(w: &mut Events, c: u64) {
 /// A model whose process [`KEY`] has seen the first `setup` events.
 fn primed(events: &[Event], setup: usize) -> Model {
     let mut m = Model::new(ModelConfig::default());
-    let p = m.process_mut(KEY);
+    let p = m.process_mut(KEY).expect("within the process bound");
     for ev in &events[..setup] {
         p.apply(ev);
     }
@@ -166,7 +166,7 @@ fn apply_shifted(p: &mut Process, body: &[Event], offset: u64) {
 /// shifted times. Returns the model.
 fn run(events: &[Event], setup: usize, span: u64, total: u64) -> Model {
     let mut m = primed(events, setup);
-    let p = m.process_mut(KEY);
+    let p = m.process_mut(KEY).expect("within the process bound");
     let body = &events[setup..];
     let mut done = setup as u64;
     let mut offset = 0;
@@ -206,7 +206,7 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements((events.len() - SETUP) as u64));
     g.bench_function("apply", |b| {
         let mut m = primed(&events, SETUP);
-        let p = m.process_mut(KEY);
+        let p = m.process_mut(KEY).expect("within the process bound");
         let mut offset = 0;
         b.iter(|| {
             apply_shifted(p, &events[SETUP..], offset);
