@@ -2,7 +2,9 @@
 //!
 //! `cargo bench --bench model` prints, besides criterion's figures:
 //! - events applied per second over 10 million events on one core, and
-//! - the model's own size accounting for the process after them.
+//! - the model's own size accounting for the process after them, and
+//! - the same under a flood of 10 million orphan allocations (issue 11,
+//!   item 7: bounded, the rest counted as dropped).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -200,6 +202,36 @@ fn report(label: &str, dt: u64) {
     );
 }
 
+/// The orphan flood of issue 11 (item 7): `total` allocations at new
+/// addresses outside every segment. The model keeps `Bounds::orphans` of
+/// them and counts the rest as dropped.
+fn report_orphan_flood(total: u64) {
+    let mut m = Model::new(ModelConfig::default());
+    let p = m.process_mut(KEY).expect("within the process bound");
+    let start = Instant::now();
+    for i in 0..total {
+        p.apply(black_box(&Event {
+            time_ns: i * 100,
+            kind: EventKind::Alloc {
+                place: PLACE,
+                addr: 0x7f00_0000_0000 + i * 512,
+                size: 512,
+            },
+        }));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "model [orphan flood]: {} events in {:.2} s = {:.1} M events/s on one core; \
+         memory per process {} bytes ({:.2} MiB); dropped {} orphans",
+        p.events(),
+        secs,
+        p.events() as f64 / secs / 1e6,
+        p.memory_bytes(),
+        p.memory_bytes() as f64 / MIB as f64,
+        p.dropped().orphans
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let (events, span) = workload(2_000, 100);
     let mut g = c.benchmark_group("model");
@@ -221,6 +253,7 @@ fn main() {
     // (every series tier filled).
     report("dense, 100 ns apart", 100);
     report("sparse, 26 us apart = 3 days", 26_000);
+    report_orphan_flood(10_000_000);
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

@@ -13,6 +13,9 @@
 //!   the buffered events on it.
 //!
 //! Invariants (kept by every operation, checked by the tests):
+//! - segments, blocks and orphans stay within their bounds
+//!   ([`Bounds`](super::Bounds)); an event that would pass one is dropped,
+//!   counted and leaves the map unsynced;
 //! - segments never overlap;
 //! - the blocks of a segment tile it exactly (allocated, pending-free and
 //!   inactive blocks together), and no two adjacent inactive blocks of one
@@ -468,6 +471,18 @@ impl DeviceState {
     /// Check the invariants; returns a description of the first violation.
     /// (For tests and debug assertions; O(n).)
     pub fn check_invariants(&self) -> Result<(), String> {
+        let b = &self.bounds;
+        if self.segments.len() > b.segments.max(1)
+            || self.blocks.len() > b.blocks.max(1)
+            || self.orphans.len() > b.orphans
+        {
+            return Err(format!(
+                "past a bound: {} segments, {} blocks, {} orphans ({b:?})",
+                self.segments.len(),
+                self.blocks.len(),
+                self.orphans.len()
+            ));
+        }
         let mut last_end = 0;
         for (i, s) in self.segments.values().enumerate() {
             if i > 0 && s.addr < last_end {

@@ -22,6 +22,12 @@
 //! - [`leak`]: step detection, floor trend, growing allocation sizes.
 //! - [`view`]: the serde-serialisable snapshot the views read.
 //!
+//! Every structure that grows with the input has a bound in
+//! [`ModelConfig::bounds`] ([`Bounds`]); what a bound drops is counted per
+//! process ([`Dropped`], in [`ProcessView::dropped`]). Figures derived from
+//! the input saturate instead of wrapping, and one that cannot be true is
+//! flagged ([`Implausible`]) rather than shown as a fact.
+//!
 //! ```text
 //!  events ──▶ Model::apply(key, ev) ──▶ Process ──▶ DeviceState (blocks)
 //!  loss   ──▶ Model::note_loss          │            └ Series ×3
