@@ -3,7 +3,7 @@
 //! `cargo bench --bench model` prints, besides criterion's figures:
 //! - events applied per second over 10 million events on one core, and
 //! - the model's own size accounting for the process after them, and
-//! - the same under a flood of 10 million orphan allocations (issue 11,
+//! - the same under a flood of 4 million orphan allocations (issue 11,
 //!   item 7: bounded, the rest counted as dropped).
 
 use std::hint::black_box;
@@ -253,7 +253,7 @@ fn main() {
     // (every series tier filled).
     report("dense, 100 ns apart", 100);
     report("sparse, 26 us apart = 3 days", 26_000);
-    report_orphan_flood(10_000_000);
+    report_orphan_flood(4_000_000);
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

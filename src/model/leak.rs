@@ -242,9 +242,13 @@ impl LeakDetector {
         for e in self.sizes.values_mut() {
             e.live = 0;
         }
+        // A recount is no new allocation: sizes it cannot track are not
+        // counted as dropped again.
+        let dropped = self.dropped;
         for b in allocated.filter(|b| b.state == BlockState::Allocated) {
             self.on_alloc(b.requested);
         }
+        self.dropped = dropped;
     }
 
     /// The process's allocated total changed to `value`.

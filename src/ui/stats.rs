@@ -119,12 +119,29 @@ pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
         .iter()
         .filter(|(n, _, _)| *n > 0)
         .map(|(n, what, bound)| match bound {
-            Some(bound) => format!("dropped: {} {what} (bound {bound})", format::count(*n)),
+            Some(bound) => format!(
+                "dropped: {} {what} (bound {})",
+                format::count(*n),
+                grouped(*bound as u64)
+            ),
             None => format!("dropped: {} {what}", format::count(*n)),
         })
         .collect();
     for (what, n) in d.collector.iter().filter(|(_, n)| **n > 0) {
         out.push(format!("collector dropped: {} {what}", format::count(*n)));
+    }
+    out
+}
+
+/// `n` with thousands separators: `65,536`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
     }
     out
 }
@@ -181,4 +198,62 @@ fn row(name: &str, cur: String, peak: String) -> Row<'static> {
 /// A section's heading row.
 fn section(name: String, t: &Theme) -> Row<'static> {
     Row::new(vec![Cell::from(Span::styled(name, t.header()))])
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::*;
+    use crate::event::{Event, EventKind, Place};
+    use crate::input::{Identity, Source};
+    use crate::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+
+    #[test]
+    fn item_07_the_summary_shows_what_a_bound_dropped() {
+        let key = ProcessKey {
+            pid: 1,
+            start_time: 1,
+        };
+        let cfg = ModelConfig {
+            bounds: Bounds {
+                orphans: 10,
+                ..Bounds::default()
+            },
+            ..ModelConfig::default()
+        };
+        let mut m = Model::new(cfg);
+        let events: Vec<Event> = (0..25u64)
+            .map(|i| Event {
+                time_ns: i,
+                kind: EventKind::Alloc {
+                    place: Place::default(),
+                    addr: 0x10_0000 + i * 512,
+                    size: 512,
+                },
+            })
+            .collect();
+        m.apply_all(key, events.iter());
+        let view = m.view(0, &ViewOptions::default()).processes.remove(0);
+        let e = ProcessEntry {
+            identity: Identity::of_pid(1),
+            source: Source::unattached(Mode::Exact),
+            view,
+        };
+        let mut term = Terminal::new(TestBackend::new(72, 30)).unwrap();
+        let theme = Theme::new(false, false);
+        term.draw(|f| render(f, f.area(), &e, 0, &theme)).unwrap();
+        let text: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(
+            text.contains("dropped: 15 orphan blocks (bound 10)"),
+            "{text}"
+        );
+    }
 }

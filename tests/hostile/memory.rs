@@ -80,7 +80,7 @@ fn item_07_orphan_flood_is_bounded_and_counted() {
     let json = serde_json::to_value(pv).unwrap();
     assert_eq!(json["dropped"]["orphans"], dropped);
     let lines = vramscope::ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
-    assert_eq!(lines, vec!["dropped: 3.9M orphan blocks (bound 65536)"]);
+    assert_eq!(lines, vec!["dropped: 3.9M orphan blocks (bound 65,536)"]);
 
     // The process's RSS grew by far less than 4 M orphans would take
     // (≈ 430 MiB unbounded). Other tests of this binary run alongside,
