@@ -155,8 +155,11 @@ impl Inner {
                 self.model.note_nvml(key, now, *b);
             }
         }
+        // Only processes the model follows (its process bound) are named.
         for (key, id) in fresh {
-            self.identities.entry(key).or_insert(id);
+            if self.model.process(key).is_some() {
+                self.identities.entry(key).or_insert(id);
+            }
         }
         // NVML-only processes that left the GPU are forgotten.
         let gone: Vec<ProcessKey> = self
