@@ -2,7 +2,9 @@
 //!
 //! `cargo bench --bench model` prints, besides criterion's figures:
 //! - events applied per second over 10 million events on one core, and
-//! - the model's own size accounting for the process after them.
+//! - the model's own size accounting for the process after them, and
+//! - the same under a flood of 4 million orphan allocations (issue 11,
+//!   item 7: bounded, the rest counted as dropped).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -146,7 +148,7 @@ fn cycle(w: &mut Events, c: u64) {
 /// A model whose process [`KEY`] has seen the first `setup` events.
 fn primed(events: &[Event], setup: usize) -> Model {
     let mut m = Model::new(ModelConfig::default());
-    let p = m.process_mut(KEY);
+    let p = m.process_mut(KEY).expect("within the process bound");
     for ev in &events[..setup] {
         p.apply(ev);
     }
@@ -166,7 +168,7 @@ fn apply_shifted(p: &mut Process, body: &[Event], offset: u64) {
 /// shifted times. Returns the model.
 fn run(events: &[Event], setup: usize, span: u64, total: u64) -> Model {
     let mut m = primed(events, setup);
-    let p = m.process_mut(KEY);
+    let p = m.process_mut(KEY).expect("within the process bound");
     let body = &events[setup..];
     let mut done = setup as u64;
     let mut offset = 0;
@@ -200,13 +202,43 @@ fn report(label: &str, dt: u64) {
     );
 }
 
+/// The orphan flood of issue 11 (item 7): `total` allocations at new
+/// addresses outside every segment. The model keeps `Bounds::orphans` of
+/// them and counts the rest as dropped.
+fn report_orphan_flood(total: u64) {
+    let mut m = Model::new(ModelConfig::default());
+    let p = m.process_mut(KEY).expect("within the process bound");
+    let start = Instant::now();
+    for i in 0..total {
+        p.apply(black_box(&Event {
+            time_ns: i * 100,
+            kind: EventKind::Alloc {
+                place: PLACE,
+                addr: 0x7f00_0000_0000 + i * 512,
+                size: 512,
+            },
+        }));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "model [orphan flood]: {} events in {:.2} s = {:.1} M events/s on one core; \
+         memory per process {} bytes ({:.2} MiB); dropped {} orphans",
+        p.events(),
+        secs,
+        p.events() as f64 / secs / 1e6,
+        p.memory_bytes(),
+        p.memory_bytes() as f64 / MIB as f64,
+        p.dropped().orphans
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let (events, span) = workload(2_000, 100);
     let mut g = c.benchmark_group("model");
     g.throughput(Throughput::Elements((events.len() - SETUP) as u64));
     g.bench_function("apply", |b| {
         let mut m = primed(&events, SETUP);
-        let p = m.process_mut(KEY);
+        let p = m.process_mut(KEY).expect("within the process bound");
         let mut offset = 0;
         b.iter(|| {
             apply_shifted(p, &events[SETUP..], offset);
@@ -221,6 +253,7 @@ fn main() {
     // (every series tier filled).
     report("dense, 100 ns apart", 100);
     report("sparse, 26 us apart = 3 days", 26_000);
+    report_orphan_flood(4_000_000);
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

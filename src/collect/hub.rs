@@ -3,7 +3,7 @@
 //! ([`Hub::apply`]); views read a [`Snapshot`] out of it. It does no I/O
 //! besides writing the inputs into a recording when one is running.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -23,6 +23,9 @@ struct Inner {
     identities: HashMap<ProcessKey, Identity>,
     sources: HashMap<ProcessKey, Source>,
     problems: Vec<SourceProblem>,
+    /// The collector's hub-wide drop counts (`Input::Dropped` without a
+    /// process), by what; at most `Bounds::collector_drop_names` names.
+    dropped: BTreeMap<String, u64>,
 }
 
 impl Inner {
@@ -34,6 +37,11 @@ impl Inner {
                 source,
                 ..
             } => {
+                // Beyond the model's process bound the process is not
+                // followed (its inputs are counted as dropped).
+                if !self.model.admit(key) {
+                    return;
+                }
                 self.model.set_mode(key, source.mode);
                 self.identities.insert(key, identity);
                 if let Some(seg) = &source.segment {
@@ -81,10 +89,38 @@ impl Inner {
             Input::Problems { problems } => {
                 self.problems = problems;
             }
-            // Format 1.1 reserves these counts; the model's bounds (which
-            // will show them) are not built yet.
-            Input::Dropped { .. } => {}
+            // The collector's drop counts (cumulative: the latest replaces
+            // earlier ones): shown with the process, or hub-wide.
+            Input::Dropped { key, what, count } => match key {
+                Some(key) => self.model.note_collector_drop(key, &what, count),
+                None => self.note_drop(what, count),
+            },
         }
+    }
+
+    /// A hub-wide drop count of the collector; beyond the bound on names,
+    /// new names add to `"other"`.
+    fn note_drop(&mut self, what: String, count: u64) {
+        let names = self.model.config().bounds.collector_drop_names.max(1);
+        if let Some(c) = self.dropped.get_mut(&what) {
+            *c = count;
+        } else if self.dropped.len() < names {
+            self.dropped.insert(what, count);
+        } else {
+            let other = self.dropped.entry("other".into()).or_insert(0);
+            *other = other.saturating_add(count);
+        }
+    }
+
+    /// Hub-wide drops: the collector's, and the inputs of processes beyond
+    /// the model's process bound (`"process_inputs"`).
+    fn dropped(&self) -> BTreeMap<String, u64> {
+        let mut out = self.dropped.clone();
+        let n = self.model.dropped_events();
+        if n > 0 {
+            out.insert("process_inputs".into(), n);
+        }
+        out
     }
 
     fn apply_machine(
@@ -98,7 +134,7 @@ impl Inner {
         for p in &machine.processes {
             let e = per_pid.entry(p.pid).or_insert(Some(0));
             *e = match (*e, p.used) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 _ => None,
             };
         }
@@ -108,6 +144,9 @@ impl Inner {
                 .copied()
                 .or_else(|| fresh.iter().find(|(k, _)| k.pid == *pid).map(|(k, _)| *k));
             let Some(key) = key else { continue };
+            if !self.model.admit(key) {
+                continue;
+            }
             if !self.sources.contains_key(&key) {
                 self.model.set_mode(key, Mode::NvmlOnly);
                 self.sources.insert(key, Source::unattached(Mode::NvmlOnly));
@@ -116,8 +155,11 @@ impl Inner {
                 self.model.note_nvml(key, now, *b);
             }
         }
+        // Only processes the model follows (its process bound) are named.
         for (key, id) in fresh {
-            self.identities.entry(key).or_insert(id);
+            if self.model.process(key).is_some() {
+                self.identities.entry(key).or_insert(id);
+            }
         }
         // NVML-only processes that left the GPU are forgotten.
         let gone: Vec<ProcessKey> = self
@@ -295,6 +337,14 @@ impl Hub {
             Some(r) => r.finish(),
             None => Ok(()),
         }
+    }
+
+    /// Hub-wide drops by what: the collector's own (`Input::Dropped`
+    /// without a process) and `"process_inputs"`, the inputs of processes
+    /// beyond the model's process bound. (Per-process drops are in each
+    /// process's view.)
+    pub fn dropped(&self) -> BTreeMap<String, u64> {
+        self.with(|i| i.dropped())
     }
 
     /// Resets the model's peak figures of `key` (after a producer's reset).

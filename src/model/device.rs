@@ -13,6 +13,9 @@
 //!   the buffered events on it.
 //!
 //! Invariants (kept by every operation, checked by the tests):
+//! - segments, blocks and orphans stay within their bounds
+//!   ([`Bounds`](super::Bounds)); an event that would pass one is dropped,
+//!   counted and leaves the map unsynced;
 //! - segments never overlap;
 //! - the blocks of a segment tile it exactly (allocated, pending-free and
 //!   inactive blocks together), and no two adjacent inactive blocks of one
@@ -28,6 +31,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::series::{Series, SeriesConfig};
+use super::Bounds;
 use crate::event::{BlockState, PoolId, SegmentPool, Stats};
 
 mod apply;
@@ -109,7 +113,19 @@ fn weigh<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> (u64, u64) {
     blocks
         .into_iter()
         .map(Block::weight)
-        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y))
+        .fold((0u64, 0u64), |(a, b), (x, y)| {
+            (a.saturating_add(x), b.saturating_add(y))
+        })
+}
+
+/// What the bounds of one device dropped (see [`Bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct DeviceDropped {
+    pub orphans: u64,
+    pub blocks: u64,
+    pub segments: u64,
+    pub replay: u64,
+    pub snapshots: u64,
 }
 
 /// An event that contradicts the model. Each one is counted and asks for a
@@ -139,6 +155,10 @@ pub enum Problem {
     SegmentInUse { addr: u64 },
     /// A new segment overlapping known ones (those are dropped).
     OverlappingSegment { addr: u64 },
+    /// A range or a total that does not fit in 64 bits: `addr + size` past
+    /// `u64::MAX`, or a sum of sizes that had to be saturated. What is shown
+    /// is cut at `u64::MAX` and flagged implausible.
+    Overflow { addr: u64, size: u64 },
     /// The allocator's own statistics kept disagreeing with the block map.
     Drift {
         model_allocated: u64,
@@ -217,6 +237,11 @@ pub struct DeviceState {
     drift: u32,
     peaks: Derived,
     pub(crate) series: DeviceSeries,
+    bounds: Bounds,
+    pub(crate) dropped: DeviceDropped,
+    /// A total or a range had to be saturated at `u64::MAX` since the last
+    /// installed snapshot.
+    saturated: bool,
 }
 
 /// The timelines of one device.
@@ -228,7 +253,7 @@ pub struct DeviceSeries {
 }
 
 impl DeviceState {
-    pub(crate) fn new(device: u16, series: &SeriesConfig) -> Self {
+    pub(crate) fn new(device: u16, series: &SeriesConfig, bounds: Bounds) -> Self {
         Self {
             device,
             segments: BTreeMap::new(),
@@ -250,6 +275,9 @@ impl DeviceState {
                 reserved: Series::new(series.clone()),
                 active: Series::new(series.clone()),
             },
+            bounds,
+            dropped: DeviceDropped::default(),
+            saturated: false,
         }
     }
 
@@ -294,6 +322,41 @@ impl DeviceState {
     }
     pub fn snapshot_in_progress(&self) -> bool {
         self.pending.is_some()
+    }
+    /// Whether a total or a range was cut at `u64::MAX` since the last
+    /// installed snapshot (its figures cannot be true).
+    pub fn saturated(&self) -> bool {
+        self.saturated
+    }
+    /// Orphan blocks held.
+    pub fn orphan_count(&self) -> usize {
+        self.orphans.len()
+    }
+
+    /// Add `(allocated, active)` bytes to the totals; false (and the totals
+    /// cut at `u64::MAX`, flagged) when they do not fit.
+    fn count_in(&mut self, allocated: u64, active: u64) -> bool {
+        let a = self.allocated.checked_add(allocated);
+        let b = self.active.checked_add(active);
+        self.allocated = a.unwrap_or(u64::MAX);
+        self.active = b.unwrap_or(u64::MAX);
+        let fits = a.is_some() && b.is_some();
+        self.saturated |= !fits;
+        fits
+    }
+
+    /// Add `size` bytes to the reserved total; false (cut, flagged) when
+    /// they do not fit.
+    fn reserve(&mut self, size: u64) -> bool {
+        let r = self.reserved.checked_add(size);
+        self.reserved = r.unwrap_or(u64::MAX);
+        self.saturated |= r.is_none();
+        r.is_some()
+    }
+
+    /// Note a range `[addr, addr + size)` whose end is past `u64::MAX`.
+    fn overflowed(&mut self) {
+        self.saturated = true;
     }
 
     pub(crate) fn desync(&mut self) {
@@ -376,7 +439,7 @@ impl DeviceState {
                 }
                 out.free_blocks += 1;
                 if b.size < s.size {
-                    out.inactive_split += b.size;
+                    out.inactive_split = out.inactive_split.saturating_add(b.size);
                 }
                 let slot = match s.pool_kind {
                     SegmentPool::Small => &mut out.largest_free_small,
@@ -408,6 +471,18 @@ impl DeviceState {
     /// Check the invariants; returns a description of the first violation.
     /// (For tests and debug assertions; O(n).)
     pub fn check_invariants(&self) -> Result<(), String> {
+        let b = &self.bounds;
+        if self.segments.len() > b.segments.max(1)
+            || self.blocks.len() > b.blocks.max(1)
+            || self.orphans.len() > b.orphans
+        {
+            return Err(format!(
+                "past a bound: {} segments, {} blocks, {} orphans ({b:?})",
+                self.segments.len(),
+                self.blocks.len(),
+                self.orphans.len()
+            ));
+        }
         let mut last_end = 0;
         for (i, s) in self.segments.values().enumerate() {
             if i > 0 && s.addr < last_end {
@@ -428,7 +503,7 @@ impl DeviceState {
                     return Err(format!("unmerged free blocks at {a:#x}"));
                 }
                 prev_free = free;
-                at = a + b.size;
+                at = a.saturating_add(b.size);
             }
             if at != s.end() {
                 return Err(format!("segment {:#x} not tiled", s.addr));
@@ -443,7 +518,7 @@ impl DeviceState {
             return Err("blocks outside segments".into());
         }
         let (alloc, active) = weigh(self.blocks.values().chain(self.orphans.values()));
-        let reserved: u64 = self.segments.values().map(|s| s.size).sum();
+        let reserved = (self.segments.values()).fold(0u64, |r, s| r.saturating_add(s.size));
         if (alloc, active, reserved) != (self.allocated, self.active, self.reserved) {
             return Err(format!(
                 "totals {:?} differ from counters {:?}",

@@ -28,7 +28,7 @@ use crate::event::BlockState;
 
 /// Boundaries of live-count history kept per size.
 pub const SIZE_HISTORY: usize = 32;
-/// Distinct sizes tracked before idle ones are dropped.
+/// Distinct sizes tracked by default (`Bounds::leak_sizes`).
 const MAX_SIZES: usize = 4096;
 
 /// Thresholds of the leak heuristic.
@@ -158,6 +158,10 @@ pub struct LeakDetector {
     step_min: Option<u64>,
     floors: VecDeque<u64>,
     sizes: HashMap<u64, SizeEntry, BuildHasherDefault<SizeHasher>>,
+    /// Distinct sizes tracked at most.
+    max_sizes: usize,
+    /// Allocations of a size not tracked because `max_sizes` were.
+    dropped: u64,
 }
 
 impl LeakDetector {
@@ -172,7 +176,27 @@ impl LeakDetector {
             zig: Zig::Falling { lo: u64::MAX },
             step_min: None,
             sizes: HashMap::default(),
+            max_sizes: MAX_SIZES,
+            dropped: 0,
         }
+    }
+
+    /// Track at most `max` distinct sizes (`Bounds::leak_sizes`): a new
+    /// size beyond is not tracked (and counted); idle sizes are pruned at
+    /// step boundaries.
+    pub fn with_max_sizes(mut self, max: usize) -> Self {
+        self.max_sizes = max.max(1);
+        self
+    }
+
+    /// Allocations whose size could not be tracked (the size bound).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Distinct sizes tracked now.
+    pub fn tracked_sizes(&self) -> usize {
+        self.sizes.len()
     }
 
     pub fn steps(&self) -> u64 {
@@ -189,13 +213,20 @@ impl LeakDetector {
     /// A tensor of `requested` bytes came to life.
     #[inline]
     pub fn on_alloc(&mut self, requested: u64) {
-        self.sizes
-            .entry(requested)
-            .or_insert_with(|| SizeEntry {
-                live: 0,
-                hist: [0; SIZE_HISTORY],
-            })
-            .live += 1;
+        let full = self.sizes.len() >= self.max_sizes;
+        if let Some(e) = self.sizes.get_mut(&requested) {
+            e.live = e.live.saturating_add(1);
+        } else if full {
+            self.dropped = self.dropped.saturating_add(1);
+        } else {
+            self.sizes.insert(
+                requested,
+                SizeEntry {
+                    live: 1,
+                    hist: [0; SIZE_HISTORY],
+                },
+            );
+        }
     }
 
     /// A tensor of `requested` bytes was released.
@@ -211,9 +242,13 @@ impl LeakDetector {
         for e in self.sizes.values_mut() {
             e.live = 0;
         }
+        // A recount is no new allocation: sizes it cannot track are not
+        // counted as dropped again.
+        let dropped = self.dropped;
         for b in allocated.filter(|b| b.state == BlockState::Allocated) {
             self.on_alloc(b.requested);
         }
+        self.dropped = dropped;
     }
 
     /// The process's allocated total changed to `value`.
@@ -274,7 +309,7 @@ impl LeakDetector {
         }
         self.floors.push_back(floor);
         let slot = (self.steps % SIZE_HISTORY as u64) as usize;
-        if self.sizes.len() > MAX_SIZES {
+        if self.sizes.len() >= self.max_sizes {
             self.sizes
                 .retain(|_, e| e.live > 0 || e.hist.iter().any(|&h| h > 0));
         }

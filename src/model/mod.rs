@@ -22,6 +22,12 @@
 //! - [`leak`]: step detection, floor trend, growing allocation sizes.
 //! - [`view`]: the serde-serialisable snapshot the views read.
 //!
+//! Every structure that grows with the input has a bound in
+//! [`ModelConfig::bounds`] ([`Bounds`]); what a bound drops is counted per
+//! process ([`Dropped`], in [`ProcessView::dropped`]). Figures derived from
+//! the input saturate instead of wrapping, and one that cannot be true is
+//! flagged ([`Implausible`]) rather than shown as a fact.
+//!
 //! ```text
 //!  events ──▶ Model::apply(key, ev) ──▶ Process ──▶ DeviceState (blocks)
 //!  loss   ──▶ Model::note_loss          │            └ Series ×3
@@ -50,7 +56,7 @@ pub use leak::{LeakConfig, LeakDetector, LeakReport, LeakSize, StepSource};
 pub use process::Process;
 pub use rules::BlockRules;
 pub use series::{Bucket, Column, Series, SeriesConfig};
-pub use view::{ModelView, ProcessView, TimelineRequest, ViewOptions};
+pub use view::{Dropped, Implausible, ModelView, ProcessView, TimelineRequest, ViewOptions};
 
 use crate::event::Event;
 
@@ -100,6 +106,71 @@ pub struct ModelConfig {
     /// Least time between two snapshot requests to one process (see
     /// [`Model::resync_due`]).
     pub resync_interval_ns: u64,
+    /// How far each growing structure may grow (see [`Bounds`]).
+    #[serde(default)]
+    pub bounds: Bounds,
+}
+
+/// The bound of every structure of the model that grows with its input, so
+/// that no input, however hostile, makes the model's memory grow without
+/// limit. What a bound drops is counted per process ([`Dropped`], shown in
+/// the view, `snapshot --json` and the dashboard's memory summary), and the
+/// device it concerns is marked unsynced, so a snapshot is asked for.
+///
+/// The other bounds are fixed shapes: the time series
+/// ([`SeriesConfig`]: `tiers × capacity` buckets, ≤ 640 KiB each by
+/// default), recent events ([`ModelConfig::recent_events`]), OOM records
+/// ([`ModelConfig::max_ooms`] × [`ModelConfig::oom_context`]) and floors of
+/// the leak analysis ([`LeakConfig::window_steps`]).
+///
+/// With the defaults, one device holds at most about 60 MiB (orphans
+/// ≈ 7 MiB, blocks ≈ 28 MiB, segments ≈ 6 MiB, the replay buffer of a
+/// snapshot ≈ 16 MiB, three series ≈ 2 MiB); real allocators stay far below
+/// every bound (a busy training job has a few thousand blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Bounds {
+    /// Processes the model follows; the events of others are dropped
+    /// (counted model-wide, [`Model::dropped_events`]). Far above the GPU
+    /// processes of one machine.
+    pub processes: usize,
+    /// Devices per process (a node has at most 16 GPUs); events of devices
+    /// beyond are dropped.
+    pub devices: usize,
+    /// Segments per device (the allocator's `cudaMalloc`s and mapped ranges:
+    /// hundreds in practice); an event that would add one beyond is dropped.
+    pub segments: usize,
+    /// Blocks per device, over all its segments (so also per segment): an
+    /// allocation that would split a block beyond it is dropped.
+    pub blocks: usize,
+    /// Orphan blocks per device (allocations outside every known segment):
+    /// beyond it a new orphan is not kept and its bytes are not counted.
+    pub orphans: usize,
+    /// Allocator events buffered per device while a snapshot is received;
+    /// beyond it the snapshot is given up. A snapshot announcing more
+    /// segments or blocks than the bounds above is given up as well.
+    pub replay: usize,
+    /// Distinct allocation sizes the leak analysis tracks per process; a
+    /// new size beyond it is not tracked (idle sizes are pruned at each step).
+    pub leak_sizes: usize,
+    /// Names of the collector's drop counts kept per process (`Dropped`
+    /// inputs); further names add to `"other"`.
+    pub collector_drop_names: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            processes: 1024,
+            devices: 16,
+            segments: 1 << 16,
+            blocks: 1 << 18,
+            orphans: 1 << 16,
+            replay: 1 << 18,
+            leak_sizes: 4096,
+            collector_drop_names: 16,
+        }
+    }
 }
 
 impl Default for ModelConfig {
@@ -114,6 +185,7 @@ impl Default for ModelConfig {
             rate_window_ns: 5_000_000_000,
             check_drift: true,
             resync_interval_ns: 2_000_000_000,
+            bounds: Bounds::default(),
         }
     }
 }
@@ -123,6 +195,8 @@ impl Default for ModelConfig {
 pub struct Model {
     cfg: ModelConfig,
     processes: BTreeMap<ProcessKey, Process>,
+    /// Events (and other inputs) of processes beyond [`Bounds::processes`].
+    dropped_events: u64,
 }
 
 impl Model {
@@ -130,6 +204,7 @@ impl Model {
         Self {
             cfg,
             processes: BTreeMap::new(),
+            dropped_events: 0,
         }
     }
 
@@ -137,12 +212,32 @@ impl Model {
         &self.cfg
     }
 
-    /// The process, created on first use.
-    pub fn process_mut(&mut self, key: ProcessKey) -> &mut Process {
+    /// The process, created on first use while fewer than
+    /// [`Bounds::processes`] are followed (`None` beyond: the caller's input
+    /// is dropped and counted in [`dropped_events`](Self::dropped_events)).
+    pub fn process_mut(&mut self, key: ProcessKey) -> Option<&mut Process> {
+        if !self.processes.contains_key(&key)
+            && self.processes.len() >= self.cfg.bounds.processes.max(1)
+        {
+            self.dropped_events = self.dropped_events.saturating_add(1);
+            return None;
+        }
         let cfg = &self.cfg;
-        self.processes
-            .entry(key)
-            .or_insert_with(|| Process::new(key, cfg.clone()))
+        Some(
+            self.processes
+                .entry(key)
+                .or_insert_with(|| Process::new(key, cfg.clone())),
+        )
+    }
+
+    /// Whether `key` is followed (created if the bound allows).
+    pub fn admit(&mut self, key: ProcessKey) -> bool {
+        self.process_mut(key).is_some()
+    }
+
+    /// Inputs dropped because [`Bounds::processes`] processes were followed.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped_events
     }
 
     pub fn process(&self, key: ProcessKey) -> Option<&Process> {
@@ -160,29 +255,40 @@ impl Model {
 
     /// Apply one event of `key`.
     pub fn apply(&mut self, key: ProcessKey, ev: &Event) {
-        self.process_mut(key).apply(ev);
+        if let Some(p) = self.process_mut(key) {
+            p.apply(ev);
+        }
     }
 
     /// Apply a batch of events of `key` (one map lookup).
     pub fn apply_all<'a>(&mut self, key: ProcessKey, events: impl IntoIterator<Item = &'a Event>) {
-        let p = self.process_mut(key);
-        for ev in events {
-            p.apply(ev);
+        match self.process_mut(key) {
+            Some(p) => events.into_iter().for_each(|ev| p.apply(ev)),
+            None => {
+                let n = events.into_iter().count() as u64;
+                self.dropped_events = self.dropped_events.saturating_add(n.saturating_sub(1));
+            }
         }
     }
 
     /// `count` events of `key` were lost on the wire.
     pub fn note_loss(&mut self, key: ProcessKey, count: u64) {
-        self.process_mut(key).note_loss(count);
+        if let Some(p) = self.process_mut(key) {
+            p.note_loss(count);
+        }
     }
 
     /// NVML's used memory for `key` at `time_ns`.
     pub fn note_nvml(&mut self, key: ProcessKey, time_ns: u64, bytes: u64) {
-        self.process_mut(key).note_nvml(time_ns, bytes);
+        if let Some(p) = self.process_mut(key) {
+            p.note_nvml(time_ns, bytes);
+        }
     }
 
     pub fn set_mode(&mut self, key: ProcessKey, mode: Mode) {
-        self.process_mut(key).set_mode(mode);
+        if let Some(p) = self.process_mut(key) {
+            p.set_mode(mode);
+        }
     }
 
     pub fn reset_peaks(&mut self, key: ProcessKey) {
@@ -229,11 +335,21 @@ impl Model {
     /// A copy of everything the views show, at the caller's `now_ns`.
     pub fn view(&self, now_ns: u64, opts: &ViewOptions) -> ModelView {
         ModelView {
+            dropped_events: self.dropped_events,
             processes: self
                 .processes
                 .values()
                 .map(|p| p.view(now_ns, opts))
                 .collect(),
+        }
+    }
+
+    /// The collector dropped `count` things named `what` for `key` so far
+    /// (an `Input::Dropped`; the latest count replaces earlier ones). Unknown
+    /// processes are not created for it.
+    pub fn note_collector_drop(&mut self, key: ProcessKey, what: &str, count: u64) {
+        if let Some(p) = self.processes.get_mut(&key) {
+            p.note_collector_drop(what, count);
         }
     }
 

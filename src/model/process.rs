@@ -1,15 +1,15 @@
 //! One instrumented process: its devices, counters, recent events, OOMs,
 //! NVML samples and leak detector.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
 use super::leak::{LeakDetector, LeakReport};
 use super::rules;
 use super::series::Series;
 use super::view::{
-    BlockView, DeviceFigures, DeviceTimeline, DeviceView, FigureSource, Fragmentation, OomRecord,
-    ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
+    BlockView, DeviceFigures, DeviceTimeline, DeviceView, Dropped, FigureSource, Fragmentation,
+    Implausible, OomRecord, ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
 };
 use super::{Mode, ModelConfig, ProcessKey};
 use crate::event::{Event, EventKind, SegmentPool};
@@ -45,7 +45,8 @@ impl EventRate {
     #[inline]
     pub fn note(&mut self, t: u64) {
         if t >= self.head_start && t < self.head_end {
-            self.counts[(self.head % Self::SLOTS as u64) as usize] += 1;
+            let c = &mut self.counts[(self.head % Self::SLOTS as u64) as usize];
+            *c = c.saturating_add(1);
             return;
         }
         self.note_slow(t);
@@ -65,12 +66,13 @@ impl EventRate {
                 self.counts[((self.head + i) % Self::SLOTS as u64) as usize] = 0;
             }
             self.head = s;
-        } else if s + (Self::SLOTS as u64) <= self.head {
+        } else if s.saturating_add(Self::SLOTS as u64) <= self.head {
             return; // older than the window
         }
         self.head_start = self.head * self.slot_ns;
-        self.head_end = self.head_start + self.slot_ns;
-        self.counts[(s % Self::SLOTS as u64) as usize] += 1;
+        self.head_end = self.head_start.saturating_add(self.slot_ns);
+        let c = &mut self.counts[(s % Self::SLOTS as u64) as usize];
+        *c = c.saturating_add(1);
     }
 
     /// Events per second over the window ending at `now_ns` (absent before
@@ -84,7 +86,7 @@ impl EventRate {
             let Some(s) = now_slot.checked_sub(back) else {
                 break;
             };
-            if s <= self.head && s + n > self.head {
+            if s <= self.head && s.saturating_add(n) > self.head {
                 sum += u64::from(self.counts[(s % n) as usize]);
             }
         }
@@ -121,6 +123,11 @@ pub struct Process {
     nvml_peak: Option<u64>,
     nvml_series: Series,
     leak: LeakDetector,
+    /// Events of devices beyond `Bounds::devices`.
+    dropped_devices: u64,
+    /// The collector's drop counts by what (`Input::Dropped`), bounded by
+    /// `Bounds::collector_drop_names`.
+    collector_drops: BTreeMap<String, u64>,
 }
 
 impl Process {
@@ -145,7 +152,9 @@ impl Process {
             nvml: None,
             nvml_peak: None,
             nvml_series: Series::new(cfg.series.clone()),
-            leak: LeakDetector::new(cfg.leak.clone()),
+            leak: LeakDetector::new(cfg.leak.clone()).with_max_sizes(cfg.bounds.leak_sizes),
+            dropped_devices: 0,
+            collector_drops: BTreeMap::new(),
             cfg,
         }
     }
@@ -239,15 +248,54 @@ impl Process {
         self.resync_asked_ns
     }
 
-    fn device_index(&mut self, device: u16) -> usize {
+    /// The index of `device`, created while fewer than `Bounds::devices`
+    /// are known (`None` beyond: the event is dropped and counted).
+    fn device_index(&mut self, device: u16) -> Option<usize> {
         if let Some(i) = self.devices.iter().position(|d| d.device() == device) {
-            return i;
+            return Some(i);
+        }
+        if self.devices.len() >= self.cfg.bounds.devices.max(1) {
+            self.dropped_devices = self.dropped_devices.saturating_add(1);
+            return None;
         }
         let at = self.devices.partition_point(|d| d.device() < device);
-        self.devices
-            .insert(at, DeviceState::new(device, &self.cfg.series));
+        let d = DeviceState::new(device, &self.cfg.series, self.cfg.bounds);
+        self.devices.insert(at, d);
         self.event_fed.insert(at, false);
-        at
+        Some(at)
+    }
+
+    /// What the bounds dropped, and the collector's drop counts.
+    pub fn dropped(&self) -> Dropped {
+        let mut out = Dropped {
+            devices: self.dropped_devices,
+            leak_sizes: self.leak.dropped(),
+            collector: self.collector_drops.clone(),
+            ..Dropped::default()
+        };
+        for d in &self.devices {
+            let dd = d.dropped;
+            out.orphans = out.orphans.saturating_add(dd.orphans);
+            out.blocks = out.blocks.saturating_add(dd.blocks);
+            out.segments = out.segments.saturating_add(dd.segments);
+            out.replay = out.replay.saturating_add(dd.replay);
+            out.snapshots = out.snapshots.saturating_add(dd.snapshots);
+        }
+        out
+    }
+
+    /// The collector dropped `count` things named `what` so far (the
+    /// latest count replaces earlier ones). Beyond
+    /// `Bounds::collector_drop_names` names, new names add to `"other"`.
+    pub fn note_collector_drop(&mut self, what: &str, count: u64) {
+        if let Some(c) = self.collector_drops.get_mut(what) {
+            *c = count;
+        } else if self.collector_drops.len() < self.cfg.bounds.collector_drop_names.max(1) {
+            self.collector_drops.insert(what.to_string(), count);
+        } else {
+            let other = self.collector_drops.entry("other".into()).or_insert(0);
+            *other = other.saturating_add(count);
+        }
     }
 
     fn problem(&mut self, t: u64, i: usize, problem: Problem) {
@@ -281,7 +329,7 @@ impl Process {
                 (false, Some((_, s))) => s.allocated,
                 _ => d.derived().allocated,
             })
-            .sum()
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Apply one event.
@@ -298,7 +346,9 @@ impl Process {
                 self.events += 1;
                 self.rate.note(t);
                 self.remember(ev);
-                let i = self.device_index(place.device);
+                let Some(i) = self.device_index(place.device) else {
+                    return;
+                };
                 self.event_fed[i] = true;
                 let applied = self.devices[i].apply(t, &ev.kind, &self.cfg.rules);
                 match applied.live {
@@ -319,7 +369,9 @@ impl Process {
             } => {
                 self.events += 1;
                 self.rate.note(t);
-                let i = self.device_index(place.device);
+                let Some(i) = self.device_index(place.device) else {
+                    return;
+                };
                 let d = &self.devices[i];
                 let summary = d.block_summary();
                 let (allocated, reserved) = match d.stats() {
@@ -353,7 +405,9 @@ impl Process {
             }
             EventKind::Stats { device, stats } => {
                 let check = self.mode == Mode::Exact && self.cfg.check_drift;
-                let i = self.device_index(*device);
+                let Some(i) = self.device_index(*device) else {
+                    return;
+                };
                 if let Some(p) = self.devices[i].note_stats(t, *stats, check) {
                     self.problem(t, i, p);
                 }
@@ -386,7 +440,9 @@ impl Process {
     }
 
     fn snapshot(&mut self, t: u64, device: u16, kind: &EventKind) {
-        let i = self.device_index(device);
+        let Some(i) = self.device_index(device) else {
+            return;
+        };
         match self.devices[i].snapshot(t, kind, &self.cfg.rules) {
             SnapshotOutcome::Ongoing => {}
             SnapshotOutcome::Discarded => self.snapshots_discarded += 1,
@@ -420,7 +476,7 @@ impl Process {
         if count == 0 {
             return;
         }
-        self.lost_events += count;
+        self.lost_events = self.lost_events.saturating_add(count);
         self.loss_unsynced = true;
         for d in &mut self.devices {
             d.desync();
@@ -470,6 +526,12 @@ impl Process {
                 (peaks.allocated, peaks.reserved, peaks.active),
             ),
         };
+        let implausible = Implausible {
+            saturated: d.saturated(),
+            peak_below_current: peak.0 < allocated || peak.1 < reserved || peak.2 < active,
+            above_reserved: allocated > reserved || active > reserved,
+            share_above_100: inactive_split > reserved,
+        };
         DeviceFigures {
             device: d.device(),
             source,
@@ -482,7 +544,9 @@ impl Process {
             peak_active: peak.2,
             fragmentation: Fragmentation {
                 inactive_split,
-                share_of_reserved: (reserved > 0).then(|| inactive_split as f64 / reserved as f64),
+                // A share above 100 % cannot be true: flagged, not shown.
+                share_of_reserved: (reserved > 0 && inactive_split <= reserved)
+                    .then(|| inactive_split as f64 / reserved as f64),
                 largest_free_small: summary.largest_free_small,
                 largest_free_large: summary.largest_free_large,
                 free_blocks: summary.free_blocks,
@@ -491,6 +555,7 @@ impl Process {
             blocks: summary.blocks,
             stats,
             synced: d.synced(),
+            implausible,
         }
     }
 
@@ -505,22 +570,40 @@ impl Process {
     }
 
     fn figures_from(&self, devs: &[DeviceFigures], now_ns: u64) -> ProcessFigures {
-        let sum = |f: fn(&DeviceFigures) -> u64| devs.iter().map(f).sum::<u64>();
+        // Sums of figures from outside: one that does not fit is cut at
+        // u64::MAX and flagged.
+        let mut saturated = false;
+        let mut sum = |f: fn(&DeviceFigures) -> u64| {
+            let s = devs.iter().try_fold(0u64, |a, d| a.checked_add(f(d)));
+            saturated |= s.is_none();
+            s.unwrap_or(u64::MAX)
+        };
         let reserved = sum(|d| d.reserved);
+        let allocated = sum(|d| d.allocated);
+        let active = sum(|d| d.active);
+        let peak_allocated = sum(|d| d.peak_allocated);
+        let peak_reserved = sum(|d| d.peak_reserved);
+        let mut implausible =
+            (devs.iter()).fold(Implausible::default(), |a, d| a.or(d.implausible));
+        implausible.saturated |= saturated;
         let nvml_used = self.nvml.map(|(_, b)| b);
         ProcessFigures {
-            allocated: sum(|d| d.allocated),
+            allocated,
             reserved,
-            active: sum(|d| d.active),
-            peak_allocated: sum(|d| d.peak_allocated),
-            peak_reserved: sum(|d| d.peak_reserved),
+            active,
+            peak_allocated,
+            peak_reserved,
             nvml_used,
             nvml_peak: self.nvml_peak,
-            non_pytorch: nvml_used.map(|n| n as i64 - reserved as i64),
+            non_pytorch: nvml_used.map(|n| {
+                let d = i128::from(n) - i128::from(reserved);
+                d.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+            }),
             events_per_sec: self.rate.per_sec(now_ns),
             events_total: self.events,
             lost_events: self.lost_events,
             inconsistencies: self.inconsistencies,
+            implausible,
         }
     }
 
@@ -554,6 +637,9 @@ impl Process {
                 .sum::<usize>()
             + self.nvml_series.memory_bytes()
             + self.leak.memory_bytes()
+            + (self.collector_drops.keys())
+                .map(|k| k.capacity() + 64)
+                .sum::<usize>()
     }
 
     /// A view for renderers and `snapshot --json`.
@@ -609,6 +695,8 @@ impl Process {
                 .timeline
                 .map(|r| self.nvml_series.query(r.from_ns, r.to_ns, r.columns)),
             memory_bytes: self.memory_bytes(),
+            dropped: self.dropped(),
+            bounds: self.cfg.bounds,
         }
     }
 }

@@ -248,9 +248,9 @@ impl Series {
             for b in &tier.buckets {
                 let mut end = b.start_ns.saturating_add(tier.width);
                 if let Some(c) = clip {
-                    end = end.min(c).max(b.start_ns + 1);
+                    end = end.min(c).max(b.start_ns.saturating_add(1));
                 }
-                end = end.min(self.last_time + 1).max(b.start_ns + 1);
+                end = (end.min(self.last_time.saturating_add(1))).max(b.start_ns.saturating_add(1));
                 if end <= from_ns {
                     before = Some(b.last);
                     continue;

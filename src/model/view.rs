@@ -2,12 +2,14 @@
 //! call (`Model::view`) so a renderer never holds the model while drawing.
 //! This is also the shape of `vramscope snapshot --json`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::device::{Block, Problem, Segment};
 use super::leak::LeakReport;
 use super::series::Column;
-use super::{Mode, ProcessKey};
+use super::{Bounds, Mode, ProcessKey};
 use crate::event::{Event, PoolId, Stats};
 
 /// What to include in a view (the block map and timelines can be large).
@@ -53,7 +55,8 @@ pub enum FigureSource {
 pub struct Fragmentation {
     /// Cached bytes in split segments (cannot be returned by `empty_cache`).
     pub inactive_split: u64,
-    /// `inactive_split / reserved` (absent when nothing is reserved).
+    /// `inactive_split / reserved` (absent when nothing is reserved, and
+    /// when above 1, which cannot be true: see [`Implausible`]).
     pub share_of_reserved: Option<f64>,
     pub largest_free_small: Option<u64>,
     pub largest_free_large: Option<u64>,
@@ -81,6 +84,110 @@ pub struct DeviceFigures {
     pub stats: Option<Stats>,
     /// Block map trusted (complete snapshot, no contradiction since).
     pub synced: bool,
+    /// Figures above that cannot be true (shown flagged, not as true).
+    #[serde(default)]
+    pub implausible: Implausible,
+}
+
+/// Figures that cannot be true, as the input gave them: each is flagged in
+/// the view rather than shown as a fact (the input is wrong, or a sum did
+/// not fit in 64 bits and was saturated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Implausible {
+    /// A sum or a block's end did not fit in 64 bits (saturated at `u64::MAX`).
+    pub saturated: bool,
+    /// A peak below its current figure.
+    pub peak_below_current: bool,
+    /// Allocated above active, or active above reserved.
+    pub above_reserved: bool,
+    /// Inactive split above reserved (a share above 100 %).
+    pub share_above_100: bool,
+}
+
+impl Implausible {
+    /// Whether any figure is flagged.
+    pub fn any(&self) -> bool {
+        self.saturated || self.peak_below_current || self.above_reserved || self.share_above_100
+    }
+
+    /// Both flags together.
+    pub fn or(self, o: Implausible) -> Implausible {
+        Implausible {
+            saturated: self.saturated || o.saturated,
+            peak_below_current: self.peak_below_current || o.peak_below_current,
+            above_reserved: self.above_reserved || o.above_reserved,
+            share_above_100: self.share_above_100 || o.share_above_100,
+        }
+    }
+
+    /// What is flagged, in words.
+    pub fn describe(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.saturated {
+            out.push("sum past 2^64");
+        }
+        if self.peak_below_current {
+            out.push("peak < current");
+        }
+        if self.above_reserved {
+            out.push("allocated > reserved");
+        }
+        if self.share_above_100 {
+            out.push("split > reserved");
+        }
+        out
+    }
+}
+
+/// What the bounds of the model ([`Bounds`]) dropped for one process, and
+/// what the collector reported dropping (`Input::Dropped`). Each figure
+/// counts since the process was first seen.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Dropped {
+    /// Allocations outside every known segment not kept ([`Bounds::orphans`]).
+    pub orphans: u64,
+    /// Allocations not applied: they would split a block beyond
+    /// [`Bounds::blocks`].
+    pub blocks: u64,
+    /// Segment events not applied: they would add a segment (or its block)
+    /// beyond [`Bounds::segments`] or [`Bounds::blocks`].
+    pub segments: u64,
+    /// Events of devices beyond [`Bounds::devices`].
+    pub devices: u64,
+    /// Events not buffered during a snapshot ([`Bounds::replay`]).
+    pub replay: u64,
+    /// Snapshots given up because they announced more segments or blocks
+    /// than the bounds.
+    pub snapshots: u64,
+    /// Allocations of a size the leak analysis could not track
+    /// ([`Bounds::leak_sizes`]).
+    pub leak_sizes: u64,
+    /// The collector's own drop counts by what (`Input::Dropped`).
+    pub collector: BTreeMap<String, u64>,
+}
+
+impl Dropped {
+    /// Whether anything was dropped.
+    pub fn any(&self) -> bool {
+        self.model_total() > 0 || self.collector.values().any(|&c| c > 0)
+    }
+
+    /// Everything the model's bounds dropped.
+    pub fn model_total(&self) -> u64 {
+        [
+            self.orphans,
+            self.blocks,
+            self.segments,
+            self.devices,
+            self.replay,
+            self.snapshots,
+            self.leak_sizes,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
+    }
 }
 
 /// Headline figures of one process.
@@ -102,6 +209,9 @@ pub struct ProcessFigures {
     pub events_total: u64,
     pub lost_events: u64,
     pub inconsistencies: u64,
+    /// Figures above that cannot be true (a device's, or a sum saturated).
+    #[serde(default)]
+    pub implausible: Implausible,
 }
 
 /// A block in a view.
@@ -182,9 +292,18 @@ pub struct ProcessView {
     pub nvml_timeline: Option<Vec<Option<Column>>>,
     /// Heap bytes the model holds for this process (estimate).
     pub memory_bytes: usize,
+    /// What the bounds dropped (and the collector reported dropping).
+    #[serde(default)]
+    pub dropped: Dropped,
+    /// The bounds in force.
+    #[serde(default)]
+    pub bounds: Bounds,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelView {
     pub processes: Vec<ProcessView>,
+    /// Inputs of processes beyond [`Bounds::processes`], dropped.
+    #[serde(default)]
+    pub dropped_events: u64,
 }

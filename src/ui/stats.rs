@@ -10,8 +10,8 @@ use ratatui::Frame;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
-use crate::model::view::{DeviceFigures, FigureSource};
-use crate::model::Mode;
+use crate::model::view::{DeviceFigures, FigureSource, Implausible};
+use crate::model::{Bounds, Dropped, Mode};
 
 /// The summary of `e`; `scroll` rows skipped when it does not fit (on a
 /// small terminal, where it is a tab of its own).
@@ -86,7 +86,70 @@ fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
             t.dim(),
         ))]));
     }
+    if f.implausible.saturated {
+        rows.push(implausible_row(
+            &Implausible {
+                saturated: true,
+                ..Implausible::default()
+            },
+            t,
+        ));
+    }
+    rows.extend(
+        dropped_lines(&e.view.dropped, &e.view.bounds)
+            .into_iter()
+            .map(|l| Row::new(vec![Cell::from(Span::styled(format!(" {l}"), t.warn()))])),
+    );
     rows
+}
+
+/// One line per kind of thing a bound dropped, e.g. `dropped: 1.2M orphan
+/// blocks (bound 65536)`, then the collector's drops.
+pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
+    let kinds = [
+        (d.orphans, "orphan blocks", Some(b.orphans)),
+        (d.blocks, "block splits", Some(b.blocks)),
+        (d.segments, "segment events", Some(b.segments)),
+        (d.devices, "events of extra devices", Some(b.devices)),
+        (d.replay, "events during a snapshot", Some(b.replay)),
+        (d.snapshots, "oversized snapshots", None),
+        (d.leak_sizes, "untracked leak sizes", Some(b.leak_sizes)),
+    ];
+    let mut out: Vec<String> = kinds
+        .iter()
+        .filter(|(n, _, _)| *n > 0)
+        .map(|(n, what, bound)| match bound {
+            Some(bound) => format!(
+                "dropped: {} {what} (bound {})",
+                format::count(*n),
+                grouped(*bound as u64)
+            ),
+            None => format!("dropped: {} {what}", format::count(*n)),
+        })
+        .collect();
+    for (what, n) in d.collector.iter().filter(|(_, n)| **n > 0) {
+        out.push(format!("collector dropped: {} {what}", format::count(*n)));
+    }
+    out
+}
+
+/// `n` with thousands separators: `65,536`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A row naming figures that cannot be true.
+fn implausible_row(i: &Implausible, t: &Theme) -> Row<'static> {
+    let text = format!(" implausible input: {}", i.describe().join(", "));
+    Row::new(vec![Cell::from(Span::styled(text, t.alert()))])
 }
 
 /// One device's section: memory current and peak, then counts.
@@ -101,8 +164,11 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         FigureSource::BlockMap => "block map",
     };
     let segments = df.stats.map(|s| s.segments).unwrap_or(df.segments);
-    vec![
-        section(format!("cuda:{} · {src}", df.device), t),
+    let mut rows = vec![section(format!("cuda:{} · {src}", df.device), t)];
+    if df.implausible.any() {
+        rows.push(implausible_row(&df.implausible, t));
+    }
+    rows.extend([
         row("Allocated memory", b(df.allocated), b(df.peak_allocated)),
         row("Active memory", b(df.active), b(df.peak_active)),
         current("Requested memory", format::opt(df.requested, a, b)),
@@ -116,7 +182,8 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         ),
         current("Alloc retries", count(df.stats.map(|s| s.alloc_retries))),
         current("OOMs", count(df.stats.map(|s| s.ooms))),
-    ]
+    ]);
+    rows
 }
 
 /// ` name`, then the current and the peak figure, right-aligned.
@@ -131,4 +198,62 @@ fn row(name: &str, cur: String, peak: String) -> Row<'static> {
 /// A section's heading row.
 fn section(name: String, t: &Theme) -> Row<'static> {
     Row::new(vec![Cell::from(Span::styled(name, t.header()))])
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    use super::*;
+    use crate::event::{Event, EventKind, Place};
+    use crate::input::{Identity, Source};
+    use crate::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+
+    #[test]
+    fn item_07_the_summary_shows_what_a_bound_dropped() {
+        let key = ProcessKey {
+            pid: 1,
+            start_time: 1,
+        };
+        let cfg = ModelConfig {
+            bounds: Bounds {
+                orphans: 10,
+                ..Bounds::default()
+            },
+            ..ModelConfig::default()
+        };
+        let mut m = Model::new(cfg);
+        let events: Vec<Event> = (0..25u64)
+            .map(|i| Event {
+                time_ns: i,
+                kind: EventKind::Alloc {
+                    place: Place::default(),
+                    addr: 0x10_0000 + i * 512,
+                    size: 512,
+                },
+            })
+            .collect();
+        m.apply_all(key, events.iter());
+        let view = m.view(0, &ViewOptions::default()).processes.remove(0);
+        let e = ProcessEntry {
+            identity: Identity::of_pid(1),
+            source: Source::unattached(Mode::Exact),
+            view,
+        };
+        let mut term = Terminal::new(TestBackend::new(72, 30)).unwrap();
+        let theme = Theme::new(false, false);
+        term.draw(|f| render(f, f.area(), &e, 0, &theme)).unwrap();
+        let text: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(
+            text.contains("dropped: 15 orphan blocks (bound 10)"),
+            "{text}"
+        );
+    }
 }

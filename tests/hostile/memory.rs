@@ -1,1 +1,269 @@
-//! Hostile inputs: memory.
+//! Hostile inputs: memory. A flood of allocations at new addresses outside
+//! every known segment (orphans), applied straight to the model, must leave
+//! the model's memory within its bounds, with what was dropped counted and
+//! shown; the collector's own drop counts (`Input::Dropped`) reach the view.
+
+use vramscope::collect::Hub;
+use vramscope::event::{Event, EventKind, Place};
+use vramscope::input::Input;
+use vramscope::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+
+const KEY: ProcessKey = ProcessKey {
+    pid: 7,
+    start_time: 7,
+};
+const MIB: usize = 1 << 20;
+
+/// This process's resident set size in bytes (`VmRSS`), if readable.
+fn rss() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `n` allocations of 512 bytes at new addresses no segment holds,
+/// starting at event `from`.
+fn orphans(from: u64, n: u64) -> Vec<Event> {
+    (from..from + n)
+        .map(|i| Event {
+            time_ns: 1_000 + i * 100,
+            kind: EventKind::Alloc {
+                place: Place::default(),
+                addr: 0x7f00_0000_0000 + i * 512,
+                size: 512,
+            },
+        })
+        .collect()
+}
+
+#[test]
+fn item_07_orphan_flood_is_bounded_and_counted() {
+    const FLOOD: u64 = 4_000_000;
+    const BATCH: u64 = 100_000;
+    let bounds = Bounds::default();
+    let mut m = Model::new(ModelConfig::default());
+    let rss_before = rss();
+    let mut memory_peak = 0;
+    let mut from = 0;
+    while from < FLOOD {
+        let batch = orphans(from, BATCH);
+        m.apply_all(KEY, batch.iter());
+        from += BATCH;
+        memory_peak = memory_peak.max(m.memory_bytes());
+    }
+    let rss_after = rss();
+
+    // The model's own accounting stays within its bound: the orphans it
+    // keeps (BTreeMap entries of 72 bytes, nodes two-thirds full), the
+    // three series, the leak table and the rest in a few MiB.
+    let p = m.process(KEY).unwrap();
+    let d = &p.devices()[0];
+    assert_eq!(d.orphan_count(), bounds.orphans);
+    let bound = bounds.orphans * 72 * 3 / 2 + 8 * MIB;
+    assert!(
+        memory_peak <= bound,
+        "model memory {memory_peak} > bound {bound}"
+    );
+
+    // What the bound dropped is counted and in the view (and so in
+    // `snapshot --json` and the dashboard).
+    let view = m.view(0, &ViewOptions::default());
+    let pv = &view.processes[0];
+    let dropped = FLOOD - bounds.orphans as u64;
+    assert_eq!(pv.dropped.orphans, dropped);
+    assert_eq!(pv.bounds.orphans, bounds.orphans);
+    assert!(pv.dropped.any());
+    assert!(pv.needs_resync, "a drop leaves the block map untrusted");
+    // Only the kept orphans are counted in the totals.
+    assert_eq!(pv.figures.allocated, bounds.orphans as u64 * 512);
+    let json = serde_json::to_value(pv).unwrap();
+    assert_eq!(json["dropped"]["orphans"], dropped);
+    let lines = vramscope::ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
+    assert_eq!(lines, vec!["dropped: 3.9M orphan blocks (bound 65,536)"]);
+
+    // The process's RSS grew by far less than 4 M orphans would take
+    // (≈ 430 MiB unbounded). Other tests of this binary run alongside,
+    // hence the margin.
+    if let (Some(a), Some(b)) = (rss_before, rss_after) {
+        let growth = b.saturating_sub(a);
+        assert!(growth <= 96 * MIB, "RSS grew by {} MiB", growth / MIB);
+    }
+}
+
+#[test]
+fn item_07_every_growing_structure_is_bounded() {
+    let bounds = Bounds {
+        processes: 2,
+        devices: 2,
+        segments: 4,
+        blocks: 8,
+        orphans: 4,
+        replay: 4,
+        leak_sizes: 4,
+        collector_drop_names: 2,
+    };
+    let cfg = ModelConfig {
+        bounds,
+        ..ModelConfig::default()
+    };
+    let mut m = Model::new(cfg);
+    let place = |device| Place {
+        device,
+        ..Place::default()
+    };
+    let ev = |t: u64, kind| Event { time_ns: t, kind };
+    let mut events = Vec::new();
+    // Devices: 0 and 1 are kept, 2 and 3 dropped.
+    for dev in 0..4u16 {
+        events.push(ev(
+            1,
+            EventKind::SegmentAlloc {
+                place: place(dev),
+                addr: 1 << 30,
+                size: 1 << 20,
+            },
+        ));
+    }
+    // Segments on device 0: 4 kept (one above), 6 dropped.
+    for s in 1..10u64 {
+        events.push(ev(
+            2,
+            EventKind::SegmentAlloc {
+                place: place(0),
+                addr: (1 << 30) + s * (1 << 21),
+                size: 1 << 20,
+            },
+        ));
+    }
+    // Blocks: allocations splitting the first segment; 8 blocks at most
+    // (4 segments hold 4 already).
+    for i in 0..10u64 {
+        events.push(ev(
+            3,
+            EventKind::Alloc {
+                place: place(0),
+                addr: (1 << 30) + i * 512,
+                size: 512 + i,
+            },
+        ));
+    }
+    // Orphans on device 1 (its segment is at 1 << 30): 4 kept, 6 dropped.
+    for i in 0..10u64 {
+        events.push(ev(
+            4,
+            EventKind::Alloc {
+                place: place(1),
+                addr: (1 << 40) + i * 512,
+                size: 1000 + i,
+            },
+        ));
+    }
+    m.apply_all(KEY, events.iter());
+    // Processes: a third one is not followed.
+    let other = ProcessKey {
+        pid: 8,
+        start_time: 8,
+    };
+    m.apply_all(other, events[..1].iter());
+    let third = ProcessKey {
+        pid: 9,
+        start_time: 9,
+    };
+    m.apply_all(third, events[..1].iter());
+    assert!(m.process(third).is_none());
+    assert_eq!(m.dropped_events(), 1);
+
+    let p = m.process(KEY).unwrap();
+    assert_eq!(p.devices().len(), 2);
+    let d0 = &p.devices()[0];
+    assert_eq!(d0.segments().count(), 4);
+    assert!(d0.blocks().count() <= 8);
+    d0.check_invariants().unwrap();
+    p.devices()[1].check_invariants().unwrap();
+    assert_eq!(p.devices()[1].orphan_count(), 4);
+    let v = p.view(0, &ViewOptions::default());
+    assert_eq!(v.dropped.devices, 2);
+    assert_eq!(v.dropped.segments, 6);
+    assert_eq!(v.dropped.orphans, 6);
+    assert!(v.dropped.blocks > 0);
+    // Leak sizes: 4 tracked; the others (10 + 4 distinct requests kept) not.
+    assert!(v.dropped.leak_sizes > 0);
+    assert!(p.leak().tracked_sizes() <= 4);
+
+    // A snapshot announcing more than the bounds is given up at once, and
+    // events beyond the replay bound are dropped (not buffered).
+    let mut snap = vec![ev(
+        5,
+        EventKind::SnapshotBegin {
+            device: 0,
+            id: 1,
+            segments: 100,
+            blocks: 100,
+            at: None,
+        },
+    )];
+    snap.push(ev(6, EventKind::SnapshotEnd { device: 0, id: 1 }));
+    snap.push(ev(
+        7,
+        EventKind::SnapshotBegin {
+            device: 0,
+            id: 2,
+            segments: 1,
+            blocks: 1,
+            at: None,
+        },
+    ));
+    for i in 0..10u64 {
+        snap.push(ev(
+            8,
+            EventKind::FreeRequested {
+                place: place(0),
+                addr: (1 << 30) + i * 512,
+                size: 512,
+            },
+        ));
+    }
+    m.apply_all(KEY, snap.iter());
+    let v = m.process(KEY).unwrap().view(0, &ViewOptions::default());
+    assert_eq!(v.dropped.snapshots, 1);
+    assert_eq!(v.dropped.replay, 6);
+}
+
+#[test]
+fn item_07_collector_drops_reach_the_view() {
+    let hub = Hub::new(ModelConfig::default());
+    hub.apply(Input::Events {
+        key: KEY,
+        events: orphans(0, 1),
+        delivered: 1,
+        lost: 0,
+        lost_now: 0,
+        at: Vec::new(),
+    });
+    for count in [3, 17] {
+        hub.apply(Input::Dropped {
+            key: Some(KEY),
+            what: "events".into(),
+            count,
+        });
+    }
+    hub.apply(Input::Dropped {
+        key: None,
+        what: "segments".into(),
+        count: 2,
+    });
+    let snap = hub.snapshot_at(0, &ViewOptions::default());
+    let pv = &snap.processes[0].view;
+    // Cumulative: the latest count replaces the earlier one.
+    assert_eq!(pv.dropped.collector.get("events"), Some(&17));
+    assert!(pv.dropped.any());
+    let json = serde_json::to_value(&snap).unwrap();
+    assert_eq!(
+        json["processes"][0]["view"]["dropped"]["collector"]["events"],
+        17
+    );
+    assert_eq!(hub.dropped().get("segments"), Some(&2));
+    let lines = vramscope::ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
+    assert_eq!(lines, vec!["collector dropped: 17 events"]);
+}

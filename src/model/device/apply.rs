@@ -56,6 +56,7 @@ impl DeviceState {
         request: u64,
         rules: &BlockRules,
     ) -> Applied {
+        let n_blocks = self.blocks.len();
         let host = self
             .blocks
             .range_mut(..=addr)
@@ -66,28 +67,36 @@ impl DeviceState {
         };
         if b.state != BlockState::Inactive {
             // The model missed a free: take the block over as it is.
-            let found = b.state;
-            if found == BlockState::PendingFree {
-                self.allocated += b.size;
-            }
+            let (found, size) = (b.state, b.size);
             b.state = BlockState::Allocated;
             b.requested = request;
             b.since_ns = t;
+            let mut problem = Problem::BlockState { addr, found };
+            if found == BlockState::PendingFree && !self.count_in(size, 0) {
+                problem = Problem::Overflow { addr, size };
+            }
             return Applied {
                 live: Live::Up(request),
-                problem: Some(Problem::BlockState { addr, found }),
+                problem: Some(problem),
             };
         }
         let template = *b;
         let offset = addr - start;
         let avail = template.size - offset;
+        let size = rules.carve(request, avail, template.expandable);
+        let grows = usize::from(offset > 0) + usize::from(size < avail);
+        if grows > 0 && n_blocks + grows > self.bounds.blocks.max(1) {
+            // The block bound: the allocation is not applied.
+            self.dropped.blocks = self.dropped.blocks.saturating_add(1);
+            self.desync();
+            return Applied::default();
+        }
         let mut problem = None;
         if offset > 0 {
             // Not at the block's start: the head before `addr` stays free.
             problem = Some(Problem::MisallocatedBlock { addr });
             b.size = offset;
         }
-        let size = rules.carve(request, avail, template.expandable);
         if rules::round_size(request) > avail {
             problem = Some(Problem::BlockTooSmall {
                 addr,
@@ -118,8 +127,9 @@ impl DeviceState {
             };
             self.blocks.insert(addr + size, rest);
         }
-        self.allocated += size;
-        self.active += size;
+        if !self.count_in(size, size) {
+            problem = Some(Problem::Overflow { addr, size });
+        }
         self.learn_pool_kind(template.segment, request);
         Applied {
             live: Live::Up(request),
@@ -142,9 +152,29 @@ impl DeviceState {
         }
     }
 
-    /// An allocation outside every known segment, kept as an orphan.
+    /// An allocation outside every known segment, kept as an orphan while
+    /// fewer than the orphan bound are kept (else dropped and counted). One
+    /// whose end would be past `u64::MAX` is cut there and flagged.
     fn alloc_orphan(&mut self, t: u64, place: &Place, addr: u64, request: u64) -> Applied {
-        let size = rules::round_size(request);
+        let rounded = rules::round_size(request);
+        let (size, mut problem) = match addr.checked_add(rounded) {
+            Some(_) => (rounded, Problem::BlockOutsideSegment { addr }),
+            None => {
+                self.overflowed();
+                (
+                    u64::MAX - addr,
+                    Problem::Overflow {
+                        addr,
+                        size: rounded,
+                    },
+                )
+            }
+        };
+        if self.orphans.len() >= self.bounds.orphans && !self.orphans.contains_key(&addr) {
+            self.dropped.orphans = self.dropped.orphans.saturating_add(1);
+            self.desync();
+            return Applied::problem(problem);
+        }
         let block = Block {
             size,
             requested: request,
@@ -158,11 +188,12 @@ impl DeviceState {
         if let Some(old) = self.orphans.insert(addr, block) {
             self.count_out(&old);
         }
-        self.allocated += size;
-        self.active += size;
+        if !self.count_in(size, size) {
+            problem = Problem::Overflow { addr, size };
+        }
         Applied {
             live: Live::Up(request),
-            problem: Some(Problem::BlockOutsideSegment { addr }),
+            problem: Some(problem),
         }
     }
 
@@ -279,6 +310,30 @@ impl DeviceState {
 
     // ---- segments ----
 
+    /// Whether a segment and a block can be added within the bounds; if
+    /// not, the event is dropped: counted, and the map no longer trusted.
+    fn room_for_segment(&mut self) -> bool {
+        let room = self.segments.len() < self.bounds.segments.max(1)
+            && self.blocks.len() < self.bounds.blocks.max(1);
+        if !room {
+            self.dropped.segments = self.dropped.segments.saturating_add(1);
+            self.desync();
+        }
+        room
+    }
+
+    /// The end of `[addr, addr + size)`, cut at `u64::MAX` (flagged, with
+    /// the problem to report) when it is past it.
+    fn range_end(&mut self, addr: u64, size: u64) -> (u64, Option<Problem>) {
+        match addr.checked_add(size) {
+            Some(end) => (end, None),
+            None => {
+                self.overflowed();
+                (u64::MAX, Some(Problem::Overflow { addr, size }))
+            }
+        }
+    }
+
     /// Add a segment entry (its blocks are the caller's), counting it while
     /// its pool kind is a guess.
     fn add_segment(&mut self, s: Segment) {
@@ -358,9 +413,15 @@ impl DeviceState {
                 found: 0,
             });
         }
-        let end = addr.saturating_add(size);
+        let (end, overflow) = self.range_end(addr, size);
         let size = end - addr;
-        let problem = self.clear_range(addr, end);
+        if size == 0 {
+            return Applied::problem(overflow);
+        }
+        if !self.room_for_segment() {
+            return Applied::problem(overflow);
+        }
+        let problem = self.clear_range(addr, end).or(overflow);
         let seg = Segment {
             addr,
             size,
@@ -372,8 +433,12 @@ impl DeviceState {
         };
         self.add_segment(seg);
         self.blocks.insert(addr, Block::inactive(&seg, size, t));
-        self.reserved += size;
-        Applied::problem(problem)
+        let fits = self.reserve(size);
+        Applied::problem(if fits {
+            problem
+        } else {
+            Some(Problem::Overflow { addr, size })
+        })
     }
 
     /// A segment was `cudaFree`d, with its blocks.
@@ -402,9 +467,12 @@ impl DeviceState {
         if size == 0 {
             return Applied::default();
         }
-        let end = addr.saturating_add(size);
+        let (end, overflow) = self.range_end(addr, size);
         let size = end - addr;
-        let problem = self.clear_range(addr, end);
+        if size == 0 || !self.room_for_segment() {
+            return Applied::problem(overflow);
+        }
+        let problem = self.clear_range(addr, end).or(overflow);
         let joins = |s: &Segment| s.expandable && s.stream == place.stream && s.pool == place.pool;
         let left = self
             .segments
@@ -432,7 +500,11 @@ impl DeviceState {
             }
         };
         self.blocks.insert(addr, Block::inactive(&seg, size, t));
-        self.reserved += size;
+        let problem = if self.reserve(size) {
+            problem
+        } else {
+            Some(Problem::Overflow { addr, size })
+        };
         if self.segments.get(&end).is_some_and(joins) {
             self.absorb_right(seg.addr, end);
         }
@@ -464,7 +536,7 @@ impl DeviceState {
         if size == 0 {
             return Applied::default();
         }
-        let end = addr.saturating_add(size);
+        let (end, overflow) = self.range_end(addr, size);
         let seg = self
             .segments
             .range(..=addr)
@@ -472,10 +544,14 @@ impl DeviceState {
             .map(|(_, s)| *s)
             .filter(|s| s.end() >= end);
         let Some(seg) = seg else {
-            return Applied::problem(Problem::UnknownSegment { addr });
+            return Applied::problem(overflow.or(Some(Problem::UnknownSegment { addr })));
         };
+        // A cut inside the segment adds a segment and may add a block.
+        if addr > seg.addr && seg.end() > end && !self.room_for_segment() {
+            return Applied::problem(overflow);
+        }
         let in_use = self.cut_blocks(t, addr, end);
-        self.reserved = self.reserved.saturating_sub(size);
+        self.reserved = self.reserved.saturating_sub(end - addr);
         self.cut_segment(seg, addr, end);
         if in_use {
             // Pieces left of a block that was in use may now touch free neighbours.

@@ -19,6 +19,11 @@ impl DeviceState {
             return SnapshotOutcome::Discarded;
         };
         let blocks = tile(&segments, p.blocks, p.time_ns);
+        if blocks.len() > self.bounds.blocks {
+            // With the gaps filled it is more blocks than the bound allows.
+            self.dropped.snapshots = self.dropped.snapshots.saturating_add(1);
+            return SnapshotOutcome::Discarded;
+        }
         self.replace(segments, blocks);
         let (replay_problems, first_problem) = self.replay(&p.replay, rules);
         if replay_problems > 0 {
@@ -37,9 +42,16 @@ impl DeviceState {
         self.blocks = blocks;
         self.orphans.clear();
         self.unknown_kind = 0;
-        self.reserved = self.segments.values().map(|s| s.size).sum();
-        (self.allocated, self.active) = weigh(self.blocks.values());
-        self.synced = true;
+        let reserved = (self.segments.values()).try_fold(0u64, |r, s| r.checked_add(s.size));
+        self.reserved = reserved.unwrap_or(u64::MAX);
+        let alloc_active = (self.blocks.values()).try_fold((0u64, 0u64), |(a, b), blk| {
+            let (x, y) = blk.weight();
+            Some((a.checked_add(x)?, b.checked_add(y)?))
+        });
+        (self.allocated, self.active) = alloc_active.unwrap_or_else(|| weigh(self.blocks.values()));
+        // A snapshot whose sums do not fit cannot be true.
+        self.saturated = reserved.is_none() || alloc_active.is_none();
+        self.synced = !self.saturated;
         self.drift = 0;
     }
 

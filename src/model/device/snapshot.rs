@@ -14,12 +14,10 @@ use std::mem::size_of;
 use super::{Block, DeviceState, Problem, Segment};
 use crate::event::{BlockState, EventKind, Place, SegmentPool};
 use crate::model::rules::BlockRules;
+use crate::model::Bounds;
 
-/// Events buffered during a snapshot for replay; beyond this the snapshot
-/// is given up.
-const MAX_REPLAY: usize = 1 << 20;
-/// Upper bound on what a snapshot may announce (untrusted input).
-const MAX_SNAPSHOT_ITEMS: u64 = 1 << 26;
+// The bounds (`Bounds::replay`, `Bounds::segments`, `Bounds::blocks`) say
+// how many events are buffered for replay and how large a snapshot may be.
 
 /// A snapshot being received.
 #[derive(Debug, Clone)]
@@ -34,6 +32,8 @@ pub(super) struct Pending {
     /// The segment blocks currently attach to.
     cursor: Option<Cursor>,
     broken: bool,
+    /// The replay bound was reached: events are no longer kept.
+    overflowed: bool,
     /// Allocator events received since the snapshot began.
     pub(super) replay: Vec<(u64, EventKind)>,
 }
@@ -61,7 +61,11 @@ pub(crate) enum SnapshotOutcome {
 }
 
 impl Pending {
-    fn new(id: u32, time_ns: u64, want_segments: u64, want_blocks: u64) -> Self {
+    /// A snapshot announcing `want_segments` and `want_blocks`; broken at
+    /// once when that is more than the bounds allow.
+    fn new(id: u32, time_ns: u64, want_segments: u64, want_blocks: u64, bounds: &Bounds) -> Self {
+        let too_large =
+            want_segments > bounds.segments as u64 || want_blocks > bounds.blocks as u64;
         Self {
             id,
             time_ns,
@@ -70,20 +74,30 @@ impl Pending {
             segments: Vec::new(),
             blocks: Vec::new(),
             cursor: None,
-            broken: want_segments > MAX_SNAPSHOT_ITEMS || want_blocks > MAX_SNAPSHOT_ITEMS,
+            broken: too_large,
+            overflowed: false,
             replay: Vec::new(),
         }
     }
 
-    /// Keep an allocator event for replay (or give up when there are too many).
-    fn buffer(&mut self, t: u64, kind: &EventKind) {
-        if self.broken {
-            return;
+    /// Keep an allocator event for replay, or give up when `max` are kept;
+    /// true when the event was dropped for that bound.
+    fn buffer(&mut self, t: u64, kind: &EventKind, max: usize) -> bool {
+        if self.overflowed {
+            return true;
         }
-        if self.replay.len() >= MAX_REPLAY {
+        if self.broken {
+            return false;
+        }
+        if self.replay.len() >= max {
             self.broken = true;
+            self.overflowed = true;
+            // Nothing will be replayed: give the memory back now.
+            self.replay = Vec::new();
+            true
         } else {
             self.replay.push((t, kind.clone()));
+            false
         }
     }
 
@@ -216,7 +230,11 @@ impl DeviceState {
 
     /// Start receiving snapshot `id`; one already in progress is discarded.
     fn begin_snapshot(&mut self, t: u64, id: u32, segments: u64, blocks: u64) -> SnapshotOutcome {
-        let replaced = self.pending.replace(Pending::new(id, t, segments, blocks));
+        let p = Pending::new(id, t, segments, blocks, &self.bounds);
+        if p.broken {
+            self.dropped.snapshots = self.dropped.snapshots.saturating_add(1);
+        }
+        let replaced = self.pending.replace(p);
         if replaced.is_some() {
             SnapshotOutcome::Discarded
         } else {
@@ -242,7 +260,9 @@ impl DeviceState {
     /// replay on it.
     pub(super) fn buffer_for_replay(&mut self, t: u64, kind: &EventKind) {
         if let Some(p) = &mut self.pending {
-            p.buffer(t, kind);
+            if p.buffer(t, kind, self.bounds.replay) {
+                self.dropped.replay = self.dropped.replay.saturating_add(1);
+            }
         }
     }
 

@@ -167,3 +167,98 @@ fn events_per_second_and_view_round_trip() {
     let back: crate::model::ModelView = serde_json::from_str(&json).unwrap();
     assert_eq!(back, v);
 }
+
+#[test]
+fn item_08_figures_near_u64_max_saturate_and_are_flagged() {
+    use crate::model::Problem;
+    const HALF: u64 = 1 << 63;
+    // Two allocations of 2^63 bytes (outside any segment): the allocated
+    // total saturates (it used to wrap to 0 under a peak of 2^63) and is
+    // flagged, not shown as true.
+    let mut m = model();
+    let mut e = Ev::new();
+    m.apply(KEY, &e.alloc(0x1000, HALF));
+    m.apply(KEY, &e.alloc(0x2000, HALF));
+    let p = m.process(KEY).unwrap();
+    let f = p.device_figures(dev(&m));
+    assert_eq!(f.allocated, u64::MAX);
+    assert!(f.implausible.saturated);
+    assert!(f.peak_allocated >= f.allocated, "peak below current");
+    assert!(p.figures(0).implausible.saturated);
+    assert!(matches!(
+        p.last_problem().unwrap().problem,
+        Problem::Overflow { addr: 0x2000, .. }
+    ));
+
+    // A block whose end is past u64::MAX: cut there, flagged.
+    let mut m = model();
+    let mut e = Ev::new();
+    m.apply(KEY, &e.alloc(u64::MAX - 100, 4096));
+    let p = m.process(KEY).unwrap();
+    let (addr, b) = dev(&m).orphans().next().unwrap();
+    assert!(addr.checked_add(b.size).is_some());
+    assert!(p.device_figures(dev(&m)).implausible.saturated);
+    assert!(matches!(
+        p.last_problem().unwrap().problem,
+        Problem::Overflow { .. }
+    ));
+    // So is a segment.
+    m.apply(KEY, &e.seg_alloc(u64::MAX - 1000, 1 << 20));
+    let d = dev(&m);
+    assert_eq!(d.segments().next().unwrap().end(), u64::MAX);
+    d.check_invariants().unwrap();
+
+    // A statistics sample that cannot be true: inactive split above
+    // reserved (a "share of 200 %"), peaks below current figures.
+    let mut m = model();
+    let mut e = Ev::new();
+    let s = Stats {
+        allocated: 10 * MIB,
+        reserved: 10 * MIB,
+        active: 10 * MIB,
+        inactive_split: 20 * MIB,
+        allocated_peak: HALF,
+        reserved_peak: 1,
+        active_peak: HALF,
+        ..Stats::default()
+    };
+    m.apply(KEY, &e.stats(s));
+    let f = m.process(KEY).unwrap().device_figures(dev(&m));
+    assert_eq!(f.fragmentation.share_of_reserved, None);
+    assert!(f.implausible.share_above_100);
+    assert!(f.implausible.peak_below_current);
+
+    // Sums over devices and NVML's remainder saturate too.
+    let mut m = model();
+    for device in 0..2 {
+        let mut e = Ev::new();
+        e.place = place(device, 0);
+        let s = Stats {
+            allocated: HALF,
+            reserved: HALF,
+            active: HALF,
+            allocated_peak: HALF,
+            reserved_peak: HALF,
+            active_peak: HALF,
+            ..Stats::default()
+        };
+        m.apply(KEY, &e.stats(s));
+    }
+    m.note_nvml(KEY, 1, u64::MAX);
+    let f = m.process(KEY).unwrap().figures(0);
+    assert_eq!(f.reserved, u64::MAX);
+    assert_eq!(f.allocated, u64::MAX);
+    assert!(f.implausible.saturated);
+    assert!(!m
+        .process(KEY)
+        .unwrap()
+        .device_figures(dev(&m))
+        .implausible
+        .any());
+    assert_eq!(f.non_pytorch, Some(0));
+    m.note_nvml(KEY, 2, u64::MAX);
+    let mut m2 = model();
+    m2.note_nvml(KEY, 1, u64::MAX);
+    let f = m2.process(KEY).unwrap().figures(0);
+    assert_eq!(f.non_pytorch, Some(i64::MAX));
+}
