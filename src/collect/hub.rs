@@ -254,6 +254,7 @@ impl Hub {
                 machine: inner.machine.clone(),
                 processes,
                 problems: inner.problems.clone(),
+                dropped: inner.dropped(),
             }
         })
     }

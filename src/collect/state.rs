@@ -37,4 +37,8 @@ pub struct Snapshot {
     /// Processes ordered by key (pid, start time).
     pub processes: Vec<ProcessEntry>,
     pub problems: Vec<SourceProblem>,
+    /// What the collector's and the model's bounds dropped that belongs to
+    /// no one process (per-process drops are in each process's view).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub dropped: std::collections::BTreeMap<String, u64>,
 }

@@ -203,6 +203,7 @@ impl Fixture {
                 })
                 .collect(),
             problems: Vec::new(),
+            dropped: Default::default(),
         }
     }
 
