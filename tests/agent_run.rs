@@ -4,14 +4,19 @@
 //! compiles against real torch headers when they are here.
 //!
 //! Only `run_injects_sitecustomize_and_keeps_the_exit_code` changes this
-//! process's environment (PYTHONPATH, XDG_CACHE_HOME); no other test here
-//! reads them.
+//! process's environment (PYTHONPATH, XDG_CACHE_HOME); `doctor` reads them
+//! (it extracts the agent into the cache), so the two hold [`ENV`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 
 use vramscope::agent::{self, Level};
+
+/// Held by the tests that set or read the process's environment: the
+/// doctor's agent must not be extracted into the run test's cache while
+/// that test removes it.
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn python() -> Option<String> {
     let py = std::env::var("VRAMSCOPE_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -49,6 +54,7 @@ class cuda:
 
 #[test]
 fn run_injects_sitecustomize_and_keeps_the_exit_code() {
+    let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
     let Some(py) = python() else {
         println!("SKIPPED: the agent tests need python3");
         return;
@@ -147,6 +153,7 @@ fn extract_is_idempotent_and_repairs() {
 
 #[test]
 fn doctor_reports_every_check() {
+    let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let py = python().unwrap_or_else(|| "python3".into());
     let checks = agent::doctor_with(py.as_ref(), Some(tmp.path()), false);
