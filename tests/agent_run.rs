@@ -29,28 +29,8 @@ fn python() -> Option<String> {
         .map(|_| py)
 }
 
-const FAKE_TORCH: &str = r#"
-__version__ = "2.11.0+fake"
-class _C:
-    _GLIBCXX_USE_CXX11_ABI = True
-class cuda:
-    calls = []
-    @staticmethod
-    def is_initialized():
-        return True
-    @staticmethod
-    def _lazy_call(fn, **kw):
-        fn()
-    @staticmethod
-    def device_count():
-        return 1
-    @staticmethod
-    def memory_stats(d=None):
-        return {"reserved_bytes.all.current": 4096, "allocated_bytes.all.current": 512}
-    @staticmethod
-    def memory_snapshot():
-        return []
-"#;
+/// A stand-in `torch` package for the agent without a GPU.
+const FAKE_TORCH: &str = include_str!("fixtures/fake_torch.py");
 
 #[test]
 fn run_injects_sitecustomize_and_keeps_the_exit_code() {

@@ -5,7 +5,9 @@
 //!
 //! Until the CLI has a `demo` subcommand this prints a SKIP line and passes.
 
-use std::io::{Read, Write};
+mod common;
+
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,19 +52,8 @@ impl Session {
         cmd.env_remove("NO_COLOR");
         let child = pair.slave.spawn_command(cmd).expect("spawn vramscope");
         drop(pair.slave);
-        let mut reader = pair.master.try_clone_reader().unwrap();
         let writer = pair.master.take_writer().unwrap();
-        let output = Arc::new(Mutex::new(Vec::new()));
-        let out = output.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                out.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let output = common::collect_output(pair.master.try_clone_reader().unwrap());
         Session {
             child,
             _master: pair.master,

@@ -111,3 +111,22 @@ pub fn write_snapshot(
     }
     write_at(seg, 0, EventKind::SnapshotEnd { device: 0, id }, t);
 }
+
+/// Everything `reader` yields (a pty's output), collected on a thread of
+/// its own until the other end closes.
+pub fn collect_output(
+    mut reader: impl std::io::Read + Send + 'static,
+) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = output.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    output
+}

@@ -430,27 +430,7 @@ fn item_01_planted_tracker_library_is_never_loaded() {
 }
 
 /// A fake torch for sampled mode.
-const FAKE_TORCH: &str = r#"
-__version__ = "2.11.0+fake"
-class _C:
-    _GLIBCXX_USE_CXX11_ABI = True
-class cuda:
-    @staticmethod
-    def is_initialized():
-        return True
-    @staticmethod
-    def _lazy_call(fn, **kw):
-        fn()
-    @staticmethod
-    def device_count():
-        return 1
-    @staticmethod
-    def memory_stats(d=None):
-        return {"reserved_bytes.all.current": 4096, "allocated_bytes.all.current": 512}
-    @staticmethod
-    def memory_snapshot():
-        return []
-"#;
+const FAKE_TORCH: &str = include_str!("../fixtures/fake_torch.py");
 
 const JOB: &str = r#"
 import json, sys, time, torch, vramscope

@@ -6,6 +6,9 @@
 //!
 //! One module per area; each test is named after the item it pins.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod agent;
 mod memory;
 mod names;

@@ -3,13 +3,10 @@
 //! ahead, a closed standard output, an endless trace line, a huge trace,
 //! an implausible answer — and a panic behind the dashboard.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
@@ -19,7 +16,7 @@ use vramscope::input::{Identity, Input, Source, Watch};
 use vramscope::model::{Mode, ProcessKey};
 use vramscope::recording::Recorder;
 
-use common::{answering, vramscope};
+use crate::common::{answering, vramscope};
 
 const LEAVE_ALT: &[u8] = b"\x1b[?1049l";
 
@@ -51,18 +48,7 @@ fn in_pty(mut cmd: CommandBuilder, limit: Duration) -> (Option<portable_pty::Exi
     cmd.env("TERM", "xterm-256color");
     let mut child = pair.slave.spawn_command(cmd).expect("spawn");
     drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let output = Arc::new(Mutex::new(Vec::new()));
-    let out = output.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            out.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
+    let output = crate::common::collect_output(pair.master.try_clone_reader().unwrap());
     let end = Instant::now() + limit;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
