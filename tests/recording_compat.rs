@@ -9,7 +9,8 @@
 //!   tagged events, definitions, step sources, DROPPED records and a
 //!   `Dropped` input). Regenerate it (only when adding a version's file,
 //!   never to "fix" a test) with
-//!   `VRAMSCOPE_WRITE_FIXTURE=1 cargo test --test recording_compat -- --ignored`.
+//!   `VRAMSCOPE_WRITE_FIXTURE=1 cargo test --test recording_compat` (a test checks
+//!   that the committed file is exactly what it writes).
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
@@ -372,13 +373,22 @@ fn write_v1_1(path: &Path) {
     rec.finish().unwrap();
 }
 
-/// Writes the committed 1.1 fixture (see the module doc).
+/// The committed 1.1 fixture is exactly what `write_v1_1` writes today (so
+/// it can be made again); `VRAMSCOPE_WRITE_FIXTURE=1` rewrites it.
 #[test]
-#[ignore]
-fn write_v1_1_fixture() {
+fn v1_1_fixture_is_reproducible() {
+    let committed = fixture("v1.1-synthetic.vsrec");
     if std::env::var_os("VRAMSCOPE_WRITE_FIXTURE").is_some() {
-        write_v1_1(&fixture("v1.1-synthetic.vsrec"));
+        write_v1_1(&committed);
     }
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("v1.1.vsrec");
+    write_v1_1(&fresh);
+    assert!(
+        std::fs::read(&fresh).unwrap() == std::fs::read(&committed).unwrap(),
+        "{} differs from what write_v1_1 writes",
+        committed.display()
+    );
 }
 
 #[test]

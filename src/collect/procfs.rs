@@ -135,9 +135,12 @@ mod tests {
         let id = discover::file_id(&p).unwrap();
         let me = std::process::id();
         assert_eq!(maps_file(me, id), Some(false));
-        let f = std::fs::File::open(&p).unwrap();
-        // SAFETY: a private file of this test, not changed while mapped.
-        let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let m = crate::ring::shm::Shared::map(&f, 4096).unwrap();
         assert_eq!(maps_file(me, id), Some(true));
         drop(m);
     }
