@@ -119,7 +119,9 @@ pub struct Process {
     recent: VecDeque<Event>,
     ooms: VecDeque<OomRecord>,
     ooms_total: u64,
-    nvml: Option<(u64, u64)>,
+    /// The last NVML reading: (time, used bytes, this process's reserved
+    /// bytes as the model knew them when the reading was applied).
+    nvml: Option<(u64, u64, u64)>,
     nvml_peak: Option<u64>,
     nvml_series: Series,
     leak: LeakDetector,
@@ -486,7 +488,10 @@ impl Process {
 
     /// NVML's used memory for this process at `time_ns`.
     pub fn note_nvml(&mut self, time_ns: u64, bytes: u64) {
-        self.nvml = Some((time_ns, bytes));
+        // The remainder (used − reserved) pairs NVML's reading with the
+        // reserved bytes of the same instant, not of whenever it is shown.
+        let reserved = self.figures(time_ns).reserved;
+        self.nvml = Some((time_ns, bytes, reserved));
         self.nvml_peak = Some(self.nvml_peak.map_or(bytes, |p| p.max(bytes)));
         self.nvml_series.push(time_ns, bytes);
     }
@@ -497,7 +502,7 @@ impl Process {
         for d in &mut self.devices {
             d.reset_peaks();
         }
-        self.nvml_peak = self.nvml.map(|(_, b)| b);
+        self.nvml_peak = self.nvml.map(|(_, b, _)| b);
     }
 
     /// Figures of one device (Stats first, block map otherwise).
@@ -586,7 +591,7 @@ impl Process {
         let mut implausible =
             (devs.iter()).fold(Implausible::default(), |a, d| a.or(d.implausible));
         implausible.saturated |= saturated;
-        let nvml_used = self.nvml.map(|(_, b)| b);
+        let nvml_used = self.nvml.map(|(_, b, _)| b);
         ProcessFigures {
             allocated,
             reserved,
@@ -595,9 +600,11 @@ impl Process {
             peak_reserved,
             nvml_used,
             nvml_peak: self.nvml_peak,
-            non_pytorch: nvml_used.map(|n| {
-                let d = i128::from(n) - i128::from(reserved);
-                d.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+            non_pytorch: self.nvml.and_then(|(_, used, reserved_then)| {
+                // Negative only when the two readings still straddle a
+                // change: not a figure to show as true.
+                let d = i128::from(used) - i128::from(reserved_then);
+                (d >= 0).then(|| d.min(i128::from(i64::MAX)) as i64)
             }),
             events_per_sec: self.rate.per_sec(now_ns),
             events_total: self.events,
@@ -642,11 +649,24 @@ impl Process {
                 .sum::<usize>()
     }
 
+    /// Whether the process ever used `d`: a segment or a stray block, an
+    /// allocation seen, or statistics other than all zero. A process lists
+    /// the devices it uses, not every device its agent can see (a DDP rank
+    /// on GPU 1 reports all-zero statistics for GPU 0).
+    fn device_used(&self, d: &DeviceState) -> bool {
+        d.segments().next().is_some()
+            || d.orphans().next().is_some()
+            || d.stats().is_none_or(|(_, s)| {
+                s.reserved_peak > 0 || s.allocated_peak > 0 || s.reserved > 0 || s.ooms > 0
+            })
+    }
+
     /// A view for renderers and `snapshot --json`.
     pub fn view(&self, now_ns: u64, opts: &ViewOptions) -> ProcessView {
         let devices: Vec<DeviceView> = self
             .devices
             .iter()
+            .filter(|d| self.device_used(d))
             .map(|d| DeviceView {
                 figures: self.device_figures(d),
                 segments: if opts.block_map {

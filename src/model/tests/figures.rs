@@ -60,6 +60,67 @@ fn non_pytorch_remainder_absent_without_nvml() {
     assert_eq!(f.non_pytorch, Some((480 * MIB) as i64));
 }
 
+/// Issue 10, item 4: NVML's reading is paired with the reserved bytes of
+/// the same instant, not with whatever reserved is when it is shown; a
+/// remainder that would be negative is absent, never shown as true.
+#[test]
+fn non_pytorch_pairs_nvml_with_reserved_of_the_same_instant() {
+    let mut m = model();
+    let mut e = Ev::new();
+    let stats = |reserved| Stats {
+        reserved,
+        allocated: reserved / 2,
+        ..Stats::default()
+    };
+    m.apply(KEY, &e.stats(stats(1 << 30)));
+    m.note_nvml(KEY, e.t, (3 << 30) / 2);
+    // Reserved grows after NVML's reading (NVML is read once a second).
+    m.apply(KEY, &e.stats(stats(3 << 30)));
+    let f = m.process(KEY).unwrap().figures(e.t);
+    assert_eq!(f.reserved, 3 << 30);
+    assert_eq!(
+        f.non_pytorch,
+        Some(1 << 29),
+        "used − reserved at the reading"
+    );
+    // A reading below what the allocator held then: not a figure.
+    m.note_nvml(KEY, e.t, 1 << 30);
+    assert_eq!(m.process(KEY).unwrap().figures(e.t).non_pytorch, None);
+}
+
+/// Issue 10, item 5: a process lists the devices it uses, not every one its
+/// agent sees (a DDP rank on GPU 1 also reports all-zero figures for GPU 0).
+#[test]
+fn devices_never_used_are_not_listed() {
+    let mut m = model();
+    let mut e = Ev::new();
+    m.apply(KEY, &e.stats(Stats::default()));
+    e.place = place(1, 0);
+    let used = Stats {
+        reserved: 20 * MIB,
+        reserved_peak: 20 * MIB,
+        allocated: MIB,
+        allocated_peak: MIB,
+        segments: 1,
+        ..Stats::default()
+    };
+    m.apply(KEY, &e.stats(used));
+    let v = m.process(KEY).unwrap().view(e.t, &ViewOptions::default());
+    let listed: Vec<u16> = v.devices.iter().map(|d| d.figures.device).collect();
+    assert_eq!(listed, vec![1]);
+    assert_eq!(v.figures.reserved, 20 * MIB);
+    // A device used once and emptied since stays listed (its peak says so).
+    e.place = place(1, 0);
+    let emptied = Stats {
+        reserved_peak: 20 * MIB,
+        allocated_peak: MIB,
+        ..Stats::default()
+    };
+    m.apply(KEY, &e.stats(emptied));
+    let v = m.process(KEY).unwrap().view(e.t, &ViewOptions::default());
+    assert_eq!(v.devices.len(), 1);
+}
+
 #[test]
 fn peaks_and_reset() {
     let mut m = synced_model();
