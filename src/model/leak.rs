@@ -202,6 +202,11 @@ impl LeakDetector {
     pub fn steps(&self) -> u64 {
         self.steps
     }
+    /// The thresholds a verdict is judged against.
+    pub fn config(&self) -> &LeakConfig {
+        &self.cfg
+    }
+
     pub fn source(&self) -> StepSource {
         self.source
     }

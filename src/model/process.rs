@@ -717,6 +717,7 @@ impl Process {
             memory_bytes: self.memory_bytes(),
             dropped: self.dropped(),
             bounds: self.cfg.bounds,
+            leak_criterion: self.leak.config().clone(),
         }
     }
 }

@@ -298,6 +298,9 @@ pub struct ProcessView {
     /// The bounds in force.
     #[serde(default)]
     pub bounds: Bounds,
+    /// The leak criterion in force (what `leak` was judged against).
+    #[serde(default)]
+    pub leak_criterion: crate::model::leak::LeakConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

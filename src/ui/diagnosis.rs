@@ -12,7 +12,7 @@ use super::events::event_line;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
-use crate::model::leak::{LeakReport, StepSource};
+use crate::model::leak::{LeakConfig, LeakReport, StepSource};
 use crate::model::view::OomRecord;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
@@ -47,22 +47,40 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &
     }
     if lines.is_empty() {
         lines.push(Line::styled("No out-of-memory seen.", t.good()));
-        let l = &v.leak;
-        let steps = match l.source {
-            StepSource::None => "no training steps recognised yet".to_string(),
-            StepSource::Markers => format!("{} steps (from markers)", l.steps_observed),
-            StepSource::Troughs => format!("{} steps (inferred)", l.steps_observed),
-        };
-        lines.push(Line::styled(
-            format!(
-                "No leak suspected: {steps}; allocated floor {} per step (trend {:.2}).",
-                format::bytes_signed(l.floor_slope_bytes_per_step),
-                l.trend
-            ),
-            t.good(),
-        ));
+        lines.push(verdict_line(&v.leak, &v.leak_criterion, t));
     }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+}
+
+/// The verdict when no leak is flagged, with the criterion it was judged
+/// against: "too early" until enough steps were seen, never a growing
+/// floor called healthy without saying why.
+fn verdict_line(l: &LeakReport, c: &LeakConfig, t: &Theme) -> Line<'static> {
+    let (n, need) = (l.window_steps, c.min_steps.max(2));
+    let src = match l.source {
+        StepSource::None => return Line::styled("No training steps recognised yet.", t.dim()),
+        StepSource::Markers => "from markers",
+        StepSource::Troughs => "inferred",
+    };
+    let slope = format::bytes_signed(l.floor_slope_bytes_per_step);
+    if n < need {
+        return Line::styled(
+            format!(
+                "Too early to tell: {n} of {need} steps ({src}); allocated floor {slope} per step so far."
+            ),
+            t.dim(),
+        );
+    }
+    Line::styled(
+        format!(
+            "No leak suspected: {} steps ({src}); allocated floor {slope} per step, trend {:.2} (flagged at ≥ {:.2} and ≥ {} growth over {n} steps).",
+            l.steps_observed,
+            l.trend,
+            c.min_trend,
+            format::bytes(c.min_growth_bytes),
+        ),
+        t.good(),
+    )
 }
 
 fn leak_lines(l: &LeakReport, t: &Theme, out: &mut Vec<Line<'static>>) {
@@ -155,5 +173,50 @@ fn oom_lines(o: &OomRecord, total: u64, now: u64, t: &Theme, out: &mut Vec<Line<
             l.spans.insert(0, Span::raw("  "));
             out.push(l);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(window_steps: usize, slope: f64, trend: f64) -> LeakReport {
+        LeakReport {
+            flagged: false,
+            source: StepSource::Markers,
+            steps_observed: window_steps as u64,
+            window_steps,
+            floor_slope_bytes_per_step: slope,
+            floor_growth_bytes: slope * window_steps as f64,
+            trend,
+            last_floor: None,
+            top_sizes: Vec::new(),
+        }
+    }
+
+    fn text(l: &Line) -> String {
+        l.spans.iter().map(|s| s.content.as_ref()).collect()
+    }
+
+    /// Issue 10, item 3: four steps of a rising floor are "too early to
+    /// tell", not "no leak suspected"; a verdict names its criterion.
+    #[test]
+    fn the_verdict_says_too_early_and_names_its_criterion() {
+        let t = Theme::new(false, true);
+        let c = LeakConfig::default();
+        let early = text(&verdict_line(&report(4, 388.0 * 1048576.0, 1.0), &c, &t));
+        assert!(
+            early.starts_with("Too early to tell: 4 of 8 steps"),
+            "{early}"
+        );
+        let healthy = text(&verdict_line(&report(79, 1000.0, 0.24), &c, &t));
+        assert!(
+            healthy.starts_with("No leak suspected: 79 steps"),
+            "{healthy}"
+        );
+        assert!(
+            healthy.contains("trend 0.24 (flagged at ≥ 0.60"),
+            "{healthy}"
+        );
     }
 }
