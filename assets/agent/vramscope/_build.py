@@ -188,33 +188,35 @@ def _digest_fd(fd):
         h.update(chunk)
 
 
+def _read_private(path, uid, read):
+    """`read(fd)` of `path` when it is a regular file of ours writable by no
+    one else (never through a symlink); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or _private_entry_problem(path, st, uid):
+            return None
+        return read(fd)
+    finally:
+        os.close(fd)
+
+
 def verified_library(path):
     """Whether the cached library `path` may be loaded: a regular file of
     ours writable by no one else, whose SHA-256 is the one recorded beside
     it (``<path>.sha256``) when it was built."""
     uid = os.geteuid()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    digest = _read_private(path, uid, _digest_fd)
+    if digest is None:
         return False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or _private_entry_problem(path, st, uid):
-            return False
-        digest = _digest_fd(fd)
-    finally:
-        os.close(fd)
-    try:
-        fd = os.open(path + ".sha256", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or _private_entry_problem(path, st, uid):
-            return False
-        recorded = os.read(fd, 256).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
+    recorded = _read_private(
+        path + ".sha256",
+        uid,
+        lambda fd: os.read(fd, 256).decode("ascii", "replace").strip(),
+    )
     return recorded == digest
 
 
