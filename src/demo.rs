@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, MarkSource, RingSpan};
 use crate::ring::codec::{encode, Words};
 use crate::ring::{monotonic_ns, Command, Producer, SegmentConfig, SegmentWriter, Status};
 use crate::sim::allocator::{EventSink, SimConfig};
@@ -156,6 +156,18 @@ impl EventSink for RingSink<'_> {
         if matches!(e.kind, EventKind::Stats { .. }) {
             self.sample = self.sample.wrapping_add(1);
         }
+        if let EventKind::SnapshotBegin { at, .. } = &mut e.kind {
+            // This thread is the device ring's only writer and takes the
+            // snapshot between two of its events: the split is exact.
+            let head = self.seg.ring(1).head();
+            *at = Some(RingSpan {
+                ring: 1,
+                before: head,
+                after: head,
+                exact: true,
+                ambiguous: false,
+            });
+        }
         self.words.clear();
         encode(&e, self.sample, &mut self.words);
         for w in &self.words {
@@ -174,7 +186,9 @@ pub fn start(
     let name = scenario.name.to_string();
     let mut cfg = SegmentConfig::new(shm_dir, Producer::Simulator, 1, 1 << 16);
     cfg.tag = Some("demo".into());
-    cfg.flags = 7;
+    // Events, statistics, simulated memory, and snapshots placed by ring
+    // positions (FORMAT.md header flags bits 0–3).
+    cfg.flags = 15;
     cfg.framework = format!("vramscope sim {}", env!("CARGO_PKG_VERSION"));
     cfg.label = format!("demo: {name}");
     let seg = SegmentWriter::create(&cfg).context("creating the demo's segment")?;
@@ -249,6 +263,14 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
             sink.base_ns += runner.now() + 1_000_000_000;
             sim_ns = 0;
             runner = ScenarioRunner::new(scenario.clone());
+            // A new run: step counts and leak verdicts start over.
+            sink.emit(Event {
+                time_ns: 0,
+                kind: EventKind::Marker {
+                    value: 0,
+                    source: MarkSource::Run,
+                },
+            });
             control.status.lock().expect("demo status").runs += 1;
         }
         let mut s = control.status.lock().expect("demo status");
@@ -333,7 +355,9 @@ pub fn run_headless(
     let result = (|| {
         let mut cfg = SegmentConfig::new(dir.as_path(), Producer::Simulator, 1, 1 << 16);
         cfg.tag = Some("demo".into());
-        cfg.flags = 7;
+        // Events, statistics, simulated memory, and snapshots placed by ring
+        // positions (FORMAT.md header flags bits 0–3).
+        cfg.flags = 15;
         cfg.label = format!("demo: {}", scenario.name);
         let seg = SegmentWriter::create(&cfg)?;
         let mut ccfg = Config::new(dir.clone());

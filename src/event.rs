@@ -102,6 +102,9 @@ pub enum MarkSource {
     OptimizerStep { optimizer: u32 },
     /// Inferred by the producer from the allocation pattern.
     Inferred,
+    /// 5: a new run of the job begins (e.g. the demo's scenario starts
+    /// over): step counts and leak verdicts start again. `value` is 0.
+    Run,
     /// 4 ("other") or a code this build does not know.
     Other(u8),
 }

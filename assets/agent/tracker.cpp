@@ -423,6 +423,21 @@ void clock_tick() {
 
 // ---- the allocator callback ----------------------------------------------
 
+// Where the last snapshot() of each device ended in its ring, and how many
+// snapshot() calls have ended there (any caller's: write_snapshot only uses
+// a position when exactly one ended while it took its own).
+struct alignas(64) SnapMark {
+  std::atomic<uint64_t> head{0};
+  std::atomic<uint64_t> count{0};
+};
+SnapMark g_snap_mark[kMaxDevices];
+
+inline void note_snapshot_position(int device) noexcept {
+  g_snap_mark[device].head.store(__atomic_load_n(g_dev_rings[device].head, __ATOMIC_ACQUIRE),
+                                 std::memory_order_relaxed);
+  g_snap_mark[device].count.fetch_add(1, std::memory_order_release);
+}
+
 void on_trace(const Entry& e) noexcept {
 #ifdef VS_EMPTY_TRACKER
   (void)e;
@@ -430,9 +445,15 @@ void on_trace(const Entry& e) noexcept {
 #else
   if (g_hot.enabled.load(std::memory_order_acquire) == 0) return;
   const int action = static_cast<int>(e.action_);
-  if (action == static_cast<int>(Entry::SNAPSHOT)) return;
   const int device = static_cast<int>(e.device_);
   if (device < 0 || device >= g_hot.devices) return;
+  if (action == static_cast<int>(Entry::SNAPSHOT)) {
+    // snapshot() ends with this entry, still inside the device's critical
+    // section: the ring's head now splits the device's events exactly into
+    // those the state reflects and those it does not (FORMAT.md, "Positions").
+    note_snapshot_position(device);
+    return;
+  }
   const auto pool = pool_of(e);
   vs_ring* ring = &g_dev_rings[device];
   // Positions are claimed in order: warm the slot a few positions ahead so
@@ -499,12 +520,37 @@ bool device_in_use(int d) {
 
 // Writes one snapshot: for each device (or only `only`), SNAP_BEGIN, its
 // segments each followed by its blocks, SNAP_END, all with the same id.
+// Where the state of device `d` sits in its ring (FORMAT.md, "Positions"):
+// SNAP_BEGIN w4 (before), w5 (after), w6 (flags).
+struct Span {
+  uint64_t before, after, flags;
+};
+
+Span span_of(int d, uint64_t before, uint64_t after, uint64_t marks_before) {
+  constexpr uint64_t kGiven = 1, kExact = 2, kAmbiguous = 4;
+  const uint64_t ring = static_cast<uint64_t>(1 + d) << 8;
+  // Exactly one snapshot() ended on this device while ours ran: it was ours,
+  // and the head it saw was read under the device's lock.
+  if (g_snap_mark[d].count.load(std::memory_order_acquire) == marks_before + 1) {
+    const uint64_t at = g_snap_mark[d].head.load(std::memory_order_relaxed);
+    if (before <= at && at <= after) return {at, at, kGiven | kExact | ring};
+  }
+  if (before == after) return {before, after, kGiven | kExact | ring};
+  return {before, after, kGiven | kAmbiguous | ring};
+}
+
 uint32_t write_snapshot(int only) {
   const uint32_t id = g_snapshot_id.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint64_t before[kMaxDevices], marks[kMaxDevices];
+  for (int d = 0; d < g_devices; d++) {
+    marks[d] = g_snap_mark[d].count.load(std::memory_order_acquire);
+    before[d] = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
+  }
   const auto info = take_snapshot(0);
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
+    const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), marks[d]);
     uint64_t nseg = 0, nblk = 0;
     for (const auto& seg : info.segments) {
       if (static_cast<int>(seg.device) != d) continue;
@@ -512,7 +558,7 @@ uint32_t write_snapshot(int only) {
       nblk += seg.blocks.size();
     }
     uint64_t now = vs_monotonic_ns();
-    uint64_t begin[7] = {vs_head_word(VS_K_SNAP_BEGIN, dev, id), now, nseg, nblk, 0, 0, 0};
+    uint64_t begin[7] = {vs_head_word(VS_K_SNAP_BEGIN, dev, id), now, nseg, nblk, at.before, at.after, at.flags};
     vs_ring_write(agent_ring(), begin);
     for (const auto& seg : info.segments) {
       if (static_cast<int>(seg.device) != d) continue;
@@ -713,7 +759,7 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
     vs_config cfg = vs_default_config();
     cfg.dir = (dir && *dir) ? dir : nullptr;
     cfg.producer = VS_PRODUCER_TORCH_EXACT;
-    cfg.flags = VS_FLAG_EVENTS | VS_FLAG_STATS;
+    cfg.flags = VS_FLAG_EVENTS | VS_FLAG_STATS | VS_FLAG_POSITIONS;
     cfg.framework = framework;
     cfg.label = label;
     cfg.ring_count = static_cast<uint32_t>(1 + n);
@@ -801,12 +847,17 @@ void vs_agent_stop(int wait_ms) {
   }
 }
 
-// A MARKER record (e.g. a training step) in the agent ring.
-void vs_agent_mark(uint64_t value) {
+// A MARKER record (a step boundary) in the agent ring: `source` 1 the
+// user's mark(), 2 an optimizer step hook (`arg` numbers the optimizer),
+// 5 a new run (FORMAT.md, MARKER `source`).
+void vs_agent_mark_from(uint64_t value, uint64_t source, uint64_t arg) {
   if (!live() || g_enabled.load(std::memory_order_acquire) == 0) return;
-  uint64_t w[7] = {vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0), vs_monotonic_ns(), value, 0, 0, 0, 0};
+  uint64_t w[7] = {vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0), vs_monotonic_ns(), value, source & 0xff, arg, 0, 0};
   vs_ring_write(agent_ring(), w);
 }
+
+// The 1.0 entry point: a mark() from the user's code.
+void vs_agent_mark(uint64_t value) { vs_agent_mark_from(value, 1, 0); }
 
 // Turns the callback's writes off (0) or on (1) while the tracker stays
 // attached: for the overhead benchmark, and for callers that want to pause.

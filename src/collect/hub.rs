@@ -35,7 +35,7 @@ impl Inner {
                 key,
                 identity,
                 source,
-                ..
+                watch,
             } => {
                 // Beyond the model's process bound the process is not
                 // followed (its inputs are counted as dropped).
@@ -43,6 +43,7 @@ impl Inner {
                     return;
                 }
                 self.model.set_mode(key, source.mode);
+                self.model.watch(key, &watch);
                 self.identities.insert(key, identity);
                 if let Some(seg) = &source.segment {
                     self.problems.retain(|p| &p.path != seg);
@@ -55,9 +56,9 @@ impl Inner {
                 delivered,
                 lost,
                 lost_now,
-                ..
+                at,
             } => {
-                self.model.apply_all(key, events.iter());
+                self.model.apply_all_at(key, events.iter(), &at);
                 if lost_now > 0 {
                     self.model.note_loss(key, lost_now);
                 }

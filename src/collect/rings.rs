@@ -11,11 +11,11 @@ use std::time::Instant;
 use crate::event::{Event, EventKind};
 use crate::model::{Mode, ProcessKey};
 use crate::ring::discover::{self, FileId, Liveness, Located};
-use crate::ring::{Producer, RingError, SegmentReader};
+use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader};
 
 use super::{procfs, Config, Hub};
 use crate::input::Input;
-use crate::input::{Identity, Source, SourceProblem};
+use crate::input::{Identity, RingPos, Source, SourceProblem, Watch};
 
 struct Attached {
     reader: SegmentReader,
@@ -256,7 +256,7 @@ impl RingSet {
             key,
             identity,
             source,
-            watch: Default::default(),
+            watch: watch_of(&reader),
         });
         let attached = Attached {
             reader,
@@ -274,14 +274,17 @@ impl RingSet {
         let mut damaged: Vec<(PathBuf, String)> = Vec::new();
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
-            let mut batch: Vec<Event> = Vec::new();
+            let mut batch: Vec<(Event, RingPos)> = Vec::new();
             let liveness = a.reader.liveness();
             let gone = liveness != Liveness::Alive;
             // At most two rounds of up to 65,536 records per ring each tick
             // (over 2 M records/s per ring at 20 ticks/s): a busy process
             // cannot starve the others, and the batch stays a few MiB.
             for _ in 0..2 {
-                let done = a.reader.drain(65_536, |_, e| batch.push(e));
+                let done = a.reader.drain_at(65_536, |ring, position, e| {
+                    let ring = ring as u32;
+                    batch.push((e, RingPos { ring, position }))
+                });
                 if done.delivered == 0 && done.lost == 0 {
                     break;
                 }
@@ -290,19 +293,22 @@ impl RingSet {
             // allocator events come before the agent's statistics, snapshots
             // and markers: a sample or snapshot taken at time T already
             // reflects what happened at T.
-            batch.sort_by_key(|e| (e.time_ns, is_agent_record(e)));
+            // (The model places snapshots exactly by the positions, which
+            // travel with the events; the time order is for the timeline.)
+            batch.sort_by_key(|(e, _)| (e.time_ns, is_agent_record(e)));
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
             let key = a.key;
             if !batch.is_empty() || lost_now > 0 {
+                let (events, at) = std::mem::take(&mut batch).into_iter().unzip();
                 hub.apply(Input::Events {
                     key,
-                    events: std::mem::take(&mut batch),
+                    events,
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
-                    at: Vec::new(),
+                    at,
                 });
             }
             if gone && a.gone_at.is_none() {
@@ -340,6 +346,18 @@ impl RingSet {
                 }
             }
         }
+    }
+}
+
+/// How watching a segment began: now, and mid-run when the reader skipped
+/// records written before it came (FORMAT.md, "Attaching mid-run").
+fn watch_of(reader: &SegmentReader) -> Watch {
+    let ring_starts: Vec<u64> = (0..reader.ring_count()).map(|i| reader.start(i)).collect();
+    Watch {
+        began_ns: Some(monotonic_ns()),
+        mid_run: ring_starts.iter().any(|&s| s > 0),
+        ring_starts,
+        anchor_snapshot: None,
     }
 }
 

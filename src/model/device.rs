@@ -36,7 +36,10 @@ use crate::event::{BlockState, PoolId, SegmentPool, Stats};
 
 mod apply;
 mod install;
+mod placed;
 mod snapshot;
+
+pub(crate) use placed::Placement;
 
 use snapshot::Pending;
 pub(crate) use snapshot::SnapshotOutcome;
@@ -242,6 +245,8 @@ pub struct DeviceState {
     /// A total or a range had to be saturated at `u64::MAX` since the last
     /// installed snapshot.
     saturated: bool,
+    /// Events kept with their ring positions, to place snapshots exactly.
+    placement: Placement,
 }
 
 /// The timelines of one device.
@@ -278,6 +283,7 @@ impl DeviceState {
             bounds,
             dropped: DeviceDropped::default(),
             saturated: false,
+            placement: Placement::default(),
         }
     }
 

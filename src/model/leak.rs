@@ -1,21 +1,27 @@
 //! Leak detection a user can act on.
 //!
-//! 1. **Steps.** A training loop repeats. Step boundaries come from `Marker`
-//!    events when the process writes them; otherwise they are inferred from
-//!    the allocated total with a zig-zag (hysteresis) detector: a trough is
-//!    confirmed once the total rises `swing_bytes` above its lowest point
-//!    since the last peak. That lowest point is the step's *floor* — what
-//!    stays allocated between steps (weights, optimizer state, and leaks).
+//! 1. **Steps.** A training loop repeats. Step boundaries come, in order of
+//!    precedence, from the process's own `vramscope.mark()` markers, from
+//!    PyTorch's optimizer step hook (the agent writes one marker per
+//!    `optimizer.step()` of the first optimizer), or from the period of the
+//!    allocation pattern (see [`super::period`]). A source that appears
+//!    later wins and the count starts over with it. Each step's *floor* is
+//!    the lowest allocated total during it: what stays allocated between
+//!    steps (weights, optimizer state, and leaks).
 //! 2. **Floor trend.** Over the last `window_steps` floors the detector takes
 //!    the Theil–Sen slope (median of pairwise slopes, robust to outliers)
 //!    and Kendall's τ (how consistently floors rise). A process is flagged
-//!    when enough steps were seen, τ ≥ `min_trend`, the slope is positive and
-//!    the growth over the window is at least `min_growth_bytes`. A steady
-//!    loop, noisy or not, has τ near 0 and is not flagged.
+//!    when at least `min_steps` steps were seen, τ ≥ `min_trend`, the slope
+//!    is positive and the growth over the window is at least
+//!    `min_growth_bytes`. A steady loop, noisy or not, has τ near 0 and is
+//!    not flagged. The first step at which a run was flagged is kept.
 //! 3. **Culprits.** Live tensor counts per requested size are recorded at
 //!    every step boundary (last 32 boundaries); sizes whose live counts rise
-//!    with the same robust tests are named, most growth first, with the age
-//!    of their oldest live allocation.
+//!    with the same robust tests are named, most growth first, with the step
+//!    they were first allocated at and the age of their oldest live one.
+//! 4. **Runs.** A job that starts over (the demo's loop, `new_run()`) sends a
+//!    run marker: the verdict so far is kept with its run and the detector
+//!    starts again.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -23,8 +29,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::{Deserialize, Serialize};
 
 use super::device::Block;
+use super::period::{Found, PeriodFinder};
 use super::rules;
-use crate::event::BlockState;
+use crate::event::{BlockState, MarkSource};
 
 /// Boundaries of live-count history kept per size.
 pub const SIZE_HISTORY: usize = 32;
@@ -40,8 +47,6 @@ pub struct LeakConfig {
     pub min_growth_bytes: u64,
     /// Kendall's τ between step index and floor needed to flag (0..1).
     pub min_trend: f64,
-    /// Hysteresis of the trough detector (used without markers).
-    pub swing_bytes: u64,
     /// Floors analysed (the most recent ones).
     pub window_steps: usize,
     /// Sizes named in a report.
@@ -54,24 +59,50 @@ impl Default for LeakConfig {
             min_steps: 8,
             min_growth_bytes: 16 << 10,
             min_trend: 0.6,
-            swing_bytes: 1 << 20,
             window_steps: 64,
             top_sizes: 5,
         }
     }
 }
 
-/// Where step boundaries come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where step boundaries come from (in order of precedence, highest last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepSource {
     /// No step seen yet.
     None,
-    /// `Marker` events written by the process.
+    /// The period of the allocation pattern (no markers, no optimizer).
+    AllocationPeriod,
+    /// PyTorch's optimizer step hook (the first optimizer's steps).
+    OptimizerSteps,
+    /// `vramscope.mark()` markers written by the process.
     Markers,
-    /// Troughs of the allocated total.
-    Troughs,
 }
+
+impl StepSource {
+    /// How it reads in a sentence ("12 steps from …").
+    pub fn describe(self) -> &'static str {
+        match self {
+            StepSource::None => "no source",
+            StepSource::AllocationPeriod => "the allocation pattern",
+            StepSource::OptimizerSteps => "optimizer steps",
+            StepSource::Markers => "vramscope.mark()",
+        }
+    }
+}
+
+/// The verdict of an earlier run of the job (see [`MarkSource::Run`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunVerdict {
+    /// 1 for the first run.
+    pub run: u64,
+    pub steps: u64,
+    /// The step at which the run was first flagged.
+    pub flagged_at_step: Option<u64>,
+}
+
+/// Earlier runs remembered.
+const RUNS_KEPT: usize = 16;
 
 /// One allocation size whose live count keeps growing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,6 +119,9 @@ pub struct LeakSize {
     pub live_growth: i64,
     /// Age of the oldest live tensor of this size, when known.
     pub oldest_age_ns: Option<u64>,
+    /// The step (of this run) at which this size was first allocated.
+    #[serde(default)]
+    pub first_step: u64,
 }
 
 /// The verdict for one process.
@@ -108,6 +142,24 @@ pub struct LeakReport {
     pub last_floor: Option<u64>,
     /// Sizes whose live counts grow most.
     pub top_sizes: Vec<LeakSize>,
+    /// How sure the step boundaries are (0..1): 1 for markers and optimizer
+    /// steps, the period's confidence for the allocation pattern.
+    #[serde(default)]
+    pub step_confidence: f64,
+    /// With [`StepSource::AllocationPeriod`]: allocations per step.
+    #[serde(default)]
+    pub period_allocations: Option<u64>,
+    /// The step of this run at which it was first flagged, and how long
+    /// after the run's first step.
+    #[serde(default)]
+    pub flagged_at_step: Option<u64>,
+    #[serde(default)]
+    pub flagged_after_ns: Option<u64>,
+    /// This run's number (1 for the first) and the verdicts of earlier ones.
+    #[serde(default)]
+    pub run: u64,
+    #[serde(default)]
+    pub earlier_runs: Vec<RunVerdict>,
 }
 
 /// A multiplicative hasher for `u64` keys (sizes are not attacker-chosen
@@ -136,14 +188,8 @@ struct SizeEntry {
     live: u64,
     /// Live count at boundary `b`, at index `b % SIZE_HISTORY`.
     hist: [u32; SIZE_HISTORY],
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Zig {
-    /// Looking for the lowest point; `lo` so far.
-    Falling { lo: u64 },
-    /// Climbing; `hi` so far.
-    Rising { hi: u64 },
+    /// The step at which the size was first allocated.
+    first_step: u64,
 }
 
 /// Online state of the leak heuristic for one process.
@@ -151,10 +197,14 @@ enum Zig {
 pub struct LeakDetector {
     cfg: LeakConfig,
     source: StepSource,
+    /// With optimizer steps: the optimizer whose steps count.
+    optimizer: Option<u32>,
+    period: PeriodFinder,
+    /// An allocation of this size was just seen (its total comes next).
+    pending_alloc: Option<u64>,
     steps: u64,
     current: u64,
-    seen_value: bool,
-    zig: Zig,
+    /// The lowest total since the last boundary.
     step_min: Option<u64>,
     floors: VecDeque<u64>,
     sizes: HashMap<u64, SizeEntry, BuildHasherDefault<SizeHasher>>,
@@ -162,6 +212,13 @@ pub struct LeakDetector {
     max_sizes: usize,
     /// Allocations of a size not tracked because `max_sizes` were.
     dropped: u64,
+    /// The latest time seen, the time of this run's first step, and when
+    /// (at which step) it was first flagged.
+    now_ns: u64,
+    first_step_ns: Option<u64>,
+    first_flag: Option<(u64, u64)>,
+    run: u64,
+    earlier_runs: VecDeque<RunVerdict>,
 }
 
 impl LeakDetector {
@@ -170,14 +227,20 @@ impl LeakDetector {
             floors: VecDeque::with_capacity(cfg.window_steps.min(4096)),
             cfg,
             source: StepSource::None,
+            optimizer: None,
+            period: PeriodFinder::default(),
+            pending_alloc: None,
             steps: 0,
             current: 0,
-            seen_value: false,
-            zig: Zig::Falling { lo: u64::MAX },
             step_min: None,
             sizes: HashMap::default(),
             max_sizes: MAX_SIZES,
             dropped: 0,
+            now_ns: 0,
+            first_step_ns: None,
+            first_flag: None,
+            run: 1,
+            earlier_runs: VecDeque::new(),
         }
     }
 
@@ -218,6 +281,7 @@ impl LeakDetector {
     /// A tensor of `requested` bytes came to life.
     #[inline]
     pub fn on_alloc(&mut self, requested: u64) {
+        self.pending_alloc = Some(requested);
         let full = self.sizes.len() >= self.max_sizes;
         if let Some(e) = self.sizes.get_mut(&requested) {
             e.live = e.live.saturating_add(1);
@@ -229,6 +293,7 @@ impl LeakDetector {
                 SizeEntry {
                     live: 1,
                     hist: [0; SIZE_HISTORY],
+                    first_step: self.steps,
                 },
             );
         }
@@ -248,64 +313,118 @@ impl LeakDetector {
             e.live = 0;
         }
         // A recount is no new allocation: sizes it cannot track are not
-        // counted as dropped again.
+        // counted as dropped again, nor fed to the period finder.
         let dropped = self.dropped;
         for b in allocated.filter(|b| b.state == BlockState::Allocated) {
             self.on_alloc(b.requested);
         }
+        self.pending_alloc = None;
         self.dropped = dropped;
     }
 
-    /// The process's allocated total changed to `value`.
+    /// The process's allocated total changed to `value` at `t`.
     #[inline]
-    pub fn on_value(&mut self, value: u64) {
+    pub fn on_value(&mut self, value: u64, t: u64) {
         self.current = value;
-        self.seen_value = true;
-        match self.source {
-            StepSource::Markers => {
-                if let Some(m) = &mut self.step_min {
-                    *m = (*m).min(value);
-                }
+        self.now_ns = self.now_ns.max(t);
+        self.step_min = Some(self.step_min.map_or(value, |m| m.min(value)));
+        let found = match self.pending_alloc.take() {
+            Some(size) => self.period.on_alloc(size, value),
+            None => {
+                self.period.on_value(value);
+                return;
             }
-            _ => self.zigzag(value),
+        };
+        if self.source > StepSource::AllocationPeriod {
+            return;
         }
-    }
-
-    #[inline]
-    fn zigzag(&mut self, v: u64) {
-        let h = self.cfg.swing_bytes.max(1);
-        match &mut self.zig {
-            Zig::Falling { lo } => {
-                *lo = (*lo).min(v);
-                if v >= lo.saturating_add(h) {
-                    let floor = *lo;
-                    self.zig = Zig::Rising { hi: v };
-                    self.source = StepSource::Troughs;
-                    self.boundary(floor);
+        match found {
+            Found::Steps(steps) => {
+                for s in steps {
+                    self.source = StepSource::AllocationPeriod;
+                    self.boundary(s.floor);
                 }
             }
-            Zig::Rising { hi } => {
-                *hi = (*hi).max(v);
-                if v.saturating_add(h) <= *hi {
-                    self.zig = Zig::Falling { lo: v };
+            Found::Recount(steps) => {
+                self.restart(StepSource::AllocationPeriod);
+                for s in steps {
+                    self.boundary(s.floor);
                 }
+                self.step_min = Some(value);
             }
         }
     }
 
-    /// A step boundary written by the process.
-    pub fn on_marker(&mut self) {
-        if self.source != StepSource::Markers {
-            // Markers win over inferred troughs: start over with them.
-            self.source = StepSource::Markers;
-            self.floors.clear();
-            self.steps = 0;
-            self.step_min = Some(self.current);
+    /// A step boundary (MARKER) from `source`, at `t`.
+    pub fn on_marker(&mut self, source: MarkSource, t: u64) {
+        self.now_ns = self.now_ns.max(t);
+        let from = match source {
+            MarkSource::Unknown | MarkSource::User => StepSource::Markers,
+            MarkSource::OptimizerStep { optimizer } => {
+                // Only the first optimizer's steps count (a GAN's second
+                // optimizer would double them).
+                let n = optimizer.max(1);
+                match self.optimizer {
+                    Some(o) if n > o => return,
+                    Some(o) if n == o => {}
+                    _ => {
+                        self.optimizer = Some(n);
+                        if self.source == StepSource::OptimizerSteps {
+                            self.restart(StepSource::OptimizerSteps);
+                            return;
+                        }
+                    }
+                }
+                StepSource::OptimizerSteps
+            }
+            MarkSource::Run => return self.new_run(),
+            MarkSource::Inferred | MarkSource::Other(_) => return,
+        };
+        if from < self.source {
+            return;
+        }
+        if from > self.source {
+            // A better source wins: start over with it.
+            self.restart(from);
             return;
         }
         let floor = self.step_min.unwrap_or(self.current);
         self.boundary(floor);
+    }
+
+    /// Count steps again from `source` (a better one appeared, or the
+    /// period changed): floors, the step count and this run's flag go.
+    fn restart(&mut self, source: StepSource) {
+        self.source = source;
+        self.floors.clear();
+        self.steps = 0;
         self.step_min = Some(self.current);
+        self.first_step_ns = None;
+        self.first_flag = None;
+        for e in self.sizes.values_mut() {
+            e.hist = [0; SIZE_HISTORY];
+            e.first_step = 0;
+        }
+    }
+
+    /// The job starts over: keep this run's verdict, start counting again.
+    fn new_run(&mut self) {
+        if self.earlier_runs.len() >= RUNS_KEPT {
+            self.earlier_runs.pop_front();
+        }
+        self.earlier_runs.push_back(RunVerdict {
+            run: self.run,
+            steps: self.steps,
+            flagged_at_step: self.first_flag.map(|(s, _)| s),
+        });
+        self.run += 1;
+        let source = self.source;
+        self.restart(source);
+        self.period = PeriodFinder::default();
+        if source == StepSource::AllocationPeriod {
+            self.source = StepSource::None;
+        }
+        self.sizes.clear();
     }
 
     fn boundary(&mut self, floor: u64) {
@@ -322,6 +441,11 @@ impl LeakDetector {
             e.hist[slot] = u32::try_from(e.live).unwrap_or(u32::MAX);
         }
         self.steps += 1;
+        self.step_min = Some(self.current);
+        self.first_step_ns.get_or_insert(self.now_ns);
+        if self.first_flag.is_none() && self.floor_trend().flagged {
+            self.first_flag = Some((self.steps, self.now_ns));
+        }
     }
 
     /// Heap bytes held.
@@ -330,9 +454,8 @@ impl LeakDetector {
             + self.sizes.capacity() * (std::mem::size_of::<(u64, SizeEntry)>() + 1)
     }
 
-    /// The verdict. `blocks` are the process's blocks (for ages), `now_ns`
-    /// the caller's clock in the writer's time base.
-    pub fn report<'a>(&self, now_ns: u64, blocks: impl Iterator<Item = &'a Block>) -> LeakReport {
+    /// The floor test over the analysed window.
+    fn floor_trend(&self) -> FloorTrend {
         let floors: Vec<f64> = self.floors.iter().map(|&f| f as f64).collect();
         let n = floors.len();
         let (slope, tau) = if n >= 2 {
@@ -345,6 +468,25 @@ impl LeakDetector {
             && slope > 0.0
             && tau >= self.cfg.min_trend
             && growth >= self.cfg.min_growth_bytes as f64;
+        FloorTrend {
+            n,
+            slope,
+            tau,
+            growth,
+            flagged,
+        }
+    }
+
+    /// The verdict. `blocks` are the process's blocks (for ages), `now_ns`
+    /// the caller's clock in the writer's time base.
+    pub fn report<'a>(&self, now_ns: u64, blocks: impl Iterator<Item = &'a Block>) -> LeakReport {
+        let FloorTrend {
+            n,
+            slope,
+            tau,
+            growth,
+            flagged,
+        } = self.floor_trend();
 
         // Sizes whose live counts rise across the recorded boundaries.
         let h = (self.steps as usize).min(SIZE_HISTORY);
@@ -371,6 +513,7 @@ impl LeakDetector {
                     live_growth_per_step: s,
                     live_growth: i64::from(at(self.steps - 1)) - i64::from(at(first)),
                     oldest_age_ns: None,
+                    first_step: e.first_step,
                 });
             }
         }
@@ -403,8 +546,31 @@ impl LeakDetector {
             trend: tau,
             last_floor: self.floors.back().copied(),
             top_sizes: top,
+            step_confidence: match self.source {
+                StepSource::None => 0.0,
+                StepSource::AllocationPeriod => self.period.period().map_or(0.0, |p| p.confidence),
+                _ => 1.0,
+            },
+            period_allocations: (self.source == StepSource::AllocationPeriod)
+                .then(|| self.period.period().map(|p| p.allocations))
+                .flatten(),
+            flagged_at_step: self.first_flag.map(|(s, _)| s),
+            flagged_after_ns: self
+                .first_flag
+                .and_then(|(_, t)| self.first_step_ns.map(|first| t.saturating_sub(first))),
+            run: self.run,
+            earlier_runs: self.earlier_runs.iter().cloned().collect(),
         }
     }
+}
+
+/// The floor test's figures.
+struct FloorTrend {
+    n: usize,
+    slope: f64,
+    tau: f64,
+    growth: f64,
+    flagged: bool,
 }
 
 /// Median of pairwise slopes `(y_j − y_i) / (j − i)`.
@@ -462,36 +628,58 @@ mod tests {
     }
 
     #[test]
-    fn troughs_become_floors() {
-        let mut d = LeakDetector::new(LeakConfig {
-            swing_bytes: 100,
-            ..LeakConfig::default()
-        });
-        for step in 0..10u64 {
-            let floor = 1_000 + step * 10;
-            d.on_value(floor);
-            d.on_value(floor + 500);
-            d.on_value(floor + 1_000);
-            d.on_value(floor + 20);
-        }
-        assert_eq!(d.source(), StepSource::Troughs);
-        let floors: Vec<u64> = d.floors().collect();
-        assert_eq!(floors[..3], [1_000, 1_010, 1_020]);
-        assert_eq!(d.steps(), 10);
-    }
-
-    #[test]
     fn markers_take_over() {
         let mut d = LeakDetector::new(LeakConfig::default());
-        d.on_value(5);
-        d.on_marker();
+        d.on_value(5, 0);
+        d.on_marker(MarkSource::OptimizerStep { optimizer: 1 }, 0);
+        assert_eq!(d.source(), StepSource::OptimizerSteps);
+        d.on_marker(MarkSource::User, 0);
         for step in 0..4u64 {
-            d.on_value(100 + step);
-            d.on_value(10 + step);
-            d.on_value(100);
-            d.on_marker();
+            d.on_value(100 + step, 0);
+            d.on_value(10 + step, 0);
+            d.on_value(100, 0);
+            d.on_marker(MarkSource::User, 0);
+            // A second optimizer's steps do not count, nor do the first's
+            // once markers are there.
+            d.on_marker(MarkSource::OptimizerStep { optimizer: 2 }, 0);
+            d.on_marker(MarkSource::OptimizerStep { optimizer: 1 }, 0);
         }
         assert_eq!(d.source(), StepSource::Markers);
         assert_eq!(d.floors().collect::<Vec<_>>(), vec![5, 11, 12, 13]);
+    }
+
+    #[test]
+    fn only_the_first_optimizer_counts() {
+        let mut d = LeakDetector::new(LeakConfig::default());
+        for _ in 0..10 {
+            d.on_marker(MarkSource::OptimizerStep { optimizer: 2 }, 0);
+            d.on_marker(MarkSource::OptimizerStep { optimizer: 1 }, 0);
+        }
+        assert_eq!(d.steps(), 9);
+    }
+
+    #[test]
+    fn a_new_run_keeps_the_verdict_and_starts_over() {
+        let mut d = LeakDetector::new(LeakConfig::default());
+        for step in 0..20u64 {
+            d.on_value(1000 + step * 100_000, step);
+            d.on_marker(MarkSource::User, step);
+        }
+        let r = d.report(20, std::iter::empty());
+        assert!(r.flagged);
+        let at = r.flagged_at_step.unwrap();
+        assert_eq!(at, 8);
+        d.on_marker(MarkSource::Run, 21);
+        let r = d.report(21, std::iter::empty());
+        assert!(!r.flagged);
+        assert_eq!((r.run, r.steps_observed), (2, 0));
+        assert_eq!(
+            r.earlier_runs,
+            vec![RunVerdict {
+                run: 1,
+                steps: 19,
+                flagged_at_step: Some(at)
+            }]
+        );
     }
 }

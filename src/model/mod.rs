@@ -38,6 +38,7 @@
 
 pub mod device;
 pub mod leak;
+pub mod period;
 pub mod process;
 pub mod rules;
 pub mod series;
@@ -56,9 +57,12 @@ pub use leak::{LeakConfig, LeakDetector, LeakReport, LeakSize, StepSource};
 pub use process::Process;
 pub use rules::BlockRules;
 pub use series::{Bucket, Column, Series, SeriesConfig};
-pub use view::{Dropped, Implausible, ModelView, ProcessView, TimelineRequest, ViewOptions};
+pub use view::{
+    Dropped, Implausible, ModelView, ProcessView, TimelineRequest, ViewOptions, WatchView,
+};
 
 use crate::event::Event;
+use crate::input::{RingPos, Watch};
 
 /// Identifies a process across pid reuse: pid plus its start time (e.g.
 /// `/proc/<pid>/stat` field 22).
@@ -262,12 +266,34 @@ impl Model {
 
     /// Apply a batch of events of `key` (one map lookup).
     pub fn apply_all<'a>(&mut self, key: ProcessKey, events: impl IntoIterator<Item = &'a Event>) {
+        self.apply_all_at(key, events, &[]);
+    }
+
+    /// Apply a batch of events of `key` with their ring positions (`at`:
+    /// one per event, or empty when not given).
+    pub fn apply_all_at<'a>(
+        &mut self,
+        key: ProcessKey,
+        events: impl IntoIterator<Item = &'a Event>,
+        at: &[RingPos],
+    ) {
         match self.process_mut(key) {
-            Some(p) => events.into_iter().for_each(|ev| p.apply(ev)),
+            Some(p) => {
+                for (i, ev) in events.into_iter().enumerate() {
+                    p.apply_at(ev, at.get(i).copied());
+                }
+            }
             None => {
                 let n = events.into_iter().count() as u64;
                 self.dropped_events = self.dropped_events.saturating_add(n.saturating_sub(1));
             }
+        }
+    }
+
+    /// How watching `key` began (FORMAT.md, "Attaching mid-run").
+    pub fn watch(&mut self, key: ProcessKey, watch: &Watch) {
+        if let Some(p) = self.process_mut(key) {
+            p.watch(watch);
         }
     }
 

@@ -10,9 +10,11 @@ use super::series::Series;
 use super::view::{
     BlockView, DeviceFigures, DeviceTimeline, DeviceView, Dropped, FigureSource, Fragmentation,
     Implausible, OomRecord, ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
+    WatchView,
 };
 use super::{Mode, ModelConfig, ProcessKey};
 use crate::event::{Event, EventKind, SegmentPool};
+use crate::input::{RingPos, Watch};
 
 /// Events per second over a sliding window of event timestamps, in O(1)
 /// per event: counts in fixed slots of `window / SLOTS`.
@@ -130,6 +132,8 @@ pub struct Process {
     /// The collector's drop counts by what (`Input::Dropped`), bounded by
     /// `Bounds::collector_drop_names`.
     collector_drops: BTreeMap<String, u64>,
+    /// How watching began (mid-run or from the start; where in each ring).
+    watch: Watch,
 }
 
 impl Process {
@@ -157,6 +161,7 @@ impl Process {
             leak: LeakDetector::new(cfg.leak.clone()).with_max_sizes(cfg.bounds.leak_sizes),
             dropped_devices: 0,
             collector_drops: BTreeMap::new(),
+            watch: Watch::default(),
             cfg,
         }
     }
@@ -261,7 +266,10 @@ impl Process {
             return None;
         }
         let at = self.devices.partition_point(|d| d.device() < device);
-        let d = DeviceState::new(device, &self.cfg.series, self.cfg.bounds);
+        let mut d = DeviceState::new(device, &self.cfg.series, self.cfg.bounds);
+        if self.watch.mid_run {
+            d.hold_until_anchored(&self.watch.ring_starts);
+        }
         self.devices.insert(at, d);
         self.event_fed.insert(at, false);
         Some(at)
@@ -334,8 +342,29 @@ impl Process {
             .fold(0u64, u64::saturating_add)
     }
 
+    /// How watching began: a reader that began mid-run holds each device's
+    /// events until an anchor snapshot is installed.
+    pub fn watch(&mut self, watch: &Watch) {
+        self.watch = watch.clone();
+        if watch.mid_run {
+            for d in &mut self.devices {
+                d.hold_until_anchored(&watch.ring_starts);
+            }
+        }
+    }
+
+    /// How watching began.
+    pub fn watching(&self) -> &Watch {
+        &self.watch
+    }
+
     /// Apply one event.
     pub fn apply(&mut self, ev: &Event) {
+        self.apply_at(ev, None);
+    }
+
+    /// Apply one event read at ring position `at` (when given).
+    pub fn apply_at(&mut self, ev: &Event, at: Option<RingPos>) {
         let t = ev.time_ns;
         match &ev.kind {
             EventKind::Alloc { place, .. }
@@ -351,8 +380,18 @@ impl Process {
                 let Some(i) = self.device_index(place.device) else {
                     return;
                 };
+                let rules = &self.cfg.rules;
+                let applied = match at {
+                    Some(at) => {
+                        // Held for an anchor, or already in the installed state.
+                        let Some(a) = self.devices[i].apply_at(t, &ev.kind, at, rules) else {
+                            return;
+                        };
+                        a
+                    }
+                    None => self.devices[i].apply(t, &ev.kind, rules),
+                };
                 self.event_fed[i] = true;
-                let applied = self.devices[i].apply(t, &ev.kind, &self.cfg.rules);
                 match applied.live {
                     Live::Up(r) => self.leak.on_alloc(r),
                     Live::Down(r) => self.leak.on_release(r),
@@ -362,7 +401,7 @@ impl Process {
                     self.problem(t, i, p);
                 }
                 let v = self.leak_signal();
-                self.leak.on_value(v);
+                self.leak.on_value(v, t);
             }
             EventKind::Oom {
                 place,
@@ -415,7 +454,7 @@ impl Process {
                 }
                 if !self.event_fed[i] {
                     let v = self.leak_signal();
-                    self.leak.on_value(v);
+                    self.leak.on_value(v, t);
                 }
             }
             EventKind::SnapshotBegin { device, .. } | EventKind::SnapshotEnd { device, .. } => {
@@ -423,11 +462,11 @@ impl Process {
             }
             EventKind::SnapshotSegment { place, .. } => self.snapshot(t, place.device, &ev.kind),
             EventKind::SnapshotBlock { device, .. } => self.snapshot(t, *device, &ev.kind),
-            EventKind::Marker { .. } => {
+            EventKind::Marker { source, .. } => {
                 self.events += 1;
                 self.rate.note(t);
                 self.remember(ev);
-                self.leak.on_marker();
+                self.leak.on_marker(*source, t);
             }
             // 1.1 records: placement, attribution and drop counts are for
             // the features that use them; the figures do not depend on them.
@@ -467,7 +506,7 @@ impl Process {
                 });
                 self.leak.recount(blocks);
                 let v = self.leak_signal();
-                self.leak.on_value(v);
+                self.leak.on_value(v, t);
             }
         }
     }
@@ -483,6 +522,7 @@ impl Process {
         for d in &mut self.devices {
             d.desync();
             d.taint_snapshot();
+            d.placement_loss();
         }
     }
 
@@ -718,6 +758,14 @@ impl Process {
             dropped: self.dropped(),
             bounds: self.cfg.bounds,
             leak_criterion: self.leak.config().clone(),
+            watch: WatchView {
+                began_ns: self.watch.began_ns,
+                mid_run: self.watch.mid_run,
+                waiting_for_anchor: self.devices.iter().any(DeviceState::holding),
+                reflected_events: (self.devices.iter())
+                    .map(DeviceState::reflected_events)
+                    .sum(),
+            },
         }
     }
 }

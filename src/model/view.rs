@@ -301,6 +301,22 @@ pub struct ProcessView {
     /// The leak criterion in force (what `leak` was judged against).
     #[serde(default)]
     pub leak_criterion: crate::model::leak::LeakConfig,
+    /// How watching began, and whether the state is anchored yet.
+    #[serde(default)]
+    pub watch: WatchView,
+}
+
+/// How watching a process began (FORMAT.md, "Attaching mid-run").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WatchView {
+    /// When watching began (the collector's clock), when known.
+    pub began_ns: Option<u64>,
+    /// The process was already running: earlier records were skipped.
+    pub mid_run: bool,
+    /// Some device still waits for an anchor snapshot (its events are held).
+    pub waiting_for_anchor: bool,
+    /// Events dropped because an installed snapshot already reflected them.
+    pub reflected_events: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -123,6 +123,7 @@ fn mark_source_words(s: &MarkSource) -> (u64, u64) {
         MarkSource::User => (1, 0),
         MarkSource::OptimizerStep { optimizer } => (2, optimizer as u64),
         MarkSource::Inferred => (3, 0),
+        MarkSource::Run => (5, 0),
         MarkSource::Other(c) => (c as u64, 0),
     }
 }
@@ -135,6 +136,7 @@ fn mark_source_of(w3: u64, w4: u64) -> MarkSource {
             optimizer: w4 as u32,
         },
         3 => MarkSource::Inferred,
+        5 => MarkSource::Run,
         c => MarkSource::Other(c),
     }
 }
@@ -889,6 +891,10 @@ mod tests {
             EventKind::Marker {
                 value: 44,
                 source: MarkSource::Other(4),
+            },
+            EventKind::Marker {
+                value: 0,
+                source: MarkSource::Run,
             },
             EventKind::Stats {
                 device: 2,

@@ -53,6 +53,8 @@ impl RingCounts {
 
 struct Cursor {
     pos: u64,
+    /// Where the reader started.
+    start: u64,
     /// The head when this reader opened: records below it were written
     /// before the reader came, so missing them is `skipped`, not `lost`.
     opened_at: u64,
@@ -105,6 +107,7 @@ impl SegmentReader {
                 };
                 Cursor {
                     pos,
+                    start: pos,
                     opened_at: head,
                     stall: None,
                     counts: RingCounts {
@@ -175,6 +178,17 @@ impl SegmentReader {
     }
 
     /// Accounting for ring `i`.
+    /// Where this reader started in ring `i` (positions before it were
+    /// skipped: written before the reader came).
+    pub fn start(&self, i: usize) -> u64 {
+        self.cursors[i].start
+    }
+
+    /// The rings in the segment's ring table.
+    pub fn ring_count(&self) -> usize {
+        self.cursors.len()
+    }
+
     pub fn counts(&self, i: usize) -> RingCounts {
         self.cursors[i].counts
     }
@@ -301,13 +315,23 @@ impl SegmentReader {
     /// Drains every ring (up to `max_per_ring` records each) and decodes the
     /// records into events, ring by ring.
     pub fn drain(&mut self, max_per_ring: usize, mut f: impl FnMut(usize, Event)) -> RingCounts {
+        self.drain_at(max_per_ring, |i, _, e| f(i, e))
+    }
+
+    /// [`drain`](Self::drain), with each event's position in its ring (the
+    /// position of its last record: a statistics sample's STATS_B).
+    pub fn drain_at(
+        &mut self,
+        max_per_ring: usize,
+        mut f: impl FnMut(usize, u64, Event),
+    ) -> RingCounts {
         let gone = self.liveness() != Liveness::Alive;
         let mut total = RingCounts::default();
         for i in 0..self.cursors.len() {
             let mut decoder = std::mem::take(&mut self.cursors[i].decoder);
-            let done = self.drain_ring_raw(i, max_per_ring, gone, |_, w| {
+            let done = self.drain_ring_raw(i, max_per_ring, gone, |p, w| {
                 if let Some(e) = decoder.decode(w) {
-                    f(i, e);
+                    f(i, p, e);
                 }
             });
             self.cursors[i].decoder = decoder;

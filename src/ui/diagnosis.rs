@@ -32,72 +32,145 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let mut lines: Vec<Line> = Vec::new();
-    if v.leak.flagged {
-        leak_lines(&v.leak, t, &mut lines);
-        lines.push(Line::raw(""));
-    }
-    if let Some(oom) = v.ooms.last() {
-        oom_lines(
+    leak_lines(v, t, &mut lines);
+    lines.push(Line::raw(""));
+    match v.ooms.last() {
+        Some(oom) => oom_lines(
             oom,
             v.ooms_total.max(v.ooms.len() as u64),
             now_ns,
             t,
             &mut lines,
-        );
-    }
-    if lines.is_empty() {
-        lines.push(Line::styled("No out-of-memory seen.", t.good()));
-        lines.push(verdict_line(&v.leak, &v.leak_criterion, t));
+        ),
+        None => lines.push(Line::styled("No out-of-memory seen.", t.good())),
     }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-/// The verdict when no leak is flagged, with the criterion it was judged
-/// against: "too early" until enough steps were seen, never a growing
-/// floor called healthy without saying why.
-fn verdict_line(l: &LeakReport, c: &LeakConfig, t: &Theme) -> Line<'static> {
+/// How a verdict reads: whether it alarms, and its sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Alarm,
+    Calm,
+    Unsure,
+}
+
+/// Where the steps come from and how sure that is, in words: the same in
+/// the dashboard, `snapshot`, `replay` and `demo --headless`.
+pub fn steps_text(l: &LeakReport) -> String {
+    match l.source {
+        StepSource::None => "Steps: none found yet (no vramscope.mark(), no optimizer.step(), \
+             no repeating allocation pattern)"
+            .to_string(),
+        StepSource::AllocationPeriod => format!(
+            "Steps: {} from the allocation pattern (every {} allocations; confidence {:.2})",
+            l.steps_observed,
+            l.period_allocations.map_or("?".into(), |n| n.to_string()),
+            l.step_confidence,
+        ),
+        s => format!(
+            "Steps: {} from {} (confidence {:.2})",
+            l.steps_observed,
+            s.describe(),
+            l.step_confidence
+        ),
+    }
+}
+
+/// The leak verdict in one sentence, with the figures it rests on: "too
+/// early" until enough steps were seen, never a growing floor called
+/// healthy without saying why.
+pub fn verdict_text(l: &LeakReport, c: &LeakConfig) -> (Tone, String) {
     let (n, need) = (l.window_steps, c.min_steps.max(2));
-    let src = match l.source {
-        StepSource::None => return Line::styled("No training steps recognised yet.", t.dim()),
-        StepSource::Markers => "from markers",
-        StepSource::Troughs => "inferred",
-    };
     let slope = format::bytes_signed(l.floor_slope_bytes_per_step);
-    if n < need {
-        return Line::styled(
-            format!(
-                "Too early to tell: {n} of {need} steps ({src}); allocated floor {slope} per step so far."
+    let run = if l.run > 1 {
+        format!(" (run {})", l.run)
+    } else {
+        String::new()
+    };
+    if l.flagged {
+        let when = match (l.flagged_at_step, l.flagged_after_ns) {
+            (Some(s), Some(ns)) => format!(
+                "; flagged at step {s}, {} after the first",
+                format::duration(ns)
             ),
-            t.dim(),
+            (Some(s), None) => format!("; flagged at step {s}"),
+            _ => String::new(),
+        };
+        return (
+            Tone::Alarm,
+            format!(
+                "LEAK SUSPECTED{run}: the allocated floor grows {slope}/step over {n} steps (trend {:.2}, {} in the window){when}.",
+                l.trend,
+                format::bytes_signed(l.floor_growth_bytes),
+            ),
         );
     }
-    Line::styled(
+    if l.source == StepSource::None {
+        return (
+            Tone::Unsure,
+            format!("No verdict yet{run}: no steps found."),
+        );
+    }
+    if n < need {
+        return (
+            Tone::Unsure,
+            format!("Too early to tell{run}: {n} of {need} steps; allocated floor {slope} per step so far."),
+        );
+    }
+    (
+        Tone::Calm,
         format!(
-            "No leak suspected: {} steps ({src}); allocated floor {slope} per step, trend {:.2} (flagged at ≥ {:.2} and ≥ {} growth over {n} steps).",
+            "No leak suspected{run}: {} steps; allocated floor {slope} per step, trend {:.2} (flagged at ≥ {:.2} and ≥ {} growth over {n} steps).",
             l.steps_observed,
             l.trend,
             c.min_trend,
             format::bytes(c.min_growth_bytes),
         ),
-        t.good(),
     )
 }
 
-fn leak_lines(l: &LeakReport, t: &Theme, out: &mut Vec<Line<'static>>) {
-    let src = match l.source {
-        StepSource::Markers => "step markers",
-        _ => "inferred steps",
-    };
-    out.push(Line::from(vec![
-        Span::styled("LEAK SUSPECTED ", t.alert()),
-        Span::raw(format!(
-            "allocated floor grows {}/step over {} steps ({src}; trend {:.2}, {} in window)",
-            format::bytes_signed(l.floor_slope_bytes_per_step),
-            l.window_steps,
-            l.trend,
-            format::bytes_signed(l.floor_growth_bytes),
-        )),
-    ]));
+/// What a verdict is judged against, in words (the pane and the help).
+pub fn criterion_text(c: &LeakConfig) -> String {
+    format!(
+        "Criterion: each step's floor is its lowest allocated total; over the last {} floors a leak is flagged when they rise consistently (Kendall's trend ≥ {:.2}), the robust slope is positive and the growth is ≥ {}; no verdict before {} steps.",
+        c.window_steps,
+        c.min_trend,
+        format::bytes(c.min_growth_bytes),
+        c.min_steps.max(2),
+    )
+}
+
+/// Earlier runs' verdicts (a looping job), newest last.
+pub fn runs_text(l: &LeakReport) -> Option<String> {
+    if l.earlier_runs.is_empty() {
+        return None;
+    }
+    let runs: Vec<String> = (l.earlier_runs.iter())
+        .map(|r| match r.flagged_at_step {
+            Some(s) => format!("#{} flagged at step {s} of {}", r.run, r.steps),
+            None => format!("#{} not flagged in {} steps", r.run, r.steps),
+        })
+        .collect();
+    Some(format!("Earlier runs: {}.", runs.join("; ")))
+}
+
+fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'static>>) {
+    let l = &v.leak;
+    let (tone, verdict) = verdict_text(l, &v.leak_criterion);
+    out.push(match tone {
+        Tone::Alarm => Line::styled(verdict, t.alert()),
+        Tone::Calm => Line::styled(verdict, t.good()),
+        Tone::Unsure => Line::styled(verdict, t.dim()),
+    });
+    out.push(Line::styled(steps_text(l), t.dim()));
+    if let Some(runs) = runs_text(l) {
+        out.push(Line::styled(runs, t.dim()));
+    }
+    if !l.flagged {
+        out.push(Line::styled(criterion_text(&v.leak_criterion), t.dim()));
+        return;
+    }
     if l.top_sizes.is_empty() {
         out.push(Line::styled(
             "No single allocation size stands out.",
@@ -107,24 +180,25 @@ fn leak_lines(l: &LeakReport, t: &Theme, out: &mut Vec<Line<'static>>) {
     }
     out.push(Line::styled(
         format!(
-            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8}",
-            "size", "block", "live", "grow/st", "grown", "oldest"
+            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8} {:>6}",
+            "size", "block", "live", "grow/st", "grown", "oldest", "since"
         ),
         t.header(),
     ));
     for s in &l.top_sizes {
         out.push(Line::raw(format!(
-            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8}",
+            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8} {:>6}",
             format::bytes_short(s.requested),
             format::bytes_short(s.block_size),
             s.live,
             format!("+{:.1}", s.live_growth_per_step),
             format!("{:+}", s.live_growth),
             format::opt(s.oldest_age_ns, t.glyphs().absent, format::duration),
+            format!("#{}", s.first_step),
         )));
     }
     out.push(Line::styled(
-        "Tensors of these sizes stay alive across steps: e.g. losses kept with their graph (use loss.item(), torch.no_grad()).",
+        "Tensors of these sizes stay alive across steps (\"since\": the step they were first allocated at): e.g. losses kept with their graph (use loss.item(), torch.no_grad()).",
         t.dim(),
     ));
 }
@@ -183,7 +257,7 @@ mod tests {
     fn report(window_steps: usize, slope: f64, trend: f64) -> LeakReport {
         LeakReport {
             flagged: false,
-            source: StepSource::Markers,
+            source: StepSource::OptimizerSteps,
             steps_observed: window_steps as u64,
             window_steps,
             floor_slope_bytes_per_step: slope,
@@ -191,25 +265,28 @@ mod tests {
             trend,
             last_floor: None,
             top_sizes: Vec::new(),
+            step_confidence: 1.0,
+            period_allocations: None,
+            flagged_at_step: None,
+            flagged_after_ns: None,
+            run: 1,
+            earlier_runs: Vec::new(),
         }
-    }
-
-    fn text(l: &Line) -> String {
-        l.spans.iter().map(|s| s.content.as_ref()).collect()
     }
 
     /// Issue 10, item 3: four steps of a rising floor are "too early to
     /// tell", not "no leak suspected"; a verdict names its criterion.
     #[test]
     fn the_verdict_says_too_early_and_names_its_criterion() {
-        let t = Theme::new(false, true);
         let c = LeakConfig::default();
-        let early = text(&verdict_line(&report(4, 388.0 * 1048576.0, 1.0), &c, &t));
+        let (tone, early) = verdict_text(&report(4, 388.0 * 1048576.0, 1.0), &c);
+        assert_eq!(tone, Tone::Unsure);
         assert!(
             early.starts_with("Too early to tell: 4 of 8 steps"),
             "{early}"
         );
-        let healthy = text(&verdict_line(&report(79, 1000.0, 0.24), &c, &t));
+        let (tone, healthy) = verdict_text(&report(79, 1000.0, 0.24), &c);
+        assert_eq!(tone, Tone::Calm);
         assert!(
             healthy.starts_with("No leak suspected: 79 steps"),
             "{healthy}"
@@ -217,6 +294,42 @@ mod tests {
         assert!(
             healthy.contains("trend 0.24 (flagged at ≥ 0.60"),
             "{healthy}"
+        );
+        assert!(
+            steps_text(&report(79, 0.0, 0.0)).contains("79 from optimizer steps (confidence 1.00)")
+        );
+        assert!(criterion_text(&c).contains("last 64 floors"));
+    }
+
+    #[test]
+    fn a_flagged_verdict_says_when_and_keeps_earlier_runs() {
+        let mut r = report(20, 1048576.0, 0.98);
+        r.flagged = true;
+        r.flagged_at_step = Some(9);
+        r.flagged_after_ns = Some(4_200_000_000);
+        r.run = 3;
+        r.earlier_runs = vec![
+            crate::model::leak::RunVerdict {
+                run: 1,
+                steps: 40,
+                flagged_at_step: Some(9),
+            },
+            crate::model::leak::RunVerdict {
+                run: 2,
+                steps: 40,
+                flagged_at_step: None,
+            },
+        ];
+        let (tone, v) = verdict_text(&r, &LeakConfig::default());
+        assert_eq!(tone, Tone::Alarm);
+        assert!(
+            v.starts_with("LEAK SUSPECTED (run 3): the allocated floor grows +1.00 MiB/step"),
+            "{v}"
+        );
+        assert!(v.contains("flagged at step 9, 4.2s after the first"), "{v}");
+        assert_eq!(
+            runs_text(&r).unwrap(),
+            "Earlier runs: #1 flagged at step 9 of 40; #2 not flagged in 40 steps."
         );
     }
 }

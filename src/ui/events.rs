@@ -140,13 +140,17 @@ fn detail(k: &EventKind) -> String {
         } => format!("#{id} cuda:{device}: {segments} segments, {blocks} blocks"),
         K::SnapshotSegment { id, .. } | K::SnapshotBlock { id, .. } => format!("#{id}"),
         K::SnapshotEnd { device, id } => format!("#{id} cuda:{device}"),
+        K::Marker {
+            source: MarkSource::Run,
+            ..
+        } => "a new run begins".to_string(),
         K::Marker { value, source } => {
             let from = match source {
                 MarkSource::Unknown => "",
                 MarkSource::User => " (mark)",
                 MarkSource::OptimizerStep { .. } => " (optimizer step)",
                 MarkSource::Inferred => " (inferred)",
-                MarkSource::Other(_) => " (other)",
+                MarkSource::Other(_) | MarkSource::Run => " (other)",
             };
             format!("marker {value}{from}")
         }

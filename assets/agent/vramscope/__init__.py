@@ -60,7 +60,7 @@ from . import _build
 from ._build import AGENT_VERSION
 
 __version__ = AGENT_VERSION
-__all__ = ["attach", "mark", "status", "__version__"]
+__all__ = ["attach", "mark", "new_run", "status", "__version__"]
 
 _lock = threading.RLock()
 _warned = set()
@@ -77,6 +77,8 @@ _st = {
     "atexit": False,
     "capturing": 0,
     "graph_patched": False,
+    "mark_from": None,  # the tracker's vs_agent_mark_from (markers with a source)
+    "step_hook": None,  # the optimizer step hook's handle (False: unavailable)
 }
 
 
@@ -133,8 +135,15 @@ def _label():
 
 
 def status():
-    """A dict: mode (pending/exact/sampled/off/failed or None), reason, path."""
-    return {"mode": _st["mode"], "reason": _st["reason"], "path": _st["path"], "library": _st["lib_path"]}
+    """A dict: mode (pending/exact/sampled/off/failed or None), reason, path,
+    library, and optimizer_steps (whether optimizer steps are seen)."""
+    return {
+        "mode": _st["mode"],
+        "reason": _st["reason"],
+        "path": _st["path"],
+        "library": _st["lib_path"],
+        "optimizer_steps": bool(_st["step_hook"]),
+    }
 
 
 def attach(label=None, mode=None, shm_dir=None, wait=True):
@@ -189,19 +198,82 @@ def _attach(label, mode, shm_dir, wait):
         return True
 
 
+# MARKER sources (src/ring/FORMAT.md, MARKER `source`).
+_SOURCE_USER = 1
+_SOURCE_OPTIMIZER = 2
+_SOURCE_RUN = 5
+
+
 def mark(value):
-    """Writes a MARKER record (e.g. the training step) into the agent ring.
-    Cheap; does nothing when not attached. Never raises."""
+    """Writes a step boundary (MARKER) into the agent ring: call it once per
+    training or inference step with the step number. Optional: without it,
+    optimizer steps are found by PyTorch's optimizer step hooks, and other
+    loops by the dashboard from the allocation pattern; with it, mark()
+    wins. Cheap; does nothing when not attached. Never raises."""
+    _mark(value, _SOURCE_USER, 0)
+
+
+def new_run():
+    """Says that the job starts over (a new run): step counts and leak
+    verdicts start again. Never raises."""
+    _mark(0, _SOURCE_RUN, 0)
+
+
+def _mark(value, source, arg):
     try:
         v = int(value) & ((1 << 64) - 1)
         if _st["forked"]:
             return
         if _st["mode"] == "exact" and _st["lib"] is not None:
-            _st["lib"].vs_agent_mark(v)
+            if _st["mark_from"] is not None:
+                _st["mark_from"](v, source, arg)
+            elif source == _SOURCE_USER:
+                _st["lib"].vs_agent_mark(v)
         elif _st["mode"] == "sampled" and _st["sampler"] is not None:
-            _st["sampler"].mark(v)
+            _st["sampler"].mark(v, source, arg)
     except Exception as e:
-        _warn("mark() disabled: %s" % e, key="mark")
+        _warn("step markers disabled: %s" % e, key="mark")
+
+
+class _OptimizerSteps:
+    """A global optimizer step post-hook (torch.optim.optimizer.
+    register_optimizer_step_post_hook): each optimizer.step() of any
+    optimizer writes a step boundary, numbered per optimizer in the order
+    they were first seen. Costs one dict lookup and one record per step."""
+
+    def __init__(self):
+        self.numbers = {}
+        self.counts = {}
+
+    def __call__(self, optimizer, args, kwargs):
+        try:
+            key = id(optimizer)
+            n = self.numbers.get(key)
+            if n is None:
+                if len(self.numbers) >= 64:  # bounded: ids of dead optimizers
+                    self.numbers.clear()
+                    self.counts.clear()
+                n = self.numbers[key] = len(self.numbers) + 1
+            c = self.counts.get(key, 0) + 1
+            self.counts[key] = c
+            _mark(c, _SOURCE_OPTIMIZER, n)
+        except Exception:
+            pass
+
+
+def _hook_optimizer_steps(torch):
+    """Installs the optimizer step hook once (VRAMSCOPE_STEP_HOOKS=0 turns it
+    off). Never raises: a torch without the hook API just has no such steps."""
+    if _st["step_hook"] is not None or os.environ.get("VRAMSCOPE_STEP_HOOKS", "1") == "0":
+        return
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _st["step_hook"] = register_optimizer_step_post_hook(_OptimizerSteps())
+    except Exception:
+        # A torch without the hook API: steps come from mark() or from the
+        # allocation pattern; status() says so.
+        _st["step_hook"] = False
 
 
 class _Starter(threading.Thread):
@@ -310,6 +382,9 @@ class _Starter(threading.Thread):
         ]
         lib.vs_agent_stop.argtypes = [ctypes.c_int]
         lib.vs_agent_mark.argtypes = [ctypes.c_uint64]
+        mark_from = getattr(lib, "vs_agent_mark_from", None)
+        if mark_from is not None:
+            mark_from.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]
         lib.vs_agent_capture.argtypes = [ctypes.c_int]
         lib.vs_agent_enable.argtypes = [ctypes.c_int]
         lib.vs_agent_set_stats_period_ms.argtypes = [ctypes.c_uint32]
@@ -338,8 +413,10 @@ class _Starter(threading.Thread):
             _st["lib_path"] = lib_path
             _st["mode"] = "exact"
             _st["path"] = lib.vs_agent_path().decode()
+            _st["mark_from"] = mark_from
             if _st["capturing"] > 0:
                 lib.vs_agent_capture(_st["capturing"])
+            _hook_optimizer_steps(self.torch)
         return rc, why
 
     def _start_sampled(self, why):
@@ -361,6 +438,7 @@ class _Starter(threading.Thread):
         _st["reason"] = why
         _warn("sampled mode (statistics and snapshots, no per-event timeline): %s" % why, key="sampled")
         s.start()
+        _hook_optimizer_steps(self.torch)
 
 
 def _patch_graph_capture(torch):

@@ -79,8 +79,8 @@ class Sampler(threading.Thread):
             if self.seg is not None and not self.seg.closed:
                 self.seg.rings[0].write(words)
 
-    def mark(self, value):
-        self._write([S.head_word(S.K_MARKER, S.NO_DEVICE, 0), S.monotonic_ns(), value, 0, 0, 0, 0])
+    def mark(self, value, source=1, arg=0):
+        self._write([S.head_word(S.K_MARKER, S.NO_DEVICE, 0), S.monotonic_ns(), value, source & 0xFF, arg, 0, 0])
 
     def write_stats(self):
         cuda = self.torch.cuda

@@ -1,8 +1,10 @@
 //! Installing a complete snapshot: its segments and blocks replace the
 //! device's state (gaps between blocks filled with inactive blocks, adjacent
 //! inactive blocks merged as the allocator would have), the totals are
-//! recounted, and the allocator events received while the snapshot was
-//! being written are replayed on the new state.
+//! recounted, and the allocator events the snapshot does not reflect are
+//! applied on the new state: those received while it was being written
+//! (placed by time), or those after its ring position (placed by position,
+//! see `placed`).
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,37 @@ use crate::model::rules::BlockRules;
 impl DeviceState {
     /// Replace the state with the complete snapshot `p` (ended at `t`).
     /// Overlapping segments make the snapshot unusable: it is discarded.
-    pub(super) fn install(&mut self, p: Pending, t: u64, rules: &BlockRules) -> SnapshotOutcome {
+    pub(super) fn install(
+        &mut self,
+        mut p: Pending,
+        t: u64,
+        rules: &BlockRules,
+    ) -> SnapshotOutcome {
+        // Placed by ring positions when the producer gave them and the
+        // events came with theirs (FORMAT.md, "Positions"); else by time.
+        if let Some(span) = p.at.filter(|_| self.placement_in_use()) {
+            return self.install_placed(p, t, span, rules);
+        }
+        if self.placement_holding() {
+            return self.install_timed(p, t, rules);
+        }
+        let replay: Vec<(u64, EventKind, Option<u64>)> = std::mem::take(&mut p.replay)
+            .into_iter()
+            .map(|(t, k)| (t, k, None))
+            .collect();
+        self.install_with(p, t, &replay, rules)
+    }
+
+    /// Replace the state with the snapshot `p` and apply `later` on it:
+    /// `(time, event, ring position)`, where an event of the snapshot's
+    /// ambiguous window whose effect the snapshot already shows is skipped.
+    pub(super) fn install_with(
+        &mut self,
+        p: Pending,
+        t: u64,
+        later: &[(u64, EventKind, Option<u64>)],
+        rules: &BlockRules,
+    ) -> SnapshotOutcome {
         let Some(segments) = disjoint_segments(p.segments) else {
             return SnapshotOutcome::Discarded;
         };
@@ -25,7 +57,7 @@ impl DeviceState {
             return SnapshotOutcome::Discarded;
         }
         self.replace(segments, blocks);
-        let (replay_problems, first_problem) = self.replay(&p.replay, rules);
+        let (replay_problems, first_problem) = self.replay(later, rules);
         if replay_problems > 0 {
             self.synced = false;
         }
@@ -59,12 +91,15 @@ impl DeviceState {
     /// contradicted it, and the first contradiction.
     fn replay(
         &mut self,
-        events: &[(u64, EventKind)],
+        events: &[(u64, EventKind, Option<u64>)],
         rules: &BlockRules,
     ) -> (u32, Option<Problem>) {
         let mut count = 0;
         let mut first = None;
-        for (t, kind) in events {
+        for (t, kind, pos) in events {
+            if pos.is_some_and(|pos| self.reflected_in_window(pos, kind)) {
+                continue;
+            }
             if let Some(problem) = self.apply_unbuffered(*t, kind, rules).problem {
                 count += 1;
                 first.get_or_insert(problem);

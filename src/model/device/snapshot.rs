@@ -12,7 +12,7 @@
 use std::mem::size_of;
 
 use super::{Block, DeviceState, Problem, Segment};
-use crate::event::{BlockState, EventKind, Place, SegmentPool};
+use crate::event::{BlockState, EventKind, Place, RingSpan, SegmentPool};
 use crate::model::rules::BlockRules;
 use crate::model::Bounds;
 
@@ -36,6 +36,8 @@ pub(super) struct Pending {
     overflowed: bool,
     /// Allocator events received since the snapshot began.
     pub(super) replay: Vec<(u64, EventKind)>,
+    /// Where the snapshot sits in the device's ring (1.1 producers).
+    pub(super) at: Option<RingSpan>,
 }
 
 /// The segment the next blocks belong to, and where the next block may start.
@@ -63,7 +65,13 @@ pub(crate) enum SnapshotOutcome {
 impl Pending {
     /// A snapshot announcing `want_segments` and `want_blocks`; broken at
     /// once when that is more than the bounds allow.
-    fn new(id: u32, time_ns: u64, want_segments: u64, want_blocks: u64, bounds: &Bounds) -> Self {
+    fn new(
+        id: u32,
+        time_ns: u64,
+        (want_segments, want_blocks): (u64, u64),
+        at: Option<RingSpan>,
+        bounds: &Bounds,
+    ) -> Self {
         let too_large =
             want_segments > bounds.segments as u64 || want_blocks > bounds.blocks as u64;
         Self {
@@ -77,6 +85,7 @@ impl Pending {
             broken: too_large,
             overflowed: false,
             replay: Vec::new(),
+            at,
         }
     }
 
@@ -195,8 +204,9 @@ impl DeviceState {
                 id,
                 segments,
                 blocks,
+                at,
                 ..
-            } => self.begin_snapshot(t, id, segments, blocks),
+            } => self.begin_snapshot(t, id, (segments, blocks), at),
             EventKind::SnapshotSegment {
                 id,
                 place,
@@ -229,8 +239,14 @@ impl DeviceState {
     }
 
     /// Start receiving snapshot `id`; one already in progress is discarded.
-    fn begin_snapshot(&mut self, t: u64, id: u32, segments: u64, blocks: u64) -> SnapshotOutcome {
-        let p = Pending::new(id, t, segments, blocks, &self.bounds);
+    fn begin_snapshot(
+        &mut self,
+        t: u64,
+        id: u32,
+        announced: (u64, u64),
+        at: Option<RingSpan>,
+    ) -> SnapshotOutcome {
+        let p = Pending::new(id, t, announced, at, &self.bounds);
         if p.broken {
             self.dropped.snapshots = self.dropped.snapshots.saturating_add(1);
         }
@@ -259,7 +275,14 @@ impl DeviceState {
     /// While a snapshot is being received, keep an allocator event for
     /// replay on it.
     pub(super) fn buffer_for_replay(&mut self, t: u64, kind: &EventKind) {
-        if let Some(p) = &mut self.pending {
+        // A snapshot placed by positions takes its events from the
+        // placement log instead.
+        let placed = self.placement_in_use();
+        if let Some(p) = self
+            .pending
+            .as_mut()
+            .filter(|p| !(placed && p.at.is_some()))
+        {
             if p.buffer(t, kind, self.bounds.replay) {
                 self.dropped.replay = self.dropped.replay.saturating_add(1);
             }

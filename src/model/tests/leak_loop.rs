@@ -79,7 +79,7 @@ fn kept_loss_tensors_are_flagged_and_named() {
             if markers {
                 StepSource::Markers
             } else {
-                StepSource::Troughs
+                StepSource::AllocationPeriod
             }
         );
         assert!(rep.steps_observed >= 100);
@@ -110,11 +110,35 @@ fn the_same_loop_without_keeping_loss_is_not_flagged() {
 
 #[test]
 fn a_noisy_steady_loop_is_not_flagged() {
-    let m = training_loop(200, false, true, false);
+    let m = training_loop(200, false, true, true);
     let rep = m.process(KEY).unwrap().leak_report(0);
     assert!(rep.steps_observed >= 100, "{rep:?}");
     assert!(!rep.flagged, "{rep:?}");
     assert!(rep.trend.abs() < 0.6);
+}
+
+/// Without markers, a loop whose every allocation has a random size shows
+/// no period: no steps and no verdict, rather than steps made up.
+#[test]
+fn random_sizes_without_markers_give_no_steps_rather_than_wrong_ones() {
+    let m = training_loop(200, true, true, false);
+    let rep = m.process(KEY).unwrap().leak_report(0);
+    assert_eq!(rep.source, StepSource::None, "{rep:?}");
+    assert!(!rep.flagged);
+}
+
+/// The steps found from the allocation pattern match the loop's own count
+/// (±2 %), leaking or not.
+#[test]
+fn steps_from_the_allocation_pattern_match_the_loop() {
+    for keep_loss in [false, true] {
+        let m = training_loop(300, keep_loss, false, false);
+        let rep = m.process(KEY).unwrap().leak_report(0);
+        assert_eq!(rep.source, StepSource::AllocationPeriod);
+        assert!(rep.steps_observed.abs_diff(300) <= 6, "{rep:?}");
+        assert!(rep.step_confidence > 0.95, "{rep:?}");
+        assert_eq!(rep.period_allocations, Some(7));
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod blocks;
 mod figures;
 mod leak_loop;
+mod placed;
 mod prop;
 mod resync;
 

@@ -1,0 +1,250 @@
+//! Placing snapshots by ring positions (FORMAT.md, "Positions" and
+//! "Attaching mid-run").
+//!
+//! A device's events arrive with their position in the device ring, and a
+//! snapshot from a 1.1 producer says where its state sits in that ring:
+//! events below `before` are reflected in it, events from `after` on are
+//! not. So the model keeps the device's recent events with their positions
+//! (a bounded log) and, when such a snapshot completes, installs the state
+//! and applies exactly the logged events it does not reflect, whatever order
+//! the rings were drained in. Later events below the anchor are dropped as
+//! already reflected.
+//!
+//! A reader that began mid-run (it skipped records written before it came)
+//! *holds* the device's events until a usable anchor completes: applying
+//! them to an empty state would only produce contradictions. An anchor is
+//! usable when no record after its `before` is missing: not skipped by the
+//! reader, not lost, not let go of by the log's bound.
+
+use std::collections::VecDeque;
+
+use super::snapshot::{Pending, SnapshotOutcome};
+use super::{Applied, DeviceState};
+use crate::event::{BlockState, EventKind, RingSpan};
+use crate::input::RingPos;
+use crate::model::rules::BlockRules;
+
+/// A device event kept with its ring position.
+#[derive(Debug, Clone)]
+struct Kept {
+    pos: u64,
+    t: u64,
+    kind: EventKind,
+}
+
+/// The placement state of one device.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Placement {
+    /// The device's ring (index in the ring table), once known.
+    ring: Option<u32>,
+    /// Where the reader started in each ring (empty: at 0).
+    starts: Vec<u64>,
+    /// Positions below are reflected in the installed state.
+    floor: Option<u64>,
+    /// Recent events with positions, oldest first.
+    log: VecDeque<Kept>,
+    /// The highest position that is missing from the log (let go of for
+    /// the bound, or lost on the wire): an anchor at or below it is unusable.
+    missing_to: Option<u64>,
+    /// The highest position seen.
+    newest: Option<u64>,
+    /// Watching began mid-run and no anchor was installed yet.
+    holding: bool,
+    /// The installed snapshot's ambiguous window ends here (its `after`):
+    /// events below it may already be reflected.
+    window_end: Option<u64>,
+    /// Every event of the window so far was already reflected (they are a
+    /// prefix of the window: once one is not, none after it is).
+    in_prefix: bool,
+    /// Events dropped as already reflected in an installed state.
+    pub(crate) reflected: u64,
+    /// Snapshots refused as anchors (records after them were missing).
+    pub(crate) refused: u64,
+}
+
+/// Events kept per device for placing the next snapshot. A snapshot is
+/// asked for and answered within a few collector ticks, so this covers
+/// hundreds of thousands of events per second.
+pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
+
+impl Placement {
+    fn keep(&mut self, pos: u64, t: u64, kind: &EventKind, bound: usize) {
+        while self.log.len() >= bound.max(1) {
+            if let Some(old) = self.log.pop_front() {
+                self.missing_to = Some(self.missing_to.map_or(old.pos, |m| m.max(old.pos)));
+            }
+        }
+        self.newest = Some(self.newest.map_or(pos, |n| n.max(pos)));
+        self.log.push_back(Kept {
+            pos,
+            t,
+            kind: kind.clone(),
+        });
+    }
+
+    /// Whether a snapshot placed at `span` can be installed exactly.
+    fn usable(&self, span: &RingSpan) -> bool {
+        let start = self.starts.get(usize::from(span.ring)).copied();
+        self.ring.is_none_or(|r| r == u32::from(span.ring))
+            && span.before >= start.unwrap_or(0)
+            && span.before <= span.after
+            && self.missing_to.is_none_or(|m| span.before > m)
+    }
+}
+
+impl DeviceState {
+    /// Watching began mid-run (the reader skipped earlier records, it
+    /// started at `ring_starts` in each ring): hold this device's events
+    /// until an anchor snapshot is installed.
+    pub(crate) fn hold_until_anchored(&mut self, ring_starts: &[u64]) {
+        self.placement.starts = ring_starts.to_vec();
+        self.placement.holding = true;
+        self.synced = false;
+    }
+
+    /// Waiting for an anchor snapshot (see [`hold_until_anchored`](Self::hold_until_anchored)).
+    pub fn holding(&self) -> bool {
+        self.placement.holding
+    }
+
+    /// Events dropped because an installed snapshot already reflected them.
+    pub fn reflected_events(&self) -> u64 {
+        self.placement.reflected
+    }
+
+    /// Events were lost on the wire: no anchor below what was seen so far
+    /// can be exact.
+    pub(crate) fn placement_loss(&mut self) {
+        let p = &mut self.placement;
+        if let Some(n) = p.newest {
+            p.missing_to = Some(p.missing_to.map_or(n, |m| m.max(n)));
+        }
+    }
+
+    /// Apply an allocator event read at `at`. `None` when the event was
+    /// held or dropped as already reflected.
+    pub(crate) fn apply_at(
+        &mut self,
+        t: u64,
+        kind: &EventKind,
+        at: RingPos,
+        rules: &BlockRules,
+    ) -> Option<Applied> {
+        let p = &mut self.placement;
+        p.ring.get_or_insert(at.ring);
+        if p.ring != Some(at.ring) {
+            // Not this device's ring (a producer writing one device's events
+            // into several rings): positions cannot place them.
+            return Some(self.apply(t, kind, rules));
+        }
+        if p.floor.is_some_and(|f| at.position < f) {
+            p.reflected += 1;
+            return None;
+        }
+        p.keep(at.position, t, kind, self.bounds.replay.min(PLACEMENT_LOG));
+        if p.holding {
+            return None;
+        }
+        if self.reflected_in_window(at.position, kind) {
+            return None;
+        }
+        Some(self.apply(t, kind, rules))
+    }
+
+    /// Whether the event at `pos` lies in the installed snapshot's
+    /// ambiguous window and its effect is already in the state (counted).
+    pub(super) fn reflected_in_window(&mut self, pos: u64, kind: &EventKind) -> bool {
+        if self.placement.window_end.is_none_or(|end| pos >= end) {
+            return false;
+        }
+        if self.placement.in_prefix && self.already_reflected(kind) {
+            self.placement.reflected += 1;
+            return true;
+        }
+        self.placement.in_prefix = false;
+        false
+    }
+
+    /// Install the complete snapshot `p`, placed in the ring by `span`:
+    /// the state, then the logged events it does not reflect. A snapshot
+    /// after which records are missing is refused (a newer one is needed).
+    pub(super) fn install_placed(
+        &mut self,
+        p: Pending,
+        t: u64,
+        span: RingSpan,
+        rules: &BlockRules,
+    ) -> SnapshotOutcome {
+        if !self.placement.usable(&span) {
+            self.placement.refused += 1;
+            self.synced = false;
+            return SnapshotOutcome::Discarded;
+        }
+        let pl = &mut self.placement;
+        pl.ring.get_or_insert(u32::from(span.ring));
+        pl.log.retain(|k| k.pos >= span.before);
+        pl.log.make_contiguous().sort_by_key(|k| k.pos);
+        let later: Vec<(u64, EventKind, Option<u64>)> = (pl.log.iter())
+            .map(|k| (k.t, k.kind.clone(), Some(k.pos)))
+            .collect();
+        pl.floor = Some(span.before);
+        pl.window_end = Some(span.after).filter(|&a| a > span.before);
+        pl.in_prefix = true;
+        pl.holding = false;
+        self.install_with(p, t, &later, rules)
+    }
+
+    /// Install the complete snapshot `p` of a producer that gives no
+    /// positions while events are held: the held events timed after the
+    /// snapshot began are applied on it, earlier ones dropped.
+    pub(super) fn install_timed(
+        &mut self,
+        p: Pending,
+        t: u64,
+        rules: &BlockRules,
+    ) -> SnapshotOutcome {
+        let pl = &mut self.placement;
+        let begun = p.time_ns;
+        let later: Vec<(u64, EventKind, Option<u64>)> = (pl.log.iter())
+            .filter(|k| k.t > begun)
+            .map(|k| (k.t, k.kind.clone(), None))
+            .collect();
+        pl.reflected += (pl.log.len() - later.len()) as u64;
+        pl.log.clear();
+        pl.holding = false;
+        self.install_with(p, t, &later, rules)
+    }
+
+    /// Events are held for an anchor.
+    pub(super) fn placement_holding(&self) -> bool {
+        self.placement.holding
+    }
+
+    /// Events come with positions (or are held for an anchor): a snapshot
+    /// with positions is placed by them.
+    pub(super) fn placement_in_use(&self) -> bool {
+        self.placement.ring.is_some() || self.placement.holding
+    }
+
+    /// An event from the ambiguous window `before ≤ p < after` whose effect
+    /// the snapshot already shows (FORMAT.md, "Positions").
+    fn already_reflected(&self, kind: &EventKind) -> bool {
+        let block = |addr: u64| self.blocks.get(&addr).map(|b| b.state);
+        let covered = |addr: u64| {
+            (self.segments.range(..=addr).next_back()).is_some_and(|(_, s)| addr < s.end())
+        };
+        match *kind {
+            EventKind::Alloc { addr, .. } => block(addr) == Some(BlockState::Allocated),
+            EventKind::FreeRequested { addr, .. } => block(addr) != Some(BlockState::Allocated),
+            EventKind::FreeCompleted { addr, .. } => !matches!(
+                block(addr),
+                Some(BlockState::Allocated | BlockState::PendingFree)
+            ),
+            EventKind::SegmentAlloc { addr, .. } => self.segments.contains_key(&addr),
+            EventKind::SegmentFree { addr, .. } => !self.segments.contains_key(&addr),
+            EventKind::SegmentMap { addr, .. } => covered(addr),
+            EventKind::SegmentUnmap { addr, .. } => !covered(addr),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,197 @@
+"""A real third-party workload with no vramscope code in it, for the
+diagnosis suite (tests/gpu/diag_suite.sh). Run under `vramscope run`.
+
+    diag_job.py WORKLOAD --leak {none,fast,slow} --steps N --out FILE.json
+                [--mid FILE] [--mid-step K]
+
+WORKLOAD: gpt2 (transformers causal LM, AdamW, bf16 autocast), resnet
+(timm ResNet-50, channels_last, bf16), lightning (Trainer.fit with
+DataLoader workers), compiled (torch.compile'd GPT-2), inference (GPT-2
+generation-free forward loop, no optimizer, no_grad), ddp (GPT-2 under
+DDP, launched by torchrun). Models are built from configs (nothing is
+downloaded).
+
+--leak keeps a tensor alive every step: fast 1 MiB + 4 KiB (the way a
+`losses.append(logits)` leak grows), slow 256 KiB. The true step count, the
+leak per step and the step times go to --out. At --mid-step the script
+touches --mid (the harness attaches a second reader then).
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+
+LEAK = {"none": 0, "fast": (1 << 20) + 4096, "slow": 256 << 10}
+
+
+def gpt2(n_layer=4, n_embd=256, vocab=8192, pos=256):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=8, vocab_size=vocab, n_positions=pos)
+    return GPT2LMHeadModel(cfg)
+
+
+class Steps:
+    """Counts steps, plants the leak, tells the harness when to attach."""
+
+    def __init__(self, a):
+        self.a = a
+        self.kept = []
+        self.times = []
+        self.rank = int(os.environ.get("RANK", "0"))
+
+    def step(self):
+        n = LEAK[self.a.leak]
+        if n:
+            self.kept.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+        self.times.append(time.monotonic())
+        if self.a.mid and len(self.times) == self.a.mid_step and self.rank == 0:
+            open(self.a.mid, "w").close()
+
+    def done(self):
+        torch.cuda.synchronize()
+        out = self.a.out if self.rank == 0 else self.a.out + ".rank%d" % self.rank
+        with open(out, "w") as f:
+            json.dump(
+                {
+                    "workload": self.a.workload,
+                    "leak": self.a.leak,
+                    "leak_bytes_per_step": LEAK[self.a.leak],
+                    "steps": len(self.times),
+                    "seconds": self.times[-1] - self.times[0] if self.times else 0,
+                    "pid": os.getpid(),
+                },
+                f,
+            )
+
+
+def train_lm(model, steps, s, batch=8, seq=128, vocab=8192, compiled=False):
+    model = model.cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd = torch.compile(model) if compiled else model
+    x = torch.randint(0, vocab, (batch, seq), device="cuda")
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        s.step()
+
+
+def resnet(steps, s):
+    import timm
+
+    model = timm.create_model("resnet50", pretrained=False, num_classes=100).cuda()
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(16, 3, 128, 128, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 100, (16,), device="cuda")
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        s.step()
+
+
+def inference(steps, s):
+    model = gpt2().cuda().eval()
+    x = torch.randint(0, 8192, (8, 128), device="cuda")
+    with torch.no_grad():
+        for _ in range(steps):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                model(input_ids=x).logits.float().softmax(-1).argmax(-1)
+            s.step()
+
+
+def lightning(steps, s):
+    import lightning as L
+    from torch.utils.data import DataLoader, Dataset
+
+    class Tokens(Dataset):
+        def __len__(self):
+            return steps * 8
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return torch.randint(0, 8192, (128,), generator=g)
+
+    class LM(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.m = gpt2()
+
+        def training_step(self, batch, i):
+            loss = self.m(input_ids=batch, labels=batch).loss
+            s.step()
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(LM(), DataLoader(Tokens(), batch_size=8, num_workers=2, persistent_workers=True))
+
+
+def ddp(steps, s):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    model = DDP(gpt2().cuda(), device_ids=[rank])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, 8192, (8, 128), device="cuda")
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        s.step()
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "compiled", "inference", "ddp"])
+    p.add_argument("--leak", choices=sorted(LEAK), default="none")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--out", required=True)
+    p.add_argument("--mid", default=None)
+    p.add_argument("--mid-step", type=int, default=0)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    s = Steps(a)
+    w = a.workload
+    if w == "gpt2":
+        train_lm(gpt2(), a.steps, s)
+    elif w == "compiled":
+        train_lm(gpt2(), a.steps, s, compiled=True)
+    elif w == "resnet":
+        resnet(a.steps, s)
+    elif w == "inference":
+        inference(a.steps, s)
+    elif w == "lightning":
+        lightning(a.steps, s)
+    elif w == "ddp":
+        ddp(a.steps, s)
+    s.done()
+
+
+if __name__ == "__main__":
+    main()
