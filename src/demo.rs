@@ -263,14 +263,7 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
             sink.base_ns += runner.now() + 1_000_000_000;
             sim_ns = 0;
             runner = ScenarioRunner::new(scenario.clone());
-            // A new run: step counts and leak verdicts start over.
-            sink.emit(Event {
-                time_ns: 0,
-                kind: EventKind::Marker {
-                    value: 0,
-                    source: MarkSource::Run,
-                },
-            });
+            sink.emit(run_marker());
             control.status.lock().expect("demo status").runs += 1;
         }
         let mut s = control.status.lock().expect("demo status");
@@ -348,6 +341,7 @@ pub fn run_headless(
     scenario: Scenario,
     conf: Option<&str>,
     duration_s: Option<f64>,
+    runs: u32,
     gpu: bool,
 ) -> Result<HeadlessReport> {
     use crate::collect::{Collector, Config};
@@ -371,12 +365,21 @@ pub fn run_headless(
         let mut runner = ScenarioRunner::new(scenario.clone());
         let mut sink = RingSink::new(&seg, backing);
         let end = duration_s.map(|s| (s * 1e9) as u64).unwrap_or(u64::MAX);
-        let mut t = 0u64;
         collector.step();
-        while t < end && !runner.is_finished() {
-            t = t.saturating_add(20_000_000).min(end);
-            runner.advance_to(t, &mut sink);
-            collector.step();
+        for run in 0..runs.max(1) {
+            if run > 0 {
+                // Start over as the dashboard's loop does (see `drive`).
+                runner.allocator_mut().empty_cache(&mut sink);
+                sink.base_ns += runner.now() + 1_000_000_000;
+                runner = ScenarioRunner::new(scenario.clone());
+                sink.emit(run_marker());
+            }
+            let mut t = 0u64;
+            while t < end && !runner.is_finished() {
+                t = t.saturating_add(20_000_000).min(end);
+                runner.advance_to(t, &mut sink);
+                collector.step();
+            }
         }
         // A final exact picture, as the dashboard would ask for one.
         runner.snapshot(&mut sink);
@@ -421,6 +424,18 @@ pub fn run_headless(
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// A new run of the scenario begins: step counts and leak verdicts start
+/// over (FORMAT.md, MARKER source 5).
+fn run_marker() -> Event {
+    Event {
+        time_ns: 0,
+        kind: EventKind::Marker {
+            value: 0,
+            source: MarkSource::Run,
+        },
+    }
 }
 
 /// A private directory for a headless run's segment.

@@ -165,3 +165,27 @@ fn unknown_scenario_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Issue 10, item 3: a looping scenario keeps its verdict per run. The leak
+/// demo is flagged in every run (within 10 steps of the run's start); the
+/// healthy one in none.
+#[test]
+fn a_looping_demo_keeps_its_verdict_in_every_run() {
+    let r = demo(&["leak", "--runs", "5"]);
+    let leak = &r["process"]["view"]["leak"];
+    assert_eq!(leak["run"], 5, "{leak}");
+    assert_eq!(leak["flagged"], true, "{leak}");
+    let runs = leak["earlier_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{leak}");
+    for run in runs.iter().chain([leak]) {
+        let at = run["flagged_at_step"].as_u64();
+        assert!(at.is_some_and(|s| s <= 10), "{run}");
+    }
+    let r = demo(&["healthy", "--runs", "3"]);
+    let leak = &r["process"]["view"]["leak"];
+    assert_eq!(leak["flagged"], false, "{leak}");
+    for run in leak["earlier_runs"].as_array().unwrap() {
+        assert!(run["flagged_at_step"].is_null(), "{run}");
+        assert!(run["steps"].as_u64().unwrap() >= 8, "{run}");
+    }
+}

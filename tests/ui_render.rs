@@ -235,3 +235,40 @@ fn absent_is_a_dash_never_zero() {
     assert!(line.matches('—').count() >= 6, "{line}");
     assert!(!line.contains(" 0B"), "{line}");
 }
+
+/// Issue 10, item 2: the timeline marks where watching began, and says
+/// that it began mid-run (and whether the state is anchored yet).
+#[test]
+fn the_timeline_marks_where_watching_began_mid_run() {
+    let mut fx = Fixture::new(1);
+    let key = fx.key_of("leak").unwrap();
+    let began = fx.now_ns - 20_000_000_000;
+    fx.model.watch(
+        key,
+        &vramscope::input::Watch {
+            began_ns: Some(began),
+            mid_run: true,
+            ring_starts: vec![0, 4096],
+            anchor_snapshot: None,
+        },
+    );
+    let app = process_app(&fx, "leak", 120, 40, Pane::Timeline);
+    let f = frame(&app);
+    assert!(
+        f.contains("attached mid-run: waiting for a snapshot"),
+        "{f}"
+    );
+    assert!(f.contains('┆'), "{f}");
+    // Not marked when the process was watched from its start before the window.
+    let mut fx = Fixture::new(1);
+    let key = fx.key_of("leak").unwrap();
+    fx.model.watch(
+        key,
+        &vramscope::input::Watch {
+            began_ns: Some(1),
+            ..Default::default()
+        },
+    );
+    let f = frame(&process_app(&fx, "leak", 120, 40, Pane::Timeline));
+    assert!(!f.contains("mid-run") && !f.contains('┆'), "{f}");
+}

@@ -6,11 +6,12 @@ use std::fmt::Write;
 use anyhow::Result;
 
 use vramscope::demo::HeadlessReport;
+use vramscope::ui::diagnosis;
 use vramscope::ui::format::bytes;
 
 use super::dashboard::UiFlags;
 use super::out;
-use super::value::{Seconds, Speed};
+use super::value::{Runs, Seconds, Speed};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
@@ -36,6 +37,10 @@ pub struct Args {
     /// With --headless: print JSON.
     #[arg(long)]
     json: bool,
+    /// With --headless: run the scenario this many times in a row in one
+    /// process, as the dashboard's demo loops (1 to 1000; default 1).
+    #[arg(long, value_name = "N")]
+    runs: Option<Runs>,
     /// Back every simulated segment with real GPU memory (CUDA device 0), so
     /// NVML and nvidia-smi see it too.
     #[arg(long)]
@@ -57,7 +62,9 @@ pub fn run(args: Args) -> Result<()> {
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
-        let report = vramscope::demo::run_headless(sc, args.conf.as_deref(), duration, args.gpu)?;
+        let runs = args.runs.map_or(1, Runs::get);
+        let report =
+            vramscope::demo::run_headless(sc, args.conf.as_deref(), duration, runs, args.gpu)?;
         return if args.json {
             out::line(&serde_json::to_string_pretty(&report)?)
         } else {
@@ -134,29 +141,25 @@ pub fn text(r: &HeadlessReport) -> String {
         src.delivered, src.lost
     );
     let _ = writeln!(o, "OOMs       {}", r.process.view.ooms_total);
-    let leak = &r.process.view.leak;
+    let v = &r.process.view;
+    let leak = &v.leak;
+    let (_, verdict) = diagnosis::verdict_text(leak, &v.leak_criterion);
+    let _ = writeln!(o, "leak       {verdict}");
+    let _ = writeln!(o, "           {}", diagnosis::steps_text(leak));
+    if let Some(runs) = diagnosis::runs_text(leak) {
+        let _ = writeln!(o, "           {runs}");
+    }
     if leak.flagged {
-        let _ = writeln!(
-            o,
-            "LEAK       allocated floor rises {} per step over {} steps",
-            bytes(leak.floor_slope_bytes_per_step.max(0.0) as u64),
-            leak.window_steps
-        );
         for s in leak.top_sizes.iter().take(3) {
             let _ = writeln!(
                 o,
-                "           {} blocks: {} live, +{:.2}/step",
+                "           {} blocks: {} live, +{:.2}/step since step {}",
                 bytes(s.requested),
                 s.live,
-                s.live_growth_per_step
+                s.live_growth_per_step,
+                s.first_step
             );
         }
-    } else {
-        let _ = writeln!(
-            o,
-            "leak       not flagged ({} steps seen)",
-            leak.steps_observed
-        );
     }
     o
 }

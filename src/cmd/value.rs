@@ -192,6 +192,23 @@ impl fmt::Display for Count {
     }
 }
 
+/// How many times to run a demo scenario (`--runs`): 1 to 1000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs(u32);
+
+impl Runs {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl FromStr for Runs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the number of runs", 1, 1000).map(|n| Runs(n as u32))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

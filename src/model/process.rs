@@ -353,6 +353,13 @@ impl Process {
         }
     }
 
+    /// Watching began mid-run and the state is not anchored yet: no device
+    /// seen, or one still holding its events for an anchor snapshot.
+    pub fn waiting_for_anchor(&self) -> bool {
+        self.watch.mid_run
+            && (self.devices.is_empty() || self.devices.iter().any(DeviceState::holding))
+    }
+
     /// How watching began.
     pub fn watching(&self) -> &Watch {
         &self.watch
@@ -466,7 +473,12 @@ impl Process {
                 self.events += 1;
                 self.rate.note(t);
                 self.remember(ev);
-                self.leak.on_marker(*source, t);
+                // Attached mid-run: steps count from the anchor on. The
+                // backlog's boundaries have no block map to take floors
+                // from (only sparse statistics samples).
+                if !self.waiting_for_anchor() {
+                    self.leak.on_marker(*source, t);
+                }
             }
             // 1.1 records: placement, attribution and drop counts are for
             // the features that use them; the figures do not depend on them.
@@ -761,7 +773,7 @@ impl Process {
             watch: WatchView {
                 began_ns: self.watch.began_ns,
                 mid_run: self.watch.mid_run,
-                waiting_for_anchor: self.devices.iter().any(DeviceState::holding),
+                waiting_for_anchor: self.waiting_for_anchor(),
                 reflected_events: (self.devices.iter())
                     .map(DeviceState::reflected_events)
                     .sum(),

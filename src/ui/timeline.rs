@@ -123,7 +123,42 @@ pub fn render(
         draw_columns(frame, plot, &cols, ymax, t);
         draw_value_axis(frame, area, plot, ymax, t);
     }
+    draw_watch_start(frame, plot, e, view.window(now), t);
     draw_time_axis(frame, area, plot, (view, now), t);
+}
+
+/// Where watching began, when it is in the window: a dotted column, and
+/// "attached mid-run" (FORMAT.md, "Attaching mid-run") or "watching since".
+fn draw_watch_start(
+    frame: &mut Frame,
+    plot: Rect,
+    e: &ProcessEntry,
+    (from, to): (u64, u64),
+    t: &Theme,
+) {
+    let w = e.view.watch;
+    let Some(began) = w.began_ns.filter(|&b| b >= from && b < to) else {
+        return;
+    };
+    let x = plot.x
+        + ((u128::from(began - from) * u128::from(plot.width)) / u128::from(to - from)) as u16;
+    let sym = if t.ascii { ":" } else { "┆" };
+    let buf = frame.buffer_mut();
+    for y in plot.y..plot.y + plot.height {
+        buf[(x, y)].set_symbol(sym).set_style(t.warn());
+    }
+    let label = match (w.mid_run, w.waiting_for_anchor) {
+        (true, true) => " attached mid-run: waiting for a snapshot ",
+        (true, false) => " attached mid-run ",
+        (false, _) => " watching since ",
+    };
+    let room = (plot.x + plot.width).saturating_sub(x + 1);
+    if room as usize >= label.len() {
+        frame.render_widget(
+            Paragraph::new(Span::styled(label, t.warn())),
+            Rect::new(x + 1, plot.y, label.len() as u16, 1),
+        );
+    }
 }
 
 /// ` Memory over time · window 5m  LIVE ` (or how long ago the window ends).

@@ -26,7 +26,11 @@ import torch
 LEAK = {"none": 0, "fast": (1 << 20) + 4096, "slow": 256 << 10}
 
 
-def gpt2(n_layer=4, n_embd=256, vocab=8192, pos=256):
+LAYERS = 4
+
+
+def gpt2(n_layer=None, n_embd=256, vocab=8192, pos=256):
+    n_layer = n_layer or LAYERS
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=8, vocab_size=vocab, n_positions=pos)
@@ -174,7 +178,10 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--mid", default=None)
     p.add_argument("--mid-step", type=int, default=0)
+    p.add_argument("--layers", type=int, default=4, help="GPT-2 layers (small recordings for fixtures)")
     a = p.parse_args()
+    global LAYERS
+    LAYERS = a.layers
     torch.manual_seed(0)
     s = Steps(a)
     w = a.workload

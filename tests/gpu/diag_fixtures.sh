@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Small recordings of the diagnosis suite's jobs, committed as CI fixtures
+# (tests/fixtures/recordings/diag/, checked by tests/diag_fixtures.rs): a
+# one-layer GPT-2 with a fast leak watched from the start and attached
+# mid-run (after the rings wrapped), and a healthy inference loop.
+#   tests/gpu/diag_fixtures.sh     (writes to $OUT or target/gpu-logs/fixtures)
+set -u
+cd "$(dirname "$0")/../.."
+B=${VRAMSCOPE_BIN:-$PWD/target/release/vramscope}
+D=${OUT:-target/gpu-logs}/fixtures
+mkdir -p "$D"
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$(mktemp -d /tmp/vs-cache-XXXXXX)}
+export VRAMSCOPE_SLOTS=1024
+# fixture NAME MID_STEP JOB_ARGS...
+fixture() {
+    local name=$1 mid=$2
+    shift 2
+    export VRAMSCOPE_SHM_DIR=$(mktemp -d /tmp/vs-fx-XXXXXX)
+    $B record -o "$D/$name.start.vsrec" > /dev/null 2>&1 &
+    local a=$! b=
+    sleep 0.5
+    $B run -- python3 tests/gpu/diag_job.py "$@" --layers 1 --out "$D/$name.truth.json" \
+        --mid "$D/$name.mid" --mid-step "$mid" > "$D/$name.job.log" 2>&1 &
+    local job=$!
+    for _ in $(seq 1 600); do
+        if [ -e "$D/$name.mid" ]; then
+            sleep 0.003
+            $B record -o "$D/$name.mid.vsrec" > /dev/null 2>&1 &
+            b=$!
+            break
+        fi
+        kill -0 $job 2>/dev/null || break
+        sleep 0.05
+    done
+    wait $job
+    sleep 1
+    kill -INT $a $b 2>/dev/null
+    wait $a $b 2>/dev/null
+    rm -f "$D/$name.mid"
+    for r in start mid; do
+        [ -e "$D/$name.$r.vsrec" ] && $B replay "$D/$name.$r.vsrec" --json > "$D/$name.$r.json"
+    done
+    rm -rf "$VRAMSCOPE_SHM_DIR"
+}
+fixture gpt2-fast 30 gpt2 --leak fast --steps 45
+fixture inference-none 60 inference --leak none --steps 90
+ls -la "$D"
