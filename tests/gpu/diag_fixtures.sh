@@ -10,7 +10,12 @@ B=${VRAMSCOPE_BIN:-$PWD/target/release/vramscope}
 D=${OUT:-target/gpu-logs}/fixtures
 mkdir -p "$D"
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$(mktemp -d /tmp/vs-cache-XXXXXX)}
-export VRAMSCOPE_SLOTS=1024
+# Rings that wrap every few steps, with steps slow enough (--step-sleep)
+# for the recorder to keep up.
+export VRAMSCOPE_SLOTS=4096
+# Build the tracker first: a job of a few seconds would end before a first
+# build finished.
+$B doctor > "$D/doctor.log" 2>&1
 # fixture NAME MID_STEP JOB_ARGS...
 fixture() {
     local name=$1 mid=$2
@@ -19,7 +24,7 @@ fixture() {
     $B record -o "$D/$name.start.vsrec" > /dev/null 2>&1 &
     local a=$! b=
     sleep 0.5
-    $B run -- python3 tests/gpu/diag_job.py "$@" --layers 1 --out "$D/$name.truth.json" \
+    $B run -- python3 tests/gpu/diag_job.py "$@" --layers 1 --step-sleep 0.02 --out "$D/$name.truth.json" \
         --mid "$D/$name.mid" --mid-step "$mid" > "$D/$name.job.log" 2>&1 &
     local job=$!
     for _ in $(seq 1 600); do
@@ -42,6 +47,16 @@ fixture() {
     done
     rm -rf "$VRAMSCOPE_SHM_DIR"
 }
-fixture gpt2-fast 30 gpt2 --leak fast --steps 45
-fixture inference-none 60 inference --leak none --steps 90
+fixture gpt2-fast 16 gpt2 --leak fast --steps 30
+fixture inference-none 40 inference --leak none --steps 60
 ls -la "$D"
+python3 - "$D" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    if f.endswith(".truth.json"):
+        continue
+    for p in json.load(open(f))["processes"]:
+        v = p["view"]
+        print(f.split("/")[-1], v["leak"]["source"], v["leak"]["steps_observed"], v["leak"]["flagged"],
+              v["leak"].get("flagged_at_step"), v["figures"]["inconsistencies"], v["figures"]["lost_events"], v["watch"])
+PY

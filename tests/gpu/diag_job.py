@@ -47,6 +47,8 @@ class Steps:
         self.rank = int(os.environ.get("RANK", "0"))
 
     def step(self):
+        if self.a.step_sleep:
+            time.sleep(self.a.step_sleep)  # a data loader's wait, off the GPU
         n = LEAK[self.a.leak]
         if n:
             self.kept.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
@@ -179,6 +181,7 @@ def main():
     p.add_argument("--mid", default=None)
     p.add_argument("--mid-step", type=int, default=0)
     p.add_argument("--layers", type=int, default=4, help="GPT-2 layers (small recordings for fixtures)")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to wait each step")
     a = p.parse_args()
     global LAYERS
     LAYERS = a.layers
