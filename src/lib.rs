@@ -14,6 +14,8 @@
 //! - [`collect`]: the collector (rings, NVML, `/proc`) feeding the model
 //!   through the [`collect::Hub`].
 //! - [`model`]: pure allocator state rebuilt from events; no I/O.
+//! - [`pickle`]: a restricted pickle reader (plain data only) for PyTorch
+//!   memory snapshot files.
 //! - [`sim`]: the caching-allocator simulator and workshop scenarios.
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
@@ -24,6 +26,7 @@ pub mod demo;
 pub mod event;
 pub mod input;
 pub mod model;
+pub mod pickle;
 pub mod recording;
 pub mod ring;
 pub mod sim;
