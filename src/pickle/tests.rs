@@ -90,7 +90,7 @@ fn every_refusal_names_its_offset() {
         (&[0x80, 4, b'h', 3], 2, "memo index 3 was never stored"),
         (&[0x80, 4, b'N', b'r', 9, 0, 0, 0], 3, "skips ahead"),
         (&[0x80, 4, b'N', b'a'], 3, "APPEND with no list"),
-        (&[0x80, 4, b'K', 1, b'N', b'a'], 4, "APPEND to a int"),
+        (&[0x80, 4, b'K', 1, b'N', b'a'], 5, "APPEND to a int"),
         (&[0x80, 4, b'N', b'N', b'.'], 4, "STOP with other than one value"),
         (&[0x80, 4, 0x8c, 2, 0xff, 0xfe, b'.'], 2, "not UTF-8"),
         (&[0x80, 4, 0x8b, 9, 0, 0, 0], 2, "integer of 9 bytes"),
