@@ -94,7 +94,7 @@ fn every_refusal_names_its_offset() {
         (&[0x80, 4, b'N', b'N', b'.'], 4, "STOP with other than one value"),
         (&[0x80, 4, 0x8c, 2, 0xff, 0xfe, b'.'], 2, "not UTF-8"),
         (&[0x80, 4, 0x8b, 9, 0, 0, 0], 2, "integer of 9 bytes"),
-        (b"PK\x03\x04", 0, "opcode 0x50"),
+        (b"%PDF-1.4", 0, "opcode 0x25"),
     ];
     for (bytes, offset, what) in cases {
         let e = err(bytes);
