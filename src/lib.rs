@@ -16,6 +16,8 @@
 //! - [`model`]: pure allocator state rebuilt from events; no I/O.
 //! - [`pickle`]: a restricted pickle reader (plain data only) for PyTorch
 //!   memory snapshot files.
+//! - [`snapfile`]: PyTorch memory snapshot files read into the model's
+//!   inputs, and written from a recording.
 //! - [`sim`]: the caching-allocator simulator and workshop scenarios.
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
@@ -30,4 +32,5 @@ pub mod pickle;
 pub mod recording;
 pub mod ring;
 pub mod sim;
+pub mod snapfile;
 pub mod ui;

@@ -88,6 +88,9 @@ pub struct Doc {
     pairs: Vec<(Id, Id)>,
     own_pairs: Vec<Vec<(Id, Id)>>,
     root: Id,
+    /// The offset of each value's opcode, when asked for
+    /// ([`parse_with_offsets`]: to say where a value that does not fit is).
+    offsets: Vec<u64>,
 }
 
 /// What is wrong with a pickle, and where (byte offset of the opcode).
@@ -113,6 +116,11 @@ impl Doc {
         self.nodes.is_empty()
     }
 
+    /// Where value `id` starts in the file (only after [`parse_with_offsets`]).
+    pub fn offset(&self, id: Id) -> Option<u64> {
+        self.offsets.get(id as usize).copied()
+    }
+
     /// Heap bytes held.
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
@@ -120,8 +128,16 @@ impl Doc {
             + self.text.capacity()
             + self.elems.capacity() * 4
             + self.pairs.capacity() * 8
-            + self.own_elems.iter().map(|v| v.capacity() * 4 + 24).sum::<usize>()
-            + self.own_pairs.iter().map(|v| v.capacity() * 8 + 24).sum::<usize>()
+            + self
+                .own_elems
+                .iter()
+                .map(|v| v.capacity() * 4 + 24)
+                .sum::<usize>()
+            + self
+                .own_pairs
+                .iter()
+                .map(|v| v.capacity() * 8 + 24)
+                .sum::<usize>()
     }
 
     fn seq(&self, r: Run) -> &[Id] {
@@ -230,6 +246,14 @@ pub fn parse(input: impl Read, len: u64) -> Result<Doc, PickleError> {
     Parser::new(input, len).run()
 }
 
+/// [`parse`], also keeping the offset of every value ([`Doc::offset`]):
+/// 8 more bytes a value, for saying where a value is wrong.
+pub fn parse_with_offsets(input: impl Read, len: u64) -> Result<Doc, PickleError> {
+    let mut p = Parser::new(input, len);
+    p.keep_offsets = true;
+    p.run()
+}
+
 /// Parses a pickle held in memory.
 pub fn parse_slice(bytes: &[u8]) -> Result<Doc, PickleError> {
     parse(bytes, bytes.len() as u64)
@@ -334,6 +358,9 @@ struct Parser<R> {
     memo: Vec<Id>,
     /// The most heap the values may take: a small multiple of the input.
     budget: usize,
+    keep_offsets: bool,
+    /// The offset of the opcode being run.
+    op_at: u64,
 }
 
 /// The name of an opcode this reader refuses, for its message.
@@ -378,12 +405,15 @@ impl<R: Read> Parser<R> {
                 .unwrap_or(usize::MAX)
                 .saturating_mul(4)
                 .saturating_add(64 << 20),
+            keep_offsets: false,
+            op_at: 0,
         }
     }
 
     fn run(mut self) -> Result<Doc, PickleError> {
         loop {
             let at = self.src.offset();
+            self.op_at = at;
             let op = match self.src.byte() {
                 Ok(Some(op)) => op,
                 Ok(None) if at == 0 => {
@@ -431,6 +461,9 @@ impl<R: Read> Parser<R> {
             ));
         }
         self.doc.nodes.push(n);
+        if self.keep_offsets {
+            self.doc.offsets.push(self.op_at);
+        }
         self.stack.push(Slot::Value(id));
         Ok(())
     }
@@ -438,7 +471,9 @@ impl<R: Read> Parser<R> {
     fn pop(&mut self) -> Result<Id, String> {
         match self.stack.pop() {
             Some(Slot::Value(id)) => Ok(id),
-            Some(Slot::Mark) => Err("a value was expected on the stack, found a MARK (corrupt)".into()),
+            Some(Slot::Mark) => {
+                Err("a value was expected on the stack, found a MARK (corrupt)".into())
+            }
             None => Err("the stack is empty (corrupt)".into()),
         }
     }
@@ -489,7 +524,11 @@ impl<R: Read> Parser<R> {
         let mut items = Vec::new();
         self.pop_mark_into(&mut items)?;
         let run = self.new_run(&items)?;
-        self.push_node(if tuple { Node::Tuple(run) } else { Node::List(run) })
+        self.push_node(if tuple {
+            Node::Tuple(run)
+        } else {
+            Node::List(run)
+        })
     }
 
     fn tuple(&mut self, n: usize) -> Result<(), String> {
@@ -570,9 +609,15 @@ impl<R: Read> Parser<R> {
         let first = if marked {
             self.mark_at()? + 1
         } else {
-            self.stack.len().checked_sub(1).ok_or("the stack is empty (corrupt)")?
+            self.stack
+                .len()
+                .checked_sub(1)
+                .ok_or("the stack is empty (corrupt)")?
         };
-        let list = match first.checked_sub(1 + marked as usize).map(|i| self.stack[i]) {
+        let list = match first
+            .checked_sub(1 + marked as usize)
+            .map(|i| self.stack[i])
+        {
             Some(Slot::Value(id)) => id,
             _ => return Err("APPEND with no list under its values (corrupt)".into()),
         };
@@ -624,12 +669,18 @@ impl<R: Read> Parser<R> {
         let first = if marked {
             self.mark_at()? + 1
         } else {
-            self.stack.len().checked_sub(2).ok_or("SETITEM with too few values (corrupt)")?
+            self.stack
+                .len()
+                .checked_sub(2)
+                .ok_or("SETITEM with too few values (corrupt)")?
         };
         if (self.stack.len() - first) % 2 != 0 {
             return Err("SETITEMS with an odd number of values (corrupt)".into());
         }
-        let dict = match first.checked_sub(1 + marked as usize).map(|i| self.stack[i]) {
+        let dict = match first
+            .checked_sub(1 + marked as usize)
+            .map(|i| self.stack[i])
+        {
             Some(Slot::Value(id)) => id,
             _ => return Err("SETITEM with no dict under its values (corrupt)".into()),
         };
@@ -716,7 +767,12 @@ impl<R: Read> Parser<R> {
                 // DICT: the marked values become a new dict's items.
                 let at = self.mark_at()?;
                 let n = small(self.doc.nodes.len(), "values")?;
-                self.doc.nodes.push(Node::Dict(Run::Pool { start: 0, len: 0 }));
+                self.doc
+                    .nodes
+                    .push(Node::Dict(Run::Pool { start: 0, len: 0 }));
+                if self.keep_offsets {
+                    self.doc.offsets.push(self.op_at);
+                }
                 self.stack.insert(at, Slot::Value(n));
                 self.set_items(true)?;
             }

@@ -21,7 +21,9 @@ fn reads_a_dict_of_plain_values() {
     p.extend([0x8a, 6, 0, 0, 0, 0, 0, 1]);
     p.extend([b'N', 0x88, b'G']);
     p.extend(1.5f64.to_be_bytes());
-    p.extend([b'e', 0x8c, 1, b'b', 0x94, 0x8c, 1, b'x', 0x94, 0x85, 0x94, b'u', b'.']);
+    p.extend([
+        b'e', 0x8c, 1, b'b', 0x94, 0x8c, 1, b'x', 0x94, 0x85, 0x94, b'u', b'.',
+    ]);
     let d = ok(&p);
     let root = d.root();
     let a = d.as_seq(d.get(root, "a").unwrap()).unwrap();
@@ -82,16 +84,28 @@ fn every_refusal_names_its_offset() {
     let cases: &[(&[u8], u64, &str)] = &[
         (b"", 0, "empty"),
         (&[0x80, 4, b']'], 3, "truncated"),
-        (&[0x80, 4, b'X', 5, 0, 0, 0, b'a'], 2, "only 1 bytes are left"),
+        (
+            &[0x80, 4, b'X', 5, 0, 0, 0, b'a'],
+            2,
+            "only 1 bytes are left",
+        ),
         (&[0x80, 9], 0, "protocol 9"),
         (b"\x80\x04cos\nsystem\n.", 2, "GLOBAL os.system"),
-        (b"\x80\x04\x8c\x02os\x8c\x06system\x93.", 14, "STACK_GLOBAL os.system"),
+        (
+            b"\x80\x04\x8c\x02os\x8c\x06system\x93.",
+            14,
+            "STACK_GLOBAL os.system",
+        ),
         (&[0x80, 4, b')', b'R'], 3, "REDUCE"),
         (&[0x80, 4, b'h', 3], 2, "memo index 3 was never stored"),
         (&[0x80, 4, b'N', b'r', 9, 0, 0, 0], 3, "skips ahead"),
         (&[0x80, 4, b'N', b'a'], 3, "APPEND with no list"),
         (&[0x80, 4, b'K', 1, b'N', b'a'], 5, "APPEND to a int"),
-        (&[0x80, 4, b'N', b'N', b'.'], 4, "STOP with other than one value"),
+        (
+            &[0x80, 4, b'N', b'N', b'.'],
+            4,
+            "STOP with other than one value",
+        ),
         (&[0x80, 4, 0x8c, 2, 0xff, 0xfe, b'.'], 2, "not UTF-8"),
         (&[0x80, 4, 0x8b, 9, 0, 0, 0], 2, "integer of 9 bytes"),
         (b"%PDF-1.4", 0, "opcode 0x25"),
