@@ -312,3 +312,19 @@ fn a_fan_out_under_the_bound_reads() {
     let file = snapfile::read_slice(&fan_out(1000)).expect("reads");
     assert_eq!(file.segments.len(), 1000);
 }
+
+/// Inputs the fuzzer found (tests/fixtures/snapshots/fuzz): each reads or
+/// is refused, and what reads is shown without a panic.
+#[test]
+fn fuzz_found_inputs_are_handled() {
+    for entry in std::fs::read_dir(dir("fuzz")).expect("fuzz dir") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        if let Ok(file) = snapfile::read_slice(&bytes) {
+            let hub = Hub::default();
+            for (_, input) in inputs::inputs(&file, "f", inputs::Plan::default()) {
+                hub.apply(input);
+            }
+        }
+    }
+}

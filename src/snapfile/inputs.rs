@@ -88,7 +88,9 @@ pub fn timeline(file: &SnapshotFile) -> Vec<Timed<'_>> {
 pub fn inputs(file: &SnapshotFile, name: &str, plan: Plan) -> Vec<(u64, Input)> {
     let events = timeline(file);
     let first = events.first().map_or(BASE_NS, |e| e.time_ns);
-    let dumped = events.last().map_or(BASE_NS, |e| e.time_ns + 1000);
+    let dumped = events
+        .last()
+        .map_or(BASE_NS, |e| e.time_ns.saturating_add(1000));
     let mut out = vec![(first.saturating_sub(1000), attach(file, name))];
     let mut batch: Vec<Event> = Vec::new();
     let mut snapshot_id = 1u32;

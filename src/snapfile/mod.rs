@@ -329,7 +329,15 @@ impl<'a> Reader<'a> {
         let d = self.doc;
         let mut traced = 0usize;
         if let Some(traces) = d.get(root, "device_traces") {
-            for (dev, &t) in self.seq(traces, "device_traces")?.iter().enumerate() {
+            let devices = self.seq(traces, "device_traces")?;
+            if devices.len() > 1024 {
+                return Err(shape(
+                    traces,
+                    "device_traces",
+                    format!("{} devices, more than 1024", devices.len()),
+                ));
+            }
+            for (dev, &t) in devices.iter().enumerate() {
                 let at = format!("device_traces[{dev}]");
                 let entries = self.seq(t, &at)?;
                 traced = traced.saturating_add(entries.len());

@@ -249,7 +249,8 @@ impl<W: Write> Pickler<W> {
             } else {
                 "addr"
             })?;
-            p.uint(e.addr)?;
+            // As read: the bits of PyTorch's int64.
+            p.int(e.addr as i64)?;
             p.str("size")?;
             p.uint(e.size)?;
             p.str("stream")?;
