@@ -1,7 +1,7 @@
 //! Snapshot-file parse rate, beside Python's `pickle.load` on the same file.
 //!
 //! `cargo bench --bench pickle` writes a snapshot with frames of about
-//! 220 MB (a trace of 700,000 events, each with its own 40-frame stack over
+//! 205 MB (a trace of 800,000 events, each with its own 40-frame stack over
 //! 5,000 unique frames, as `_record_memory_history(stacks="python")`
 //! dumps), then in one run:
 //! - parses it with `vramscope::snapfile::read` (criterion, MB/s), and in a
@@ -144,7 +144,7 @@ fn main() {
         return;
     }
     let full = std::env::args().any(|a| a == "--bench");
-    let events = if full { 700_000 } else { 1_000 };
+    let events = if full { 800_000 } else { 1_000 };
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("big.pickle");
     let out = std::fs::File::create(&path).expect("create");

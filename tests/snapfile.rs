@@ -71,13 +71,19 @@ fn check_dir(name: &str) -> usize {
                 .map(|x| &x["figures"])
                 .unwrap_or_else(|| panic!("{}: the model has no device {dev}", path.display()));
             for k in ["segments", "reserved", "allocated", "blocks"] {
-                assert_eq!(file[k], w[k], "{}: device {dev} {k} (file)", path.display());
+                // With expandable segments torch 2.11's `segment.all.current`
+                // stays 0; the snapshot lists each mapped range.
+                let w = match (k, w.get("snapshot_segments")) {
+                    ("segments", Some(n)) => n,
+                    _ => &w[k],
+                };
+                assert_eq!(&file[k], w, "{}: device {dev} {k} (file)", path.display());
                 if k == "blocks" {
                     // The model merges nothing PyTorch keeps apart, but its
                     // count is of its own tiling: at most the file's.
-                    assert!(m[k].as_u64() <= w[k].as_u64(), "{}: blocks", path.display());
+                    assert!(m[k].as_u64() <= w.as_u64(), "{}: blocks", path.display());
                 } else {
-                    assert_eq!(m[k], w[k], "{}: device {dev} {k} (model)", path.display());
+                    assert_eq!(&m[k], w, "{}: device {dev} {k} (model)", path.display());
                 }
             }
         }

@@ -149,3 +149,25 @@ fn exporting_a_missing_process_names_the_ones_there() {
         "{err}"
     );
 }
+
+/// A real job (a small transformer trained for 4 s with AdamW on an H100,
+/// torch 2.11) recorded with `vramscope record` while it ran under
+/// `vramscope run`: its export holds exactly the segments, blocks, reserved
+/// and allocated bytes torch reported at the job's end
+/// (tests/gpu/snapshot_fixtures.py `job`; `_memory_viz` read the same export
+/// there: tests/gpu/RESULTS.md).
+#[test]
+fn a_real_jobs_export_has_the_figures_torch_reported() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/torch-2.11-job");
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("job_stats.json")).expect("stats"))
+            .expect("JSON");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("job.pickle");
+    export(&dir.join("job.vsrec"), &out);
+    let t = snapfile::read(&out).expect("reads").totals()[0];
+    assert_eq!(Some(t.segments), want["segments"].as_u64());
+    assert_eq!(Some(t.blocks), want["blocks"].as_u64());
+    assert_eq!(Some(t.reserved), want["reserved"].as_u64());
+    assert_eq!(Some(t.allocated), want["allocated"].as_u64());
+}

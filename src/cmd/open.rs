@@ -145,7 +145,8 @@ struct TraceSummary {
     annotations: usize,
     /// The OOMs the trace records, the last one last.
     ooms: Vec<OomOut>,
-    /// The trace ends in an OOM (the file is an OOM observer's dump).
+    /// The trace ends in an OOM, `snapshot` entries after it aside (the
+    /// file is an OOM observer's dump).
     ends_in_oom: bool,
 }
 
@@ -189,10 +190,14 @@ impl<'a> Report<'a> {
                 stack: stack_lines(file, t.entry.stack),
             })
             .collect();
-        let ends_in_oom = file
-            .traces
-            .iter()
-            .any(|t| t.last().is_some_and(|e| e.action == Action::Oom));
+        // `snapshot` entries (each `memory_snapshot()` call, the dump's own
+        // included, records one) come after the OOM in an observer's dump.
+        let ends_in_oom = file.traces.iter().any(|t| {
+            t.iter()
+                .rev()
+                .find(|e| e.action != Action::Snapshot)
+                .is_some_and(|e| e.action == Action::Oom)
+        });
         Report {
             file: name,
             format: &file.format,

@@ -217,10 +217,17 @@ impl Doc {
     /// The value of the string key `key` in dict `id` (the last one, as
     /// Python keeps, should a file repeat a key).
     pub fn get(&self, id: Id, key: &str) -> Option<Id> {
+        let key = key.as_bytes();
         self.as_dict(id)?
             .iter()
             .rev()
-            .find(|(k, _)| self.as_str(*k) == Some(key))
+            .find(|(k, _)| match self.nodes[*k as usize] {
+                // Compared as bytes: strings were checked as they were read.
+                Node::Str { start, len } => {
+                    &self.text[start as usize..(start + len) as usize] == key
+                }
+                _ => false,
+            })
             .map(|(_, v)| *v)
     }
 

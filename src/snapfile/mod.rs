@@ -40,6 +40,7 @@ pub mod inputs;
 pub mod write;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -243,12 +244,34 @@ pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
 /// Where in the file's structure, what is wrong there, and the value.
 type ShapeError = (String, String, Id);
 
+/// A hasher for value ids (small integers from this process, not from the
+/// file's bytes): a multiply, much cheaper than SipHash for the millions of
+/// frame references of a large file.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdMap = HashMap<Id, u32, BuildHasherDefault<IdHasher>>;
+
 /// Interns frames and stacks by the pickle value that holds them.
 struct Reader<'a> {
     doc: &'a Doc,
     out: SnapshotFile,
-    frames: HashMap<Id, u32>,
-    stacks: HashMap<Id, u32>,
+    frames: IdMap,
+    stacks: IdMap,
     blocks: usize,
 }
 
@@ -257,8 +280,8 @@ pub fn from_doc(doc: &Doc) -> Result<SnapshotFile, ShapeError> {
     let mut r = Reader {
         doc,
         out: SnapshotFile::default(),
-        frames: HashMap::new(),
-        stacks: HashMap::new(),
+        frames: IdMap::default(),
+        stacks: IdMap::default(),
         blocks: 0,
     };
     r.root()?;
