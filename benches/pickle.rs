@@ -169,6 +169,24 @@ fn main() {
         ours,
         len as f64 / 1e6 / ours
     );
+    // The pickle reader alone, and what its values take.
+    let mut parse = Vec::new();
+    let mut held = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let f = std::fs::File::open(&path).expect("open");
+        let doc = vramscope::pickle::parse(f, len).expect("parses");
+        parse.push(t.elapsed().as_secs_f64());
+        held = doc.memory_bytes();
+    }
+    let parse = median(parse);
+    println!(
+        "of which pickle::parse: median {:.3} s = {:.0} MB/s, its values {:.1} MB = {:.2} × the file",
+        parse,
+        len as f64 / 1e6 / parse,
+        held as f64 / 1e6,
+        held as f64 / len as f64
+    );
     if let Some(rss) = child_peak_rss(&path) {
         println!(
             "peak RSS parsing it: {:.1} MB = {:.2} × the file",

@@ -513,7 +513,7 @@ impl<'a> Reader<'a> {
         }
         let mut stack = Vec::with_capacity(list.len());
         for (i, &f) in list.iter().enumerate() {
-            stack.push(self.frame(f, &format!("{at}['frames'][{i}]"))?);
+            stack.push(self.frame(f, at, i)?);
         }
         let n = self.out.stacks.len() as u32;
         self.out.stacks.push(stack);
@@ -521,10 +521,13 @@ impl<'a> Reader<'a> {
         Ok(Some(n))
     }
 
-    fn frame(&mut self, id: Id, at: &str) -> Result<u32, ShapeError> {
+    /// Frame `i` of the stack of `at`, interned.
+    fn frame(&mut self, id: Id, at: &str, i: usize) -> Result<u32, ShapeError> {
         if let Some(&f) = self.frames.get(&id) {
             return Ok(f);
         }
+        // Named only for a frame not seen before (a handful per file).
+        let at = &format!("{at}['frames'][{i}]");
         self.dict(id, at)?;
         let frame = Frame {
             filename: self
