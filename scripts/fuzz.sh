@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #
-# TARGET: header, reader, recording, trace or control (fuzz/fuzz_targets/).
+# TARGET: header, reader, recording, trace, control or snapshot (fuzz/fuzz_targets/).
 # The build is a release build of the fuzz package only, instrumented the way
 # cargo-fuzz does it (SanitizerCoverage, `--cfg fuzzing`, debug assertions);
 # the binaries land in fuzz/target/x86_64-unknown-linux-gnu/release/TARGET.
@@ -33,6 +33,7 @@ seeds=()
 case $target in
   recording) seeds+=("$root/tests/fixtures/recordings") ;;
   trace) seeds+=("$root/tests/fixtures/sim") ;;
+  snapshot) seeds+=("$root/tests/fixtures/snapshots/releases") ;;
 esac
 exec "$bin" "$corpus" "${seeds[@]}" -artifact_prefix="$artifacts/" \
   -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$@"

@@ -14,6 +14,10 @@
 //! - [`collect`]: the collector (rings, NVML, `/proc`) feeding the model
 //!   through the [`collect::Hub`].
 //! - [`model`]: pure allocator state rebuilt from events; no I/O.
+//! - [`pickle`]: a restricted pickle reader (plain data only) for PyTorch
+//!   memory snapshot files.
+//! - [`snapfile`]: PyTorch memory snapshot files read into the model's
+//!   inputs, and written from a recording.
 //! - [`sim`]: the caching-allocator simulator and workshop scenarios.
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
@@ -24,7 +28,9 @@ pub mod demo;
 pub mod event;
 pub mod input;
 pub mod model;
+pub mod pickle;
 pub mod recording;
 pub mod ring;
 pub mod sim;
+pub mod snapfile;
 pub mod ui;

@@ -20,6 +20,8 @@ pub mod dashboard;
 pub mod demo;
 pub mod doctor;
 pub mod empty_cache;
+pub mod export;
+pub mod open;
 pub mod out;
 pub mod record;
 pub mod replay;
@@ -67,6 +69,12 @@ pub enum Command {
     Record(record::Args),
     /// Replay a recording (see `src/recording.rs` for the format).
     Replay(replay::Args),
+    /// Open a PyTorch memory snapshot file (torch.cuda.memory._dump_snapshot)
+    /// in the dashboard, or print it as JSON.
+    Open(open::Args),
+    /// Write a recording as a PyTorch memory snapshot file, for PyTorch's
+    /// own viewer and torch.cuda.memory._memory_viz.
+    Export(export::Args),
     /// Ask a process to release its cached memory (torch.cuda.empty_cache()).
     EmptyCache(empty_cache::Args),
     /// List this user's segments (instrumented processes) and their health.
@@ -85,6 +93,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Doctor(a)) => doctor::run(a),
         Some(Command::Record(a)) => record::run(a),
         Some(Command::Replay(a)) => replay::run(a),
+        Some(Command::Open(a)) => open::run(a),
+        Some(Command::Export(a)) => export::run(a),
         Some(Command::EmptyCache(a)) => empty_cache::run(a),
         Some(Command::Rings(a)) => rings::run(a),
     }

@@ -8,6 +8,7 @@
 //! | [`Speed`]   | a factor, decimals  | [`Speed::MIN`] to [`Speed::MAX`]            |
 //! | [`Gib`]     | GiB, decimals       | more than 0, at most [`Gib::MAX`]           |
 //! | [`Count`]   | a whole number      | 1 to [`Count::MAX`]                         |
+//! | [`Index`]   | a whole number      | 0 to [`Index::MAX`]                         |
 //!
 //! NaN, infinities, negative numbers, zero where it means nothing, and
 //! values that would overflow a `Duration`, an `Instant` or a byte count are
@@ -164,13 +165,10 @@ impl fmt::Display for Gib {
     }
 }
 
-/// How many of something (`--last 10`): at least one. (No flag takes a
-/// count yet: here for those that will.)
-#[allow(dead_code)]
+/// How many of something (`export --max-entries`): at least one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Count(u64);
 
-#[allow(dead_code)]
 impl Count {
     pub const MAX: u64 = 1 << 32;
 
@@ -206,6 +204,31 @@ impl FromStr for Runs {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         whole(s, "the number of runs", 1, 1000).map(|n| Runs(n as u32))
+    }
+}
+
+/// A position in a sequence (`open --at 0`): zero or more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Index(u64);
+
+impl Index {
+    pub const MAX: u64 = 1 << 32;
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Index {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the index", 0, Self::MAX).map(Index)
+    }
+}
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
     }
 }
 

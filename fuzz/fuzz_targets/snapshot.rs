@@ -1,0 +1,25 @@
+//! The snapshot-file reader (restricted pickle reader, then the snapshot's
+//! shape) on arbitrary bytes: `scripts/fuzz.sh snapshot 600`. Seeded with
+//! the snapshot fixtures of every release. A file that reads is also turned
+//! into the model's inputs and applied, and written back and read again:
+//! what the writer writes must read back to the same snapshot.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use vramscope::collect::Hub;
+use vramscope::snapfile::{self, inputs, write};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(file) = snapfile::read_slice(data) else {
+        return;
+    };
+    let hub = Hub::default();
+    for (_, input) in inputs::inputs(&file, "fuzz", inputs::Plan::default()) {
+        hub.apply(input);
+    }
+    let mut out = Vec::new();
+    write::write(&file, &mut out).expect("writing to memory");
+    let again = snapfile::read_slice(&out).expect("what the writer writes reads back");
+    assert_eq!(again.segments, file.segments);
+    assert_eq!(again.traces, file.traces);
+    assert_eq!(again.stacks.len(), file.stacks.len());
+});

@@ -1,0 +1,430 @@
+//! A snapshot file as the model's inputs: the state the trace starts from,
+//! the trace as allocator events, and the file's own state at the end.
+//!
+//! A file holds the allocator's state when it was dumped and the events
+//! that led there (the newest `max_entries` of them). The state before the
+//! first recorded event is found by undoing the trace, newest first, from
+//! the dumped state (as PyTorch's viewer does): an `alloc` undone removes
+//! its block, a `free_requested` undone brings the block back as allocated
+//! (its size rounded as the allocator rounds requests, cut at the next
+//! block), a `segment_alloc` undone removes the segment, a `segment_free`
+//! undone brings it back, and `segment_map` / `segment_unmap` take away or
+//! give back a range of an expandable segment.
+//!
+//! The inputs are then: that starting state as a state snapshot of each
+//! device, every trace entry as an allocator event (through the same rules
+//! as a live process's), and the dumped state as a second snapshot, so
+//! that whatever the replay inferred, the figures at the end are the file's
+//! own. Stopping after `n` events ([`Plan::upto`]) gives the state at any
+//! event, rebuilt by the model.
+
+use std::collections::BTreeMap;
+
+use crate::event::{BlockState, Event, EventKind, PoolId, SegmentPool};
+use crate::input::{Identity, Input, Source, Watch};
+use crate::model::{rules, Mode, ProcessKey};
+
+use super::{Action, SnapshotFile, TraceEntry};
+
+/// The process a file is shown as (files have no pid: 0).
+pub const KEY: ProcessKey = ProcessKey {
+    pid: 0,
+    start_time: 0,
+};
+
+/// Where the file's times start on the model's clock (1 s, so that every
+/// time is after zero).
+const BASE_NS: u64 = 1_000_000_000;
+
+/// Events per `Input::Events`.
+const CHUNK: usize = 4096;
+
+/// What to feed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plan {
+    /// Stop after this many trace events (over all devices, in time order):
+    /// the state at that event. `None`: the whole trace, then the file's
+    /// own state.
+    pub upto: Option<usize>,
+}
+
+/// A trace event with its device, on the model's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Timed<'a> {
+    pub device: u16,
+    pub time_ns: u64,
+    pub entry: &'a TraceEntry,
+}
+
+/// Every trace entry of every device, in time order (entries without a
+/// time keep their order, 1 µs apart).
+pub fn timeline(file: &SnapshotFile) -> Vec<Timed<'_>> {
+    let t0 = file.traces.iter().flatten().filter_map(|e| e.time_us).min();
+    let mut out = Vec::with_capacity(file.traces.iter().map(Vec::len).sum());
+    for (dev, trace) in file.traces.iter().enumerate() {
+        let mut last = BASE_NS;
+        for (i, e) in trace.iter().enumerate() {
+            let t = match (e.time_us, t0) {
+                (Some(t), Some(t0)) => {
+                    BASE_NS.saturating_add((t.saturating_sub(t0) as u64).saturating_mul(1000))
+                }
+                _ => BASE_NS + i as u64 * 1000,
+            };
+            // Times never go backwards within a device.
+            last = last.max(t);
+            out.push(Timed {
+                device: dev as u16,
+                time_ns: last,
+                entry: e,
+            });
+        }
+    }
+    out.sort_by_key(|t| t.time_ns);
+    out
+}
+
+/// The inputs that show `file` (named `name`) in the model, with the time
+/// each is applied at.
+pub fn inputs(file: &SnapshotFile, name: &str, plan: Plan) -> Vec<(u64, Input)> {
+    let events = timeline(file);
+    let first = events.first().map_or(BASE_NS, |e| e.time_ns);
+    let dumped = events
+        .last()
+        .map_or(BASE_NS, |e| e.time_ns.saturating_add(1000));
+    let mut out = vec![(first.saturating_sub(1000), attach(file, name))];
+    let mut batch: Vec<Event> = Vec::new();
+    let mut snapshot_id = 1u32;
+    if !events.is_empty() {
+        let start = starting_state(file);
+        for (dev, segs) in &start {
+            snapshot_events(
+                &mut batch,
+                first.saturating_sub(1000),
+                *dev,
+                snapshot_id,
+                segs,
+            );
+            snapshot_id += 1;
+        }
+    }
+    let n = plan.upto.unwrap_or(usize::MAX).min(events.len());
+    for e in &events[..n] {
+        if let Some(kind) = event_kind(e) {
+            batch.push(Event {
+                time_ns: e.time_ns,
+                kind,
+            });
+        }
+        if batch.len() >= CHUNK {
+            flush(&mut out, &mut batch);
+        }
+    }
+    if plan.upto.is_none() {
+        for (dev, segs) in &final_state(file) {
+            snapshot_events(&mut batch, dumped, *dev, snapshot_id, segs);
+            snapshot_id += 1;
+        }
+    }
+    flush(&mut out, &mut batch);
+    out
+}
+
+fn flush(out: &mut Vec<(u64, Input)>, batch: &mut Vec<Event>) {
+    if batch.is_empty() {
+        return;
+    }
+    let events = std::mem::take(batch);
+    let t = events.last().map_or(0, |e| e.time_ns);
+    out.push((
+        t,
+        Input::Events {
+            key: KEY,
+            events,
+            delivered: 0,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        },
+    ));
+}
+
+fn attach(file: &SnapshotFile, name: &str) -> Input {
+    Input::Attach {
+        key: KEY,
+        identity: Identity {
+            name: "snapshot".into(),
+            cmdline: crate::ring::layout::printable(name),
+            label: crate::ring::layout::printable(name),
+            alive: true,
+            ..Identity::default()
+        },
+        source: Source {
+            mode: Mode::Exact,
+            segment: None,
+            producer: Some("PyTorch memory snapshot".into()),
+            framework: Some(file.format.clone()),
+            delivered: 0,
+            lost: 0,
+            commands: false,
+        },
+        watch: Watch::default(),
+    }
+}
+
+/// The allocator event a trace entry is (a `snapshot` entry is none).
+fn event_kind(t: &Timed) -> Option<EventKind> {
+    let e = t.entry;
+    let place = crate::event::Place {
+        device: t.device,
+        stream: e.stream,
+        ..Default::default()
+    };
+    let (addr, size) = (e.addr, e.size);
+    Some(match e.action {
+        Action::Alloc => EventKind::Alloc { place, addr, size },
+        Action::FreeRequested => EventKind::FreeRequested { place, addr, size },
+        Action::FreeCompleted => EventKind::FreeCompleted { place, addr, size },
+        Action::SegmentAlloc => EventKind::SegmentAlloc { place, addr, size },
+        Action::SegmentFree => EventKind::SegmentFree { place, addr, size },
+        Action::SegmentMap => EventKind::SegmentMap { place, addr, size },
+        Action::SegmentUnmap => EventKind::SegmentUnmap { place, addr, size },
+        Action::Oom => EventKind::Oom {
+            place,
+            device_free: addr,
+            request: size,
+        },
+        Action::Snapshot => return None,
+    })
+}
+
+/// A segment of a reconstructed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSegment {
+    pub size: u64,
+    pub stream: u64,
+    pub pool: PoolId,
+    pub large: bool,
+    pub expandable: bool,
+}
+
+/// A block that is not free: (size, requested, state).
+pub type Live = (u64, u64, BlockState);
+
+/// One device's segments (by address) and its blocks that are not free.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceStateOf {
+    pub segments: BTreeMap<u64, StateSegment>,
+    pub live: BTreeMap<u64, Live>,
+}
+
+/// The dumped state, per device.
+pub fn final_state(file: &SnapshotFile) -> BTreeMap<u16, DeviceStateOf> {
+    let mut out: BTreeMap<u16, DeviceStateOf> = BTreeMap::new();
+    for s in &file.segments {
+        let d = out.entry(s.device).or_default();
+        d.segments.insert(
+            s.address,
+            StateSegment {
+                size: s.total_size,
+                stream: s.stream,
+                pool: s.pool,
+                large: s.large,
+                expandable: s.expandable,
+            },
+        );
+        for b in &s.blocks {
+            if b.state != BlockState::Inactive {
+                d.live
+                    .insert(b.address, (b.size, b.requested_size, b.state));
+            }
+        }
+    }
+    out
+}
+
+/// The state before the first trace entry, per device: the dumped state
+/// with the trace undone, newest first.
+pub fn starting_state(file: &SnapshotFile) -> BTreeMap<u16, DeviceStateOf> {
+    let mut state = final_state(file);
+    for (dev, trace) in file.traces.iter().enumerate() {
+        let d = state.entry(dev as u16).or_default();
+        for e in trace.iter().rev() {
+            undo(d, e);
+        }
+    }
+    // A block undone into a place no segment covers cannot be shown.
+    for d in state.values_mut() {
+        let segs = &d.segments;
+        d.live.retain(|&a, &mut (size, _, _)| {
+            segs.range(..=a)
+                .next_back()
+                .is_some_and(|(s, seg)| a.saturating_add(size) <= s.saturating_add(seg.size))
+        });
+    }
+    state.retain(|_, d| !d.segments.is_empty());
+    state
+}
+
+fn undo(d: &mut DeviceStateOf, e: &TraceEntry) {
+    let (addr, size) = (e.addr, e.size);
+    match e.action {
+        Action::Alloc => {
+            d.live.remove(&addr);
+        }
+        Action::FreeRequested | Action::FreeCompleted => {
+            let state = if e.action == Action::FreeRequested {
+                BlockState::Allocated
+            } else {
+                BlockState::PendingFree
+            };
+            let known = d.live.get(&addr).map(|l| l.0);
+            let block = known.unwrap_or_else(|| fit(d, addr, rules::round_size(size)));
+            if block > 0 {
+                d.live.insert(addr, (block, size, state));
+            }
+        }
+        Action::SegmentAlloc => {
+            d.segments.remove(&addr);
+        }
+        Action::SegmentFree => {
+            d.segments.insert(
+                addr,
+                StateSegment {
+                    size,
+                    stream: e.stream,
+                    pool: PoolId::default(),
+                    large: rules::segment_pool_guess(size) == SegmentPool::Large,
+                    expandable: false,
+                },
+            );
+        }
+        Action::SegmentMap => cut(d, addr, size),
+        Action::SegmentUnmap => join(d, addr, size, e.stream),
+        Action::Snapshot | Action::Oom => {}
+    }
+}
+
+/// `want` bytes at `addr`, cut at the next live block and the segment's end.
+fn fit(d: &DeviceStateOf, addr: u64, want: u64) -> u64 {
+    let mut end = addr.saturating_add(want);
+    if let Some((&next, _)) = d.live.range(addr.saturating_add(1)..).next() {
+        end = end.min(next);
+    }
+    if let Some((&s, seg)) = d.segments.range(..=addr).next_back() {
+        end = end.min(s.saturating_add(seg.size));
+    }
+    end.saturating_sub(addr)
+}
+
+/// Takes `[addr, addr + size)` out of the mapped ranges (undoing a map).
+fn cut(d: &mut DeviceStateOf, addr: u64, size: u64) {
+    let end = addr.saturating_add(size);
+    let hit: Vec<u64> = d
+        .segments
+        .range(..end)
+        .filter(|(&s, seg)| s.saturating_add(seg.size) > addr)
+        .map(|(&s, _)| s)
+        .collect();
+    for s in hit {
+        let Some(seg) = d.segments.remove(&s) else {
+            continue;
+        };
+        let s_end = s.saturating_add(seg.size);
+        if s < addr {
+            d.segments.insert(
+                s,
+                StateSegment {
+                    size: addr - s,
+                    ..seg.clone()
+                },
+            );
+        }
+        if s_end > end {
+            d.segments.insert(
+                end,
+                StateSegment {
+                    size: s_end - end,
+                    ..seg
+                },
+            );
+        }
+    }
+}
+
+/// Gives `[addr, addr + size)` back as mapped (undoing an unmap), joined to
+/// the expandable ranges it touches.
+fn join(d: &mut DeviceStateOf, addr: u64, size: u64, stream: u64) {
+    let mut start = addr;
+    let mut end = addr.saturating_add(size);
+    let mut like = StateSegment {
+        size: 0,
+        stream,
+        pool: PoolId::default(),
+        large: true,
+        expandable: true,
+    };
+    if let Some((&s, seg)) = d.segments.range(..=start).next_back() {
+        if seg.expandable && s.saturating_add(seg.size) == start {
+            like = seg.clone();
+            start = s;
+        }
+    }
+    if let Some(seg) = d.segments.get(&end) {
+        if seg.expandable {
+            like = seg.clone();
+            end = end.saturating_add(seg.size);
+        }
+    }
+    d.segments
+        .retain(|&s, seg| !(s >= start && s < end && seg.expandable));
+    like.size = end - start;
+    d.segments.insert(start, like);
+}
+
+/// A state snapshot of one device as events.
+fn snapshot_events(out: &mut Vec<Event>, t: u64, device: u16, id: u32, d: &DeviceStateOf) {
+    let ev = |kind| Event { time_ns: t, kind };
+    let blocks = d
+        .segments
+        .iter()
+        .map(|(&s, seg)| d.live.range(s..s.saturating_add(seg.size)).count() as u64)
+        .sum();
+    out.push(ev(EventKind::SnapshotBegin {
+        device,
+        id,
+        segments: d.segments.len() as u64,
+        blocks,
+        at: None,
+    }));
+    for (&s, seg) in &d.segments {
+        out.push(ev(EventKind::SnapshotSegment {
+            id,
+            place: crate::event::Place {
+                device,
+                stream: seg.stream,
+                pool: seg.pool,
+                ..Default::default()
+            },
+            addr: s,
+            size: seg.size,
+            pool_kind: if seg.large {
+                SegmentPool::Large
+            } else {
+                SegmentPool::Small
+            },
+            expandable: seg.expandable,
+        }));
+        for (&a, &(size, requested, state)) in d.live.range(s..s.saturating_add(seg.size)) {
+            out.push(ev(EventKind::SnapshotBlock {
+                id,
+                device,
+                addr: a,
+                size,
+                requested,
+                state,
+                ctx: Default::default(),
+            }));
+        }
+    }
+    out.push(ev(EventKind::SnapshotEnd { device, id }));
+}

@@ -1,0 +1,713 @@
+//! PyTorch memory snapshot files (`torch.cuda.memory._dump_snapshot`, and
+//! the OOM-observer dumps training frameworks write): read into plain data
+//! ([`SnapshotFile`]), turned into the model's inputs ([`inputs`]), and
+//! written from a recording ([`write`]).
+//!
+//! # What a file holds (torch 2.1 – 2.15)
+//!
+//! A pickled dict, written by Python's `pickle.dump` of what
+//! `torch.cuda.memory._snapshot()` returns (itself unpickled from the C++
+//! `_memory_snapshot_pickled`, `torch/csrc/cuda/memory_snapshot.cpp`):
+//!
+//! - `segments`: one dict per segment (a `cudaMalloc`, or a mapped range of
+//!   an expandable segment): `device`, `address`, `total_size`,
+//!   `allocated_size`, `active_size`, `requested_size`, `stream`,
+//!   `segment_type` (`"small"`/`"large"`), `segment_pool_id` (a pair: a
+//!   CUDA graph's or `MemPool`'s private pool, `(0, 0)` otherwise),
+//!   `is_expandable`, `frames` (the stack that allocated it), `blocks`:
+//!   dicts of `address`, `size`, `requested_size`, `state`
+//!   (`active_allocated`, `active_pending_free`, `inactive`), `frames`.
+//! - `device_traces`: per device, the recorded events, oldest first:
+//!   `action` (`alloc`, `free_requested`, `free_completed`,
+//!   `segment_alloc`, `segment_free`, `segment_map`, `segment_unmap`,
+//!   `snapshot`, `oom`), `addr` (`device_free` for an OOM), `size`,
+//!   `stream`, `frames`, and from later releases `time_us`,
+//!   `compile_context`, `user_metadata`.
+//! - from later releases: `allocator_settings` (the allocator's
+//!   configuration) and `external_annotations`.
+//!
+//! Every key besides `segments` is optional (older releases lack them; a
+//! reader ignores keys it does not know). A file holding a bare list of
+//! segments (`pickle.dump(torch.cuda.memory_snapshot())`) is read as the
+//! `segments` of a file without a trace.
+//!
+//! Frames are interned: a frame dict or a stack list that the pickle's memo
+//! shares (the C++ side builds each unique frame and each unique traceback
+//! once) is one entry of [`SnapshotFile::frames`] / [`SnapshotFile::stacks`],
+//! named by index everywhere else.
+
+pub mod inputs;
+pub mod write;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::event::{BlockState, PoolId};
+use crate::pickle::{self, Doc, Id, Value};
+
+/// The most segments, blocks and trace entries a file may hold (far above
+/// what an allocator has; a file that claims more is refused, so that memo
+/// references cannot make a small file expand into a large state).
+pub const MAX_SEGMENTS: usize = 1 << 16;
+pub const MAX_BLOCKS: usize = 1 << 20;
+pub const MAX_TRACE: usize = 1 << 24;
+
+/// One source line of a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Frame {
+    pub filename: String,
+    pub line: i64,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Block {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// Index into [`SnapshotFile::stacks`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Segment {
+    pub device: u16,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: u64,
+    pub stream: u64,
+    /// `segment_type == "large"`.
+    pub large: bool,
+    pub pool: PoolId,
+    pub expandable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u32>,
+    pub blocks: Vec<Block>,
+}
+
+/// A trace entry's `action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+}
+
+impl Action {
+    pub const ALL: [Action; 9] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Snapshot,
+        Action::Oom,
+    ];
+
+    /// The name PyTorch writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+/// One recorded allocator event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceEntry {
+    pub action: Action,
+    /// The block or segment address (for an OOM: the device's free bytes,
+    /// PyTorch's `device_free`).
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    /// Microseconds since the epoch (torch ≥ 2.2; absent before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u32>,
+}
+
+/// What a file held, with the keys that tell its release apart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SnapshotFile {
+    pub segments: Vec<Segment>,
+    /// Per device (the list's index), oldest first.
+    pub traces: Vec<Vec<TraceEntry>>,
+    pub frames: Vec<Frame>,
+    /// Each a list of indices into `frames`, innermost first.
+    pub stacks: Vec<Vec<u32>>,
+    /// `allocator_settings`, as `key = value` text, in the file's order.
+    pub allocator_settings: Vec<(String, String)>,
+    /// Entries of `external_annotations`.
+    pub annotations: usize,
+    /// Trace entries whose `action` this build does not know (skipped).
+    pub unknown_actions: u64,
+    /// What the file's shape says of the release that wrote it.
+    pub format: String,
+}
+
+/// A file that could not be read: its path, where, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Pickle {
+        path: PathBuf,
+        source: pickle::PickleError,
+    },
+    /// A well-formed pickle that is not a snapshot (or a damaged one):
+    /// `offset` is where the value at fault starts, `at` names it, e.g.
+    /// `segments[3]['blocks'][0]`.
+    #[error("{path}: at offset {offset} ({at}): {why}")]
+    Shape {
+        path: PathBuf,
+        offset: u64,
+        at: String,
+        why: String,
+    },
+}
+
+/// Reads the snapshot file at `path`.
+pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
+    let io = |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let doc = pickle::parse(file, len).map_err(|source| SnapError::Pickle {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if let Ok(snap) = from_doc(&doc) {
+        return Ok(snap);
+    }
+    drop(doc);
+    // The shape is wrong: read again, keeping offsets, to say where.
+    let file = std::fs::File::open(path).map_err(io)?;
+    let doc = pickle::parse_with_offsets(file, len).map_err(|source| SnapError::Pickle {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (at, why, node) = match from_doc(&doc) {
+        Ok(snap) => return Ok(snap),
+        Err(e) => e,
+    };
+    Err(SnapError::Shape {
+        path: path.to_path_buf(),
+        offset: doc.offset(node).unwrap_or(0),
+        at,
+        why,
+    })
+}
+
+/// Reads a snapshot held in memory (tests, the fuzz target); errors carry
+/// no path.
+pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let doc = pickle::parse_slice(bytes).map_err(|e| e.to_string())?;
+    from_doc(&doc).map_err(|(at, why, _)| format!("at {at}: {why}"))
+}
+
+/// Where in the file's structure, what is wrong there, and the value.
+type ShapeError = (String, String, Id);
+
+/// A hasher for value ids (small integers from this process, not from the
+/// file's bytes): a multiply, much cheaper than SipHash for the millions of
+/// frame references of a large file.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdMap = HashMap<Id, u32, BuildHasherDefault<IdHasher>>;
+
+/// Interns frames and stacks by the pickle value that holds them.
+struct Reader<'a> {
+    doc: &'a Doc,
+    out: SnapshotFile,
+    frames: IdMap,
+    stacks: IdMap,
+    blocks: usize,
+}
+
+/// The snapshot a parsed pickle holds.
+pub fn from_doc(doc: &Doc) -> Result<SnapshotFile, ShapeError> {
+    let mut r = Reader {
+        doc,
+        out: SnapshotFile::default(),
+        frames: IdMap::default(),
+        stacks: IdMap::default(),
+        blocks: 0,
+    };
+    r.root()?;
+    Ok(r.out)
+}
+
+fn shape(node: Id, at: impl Into<String>, why: impl Into<String>) -> ShapeError {
+    (at.into(), why.into(), node)
+}
+
+impl<'a> Reader<'a> {
+    fn root(&mut self) -> Result<(), ShapeError> {
+        let d = self.doc;
+        let root = d.root();
+        let segments = match d.value(root) {
+            Value::List(_) => {
+                self.out.format = "a list of segments (torch.cuda.memory_snapshot())".into();
+                root
+            }
+            Value::Dict(_) => d.get(root, "segments").ok_or_else(|| {
+                let keys: Vec<_> = d
+                    .as_dict(root)
+                    .unwrap_or_default()
+                    .iter()
+                    .take(8)
+                    .map(|(k, _)| d.as_str(*k).map_or("?".into(), printable))
+                    .collect();
+                shape(
+                    root,
+                    "the top",
+                    format!(
+                        "not a PyTorch memory snapshot: a dict without 'segments' (its keys: {})",
+                        keys.join(", ")
+                    ),
+                )
+            })?,
+            _ => {
+                return Err(shape(
+                    root,
+                    "the top",
+                    format!(
+                        "not a PyTorch memory snapshot: the pickle holds a {}, not a dict",
+                        d.type_name(root)
+                    ),
+                ))
+            }
+        };
+        let list = self.seq(segments, "segments")?;
+        if list.len() > MAX_SEGMENTS {
+            return Err(shape(
+                segments,
+                "segments",
+                format!("{} segments, more than {MAX_SEGMENTS}", list.len()),
+            ));
+        }
+        for (i, &s) in list.iter().enumerate() {
+            let seg = self.segment(s, &format!("segments[{i}]"))?;
+            self.out.segments.push(seg);
+        }
+        if matches!(d.value(root), Value::Dict(_)) {
+            self.rest(root)?;
+        }
+        Ok(())
+    }
+
+    /// Everything besides the segments.
+    fn rest(&mut self, root: Id) -> Result<(), ShapeError> {
+        let d = self.doc;
+        let mut traced = 0usize;
+        if let Some(traces) = d.get(root, "device_traces") {
+            let devices = self.seq(traces, "device_traces")?;
+            if devices.len() > 1024 {
+                return Err(shape(
+                    traces,
+                    "device_traces",
+                    format!("{} devices, more than 1024", devices.len()),
+                ));
+            }
+            for (dev, &t) in devices.iter().enumerate() {
+                let at = format!("device_traces[{dev}]");
+                let entries = self.seq(t, &at)?;
+                traced = traced.saturating_add(entries.len());
+                if traced > MAX_TRACE {
+                    return Err(shape(t, at, format!("more than {MAX_TRACE} trace entries")));
+                }
+                let mut out = Vec::with_capacity(entries.len());
+                for (i, &e) in entries.iter().enumerate() {
+                    if let Some(e) = self.trace_entry(e, &format!("{at}[{i}]"))? {
+                        out.push(e);
+                    }
+                }
+                self.out.traces.push(out);
+            }
+        }
+        if let Some(s) = d.get(root, "allocator_settings") {
+            for (k, v) in self.dict(s, "allocator_settings")? {
+                let key = d.as_str(*k).map_or_else(|| "?".into(), printable);
+                self.out.allocator_settings.push((key, self.text(*v, 0)));
+            }
+        }
+        if let Some(a) = d.get(root, "external_annotations") {
+            self.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
+        }
+        let has = |k| d.get(root, k).is_some();
+        let timed = self
+            .out
+            .traces
+            .iter()
+            .flatten()
+            .any(|e| e.time_us.is_some());
+        self.out.format = match () {
+            _ if has("external_annotations") => "torch ≥ 2.6 (external_annotations)",
+            _ if has("allocator_settings") => "torch ≥ 2.4 (allocator_settings)",
+            _ if timed => "torch ≥ 2.2 (trace times)",
+            _ if has("device_traces") => "torch ≥ 2.1",
+            _ => "segments only",
+        }
+        .into();
+        Ok(())
+    }
+
+    fn seq(&self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
+        self.doc.as_seq(id).ok_or_else(|| {
+            shape(
+                id,
+                at,
+                format!("a {} where a list was expected", self.doc.type_name(id)),
+            )
+        })
+    }
+
+    fn dict(&self, id: Id, at: &str) -> Result<&'a [(Id, Id)], ShapeError> {
+        self.doc.as_dict(id).ok_or_else(|| {
+            shape(
+                id,
+                at,
+                format!("a {} where a dict was expected", self.doc.type_name(id)),
+            )
+        })
+    }
+
+    /// Integer `key` of dict `id`; `None` when absent.
+    fn int_opt(&self, id: Id, key: &str, at: &str) -> Result<Option<i64>, ShapeError> {
+        match self.doc.get(id, key) {
+            None => Ok(None),
+            Some(v) => match self.doc.value(v) {
+                Value::None => Ok(None),
+                _ => self.doc.as_int(v).map(Some).ok_or_else(|| {
+                    shape(
+                        v,
+                        at,
+                        format!("'{key}' is a {}, not an int", self.doc.type_name(v)),
+                    )
+                }),
+            },
+        }
+    }
+
+    fn int(&self, id: Id, key: &str, at: &str) -> Result<i64, ShapeError> {
+        self.int_opt(id, key, at)?
+            .ok_or_else(|| shape(id, at, format!("no '{key}'")))
+    }
+
+    /// A size or address: an int that is not negative.
+    fn uint(&self, id: Id, key: &str, at: &str) -> Result<u64, ShapeError> {
+        let v = self.int(id, key, at)?;
+        u64::try_from(v).map_err(|_| shape(id, at, format!("'{key}' is negative ({v})")))
+    }
+
+    fn str_of(&self, id: Id, key: &str) -> Option<&'a str> {
+        self.doc.get(id, key).and_then(|v| self.doc.as_str(v))
+    }
+
+    /// A value as one line of text (settings), nested at most a few deep.
+    fn text(&self, id: Id, depth: usize) -> String {
+        let d = self.doc;
+        match d.value(id) {
+            Value::None => "None".into(),
+            Value::Bool(b) => if b { "True" } else { "False" }.into(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => f.to_string(),
+            Value::Str(s) => printable(s),
+            Value::Bytes(b) => format!("<{} bytes>", b.len()),
+            _ if depth >= 2 => "…".into(),
+            Value::List(v) | Value::Tuple(v) => {
+                let parts: Vec<_> = v
+                    .iter()
+                    .take(16)
+                    .map(|x| self.text(*x, depth + 1))
+                    .collect();
+                format!("[{}]", parts.join(", "))
+            }
+            Value::Dict(v) => {
+                let parts: Vec<_> = v
+                    .iter()
+                    .take(16)
+                    .map(|(k, x)| {
+                        format!("{}: {}", self.text(*k, depth + 1), self.text(*x, depth + 1))
+                    })
+                    .collect();
+                format!("{{{}}}", parts.join(", "))
+            }
+        }
+    }
+
+    /// The stack of a value's `frames` (or, in 2.0's blocks, its last
+    /// `history` entry's), interned; `None` when it has none.
+    fn stack(&mut self, id: Id, at: &str) -> Result<Option<u32>, ShapeError> {
+        let d = self.doc;
+        let frames = match d.get(id, "frames") {
+            Some(f) => f,
+            None => match d
+                .get(id, "history")
+                .and_then(|h| d.as_seq(h)?.last().copied())
+            {
+                Some(last) => match d.get(last, "frames") {
+                    Some(f) => f,
+                    None => return Ok(None),
+                },
+                None => return Ok(None),
+            },
+        };
+        if let Some(&s) = self.stacks.get(&frames) {
+            return Ok(Some(s));
+        }
+        let list = self.seq(frames, &format!("{at}['frames']"))?;
+        if list.is_empty() {
+            return Ok(None);
+        }
+        let mut stack = Vec::with_capacity(list.len());
+        for (i, &f) in list.iter().enumerate() {
+            stack.push(self.frame(f, at, i)?);
+        }
+        let n = self.out.stacks.len() as u32;
+        self.out.stacks.push(stack);
+        self.stacks.insert(frames, n);
+        Ok(Some(n))
+    }
+
+    /// Frame `i` of the stack of `at`, interned.
+    fn frame(&mut self, id: Id, at: &str, i: usize) -> Result<u32, ShapeError> {
+        if let Some(&f) = self.frames.get(&id) {
+            return Ok(f);
+        }
+        // Named only for a frame not seen before (a handful per file).
+        let at = &format!("{at}['frames'][{i}]");
+        self.dict(id, at)?;
+        let frame = Frame {
+            filename: self
+                .str_of(id, "filename")
+                .map_or_else(String::new, printable),
+            line: self.int_opt(id, "line", at)?.unwrap_or(0),
+            name: self.str_of(id, "name").map_or_else(String::new, printable),
+        };
+        let n = self.out.frames.len() as u32;
+        self.out.frames.push(frame);
+        self.frames.insert(id, n);
+        Ok(n)
+    }
+
+    fn segment(&mut self, id: Id, at: &str) -> Result<Segment, ShapeError> {
+        let d = self.doc;
+        self.dict(id, at)?;
+        let address = self.uint(id, "address", at)?;
+        let total_size = self.uint(id, "total_size", at)?;
+        let device = self.int_opt(id, "device", at)?.unwrap_or(0);
+        let device = u16::try_from(device)
+            .ok()
+            .filter(|&x| x < 1024)
+            .ok_or_else(|| shape(id, at, format!("'device' {device} is not a device index")))?;
+        let pool = match d.get(id, "segment_pool_id") {
+            None => PoolId(0, 0),
+            Some(p) => {
+                let v = self.seq(p, &format!("{at}['segment_pool_id']"))?;
+                let get = |i: usize| v.get(i).and_then(|x| d.as_int(*x)).unwrap_or(0) as u64;
+                PoolId(get(0), get(1))
+            }
+        };
+        let large = match self.str_of(id, "segment_type") {
+            Some("small") => false,
+            Some(_) => true,
+            None => total_size > 2 << 20,
+        };
+        let stack = self.stack(id, at)?;
+        let mut seg = Segment {
+            device,
+            address,
+            total_size,
+            allocated_size: self.int_opt(id, "allocated_size", at)?.unwrap_or(0).max(0) as u64,
+            active_size: self.int_opt(id, "active_size", at)?.unwrap_or(0).max(0) as u64,
+            requested_size: self.int_opt(id, "requested_size", at)?.unwrap_or(0).max(0) as u64,
+            stream: self.int_opt(id, "stream", at)?.unwrap_or(0) as u64,
+            large,
+            pool,
+            expandable: d
+                .get(id, "is_expandable")
+                .and_then(|v| d.as_bool(v))
+                .unwrap_or(false),
+            stack,
+            blocks: Vec::new(),
+        };
+        let Some(blocks) = d.get(id, "blocks") else {
+            return Ok(seg);
+        };
+        let list = self.seq(blocks, &format!("{at}['blocks']"))?;
+        self.blocks = self.blocks.saturating_add(list.len());
+        if self.blocks > MAX_BLOCKS {
+            return Err(shape(blocks, at, format!("more than {MAX_BLOCKS} blocks")));
+        }
+        let mut next = address;
+        for (i, &b) in list.iter().enumerate() {
+            let at = format!("{at}['blocks'][{i}]");
+            self.dict(b, &at)?;
+            let size = self.uint(b, "size", &at)?;
+            let state = match self.str_of(b, "state") {
+                Some("active_allocated") => BlockState::Allocated,
+                Some("active_pending_free") => BlockState::PendingFree,
+                Some("inactive") => BlockState::Inactive,
+                Some(s) => {
+                    return Err(shape(
+                        b,
+                        at,
+                        format!("unknown block state '{}'", printable(s)),
+                    ))
+                }
+                None => return Err(shape(b, at, "no 'state'")),
+            };
+            // 2.0's blocks have no address: they tile the segment in order.
+            let address = match self.int_opt(b, "address", &at)? {
+                Some(a) => u64::try_from(a).map_err(|_| shape(b, &at, "'address' is negative"))?,
+                None => next,
+            };
+            next = address.saturating_add(size);
+            let requested = self
+                .int_opt(b, "requested_size", &at)?
+                .unwrap_or(size as i64);
+            seg.blocks.push(Block {
+                address,
+                size,
+                requested_size: requested.max(0) as u64,
+                state,
+                stack: self.stack(b, &at)?,
+            });
+        }
+        Ok(seg)
+    }
+
+    fn trace_entry(&mut self, id: Id, at: &str) -> Result<Option<TraceEntry>, ShapeError> {
+        self.dict(id, at)?;
+        let Some(action) = self.str_of(id, "action") else {
+            return Err(shape(id, at, "no 'action'"));
+        };
+        let Some(action) = Action::from_name(action) else {
+            self.out.unknown_actions += 1;
+            return Ok(None);
+        };
+        let addr = if action == Action::Oom {
+            self.int_opt(id, "device_free", at)?
+                .or(self.int_opt(id, "addr", at)?)
+                .unwrap_or(0)
+        } else {
+            self.int_opt(id, "addr", at)?.unwrap_or(0)
+        };
+        Ok(Some(TraceEntry {
+            action,
+            addr: addr as u64,
+            size: self.int_opt(id, "size", at)?.unwrap_or(0).max(0) as u64,
+            stream: self.int_opt(id, "stream", at)?.unwrap_or(0) as u64,
+            time_us: self.int_opt(id, "time_us", at)?,
+            stack: self.stack(id, at)?,
+        }))
+    }
+}
+
+fn printable(s: &str) -> String {
+    crate::ring::layout::printable(s)
+}
+
+/// The figures PyTorch reports for a snapshot, per device: what
+/// `open --json` prints and the fixtures' expected figures are checked
+/// against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Totals {
+    pub device: u16,
+    pub segments: u64,
+    pub blocks: u64,
+    /// Σ `total_size`.
+    pub reserved: u64,
+    /// Σ `allocated_size`.
+    pub allocated: u64,
+    /// Σ `active_size`.
+    pub active: u64,
+}
+
+impl SnapshotFile {
+    /// Per-device totals, by device.
+    pub fn totals(&self) -> Vec<Totals> {
+        let mut out: Vec<Totals> = Vec::new();
+        for s in &self.segments {
+            let i = match out.iter().position(|t| t.device == s.device) {
+                Some(i) => i,
+                None => {
+                    out.push(Totals {
+                        device: s.device,
+                        ..Totals::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            let t = &mut out[i];
+            t.segments += 1;
+            t.blocks += s.blocks.len() as u64;
+            t.reserved = t.reserved.saturating_add(s.total_size);
+            t.allocated = t.allocated.saturating_add(s.allocated_size);
+            t.active = t.active.saturating_add(s.active_size);
+        }
+        out.sort_by_key(|t| t.device);
+        out
+    }
+
+    /// The frames of stack `id`, innermost first.
+    pub fn stack_frames(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        self.stacks
+            .get(id as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| self.frames.get(*f as usize))
+    }
+}

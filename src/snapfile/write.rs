@@ -1,0 +1,396 @@
+//! Writing a [`SnapshotFile`] as the pickle PyTorch's tools read
+//! (`torch.cuda.memory._memory_viz`, the browser viewer): the dict
+//! `torch.cuda.memory._snapshot()` returns, in pickle protocol 4 as
+//! `pickle.dump` writes it, every string, frame and stack written once and
+//! referenced from the memo after.
+//!
+//! [`from_model`] builds the file from a process of the model (the state of
+//! a recording at its end, and its events as the trace).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use crate::event::{BlockState, Event, EventKind};
+use crate::model::Process;
+
+use super::{Action, Block, Segment, SnapshotFile, TraceEntry};
+
+/// Pickle opcodes this writer uses.
+mod op {
+    pub const PROTO: u8 = 0x80;
+    pub const STOP: u8 = b'.';
+    pub const MARK: u8 = b'(';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const SETITEMS: u8 = b'u';
+    pub const APPENDS: u8 = b'e';
+    pub const TUPLE2: u8 = 0x86;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const BININT2: u8 = b'M';
+    pub const LONG1: u8 = 0x8a;
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE: u8 = b'X';
+    pub const MEMOIZE: u8 = 0x94;
+    pub const BINGET: u8 = b'h';
+    pub const LONG_BINGET: u8 = b'j';
+}
+
+struct Pickler<W> {
+    out: W,
+    memo: u32,
+    strings: HashMap<String, u32>,
+    frames: HashMap<u32, u32>,
+    stacks: HashMap<u32, u32>,
+}
+
+impl<W: Write> Pickler<W> {
+    fn b(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    fn memoize(&mut self) -> io::Result<u32> {
+        self.b(&[op::MEMOIZE])?;
+        self.memo += 1;
+        Ok(self.memo - 1)
+    }
+
+    fn get(&mut self, i: u32) -> io::Result<()> {
+        match u8::try_from(i) {
+            Ok(i) => self.b(&[op::BINGET, i]),
+            Err(_) => {
+                self.b(&[op::LONG_BINGET])?;
+                self.b(&i.to_le_bytes())
+            }
+        }
+    }
+
+    fn str(&mut self, s: &str) -> io::Result<()> {
+        if let Some(&i) = self.strings.get(s) {
+            return self.get(i);
+        }
+        match u8::try_from(s.len()) {
+            Ok(n) => self.b(&[op::SHORT_BINUNICODE, n])?,
+            Err(_) => {
+                let n = u32::try_from(s.len()).map_err(io::Error::other)?;
+                self.b(&[op::BINUNICODE])?;
+                self.b(&n.to_le_bytes())?;
+            }
+        }
+        self.b(s.as_bytes())?;
+        let i = self.memoize()?;
+        self.strings.insert(s.to_string(), i);
+        Ok(())
+    }
+
+    fn int(&mut self, v: i64) -> io::Result<()> {
+        if (0..=0xff).contains(&v) {
+            self.b(&[op::BININT1, v as u8])
+        } else if (0..=0xffff).contains(&v) {
+            self.b(&[op::BININT2])?;
+            self.b(&(v as u16).to_le_bytes())
+        } else if let Ok(v) = i32::try_from(v) {
+            self.b(&[op::BININT])?;
+            self.b(&v.to_le_bytes())
+        } else {
+            // The shortest two's complement, as Python's encode_long.
+            let bytes = v.to_le_bytes();
+            let mut n = 8;
+            while n > 1 {
+                let top = bytes[n - 1];
+                let next_sign = bytes[n - 2] & 0x80;
+                if (top == 0 && next_sign == 0) || (top == 0xff && next_sign != 0) {
+                    n -= 1;
+                } else {
+                    break;
+                }
+            }
+            self.b(&[op::LONG1, n as u8])?;
+            self.b(&bytes[..n])
+        }
+    }
+
+    fn uint(&mut self, v: u64) -> io::Result<()> {
+        self.int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+
+    fn bool(&mut self, v: bool) -> io::Result<()> {
+        self.b(&[if v { op::NEWTRUE } else { op::NEWFALSE }])
+    }
+
+    /// A dict: `EMPTY_DICT MEMOIZE MARK`, the caller's pairs, `SETITEMS`.
+    fn dict(&mut self, f: impl FnOnce(&mut Self) -> io::Result<()>) -> io::Result<()> {
+        self.b(&[op::EMPTY_DICT])?;
+        self.memoize()?;
+        self.b(&[op::MARK])?;
+        f(self)?;
+        self.b(&[op::SETITEMS])
+    }
+
+    /// A list of `items`, appended 1,000 at a time as Python does.
+    fn list<T>(
+        &mut self,
+        items: &[T],
+        mut f: impl FnMut(&mut Self, &T) -> io::Result<()>,
+    ) -> io::Result<u32> {
+        self.b(&[op::EMPTY_LIST])?;
+        let me = self.memoize()?;
+        for chunk in items.chunks(1000) {
+            self.b(&[op::MARK])?;
+            for x in chunk {
+                f(self, x)?;
+            }
+            self.b(&[op::APPENDS])?;
+        }
+        Ok(me)
+    }
+
+    fn frames(&mut self, file: &SnapshotFile, stack: Option<u32>) -> io::Result<()> {
+        self.str("frames")?;
+        let Some(s) = stack else {
+            return self.empty_frames();
+        };
+        if let Some(&i) = self.stacks.get(&s) {
+            return self.get(i);
+        }
+        let frames = file.stacks.get(s as usize).cloned().unwrap_or_default();
+        let me = self.list(&frames, |p, &f| {
+            if let Some(&i) = p.frames.get(&f) {
+                return p.get(i);
+            }
+            let Some(fr) = file.frames.get(f as usize) else {
+                return p.dict(|_| Ok(()));
+            };
+            p.b(&[op::EMPTY_DICT])?;
+            let me = p.memoize()?;
+            p.b(&[op::MARK])?;
+            p.str("name")?;
+            p.str(&fr.name)?;
+            p.str("filename")?;
+            p.str(&fr.filename)?;
+            p.str("line")?;
+            p.int(fr.line)?;
+            p.b(&[op::SETITEMS])?;
+            p.frames.insert(f, me);
+            Ok(())
+        })?;
+        self.stacks.insert(s, me);
+        Ok(())
+    }
+
+    fn empty_frames(&mut self) -> io::Result<()> {
+        // PyTorch shares one empty list among everything without frames.
+        if let Some(&i) = self.stacks.get(&u32::MAX) {
+            return self.get(i);
+        }
+        let me = self.list::<u32>(&[], |_, _| Ok(()))?;
+        self.stacks.insert(u32::MAX, me);
+        Ok(())
+    }
+
+    fn block(&mut self, file: &SnapshotFile, b: &Block) -> io::Result<()> {
+        self.dict(|p| {
+            p.str("address")?;
+            p.uint(b.address)?;
+            p.str("size")?;
+            p.uint(b.size)?;
+            p.str("requested_size")?;
+            p.uint(b.requested_size)?;
+            p.str("state")?;
+            p.str(match b.state {
+                BlockState::Allocated => "active_allocated",
+                BlockState::PendingFree => "active_pending_free",
+                BlockState::Inactive => "inactive",
+            })?;
+            p.frames(file, b.stack)
+        })
+    }
+
+    fn segment(&mut self, file: &SnapshotFile, s: &Segment) -> io::Result<()> {
+        self.dict(|p| {
+            p.str("device")?;
+            p.int(s.device as i64)?;
+            p.str("address")?;
+            p.uint(s.address)?;
+            p.str("total_size")?;
+            p.uint(s.total_size)?;
+            p.str("allocated_size")?;
+            p.uint(s.allocated_size)?;
+            p.str("active_size")?;
+            p.uint(s.active_size)?;
+            p.str("requested_size")?;
+            p.uint(s.requested_size)?;
+            p.str("stream")?;
+            p.int(s.stream as i64)?;
+            p.str("segment_type")?;
+            p.str(if s.large { "large" } else { "small" })?;
+            p.str("segment_pool_id")?;
+            p.uint(s.pool.0)?;
+            p.uint(s.pool.1)?;
+            p.b(&[op::TUPLE2])?;
+            p.memoize()?;
+            p.str("is_expandable")?;
+            p.bool(s.expandable)?;
+            p.frames(file, s.stack)?;
+            p.str("blocks")?;
+            p.list(&s.blocks, |p, b| p.block(file, b))?;
+            Ok(())
+        })
+    }
+
+    fn entry(&mut self, file: &SnapshotFile, e: &TraceEntry) -> io::Result<()> {
+        self.dict(|p| {
+            p.str("action")?;
+            p.str(e.action.name())?;
+            p.str(if e.action == Action::Oom {
+                "device_free"
+            } else {
+                "addr"
+            })?;
+            // As read: the bits of PyTorch's int64.
+            p.int(e.addr as i64)?;
+            p.str("size")?;
+            p.uint(e.size)?;
+            p.str("stream")?;
+            p.int(e.stream as i64)?;
+            if let Some(t) = e.time_us {
+                p.str("time_us")?;
+                p.int(t)?;
+            }
+            p.frames(file, e.stack)
+        })
+    }
+}
+
+/// Writes `file` as a snapshot pickle.
+pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
+    let mut p = Pickler {
+        out: io::BufWriter::new(out),
+        memo: 0,
+        strings: HashMap::new(),
+        frames: HashMap::new(),
+        stacks: HashMap::new(),
+    };
+    p.b(&[op::PROTO, 4])?;
+    p.dict(|p| {
+        p.str("segments")?;
+        p.list(&file.segments, |p, s| p.segment(file, s))?;
+        p.str("device_traces")?;
+        p.list(&file.traces, |p, t| {
+            p.list(t, |p, e| p.entry(file, e)).map(|_| ())
+        })?;
+        p.str("allocator_settings")?;
+        p.dict(|p| {
+            for (k, v) in &file.allocator_settings {
+                p.str(k)?;
+                p.str(v)?;
+            }
+            Ok(())
+        })
+    })?;
+    p.b(&[op::STOP])?;
+    p.out.flush()
+}
+
+/// A snapshot of one process of the model: its state now, and `events`
+/// (its allocator events, oldest first) as the trace. Event times are the
+/// recorder's monotonic nanoseconds: `epoch_us` is added to them (in µs)
+/// to give the wall-clock times PyTorch writes.
+pub fn from_model(process: &Process, events: &[Event], epoch_us: i64) -> SnapshotFile {
+    let mut file = SnapshotFile {
+        format: "written by vramscope export".into(),
+        ..SnapshotFile::default()
+    };
+    for d in process.devices() {
+        for s in d.segments() {
+            let mut seg = Segment {
+                device: d.device(),
+                address: s.addr,
+                total_size: s.size,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: s.stream,
+                large: s.pool_kind == crate::event::SegmentPool::Large,
+                pool: s.pool,
+                expandable: s.expandable,
+                stack: None,
+                blocks: Vec::new(),
+            };
+            for (addr, b) in d.blocks_of(s) {
+                match b.state {
+                    BlockState::Allocated => {
+                        seg.allocated_size += b.size;
+                        seg.active_size += b.size;
+                        seg.requested_size += b.requested;
+                    }
+                    BlockState::PendingFree => seg.active_size += b.size,
+                    BlockState::Inactive => {}
+                }
+                seg.blocks.push(Block {
+                    address: addr,
+                    size: b.size,
+                    requested_size: b.requested,
+                    state: b.state,
+                    stack: None,
+                });
+            }
+            file.segments.push(seg);
+        }
+    }
+    for e in events {
+        let (device, entry) = match trace_entry(e, epoch_us) {
+            Some(x) => x,
+            None => continue,
+        };
+        let d = device as usize;
+        if d >= 64 {
+            continue;
+        }
+        if file.traces.len() <= d {
+            file.traces.resize_with(d + 1, Vec::new);
+        }
+        file.traces[d].push(entry);
+    }
+    if file.traces.is_empty() {
+        file.traces.push(Vec::new());
+    }
+    file
+}
+
+/// The trace entry of an allocator event, with its device.
+fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry)> {
+    let time_us = Some(epoch_us.saturating_add((e.time_ns / 1000) as i64));
+    let (action, place, addr, size) = match e.kind {
+        EventKind::Alloc { place, addr, size } => (Action::Alloc, place, addr, size),
+        EventKind::FreeRequested { place, addr, size } => {
+            (Action::FreeRequested, place, addr, size)
+        }
+        EventKind::FreeCompleted { place, addr, size } => {
+            (Action::FreeCompleted, place, addr, size)
+        }
+        EventKind::SegmentAlloc { place, addr, size } => (Action::SegmentAlloc, place, addr, size),
+        EventKind::SegmentFree { place, addr, size } => (Action::SegmentFree, place, addr, size),
+        EventKind::SegmentMap { place, addr, size } => (Action::SegmentMap, place, addr, size),
+        EventKind::SegmentUnmap { place, addr, size } => (Action::SegmentUnmap, place, addr, size),
+        EventKind::Oom {
+            place,
+            device_free,
+            request,
+        } => (Action::Oom, place, device_free, request),
+        _ => return None,
+    };
+    Some((
+        place.device,
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: place.stream,
+            time_us,
+            stack: None,
+        },
+    ))
+}
