@@ -7,8 +7,10 @@ use anyhow::Result;
 
 use vramscope::collect::{Collector, Snapshot};
 use vramscope::model::ViewOptions;
+use vramscope::ui::diagnosis;
 use vramscope::ui::format::bytes;
 
+use super::value::Seconds;
 use super::{NvmlFlag, ShmFlag};
 
 #[derive(Debug, clap::Args)]
@@ -19,6 +21,11 @@ pub struct Args {
     /// Include each process's block map (segments and blocks) in the JSON.
     #[arg(long)]
     blocks: bool,
+    /// Watch this many seconds before printing (default: one look). A job
+    /// already running is watched from an anchor snapshot on, so its leak
+    /// verdict needs the steps seen in that time (at least 8).
+    #[arg(long = "for", allow_negative_numbers = true, value_name = "SECS")]
+    watch_for: Option<Seconds>,
     #[command(flatten)]
     shm: ShmFlag,
     #[command(flatten)]
@@ -27,7 +34,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let mut collector = Collector::new(super::collect_config(&args.shm, &args.nvml, None));
-    super::runtime()?.block_on(collector.look(Duration::from_secs(1)));
+    let rt = super::runtime()?;
+    rt.block_on(collector.look(Duration::from_secs(1)));
+    if let Some(secs) = args.watch_for {
+        rt.block_on(async {
+            let until = tokio::time::sleep(secs.duration());
+            collector.run_until(until).await
+        });
+        rt.block_on(collector.look(Duration::from_secs(1)));
+    }
     let snap = collector.hub().snapshot(&ViewOptions {
         block_map: args.blocks,
         recent_events: 16,
@@ -86,6 +101,11 @@ pub fn table(s: &Snapshot) -> String {
             bytes(f.allocated),
             bytes(f.peak_allocated),
         );
+        // The verdict in the words of the dashboard's diagnosis pane.
+        let leak = &p.view.leak;
+        let (_, verdict) = diagnosis::verdict_text(leak, &p.view.leak_criterion);
+        let _ = writeln!(o, "        {verdict}");
+        let _ = writeln!(o, "        {}", diagnosis::steps_text(leak));
     }
     for pr in &s.problems {
         let _ = writeln!(o, "! {}: {}", pr.path, pr.message);
