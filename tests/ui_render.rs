@@ -59,6 +59,30 @@ fn overview_sizes() {
     }
 }
 
+/// `app` with the process running `scenario` marked as exited.
+fn with_dead(app: &mut App, fx: &Fixture, scenario: &str) {
+    let key = fx.key_of(scenario).unwrap();
+    let mut snap = (*app.snap).clone();
+    for p in &mut snap.processes {
+        if p.key() == key {
+            p.identity.alive = false;
+        }
+    }
+    app.set_snapshot(snap);
+}
+
+#[test]
+fn a_dead_process_says_so_at_every_size() {
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        let mut app = app_with(&FX, cfg(), w, h);
+        with_dead(&mut app, &FX, "oom");
+        let f = frame(&app);
+        let line = f.lines().find(|l| l.contains("big_batch.py")).unwrap();
+        assert!(line.contains("EXIT OOM"), "{line}");
+        insta::assert_snapshot!(format!("overview_dead_{w}x{h}"), f);
+    }
+}
+
 #[test]
 fn overview_eight_processes_scrolls_at_80x24() {
     let mut app = app_with(&FX8, cfg(), 80, 16);

@@ -16,7 +16,7 @@ use ratatui::Frame;
 
 use super::format;
 use super::layout;
-use super::rows::{fit_columns, mode_name, Col, Row};
+use super::rows::{fit_columns, mode_name, Col, Columns, Row};
 use super::state::OverviewState;
 use super::theme::Theme;
 use crate::collect::{Machine, Snapshot};
@@ -127,10 +127,11 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
         frame.render_widget(Paragraph::new(line), r);
         inner.height -= 1;
     }
-    let cols = fit_columns(inner.width);
+    let layout = table_columns(inner.width, &rows);
+    let cols: Vec<Col> = layout.cols().collect();
     let header = header_row(&cols, state, t);
     if rows.is_empty() {
-        let table = Table::new(Vec::<TRow>::new(), widths(&cols)).header(header);
+        let table = Table::new(Vec::<TRow>::new(), widths(&layout)).header(header);
         frame.render_widget(table, inner);
         render_no_rows(frame, inner, snap, state, t);
         return;
@@ -151,7 +152,7 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
             row
         })
         .collect();
-    let table = Table::new(body, widths(&cols))
+    let table = Table::new(body, widths(&layout))
         .header(header)
         .column_spacing(1);
     frame.render_widget(table, inner);
@@ -300,16 +301,22 @@ fn aligned(c: Col, line: Line<'static>) -> Cell<'static> {
     })
 }
 
-fn widths(cols: &[Col]) -> Vec<Constraint> {
-    cols.iter()
-        .map(|c| {
-            if *c == Col::Name {
-                Constraint::Min(c.width())
-            } else {
-                Constraint::Length(c.width())
-            }
-        })
+fn widths(cols: &Columns) -> Vec<Constraint> {
+    cols.0
+        .iter()
+        .map(|(_, _, w)| Constraint::Length(*w))
         .collect()
+}
+
+/// The table's columns at `width` for `rows` (FLAGS as wide as its widest
+/// text).
+pub fn table_columns(width: u16, rows: &[Row]) -> Columns {
+    let flags = rows
+        .iter()
+        .map(|r| r.flags().len() as u16)
+        .max()
+        .unwrap_or(0);
+    fit_columns(width, flags)
 }
 
 fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
@@ -365,6 +372,8 @@ fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
             let f = r.flags();
             let style = if r.leak || r.ooms > 0 {
                 t.alert()
+            } else if !r.alive {
+                t.warn()
             } else {
                 t.dim()
             };

@@ -251,19 +251,21 @@ impl<'a> Row<'a> {
             || id.user.to_lowercase().contains(filter)
     }
 
+    /// `EXIT OOM LEAK SYNC`: the most urgent first, so that a process that
+    /// died is never shown as alive whatever the width.
     pub fn flags(&self) -> String {
         let mut f = Vec::new();
-        if self.leak {
-            f.push("LEAK");
+        if !self.alive {
+            f.push("EXIT");
         }
         if self.ooms > 0 {
             f.push("OOM");
         }
+        if self.leak {
+            f.push("LEAK");
+        }
         if self.needs_resync {
             f.push("SYNC");
-        }
-        if !self.alive {
-            f.push("EXIT");
         }
         f.join(" ")
     }
@@ -331,13 +333,40 @@ pub fn rows<'a>(snap: &'a Snapshot, filter: &str, sort: Col, descending: bool) -
     rows
 }
 
-/// The columns that fit in `width` (NAME gets the remainder).
-pub fn fit_columns(width: u16) -> Vec<Col> {
-    let mut cols: Vec<Col> = Col::ALL.to_vec();
-    let need = |cols: &[Col]| -> u16 {
-        cols.iter().map(|c| c.width()).sum::<u16>() + cols.len().saturating_sub(1) as u16
+/// The columns of the table as drawn: each with its x offset (from the
+/// table's left edge) and width. The same layout draws the table and maps a
+/// click on its header to a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns(pub Vec<(Col, u16, u16)>);
+
+impl Columns {
+    pub fn cols(&self) -> impl Iterator<Item = Col> + '_ {
+        self.0.iter().map(|c| c.0)
+    }
+
+    /// The column under x (relative to the table's left edge), spacing
+    /// included on its left.
+    pub fn at(&self, x: u16) -> Option<Col> {
+        self.0
+            .iter()
+            .find(|(_, at, w)| x + 1 >= *at && x < at + w)
+            .map(|c| c.0)
+    }
+}
+
+/// The columns that fit in `width`, one space apart: the least important go
+/// first when the terminal is narrow; FLAGS is as wide as the widest `flags`
+/// text of the rows (so `EXIT` is never cut); NAME takes what is left.
+pub fn fit_columns(width: u16, flags_width: u16) -> Columns {
+    let w = |c: Col| match c {
+        Col::Flags => flags_width.max(c.width()),
+        _ => c.width(),
     };
-    while need(&cols) > width && cols.len() > 2 {
+    let mut cols: Vec<Col> = Col::ALL.to_vec();
+    let need = |cols: &[Col]| -> u32 {
+        cols.iter().map(|c| u32::from(w(*c))).sum::<u32>() + cols.len().saturating_sub(1) as u32
+    };
+    while need(&cols) > u32::from(width) && cols.len() > 2 {
         let (i, _) = cols
             .iter()
             .enumerate()
@@ -346,5 +375,13 @@ pub fn fit_columns(width: u16) -> Vec<Col> {
             .expect("a droppable column");
         cols.remove(i);
     }
-    cols
+    let spare = u32::from(width).saturating_sub(need(&cols)) as u16;
+    let mut x = 0;
+    let mut out = Vec::with_capacity(cols.len());
+    for c in cols {
+        let cw = if c == Col::Name { w(c) + spare } else { w(c) };
+        out.push((c, x, cw));
+        x += cw + 1;
+    }
+    Columns(out)
 }
