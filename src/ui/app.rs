@@ -101,6 +101,8 @@ pub const IDLE_TICK_NS: u64 = 5_000_000_000;
 const IDLE_AFTER_NS: u64 = 60_000_000_000;
 /// How long `--pid` waits for its process.
 pub const PID_WAIT_NS: u64 = 10_000_000_000;
+/// How long a footer message stays before the key hints come back.
+pub const MESSAGE_NS: u64 = 4_000_000_000;
 
 /// Switches fixed for the life of the dashboard.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -172,8 +174,10 @@ pub struct App {
     pub demo: Option<DemoStatus>,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
-    /// One line for the footer (errors, hints).
+    /// One line for the footer (errors, hints), shown until
+    /// `message_until_ns` and then gone: the key hints come back.
     pub message: Option<String>,
+    pub message_until_ns: u64,
     /// Terminal size.
     pub size: Rect,
     pub clock: Clock,
@@ -197,6 +201,7 @@ impl App {
             demo: None,
             paused: false,
             message: None,
+            message_until_ns: 0,
             size: Rect::new(0, 0, 80, 24),
             clock: Clock::default(),
             startup: Startup {
@@ -367,6 +372,13 @@ impl App {
             .and_then(|p| p.view.figures.nvml_used)
     }
 
+    /// Shows `text` in the footer for [`MESSAGE_NS`].
+    pub fn say(&mut self, text: impl Into<String>) {
+        self.message = Some(text.into());
+        self.message_until_ns = self.clock.now_ns + MESSAGE_NS;
+        self.dirty = true;
+    }
+
     /// Applies one event; returns what the loop must do. While paused, no
     /// snapshot is asked for.
     pub fn handle(&mut self, ev: AppEvent) -> Vec<Effect> {
@@ -435,6 +447,14 @@ impl App {
                 self.dirty = true;
             }
         }
+        if self.message.is_some() && now >= self.message_until_ns {
+            self.message = None;
+            self.dirty = true;
+        }
+        if self.startup.wanted_pid.is_some() {
+            // The wait ends on time even when no data arrives at all.
+            fx.extend(self.open_wanted());
+        }
         if self.clock.data_pending && self.data_due() {
             self.clock.data_pending = false;
             fx.push(Effect::Refresh);
@@ -481,16 +501,16 @@ impl App {
             .saturating_sub(self.clock.started_ns.unwrap_or(self.clock.now_ns));
         if waited > PID_WAIT_NS {
             self.startup.wanted_pid = None;
-            self.message = Some(format!("pid {pid} is not an instrumented or GPU process"));
+            self.say(format!("pid {pid} is not an instrumented or GPU process"));
         } else {
-            self.message = Some(format!("waiting for pid {pid} to appear..."));
+            self.say(format!("waiting for pid {pid} to appear..."));
         }
         vec![]
     }
 
     fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
         let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
-        self.message = Some(match result {
+        self.say(match result {
             Ok(path) => format!("screenshot written to {}", path.display()),
             Err(e) => format!("screenshot failed: {e}"),
         });
@@ -521,6 +541,9 @@ impl App {
         }
         if let Some(s) = &self.startup.screenshot {
             d = d.min(started + s.after.as_nanos() as u64);
+        }
+        if self.message.is_some() {
+            d = d.min(self.message_until_ns);
         }
         d
     }
@@ -671,7 +694,7 @@ impl App {
             A::ConfirmYes => return self.confirm_empty_cache(),
             A::ConfirmNo => {
                 self.action = None;
-                self.message = Some("empty_cache cancelled".into());
+                self.say("empty_cache cancelled");
             }
             A::CloseReport => self.action = None,
             A::SelectUp
@@ -727,13 +750,11 @@ impl App {
                 self.message = None;
             }
             A::SortNext => {
-                let i = Col::SORTABLE.iter().position(|c| *c == self.overview.sort);
-                self.overview.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
-                self.overview.descending = !matches!(
-                    self.overview.sort,
-                    Col::Pid | Col::Name | Col::User | Col::Mode
-                );
-                self.fix_selection();
+                // The columns on screen, left to right.
+                let shown: Vec<Col> = self.columns().cols().collect();
+                let i = shown.iter().position(|c| *c == self.overview.sort);
+                let next = shown[i.map_or(0, |i| (i + 1) % shown.len())];
+                self.sort_by(next, false);
             }
             A::SortReverse => {
                 self.overview.descending = !self.overview.descending;
@@ -752,18 +773,34 @@ impl App {
         vec![]
     }
 
+    /// The overview table's columns as drawn now.
+    pub fn columns(&self) -> rows::Columns {
+        super::overview::table_columns(self.table_body().width, &self.rows())
+    }
+
+    /// Sorts by `col` in its natural order (numbers largest first, text
+    /// A to Z); `toggle`: the same column again reverses it (a click on
+    /// its header).
+    fn sort_by(&mut self, col: Col, toggle: bool) {
+        if toggle && self.overview.sort == col {
+            self.overview.descending = !self.overview.descending;
+        } else {
+            self.overview.sort = col;
+            self.overview.descending = !matches!(
+                col,
+                Col::Pid | Col::Name | Col::User | Col::Mode | Col::Gpus | Col::Flags
+            );
+        }
+        self.fix_selection();
+    }
+
     /// The process view's actions: panes, the time window, scrolling.
     fn process_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
         match action {
             A::Back => return self.back(),
-            A::NextPane => {
-                self.process.pane = Pane::ALL[(self.process.pane.index() + 1) % Pane::ALL.len()]
-            }
-            A::PrevPane => {
-                self.process.pane =
-                    Pane::ALL[(self.process.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
-            }
+            A::NextPane => self.process.pane = self.next_pane(1),
+            A::PrevPane => self.process.pane = self.next_pane(-1),
             A::ShowPane(p) => self.process.pane = p,
             A::ZoomIn => {
                 self.process.span_index = self.process.span_index.saturating_sub(1);
@@ -808,15 +845,34 @@ impl App {
             A::ScrollTop => {
                 self.process.block_scroll = 0;
                 self.process.event_scroll = 0;
+                self.process.stats_scroll = 0;
             }
             _ => {}
         }
         vec![]
     }
 
+    /// The pane `step` Tabs away: every tab on a small terminal; on a large
+    /// one, where all panes show, the ones that scroll (the focus).
+    fn next_pane(&self, step: isize) -> Pane {
+        let panes: &[Pane] = if layout::compact(self.size) {
+            &Pane::ALL
+        } else {
+            &Pane::FOCUSABLE
+        };
+        let i = panes.iter().position(|p| *p == self.process.pane);
+        let n = panes.len() as isize;
+        let next = match i {
+            Some(i) => (i as isize + step).rem_euclid(n),
+            None if step > 0 => 0,
+            None => n - 1,
+        };
+        panes[next as usize]
+    }
+
     /// Rows a page key scrolls in the process view.
     fn pane_page(&self) -> usize {
-        layout::pane_page(self.size, self.demo.is_some(), self.process.pane)
+        layout::pane_rows(self.size, self.demo.is_some(), self.process.pane).max(1)
     }
 
     /// Rows a page key moves the overview's selection.
@@ -895,7 +951,7 @@ impl App {
         let e = match self.command_target(true) {
             Ok(e) => e,
             Err(why) => {
-                self.message = Some(why);
+                self.say(why);
                 return vec![];
             }
         };
@@ -914,7 +970,7 @@ impl App {
             return vec![];
         }
         if matches!(self.action, Some(ActionState::Running { .. })) {
-            self.message = Some("a command is still running".into());
+            self.say("a command is still running");
             return vec![];
         }
         match self.command_target(false) {
@@ -923,7 +979,7 @@ impl App {
                 self.start_command(key, pid, command)
             }
             Err(why) => {
-                self.message = Some(why);
+                self.say(why);
                 vec![]
             }
         }
@@ -959,6 +1015,7 @@ impl App {
         self.screen = Screen::Process;
         self.process.block_scroll = 0;
         self.process.event_scroll = 0;
+        self.process.stats_scroll = 0;
         self.process.follow = true;
         vec![Effect::Refresh]
     }
@@ -983,24 +1040,28 @@ impl App {
 
     fn refresh_timeline(&mut self) -> Vec<Effect> {
         if self.paused {
-            self.message = Some("paused: the timeline moves again after p".into());
+            self.say("paused: the timeline moves again after p");
             return vec![];
         }
         vec![Effect::Refresh]
     }
 
-    /// Scrolls the list the current pane shows (events in the Events tab,
-    /// else the block map).
+    /// Scrolls the pane in focus (the tab shown, or on a large terminal the
+    /// pane Tab moved to), never past its last full page.
     fn scroll(&mut self, delta: isize) {
-        let events = layout::compact(self.size) && self.process.pane == Pane::Events;
-        let (v, max) = if events {
-            let n = self
-                .selected_entry()
-                .map_or(0, |e| e.view.recent_events.len());
-            (&mut self.process.event_scroll, n.saturating_sub(1))
-        } else {
-            let n = self.selected_entry().map_or(0, blockmap::row_count);
-            (&mut self.process.block_scroll, n.saturating_sub(1))
+        let pane = self.process.pane;
+        let rows = self.selected_entry().map_or(0, |e| match pane {
+            Pane::Events => e.view.recent_events.len(),
+            Pane::Blocks => blockmap::row_count(e),
+            Pane::Stats => super::stats::row_count(e),
+            Pane::Timeline | Pane::Diagnosis => 0,
+        });
+        let max = rows.saturating_sub(self.pane_page());
+        let v = match pane {
+            Pane::Events => &mut self.process.event_scroll,
+            Pane::Blocks => &mut self.process.block_scroll,
+            Pane::Stats => &mut self.process.stats_scroll,
+            Pane::Timeline | Pane::Diagnosis => return,
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
     }
@@ -1024,6 +1085,14 @@ impl App {
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
                 let body = self.table_body();
+                // The header row: sort by the column clicked (again: reverse).
+                if m.row + 1 == body.y && m.column >= body.x && m.column < body.x + body.width {
+                    if let Some(col) = self.columns().at(m.column - body.x) {
+                        self.sort_by(col, true);
+                        self.dirty = true;
+                    }
+                    return vec![];
+                }
                 if m.row >= body.y
                     && m.row < body.y + body.height
                     && m.column >= body.x

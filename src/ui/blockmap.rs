@@ -73,7 +73,8 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
     let rows = map_rows(e);
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
     let inner_h = area.height.saturating_sub(2) as usize;
-    let offset = scroll.min(rows.len().saturating_sub(1));
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let offset = scroll.min(rows.len().saturating_sub(inner_h));
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
         Span::styled(format!("{} {segs} segments ", g.dot), t.dim()),

@@ -45,6 +45,8 @@ pub fn render(
         frame.render_widget(Paragraph::new(Line::styled(msg, t.dim())), inner);
         return;
     }
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let scroll = scroll.min(evs.len().saturating_sub(inner.height as usize));
     let lines: Vec<Line> = evs
         .iter()
         .rev()

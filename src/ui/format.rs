@@ -187,6 +187,28 @@ pub fn truncate(s: &str, width: usize, ellipsis: &str) -> String {
     out
 }
 
+/// Cuts `s` to `width` display columns at a word boundary (a space, or
+/// after `/`, `,` or `:`), ending in `ellipsis` when cut; a first word
+/// longer than `width` is cut inside it.
+pub fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
+    use unicode_width::UnicodeWidthStr;
+    if s.width() <= width {
+        return s.to_string();
+    }
+    let cut = truncate(s, width, ellipsis);
+    let body = cut.strip_suffix(ellipsis).unwrap_or(&cut);
+    // The last boundary inside what fits, past the first word.
+    let at = body
+        .char_indices()
+        .filter(|(_, c)| matches!(c, ' ' | '/' | ',' | ':'))
+        .map(|(i, c)| if c == ' ' { i } else { i + c.len_utf8() })
+        .rfind(|i| *i > 0);
+    match at {
+        Some(i) => format!("{}{ellipsis}", body[..i].trim_end()),
+        None => cut,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +241,15 @@ mod tests {
         assert_eq!(truncate("train.py", 20, "…"), "train.py");
         assert_eq!(truncate("a_very_long_name.py", 8, "…"), "a_very_…");
         assert_eq!(truncate("abcdef", 4, "~"), "abc~");
+        assert_eq!(
+            fit_words("NVML unavailable: driver not loaded (a", 24, "…"),
+            "NVML unavailable:…"
+        );
+        assert_eq!(
+            fit_words("largest free S 1.44M L 64.0M", 20, "…"),
+            "largest free S…"
+        );
+        assert_eq!(fit_words("short", 20, "…"), "short");
+        assert_eq!(fit_words("averyveryverylongword", 8, "…"), "averyve…");
     }
 }

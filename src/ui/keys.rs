@@ -142,6 +142,9 @@ pub struct Hint {
     pub text: &'static str,
     pub order: u8,
     pub shown: Shown,
+    /// Always on the footer's right end, whatever else it shows (messages
+    /// included): how to get help and how to leave.
+    pub pinned: bool,
 }
 
 /// One row of the table.
@@ -196,7 +199,15 @@ impl Binding {
             text,
             order,
             shown: Shown::Always,
+            pinned: false,
         });
+        self
+    }
+
+    const fn pinned(mut self) -> Binding {
+        if let Some(h) = &mut self.footer {
+            h.pinned = true;
+        }
         self
     }
 
@@ -235,10 +246,12 @@ pub const KEYS: &[Binding] = &[
     // Global.
     bind(Global, &[c('q')], A::Quit)
         .help("q Ctrl-C", "quit")
-        .hint("q", "quit", 46),
+        .hint("q", "quit", 46)
+        .pinned(),
     bind(Global, &[c('?'), k(F(1))], A::Help)
         .help("?", "this help (Esc closes)")
-        .hint("?", "help", 45),
+        .hint("?", "help", 45)
+        .pinned(),
     bind(Global, &[c('p')], A::Pause)
         .help("p", "pause the view (freeze)")
         .hint("p", "pause", 44)
@@ -285,7 +298,7 @@ pub const KEYS: &[Binding] = &[
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
     bind(Process, &[k(Tab)], A::NextPane)
-        .help("Tab 1-5", "pane (small terminals)")
+        .help("Tab 1-5", "next pane (tab, or focus)")
         .hint("Tab", "pane", 2),
     bind(Process, &[k(BackTab)], A::PrevPane),
     bind(Process, &[c('1')], A::ShowPane(Pane::Timeline)),
@@ -306,8 +319,8 @@ pub const KEYS: &[Binding] = &[
         .hint("f", "follow", 5),
     bind(Process, &[k(End)], A::FollowOn),
     bind(Process, &[k(PageDown)], A::ScrollPageDown)
-        .help("PgUp/Dn j k", "scroll blocks / events")
-        .hint("PgUp/Dn", "blocks", 6),
+        .help("PgUp/Dn j k", "scroll the pane in focus")
+        .hint("j/k", "scroll", 6),
     bind(Process, &[k(PageUp)], A::ScrollPageUp),
     bind(Process, &[k(Down), c('j')], A::ScrollDown),
     bind(Process, &[k(Up), c('k')], A::ScrollUp),

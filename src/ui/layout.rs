@@ -152,13 +152,16 @@ pub fn timeline_columns(size: Rect, demo: bool) -> usize {
         .clamp(8, 1000)
 }
 
-/// Rows a page key scrolls in the process view.
-pub fn pane_page(size: Rect, demo: bool, pane: Pane) -> usize {
+/// Rows `pane` shows at once (inside its border, below a header row where
+/// it has one); 0 when it is not shown.
+pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
     let a = process(size, pane, screen(size, demo).body);
-    let r = if compact(size) && pane == Pane::Events {
-        a.events
-    } else {
-        a.blocks
+    let (r, header) = match pane {
+        Pane::Blocks => (a.blocks, 0),
+        Pane::Events => (a.events, 0),
+        Pane::Stats => (a.stats, 1),
+        Pane::Timeline => (a.timeline, 0),
+        Pane::Diagnosis => (a.diagnosis, 0),
     };
-    r.map_or(10, |r| r.height.saturating_sub(3) as usize).max(1)
+    r.map_or(0, |r| r.height.saturating_sub(2 + header) as usize)
 }

@@ -43,22 +43,6 @@ impl Col {
         Col::Flags,
     ];
 
-    /// The columns `o` cycles through.
-    pub const SORTABLE: [Col; 12] = [
-        Col::Reserved,
-        Col::Allocated,
-        Col::Nvml,
-        Col::NonPytorch,
-        Col::Peak,
-        Col::Frag,
-        Col::Rate,
-        Col::Lost,
-        Col::Pid,
-        Col::Name,
-        Col::User,
-        Col::Mode,
-    ];
-
     pub fn title(self) -> &'static str {
         match self {
             Col::Pid => "PID",
