@@ -174,6 +174,30 @@ fn help_overlay() {
 }
 
 #[test]
+fn legend_overlay() {
+    // Every column's meaning is on it.
+    let mut app = app_with(&FX, cfg(), 120, 40);
+    app.handle(vramscope::ui::AppEvent::Input(
+        crossterm::event::Event::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char('L'),
+        )),
+    ));
+    assert_eq!(app.legend, Some(0));
+    let f = frame(&app);
+    for c in vramscope::ui::rows::Col::ALL {
+        assert!(f.contains(c.meaning()), "{:?} {f}", c);
+    }
+    insta::assert_snapshot!("legend_120x40", f);
+    // At 80x24 it scrolls: the words at the end come into view.
+    let mut small = app_with(&FX, cfg(), 80, 24);
+    small.legend = Some(0);
+    assert!(!frame(&small).contains("s#b0c0"));
+    insta::assert_snapshot!("legend_80x24", frame(&small));
+    small.legend = Some(100);
+    snapshot_showing("legend_80x24_scrolled", &small, "s#b0c0");
+}
+
+#[test]
 fn action_boxes() {
     let mut app = app_with(&FX, cfg(), 80, 24);
     app.overview.selected = FX.key_of("empty-cache");

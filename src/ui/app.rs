@@ -166,6 +166,8 @@ pub struct App {
     pub screen: Screen,
     /// The help overlay is up.
     pub help: bool,
+    /// The legend overlay is up, scrolled this many lines.
+    pub legend: Option<usize>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -195,6 +197,7 @@ impl App {
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
             help: false,
+            legend: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
@@ -627,6 +630,9 @@ impl App {
         if self.help {
             return vec![Context::Always, Context::Help];
         }
+        if self.legend.is_some() {
+            return vec![Context::Always, Context::Legend];
+        }
         let mut c = vec![Context::Always];
         if matches!(self.action, Some(ActionState::Done(_))) {
             c.push(Context::Report);
@@ -675,6 +681,19 @@ impl App {
             }
             A::Help => self.help = true,
             A::CloseHelp => self.help = false,
+            A::Legend => self.legend = Some(0),
+            A::CloseLegend => self.legend = None,
+            A::LegendUp | A::LegendDown => {
+                let up = action == A::LegendUp;
+                let n = super::legend::lines(&self.config.theme).len();
+                self.legend = self.legend.map(|v| {
+                    if up {
+                        v.saturating_sub(1)
+                    } else {
+                        (v + 1).min(n)
+                    }
+                });
+            }
             A::Pause => return self.toggle_pause(),
             A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
             A::PauseSim => return self.toggle_pause(),

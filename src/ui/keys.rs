@@ -19,6 +19,11 @@ pub enum Action {
     Quit,
     Help,
     CloseHelp,
+    /// The legend overlay: what columns, glyphs and words mean.
+    Legend,
+    CloseLegend,
+    LegendUp,
+    LegendDown,
     /// Freeze the view (no new snapshots).
     Pause,
     /// Space: the demo's simulation when there is one, else [`Action::Pause`].
@@ -88,6 +93,7 @@ pub enum Context {
     Filter,
     Confirm,
     Help,
+    Legend,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     Global,
@@ -106,6 +112,7 @@ impl Context {
             Context::Filter => "Filter",
             Context::Confirm => "Confirm",
             Context::Help => "Help",
+            Context::Legend => "Legend",
             Context::Report => "Report",
         }
     }
@@ -220,7 +227,7 @@ impl Binding {
 }
 
 use Action as A;
-use Context::{Always, Confirm, Filter, Global, Help, Overview, Process, Report};
+use Context::{Always, Confirm, Filter, Global, Help, Legend, Overview, Process, Report};
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
 };
@@ -241,6 +248,10 @@ pub const KEYS: &[Binding] = &[
     bind(Confirm, &[c('n'), c('N'), k(Esc)], A::ConfirmNo),
     // The help overlay (other keys are ignored).
     bind(Help, &[k(Esc), c('?'), c('q'), k(F(1))], A::CloseHelp),
+    // The legend overlay (other keys are ignored).
+    bind(Legend, &[k(Esc), c('L'), c('q'), k(F(2))], A::CloseLegend),
+    bind(Legend, &[k(Up), c('k'), k(PageUp)], A::LegendUp),
+    bind(Legend, &[k(Down), c('j'), k(PageDown)], A::LegendDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // Global.
@@ -251,6 +262,10 @@ pub const KEYS: &[Binding] = &[
     bind(Global, &[c('?'), k(F(1))], A::Help)
         .help("?", "this help (Esc closes)")
         .hint("?", "help", 45)
+        .pinned(),
+    bind(Global, &[c('L'), k(F(2))], A::Legend)
+        .help("L F2", "legend: what it all means")
+        .hint("L", "legend", 44)
         .pinned(),
     bind(Global, &[c('p')], A::Pause)
         .help("p", "pause the view (freeze)")

@@ -33,7 +33,7 @@
 //! (dispatch, help, footer). Panes, one file each, each given what it draws:
 //! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
 //! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
-//! [`help`], [`popup`]. [`layout`] places them (pure geometry); [`rows`] the
+//! [`help`], [`legend`], [`popup`]. [`layout`] places them (pure geometry); [`rows`] the
 //! overview's rows; [`format`] numbers as text (the one byte and duration
 //! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
 //! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
@@ -49,6 +49,7 @@ pub mod format;
 pub mod help;
 pub mod keys;
 pub mod layout;
+pub mod legend;
 pub mod overview;
 pub mod popup;
 pub mod process;
@@ -243,6 +244,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if app.help {
         help::render(frame, frame.area(), app.config.readonly, t);
+    }
+    if let Some(scroll) = app.legend {
+        legend::render(frame, frame.area(), scroll, t);
     }
     if t.ascii {
         theme::asciify(frame.buffer_mut());

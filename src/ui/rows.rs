@@ -72,13 +72,13 @@ impl Col {
             Col::Nvml => "NVML used memory of the process (what nvidia-smi shows)",
             Col::Reserved => "reserved by the caching allocator (segments)",
             Col::Allocated => "allocated to live tensors",
-            Col::NonPytorch => "NVML used - reserved: CUDA context, NCCL, cuBLAS, other libraries",
+            Col::NonPytorch => "NVML used - reserved: CUDA context, NCCL, cuBLAS, others",
             Col::Peak => "peak allocated since start or the last peak reset",
-            Col::Frag => "inactive-split share of reserved (cached but not returnable)",
+            Col::Frag => "inactive split as a share of reserved (see below)",
             Col::Rate => "allocator events per second",
             Col::Lost => "events lost on the wire",
-            Col::Mode => "exact (every event) / sampled (stats+snapshots) / nvml (no agent)",
-            Col::Flags => "LEAK suspected, OOM seen, SYNC needs resync, EXIT exited",
+            Col::Mode => "exact: every event / smpl: sampled stats / nvml: no agent",
+            Col::Flags => "EXIT exited, OOM seen, LEAK suspected, SYNC needs resync",
         }
     }
 
