@@ -115,7 +115,7 @@ pub fn text(r: &HeadlessReport) -> String {
         let fr = &d.figures.fragmentation;
         let share = fr
             .share_of_reserved
-            .map(|s| format!("{:.1}% of reserved", s * 100.0))
+            .map(|s| format!("{} of reserved", vramscope::ui::format::percent(s)))
             .unwrap_or_else(|| "—".into());
         let largest = fr.largest_free_large.max(fr.largest_free_small);
         let _ = writeln!(

@@ -21,7 +21,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::allocator::{format_size, EventSink, OomError, SimAllocator, SimConfig};
+use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
+use crate::ui::format::bytes;
 use super::conf::AllocConf;
 use crate::event::{Event, EventKind};
 
@@ -208,8 +209,8 @@ impl Model {
         g.say(format!(
             "model.cuda(): {} layers, {} weights + {} biases each",
             m.layers,
-            format_size(m.weight),
-            format_size(m.bias)
+            bytes(m.weight),
+            bytes(m.bias)
         ));
         for _ in 0..m.layers {
             let w = g.alloc(m.weight);
@@ -261,7 +262,7 @@ impl Model {
             g.say(format!(
                 "{at} · forward layer {}: {} activation kept for backward",
                 l + 1,
-                format_size(act)
+                bytes(act)
             ));
             saved.push(g.alloc(act));
             let tmp = g.alloc(act / 2);
@@ -378,7 +379,7 @@ fn leak(g: &mut Gen) -> &'static str {
         let _val_loss = g.alloc(4);
         g.say(format!(
             "step {n}/{total} · {} more stays allocated every step: the floor keeps rising (leak)",
-            format_size(val_act * m.layers as u64 + val_act / 4 + 512)
+            bytes(val_act * m.layers as u64 + val_act / 4 + 512)
         ));
     }
     "done: allocated never returns to its floor; fix: loss.item() and torch.no_grad() for validation"
@@ -407,7 +408,7 @@ fn fragmentation(g: &mut Gen) -> &'static str {
         let loss = m.train_step(g, n, total, act, &format!(" · seq {seq}"));
         g.say(format!(
             "step {n}/{total} · seq {seq}: activations of {} reuse cached blocks of other sizes, leaving split slivers",
-            format_size(act)
+            bytes(act)
         ));
         g.free(loss);
     }

@@ -42,7 +42,8 @@ fn bytes_in(b: u64, units: &Units) -> String {
     }
     let mut v = b as f64;
     let mut u = 0;
-    while v >= 1024.0 && u < names.len() - 1 {
+    // 1023.5 and up would print as `1024`: the next unit says it as `1.00`.
+    while v >= 1023.5 && u < names.len() - 1 {
         v /= 1024.0;
         u += 1;
     }
@@ -220,6 +221,9 @@ mod tests {
         assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(20 << 20), "20.0 MiB");
         assert_eq!(bytes(3 << 30), "3.00 GiB");
+        assert_eq!(bytes((1 << 20) - 1), "1.00 MiB");
+        assert_eq!(bytes(1 << 20), "1.00 MiB");
+        assert_eq!(bytes(1023 << 10), "1023 KiB");
         assert_eq!(bytes_short(512 << 20), "512M");
         assert_eq!(bytes_signed_short(-(2 << 20)), "-2.00M");
         assert_eq!(bytes_i64(-(12 << 20)), "-12.0 MiB");
