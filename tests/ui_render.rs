@@ -103,6 +103,31 @@ fn overview_without_nvml() {
 }
 
 #[test]
+fn text_is_cut_between_words_with_an_ellipsis() {
+    // A long NVML error at 80 columns: cut between words, never "(a".
+    let mut fx_app = app_with(&NO_NVML, cfg(), 80, 24);
+    let mut snap = (*fx_app.snap).clone();
+    snap.machine.nvml_error = Some(
+        "NVML unavailable: driver/library version mismatch (kernel module 550.54, library 580.95)"
+            .into(),
+    );
+    fx_app.set_snapshot(snap);
+    let f = frame(&fx_app);
+    let line = f.lines().nth(2).unwrap();
+    assert!(
+        line.contains("NVML unavailable: driver/library version mismatch (kernel module 550.54,…"),
+        "{line}"
+    );
+    // The block map's device line at 80 columns keeps its warning and cuts
+    // at a word.
+    let app = process_app(&FX, "fragmentation", 80, 24, Pane::Blocks);
+    let f = frame(&app);
+    let line = f.lines().find(|l| l.contains("cuda:0")).unwrap();
+    assert!(line.contains("(not synced)"), "{line}");
+    assert!(!line.contains(" L 96.0 "), "{line}");
+}
+
+#[test]
 fn overview_filtered_and_empty() {
     let mut app = app_with(&FX, cfg(), 80, 24);
     app.overview.filter = "seq2".into();

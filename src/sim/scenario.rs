@@ -22,9 +22,9 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
-use crate::ui::format::bytes;
 use super::conf::AllocConf;
 use crate::event::{Event, EventKind};
+use crate::ui::format::bytes;
 
 const MIB: u64 = 1 << 20;
 /// Simulated time between two operations.

@@ -446,12 +446,18 @@ mod tests {
         );
         let t = render_table(&reports);
         let header = t.lines().next().unwrap();
-        assert!(header.contains("FRAG") && header.contains("split"), "{header}");
+        assert!(
+            header.contains("FRAG") && header.contains("split"),
+            "{header}"
+        );
         let last = reports.last().unwrap();
         let share = crate::ui::format::percent(last.inactive_split as f64 / last.reserved as f64);
         let row = t.lines().nth(3).unwrap();
         assert!(row.contains(&share), "{share} in {row}");
-        assert!(row.contains(&crate::ui::format::bytes(last.inactive_split)), "{row}");
+        assert!(
+            row.contains(&crate::ui::format::bytes(last.inactive_split)),
+            "{row}"
+        );
         assert!(!t.contains("bytes") && !t.contains(".00 KiB"), "{t}");
     }
 

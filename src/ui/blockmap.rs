@@ -132,7 +132,9 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
     let mut lines = Vec::with_capacity(inner.height as usize);
     for row in rows.iter().skip(offset).take(inner.height as usize) {
         lines.push(match row {
-            MapRow::Device(d) => device_line(d, t),
+            MapRow::Device(d) => {
+                format::fit_line(device_line(d, t), inner.width as usize, g.ellipsis)
+            }
             MapRow::Segment(s) => segment_line(s, prefix_w, bar_w, t),
             MapRow::Orphans(d) => Line::styled(
                 format!(
@@ -158,16 +160,17 @@ fn device_line(d: &DeviceView, t: &Theme) -> Line<'static> {
             format::bytes_short(f.reserved),
             format::bytes_short(f.allocated)
         )),
-        Span::styled(format!(" {} ", g.dot), t.dim()),
-        Span::raw(format!(
-            "largest free S {} L {}",
-            format::opt(fr.largest_free_small, g.absent, format::bytes_short),
-            format::opt(fr.largest_free_large, g.absent, format::bytes_short)
-        )),
     ];
+    // The warning before the figures a narrow pane may cut.
     if !f.synced {
-        spans.push(Span::styled("  (not synced)", t.warn()));
+        spans.push(Span::styled(" (not synced)", t.warn()));
     }
+    spans.push(Span::styled(format!(" {} ", g.dot), t.dim()));
+    spans.push(Span::raw(format!(
+        "largest free S {} L {}",
+        format::opt(fr.largest_free_small, g.absent, format::bytes_short),
+        format::opt(fr.largest_free_large, g.absent, format::bytes_short)
+    )));
     Line::from(spans)
 }
 

@@ -210,6 +210,38 @@ pub fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
     }
 }
 
+/// `line` cut to `width` columns at a word boundary ([`fit_words`]), each
+/// span keeping its style; spans past the cut are left out.
+pub fn fit_line(
+    line: ratatui::text::Line<'static>,
+    width: usize,
+    ellipsis: &str,
+) -> ratatui::text::Line<'static> {
+    if line.width() <= width {
+        return line;
+    }
+    let mut out = Vec::new();
+    let mut used = 0;
+    for span in line.spans {
+        let w = span.width();
+        if used + w <= width {
+            used += w;
+            out.push(span);
+            continue;
+        }
+        let room = width - used;
+        if room > ellipsis.len() {
+            let text = fit_words(&span.content, room, ellipsis);
+            out.push(ratatui::text::Span::styled(text, span.style));
+        } else if let Some(last) = out.last_mut() {
+            let text = fit_words(last.content.trim_end(), last.width(), ellipsis);
+            last.content = text.into();
+        }
+        break;
+    }
+    ratatui::text::Line::from(out).style(line.style)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,11 +43,21 @@ fn render_gpus(frame: &mut Frame, area: Rect, m: &Machine, t: &Theme) {
         } else {
             "NVML unavailable: "
         };
-        lines.push(Line::from(vec![
+        // The error whole where it fits, else cut between words; the note
+        // goes first.
+        let err_line = Line::from(vec![
             Span::styled(head, t.warn()),
             Span::styled(err.clone(), t.warn()),
-            Span::styled(" (allocator figures still shown)", t.dim()),
-        ]));
+        ]);
+        let note = Span::styled(" (allocator figures still shown)", t.dim());
+        let w = inner.width as usize;
+        lines.push(if err_line.width() + note.width() <= w {
+            let mut l = err_line;
+            l.spans.push(note);
+            l
+        } else {
+            format::fit_line(err_line, w, g.ellipsis)
+        });
     } else if m.gpus.is_empty() {
         lines.push(Line::styled("no GPUs reported by NVML", t.dim()));
     }
@@ -143,7 +153,7 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
         .take(visible)
         .map(|r| {
             let selected = state.selected == Some(r.entry.key());
-            let mut row = TRow::new(cols.iter().map(|c| cell(r, *c, t)));
+            let mut row = TRow::new(layout.0.iter().map(|(c, _, w)| cell(r, *c, *w, t)));
             if selected {
                 row = row.style(t.selected());
             } else if !r.alive {
@@ -319,7 +329,9 @@ pub fn table_columns(width: u16, rows: &[Row]) -> Columns {
     fit_columns(width, flags)
 }
 
-fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
+/// The cell of column `c` (`width` wide: text that does not fit ends in
+/// an ellipsis, never cut silently).
+fn cell<'a>(r: &Row, c: Col, width: u16, t: &Theme) -> Cell<'a> {
     let g = t.glyphs();
     let a = g.absent;
     let (text, style): (String, Style) = match c {
@@ -332,7 +344,10 @@ fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
             },
             Style::new(),
         ),
-        Col::Name => (r.name.clone(), Style::new()),
+        Col::Name => (
+            format::truncate(&r.name, width as usize, g.ellipsis),
+            Style::new(),
+        ),
         Col::Gpus => (
             r.gpus.clone().unwrap_or_else(|| a.to_string()),
             Style::new(),

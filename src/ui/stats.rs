@@ -86,7 +86,7 @@ fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
         section("Process".into(), t),
         row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
         row(
-            "Non-PyTorch (NVML-resv)",
+            "Other (NVML - resv)",
             format::opt(f.non_pytorch, a, format::bytes_i64),
             a.to_string(),
         ),
