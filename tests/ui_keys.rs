@@ -419,6 +419,31 @@ fn empty_cache_confirm_cancel_and_run() {
 }
 
 #[test]
+fn the_empty_cache_question_quotes_the_latest_figures() {
+    let mut a = app();
+    a.overview.selected = FX.key_of("empty-cache");
+    a.handle(ch('e'));
+    let key_ = a.overview.selected.unwrap();
+    // The process moves on: a newer snapshot with other figures.
+    let mut snap = (*a.snap).clone();
+    let p = snap.processes.iter_mut().find(|p| p.key() == key_).unwrap();
+    p.view.figures.reserved = 7 << 30;
+    p.view.figures.allocated = 1 << 30;
+    a.set_snapshot(snap);
+    match &a.action {
+        Some(ActionState::Confirm {
+            reserved,
+            allocated,
+            ..
+        }) => assert_eq!((*reserved, *allocated), (Some(7 << 30), Some(1 << 30))),
+        other => panic!("{other:?}"),
+    }
+    let buf = vramscope::ui::render_buffer(&a, 80, 24);
+    let text: String = buf.content.iter().map(|c| c.symbol()).collect();
+    assert!(text.contains("reserved 7.00 GiB, allocated 1.00 GiB: up to 6.00 GiB"));
+}
+
+#[test]
 fn commands_need_an_agent() {
     let mut a = app();
     a.overview.selected = Some(ProcessKey {
@@ -557,6 +582,7 @@ fn demo_keys() {
         speed: 1.0,
         paused: false,
         runs: 0,
+        replay: false,
     }));
     assert_eq!(a.handle(ch(' ')), vec![Effect::DemoTogglePause]);
     assert!(!a.paused, "space pauses the simulation, not the view");

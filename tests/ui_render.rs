@@ -247,6 +247,7 @@ fn demo_caption() {
         speed: 2.0,
         paused: true,
         runs: 0,
+        replay: false,
     }));
     insta::assert_snapshot!("demo_caption_80x24", frame(&app));
 }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use vramscope::collect::Live;
 use vramscope::ui::DemoHandle;
 
-use super::value::Millis;
+use super::value::{Millis, TermSize};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
@@ -43,6 +43,10 @@ pub struct UiFlags {
     /// Write the frame shown after --screenshot-after as SVG to this file, then quit.
     #[arg(long, value_name = "FILE.svg")]
     pub screenshot: Option<PathBuf>,
+    /// Draw without a terminal at this size (COLSxROWS, e.g. 120x40), for
+    /// --screenshot (also used when there is no terminal; default 80x24).
+    #[arg(long, value_name = "COLSxROWS", requires = "screenshot")]
+    pub size: Option<TermSize>,
     /// Milliseconds before --screenshot is taken.
     #[arg(
         long,
@@ -62,6 +66,19 @@ pub struct UiFlags {
 }
 
 impl UiFlags {
+    /// Drawn without a terminal: at `--size`, or at 80x24 when a screenshot
+    /// is asked for and stdout is not a terminal.
+    pub fn headless_size(&self) -> Option<(u16, u16)> {
+        use std::io::IsTerminal;
+        match self.size {
+            Some(s) => Some((s.cols, s.rows)),
+            None if self.screenshot.is_some() && !std::io::stdout().is_terminal() => {
+                Some(vramscope::ui::run::FALLBACK_SIZE)
+            }
+            None => None,
+        }
+    }
+
     pub fn options(&self) -> vramscope::ui::UiOptions {
         vramscope::ui::UiOptions {
             readonly: self.readonly,
@@ -69,6 +86,7 @@ impl UiFlags {
             monochrome: self.no_color,
             mouse: !self.no_mouse,
             initial_process: self.pid,
+            size: self.headless_size(),
             data_interval: self.refresh.duration(),
             screenshot: self
                 .screenshot

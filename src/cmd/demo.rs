@@ -57,7 +57,24 @@ pub fn run(args: Args) -> Result<()> {
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
-        let report = vramscope::demo::run_headless(sc, args.conf.as_deref(), duration, args.gpu)?;
+        let mut opts = args.ui.options();
+        let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
+            let Some(path) = &args.ui.screenshot else {
+                return Ok(());
+            };
+            // The simulated job's own view, as the dashboard opens it,
+            // with the whole run in the timeline's window.
+            opts.initial_process = opts.initial_process.or(Some(std::process::id()));
+            let still = vramscope::ui::Still {
+                size: opts.size.unwrap_or(vramscope::ui::run::FALLBACK_SIZE),
+                now_ns: end_ns,
+                window_ns: Some(ran_ns),
+                path,
+            };
+            vramscope::ui::screenshot_now(hub, Some(status), &opts, still)
+        };
+        let report =
+            vramscope::demo::run_headless_then(sc, args.conf.as_deref(), duration, args.gpu, shot)?;
         return if args.json {
             out::line(&serde_json::to_string_pretty(&report)?)
         } else {

@@ -355,12 +355,17 @@ impl Live {
     /// Plays a recording into a new hub in the background, at `speed`
     /// recorded seconds per second, with its times moved onto this
     /// machine's clock. Its processes cannot be sent commands.
-    pub fn replay(reader: crate::recording::Replayer, speed: f64) -> std::io::Result<Live> {
+    pub fn replay(
+        reader: crate::recording::Replayer,
+        speed: f64,
+        progress: Arc<replay::Progress>,
+    ) -> std::io::Result<Live> {
         let rt = runtime()?;
         let hub = Arc::new(Hub::default());
         let h = hub.clone();
         rt.spawn(async move {
-            if let Err(e) = replay::play(reader, &h, replay::Pace::Live(speed)).await {
+            let played = replay::play_with(reader, &h, replay::Pace::Live(speed), &progress);
+            if let Err(e) = played.await {
                 eprintln!("vramscope: {e}");
             }
         });

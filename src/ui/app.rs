@@ -298,6 +298,7 @@ impl App {
         self.snap = Arc::new(snap);
         self.fix_selection();
         self.note_nvml_after();
+        self.update_confirm();
         self.dirty = true;
     }
 
@@ -364,6 +365,30 @@ impl App {
             .and_then(|p| p.view.figures.nvml_used);
         if let Some(ActionState::Done(r)) = &mut self.action {
             r.nvml_after = used;
+        }
+    }
+
+    /// The y/n question quotes the figures of the latest snapshot, not
+    /// those of the moment `e` was pressed.
+    fn update_confirm(&mut self) {
+        let Some(ActionState::Confirm { key, .. }) = &self.action else {
+            return;
+        };
+        let key = *key;
+        let live = self
+            .snap
+            .processes
+            .iter()
+            .find(|p| p.key() == key)
+            .map(|p| (p.view.figures.reserved, p.view.figures.allocated));
+        if let Some(ActionState::Confirm {
+            reserved,
+            allocated,
+            ..
+        }) = &mut self.action
+        {
+            *reserved = live.map(|l| l.0);
+            *allocated = live.map(|l| l.1);
         }
     }
 
@@ -695,7 +720,9 @@ impl App {
                 });
             }
             A::Pause => return self.toggle_pause(),
-            A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
+            A::PauseSim if self.demo.as_ref().is_some_and(|d| !d.replay) => {
+                return vec![Effect::DemoTogglePause]
+            }
             A::PauseSim => return self.toggle_pause(),
             A::Screenshot => {
                 // An automatic screenshot already asked for goes first.
@@ -900,7 +927,7 @@ impl App {
     }
 
     fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
-        let Some(d) = &self.demo else {
+        let Some(d) = self.demo.as_ref().filter(|d| !d.replay) else {
             return vec![];
         };
         let cur = d.speed;

@@ -80,8 +80,9 @@ pub fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) 
     let g = t.glyphs();
     let bar_w = 10usize;
     let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+    let what = if d.replay { "replay" } else { "demo" };
     let mut spans = vec![
-        Span::styled(format!(" demo {} ", d.scenario), t.header()),
+        Span::styled(format!(" {what} {} ", d.scenario), t.header()),
         Span::styled(g.dot, t.dim()),
         Span::raw(format!(" {}x ", trim_speed(d.speed))),
         Span::styled(g.bar_full.repeat(done), t.bar()),
@@ -120,7 +121,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let hints = keys::footer(
         &[screen, Context::Global],
         app.config.readonly,
-        app.demo.is_some(),
+        app.demo.as_ref().is_some_and(|d| !d.replay),
     );
     let hint_w = |h: &keys::Hint| h.key.chars().count() + h.text.chars().count() + 3;
     let hint_spans = |h: &keys::Hint| {

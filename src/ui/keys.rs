@@ -280,14 +280,14 @@ pub const KEYS: &[Binding] = &[
         .hint("[ ]", "speed", 42)
         .shown(Shown::Demo),
     bind(Global, &[c(']')], A::DemoFaster),
-    bind(Global, &[c('S')], A::Screenshot).help("S", "write an SVG screenshot"),
+    bind(Global, &[c('S')], A::Screenshot).help("S", "save the screen as SVG"),
     bind(Global, &[c('e')], A::EmptyCache)
         .help("e", "empty_cache (asks y/n)")
         .hint("e", "empty cache", 40),
     bind(Global, &[c('r')], A::ResetPeaks)
         .help("r", "reset peak statistics")
         .hint("r", "reset peaks", 41),
-    bind(Global, &[c('s')], A::RequestSnapshot).help("s", "ask for a fresh snapshot"),
+    bind(Global, &[c('s')], A::RequestSnapshot).help("s", "resync the block map"),
     // Overview.
     bind(Overview, &[k(Up), c('k')], A::SelectUp)
         .help("Up Down j k", "select a process")
