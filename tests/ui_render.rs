@@ -223,6 +223,52 @@ fn legend_overlay() {
 }
 
 #[test]
+fn a_long_event_history_scrolled_and_searched() {
+    use crossterm::event::{Event, KeyCode, KeyEvent};
+    use vramscope::ui::AppEvent;
+    let key = |c: KeyCode| AppEvent::Input(Event::Key(KeyEvent::from(c)));
+    let mut app = process_app(&FX, "leak", 120, 40, Pane::Events);
+    let total = app.selected_entry().unwrap().view.figures.events_total;
+    assert!(total > 4000, "{total}");
+    // Scrolling back asks for the events further back; each page is there.
+    for _ in 0..160 {
+        for fx in app.handle(key(KeyCode::PageDown)) {
+            assert_eq!(fx, vramscope::ui::Effect::Refresh);
+        }
+        refresh(&mut app, &FX);
+    }
+    assert!(
+        app.process.event_scroll > 1000,
+        "{}",
+        app.process.event_scroll
+    );
+    snapshot_showing("events_scrolled_120x40", &app, "from #");
+    // `/` searches the whole history: only 16 MiB blocks and segments.
+    app.handle(key(KeyCode::Char('/')));
+    for c in "16.0m".chars() {
+        app.handle(key(KeyCode::Char(c)));
+    }
+    app.handle(key(KeyCode::Enter));
+    refresh(&mut app, &FX);
+    let f = frame(&app);
+    assert!(f.contains("search \"16.0m\""), "{f}");
+    let areas = vramscope::ui::layout::process(
+        app.size,
+        app.process.pane,
+        vramscope::ui::layout::screen(app.size, false).body,
+    );
+    let ev = areas.events.unwrap();
+    let rows: Vec<&str> = f
+        .lines()
+        .skip(ev.y as usize + 1)
+        .take(ev.height as usize - 2)
+        .collect();
+    assert!(rows.iter().all(|r| r.contains("16.0M")), "{f}");
+    assert!(rows.iter().any(|r| r.contains("ALLOC")), "{f}");
+    insta::assert_snapshot!("events_searched_120x40", f);
+}
+
+#[test]
 fn action_boxes() {
     let mut app = app_with(&FX, cfg(), 80, 24);
     app.overview.selected = FX.key_of("empty-cache");

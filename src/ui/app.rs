@@ -277,9 +277,20 @@ impl App {
                 columns: layout::timeline_columns(self.size, self.demo.is_some()),
             }
         });
+        // The events the Events pane shows, from the newest to the scroll
+        // position and a page beyond (so scrolling back has them); the
+        // whole history while searching it.
+        let recent_events = if !process {
+            0
+        } else if !self.process.event_filter.is_empty() {
+            usize::MAX
+        } else {
+            let rows = layout::pane_rows(self.size, self.demo.is_some(), Pane::Events).max(20);
+            self.process.event_scroll + 2 * rows + 64
+        };
         ViewOptions {
             block_map: process,
-            recent_events: if process { 64 } else { 0 },
+            recent_events,
             timeline,
         }
     }
@@ -676,24 +687,52 @@ impl App {
             return action.map_or_else(Vec::new, |a| self.act(a));
         }
         // Typing a filter: characters are text, not commands.
+        let mut fx = Vec::new();
         match action {
-            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown)) => return self.act(a),
-            Some(a) => {
-                self.act(a);
+            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown))
+                if self.screen == Screen::Overview =>
+            {
+                return self.act(a)
             }
+            Some(Action::SelectUp | Action::SelectDown) => {}
+            Some(a) => fx = self.act(a),
             None => {
                 if let KeyCode::Char(c) = k.code {
-                    if !k.modifiers.contains(KeyModifiers::CONTROL)
-                        && self.overview.filter.chars().count() < 64
-                    {
-                        self.overview.filter.push(c);
+                    let f = self.filter_mut();
+                    if !k.modifiers.contains(KeyModifiers::CONTROL) && f.chars().count() < 64 {
+                        f.push(c);
                     }
                 }
             }
         }
-        self.overview.offset = 0;
-        self.fix_selection();
-        vec![]
+        match self.screen {
+            Screen::Overview => {
+                self.overview.offset = 0;
+                self.fix_selection();
+            }
+            // The event search runs over the whole history: a new snapshot.
+            Screen::Process => {
+                self.process.event_scroll = 0;
+                fx.push(Effect::Refresh);
+            }
+        }
+        fx
+    }
+
+    /// The filter being typed: the overview's (processes), or the process
+    /// view's (events).
+    pub fn filter(&self) -> &str {
+        match self.screen {
+            Screen::Overview => &self.overview.filter,
+            Screen::Process => &self.process.event_filter,
+        }
+    }
+
+    fn filter_mut(&mut self) -> &mut String {
+        match self.screen {
+            Screen::Overview => &mut self.overview.filter,
+            Screen::Process => &mut self.process.event_filter,
+        }
     }
 
     /// Carries out what a key asked for.
@@ -757,6 +796,11 @@ impl App {
             | A::FilterKeep
             | A::FilterClear
             | A::FilterBackspace => return self.overview_act(action),
+            A::SearchEvents => {
+                // The search is over the Events pane: show it (focus it).
+                self.process.pane = Pane::Events;
+                self.overview.filter_editing = true;
+            }
             A::Back
             | A::NextPane
             | A::PrevPane
@@ -808,11 +852,11 @@ impl App {
             }
             A::FilterKeep => self.overview.filter_editing = false,
             A::FilterClear => {
-                self.overview.filter.clear();
+                self.filter_mut().clear();
                 self.overview.filter_editing = false;
             }
             A::FilterBackspace => {
-                self.overview.filter.pop();
+                self.filter_mut().pop();
             }
             _ => {}
         }
@@ -884,10 +928,10 @@ impl App {
                 }
                 return self.refresh_timeline();
             }
-            A::ScrollUp => self.scroll(-1),
-            A::ScrollDown => self.scroll(1),
-            A::ScrollPageUp => self.scroll(-(self.pane_page() as isize)),
-            A::ScrollPageDown => self.scroll(self.pane_page() as isize),
+            A::ScrollUp => return self.scroll(-1),
+            A::ScrollDown => return self.scroll(1),
+            A::ScrollPageUp => return self.scroll(-(self.pane_page() as isize)),
+            A::ScrollPageDown => return self.scroll(self.pane_page() as isize),
             A::ScrollTop => {
                 self.process.block_scroll = 0;
                 self.process.event_scroll = 0;
@@ -1093,11 +1137,13 @@ impl App {
     }
 
     /// Scrolls the pane in focus (the tab shown, or on a large terminal the
-    /// pane Tab moved to), never past its last full page.
-    fn scroll(&mut self, delta: isize) {
+    /// pane Tab moved to), never past its last full page. Scrolling back
+    /// through the event history asks for a snapshot holding further.
+    fn scroll(&mut self, delta: isize) -> Vec<Effect> {
         let pane = self.process.pane;
+        let filter = self.process.event_filter.to_lowercase();
         let rows = self.selected_entry().map_or(0, |e| match pane {
-            Pane::Events => e.view.recent_events.len(),
+            Pane::Events => super::events::shown(e, &filter).count(),
             Pane::Blocks => blockmap::row_count(e),
             Pane::Stats => super::stats::row_count(e),
             Pane::Timeline | Pane::Diagnosis => 0,
@@ -1107,9 +1153,14 @@ impl App {
             Pane::Events => &mut self.process.event_scroll,
             Pane::Blocks => &mut self.process.block_scroll,
             Pane::Stats => &mut self.process.stats_scroll,
-            Pane::Timeline | Pane::Diagnosis => return,
+            Pane::Timeline | Pane::Diagnosis => return vec![],
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
+        if pane == Pane::Events && delta > 0 && filter.is_empty() {
+            vec![Effect::Refresh]
+        } else {
+            vec![]
+        }
     }
 
     fn mouse(&mut self, m: MouseEvent) -> Vec<Effect> {
@@ -1123,10 +1174,7 @@ impl App {
                 self.dirty = true;
                 match self.screen {
                     Screen::Overview => self.move_selection(d),
-                    Screen::Process => {
-                        self.scroll(d * 3);
-                        vec![]
-                    }
+                    Screen::Process => self.scroll(d * 3),
                 }
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {

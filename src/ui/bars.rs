@@ -148,8 +148,14 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
             .collect::<Vec<_>>()
             .join(" · ");
         left = vec![
-            Span::styled(" filter: ", t.key()),
-            Span::raw(app.overview.filter.clone()),
+            Span::styled(
+                match app.screen {
+                    Screen::Overview => " filter: ",
+                    Screen::Process => " search events: ",
+                },
+                t.key(),
+            ),
+            Span::raw(app.filter().to_string()),
             Span::styled("_", t.key()),
             Span::styled(format!("   {hints}"), t.dim()),
         ];

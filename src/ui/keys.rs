@@ -56,6 +56,8 @@ pub enum Action {
     /// While typing a filter: drop it.
     FilterClear,
     FilterBackspace,
+    /// `/` in the process view: type a search of the event history.
+    SearchEvents,
     Back,
     NextPane,
     PrevPane,
@@ -264,7 +266,7 @@ pub const KEYS: &[Binding] = &[
         .hint("?", "help", 45)
         .pinned(),
     bind(Global, &[c('L'), k(F(2))], A::Legend)
-        .help("L F2", "legend: what it all means")
+        .help("L F2", "legend of the screen")
         .hint("L", "legend", 44)
         .pinned(),
     bind(Global, &[c('p')], A::Pause)
@@ -312,6 +314,9 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
+    bind(Process, &[c('/')], A::SearchEvents)
+        .help("/", "search the event history")
+        .hint("/", "search", 3),
     bind(Process, &[k(Tab)], A::NextPane)
         .help("Tab 1-5", "next pane (tab, or focus)")
         .hint("Tab", "pane", 2),

@@ -66,7 +66,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         stats::render(frame, r, e, view.stats_scroll, t);
     }
     if let Some(r) = a.events {
-        events::render(frame, r, e, taken, view.event_scroll, t);
+        events::render(
+            frame,
+            r,
+            e,
+            taken,
+            (view.event_scroll, &view.event_filter),
+            t,
+        );
     }
     if let Some(r) = a.diagnosis {
         diagnosis::render(frame, r, e, taken, t);

@@ -162,6 +162,8 @@ pub struct ProcessState {
     pub block_scroll: usize,
     pub event_scroll: usize,
     pub stats_scroll: usize,
+    /// The event history's search (lower-case match on an event's line).
+    pub event_filter: String,
 }
 
 impl Default for ProcessState {
@@ -174,6 +176,7 @@ impl Default for ProcessState {
             block_scroll: 0,
             event_scroll: 0,
             stats_scroll: 0,
+            event_filter: String::new(),
         }
     }
 }
