@@ -99,6 +99,8 @@ pub struct Collector {
     nvml: Option<Arc<nvml::NvmlSource>>,
     /// Host pid → model key of every attached process (for NVML's figures).
     host_pids: HashMap<u32, ProcessKey>,
+    /// CPU, memory and age of the processes shown (`/proc`).
+    host: procfs::HostSampler,
 }
 
 impl Collector {
@@ -115,6 +117,7 @@ impl Collector {
             hub,
             nvml: None,
             host_pids: HashMap::new(),
+            host: procfs::HostSampler::default(),
         }
     }
 
@@ -151,7 +154,14 @@ impl Collector {
             .clone()
     }
 
-    fn apply_machine(&mut self, machine: Machine) {
+    fn apply_machine(&mut self, mut machine: Machine) {
+        // The host side of every process shown, read with NVML.
+        let mut pids: Vec<u32> = self.host_pids.keys().copied().collect();
+        pids.extend(machine.processes.iter().map(|p| p.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
+        machine.host = self.host.sample(&pids, now);
         let fresh = fresh_nvml_processes(&machine, &self.host_pids);
         self.hub.apply(Input::Machine {
             machine,

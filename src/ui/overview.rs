@@ -382,6 +382,9 @@ fn cell<'a>(r: &Row, c: Col, width: u16, t: &Theme) -> Cell<'a> {
             };
             (format::opt(r.lost, a, format::count), style)
         }
+        Col::Cpu => (format::opt(r.cpu, a, |c| format!("{c:.0}%")), Style::new()),
+        Col::Rss => (format::opt(r.rss, a, format::bytes_short), Style::new()),
+        Col::Elapsed => (format::opt(r.elapsed_ns, a, format::duration), Style::new()),
         Col::Mode => (mode_name(r.mode).to_string(), Style::new()),
         Col::Flags => {
             let f = r.flags();

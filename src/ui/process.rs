@@ -176,5 +176,21 @@ fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
     l2.extend(fig("frag", format::opt(r.frag, a, format::percent)));
     l2.extend(fig("ev/s", format::opt(r.rate, a, format::rate)));
     l2.extend(fig("lost", format::opt(r.lost, a, format::count)));
-    frame.render_widget(Paragraph::new(vec![Line::from(l1), Line::from(l2)]), area);
+    // The host side, as htop shows it.
+    if r.cpu.is_some() || r.rss.is_some() {
+        l2.push(sep());
+        l2.extend(fig("CPU", format::opt(r.cpu, a, |c| format!("{c:.0}%"))));
+        l2.extend(fig("RSS", format::opt(r.rss, a, format::bytes_short)));
+        l2.extend(fig("up", format::opt(r.elapsed_ns, a, format::duration)));
+    }
+    if !e.identity.cmdline.is_empty() {
+        l1.push(sep());
+        l1.push(Span::styled(e.identity.cmdline.clone(), t.dim()));
+    }
+    let w = area.width as usize;
+    let (l1, l2) = (
+        format::fit_line(Line::from(l1), w, g.ellipsis),
+        format::fit_line(Line::from(l2), w, g.ellipsis),
+    );
+    frame.render_widget(Paragraph::new(vec![l1, l2]), area);
 }

@@ -21,12 +21,15 @@ pub enum Col {
     Frag,
     Rate,
     Lost,
+    Cpu,
+    Rss,
+    Elapsed,
     Mode,
     Flags,
 }
 
 impl Col {
-    pub const ALL: [Col; 14] = [
+    pub const ALL: [Col; 17] = [
         Col::Pid,
         Col::User,
         Col::Name,
@@ -39,6 +42,9 @@ impl Col {
         Col::Frag,
         Col::Rate,
         Col::Lost,
+        Col::Cpu,
+        Col::Rss,
+        Col::Elapsed,
         Col::Mode,
         Col::Flags,
     ];
@@ -57,6 +63,9 @@ impl Col {
             Col::Frag => "FRAG",
             Col::Rate => "EV/S",
             Col::Lost => "LOST",
+            Col::Cpu => "CPU%",
+            Col::Rss => "RSS",
+            Col::Elapsed => "TIME",
             Col::Mode => "MODE",
             Col::Flags => "FLAGS",
         }
@@ -77,6 +86,9 @@ impl Col {
             Col::Frag => "inactive split as a share of reserved (see below)",
             Col::Rate => "allocator events per second",
             Col::Lost => "events lost on the wire",
+            Col::Cpu => "host CPU use since the last reading (100 = one core)",
+            Col::Rss => "host memory of the process (resident set)",
+            Col::Elapsed => "how long the process has run",
             Col::Mode => "exact: every event / smpl: sampled stats / nvml: no agent",
             Col::Flags => "EXIT exited, OOM seen, LEAK suspected, SYNC needs resync",
         }
@@ -93,6 +105,8 @@ impl Col {
             Col::Frag => 5,
             Col::Rate => 5,
             Col::Lost => 5,
+            Col::Cpu => 5,
+            Col::Rss | Col::Elapsed => 6,
             Col::Mode => 5,
             Col::Flags => 5,
         }
@@ -109,9 +123,12 @@ impl Col {
             Col::Frag => 65,
             Col::Peak => 60,
             Col::Mode => 50,
+            Col::Cpu => 45,
             Col::Rate => 40,
+            Col::Rss => 38,
             Col::Gpus => 35,
             Col::Lost => 30,
+            Col::Elapsed => 25,
             Col::User => 20,
         }
     }
@@ -140,6 +157,10 @@ pub struct Row<'a> {
     pub frag: Option<f64>,
     pub rate: Option<f64>,
     pub lost: Option<u64>,
+    /// Host figures (`/proc`): CPU %, resident memory, time run.
+    pub cpu: Option<f64>,
+    pub rss: Option<u64>,
+    pub elapsed_ns: Option<u64>,
     pub mode: Mode,
     pub leak: bool,
     pub ooms: u64,
@@ -200,6 +221,7 @@ impl<'a> Row<'a> {
             .map(|d| d.figures.fragmentation.inactive_split)
             .sum();
         let frag = (allocator && f.reserved > 0).then(|| split as f64 / f.reserved as f64);
+        let host = snap.machine.host.iter().find(|h| h.pid == pid);
         Row {
             entry: e,
             pid,
@@ -214,6 +236,12 @@ impl<'a> Row<'a> {
             frag,
             rate: if allocator { f.events_per_sec } else { None },
             lost: allocator.then_some(f.lost_events.max(e.source.lost)),
+            // A figure from a file may be anything: only a real share shows.
+            cpu: host
+                .and_then(|h| h.cpu_percent)
+                .filter(|c| c.is_finite() && *c >= 0.0),
+            rss: host.and_then(|h| h.rss),
+            elapsed_ns: host.and_then(|h| h.elapsed_ns),
             mode: v.mode,
             leak: v.leak.flagged,
             ooms: v.ooms_total.max(v.ooms.len() as u64),
@@ -297,6 +325,9 @@ impl<'a> Row<'a> {
             Col::Frag => num(self.frag, other.frag, d),
             Col::Rate => num(self.rate, other.rate, d),
             Col::Lost => num(self.lost, other.lost, d),
+            Col::Cpu => num(self.cpu, other.cpu, d),
+            Col::Rss => num(self.rss, other.rss, d),
+            Col::Elapsed => num(self.elapsed_ns, other.elapsed_ns, d),
             Col::Mode => text(mode_name(self.mode), mode_name(other.mode), d),
             Col::Flags => text(&self.flags(), &other.flags(), d),
         };
