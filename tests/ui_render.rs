@@ -84,6 +84,31 @@ fn a_dead_process_says_so_at_every_size() {
 }
 
 #[test]
+fn the_overview_uses_a_large_screen_for_history() {
+    let app = app_with(&FX, cfg(), 200, 60);
+    let f = frame(&app);
+    assert!(f.contains("History · last 5m"), "{f}");
+    assert!(
+        f.contains("GPU 0 · NVIDIA H100") && f.contains("GPU 1 · NVIDIA H100"),
+        "{f}"
+    );
+    // Each band has its value axis and data.
+    assert_eq!(f.matches("       0B┤").count(), 2, "{f}");
+    // The rows have sparklines: the leak's ends at the top.
+    let leak = f.lines().find(|l| l.contains("eval_loop.py")).unwrap();
+    assert!(
+        leak.contains("LEAK") && leak.trim_end_matches(['│', '"', ' ']).ends_with('█'),
+        "{leak}"
+    );
+    // Not at 120x40's table width: no sparkline column, but the band.
+    let mid = frame(&app_with(&FX, cfg(), 120, 40));
+    assert!(!mid.contains("LAST 5m") && mid.contains("History"), "{mid}");
+    // At 80x24 the table keeps the screen.
+    let small = frame(&app_with(&FX, cfg(), 80, 24));
+    assert!(!small.contains("History"), "{small}");
+}
+
+#[test]
 fn overview_eight_processes_scrolls_at_80x24() {
     let mut app = app_with(&FX8, cfg(), 80, 16);
     for _ in 0..8 {

@@ -55,14 +55,10 @@ pub struct UiFlags {
         value_name = "MS"
     )]
     pub screenshot_after: Millis,
-    /// Draw new data at most every this many milliseconds (keys are answered at once).
-    #[arg(
-        long,
-        allow_negative_numbers = true,
-        default_value = "250",
-        value_name = "MS"
-    )]
-    pub refresh: Millis,
+    /// Draw new data at most every this many milliseconds (keys are answered
+    /// at once) [default: 250, or the settings file's]
+    #[arg(long, allow_negative_numbers = true, value_name = "MS")]
+    pub refresh: Option<Millis>,
 }
 
 impl UiFlags {
@@ -79,15 +75,24 @@ impl UiFlags {
         }
     }
 
-    pub fn options(&self) -> vramscope::ui::UiOptions {
-        vramscope::ui::UiOptions {
-            readonly: self.readonly,
-            ascii: self.ascii,
-            monochrome: self.no_color,
-            mouse: !self.no_mouse,
+    /// The dashboard's options: these flags over the settings file
+    /// (`super::config`) over the defaults.
+    pub fn options(&self) -> anyhow::Result<vramscope::ui::UiOptions> {
+        let file = super::config::load()?.dashboard;
+        let refresh = match (self.refresh, file.refresh_ms) {
+            (Some(r), _) => r.duration(),
+            (None, Some(ms)) => std::time::Duration::from_millis(u64::from(ms)),
+            (None, None) => std::time::Duration::from_millis(250),
+        };
+        Ok(vramscope::ui::UiOptions {
+            readonly: self.readonly || file.readonly == Some(true),
+            ascii: self.ascii || file.ascii == Some(true),
+            monochrome: self.no_color || file.color == Some(false),
+            mouse: !self.no_mouse && file.mouse != Some(false),
             initial_process: self.pid,
             size: self.headless_size(),
-            data_interval: self.refresh.duration(),
+            sort: file.sort_col().map(|c| (c, file.descending)),
+            data_interval: refresh,
             screenshot: self
                 .screenshot
                 .clone()
@@ -96,13 +101,13 @@ impl UiFlags {
                     after: self.screenshot_after.duration(),
                 }),
             ..vramscope::ui::UiOptions::default()
-        }
+        })
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
-    open(cfg, None, args.ui.options())
+    open(cfg, None, args.ui.options()?)
 }
 
 /// Starts the collector and opens the dashboard on it (and on the demo's

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
-        let mut opts = args.ui.options();
+        let mut opts = args.ui.options()?;
         let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
             let Some(path) = &args.ui.screenshot else {
                 return Ok(());
@@ -94,7 +94,7 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
     let cfg = args.collect.config();
     let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
-    let mut opts = args.ui.options();
+    let mut opts = args.ui.options()?;
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
     opts.initial_process = opts.initial_process.or(Some(std::process::id()));

@@ -109,7 +109,7 @@ pub fn run(args: Args) -> Result<()> {
     let reader = Replayer::open(&args.file)?;
     if args.ui {
         let speed = args.speed.map_or(1.0, Speed::factor);
-        let mut opts = args.view.options();
+        let mut opts = args.view.options()?;
         // A recording cannot be sent commands.
         opts.readonly = true;
         let status = ReplayStatus::new(&args.file, speed)?;

@@ -23,6 +23,7 @@ use crate::ring::{Command, Outcome};
 
 use super::blockmap;
 use super::format;
+use super::history;
 use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
@@ -118,6 +119,8 @@ pub struct AppConfig {
     pub initial_process: Option<u32>,
     /// Automation: write the frame shown `after` the start, then quit.
     pub screenshot: Option<ScreenshotAfter>,
+    /// The overview's sort at start (the settings file's).
+    pub sort: Option<(Col, Option<bool>)>,
 }
 
 /// The clocks, as App was told (collector ns; never read here).
@@ -192,7 +195,7 @@ pub struct App {
 
 impl App {
     pub fn new(config: AppConfig) -> App {
-        App {
+        let mut app = App {
             config: config.clone(),
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
@@ -214,7 +217,14 @@ impl App {
             redraw: Redraw::default(),
             dirty: true,
             quit: false,
+        };
+        if let Some((col, descending)) = config.sort {
+            app.sort_by(col, false);
+            if let Some(d) = descending {
+                app.overview.descending = d;
+            }
         }
+        app
     }
 
     /// The rows of the overview, filtered and sorted.
@@ -255,7 +265,8 @@ impl App {
 
     /// The overview table's data rows (for clicks).
     pub fn table_body(&self) -> Rect {
-        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine)
+        let rows = self.rows().len();
+        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine, rows)
     }
 
     /// Data rows the overview table shows at once.
@@ -269,14 +280,16 @@ impl App {
     /// What the next snapshot must contain for the current screen.
     pub fn view_options(&self) -> ViewOptions {
         let process = self.screen == Screen::Process;
-        let timeline = process.then(|| {
+        let timeline = if process {
             let (from_ns, to_ns) = self.window();
-            TimelineRequest {
+            Some(TimelineRequest {
                 from_ns,
                 to_ns,
                 columns: layout::timeline_columns(self.size, self.demo.is_some()),
-            }
-        });
+            })
+        } else {
+            self.overview_timeline()
+        };
         // The events the Events pane shows, from the newest to the scroll
         // position and a page beyond (so scrolling back has them); the
         // whole history while searching it.
@@ -293,6 +306,26 @@ impl App {
             recent_events,
             timeline,
         }
+    }
+
+    /// The overview's history band and sparklines, when it shows either:
+    /// the last [`history::WINDOW_NS`], one column per plot cell.
+    fn overview_timeline(&self) -> Option<TimelineRequest> {
+        let rows = self.rows().len();
+        let body = layout::screen(self.size, self.demo.is_some()).body;
+        let band = layout::overview(body, &self.snap.machine, rows).history;
+        let spark = self.columns().cols().any(|c| c == Col::History);
+        if band.is_none() && !spark {
+            return None;
+        }
+        let to_ns = self.now_ns();
+        Some(TimelineRequest {
+            from_ns: to_ns.saturating_sub(history::WINDOW_NS),
+            to_ns,
+            columns: band
+                .map_or(64, |b| history::plot_width(b.width))
+                .clamp(16, 1000),
+        })
     }
 
     /// The selected process in the current snapshot.

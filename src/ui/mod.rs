@@ -47,6 +47,7 @@ pub mod events;
 pub mod fixtures;
 pub mod format;
 pub mod help;
+pub mod history;
 pub mod keys;
 pub mod layout;
 pub mod legend;
@@ -104,6 +105,9 @@ pub struct UiOptions {
     /// No terminal: draw at this size (columns, rows), only for
     /// `screenshot`.
     pub size: Option<(u16, u16)>,
+    /// The overview's sort at start: a column, and largest first (None:
+    /// the column's natural order).
+    pub sort: Option<(rows::Col, Option<bool>)>,
     /// New data is drawn at most this often (input is answered at once).
     pub data_interval: Duration,
 }
@@ -119,6 +123,7 @@ impl Default for UiOptions {
             screenshot: None,
             initial_process: None,
             size: None,
+            sort: None,
             data_interval: Duration::from_millis(250),
         }
     }
@@ -138,6 +143,7 @@ pub fn app_config(opts: &UiOptions, no_color: bool) -> AppConfig {
         data_interval: opts.data_interval,
         initial_process: opts.initial_process,
         screenshot: opts.screenshot.clone(),
+        sort: opts.sort,
     }
 }
 

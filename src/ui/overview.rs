@@ -15,6 +15,7 @@ use ratatui::widgets::{Cell, Paragraph, Row as TRow, Table};
 use ratatui::Frame;
 
 use super::format;
+use super::history;
 use super::layout;
 use super::rows::{fit_columns, mode_name, Col, Columns, Row};
 use super::state::OverviewState;
@@ -22,9 +23,13 @@ use super::theme::Theme;
 use crate::collect::{Machine, Snapshot};
 
 pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
-    let (gpus, table) = layout::overview(area, &snap.machine);
-    render_gpus(frame, gpus, &snap.machine, t);
-    render_table(frame, table, snap, state, t);
+    let rows = state.rows(snap);
+    let a = layout::overview(area, &snap.machine, rows.len());
+    render_gpus(frame, a.gpus, &snap.machine, t);
+    render_table(frame, a.table, snap, (state, rows), t);
+    if let Some(h) = a.history {
+        history::render(frame, h, snap, t);
+    }
 }
 
 fn render_gpus(frame: &mut Frame, area: Rect, m: &Machine, t: &Theme) {
@@ -117,8 +122,13 @@ fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
-    let rows = state.rows(snap);
+fn render_table(
+    frame: &mut Frame,
+    area: Rect,
+    snap: &Snapshot,
+    (state, rows): (&OverviewState, Vec<Row>),
+    t: &Theme,
+) {
     let block = t.block(table_title(rows.len(), state, t));
     let mut inner = block.inner(area);
     frame.render_widget(block, area);
@@ -386,6 +396,14 @@ fn cell<'a>(r: &Row, c: Col, width: u16, t: &Theme) -> Cell<'a> {
         Col::Rss => (format::opt(r.rss, a, format::bytes_short), Style::new()),
         Col::Elapsed => (format::opt(r.elapsed_ns, a, format::duration), Style::new()),
         Col::Mode => (mode_name(r.mode).to_string(), Style::new()),
+        Col::History => (
+            history::sparkline(r.entry, width as usize, t),
+            if r.reserved.is_some() {
+                t.reserved()
+            } else {
+                t.nvml()
+            },
+        ),
         Col::Flags => {
             let f = r.flags();
             let style = if r.leak || r.ooms > 0 {

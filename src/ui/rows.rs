@@ -26,10 +26,11 @@ pub enum Col {
     Elapsed,
     Mode,
     Flags,
+    History,
 }
 
 impl Col {
-    pub const ALL: [Col; 17] = [
+    pub const ALL: [Col; 18] = [
         Col::Pid,
         Col::User,
         Col::Name,
@@ -47,6 +48,7 @@ impl Col {
         Col::Elapsed,
         Col::Mode,
         Col::Flags,
+        Col::History,
     ];
 
     pub fn title(self) -> &'static str {
@@ -68,6 +70,7 @@ impl Col {
             Col::Elapsed => "TIME",
             Col::Mode => "MODE",
             Col::Flags => "FLAGS",
+            Col::History => "LAST 5m",
         }
     }
 
@@ -89,6 +92,7 @@ impl Col {
             Col::Cpu => "host CPU use since the last reading (100 = one core)",
             Col::Rss => "host memory of the process (resident set)",
             Col::Elapsed => "how long the process has run",
+            Col::History => "reserved (else NVML used) over the last 5 minutes",
             Col::Mode => "exact: every event / smpl: sampled stats / nvml: no agent",
             Col::Flags => "EXIT exited, OOM seen, LEAK suspected, SYNC needs resync",
         }
@@ -109,6 +113,7 @@ impl Col {
             Col::Rss | Col::Elapsed => 6,
             Col::Mode => 5,
             Col::Flags => 5,
+            Col::History => 16,
         }
     }
 
@@ -130,13 +135,14 @@ impl Col {
             Col::Lost => 30,
             Col::Elapsed => 25,
             Col::User => 20,
+            Col::History => 10,
         }
     }
 
     pub fn right_aligned(self) -> bool {
         !matches!(
             self,
-            Col::User | Col::Name | Col::Mode | Col::Flags | Col::Gpus
+            Col::User | Col::Name | Col::Mode | Col::Flags | Col::Gpus | Col::History
         )
     }
 }
@@ -187,28 +193,37 @@ pub fn mode_name(m: Mode) -> &'static str {
     }
 }
 
+/// The GPUs `e` uses, lowest first: NVML's indices, else its CUDA
+/// ordinals.
+pub fn gpus_of(snap: &Snapshot, e: &ProcessEntry) -> Vec<u32> {
+    let pid = e.identity.host_pid;
+    let mut gpus: Vec<u32> = snap
+        .machine
+        .processes
+        .iter()
+        .filter(|p| p.pid == pid)
+        .map(|p| p.gpu)
+        .collect();
+    if gpus.is_empty() {
+        gpus = e
+            .view
+            .devices
+            .iter()
+            .map(|d| u32::from(d.figures.device))
+            .collect();
+    }
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus
+}
+
 impl<'a> Row<'a> {
     pub fn new(snap: &Snapshot, e: &'a ProcessEntry) -> Row<'a> {
         let v = &e.view;
         let f = &v.figures;
         let allocator = v.mode != Mode::NvmlOnly;
         let pid = e.identity.host_pid;
-        let mut gpus: Vec<u32> = snap
-            .machine
-            .processes
-            .iter()
-            .filter(|p| p.pid == pid)
-            .map(|p| p.gpu)
-            .collect();
-        if gpus.is_empty() {
-            gpus = v
-                .devices
-                .iter()
-                .map(|d| u32::from(d.figures.device))
-                .collect();
-        }
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpus_of(snap, e);
         let gpus = (!gpus.is_empty()).then(|| {
             gpus.iter()
                 .map(|g| g.to_string())
@@ -330,6 +345,11 @@ impl<'a> Row<'a> {
             Col::Elapsed => num(self.elapsed_ns, other.elapsed_ns, d),
             Col::Mode => text(mode_name(self.mode), mode_name(other.mode), d),
             Col::Flags => text(&self.flags(), &other.flags(), d),
+            Col::History => num(
+                self.reserved.or(self.nvml),
+                other.reserved.or(other.nvml),
+                d,
+            ),
         };
         o.then(self.pid.cmp(&other.pid))
     }
