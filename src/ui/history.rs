@@ -38,25 +38,32 @@ pub fn plot_width(width: u16) -> usize {
 
 /// The columns of the processes on GPU `gpu`, summed.
 pub fn gpu_columns(snap: &Snapshot, gpu: u32) -> Vec<Col> {
+    sum_columns(
+        snap.processes
+            .iter()
+            .filter(|e| gpus_of(snap, e).first() == Some(&gpu)),
+    )
+}
+
+/// The columns of `processes`, summed column by column.
+fn sum_columns<'a>(processes: impl Iterator<Item = &'a ProcessEntry>) -> Vec<Col> {
     let mut sum: Vec<Col> = Vec::new();
-    let add = |slot: &mut Option<u64>, v: Option<u64>| {
-        if let Some(v) = v {
-            *slot = Some(slot.unwrap_or(0).saturating_add(v));
-        }
-    };
-    for e in &snap.processes {
-        if gpus_of(snap, e).first() != Some(&gpu) {
-            continue;
-        }
-        let cols = timeline::columns(e);
-        if sum.len() < cols.len() {
-            sum.resize(cols.len(), Col::default());
-        }
-        for (s, c) in sum.iter_mut().zip(&cols) {
-            add(&mut s.alloc_min, c.alloc_min);
-            add(&mut s.alloc_max, c.alloc_max);
-            add(&mut s.reserved, c.reserved);
-            add(&mut s.nvml, c.nvml);
+    for e in processes {
+        for (i, c) in timeline::columns(e).into_iter().enumerate() {
+            if sum.len() <= i {
+                sum.push(Col::default());
+            }
+            let s = &mut sum[i];
+            for (slot, v) in [
+                (&mut s.alloc_min, c.alloc_min),
+                (&mut s.alloc_max, c.alloc_max),
+                (&mut s.reserved, c.reserved),
+                (&mut s.nvml, c.nvml),
+            ] {
+                if let Some(v) = v {
+                    *slot = Some(slot.unwrap_or(0).saturating_add(v));
+                }
+            }
         }
     }
     sum
@@ -108,7 +115,11 @@ pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, t: &Theme) {
                 });
                 (label, gpu_columns(snap, gi))
             }
-            None => (" all processes".to_string(), all_columns(snap)),
+            // No NVML: no GPUs to group by.
+            None => (
+                " all processes".to_string(),
+                sum_columns(snap.processes.iter()),
+            ),
         };
         let label = format::fit_words(&label, band.width as usize, g.ellipsis);
         frame.render_widget(
@@ -156,30 +167,6 @@ pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, t: &Theme) {
             t,
         );
     }
-}
-
-/// Every process's columns, summed (no NVML: no GPUs to group by).
-fn all_columns(snap: &Snapshot) -> Vec<Col> {
-    let mut sum: Vec<Col> = Vec::new();
-    for e in &snap.processes {
-        for (i, c) in timeline::columns(e).into_iter().enumerate() {
-            if sum.len() <= i {
-                sum.push(Col::default());
-            }
-            let s = &mut sum[i];
-            for (slot, v) in [
-                (&mut s.alloc_min, c.alloc_min),
-                (&mut s.alloc_max, c.alloc_max),
-                (&mut s.reserved, c.reserved),
-                (&mut s.nvml, c.nvml),
-            ] {
-                if let Some(v) = v {
-                    *slot = Some(slot.unwrap_or(0).saturating_add(v));
-                }
-            }
-        }
-    }
-    sum
 }
 
 /// Eight heights of a sparkline (ASCII: `_.-=+*#@`).
