@@ -180,9 +180,26 @@ fn run(events: &[Event], setup: usize, span: u64, total: u64) -> Model {
     m
 }
 
+/// `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
+/// binary without it, in a debug build, as a smoke test: then the reports
+/// run a thousandth of the events (the figures are only meaningful from
+/// `cargo bench`).
+fn benching() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// `n` when benching, else `n / 1000` (at least 1000).
+fn scaled(n: u64) -> u64 {
+    if benching() {
+        n
+    } else {
+        (n / 1000).max(1000)
+    }
+}
+
 fn report(label: &str, dt: u64) {
-    let (events, span) = workload(20_000, dt);
-    let total = 10_000_000u64;
+    let (events, span) = workload(if benching() { 20_000 } else { 20 }, dt);
+    let total = scaled(10_000_000);
     let start = Instant::now();
     let m = run(&events, SETUP, span, total);
     let secs = start.elapsed().as_secs_f64();
@@ -253,7 +270,7 @@ fn main() {
     // (every series tier filled).
     report("dense, 100 ns apart", 100);
     report("sparse, 26 us apart = 3 days", 26_000);
-    report_orphan_flood(4_000_000);
+    report_orphan_flood(scaled(4_000_000));
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

@@ -1,5 +1,8 @@
 //! Frame render time: the whole screen at 200×60 with 8 instrumented
-//! processes (plus one NVML-only), drawn into a TestBackend. Target ≤ 2 ms.
+//! processes (plus one NVML-only), drawn into a TestBackend. Targets: the
+//! overview (with its history band and sparklines) ≤ 1 ms, the process
+//! view (all panes) ≤ 2 ms. Also what the snapshot behind each costs (the
+//! model's view, taken off the drawing path).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ratatui::backend::TestBackend;
@@ -51,6 +54,15 @@ fn frames(c: &mut Criterion) {
     let opts = process.view_options();
     c.bench_function(
         "snapshot (model view) for the process view, 9 processes",
+        |b| b.iter(|| fx.snapshot(&opts)),
+    );
+    let opts = overview.view_options();
+    assert!(
+        opts.timeline.is_some(),
+        "the overview's history asks for timelines"
+    );
+    c.bench_function(
+        "snapshot (model view) for the overview with history, 9 processes",
         |b| b.iter(|| fx.snapshot(&opts)),
     );
 }

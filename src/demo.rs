@@ -43,6 +43,9 @@ pub struct DemoStatus {
     pub paused: bool,
     /// Completed runs of the scenario (it restarts when it ends).
     pub runs: u64,
+    /// A recording played back (`replay --ui`), not a simulation: no speed
+    /// or pause controls, `scenario` is the file.
+    pub replay: bool,
 }
 
 /// Shared between the demo thread and the dashboard.
@@ -200,6 +203,7 @@ pub fn start(
             speed,
             paused: false,
             runs: 0,
+            replay: false,
         }),
         stop: AtomicBool::new(false),
         thread: Mutex::new(None),
@@ -344,6 +348,19 @@ pub fn run_headless(
     runs: u32,
     gpu: bool,
 ) -> Result<HeadlessReport> {
+    run_headless_then(scenario, conf, (duration_s, runs), gpu, |_, _, _| Ok(()))
+}
+
+/// [`run_headless`], calling `then` with the hub, the demo's status, the
+/// collector clock and the simulated time at the end, before the demo's
+/// segment goes (`demo --headless --screenshot`).
+pub fn run_headless_then(
+    scenario: Scenario,
+    conf: Option<&str>,
+    (duration_s, runs): (Option<f64>, u32),
+    gpu: bool,
+    then: impl FnOnce(&crate::collect::Hub, DemoStatus, (u64, u64)) -> Result<()>,
+) -> Result<HeadlessReport> {
     use crate::collect::{Collector, Config};
     let dir = tempfile_dir()?;
     let result = (|| {
@@ -405,6 +422,22 @@ pub fn run_headless(
                 error: sink.gpu_error.clone(),
             }
         });
+        then(
+            &hub,
+            DemoStatus {
+                scenario: scenario.name.to_string(),
+                caption: runner.caption().to_string(),
+                progress: runner.progress(),
+                speed: 1.0,
+                paused: false,
+                runs: 0,
+                replay: false,
+            },
+            // The collector clock at the simulation's end (the sink writes
+            // simulated times after its base).
+            // Also the simulated time run.
+            (sink.base_ns + runner.now(), runner.now()),
+        )?;
         let snap = hub.snapshot(&crate::model::ViewOptions::default());
         let process = snap
             .processes

@@ -59,6 +59,22 @@ pub struct Machine {
     pub processes: Vec<GpuProcess>,
     /// When NVML was last read (collector's monotonic ns).
     pub sampled_ns: Option<u64>,
+    /// The host side of the processes shown (from `/proc`), read with NVML.
+    /// Absent from recordings made before it (and left out when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<HostProcess>,
+}
+
+/// A process's host figures, as `htop` and `nvitop` show them: CPU use
+/// since the previous reading (100 = one core), resident memory, and how
+/// long it has run. A figure that could not be read is absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HostProcess {
+    /// Host pid.
+    pub pid: u32,
+    pub cpu_percent: Option<f64>,
+    pub rss: Option<u64>,
+    pub elapsed_ns: Option<u64>,
 }
 
 /// Who a process is, from `/proc`.

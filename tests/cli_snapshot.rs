@@ -134,3 +134,110 @@ fn snapshot_reports_a_refused_segment_and_goes_on() {
     );
     assert!(path.exists(), "a refused file is reported, never deleted");
 }
+
+/// A writer with one 20 MiB segment (4 MiB allocated, 16 MiB cached) and
+/// its statistics, in `dir`.
+fn small_writer(dir: &std::path::Path) -> SegmentWriter {
+    let mut cfg = SegmentConfig::new(dir, Producer::TorchExact, 1, 1024);
+    cfg.label = "train.py".into();
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let t0 = vramscope::ring::monotonic_ns();
+    let blocks = [
+        (4 << 20, BlockState::Allocated),
+        (16 << 20, BlockState::Inactive),
+    ];
+    write_snapshot(&seg, 1, t0, 0x7f00_0000_0000, &blocks);
+    let stats = Stats {
+        allocated: 4 << 20,
+        reserved: 20 << 20,
+        active: 4 << 20,
+        inactive_split: 16 << 20,
+        allocated_peak: 4 << 20,
+        reserved_peak: 20 << 20,
+        segments: 1,
+        ..Stats::default()
+    };
+    write(&seg, 0, EventKind::Stats { device: 0, stats }, t0 + 2);
+    seg
+}
+
+#[test]
+fn the_plain_table_has_the_dashboards_figures_and_blocks_without_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = small_writer(dir.path());
+    let out = answering(
+        &seg,
+        |_| (Status::Ok, 2, 0),
+        || {
+            vramscope()
+                .args(["snapshot", "--blocks", "--no-nvml", "--shm-dir"])
+                .arg(dir.path())
+                .output()
+                .unwrap()
+        },
+    );
+    let text = String::from_utf8(succeeded(out).stdout).unwrap();
+    let header = text.lines().find(|l| l.contains("PID")).unwrap();
+    for col in ["FRAG", "OOMS", "FLAGS", "PEAK"] {
+        assert!(header.contains(col), "{header}");
+    }
+    let row = text.lines().find(|l| l.contains("train.py")).unwrap();
+    // FRAG as the dashboard gives it: 16 of 20 MiB.
+    assert!(row.contains("80%"), "{row}");
+    assert!(
+        row.contains("20.0 MiB") && row.contains("4.00 MiB"),
+        "{row}"
+    );
+    // --blocks without --json: the segment and its blocks by state.
+    assert!(
+        text.contains("allocated 1 (4.00 MiB), pending-free 0 (0 B), inactive 1 (16.0 MiB)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unreadable_segment_directory_is_an_error() {
+    let out = vramscope()
+        .args([
+            "snapshot",
+            "--no-nvml",
+            "--shm-dir",
+            "/nonexistent/vramscope",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("/nonexistent/vramscope").count(), 1, "{err}");
+}
+
+#[test]
+fn watch_looks_again_until_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = vramscope()
+        .args([
+            "snapshot",
+            "--watch",
+            "0.1",
+            "--json",
+            "--no-nvml",
+            "--shm-dir",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    // Each look is one JSON document on one line.
+    for _ in 0..3 {
+        let l = lines.next().unwrap().unwrap();
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(v["version"], 1);
+    }
+    // A closed pipe ends it quietly.
+    drop(lines);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

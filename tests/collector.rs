@@ -141,6 +141,7 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
     let live = vramscope::collect::Live::replay(
         vramscope::recording::Replayer::open(&rec).unwrap(),
         1000.0,
+        Default::default(),
     )
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -109,11 +109,48 @@ fn sorting() {
     assert!(alloc.windows(2).all(|w| w[0] <= w[1]));
     // Absent values stay last in either direction.
     assert_eq!(a.rows().last().unwrap().pid, 4242);
-    // Cycling comes back round.
-    for _ in 0..Col::SORTABLE.len() - 1 {
+    // `o` walks the columns on screen left to right, and comes back round.
+    let shown: Vec<Col> = a.columns().cols().collect();
+    let mut seen = vec![a.overview.sort];
+    for _ in 1..shown.len() {
         a.handle(ch('o'));
+        seen.push(a.overview.sort);
     }
-    assert_eq!(a.overview.sort, Col::Reserved);
+    let at = shown.iter().position(|c| *c == Col::Allocated).unwrap();
+    let mut expected = shown[at..].to_vec();
+    expected.extend_from_slice(&shown[..at]);
+    assert_eq!(seen, expected);
+    a.handle(ch('o'));
+    assert_eq!(a.overview.sort, Col::Allocated);
+}
+
+#[test]
+fn clicking_a_column_header_sorts_by_it() {
+    let mut a = app();
+    let body = a.table_body();
+    let cols = a.columns();
+    let click = |col: Col| {
+        let (_, x, _) = cols.0.iter().find(|c| c.0 == col).copied().unwrap();
+        AppEvent::Input(Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column: body.x + x + 1,
+            row: body.y - 1,
+            modifiers: KeyModifiers::NONE,
+        }))
+    };
+    a.handle(click(Col::Pid));
+    assert_eq!(a.overview.sort, Col::Pid);
+    assert!(!a.overview.descending);
+    let p = pids(&a);
+    assert!(p.windows(2).all(|w| w[0] < w[1]), "{p:?}");
+    // The same header again reverses.
+    a.handle(click(Col::Pid));
+    assert!(a.overview.descending);
+    a.handle(click(Col::Nvml));
+    assert_eq!(a.overview.sort, Col::Nvml);
+    assert!(a.overview.descending);
+    // The selection is unchanged by a header click, and the screen too.
+    assert_eq!(a.screen, Screen::Overview);
 }
 
 #[test]
@@ -221,6 +258,66 @@ fn block_map_scrolls() {
     a.handle(key(KeyCode::PageUp));
     a.handle(key(KeyCode::PageUp));
     assert_eq!(a.process.block_scroll, 0);
+    // PgDn stops at the last full page: the map's last row at the bottom.
+    for _ in 0..50 {
+        a.handle(key(KeyCode::PageDown));
+    }
+    let e = a.selected_entry().unwrap();
+    let rows = vramscope::ui::blockmap::row_count(e);
+    let page = layout::pane_rows(a.size, false, vramscope::ui::Pane::Blocks);
+    assert_eq!(a.process.block_scroll, rows - page);
+}
+
+#[test]
+fn tab_moves_the_focus_on_a_large_terminal_and_j_k_scroll_it() {
+    use vramscope::ui::Pane;
+    let mut a = app_with(&FX, cfg(false), 200, 60);
+    a.overview.selected = FX.key_of("leak");
+    a.handle(key(KeyCode::Enter));
+    refresh(&mut a, &FX);
+    // Tab goes round the panes that scroll.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        a.handle(key(KeyCode::Tab));
+        seen.push(a.process.pane);
+    }
+    assert_eq!(seen, vec![Pane::Blocks, Pane::Stats, Pane::Events]);
+    // j scrolls the events pane in focus, not the block map.
+    a.handle(ch('j'));
+    assert_eq!(a.process.event_scroll, 1);
+    assert_eq!(a.process.block_scroll, 0);
+    // The focused pane's border is drawn in the focus style.
+    let buf = vramscope::ui::render_buffer(&a, 200, 60);
+    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
+    let ev = areas.events.unwrap();
+    assert_eq!(buf[(ev.x, ev.y)].style().fg, a.config.theme.focus().fg);
+    let bl = areas.blocks.unwrap();
+    assert_ne!(buf[(bl.x, bl.y)].style().fg, a.config.theme.focus().fg);
+}
+
+#[test]
+fn a_scroll_set_small_never_empties_a_pane_when_enlarged() {
+    let mut a = app();
+    a.overview.selected = FX.key_of("leak");
+    a.handle(key(KeyCode::Enter));
+    refresh(&mut a, &FX);
+    a.handle(ch('4'));
+    for _ in 0..100 {
+        a.handle(key(KeyCode::PageDown));
+    }
+    assert!(a.process.event_scroll > 0);
+    a.handle(AppEvent::Input(Event::Resize(200, 60)));
+    refresh(&mut a, &FX);
+    let buf = vramscope::ui::render_buffer(&a, 200, 60);
+    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
+    let ev = areas.events.unwrap();
+    // Every row of the events pane has an event on it.
+    for y in ev.y + 1..ev.y + ev.height - 1 {
+        let row: String = (ev.x + 1..ev.x + 10)
+            .map(|x| buf[(x, y)].symbol())
+            .collect();
+        assert!(row.trim_start().starts_with('-'), "row {y}: {row:?}");
+    }
 }
 
 /// Answers like a process that released 2 GiB, from a thread of its own.
@@ -319,6 +416,31 @@ fn empty_cache_confirm_cancel_and_run() {
     // Esc closes the report.
     a.handle(key(KeyCode::Esc));
     assert!(a.action.is_none());
+}
+
+#[test]
+fn the_empty_cache_question_quotes_the_latest_figures() {
+    let mut a = app();
+    a.overview.selected = FX.key_of("empty-cache");
+    a.handle(ch('e'));
+    let key_ = a.overview.selected.unwrap();
+    // The process moves on: a newer snapshot with other figures.
+    let mut snap = (*a.snap).clone();
+    let p = snap.processes.iter_mut().find(|p| p.key() == key_).unwrap();
+    p.view.figures.reserved = 7 << 30;
+    p.view.figures.allocated = 1 << 30;
+    a.set_snapshot(snap);
+    match &a.action {
+        Some(ActionState::Confirm {
+            reserved,
+            allocated,
+            ..
+        }) => assert_eq!((*reserved, *allocated), (Some(7 << 30), Some(1 << 30))),
+        other => panic!("{other:?}"),
+    }
+    let buf = vramscope::ui::render_buffer(&a, 80, 24);
+    let text: String = buf.content.iter().map(|c| c.symbol()).collect();
+    assert!(text.contains("reserved 7.00 GiB, allocated 1.00 GiB: up to 6.00 GiB"));
 }
 
 #[test]
@@ -460,6 +582,7 @@ fn demo_keys() {
         speed: 1.0,
         paused: false,
         runs: 0,
+        replay: false,
     }));
     assert_eq!(a.handle(ch(' ')), vec![Effect::DemoTogglePause]);
     assert!(!a.paused, "space pauses the simulation, not the view");

@@ -162,6 +162,84 @@ fn pid_wait_gives_up_after_10_s() {
 }
 
 #[test]
+fn pid_wait_gives_up_on_time_even_with_no_new_data() {
+    let t0 = FX.now_ns;
+    let mut a = App::new(AppConfig {
+        initial_process: Some(424242),
+        ..cfg()
+    });
+    tick(&mut a, t0);
+    snapshot(&mut a);
+    // Nothing changes in the hub: only ticks arrive.
+    let mut t = t0;
+    while t < t0 + PID_WAIT_NS + 2 * S {
+        t = a.deadline_ns().max(t + MS);
+        tick(&mut a, t);
+    }
+    assert_eq!(a.startup.wanted_pid, None);
+    assert_eq!(
+        a.message.as_deref(),
+        Some("pid 424242 is not an instrumented or GPU process")
+    );
+}
+
+/// The footer line of `a` at 80x24.
+fn footer(a: &App) -> String {
+    let buf = vramscope::ui::render_buffer(a, 80, 24);
+    (0..80).map(|x| buf[(x, 23)].symbol()).collect()
+}
+
+#[test]
+fn footer_messages_expire_and_the_key_hints_come_back() {
+    use vramscope::ui::app::MESSAGE_NS;
+    let t0 = FX.now_ns;
+    let mut shown = String::new();
+    // Each way a message reaches the footer.
+    type Way = (&'static str, fn(&mut App));
+    let ways: [Way; 5] = [
+        ("S screenshot", |a| {
+            a.handle(AppEvent::ScreenshotWritten(Ok(
+                "/tmp/vramscope-001.svg".into()
+            )));
+        }),
+        ("e then n", |a| {
+            a.handle(key(KeyCode::Char('e')));
+            a.handle(key(KeyCode::Char('n')));
+        }),
+        ("e on a process without agent", |a| {
+            a.handle(key(KeyCode::End));
+            a.handle(key(KeyCode::Char('e')));
+        }),
+        ("zoom while paused", |a| {
+            a.handle(key(KeyCode::Enter));
+            a.handle(key(KeyCode::Char('p')));
+            a.handle(key(KeyCode::Char('+')));
+        }),
+        ("--pid not found", |a| {
+            a.startup.wanted_pid = Some(1);
+            a.clock.started_ns = Some(a.clock.now_ns - PID_WAIT_NS - S);
+            snapshot(a);
+        }),
+    ];
+    for (what, f) in ways {
+        let mut a = started(cfg(), t0);
+        f(&mut a);
+        let during = footer(&a);
+        assert!(a.message.is_some(), "{what}");
+        assert!(during.contains("? help  q quit"), "{what}: {during}");
+        // The loop wakes up for the expiry, and the hints come back.
+        let due = a.deadline_ns();
+        assert!(due <= t0 + MESSAGE_NS, "{what}");
+        tick(&mut a, t0 + MESSAGE_NS);
+        assert_eq!(a.message, None, "{what}");
+        assert!(a.dirty, "{what}: redrawn when the message goes");
+        let after = footer(&a);
+        shown.push_str(&format!("{what}:\n{during}\n{after}\n"));
+    }
+    insta::assert_snapshot!("footer_messages_expire_80x24", shown);
+}
+
+#[test]
 fn automatic_screenshot_is_written_after_its_delay_then_quits() {
     let t0 = FX.now_ns;
     let path = PathBuf::from("shot.svg");

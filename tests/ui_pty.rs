@@ -175,3 +175,53 @@ fn demo_restores_the_terminal_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
     assert_restored(&s.output());
 }
+
+/// Enlarging the terminal while the dashboard runs, then quitting, leaves
+/// the shell's screen as it was: the output is played through a terminal
+/// emulator (vt100) that is resized at the moment the pty is.
+#[test]
+fn enlarging_then_quitting_leaves_the_shell_screen_clean() {
+    let mut s = Session::start();
+    if s.first_frame().is_none() {
+        return;
+    }
+    let mut term = vt100::Parser::new(nz(24), nz(80), 0);
+    term.process(b"$ vramscope demo\r\n");
+    let before = s.output().len();
+    s._master
+        .resize(PtySize {
+            rows: 40,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    // A frame at the new size: its footer's right end is at column 120.
+    std::thread::sleep(Duration::from_millis(800));
+    s.writer.write_all(b"q").unwrap();
+    s.writer.flush().unwrap();
+    let status = s.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
+    let out = s.output();
+    term.process(&out[..before]);
+    assert!(
+        term.screen().alternate_screen(),
+        "the dashboard drew on the alternate screen"
+    );
+    term.screen_mut().set_size(nz(40), nz(120));
+    term.process(&out[before..]);
+    let screen = term.screen();
+    assert!(!screen.alternate_screen());
+    assert!(!screen.hide_cursor());
+    let text = screen.contents();
+    assert!(text.starts_with("$ vramscope demo"), "{text:?}");
+    assert_eq!(
+        text.trim_end(),
+        "$ vramscope demo",
+        "the shell screen after quitting:\n{text}"
+    );
+}
+
+fn nz(n: u16) -> std::num::NonZeroU16 {
+    std::num::NonZeroU16::new(n).unwrap()
+}

@@ -59,6 +59,55 @@ fn overview_sizes() {
     }
 }
 
+/// `app` with the process running `scenario` marked as exited.
+fn with_dead(app: &mut App, fx: &Fixture, scenario: &str) {
+    let key = fx.key_of(scenario).unwrap();
+    let mut snap = (*app.snap).clone();
+    for p in &mut snap.processes {
+        if p.key() == key {
+            p.identity.alive = false;
+        }
+    }
+    app.set_snapshot(snap);
+}
+
+#[test]
+fn a_dead_process_says_so_at_every_size() {
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        let mut app = app_with(&FX, cfg(), w, h);
+        with_dead(&mut app, &FX, "oom");
+        let f = frame(&app);
+        let line = f.lines().find(|l| l.contains("big_batch.py")).unwrap();
+        assert!(line.contains("EXIT OOM"), "{line}");
+        insta::assert_snapshot!(format!("overview_dead_{w}x{h}"), f);
+    }
+}
+
+#[test]
+fn the_overview_uses_a_large_screen_for_history() {
+    let app = app_with(&FX, cfg(), 200, 60);
+    let f = frame(&app);
+    assert!(f.contains("History · last 5m"), "{f}");
+    assert!(
+        f.contains("GPU 0 · NVIDIA H100") && f.contains("GPU 1 · NVIDIA H100"),
+        "{f}"
+    );
+    // Each band has its value axis and data.
+    assert_eq!(f.matches("       0B┤").count(), 2, "{f}");
+    // The rows have sparklines: the leak's ends at the top.
+    let leak = f.lines().find(|l| l.contains("eval_loop.py")).unwrap();
+    assert!(
+        leak.contains("LEAK") && leak.trim_end_matches(['│', '"', ' ']).ends_with('█'),
+        "{leak}"
+    );
+    // Not at 120x40's table width: no sparkline column, but the band.
+    let mid = frame(&app_with(&FX, cfg(), 120, 40));
+    assert!(!mid.contains("LAST 5m") && mid.contains("History"), "{mid}");
+    // At 80x24 the table keeps the screen.
+    let small = frame(&app_with(&FX, cfg(), 80, 24));
+    assert!(!small.contains("History"), "{small}");
+}
+
 #[test]
 fn overview_eight_processes_scrolls_at_80x24() {
     let mut app = app_with(&FX8, cfg(), 80, 16);
@@ -76,6 +125,31 @@ fn overview_eight_processes_scrolls_at_80x24() {
 fn overview_without_nvml() {
     let app = app_with(&NO_NVML, cfg(), 80, 24);
     snapshot_showing("overview_no_nvml_80x24", &app, "NVML library not found");
+}
+
+#[test]
+fn text_is_cut_between_words_with_an_ellipsis() {
+    // A long NVML error at 80 columns: cut between words, never "(a".
+    let mut fx_app = app_with(&NO_NVML, cfg(), 80, 24);
+    let mut snap = (*fx_app.snap).clone();
+    snap.machine.nvml_error = Some(
+        "NVML unavailable: driver/library version mismatch (kernel module 550.54, library 580.95)"
+            .into(),
+    );
+    fx_app.set_snapshot(snap);
+    let f = frame(&fx_app);
+    let line = f.lines().nth(2).unwrap();
+    assert!(
+        line.contains("NVML unavailable: driver/library version mismatch (kernel module 550.54,…"),
+        "{line}"
+    );
+    // The block map's device line at 80 columns keeps its warning and cuts
+    // at a word.
+    let app = process_app(&FX, "fragmentation", 80, 24, Pane::Blocks);
+    let f = frame(&app);
+    let line = f.lines().find(|l| l.contains("cuda:0")).unwrap();
+    assert!(line.contains("(not synced)"), "{line}");
+    assert!(!line.contains(" L 96.0 "), "{line}");
 }
 
 #[test]
@@ -150,6 +224,76 @@ fn help_overlay() {
 }
 
 #[test]
+fn legend_overlay() {
+    // Every column's meaning is on it.
+    let mut app = app_with(&FX, cfg(), 120, 40);
+    app.handle(vramscope::ui::AppEvent::Input(
+        crossterm::event::Event::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char('L'),
+        )),
+    ));
+    assert_eq!(app.legend, Some(0));
+    let f = frame(&app);
+    for c in vramscope::ui::rows::Col::ALL {
+        assert!(f.contains(c.meaning()), "{:?} {f}", c);
+    }
+    insta::assert_snapshot!("legend_120x40", f);
+    // At 80x24 it scrolls: the words at the end come into view.
+    let mut small = app_with(&FX, cfg(), 80, 24);
+    small.legend = Some(0);
+    assert!(!frame(&small).contains("s#b0c0"));
+    insta::assert_snapshot!("legend_80x24", frame(&small));
+    small.legend = Some(100);
+    snapshot_showing("legend_80x24_scrolled", &small, "s#b0c0");
+}
+
+#[test]
+fn a_long_event_history_scrolled_and_searched() {
+    use crossterm::event::{Event, KeyCode, KeyEvent};
+    use vramscope::ui::AppEvent;
+    let key = |c: KeyCode| AppEvent::Input(Event::Key(KeyEvent::from(c)));
+    let mut app = process_app(&FX, "leak", 120, 40, Pane::Events);
+    let total = app.selected_entry().unwrap().view.figures.events_total;
+    assert!(total > 4000, "{total}");
+    // Scrolling back asks for the events further back; each page is there.
+    for _ in 0..160 {
+        for fx in app.handle(key(KeyCode::PageDown)) {
+            assert_eq!(fx, vramscope::ui::Effect::Refresh);
+        }
+        refresh(&mut app, &FX);
+    }
+    assert!(
+        app.process.event_scroll > 1000,
+        "{}",
+        app.process.event_scroll
+    );
+    snapshot_showing("events_scrolled_120x40", &app, "from #");
+    // `/` searches the whole history: only 16 MiB blocks and segments.
+    app.handle(key(KeyCode::Char('/')));
+    for c in "16.0m".chars() {
+        app.handle(key(KeyCode::Char(c)));
+    }
+    app.handle(key(KeyCode::Enter));
+    refresh(&mut app, &FX);
+    let f = frame(&app);
+    assert!(f.contains("search \"16.0m\""), "{f}");
+    let areas = vramscope::ui::layout::process(
+        app.size,
+        app.process.pane,
+        vramscope::ui::layout::screen(app.size, false).body,
+    );
+    let ev = areas.events.unwrap();
+    let rows: Vec<&str> = f
+        .lines()
+        .skip(ev.y as usize + 1)
+        .take(ev.height as usize - 2)
+        .collect();
+    assert!(rows.iter().all(|r| r.contains("16.0M")), "{f}");
+    assert!(rows.iter().any(|r| r.contains("ALLOC")), "{f}");
+    insta::assert_snapshot!("events_searched_120x40", f);
+}
+
+#[test]
 fn action_boxes() {
     let mut app = app_with(&FX, cfg(), 80, 24);
     app.overview.selected = FX.key_of("empty-cache");
@@ -174,6 +318,7 @@ fn demo_caption() {
         speed: 2.0,
         paused: true,
         runs: 0,
+        replay: false,
     }));
     insta::assert_snapshot!("demo_caption_80x24", frame(&app));
 }

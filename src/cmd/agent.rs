@@ -9,8 +9,9 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum What {
-    /// Print the directory of the extracted agent package (for PYTHONPATH,
-    /// or `pip install` from it), extracting it first if needed.
+    /// Print the directory of the extracted agent package (for PYTHONPATH),
+    /// extracting it first if needed. (`pip install ./assets/agent` from a
+    /// clone installs the same package.)
     Path,
 }
 

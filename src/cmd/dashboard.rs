@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use vramscope::collect::Live;
 use vramscope::ui::DemoHandle;
 
-use super::value::Millis;
+use super::value::{Millis, TermSize};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
@@ -43,6 +43,10 @@ pub struct UiFlags {
     /// Write the frame shown after --screenshot-after as SVG to this file, then quit.
     #[arg(long, value_name = "FILE.svg")]
     pub screenshot: Option<PathBuf>,
+    /// Draw without a terminal at this size (COLSxROWS, e.g. 120x40), for
+    /// --screenshot (also used when there is no terminal; default 80x24).
+    #[arg(long, value_name = "COLSxROWS", requires = "screenshot")]
+    pub size: Option<TermSize>,
     /// Milliseconds before --screenshot is taken.
     #[arg(
         long,
@@ -51,25 +55,44 @@ pub struct UiFlags {
         value_name = "MS"
     )]
     pub screenshot_after: Millis,
-    /// Draw new data at most every this many milliseconds (keys are answered at once).
-    #[arg(
-        long,
-        allow_negative_numbers = true,
-        default_value = "250",
-        value_name = "MS"
-    )]
-    pub refresh: Millis,
+    /// Draw new data at most every this many milliseconds (keys are answered
+    /// at once) [default: 250, or the settings file's]
+    #[arg(long, allow_negative_numbers = true, value_name = "MS")]
+    pub refresh: Option<Millis>,
 }
 
 impl UiFlags {
-    pub fn options(&self) -> vramscope::ui::UiOptions {
-        vramscope::ui::UiOptions {
-            readonly: self.readonly,
-            ascii: self.ascii,
-            monochrome: self.no_color,
-            mouse: !self.no_mouse,
+    /// Drawn without a terminal: at `--size`, or at 80x24 when a screenshot
+    /// is asked for and stdout is not a terminal.
+    pub fn headless_size(&self) -> Option<(u16, u16)> {
+        use std::io::IsTerminal;
+        match self.size {
+            Some(s) => Some((s.cols, s.rows)),
+            None if self.screenshot.is_some() && !std::io::stdout().is_terminal() => {
+                Some(vramscope::ui::run::FALLBACK_SIZE)
+            }
+            None => None,
+        }
+    }
+
+    /// The dashboard's options: these flags over the settings file
+    /// (`super::config`) over the defaults.
+    pub fn options(&self) -> anyhow::Result<vramscope::ui::UiOptions> {
+        let file = super::config::load()?.dashboard;
+        let refresh = match (self.refresh, file.refresh_ms) {
+            (Some(r), _) => r.duration(),
+            (None, Some(ms)) => std::time::Duration::from_millis(u64::from(ms)),
+            (None, None) => std::time::Duration::from_millis(250),
+        };
+        Ok(vramscope::ui::UiOptions {
+            readonly: self.readonly || file.readonly == Some(true),
+            ascii: self.ascii || file.ascii == Some(true),
+            monochrome: self.no_color || file.color == Some(false),
+            mouse: !self.no_mouse && file.mouse != Some(false),
             initial_process: self.pid,
-            data_interval: self.refresh.duration(),
+            size: self.headless_size(),
+            sort: file.sort_col().map(|c| (c, file.descending)),
+            data_interval: refresh,
             screenshot: self
                 .screenshot
                 .clone()
@@ -78,13 +101,13 @@ impl UiFlags {
                     after: self.screenshot_after.duration(),
                 }),
             ..vramscope::ui::UiOptions::default()
-        }
+        })
     }
 }
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
-    open(cfg, None, args.ui.options())
+    open(cfg, None, args.ui.options()?)
 }
 
 /// Starts the collector and opens the dashboard on it (and on the demo's

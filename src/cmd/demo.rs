@@ -62,9 +62,30 @@ pub fn run(args: Args) -> Result<()> {
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
+        let mut opts = args.ui.options()?;
+        let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
+            let Some(path) = &args.ui.screenshot else {
+                return Ok(());
+            };
+            // The simulated job's own view, as the dashboard opens it,
+            // with the whole run in the timeline's window.
+            opts.initial_process = opts.initial_process.or(Some(std::process::id()));
+            let still = vramscope::ui::Still {
+                size: opts.size.unwrap_or(vramscope::ui::run::FALLBACK_SIZE),
+                now_ns: end_ns,
+                window_ns: Some(ran_ns),
+                path,
+            };
+            vramscope::ui::screenshot_now(hub, Some(status), &opts, still)
+        };
         let runs = args.runs.map_or(1, Runs::get);
-        let report =
-            vramscope::demo::run_headless(sc, args.conf.as_deref(), duration, runs, args.gpu)?;
+        let report = vramscope::demo::run_headless_then(
+            sc,
+            args.conf.as_deref(),
+            (duration, runs),
+            args.gpu,
+            shot,
+        )?;
         return if args.json {
             out::line(&serde_json::to_string_pretty(&report)?)
         } else {
@@ -84,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
     let cfg = args.collect.config();
     let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
-    let mut opts = args.ui.options();
+    let mut opts = args.ui.options()?;
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
     opts.initial_process = opts.initial_process.or(Some(std::process::id()));
@@ -122,7 +143,7 @@ pub fn text(r: &HeadlessReport) -> String {
         let fr = &d.figures.fragmentation;
         let share = fr
             .share_of_reserved
-            .map(|s| format!("{:.1}% of reserved", s * 100.0))
+            .map(|s| format!("{} of reserved", vramscope::ui::format::percent(s)))
             .unwrap_or_else(|| "—".into());
         let largest = fr.largest_free_large.max(fr.largest_free_small);
         let _ = writeln!(

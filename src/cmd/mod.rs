@@ -16,6 +16,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub mod agent;
+pub mod completions;
+pub mod config;
 pub mod dashboard;
 pub mod demo;
 pub mod doctor;
@@ -79,6 +81,10 @@ pub enum Command {
     EmptyCache(empty_cache::Args),
     /// List this user's segments (instrumented processes) and their health.
     Rings(rings::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
+    /// Print the man page (roff), subcommands included.
+    Man(completions::ManArgs),
 }
 
 /// Runs the command line's job.
@@ -97,6 +103,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Export(a)) => export::run(a),
         Some(Command::EmptyCache(a)) => empty_cache::run(a),
         Some(Command::Rings(a)) => rings::run(a),
+        Some(Command::Completions(a)) => completions::run(a),
+        Some(Command::Man(a)) => completions::man(a),
     }
 }
 

@@ -86,7 +86,7 @@ pub fn run(args: Args) -> Result<()> {
     for (_, input) in fed {
         hub.apply(input);
     }
-    let mut opts = args.view.options();
+    let mut opts = args.view.options()?;
     opts.readonly = true;
     opts.initial_process.get_or_insert(inputs::KEY.pid);
     let driver = Arc::new(FileDriver {

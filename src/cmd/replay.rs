@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::replay::{play, Pace};
+use vramscope::collect::replay::{play, Pace, Progress};
 use vramscope::collect::{Hub, Live};
+use vramscope::demo::DemoStatus;
 use vramscope::model::ViewOptions;
 use vramscope::recording::Replayer;
 
@@ -31,15 +32,91 @@ pub struct Args {
     view: UiFlags,
 }
 
+/// What the dashboard shows of a recording played back: the file, how far
+/// into it (recorded time and inputs), and its end.
+struct ReplayStatus {
+    file: String,
+    speed: f64,
+    total_inputs: u64,
+    total_ns: u64,
+    progress: Arc<Progress>,
+}
+
+impl ReplayStatus {
+    /// Reads the recording once for its length (inputs and recorded time).
+    fn new(path: &std::path::Path, speed: f64) -> Result<ReplayStatus> {
+        let mut r = Replayer::open(path)?;
+        let (mut n, mut first, mut last) = (0u64, None, 0u64);
+        while let Some((t, _)) = r.next_input()? {
+            n += 1;
+            first.get_or_insert(t);
+            last = t;
+        }
+        let file = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into(),
+        );
+        Ok(ReplayStatus {
+            file: vramscope::ring::layout::printable(&file),
+            speed,
+            total_inputs: n,
+            total_ns: last.saturating_sub(first.unwrap_or(last)),
+            progress: Arc::default(),
+        })
+    }
+}
+
+impl vramscope::ui::DemoHandle for ReplayStatus {
+    fn status(&self) -> DemoStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let inputs = self.progress.inputs.load(Relaxed);
+        let at = self.progress.recorded_ns.load(Relaxed);
+        let span = vramscope::ui::format::duration;
+        let ended = inputs >= self.total_inputs || self.progress.done.load(Relaxed);
+        let caption = if ended {
+            format!(
+                "END of the recording: {} recorded, {} inputs (q quits)",
+                span(self.total_ns),
+                self.total_inputs
+            )
+        } else {
+            format!(
+                "at {} of {} recorded, input {inputs} of {}",
+                span(at),
+                span(self.total_ns),
+                self.total_inputs
+            )
+        };
+        DemoStatus {
+            scenario: self.file.clone(),
+            caption,
+            progress: if self.total_inputs == 0 {
+                1.0
+            } else {
+                inputs as f64 / self.total_inputs as f64
+            },
+            speed: self.speed,
+            paused: false,
+            runs: 0,
+            replay: true,
+        }
+    }
+    fn set_speed(&self, _speed: f64) {}
+    fn toggle_pause(&self) {}
+}
+
 pub fn run(args: Args) -> Result<()> {
     let reader = Replayer::open(&args.file)?;
     if args.ui {
         let speed = args.speed.map_or(1.0, Speed::factor);
-        let mut opts = args.view.options();
+        let mut opts = args.view.options()?;
         // A recording cannot be sent commands.
         opts.readonly = true;
-        let live = Arc::new(Live::replay(reader, speed).context("starting the replay")?);
-        return vramscope::ui::run(live.hub().clone(), live, None, opts);
+        let status = ReplayStatus::new(&args.file, speed)?;
+        let live = Arc::new(
+            Live::replay(reader, speed, status.progress.clone()).context("starting the replay")?,
+        );
+        return vramscope::ui::run(live.hub().clone(), live, Some(Arc::new(status)), opts);
     }
     let hub = Hub::default();
     let pace = args

@@ -1,16 +1,20 @@
 //! `vramscope snapshot`: one look at every GPU (NVML) and every instrumented
-//! process, as a table or as JSON.
+//! process, as a table or as JSON; `--blocks` adds each process's block
+//! map, `--watch SECS` looks again every SECS seconds (until Ctrl-C), and
+//! `--screenshot FILE.svg` draws the dashboard's overview of it with no
+//! terminal.
 use std::fmt::Write;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use vramscope::collect::{Collector, Snapshot};
 use vramscope::model::ViewOptions;
 use vramscope::ui::diagnosis;
-use vramscope::ui::format::bytes;
+use vramscope::ui::format::{self, bytes};
+use vramscope::ui::rows::{mode_name, Row};
 
-use super::value::Seconds;
+use super::value::{Seconds, TermSize};
 use super::{NvmlFlag, ShmFlag};
 
 #[derive(Debug, clap::Args)]
@@ -18,7 +22,8 @@ pub struct Args {
     /// JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Include each process's block map (segments and blocks) in the JSON.
+    /// Include each process's block map (segments and blocks): in the JSON,
+    /// or as one line per segment under the table.
     #[arg(long)]
     blocks: bool,
     /// Watch this many seconds before printing (default: one look). A job
@@ -26,6 +31,16 @@ pub struct Args {
     /// verdict needs the steps seen in that time (at least 8).
     #[arg(long = "for", allow_negative_numbers = true, value_name = "SECS")]
     watch_for: Option<Seconds>,
+    /// Look again every this many seconds, until Ctrl-C (a table, or one
+    /// JSON document per line).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    watch: Option<Seconds>,
+    /// Also draw the dashboard's overview of this look as SVG to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    screenshot: Option<std::path::PathBuf>,
+    /// With --screenshot: its size (default 120x40).
+    #[arg(long, value_name = "COLSxROWS", requires = "screenshot")]
+    size: Option<TermSize>,
     #[command(flatten)]
     shm: ShmFlag,
     #[command(flatten)]
@@ -33,25 +48,56 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // A directory that cannot be read is an error (as for `rings`), not an
+    // empty machine.
+    let dir = args.shm.dir();
+    std::fs::read_dir(&dir).with_context(|| format!("segment directory {}", dir.display()))?;
     let mut collector = Collector::new(super::collect_config(&args.shm, &args.nvml, None));
     let rt = super::runtime()?;
-    rt.block_on(collector.look(Duration::from_secs(1)));
     if let Some(secs) = args.watch_for {
+        rt.block_on(collector.look(Duration::from_secs(1)));
         rt.block_on(async {
             let until = tokio::time::sleep(secs.duration());
             collector.run_until(until).await
         });
-        rt.block_on(collector.look(Duration::from_secs(1)));
     }
-    let snap = collector.hub().snapshot(&ViewOptions {
+    let opts = ViewOptions {
         block_map: args.blocks,
         recent_events: 16,
         timeline: None,
-    });
-    if args.json {
-        super::out::line(&serde_json::to_string_pretty(&snap)?)
-    } else {
-        super::out::print(&table(&snap))
+    };
+    loop {
+        rt.block_on(collector.look(Duration::from_secs(1)));
+        let snap = collector.hub().snapshot(&opts);
+        if let Some(path) = &args.screenshot {
+            let size = args.size.map_or((120, 40), |s| (s.cols, s.rows));
+            let still = vramscope::ui::Still {
+                size,
+                now_ns: snap.taken_ns,
+                window_ns: None,
+                path,
+            };
+            let ui = vramscope::ui::UiOptions::default();
+            vramscope::ui::screenshot_now(collector.hub(), None, &ui, still)?;
+        }
+        match (args.json, args.watch.is_some()) {
+            (true, false) => super::out::line(&serde_json::to_string_pretty(&snap)?)?,
+            (true, true) => super::out::line(&serde_json::to_string(&snap)?)?,
+            (false, _) => {
+                let mut t = table(&snap);
+                if args.blocks {
+                    t.push_str(&blocks(&snap));
+                }
+                if args.watch.is_some() {
+                    t.push('\n');
+                }
+                super::out::print(&t)?;
+            }
+        }
+        match args.watch {
+            Some(every) => std::thread::sleep(every.duration()),
+            None => return Ok(()),
+        }
     }
 }
 
@@ -59,7 +105,9 @@ fn opt(b: Option<u64>) -> String {
     b.map(bytes).unwrap_or_else(|| "—".into())
 }
 
-/// The snapshot as a table: GPUs, then one line per process, then problems.
+/// The snapshot as a table: GPUs, then one line per process (the
+/// dashboard's figures: fragmentation, OOMs, the flags with the leak
+/// verdict), then problems.
 pub fn table(s: &Snapshot) -> String {
     let mut o = String::new();
     match &s.machine.nvml_error {
@@ -80,26 +128,25 @@ pub fn table(s: &Snapshot) -> String {
     }
     let _ = writeln!(
         o,
-        "{:>7} {:<20} {:<9} {:>11} {:>11} {:>11} {:>11}",
-        "PID", "NAME", "MODE", "NVML USED", "RESERVED", "ALLOCATED", "PEAK ALLOC"
+        "{:>7} {:<20} {:<5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>4}  FLAGS",
+        "PID", "NAME", "MODE", "NVML", "RESERVED", "ALLOCATED", "PEAK", "FRAG", "OOMS"
     );
     for p in &s.processes {
-        let f = &p.view.figures;
-        let name = if p.identity.label.is_empty() {
-            &p.identity.name
-        } else {
-            &p.identity.label
-        };
+        let r = Row::new(s, p);
+        let name = format::truncate(&vramscope::ring::layout::printable(&r.name), 20, "…");
         let _ = writeln!(
             o,
-            "{:>7} {:<20.20} {:<9} {:>11} {:>11} {:>11} {:>11}",
-            p.identity.host_pid,
+            "{:>7} {:<20} {:<5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>4}  {}",
+            r.pid,
             name,
-            format!("{:?}", p.view.mode),
-            opt(f.nvml_used),
-            bytes(f.reserved),
-            bytes(f.allocated),
-            bytes(f.peak_allocated),
+            mode_name(r.mode),
+            opt(r.nvml),
+            opt(r.reserved),
+            opt(r.allocated),
+            opt(r.peak),
+            r.frag.map_or_else(|| "—".into(), format::percent),
+            r.ooms,
+            r.flags(),
         );
         // The verdict in the words of the dashboard's diagnosis pane.
         let leak = &p.view.leak;
@@ -108,10 +155,61 @@ pub fn table(s: &Snapshot) -> String {
         let _ = writeln!(o, "        {}", diagnosis::steps_text(leak));
     }
     for pr in &s.problems {
-        let _ = writeln!(o, "! {}: {}", pr.path, pr.message);
+        // The message names the path already when it starts with it.
+        if pr.message.starts_with(&pr.path) {
+            let _ = writeln!(o, "! {}", pr.message);
+        } else {
+            let _ = writeln!(o, "! {}: {}", pr.path, pr.message);
+        }
     }
     if s.problems.iter().any(|p| p.message.starts_with("stale")) {
         let _ = writeln!(o, "`vramscope rings --clean` removes stale segments");
+    }
+    o
+}
+
+/// Each process's block map as text: per device, one line per segment
+/// (pool, stream, size, and its blocks by state).
+pub fn blocks(s: &Snapshot) -> String {
+    use vramscope::event::BlockState;
+    let mut o = String::new();
+    for p in &s.processes {
+        for d in &p.view.devices {
+            let _ = writeln!(
+                o,
+                "\npid {} cuda:{}: {} segments, {} reserved, {} allocated",
+                p.identity.host_pid,
+                d.figures.device,
+                d.segments.len(),
+                bytes(d.figures.reserved),
+                bytes(d.figures.allocated)
+            );
+            for seg in &d.segments {
+                let sum = |st: BlockState| -> (usize, u64) {
+                    seg.blocks
+                        .iter()
+                        .filter(|b| b.block.state == st)
+                        .fold((0, 0), |(n, b), x| (n + 1, b + x.block.size))
+                };
+                let (na, ba) = sum(BlockState::Allocated);
+                let (np, bp) = sum(BlockState::PendingFree);
+                let (ni, bi) = sum(BlockState::Inactive);
+                let pool = match seg.segment.pool_kind {
+                    vramscope::event::SegmentPool::Small => "S",
+                    _ => "L",
+                };
+                let _ = writeln!(
+                    o,
+                    "  {pool}{} {:#014x} {:>10}  allocated {na} ({}), pending-free {np} ({}), inactive {ni} ({})",
+                    if seg.segment.expandable { "x" } else { " " },
+                    seg.segment.addr,
+                    bytes(seg.segment.size),
+                    bytes(ba),
+                    bytes(bp),
+                    bytes(bi),
+                );
+            }
+        }
     }
     o
 }

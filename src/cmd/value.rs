@@ -9,6 +9,8 @@
 //! | [`Gib`]     | GiB, decimals       | more than 0, at most [`Gib::MAX`]           |
 //! | [`Count`]   | a whole number      | 1 to [`Count::MAX`]                         |
 //! | [`Index`]   | a whole number      | 0 to [`Index::MAX`]                         |
+//! | [`Runs`]    | a whole number      | 1 to 1000                                   |
+//! | [`TermSize`]| `COLSxROWS`         | 20x8 to 1000x500                            |
 //!
 //! NaN, infinities, negative numbers, zero where it means nothing, and
 //! values that would overflow a `Duration`, an `Instant` or a byte count are
@@ -50,6 +52,46 @@ fn whole(s: &str, what: &str, lo: u64, hi: u64) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(v) if (lo..=hi).contains(&v) => Ok(v),
         _ => Err(format!("{what} must be {range}")),
+    }
+}
+
+/// A terminal size for drawing without a terminal (`--size 120x40`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl TermSize {
+    pub const MIN: (u64, u64) = (20, 8);
+    pub const MAX: (u64, u64) = (1000, 500);
+}
+
+impl FromStr for TermSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "a size is COLSxROWS, {}x{} to {}x{} (e.g. 120x40)",
+                Self::MIN.0,
+                Self::MIN.1,
+                Self::MAX.0,
+                Self::MAX.1
+            )
+        };
+        let (c, r) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+        let cols = whole(c, "columns", Self::MIN.0, Self::MAX.0).map_err(|_| bad())?;
+        let rows = whole(r, "rows", Self::MIN.1, Self::MAX.1).map_err(|_| bad())?;
+        Ok(TermSize {
+            cols: cols as u16,
+            rows: rows as u16,
+        })
+    }
+}
+
+impl fmt::Display for TermSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.cols, self.rows)
     }
 }
 

@@ -99,6 +99,8 @@ pub struct Collector {
     nvml: Option<Arc<nvml::NvmlSource>>,
     /// Host pid → model key of every attached process (for NVML's figures).
     host_pids: HashMap<u32, ProcessKey>,
+    /// CPU, memory and age of the processes shown (`/proc`).
+    host: procfs::HostSampler,
 }
 
 impl Collector {
@@ -115,6 +117,7 @@ impl Collector {
             hub,
             nvml: None,
             host_pids: HashMap::new(),
+            host: procfs::HostSampler::default(),
         }
     }
 
@@ -151,7 +154,14 @@ impl Collector {
             .clone()
     }
 
-    fn apply_machine(&mut self, machine: Machine) {
+    fn apply_machine(&mut self, mut machine: Machine) {
+        // The host side of every process shown, read with NVML.
+        let mut pids: Vec<u32> = self.host_pids.keys().copied().collect();
+        pids.extend(machine.processes.iter().map(|p| p.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        let now = machine.sampled_ns.unwrap_or_else(monotonic_ns);
+        machine.host = self.host.sample(&pids, now);
         let fresh = fresh_nvml_processes(&machine, &self.host_pids);
         self.hub.apply(Input::Machine {
             machine,
@@ -355,12 +365,17 @@ impl Live {
     /// Plays a recording into a new hub in the background, at `speed`
     /// recorded seconds per second, with its times moved onto this
     /// machine's clock. Its processes cannot be sent commands.
-    pub fn replay(reader: crate::recording::Replayer, speed: f64) -> std::io::Result<Live> {
+    pub fn replay(
+        reader: crate::recording::Replayer,
+        speed: f64,
+        progress: Arc<replay::Progress>,
+    ) -> std::io::Result<Live> {
         let rt = runtime()?;
         let hub = Arc::new(Hub::default());
         let h = hub.clone();
         rt.spawn(async move {
-            if let Err(e) = replay::play(reader, &h, replay::Pace::Live(speed)).await {
+            let played = replay::play_with(reader, &h, replay::Pace::Live(speed), &progress);
+            if let Err(e) = played.await {
                 eprintln!("vramscope: {e}");
             }
         });

@@ -157,3 +157,78 @@ mod tests {
         assert_eq!(host_pid(me, 1), None);
     }
 }
+
+/// Reads the host figures of processes (CPU use between two readings,
+/// resident memory, age) from `/proc/PID/stat`, through the procfs crate.
+#[derive(Debug, Default)]
+pub struct HostSampler {
+    /// Per pid: (its start time, its CPU ticks so far, when read (ns)).
+    prev: HashMap<u32, (u64, u64, u64)>,
+}
+
+impl HostSampler {
+    /// The figures of `pids` at `now_ns` (collector clock). CPU use is
+    /// absent at a process's first reading.
+    pub fn sample(&mut self, pids: &[u32], now_ns: u64) -> Vec<crate::input::HostProcess> {
+        let ticks = procfs::ticks_per_second().max(1);
+        let page = procfs::page_size();
+        use procfs::Current;
+        let uptime_ns = procfs::Uptime::current()
+            .ok()
+            .map(|u| (u.uptime * 1e9) as u64);
+        let mut out = Vec::with_capacity(pids.len());
+        let mut prev = HashMap::with_capacity(pids.len());
+        for &pid in pids {
+            let Ok(stat) = procfs::process::Process::new(pid as i32).and_then(|p| p.stat()) else {
+                continue;
+            };
+            let cpu = stat.utime.saturating_add(stat.stime);
+            let cpu_percent = self
+                .prev
+                .get(&pid)
+                .filter(|(start, _, t)| *start == stat.starttime && now_ns > *t)
+                .map(|(_, was, t)| {
+                    let used_ns = cpu.saturating_sub(*was) as f64 * 1e9 / ticks as f64;
+                    100.0 * used_ns / (now_ns - t) as f64
+                });
+            prev.insert(pid, (stat.starttime, cpu, now_ns));
+            let started_ns = stat.starttime.saturating_mul(1_000_000_000) / ticks;
+            out.push(crate::input::HostProcess {
+                pid,
+                cpu_percent,
+                rss: Some(stat.rss.saturating_mul(page)),
+                elapsed_ns: uptime_ns.map(|u| u.saturating_sub(started_ns)),
+            });
+        }
+        // Processes no longer asked about are forgotten.
+        self.prev = prev;
+        out
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_host_figures_and_cpu_use_after_two_readings() {
+        let me = std::process::id();
+        let mut s = HostSampler::default();
+        let first = s.sample(&[me, u32::MAX - 1], 1_000_000_000);
+        assert_eq!(first.len(), 1, "a pid that does not exist is left out");
+        let h = &first[0];
+        assert_eq!(h.pid, me);
+        assert!(h.cpu_percent.is_none(), "no CPU use before two readings");
+        assert!(h.rss.unwrap() > 1 << 20, "{h:?}");
+        assert!(h.elapsed_ns.is_some());
+        // Burn some CPU, then read again 100 ms of clock later.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(120) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let second = s.sample(&[me], 1_000_000_000 + t.elapsed().as_nanos() as u64);
+        let cpu = second[0].cpu_percent.unwrap();
+        assert!(cpu > 10.0, "{cpu}");
+    }
+}

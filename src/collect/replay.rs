@@ -41,8 +41,29 @@ pub struct Played {
     pub last_ns: u64,
 }
 
+/// How far a playback got, read from another thread (`replay --ui` shows
+/// it): inputs applied, the recorded time reached (from the first input),
+/// and whether the recording ended.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub inputs: std::sync::atomic::AtomicU64,
+    pub recorded_ns: std::sync::atomic::AtomicU64,
+    pub done: std::sync::atomic::AtomicBool,
+}
+
 /// Applies every input of `reader` to `hub`, paced by `pace`.
-pub async fn play(mut reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played, RecordingError> {
+pub async fn play(reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played, RecordingError> {
+    play_with(reader, hub, pace, &Progress::default()).await
+}
+
+/// [`play`], telling `progress` after every input and at the end.
+pub async fn play_with(
+    mut reader: Replayer,
+    hub: &Hub,
+    pace: Pace,
+    progress: &Progress,
+) -> Result<Played, RecordingError> {
+    use std::sync::atomic::Ordering::Relaxed;
     let speed = match pace {
         Pace::Fast => None,
         Pace::Recorded(s) | Pace::Live(s) => Some(s).filter(|s| *s > 0.0 && s.is_finite()),
@@ -85,6 +106,9 @@ pub async fn play(mut reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played,
         }
         hub.apply(input);
         played.inputs += 1;
+        progress.inputs.store(played.inputs, Relaxed);
+        progress.recorded_ns.store(t.saturating_sub(t0), Relaxed);
     }
+    progress.done.store(true, Relaxed);
     Ok(played)
 }

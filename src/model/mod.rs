@@ -91,13 +91,18 @@ pub enum Mode {
     NvmlOnly,
 }
 
+/// Events kept per process by default ([`ModelConfig::recent_events`]).
+pub const RECENT_EVENTS: usize = 100_000;
+
 /// Settings of the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub rules: BlockRules,
     pub series: SeriesConfig,
     pub leak: LeakConfig,
-    /// Recent events kept per process.
+    /// Recent events kept per process (the dashboard's scrollable,
+    /// searchable event history): 100,000 by default, about 10 MiB at 104
+    /// bytes an event, held only as the events arrive.
     pub recent_events: usize,
     /// Events kept with each OOM record.
     pub oom_context: usize,
@@ -183,7 +188,7 @@ impl Default for ModelConfig {
             rules: BlockRules::default(),
             series: SeriesConfig::default(),
             leak: LeakConfig::default(),
-            recent_events: 256,
+            recent_events: RECENT_EVENTS,
             oom_context: 32,
             max_ooms: 64,
             rate_window_ns: 5_000_000_000,

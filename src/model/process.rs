@@ -152,7 +152,8 @@ impl Process {
             resync_asked_ns: None,
             events: 0,
             rate: EventRate::new(cfg.rate_window_ns),
-            recent: VecDeque::with_capacity(cfg.recent_events.min(1 << 16)),
+            // Grown as events arrive: a quiet process holds little.
+            recent: VecDeque::with_capacity(cfg.recent_events.min(256)),
             ooms: VecDeque::new(),
             ooms_total: 0,
             nvml: None,
@@ -799,5 +800,42 @@ mod tests {
         assert!((rate - 1000.0).abs() < 60.0, "{rate}");
         // Idle for a minute: the rate decays to zero.
         assert_eq!(r.per_sec(now + 60_000_000_000), Some(0.0));
+    }
+
+    #[test]
+    fn the_event_history_holds_100_000_events_within_its_bound() {
+        use crate::event::EventKind;
+        let key = ProcessKey {
+            pid: 1,
+            start_time: 1,
+        };
+        let cfg = ModelConfig::default();
+        assert!(cfg.recent_events >= 100_000);
+        let mut p = Process::new(key, cfg.clone());
+        let quiet = p.memory_bytes();
+        let n = cfg.recent_events as u64 + 50_000;
+        for i in 0..n {
+            p.apply(&Event {
+                time_ns: i,
+                kind: EventKind::Marker {
+                    value: i,
+                    source: Default::default(),
+                },
+            });
+        }
+        let all = ViewOptions {
+            block_map: false,
+            recent_events: usize::MAX,
+            timeline: None,
+        };
+        let v = p.view(n, &all);
+        // The newest 100,000, oldest first.
+        assert_eq!(v.recent_events.len(), cfg.recent_events);
+        assert_eq!(v.recent_events.last().unwrap().time_ns, n - 1);
+        assert_eq!(v.recent_events[0].time_ns, n - cfg.recent_events as u64);
+        // Held as events arrive, counted, and bounded.
+        let history = cfg.recent_events.next_power_of_two() * std::mem::size_of::<Event>();
+        assert!(quiet < 1 << 20, "{quiet}");
+        assert!(p.memory_bytes() <= quiet + history, "{}", p.memory_bytes());
     }
 }

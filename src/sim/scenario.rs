@@ -21,9 +21,10 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::allocator::{format_size, EventSink, OomError, SimAllocator, SimConfig};
+use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
 use super::conf::AllocConf;
 use crate::event::{Event, EventKind};
+use crate::ui::format::bytes;
 
 const MIB: u64 = 1 << 20;
 /// Simulated time between two operations.
@@ -208,8 +209,8 @@ impl Model {
         g.say(format!(
             "model.cuda(): {} layers, {} weights + {} biases each",
             m.layers,
-            format_size(m.weight),
-            format_size(m.bias)
+            bytes(m.weight),
+            bytes(m.bias)
         ));
         for _ in 0..m.layers {
             let w = g.alloc(m.weight);
@@ -261,7 +262,7 @@ impl Model {
             g.say(format!(
                 "{at} · forward layer {}: {} activation kept for backward",
                 l + 1,
-                format_size(act)
+                bytes(act)
             ));
             saved.push(g.alloc(act));
             let tmp = g.alloc(act / 2);
@@ -378,7 +379,7 @@ fn leak(g: &mut Gen) -> &'static str {
         let _val_loss = g.alloc(4);
         g.say(format!(
             "step {n}/{total} · {} more stays allocated every step: the floor keeps rising (leak)",
-            format_size(val_act * m.layers as u64 + val_act / 4 + 512)
+            bytes(val_act * m.layers as u64 + val_act / 4 + 512)
         ));
     }
     "done: allocated never returns to its floor; fix: loss.item() and torch.no_grad() for validation"
@@ -407,11 +408,11 @@ fn fragmentation(g: &mut Gen) -> &'static str {
         let loss = m.train_step(g, n, total, act, &format!(" · seq {seq}"));
         g.say(format!(
             "step {n}/{total} · seq {seq}: activations of {} reuse cached blocks of other sizes, leaving split slivers",
-            format_size(act)
+            bytes(act)
         ));
         g.free(loss);
     }
-    "done: compare inactive_split and reserved with expandable_segments:True or max_split_size_mb"
+    "done: compare with --conf expandable_segments:True (less reserved, no split) and max_split_size_mb:64 (no split, more reserved)"
 }
 
 fn empty_cache(g: &mut Gen) -> &'static str {
@@ -463,10 +464,17 @@ fn oom(g: &mut Gen) -> &'static str {
         g.free(id);
     }
     g.step(3);
-    g.say("a 2 GiB logits tensor is requested: no free block is large enough, cudaMalloc fails, and nothing can be released");
+    g.say("a 2 GiB logits tensor is requested: does any free block fit it, or can cudaMalloc still find 2 GiB?");
     let _big = g.alloc(2048 * MIB);
-    "OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this"
+    OOM_CLOSING
 }
+
+/// The `oom` scenario's closing caption when it ran out of memory...
+const OOM_CLOSING: &str =
+    "OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this";
+/// ...and when the allocator settings let the request fit (no OOM).
+const OOM_AVOIDED: &str =
+    "done: no OOM, the 2 GiB request fit with these allocator settings (without --conf it fails)";
 
 fn inference(g: &mut Gen) -> &'static str {
     let mut m = Model::new(g);
@@ -609,7 +617,12 @@ impl ScenarioRunner {
         self.cursor += 1;
         self.alloc.set_time(time_ns);
         if let Some(c) = caption {
-            self.caption = c;
+            // A caption about an OOM is only shown when there was one.
+            self.caption = if c == OOM_CLOSING && self.alloc.stats().ooms == 0 {
+                OOM_AVOIDED.to_string()
+            } else {
+                c
+            };
         }
         let oom = self.apply(&op, time_ns, sink);
         self.observe();
@@ -829,6 +842,11 @@ mod tests {
             .unwrap();
         let (r, _) = run(s);
         assert!(r.last_oom().is_none());
+        // ...and its caption does not claim one.
+        assert!(!r.caption().starts_with("OOM"), "{}", r.caption());
+        assert!(r.caption().starts_with("done: no OOM"), "{}", r.caption());
+        let (r, _) = run(Scenario::by_name("oom").unwrap());
+        assert!(r.caption().starts_with("OOM:"), "{}", r.caption());
     }
 
     #[test]

@@ -37,7 +37,8 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::allocator::{format_size, EventSink, NullSink, OomError, SimAllocator, SimConfig};
+use super::allocator::{EventSink, NullSink, OomError, SimAllocator, SimConfig};
+use crate::ui::format::{bytes, percent};
 
 /// One request of a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -349,7 +350,7 @@ impl StepReport {
 fn describe(r: &Request) -> String {
     match r {
         Request::Alloc { id, size, stream } => {
-            format!("alloc #{id} {} s{stream}", format_size(*size))
+            format!("alloc #{id} {} s{stream}", bytes(*size))
         }
         Request::Free { id } => format!("free #{id}"),
         Request::EmptyCache => "empty_cache".into(),
@@ -370,25 +371,32 @@ pub fn render_table(reports: &[StepReport]) -> String {
     s
 }
 
-/// The table's header line.
+/// The table's header line. FRAG is the dashboard's FRAG: the inactive
+/// split as a share of reserved; `split` is the same in bytes.
 pub fn table_header() -> String {
     format!(
-        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}\n",
-        "step", "request", "allocated", "reserved", "segs", "frag", "largest free"
+        "{:>6}  {:<28} {:>10} {:>10} {:>5} {:>5} {:>10} {:>12}\n",
+        "step", "request", "allocated", "reserved", "segs", "FRAG", "split", "largest free"
     )
 }
 
 /// The table's line for one step.
 pub fn table_row(r: &StepReport) -> String {
+    let frag = if r.reserved > 0 {
+        percent(r.inactive_split as f64 / r.reserved as f64)
+    } else {
+        "—".to_string()
+    };
     let mut s = format!(
-        "{:>6}  {:<28} {:>12} {:>12} {:>5} {:>12} {:>12}",
+        "{:>6}  {:<28} {:>10} {:>10} {:>5} {:>5} {:>10} {:>12}",
         r.step,
         describe(&r.request),
-        format_size(r.allocated),
-        format_size(r.reserved),
+        bytes(r.allocated),
+        bytes(r.reserved),
         r.segments,
-        format_size(r.inactive_split),
-        format_size(r.largest_free),
+        frag,
+        bytes(r.inactive_split),
+        bytes(r.largest_free),
     );
     if let Some(e) = &r.oom {
         let _ = write!(s, "  OOM: {e}");
@@ -404,8 +412,8 @@ pub fn table_row(r: &StepReport) -> String {
 pub fn table_summary(last: &StepReport) -> String {
     format!(
         "peak allocated {}, peak reserved {}, retries {}, OOMs {}\n",
-        format_size(last.allocated_peak),
-        format_size(last.reserved_peak),
+        bytes(last.allocated_peak),
+        bytes(last.reserved_peak),
         last.alloc_retries,
         last.ooms
     )
@@ -417,6 +425,41 @@ mod tests {
     use crate::sim::conf::AllocConf;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_table_gives_frag_as_the_dashboard_does_and_bytes_in_one_unit_style() {
+        let reports = replay(
+            &[
+                Request::Alloc {
+                    id: 1,
+                    size: 3 * MIB,
+                    stream: 0,
+                },
+                Request::Alloc {
+                    id: 2,
+                    size: 5 * MIB,
+                    stream: 0,
+                },
+                Request::Free { id: 1 },
+            ],
+            &SimConfig::default(),
+        );
+        let t = render_table(&reports);
+        let header = t.lines().next().unwrap();
+        assert!(
+            header.contains("FRAG") && header.contains("split"),
+            "{header}"
+        );
+        let last = reports.last().unwrap();
+        let share = crate::ui::format::percent(last.inactive_split as f64 / last.reserved as f64);
+        let row = t.lines().nth(3).unwrap();
+        assert!(row.contains(&share), "{share} in {row}");
+        assert!(
+            row.contains(&crate::ui::format::bytes(last.inactive_split)),
+            "{row}"
+        );
+        assert!(!t.contains("bytes") && !t.contains(".00 KiB"), "{t}");
+    }
 
     #[test]
     fn parses_documented_format() {

@@ -23,6 +23,7 @@ use crate::ring::{Command, Outcome};
 
 use super::blockmap;
 use super::format;
+use super::history;
 use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
@@ -101,6 +102,8 @@ pub const IDLE_TICK_NS: u64 = 5_000_000_000;
 const IDLE_AFTER_NS: u64 = 60_000_000_000;
 /// How long `--pid` waits for its process.
 pub const PID_WAIT_NS: u64 = 10_000_000_000;
+/// How long a footer message stays before the key hints come back.
+pub const MESSAGE_NS: u64 = 4_000_000_000;
 
 /// Switches fixed for the life of the dashboard.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -116,6 +119,8 @@ pub struct AppConfig {
     pub initial_process: Option<u32>,
     /// Automation: write the frame shown `after` the start, then quit.
     pub screenshot: Option<ScreenshotAfter>,
+    /// The overview's sort at start (the settings file's).
+    pub sort: Option<(Col, Option<bool>)>,
 }
 
 /// The clocks, as App was told (collector ns; never read here).
@@ -164,6 +169,8 @@ pub struct App {
     pub screen: Screen,
     /// The help overlay is up.
     pub help: bool,
+    /// The legend overlay is up, scrolled this many lines.
+    pub legend: Option<usize>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -172,8 +179,10 @@ pub struct App {
     pub demo: Option<DemoStatus>,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
-    /// One line for the footer (errors, hints).
+    /// One line for the footer (errors, hints), shown until
+    /// `message_until_ns` and then gone: the key hints come back.
     pub message: Option<String>,
+    pub message_until_ns: u64,
     /// Terminal size.
     pub size: Rect,
     pub clock: Clock,
@@ -186,17 +195,19 @@ pub struct App {
 
 impl App {
     pub fn new(config: AppConfig) -> App {
-        App {
+        let mut app = App {
             config: config.clone(),
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
             help: false,
+            legend: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
             demo: None,
             paused: false,
             message: None,
+            message_until_ns: 0,
             size: Rect::new(0, 0, 80, 24),
             clock: Clock::default(),
             startup: Startup {
@@ -206,7 +217,14 @@ impl App {
             redraw: Redraw::default(),
             dirty: true,
             quit: false,
+        };
+        if let Some((col, descending)) = config.sort {
+            app.sort_by(col, false);
+            if let Some(d) = descending {
+                app.overview.descending = d;
+            }
         }
+        app
     }
 
     /// The rows of the overview, filtered and sorted.
@@ -247,7 +265,8 @@ impl App {
 
     /// The overview table's data rows (for clicks).
     pub fn table_body(&self) -> Rect {
-        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine)
+        let rows = self.rows().len();
+        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine, rows)
     }
 
     /// Data rows the overview table shows at once.
@@ -261,19 +280,52 @@ impl App {
     /// What the next snapshot must contain for the current screen.
     pub fn view_options(&self) -> ViewOptions {
         let process = self.screen == Screen::Process;
-        let timeline = process.then(|| {
+        let timeline = if process {
             let (from_ns, to_ns) = self.window();
-            TimelineRequest {
+            Some(TimelineRequest {
                 from_ns,
                 to_ns,
                 columns: layout::timeline_columns(self.size, self.demo.is_some()),
-            }
-        });
+            })
+        } else {
+            self.overview_timeline()
+        };
+        // The events the Events pane shows, from the newest to the scroll
+        // position and a page beyond (so scrolling back has them); the
+        // whole history while searching it.
+        let recent_events = if !process {
+            0
+        } else if !self.process.event_filter.is_empty() {
+            usize::MAX
+        } else {
+            let rows = layout::pane_rows(self.size, self.demo.is_some(), Pane::Events).max(20);
+            self.process.event_scroll + 2 * rows + 64
+        };
         ViewOptions {
             block_map: process,
-            recent_events: if process { 64 } else { 0 },
+            recent_events,
             timeline,
         }
+    }
+
+    /// The overview's history band and sparklines, when it shows either:
+    /// the last [`history::WINDOW_NS`], one column per plot cell.
+    fn overview_timeline(&self) -> Option<TimelineRequest> {
+        let rows = self.rows().len();
+        let body = layout::screen(self.size, self.demo.is_some()).body;
+        let band = layout::overview(body, &self.snap.machine, rows).history;
+        let spark = self.columns().cols().any(|c| c == Col::History);
+        if band.is_none() && !spark {
+            return None;
+        }
+        let to_ns = self.now_ns();
+        Some(TimelineRequest {
+            from_ns: to_ns.saturating_sub(history::WINDOW_NS),
+            to_ns,
+            columns: band
+                .map_or(64, |b| history::plot_width(b.width))
+                .clamp(16, 1000),
+        })
     }
 
     /// The selected process in the current snapshot.
@@ -290,6 +342,7 @@ impl App {
         self.snap = Arc::new(snap);
         self.fix_selection();
         self.note_nvml_after();
+        self.update_confirm();
         self.dirty = true;
     }
 
@@ -359,12 +412,43 @@ impl App {
         }
     }
 
+    /// The y/n question quotes the figures of the latest snapshot, not
+    /// those of the moment `e` was pressed.
+    fn update_confirm(&mut self) {
+        let Some(ActionState::Confirm { key, .. }) = &self.action else {
+            return;
+        };
+        let key = *key;
+        let live = self
+            .snap
+            .processes
+            .iter()
+            .find(|p| p.key() == key)
+            .map(|p| (p.view.figures.reserved, p.view.figures.allocated));
+        if let Some(ActionState::Confirm {
+            reserved,
+            allocated,
+            ..
+        }) = &mut self.action
+        {
+            *reserved = live.map(|l| l.0);
+            *allocated = live.map(|l| l.1);
+        }
+    }
+
     fn nvml_of(&self, key: ProcessKey) -> Option<u64> {
         self.snap
             .processes
             .iter()
             .find(|p| p.key() == key)
             .and_then(|p| p.view.figures.nvml_used)
+    }
+
+    /// Shows `text` in the footer for [`MESSAGE_NS`].
+    pub fn say(&mut self, text: impl Into<String>) {
+        self.message = Some(text.into());
+        self.message_until_ns = self.clock.now_ns + MESSAGE_NS;
+        self.dirty = true;
     }
 
     /// Applies one event; returns what the loop must do. While paused, no
@@ -435,6 +519,14 @@ impl App {
                 self.dirty = true;
             }
         }
+        if self.message.is_some() && now >= self.message_until_ns {
+            self.message = None;
+            self.dirty = true;
+        }
+        if self.startup.wanted_pid.is_some() {
+            // The wait ends on time even when no data arrives at all.
+            fx.extend(self.open_wanted());
+        }
         if self.clock.data_pending && self.data_due() {
             self.clock.data_pending = false;
             fx.push(Effect::Refresh);
@@ -481,16 +573,16 @@ impl App {
             .saturating_sub(self.clock.started_ns.unwrap_or(self.clock.now_ns));
         if waited > PID_WAIT_NS {
             self.startup.wanted_pid = None;
-            self.message = Some(format!("pid {pid} is not an instrumented or GPU process"));
+            self.say(format!("pid {pid} is not an instrumented or GPU process"));
         } else {
-            self.message = Some(format!("waiting for pid {pid} to appear..."));
+            self.say(format!("waiting for pid {pid} to appear..."));
         }
         vec![]
     }
 
     fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
         let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
-        self.message = Some(match result {
+        self.say(match result {
             Ok(path) => format!("screenshot written to {}", path.display()),
             Err(e) => format!("screenshot failed: {e}"),
         });
@@ -521,6 +613,9 @@ impl App {
         }
         if let Some(s) = &self.startup.screenshot {
             d = d.min(started + s.after.as_nanos() as u64);
+        }
+        if self.message.is_some() {
+            d = d.min(self.message_until_ns);
         }
         d
     }
@@ -604,6 +699,9 @@ impl App {
         if self.help {
             return vec![Context::Always, Context::Help];
         }
+        if self.legend.is_some() {
+            return vec![Context::Always, Context::Legend];
+        }
         let mut c = vec![Context::Always];
         if matches!(self.action, Some(ActionState::Done(_))) {
             c.push(Context::Report);
@@ -622,24 +720,52 @@ impl App {
             return action.map_or_else(Vec::new, |a| self.act(a));
         }
         // Typing a filter: characters are text, not commands.
+        let mut fx = Vec::new();
         match action {
-            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown)) => return self.act(a),
-            Some(a) => {
-                self.act(a);
+            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown))
+                if self.screen == Screen::Overview =>
+            {
+                return self.act(a)
             }
+            Some(Action::SelectUp | Action::SelectDown) => {}
+            Some(a) => fx = self.act(a),
             None => {
                 if let KeyCode::Char(c) = k.code {
-                    if !k.modifiers.contains(KeyModifiers::CONTROL)
-                        && self.overview.filter.chars().count() < 64
-                    {
-                        self.overview.filter.push(c);
+                    let f = self.filter_mut();
+                    if !k.modifiers.contains(KeyModifiers::CONTROL) && f.chars().count() < 64 {
+                        f.push(c);
                     }
                 }
             }
         }
-        self.overview.offset = 0;
-        self.fix_selection();
-        vec![]
+        match self.screen {
+            Screen::Overview => {
+                self.overview.offset = 0;
+                self.fix_selection();
+            }
+            // The event search runs over the whole history: a new snapshot.
+            Screen::Process => {
+                self.process.event_scroll = 0;
+                fx.push(Effect::Refresh);
+            }
+        }
+        fx
+    }
+
+    /// The filter being typed: the overview's (processes), or the process
+    /// view's (events).
+    pub fn filter(&self) -> &str {
+        match self.screen {
+            Screen::Overview => &self.overview.filter,
+            Screen::Process => &self.process.event_filter,
+        }
+    }
+
+    fn filter_mut(&mut self) -> &mut String {
+        match self.screen {
+            Screen::Overview => &mut self.overview.filter,
+            Screen::Process => &mut self.process.event_filter,
+        }
     }
 
     /// Carries out what a key asked for.
@@ -652,8 +778,23 @@ impl App {
             }
             A::Help => self.help = true,
             A::CloseHelp => self.help = false,
+            A::Legend => self.legend = Some(0),
+            A::CloseLegend => self.legend = None,
+            A::LegendUp | A::LegendDown => {
+                let up = action == A::LegendUp;
+                let n = super::legend::lines(&self.config.theme).len();
+                self.legend = self.legend.map(|v| {
+                    if up {
+                        v.saturating_sub(1)
+                    } else {
+                        (v + 1).min(n)
+                    }
+                });
+            }
             A::Pause => return self.toggle_pause(),
-            A::PauseSim if self.demo.is_some() => return vec![Effect::DemoTogglePause],
+            A::PauseSim if self.demo.as_ref().is_some_and(|d| !d.replay) => {
+                return vec![Effect::DemoTogglePause]
+            }
             A::PauseSim => return self.toggle_pause(),
             A::Screenshot => {
                 // An automatic screenshot already asked for goes first.
@@ -671,7 +812,7 @@ impl App {
             A::ConfirmYes => return self.confirm_empty_cache(),
             A::ConfirmNo => {
                 self.action = None;
-                self.message = Some("empty_cache cancelled".into());
+                self.say("empty_cache cancelled");
             }
             A::CloseReport => self.action = None,
             A::SelectUp
@@ -688,6 +829,11 @@ impl App {
             | A::FilterKeep
             | A::FilterClear
             | A::FilterBackspace => return self.overview_act(action),
+            A::SearchEvents => {
+                // The search is over the Events pane: show it (focus it).
+                self.process.pane = Pane::Events;
+                self.overview.filter_editing = true;
+            }
             A::Back
             | A::NextPane
             | A::PrevPane
@@ -727,13 +873,11 @@ impl App {
                 self.message = None;
             }
             A::SortNext => {
-                let i = Col::SORTABLE.iter().position(|c| *c == self.overview.sort);
-                self.overview.sort = Col::SORTABLE[i.map_or(0, |i| (i + 1) % Col::SORTABLE.len())];
-                self.overview.descending = !matches!(
-                    self.overview.sort,
-                    Col::Pid | Col::Name | Col::User | Col::Mode
-                );
-                self.fix_selection();
+                // The columns on screen, left to right.
+                let shown: Vec<Col> = self.columns().cols().collect();
+                let i = shown.iter().position(|c| *c == self.overview.sort);
+                let next = shown[i.map_or(0, |i| (i + 1) % shown.len())];
+                self.sort_by(next, false);
             }
             A::SortReverse => {
                 self.overview.descending = !self.overview.descending;
@@ -741,15 +885,36 @@ impl App {
             }
             A::FilterKeep => self.overview.filter_editing = false,
             A::FilterClear => {
-                self.overview.filter.clear();
+                self.filter_mut().clear();
                 self.overview.filter_editing = false;
             }
             A::FilterBackspace => {
-                self.overview.filter.pop();
+                self.filter_mut().pop();
             }
             _ => {}
         }
         vec![]
+    }
+
+    /// The overview table's columns as drawn now.
+    pub fn columns(&self) -> rows::Columns {
+        super::overview::table_columns(self.table_body().width, &self.rows())
+    }
+
+    /// Sorts by `col` in its natural order (numbers largest first, text
+    /// A to Z); `toggle`: the same column again reverses it (a click on
+    /// its header).
+    fn sort_by(&mut self, col: Col, toggle: bool) {
+        if toggle && self.overview.sort == col {
+            self.overview.descending = !self.overview.descending;
+        } else {
+            self.overview.sort = col;
+            self.overview.descending = !matches!(
+                col,
+                Col::Pid | Col::Name | Col::User | Col::Mode | Col::Gpus | Col::Flags
+            );
+        }
+        self.fix_selection();
     }
 
     /// The process view's actions: panes, the time window, scrolling.
@@ -757,13 +922,8 @@ impl App {
         use Action as A;
         match action {
             A::Back => return self.back(),
-            A::NextPane => {
-                self.process.pane = Pane::ALL[(self.process.pane.index() + 1) % Pane::ALL.len()]
-            }
-            A::PrevPane => {
-                self.process.pane =
-                    Pane::ALL[(self.process.pane.index() + Pane::ALL.len() - 1) % Pane::ALL.len()]
-            }
+            A::NextPane => self.process.pane = self.next_pane(1),
+            A::PrevPane => self.process.pane = self.next_pane(-1),
             A::ShowPane(p) => self.process.pane = p,
             A::ZoomIn => {
                 self.process.span_index = self.process.span_index.saturating_sub(1);
@@ -801,22 +961,41 @@ impl App {
                 }
                 return self.refresh_timeline();
             }
-            A::ScrollUp => self.scroll(-1),
-            A::ScrollDown => self.scroll(1),
-            A::ScrollPageUp => self.scroll(-(self.pane_page() as isize)),
-            A::ScrollPageDown => self.scroll(self.pane_page() as isize),
+            A::ScrollUp => return self.scroll(-1),
+            A::ScrollDown => return self.scroll(1),
+            A::ScrollPageUp => return self.scroll(-(self.pane_page() as isize)),
+            A::ScrollPageDown => return self.scroll(self.pane_page() as isize),
             A::ScrollTop => {
                 self.process.block_scroll = 0;
                 self.process.event_scroll = 0;
+                self.process.stats_scroll = 0;
             }
             _ => {}
         }
         vec![]
     }
 
+    /// The pane `step` Tabs away: every tab on a small terminal; on a large
+    /// one, where all panes show, the ones that scroll (the focus).
+    fn next_pane(&self, step: isize) -> Pane {
+        let panes: &[Pane] = if layout::compact(self.size) {
+            &Pane::ALL
+        } else {
+            &Pane::FOCUSABLE
+        };
+        let i = panes.iter().position(|p| *p == self.process.pane);
+        let n = panes.len() as isize;
+        let next = match i {
+            Some(i) => (i as isize + step).rem_euclid(n),
+            None if step > 0 => 0,
+            None => n - 1,
+        };
+        panes[next as usize]
+    }
+
     /// Rows a page key scrolls in the process view.
     fn pane_page(&self) -> usize {
-        layout::pane_page(self.size, self.demo.is_some(), self.process.pane)
+        layout::pane_rows(self.size, self.demo.is_some(), self.process.pane).max(1)
     }
 
     /// Rows a page key moves the overview's selection.
@@ -825,7 +1004,7 @@ impl App {
     }
 
     fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
-        let Some(d) = &self.demo else {
+        let Some(d) = self.demo.as_ref().filter(|d| !d.replay) else {
             return vec![];
         };
         let cur = d.speed;
@@ -895,7 +1074,7 @@ impl App {
         let e = match self.command_target(true) {
             Ok(e) => e,
             Err(why) => {
-                self.message = Some(why);
+                self.say(why);
                 return vec![];
             }
         };
@@ -914,7 +1093,7 @@ impl App {
             return vec![];
         }
         if matches!(self.action, Some(ActionState::Running { .. })) {
-            self.message = Some("a command is still running".into());
+            self.say("a command is still running");
             return vec![];
         }
         match self.command_target(false) {
@@ -923,7 +1102,7 @@ impl App {
                 self.start_command(key, pid, command)
             }
             Err(why) => {
-                self.message = Some(why);
+                self.say(why);
                 vec![]
             }
         }
@@ -959,6 +1138,7 @@ impl App {
         self.screen = Screen::Process;
         self.process.block_scroll = 0;
         self.process.event_scroll = 0;
+        self.process.stats_scroll = 0;
         self.process.follow = true;
         vec![Effect::Refresh]
     }
@@ -983,26 +1163,37 @@ impl App {
 
     fn refresh_timeline(&mut self) -> Vec<Effect> {
         if self.paused {
-            self.message = Some("paused: the timeline moves again after p".into());
+            self.say("paused: the timeline moves again after p");
             return vec![];
         }
         vec![Effect::Refresh]
     }
 
-    /// Scrolls the list the current pane shows (events in the Events tab,
-    /// else the block map).
-    fn scroll(&mut self, delta: isize) {
-        let events = layout::compact(self.size) && self.process.pane == Pane::Events;
-        let (v, max) = if events {
-            let n = self
-                .selected_entry()
-                .map_or(0, |e| e.view.recent_events.len());
-            (&mut self.process.event_scroll, n.saturating_sub(1))
-        } else {
-            let n = self.selected_entry().map_or(0, blockmap::row_count);
-            (&mut self.process.block_scroll, n.saturating_sub(1))
+    /// Scrolls the pane in focus (the tab shown, or on a large terminal the
+    /// pane Tab moved to), never past its last full page. Scrolling back
+    /// through the event history asks for a snapshot holding further.
+    fn scroll(&mut self, delta: isize) -> Vec<Effect> {
+        let pane = self.process.pane;
+        let filter = self.process.event_filter.to_lowercase();
+        let rows = self.selected_entry().map_or(0, |e| match pane {
+            Pane::Events => super::events::shown(e, &filter).count(),
+            Pane::Blocks => blockmap::row_count(e),
+            Pane::Stats => super::stats::row_count(e),
+            Pane::Timeline | Pane::Diagnosis => 0,
+        });
+        let max = rows.saturating_sub(self.pane_page());
+        let v = match pane {
+            Pane::Events => &mut self.process.event_scroll,
+            Pane::Blocks => &mut self.process.block_scroll,
+            Pane::Stats => &mut self.process.stats_scroll,
+            Pane::Timeline | Pane::Diagnosis => return vec![],
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
+        if pane == Pane::Events && delta > 0 && filter.is_empty() {
+            vec![Effect::Refresh]
+        } else {
+            vec![]
+        }
     }
 
     fn mouse(&mut self, m: MouseEvent) -> Vec<Effect> {
@@ -1016,14 +1207,19 @@ impl App {
                 self.dirty = true;
                 match self.screen {
                     Screen::Overview => self.move_selection(d),
-                    Screen::Process => {
-                        self.scroll(d * 3);
-                        vec![]
-                    }
+                    Screen::Process => self.scroll(d * 3),
                 }
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
                 let body = self.table_body();
+                // The header row: sort by the column clicked (again: reverse).
+                if m.row + 1 == body.y && m.column >= body.x && m.column < body.x + body.width {
+                    if let Some(col) = self.columns().at(m.column - body.x) {
+                        self.sort_by(col, true);
+                        self.dirty = true;
+                    }
+                    return vec![];
+                }
                 if m.row >= body.y
                     && m.row < body.y + body.height
                     && m.column >= body.x

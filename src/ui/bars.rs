@@ -80,8 +80,9 @@ pub fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) 
     let g = t.glyphs();
     let bar_w = 10usize;
     let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
+    let what = if d.replay { "replay" } else { "demo" };
     let mut spans = vec![
-        Span::styled(format!(" demo {} ", d.scenario), t.header()),
+        Span::styled(format!(" {what} {} ", d.scenario), t.header()),
         Span::styled(g.dot, t.dim()),
         Span::raw(format!(" {}x ", trim_speed(d.speed))),
         Span::styled(g.bar_full.repeat(done), t.bar()),
@@ -108,48 +109,73 @@ fn trim_speed(s: f64) -> String {
     }
 }
 
-/// Key hints, the filter being typed, or the last message.
+/// Key hints, the filter being typed, or the last message; `? help` and
+/// `q quit` always at the right end.
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let t = &app.config.theme;
-    let line = if app.overview.filter_editing {
+    let width = area.width as usize;
+    let screen = match app.screen {
+        Screen::Overview => Context::Overview,
+        Screen::Process => Context::Process,
+    };
+    let hints = keys::footer(
+        &[screen, Context::Global],
+        app.config.readonly,
+        app.demo.as_ref().is_some_and(|d| !d.replay),
+    );
+    let hint_w = |h: &keys::Hint| h.key.chars().count() + h.text.chars().count() + 3;
+    let hint_spans = |h: &keys::Hint| {
+        [
+            Span::styled(h.key, t.key()),
+            Span::raw(format!(" {}  ", h.text)),
+        ]
+    };
+    let (pinned, rest): (Vec<_>, Vec<_>) = hints.into_iter().partition(|h| h.pinned);
+    let mut right: Vec<Span> = Vec::new();
+    let mut right_w = 0;
+    if !app.overview.filter_editing {
+        for h in &pinned {
+            right_w += hint_w(h);
+            right.extend(hint_spans(h));
+        }
+    }
+    let room = width.saturating_sub(right_w + 1);
+    let mut left = vec![Span::raw(" ")];
+    if app.overview.filter_editing {
         let hints = keys::footer(&[Context::Filter], false, false)
             .iter()
             .map(|h| format!("{} {}", h.key, h.text))
             .collect::<Vec<_>>()
             .join(" · ");
-        Line::from(vec![
-            Span::styled(" filter: ", t.key()),
-            Span::raw(app.overview.filter.clone()),
+        left = vec![
+            Span::styled(
+                match app.screen {
+                    Screen::Overview => " filter: ",
+                    Screen::Process => " search events: ",
+                },
+                t.key(),
+            ),
+            Span::raw(app.filter().to_string()),
             Span::styled("_", t.key()),
             Span::styled(format!("   {hints}"), t.dim()),
-        ])
+        ];
     } else if let Some(m) = &app.message {
-        Line::from(vec![Span::styled(format!(" {m}"), t.warn())])
+        left.push(Span::styled(
+            super::format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
+            t.warn(),
+        ));
     } else {
-        let screen = match app.screen {
-            Screen::Overview => Context::Overview,
-            Screen::Process => Context::Process,
-        };
-        let keys = keys::footer(
-            &[screen, Context::Global],
-            app.config.readonly,
-            app.demo.is_some(),
-        );
-        let mut spans = vec![Span::raw(" ")];
-        let mut used = 1usize;
-        for keys::Hint {
-            key: k, text: d, ..
-        } in keys
-        {
-            let w = k.chars().count() + d.chars().count() + 3;
-            if used + w > area.width as usize {
+        let mut used = 0;
+        for h in &rest {
+            if used + hint_w(h) > room {
                 break;
             }
-            used += w;
-            spans.push(Span::styled(k, t.key()));
-            spans.push(Span::raw(format!(" {d}  ")));
+            used += hint_w(h);
+            left.extend(hint_spans(h));
         }
-        Line::from(spans)
-    };
-    frame.render_widget(Paragraph::new(line), area);
+    }
+    let lw: usize = left.iter().map(|s| s.width()).sum();
+    left.push(Span::raw(" ".repeat(width.saturating_sub(lw + right_w))));
+    left.extend(right);
+    frame.render_widget(Paragraph::new(Line::from(left)), area);
 }

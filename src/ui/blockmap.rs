@@ -73,7 +73,8 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
     let rows = map_rows(e);
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
     let inner_h = area.height.saturating_sub(2) as usize;
-    let offset = scroll.min(rows.len().saturating_sub(1));
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let offset = scroll.min(rows.len().saturating_sub(inner_h));
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
         Span::styled(format!("{} {segs} segments ", g.dot), t.dim()),
@@ -131,7 +132,9 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
     let mut lines = Vec::with_capacity(inner.height as usize);
     for row in rows.iter().skip(offset).take(inner.height as usize) {
         lines.push(match row {
-            MapRow::Device(d) => device_line(d, t),
+            MapRow::Device(d) => {
+                format::fit_line(device_line(d, t), inner.width as usize, g.ellipsis)
+            }
             MapRow::Segment(s) => segment_line(s, prefix_w, bar_w, t),
             MapRow::Orphans(d) => Line::styled(
                 format!(
@@ -157,16 +160,17 @@ fn device_line(d: &DeviceView, t: &Theme) -> Line<'static> {
             format::bytes_short(f.reserved),
             format::bytes_short(f.allocated)
         )),
-        Span::styled(format!(" {} ", g.dot), t.dim()),
-        Span::raw(format!(
-            "largest free S {} L {}",
-            format::opt(fr.largest_free_small, g.absent, format::bytes_short),
-            format::opt(fr.largest_free_large, g.absent, format::bytes_short)
-        )),
     ];
+    // The warning before the figures a narrow pane may cut.
     if !f.synced {
-        spans.push(Span::styled("  (not synced)", t.warn()));
+        spans.push(Span::styled(" (not synced)", t.warn()));
     }
+    spans.push(Span::styled(format!(" {} ", g.dot), t.dim()));
+    spans.push(Span::raw(format!(
+        "largest free S {} L {}",
+        format::opt(fr.largest_free_small, g.absent, format::bytes_short),
+        format::opt(fr.largest_free_large, g.absent, format::bytes_short)
+    )));
     Line::from(spans)
 }
 

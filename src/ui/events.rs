@@ -12,29 +12,65 @@ use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{Event, EventKind, MarkSource, Place};
 
-/// `e`'s recent events, newest first from `scroll` on, aged against
-/// `now_ns` (the snapshot's time).
+/// The events of `e` the pane lists, newest first: those whose line
+/// (name and details, lower case) contains `filter` (lower case).
+pub fn shown<'a>(e: &'a ProcessEntry, filter: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+    e.view
+        .recent_events
+        .iter()
+        .rev()
+        .filter(move |ev| filter.is_empty() || matches(ev, filter))
+}
+
+/// Whether `ev`'s line contains `filter` (lower case): `alloc`, `oom`,
+/// `16.0m`, `0x7f01`, `s1`...
+pub fn matches(ev: &Event, filter: &str) -> bool {
+    // The line as the pane shows it, after the age.
+    let (name, _, detail) = describe(&ev.kind, &Theme::default());
+    format!("{name:<10}{detail}")
+        .to_lowercase()
+        .contains(filter)
+}
+
+/// `e`'s event history, newest first from `scroll` on, aged against
+/// `now_ns` (the snapshot's time); only the events matching `filter` when
+/// one is typed (`/`).
 pub fn render(
     frame: &mut Frame,
     area: Rect,
     e: &ProcessEntry,
     now_ns: u64,
-    scroll: usize,
+    (scroll, filter): (usize, &str),
     t: &Theme,
 ) {
     let evs = &e.view.recent_events;
-    let block = t.block(Line::from(vec![
-        Span::styled(" Recent events ", t.title()),
-        Span::styled(
-            format!(
-                "{} {} shown, {} total ",
-                t.glyphs().dot,
-                evs.len(),
-                e.view.figures.events_total
-            ),
+    let filter = filter.to_lowercase();
+    let dot = t.glyphs().dot;
+    let kept = e
+        .view
+        .figures
+        .events_total
+        .min(crate::model::RECENT_EVENTS as u64);
+    let count = if filter.is_empty() {
+        format!("{dot} {kept} kept of {} ", e.view.figures.events_total)
+    } else {
+        format!(
+            "{dot} search \"{filter}\": {} of {} ",
+            shown(e, &filter).count(),
+            evs.len()
+        )
+    };
+    let mut title = vec![
+        Span::styled(" Event history ", t.title()),
+        Span::styled(count, t.dim()),
+    ];
+    if scroll > 0 {
+        title.push(Span::styled(
+            format!("{dot} from #{} ", scroll + 1),
             t.dim(),
-        ),
-    ]));
+        ));
+    }
+    let block = t.block(Line::from(title));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if evs.is_empty() {
@@ -45,9 +81,10 @@ pub fn render(
         frame.render_widget(Paragraph::new(Line::styled(msg, t.dim())), inner);
         return;
     }
-    let lines: Vec<Line> = evs
-        .iter()
-        .rev()
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let n = shown(e, &filter).count();
+    let scroll = scroll.min(n.saturating_sub(inner.height as usize));
+    let lines: Vec<Line> = shown(e, &filter)
         .skip(scroll)
         .take(inner.height as usize)
         .map(|ev| event_line(ev, now_ns, t))

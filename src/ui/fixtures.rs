@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::collect::{Identity, Machine, ProcessEntry, Snapshot, Source};
 use crate::event::Event;
-use crate::input::{Gpu, GpuProcess};
+use crate::input::{Gpu, GpuProcess, HostProcess};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::sim::scenario::{Scenario, ScenarioRunner};
 
@@ -241,12 +241,27 @@ fn machine(processes: Vec<GpuProcess>, now_ns: u64) -> Machine {
             gpu(g, used)
         })
         .collect();
+    // Host figures as /proc gives them: a busy trainer, a quiet server.
+    let host = processes
+        .iter()
+        .map(|p| HostProcess {
+            pid: p.pid,
+            cpu_percent: Some(if p.pid == 4242 {
+                12.5
+            } else {
+                98.0 + f64::from(p.pid % 7) * 3.0
+            }),
+            rss: Some(GIB + u64::from(p.pid % 5) * 300 * MIB),
+            elapsed_ns: Some(3_600_000_000_000 + u64::from(p.pid) * 1_000_000_000),
+        })
+        .collect();
     Machine {
         nvml_error: None,
         driver_version: Some("580.95.05".into()),
         gpus,
         processes,
         sampled_ns: Some(now_ns),
+        host,
     }
 }
 

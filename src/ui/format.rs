@@ -42,7 +42,8 @@ fn bytes_in(b: u64, units: &Units) -> String {
     }
     let mut v = b as f64;
     let mut u = 0;
-    while v >= 1024.0 && u < names.len() - 1 {
+    // 1023.5 and up would print as `1024`: the next unit says it as `1.00`.
+    while v >= 1023.5 && u < names.len() - 1 {
         v /= 1024.0;
         u += 1;
     }
@@ -187,6 +188,60 @@ pub fn truncate(s: &str, width: usize, ellipsis: &str) -> String {
     out
 }
 
+/// Cuts `s` to `width` display columns at a word boundary (a space, or
+/// after `/`, `,` or `:`), ending in `ellipsis` when cut; a first word
+/// longer than `width` is cut inside it.
+pub fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
+    use unicode_width::UnicodeWidthStr;
+    if s.width() <= width {
+        return s.to_string();
+    }
+    let cut = truncate(s, width, ellipsis);
+    let body = cut.strip_suffix(ellipsis).unwrap_or(&cut);
+    // The last boundary inside what fits, past the first word.
+    let at = body
+        .char_indices()
+        .filter(|(_, c)| matches!(c, ' ' | '/' | ',' | ':'))
+        .map(|(i, c)| if c == ' ' { i } else { i + c.len_utf8() })
+        .rfind(|i| *i > 0);
+    match at {
+        Some(i) => format!("{}{ellipsis}", body[..i].trim_end()),
+        None => cut,
+    }
+}
+
+/// `line` cut to `width` columns at a word boundary ([`fit_words`]), each
+/// span keeping its style; spans past the cut are left out.
+pub fn fit_line(
+    line: ratatui::text::Line<'static>,
+    width: usize,
+    ellipsis: &str,
+) -> ratatui::text::Line<'static> {
+    if line.width() <= width {
+        return line;
+    }
+    let mut out = Vec::new();
+    let mut used = 0;
+    for span in line.spans {
+        let w = span.width();
+        if used + w <= width {
+            used += w;
+            out.push(span);
+            continue;
+        }
+        let room = width - used;
+        if room > ellipsis.len() {
+            let text = fit_words(&span.content, room, ellipsis);
+            out.push(ratatui::text::Span::styled(text, span.style));
+        } else if let Some(last) = out.last_mut() {
+            let text = fit_words(last.content.trim_end(), last.width(), ellipsis);
+            last.content = text.into();
+        }
+        break;
+    }
+    ratatui::text::Line::from(out).style(line.style)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +253,9 @@ mod tests {
         assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(20 << 20), "20.0 MiB");
         assert_eq!(bytes(3 << 30), "3.00 GiB");
+        assert_eq!(bytes((1 << 20) - 1), "1.00 MiB");
+        assert_eq!(bytes(1 << 20), "1.00 MiB");
+        assert_eq!(bytes(1023 << 10), "1023 KiB");
         assert_eq!(bytes_short(512 << 20), "512M");
         assert_eq!(bytes_signed_short(-(2 << 20)), "-2.00M");
         assert_eq!(bytes_i64(-(12 << 20)), "-12.0 MiB");
@@ -219,5 +277,15 @@ mod tests {
         assert_eq!(truncate("train.py", 20, "…"), "train.py");
         assert_eq!(truncate("a_very_long_name.py", 8, "…"), "a_very_…");
         assert_eq!(truncate("abcdef", 4, "~"), "abc~");
+        assert_eq!(
+            fit_words("NVML unavailable: driver not loaded (a", 24, "…"),
+            "NVML unavailable:…"
+        );
+        assert_eq!(
+            fit_words("largest free S 1.44M L 64.0M", 20, "…"),
+            "largest free S…"
+        );
+        assert_eq!(fit_words("short", 20, "…"), "short");
+        assert_eq!(fit_words("averyveryverylongword", 8, "…"), "averyve…");
     }
 }

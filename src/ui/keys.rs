@@ -19,6 +19,11 @@ pub enum Action {
     Quit,
     Help,
     CloseHelp,
+    /// The legend overlay: what columns, glyphs and words mean.
+    Legend,
+    CloseLegend,
+    LegendUp,
+    LegendDown,
     /// Freeze the view (no new snapshots).
     Pause,
     /// Space: the demo's simulation when there is one, else [`Action::Pause`].
@@ -51,6 +56,8 @@ pub enum Action {
     /// While typing a filter: drop it.
     FilterClear,
     FilterBackspace,
+    /// `/` in the process view: type a search of the event history.
+    SearchEvents,
     Back,
     NextPane,
     PrevPane,
@@ -88,6 +95,7 @@ pub enum Context {
     Filter,
     Confirm,
     Help,
+    Legend,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     Global,
@@ -106,6 +114,7 @@ impl Context {
             Context::Filter => "Filter",
             Context::Confirm => "Confirm",
             Context::Help => "Help",
+            Context::Legend => "Legend",
             Context::Report => "Report",
         }
     }
@@ -142,6 +151,9 @@ pub struct Hint {
     pub text: &'static str,
     pub order: u8,
     pub shown: Shown,
+    /// Always on the footer's right end, whatever else it shows (messages
+    /// included): how to get help and how to leave.
+    pub pinned: bool,
 }
 
 /// One row of the table.
@@ -196,7 +208,15 @@ impl Binding {
             text,
             order,
             shown: Shown::Always,
+            pinned: false,
         });
+        self
+    }
+
+    const fn pinned(mut self) -> Binding {
+        if let Some(h) = &mut self.footer {
+            h.pinned = true;
+        }
         self
     }
 
@@ -209,7 +229,7 @@ impl Binding {
 }
 
 use Action as A;
-use Context::{Always, Confirm, Filter, Global, Help, Overview, Process, Report};
+use Context::{Always, Confirm, Filter, Global, Help, Legend, Overview, Process, Report};
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
 };
@@ -230,15 +250,25 @@ pub const KEYS: &[Binding] = &[
     bind(Confirm, &[c('n'), c('N'), k(Esc)], A::ConfirmNo),
     // The help overlay (other keys are ignored).
     bind(Help, &[k(Esc), c('?'), c('q'), k(F(1))], A::CloseHelp),
+    // The legend overlay (other keys are ignored).
+    bind(Legend, &[k(Esc), c('L'), c('q'), k(F(2))], A::CloseLegend),
+    bind(Legend, &[k(Up), c('k'), k(PageUp)], A::LegendUp),
+    bind(Legend, &[k(Down), c('j'), k(PageDown)], A::LegendDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // Global.
     bind(Global, &[c('q')], A::Quit)
         .help("q Ctrl-C", "quit")
-        .hint("q", "quit", 46),
+        .hint("q", "quit", 46)
+        .pinned(),
     bind(Global, &[c('?'), k(F(1))], A::Help)
         .help("?", "this help (Esc closes)")
-        .hint("?", "help", 45),
+        .hint("?", "help", 45)
+        .pinned(),
+    bind(Global, &[c('L'), k(F(2))], A::Legend)
+        .help("L F2", "legend of the screen")
+        .hint("L", "legend", 44)
+        .pinned(),
     bind(Global, &[c('p')], A::Pause)
         .help("p", "pause the view (freeze)")
         .hint("p", "pause", 44)
@@ -252,14 +282,14 @@ pub const KEYS: &[Binding] = &[
         .hint("[ ]", "speed", 42)
         .shown(Shown::Demo),
     bind(Global, &[c(']')], A::DemoFaster),
-    bind(Global, &[c('S')], A::Screenshot).help("S", "write an SVG screenshot"),
+    bind(Global, &[c('S')], A::Screenshot).help("S", "save the screen as SVG"),
     bind(Global, &[c('e')], A::EmptyCache)
         .help("e", "empty_cache (asks y/n)")
         .hint("e", "empty cache", 40),
     bind(Global, &[c('r')], A::ResetPeaks)
         .help("r", "reset peak statistics")
         .hint("r", "reset peaks", 41),
-    bind(Global, &[c('s')], A::RequestSnapshot).help("s", "ask for a fresh snapshot"),
+    bind(Global, &[c('s')], A::RequestSnapshot).help("s", "resync the block map"),
     // Overview.
     bind(Overview, &[k(Up), c('k')], A::SelectUp)
         .help("Up Down j k", "select a process")
@@ -284,8 +314,11 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
+    bind(Process, &[c('/')], A::SearchEvents)
+        .help("/", "search the event history")
+        .hint("/", "search", 3),
     bind(Process, &[k(Tab)], A::NextPane)
-        .help("Tab 1-5", "pane (small terminals)")
+        .help("Tab 1-5", "next pane (tab, or focus)")
         .hint("Tab", "pane", 2),
     bind(Process, &[k(BackTab)], A::PrevPane),
     bind(Process, &[c('1')], A::ShowPane(Pane::Timeline)),
@@ -306,8 +339,8 @@ pub const KEYS: &[Binding] = &[
         .hint("f", "follow", 5),
     bind(Process, &[k(End)], A::FollowOn),
     bind(Process, &[k(PageDown)], A::ScrollPageDown)
-        .help("PgUp/Dn j k", "scroll blocks / events")
-        .hint("PgUp/Dn", "blocks", 6),
+        .help("PgUp/Dn j k", "scroll the pane in focus")
+        .hint("j/k", "scroll", 6),
     bind(Process, &[k(PageUp)], A::ScrollPageUp),
     bind(Process, &[k(Down), c('j')], A::ScrollDown),
     bind(Process, &[k(Up), c('k')], A::ScrollUp),

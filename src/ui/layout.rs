@@ -6,7 +6,7 @@
 //!  ┌ header: vramscope · processes · GPUs · PAUSED / updated 2s ago ─────────┐
 //!  │ demo caption (demo mode only)                                          │
 //!  ├ body: the overview, or the process view ───────────────────────────────┤
-//!  │  overview:  GPUs (one line each) / process table                       │
+//!  │  overview:  GPUs (one line each) / process table / history per GPU     │
 //!  │  process, wide (≥120×40):  info, timeline,                             │
 //!  │                            block map | stats, events | OOM & leak      │
 //!  │  process, compact:         info, tabs, one pane                        │
@@ -59,18 +59,47 @@ pub fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
     n.min((body.height / 3).max(1))
 }
 
-/// The overview's GPU block and process table.
-pub fn overview(body: Rect, machine: &Machine) -> (Rect, Rect) {
+/// The overview's bands: the GPU block, the process table, and below it
+/// the history, when the table leaves at least [`HISTORY_MIN`] lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverviewAreas {
+    pub gpus: Rect,
+    pub table: Rect,
+    pub history: Option<Rect>,
+}
+
+/// The fewest lines the history band is drawn in.
+pub const HISTORY_MIN: u16 = 10;
+
+/// The overview's GPU block, process table (as tall as its `rows` need,
+/// with a few lines to spare) and history (the rest).
+pub fn overview(body: Rect, machine: &Machine, rows: usize) -> OverviewAreas {
     let g = gpu_lines(machine, body);
-    let [gpus, table] =
+    let [gpus, rest] =
         Layout::vertical([Constraint::Length(g + 2), Constraint::Min(0)]).areas(body);
-    (gpus, table)
+    // Borders, header, the rows, a problems line and two to grow.
+    let table_h = (rows as u16).saturating_add(6).max(8);
+    // With no process there is no history to draw.
+    if rows > 0 && rest.height >= table_h + HISTORY_MIN {
+        let [table, history] =
+            Layout::vertical([Constraint::Length(table_h), Constraint::Min(0)]).areas(rest);
+        return OverviewAreas {
+            gpus,
+            table,
+            history: Some(history),
+        };
+    }
+    OverviewAreas {
+        gpus,
+        table: rest,
+        history: None,
+    }
 }
 
 /// The table's data rows (inside the border, below the header row) on a
-/// terminal of `size`.
-pub fn table_body(size: Rect, demo: bool, machine: &Machine) -> Rect {
-    let (_, table) = overview(screen(size, demo).body, machine);
+/// terminal of `size`, with `rows` processes.
+pub fn table_body(size: Rect, demo: bool, machine: &Machine, rows: usize) -> Rect {
+    let table = overview(screen(size, demo).body, machine, rows).table;
     Rect {
         x: table.x + 1,
         y: table.y + 2,
@@ -152,13 +181,16 @@ pub fn timeline_columns(size: Rect, demo: bool) -> usize {
         .clamp(8, 1000)
 }
 
-/// Rows a page key scrolls in the process view.
-pub fn pane_page(size: Rect, demo: bool, pane: Pane) -> usize {
+/// Rows `pane` shows at once (inside its border, below a header row where
+/// it has one); 0 when it is not shown.
+pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
     let a = process(size, pane, screen(size, demo).body);
-    let r = if compact(size) && pane == Pane::Events {
-        a.events
-    } else {
-        a.blocks
+    let (r, header) = match pane {
+        Pane::Blocks => (a.blocks, 0),
+        Pane::Events => (a.events, 0),
+        Pane::Stats => (a.stats, 1),
+        Pane::Timeline => (a.timeline, 0),
+        Pane::Diagnosis => (a.diagnosis, 0),
     };
-    r.map_or(10, |r| r.height.saturating_sub(3) as usize).max(1)
+    r.map_or(0, |r| r.height.saturating_sub(2 + header) as usize)
 }

@@ -33,7 +33,7 @@
 //! (dispatch, help, footer). Panes, one file each, each given what it draws:
 //! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
 //! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
-//! [`help`], [`popup`]. [`layout`] places them (pure geometry); [`rows`] the
+//! [`help`], [`legend`], [`popup`]. [`layout`] places them (pure geometry); [`rows`] the
 //! overview's rows; [`format`] numbers as text (the one byte and duration
 //! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
 //! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
@@ -47,8 +47,10 @@ pub mod events;
 pub mod fixtures;
 pub mod format;
 pub mod help;
+pub mod history;
 pub mod keys;
 pub mod layout;
+pub mod legend;
 pub mod overview;
 pub mod popup;
 pub mod process;
@@ -100,6 +102,12 @@ pub struct UiOptions {
     pub screenshot: Option<ScreenshotAfter>,
     /// Open the process view of this pid at start (when it is visible).
     pub initial_process: Option<u32>,
+    /// No terminal: draw at this size (columns, rows), only for
+    /// `screenshot`.
+    pub size: Option<(u16, u16)>,
+    /// The overview's sort at start: a column, and largest first (None:
+    /// the column's natural order).
+    pub sort: Option<(rows::Col, Option<bool>)>,
     /// New data is drawn at most this often (input is answered at once).
     pub data_interval: Duration,
 }
@@ -114,6 +122,8 @@ impl Default for UiOptions {
             screenshot_dir: None,
             screenshot: None,
             initial_process: None,
+            size: None,
+            sort: None,
             data_interval: Duration::from_millis(250),
         }
     }
@@ -133,6 +143,7 @@ pub fn app_config(opts: &UiOptions, no_color: bool) -> AppConfig {
         data_interval: opts.data_interval,
         initial_process: opts.initial_process,
         screenshot: opts.screenshot.clone(),
+        sort: opts.sort,
     }
 }
 
@@ -222,7 +233,7 @@ pub fn run(
 ) -> Result<()> {
     let app = App::new(app_config(&opts, no_color_env()));
     let shots_dir = opts.screenshot_dir.unwrap_or_else(|| PathBuf::from("."));
-    run::Dashboard::new(hub, driver, demo, opts.mouse, shots_dir)?.run(app)
+    run::Dashboard::new(hub, driver, demo, opts.mouse, shots_dir, opts.size)?.run(app)
 }
 
 /// Draws the whole screen for `app`.
@@ -244,9 +255,56 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.help {
         help::render(frame, frame.area(), app.config.readonly, t);
     }
+    if let Some(scroll) = app.legend {
+        legend::render(frame, frame.area(), scroll, t);
+    }
     if t.ascii {
         theme::asciify(frame.buffer_mut());
     }
+}
+
+/// A picture to take at once, with no terminal ([`screenshot_now`]).
+pub struct Still<'a> {
+    /// Columns, rows.
+    pub size: (u16, u16),
+    /// The collector clock the picture is taken at (ns).
+    pub now_ns: u64,
+    /// The timeline's window: the first of [`state::SPANS_NS`] at least
+    /// this long (else the default).
+    pub window_ns: Option<u64>,
+    pub path: &'a Path,
+}
+
+/// Writes the dashboard as it shows `hub` at `still.now_ns` as SVG, with
+/// no terminal: the process view of `opts.initial_process` when it is
+/// there, else the overview; `demo` in the caption band. For `demo
+/// --headless` and `snapshot`.
+pub fn screenshot_now(
+    hub: &Hub,
+    demo: Option<DemoStatus>,
+    opts: &UiOptions,
+    still: Still,
+) -> Result<()> {
+    let (size, now) = (still.size, still.now_ns);
+    let mut app = App::new(app_config(opts, no_color_env()));
+    app.size = Rect::new(0, 0, size.0, size.1);
+    app.set_demo_status(demo);
+    if let Some(w) = still.window_ns {
+        app.process.span_index = state::SPANS_NS
+            .iter()
+            .position(|s| *s >= w)
+            .unwrap_or(state::SPANS_NS.len() - 1);
+    }
+    let mut fx = app.handle(AppEvent::Tick { now_ns: now });
+    // A snapshot for the screen shown; opening a process asks for another.
+    for _ in 0..3 {
+        if !fx.contains(&Effect::Refresh) {
+            break;
+        }
+        let snap = hub.snapshot_at(now, &app.view_options());
+        fx = app.handle(AppEvent::Snapshot(Box::new(snap)));
+    }
+    write_svg(&render_buffer(&app, size.0, size.1), still.path)
 }
 
 /// Draws `app` at `width`×`height` into a buffer (tests, benches, screenshots).

@@ -15,16 +15,21 @@ use ratatui::widgets::{Cell, Paragraph, Row as TRow, Table};
 use ratatui::Frame;
 
 use super::format;
+use super::history;
 use super::layout;
-use super::rows::{fit_columns, mode_name, Col, Row};
+use super::rows::{fit_columns, mode_name, Col, Columns, Row};
 use super::state::OverviewState;
 use super::theme::Theme;
 use crate::collect::{Machine, Snapshot};
 
 pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
-    let (gpus, table) = layout::overview(area, &snap.machine);
-    render_gpus(frame, gpus, &snap.machine, t);
-    render_table(frame, table, snap, state, t);
+    let rows = state.rows(snap);
+    let a = layout::overview(area, &snap.machine, rows.len());
+    render_gpus(frame, a.gpus, &snap.machine, t);
+    render_table(frame, a.table, snap, (state, rows), t);
+    if let Some(h) = a.history {
+        history::render(frame, h, snap, t);
+    }
 }
 
 fn render_gpus(frame: &mut Frame, area: Rect, m: &Machine, t: &Theme) {
@@ -43,11 +48,21 @@ fn render_gpus(frame: &mut Frame, area: Rect, m: &Machine, t: &Theme) {
         } else {
             "NVML unavailable: "
         };
-        lines.push(Line::from(vec![
+        // The error whole where it fits, else cut between words; the note
+        // goes first.
+        let err_line = Line::from(vec![
             Span::styled(head, t.warn()),
             Span::styled(err.clone(), t.warn()),
-            Span::styled(" (allocator figures still shown)", t.dim()),
-        ]));
+        ]);
+        let note = Span::styled(" (allocator figures still shown)", t.dim());
+        let w = inner.width as usize;
+        lines.push(if err_line.width() + note.width() <= w {
+            let mut l = err_line;
+            l.spans.push(note);
+            l
+        } else {
+            format::fit_line(err_line, w, g.ellipsis)
+        });
     } else if m.gpus.is_empty() {
         lines.push(Line::styled("no GPUs reported by NVML", t.dim()));
     }
@@ -107,8 +122,13 @@ fn gpu_line(gpu: &crate::input::Gpu, width: u16, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
-    let rows = state.rows(snap);
+fn render_table(
+    frame: &mut Frame,
+    area: Rect,
+    snap: &Snapshot,
+    (state, rows): (&OverviewState, Vec<Row>),
+    t: &Theme,
+) {
     let block = t.block(table_title(rows.len(), state, t));
     let mut inner = block.inner(area);
     frame.render_widget(block, area);
@@ -127,10 +147,11 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
         frame.render_widget(Paragraph::new(line), r);
         inner.height -= 1;
     }
-    let cols = fit_columns(inner.width);
+    let layout = table_columns(inner.width, &rows);
+    let cols: Vec<Col> = layout.cols().collect();
     let header = header_row(&cols, state, t);
     if rows.is_empty() {
-        let table = Table::new(Vec::<TRow>::new(), widths(&cols)).header(header);
+        let table = Table::new(Vec::<TRow>::new(), widths(&layout)).header(header);
         frame.render_widget(table, inner);
         render_no_rows(frame, inner, snap, state, t);
         return;
@@ -142,7 +163,7 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
         .take(visible)
         .map(|r| {
             let selected = state.selected == Some(r.entry.key());
-            let mut row = TRow::new(cols.iter().map(|c| cell(r, *c, t)));
+            let mut row = TRow::new(layout.0.iter().map(|(c, _, w)| cell(r, *c, *w, t)));
             if selected {
                 row = row.style(t.selected());
             } else if !r.alive {
@@ -151,7 +172,7 @@ fn render_table(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &Overview
             row
         })
         .collect();
-    let table = Table::new(body, widths(&cols))
+    let table = Table::new(body, widths(&layout))
         .header(header)
         .column_spacing(1);
     frame.render_widget(table, inner);
@@ -300,19 +321,27 @@ fn aligned(c: Col, line: Line<'static>) -> Cell<'static> {
     })
 }
 
-fn widths(cols: &[Col]) -> Vec<Constraint> {
-    cols.iter()
-        .map(|c| {
-            if *c == Col::Name {
-                Constraint::Min(c.width())
-            } else {
-                Constraint::Length(c.width())
-            }
-        })
+fn widths(cols: &Columns) -> Vec<Constraint> {
+    cols.0
+        .iter()
+        .map(|(_, _, w)| Constraint::Length(*w))
         .collect()
 }
 
-fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
+/// The table's columns at `width` for `rows` (FLAGS as wide as its widest
+/// text).
+pub fn table_columns(width: u16, rows: &[Row]) -> Columns {
+    let flags = rows
+        .iter()
+        .map(|r| r.flags().len() as u16)
+        .max()
+        .unwrap_or(0);
+    fit_columns(width, flags)
+}
+
+/// The cell of column `c` (`width` wide: text that does not fit ends in
+/// an ellipsis, never cut silently).
+fn cell<'a>(r: &Row, c: Col, width: u16, t: &Theme) -> Cell<'a> {
     let g = t.glyphs();
     let a = g.absent;
     let (text, style): (String, Style) = match c {
@@ -325,7 +354,10 @@ fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
             },
             Style::new(),
         ),
-        Col::Name => (r.name.clone(), Style::new()),
+        Col::Name => (
+            format::truncate(&r.name, width as usize, g.ellipsis),
+            Style::new(),
+        ),
         Col::Gpus => (
             r.gpus.clone().unwrap_or_else(|| a.to_string()),
             Style::new(),
@@ -360,11 +392,24 @@ fn cell<'a>(r: &Row, c: Col, t: &Theme) -> Cell<'a> {
             };
             (format::opt(r.lost, a, format::count), style)
         }
+        Col::Cpu => (format::opt(r.cpu, a, |c| format!("{c:.0}%")), Style::new()),
+        Col::Rss => (format::opt(r.rss, a, format::bytes_short), Style::new()),
+        Col::Elapsed => (format::opt(r.elapsed_ns, a, format::duration), Style::new()),
         Col::Mode => (mode_name(r.mode).to_string(), Style::new()),
+        Col::History => (
+            history::sparkline(r.entry, width as usize, t),
+            if r.reserved.is_some() {
+                t.reserved()
+            } else {
+                t.nvml()
+            },
+        ),
         Col::Flags => {
             let f = r.flags();
             let style = if r.leak || r.ooms > 0 {
                 t.alert()
+            } else if !r.alive {
+                t.warn()
             } else {
                 t.dim()
             };

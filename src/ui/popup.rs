@@ -140,7 +140,12 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
                 l.push(Line::raw(after));
             }
             if let (Command::Snapshot { .. }, Some(o)) = (r.command, r.outcome) {
-                l.push(Line::raw(format!("snapshot #{} written", o.result0)));
+                // A state snapshot travels through the ring (no file):
+                // the block map is rebuilt from it.
+                l.push(Line::raw(format!(
+                    "state snapshot #{} sent through the ring: the block map is exact again (no file is written; S saves the screen)",
+                    o.result0
+                )));
             }
         }
     }

@@ -63,14 +63,64 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         blockmap::render(frame, r, e, view.block_scroll, t);
     }
     if let Some(r) = a.stats {
-        let scroll = if compact { view.block_scroll } else { 0 };
-        stats::render(frame, r, e, scroll, t);
+        stats::render(frame, r, e, view.stats_scroll, t);
     }
     if let Some(r) = a.events {
-        events::render(frame, r, e, taken, view.event_scroll, t);
+        events::render(
+            frame,
+            r,
+            e,
+            taken,
+            (view.event_scroll, &view.event_filter),
+            t,
+        );
     }
     if let Some(r) = a.diagnosis {
         diagnosis::render(frame, r, e, taken, t);
+    } // On a large terminal every pane shows: the one Tab moved to (where
+      // j/k and PgUp/PgDn scroll) has its border in the key colour.
+    if !compact {
+        let focused = match view.pane {
+            Pane::Blocks => a.blocks,
+            Pane::Stats => a.stats,
+            Pane::Events => a.events,
+            Pane::Timeline | Pane::Diagnosis => None,
+        };
+        if let Some(r) = focused {
+            highlight_border(frame.buffer_mut(), r, t);
+        }
+    }
+}
+
+/// Draws the border of `r` (already drawn) in the focus style, the
+/// titles on it left as they are.
+fn highlight_border(buf: &mut ratatui::buffer::Buffer, r: Rect, t: &Theme) {
+    let b = t.border();
+    let marks = [
+        b.top_left,
+        b.top_right,
+        b.bottom_left,
+        b.bottom_right,
+        b.vertical_left,
+        b.vertical_right,
+        b.horizontal_top,
+        b.horizontal_bottom,
+    ];
+    if r.width < 2 || r.height < 2 {
+        return;
+    }
+    let (right, bottom) = (r.x + r.width - 1, r.y + r.height - 1);
+    for y in r.y..=bottom {
+        for x in r.x..=right {
+            if !(y == r.y || y == bottom || x == r.x || x == right) {
+                continue;
+            }
+            if let Some(c) = buf.cell_mut((x, y)) {
+                if marks.contains(&c.symbol()) {
+                    c.set_style(t.focus());
+                }
+            }
+        }
     }
 }
 
@@ -126,5 +176,21 @@ fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
     l2.extend(fig("frag", format::opt(r.frag, a, format::percent)));
     l2.extend(fig("ev/s", format::opt(r.rate, a, format::rate)));
     l2.extend(fig("lost", format::opt(r.lost, a, format::count)));
-    frame.render_widget(Paragraph::new(vec![Line::from(l1), Line::from(l2)]), area);
+    // The host side, as htop shows it.
+    if r.cpu.is_some() || r.rss.is_some() {
+        l2.push(sep());
+        l2.extend(fig("CPU", format::opt(r.cpu, a, |c| format!("{c:.0}%"))));
+        l2.extend(fig("RSS", format::opt(r.rss, a, format::bytes_short)));
+        l2.extend(fig("up", format::opt(r.elapsed_ns, a, format::duration)));
+    }
+    if !e.identity.cmdline.is_empty() {
+        l1.push(sep());
+        l1.push(Span::styled(e.identity.cmdline.clone(), t.dim()));
+    }
+    let w = area.width as usize;
+    let (l1, l2) = (
+        format::fit_line(Line::from(l1), w, g.ellipsis),
+        format::fit_line(Line::from(l2), w, g.ellipsis),
+    );
+    frame.render_widget(Paragraph::new(vec![l1, l2]), area);
 }

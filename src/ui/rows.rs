@@ -21,12 +21,16 @@ pub enum Col {
     Frag,
     Rate,
     Lost,
+    Cpu,
+    Rss,
+    Elapsed,
     Mode,
     Flags,
+    History,
 }
 
 impl Col {
-    pub const ALL: [Col; 14] = [
+    pub const ALL: [Col; 18] = [
         Col::Pid,
         Col::User,
         Col::Name,
@@ -39,24 +43,12 @@ impl Col {
         Col::Frag,
         Col::Rate,
         Col::Lost,
+        Col::Cpu,
+        Col::Rss,
+        Col::Elapsed,
         Col::Mode,
         Col::Flags,
-    ];
-
-    /// The columns `o` cycles through.
-    pub const SORTABLE: [Col; 12] = [
-        Col::Reserved,
-        Col::Allocated,
-        Col::Nvml,
-        Col::NonPytorch,
-        Col::Peak,
-        Col::Frag,
-        Col::Rate,
-        Col::Lost,
-        Col::Pid,
-        Col::Name,
-        Col::User,
-        Col::Mode,
+        Col::History,
     ];
 
     pub fn title(self) -> &'static str {
@@ -73,8 +65,12 @@ impl Col {
             Col::Frag => "FRAG",
             Col::Rate => "EV/S",
             Col::Lost => "LOST",
+            Col::Cpu => "CPU%",
+            Col::Rss => "RSS",
+            Col::Elapsed => "TIME",
             Col::Mode => "MODE",
             Col::Flags => "FLAGS",
+            Col::History => "LAST 5m",
         }
     }
 
@@ -88,13 +84,17 @@ impl Col {
             Col::Nvml => "NVML used memory of the process (what nvidia-smi shows)",
             Col::Reserved => "reserved by the caching allocator (segments)",
             Col::Allocated => "allocated to live tensors",
-            Col::NonPytorch => "NVML used - reserved: CUDA context, NCCL, cuBLAS, other libraries",
+            Col::NonPytorch => "NVML used - reserved: CUDA context, NCCL, cuBLAS, others",
             Col::Peak => "peak allocated since start or the last peak reset",
-            Col::Frag => "inactive-split share of reserved (cached but not returnable)",
+            Col::Frag => "inactive split as a share of reserved (see below)",
             Col::Rate => "allocator events per second",
             Col::Lost => "events lost on the wire",
-            Col::Mode => "exact (every event) / sampled (stats+snapshots) / nvml (no agent)",
-            Col::Flags => "LEAK suspected, OOM seen, SYNC needs resync, EXIT exited",
+            Col::Cpu => "host CPU use since the last reading (100 = one core)",
+            Col::Rss => "host memory of the process (resident set)",
+            Col::Elapsed => "how long the process has run",
+            Col::History => "reserved (else NVML used) over the last 5 minutes",
+            Col::Mode => "exact: every event / smpl: sampled stats / nvml: no agent",
+            Col::Flags => "EXIT exited, OOM seen, LEAK suspected, SYNC needs resync",
         }
     }
 
@@ -109,8 +109,11 @@ impl Col {
             Col::Frag => 5,
             Col::Rate => 5,
             Col::Lost => 5,
+            Col::Cpu => 5,
+            Col::Rss | Col::Elapsed => 6,
             Col::Mode => 5,
             Col::Flags => 5,
+            Col::History => 16,
         }
     }
 
@@ -125,17 +128,21 @@ impl Col {
             Col::Frag => 65,
             Col::Peak => 60,
             Col::Mode => 50,
+            Col::Cpu => 45,
             Col::Rate => 40,
+            Col::Rss => 38,
             Col::Gpus => 35,
             Col::Lost => 30,
+            Col::Elapsed => 25,
             Col::User => 20,
+            Col::History => 10,
         }
     }
 
     pub fn right_aligned(self) -> bool {
         !matches!(
             self,
-            Col::User | Col::Name | Col::Mode | Col::Flags | Col::Gpus
+            Col::User | Col::Name | Col::Mode | Col::Flags | Col::Gpus | Col::History
         )
     }
 }
@@ -156,6 +163,10 @@ pub struct Row<'a> {
     pub frag: Option<f64>,
     pub rate: Option<f64>,
     pub lost: Option<u64>,
+    /// Host figures (`/proc`): CPU %, resident memory, time run.
+    pub cpu: Option<f64>,
+    pub rss: Option<u64>,
+    pub elapsed_ns: Option<u64>,
     pub mode: Mode,
     pub leak: bool,
     pub ooms: u64,
@@ -182,28 +193,37 @@ pub fn mode_name(m: Mode) -> &'static str {
     }
 }
 
+/// The GPUs `e` uses, lowest first: NVML's indices, else its CUDA
+/// ordinals.
+pub fn gpus_of(snap: &Snapshot, e: &ProcessEntry) -> Vec<u32> {
+    let pid = e.identity.host_pid;
+    let mut gpus: Vec<u32> = snap
+        .machine
+        .processes
+        .iter()
+        .filter(|p| p.pid == pid)
+        .map(|p| p.gpu)
+        .collect();
+    if gpus.is_empty() {
+        gpus = e
+            .view
+            .devices
+            .iter()
+            .map(|d| u32::from(d.figures.device))
+            .collect();
+    }
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus
+}
+
 impl<'a> Row<'a> {
     pub fn new(snap: &Snapshot, e: &'a ProcessEntry) -> Row<'a> {
         let v = &e.view;
         let f = &v.figures;
         let allocator = v.mode != Mode::NvmlOnly;
         let pid = e.identity.host_pid;
-        let mut gpus: Vec<u32> = snap
-            .machine
-            .processes
-            .iter()
-            .filter(|p| p.pid == pid)
-            .map(|p| p.gpu)
-            .collect();
-        if gpus.is_empty() {
-            gpus = v
-                .devices
-                .iter()
-                .map(|d| u32::from(d.figures.device))
-                .collect();
-        }
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpus_of(snap, e);
         let gpus = (!gpus.is_empty()).then(|| {
             gpus.iter()
                 .map(|g| g.to_string())
@@ -216,6 +236,7 @@ impl<'a> Row<'a> {
             .map(|d| d.figures.fragmentation.inactive_split)
             .sum();
         let frag = (allocator && f.reserved > 0).then(|| split as f64 / f.reserved as f64);
+        let host = snap.machine.host.iter().find(|h| h.pid == pid);
         Row {
             entry: e,
             pid,
@@ -230,6 +251,12 @@ impl<'a> Row<'a> {
             frag,
             rate: if allocator { f.events_per_sec } else { None },
             lost: allocator.then_some(f.lost_events.max(e.source.lost)),
+            // A figure from a file may be anything: only a real share shows.
+            cpu: host
+                .and_then(|h| h.cpu_percent)
+                .filter(|c| c.is_finite() && *c >= 0.0),
+            rss: host.and_then(|h| h.rss),
+            elapsed_ns: host.and_then(|h| h.elapsed_ns),
             mode: v.mode,
             leak: v.leak.flagged,
             ooms: v.ooms_total.max(v.ooms.len() as u64),
@@ -251,19 +278,21 @@ impl<'a> Row<'a> {
             || id.user.to_lowercase().contains(filter)
     }
 
+    /// `EXIT OOM LEAK SYNC`: the most urgent first, so that a process that
+    /// died is never shown as alive whatever the width.
     pub fn flags(&self) -> String {
         let mut f = Vec::new();
-        if self.leak {
-            f.push("LEAK");
+        if !self.alive {
+            f.push("EXIT");
         }
         if self.ooms > 0 {
             f.push("OOM");
         }
+        if self.leak {
+            f.push("LEAK");
+        }
         if self.needs_resync {
             f.push("SYNC");
-        }
-        if !self.alive {
-            f.push("EXIT");
         }
         f.join(" ")
     }
@@ -311,8 +340,16 @@ impl<'a> Row<'a> {
             Col::Frag => num(self.frag, other.frag, d),
             Col::Rate => num(self.rate, other.rate, d),
             Col::Lost => num(self.lost, other.lost, d),
+            Col::Cpu => num(self.cpu, other.cpu, d),
+            Col::Rss => num(self.rss, other.rss, d),
+            Col::Elapsed => num(self.elapsed_ns, other.elapsed_ns, d),
             Col::Mode => text(mode_name(self.mode), mode_name(other.mode), d),
             Col::Flags => text(&self.flags(), &other.flags(), d),
+            Col::History => num(
+                self.reserved.or(self.nvml),
+                other.reserved.or(other.nvml),
+                d,
+            ),
         };
         o.then(self.pid.cmp(&other.pid))
     }
@@ -331,13 +368,40 @@ pub fn rows<'a>(snap: &'a Snapshot, filter: &str, sort: Col, descending: bool) -
     rows
 }
 
-/// The columns that fit in `width` (NAME gets the remainder).
-pub fn fit_columns(width: u16) -> Vec<Col> {
-    let mut cols: Vec<Col> = Col::ALL.to_vec();
-    let need = |cols: &[Col]| -> u16 {
-        cols.iter().map(|c| c.width()).sum::<u16>() + cols.len().saturating_sub(1) as u16
+/// The columns of the table as drawn: each with its x offset (from the
+/// table's left edge) and width. The same layout draws the table and maps a
+/// click on its header to a column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns(pub Vec<(Col, u16, u16)>);
+
+impl Columns {
+    pub fn cols(&self) -> impl Iterator<Item = Col> + '_ {
+        self.0.iter().map(|c| c.0)
+    }
+
+    /// The column under x (relative to the table's left edge), spacing
+    /// included on its left.
+    pub fn at(&self, x: u16) -> Option<Col> {
+        self.0
+            .iter()
+            .find(|(_, at, w)| x + 1 >= *at && x < at + w)
+            .map(|c| c.0)
+    }
+}
+
+/// The columns that fit in `width`, one space apart: the least important go
+/// first when the terminal is narrow; FLAGS is as wide as the widest `flags`
+/// text of the rows (so `EXIT` is never cut); NAME takes what is left.
+pub fn fit_columns(width: u16, flags_width: u16) -> Columns {
+    let w = |c: Col| match c {
+        Col::Flags => flags_width.max(c.width()),
+        _ => c.width(),
     };
-    while need(&cols) > width && cols.len() > 2 {
+    let mut cols: Vec<Col> = Col::ALL.to_vec();
+    let need = |cols: &[Col]| -> u32 {
+        cols.iter().map(|c| u32::from(w(*c))).sum::<u32>() + cols.len().saturating_sub(1) as u32
+    };
+    while need(&cols) > u32::from(width) && cols.len() > 2 {
         let (i, _) = cols
             .iter()
             .enumerate()
@@ -346,5 +410,13 @@ pub fn fit_columns(width: u16) -> Vec<Col> {
             .expect("a droppable column");
         cols.remove(i);
     }
-    cols
+    let spare = u32::from(width).saturating_sub(need(&cols)) as u16;
+    let mut x = 0;
+    let mut out = Vec::with_capacity(cols.len());
+    for c in cols {
+        let cw = if c == Col::Name { w(c) + spare } else { w(c) };
+        out.push((c, x, cw));
+        x += cw + 1;
+    }
+    Columns(out)
 }

@@ -16,15 +16,31 @@ use anyhow::{Context, Result};
 use crossterm::event::Event;
 use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
 use ratatui::backend::CrosstermBackend;
-use ratatui::Terminal;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
 
-use super::app::{App, AppEvent, Effect};
+use super::app::{App, AppEvent, Effect, Shot};
 use super::{send_command, terminal, write_svg, DemoHandle, Driver};
 use crate::collect::{Hub, Snapshot};
 use crate::ring::monotonic_ns;
 
-/// The running dashboard (fields drop in order: the terminal before the
-/// guard that restores it).
+/// Where frames go: the terminal (restored by its guard when dropped, after
+/// the terminal itself), or nowhere but screenshots, at a fixed size (no
+/// terminal needed: `--size`, CI, reports).
+enum Output {
+    Tty {
+        term: Terminal<CrosstermBackend<BufWriter<Stdout>>>,
+        _guard: terminal::Guard,
+    },
+    Headless(Rect),
+}
+
+/// A terminal that reports 0×0 (some ptys, some CI runners) is drawn as
+/// this size.
+pub const FALLBACK_SIZE: (u16, u16) = (80, 24);
+
+/// The running dashboard.
 pub struct Dashboard {
     hub: Arc<Hub>,
     driver: Arc<dyn Driver>,
@@ -34,21 +50,23 @@ pub struct Dashboard {
     /// A `Changed` is queued (or held back by App), and no snapshot was
     /// taken since: the hub queues no more.
     changed: Arc<AtomicBool>,
-    term: Terminal<CrosstermBackend<BufWriter<Stdout>>>,
-    _guard: terminal::Guard,
+    out: Output,
     shots_dir: PathBuf,
     shots: u32,
 }
 
 impl Dashboard {
     /// Wires the hub's changes and the driver's signals into one channel,
-    /// then takes the terminal and starts the input thread.
+    /// then takes the terminal and starts the input thread; with `headless`
+    /// (a size), no terminal and no input: frames are only drawn for
+    /// screenshots.
     pub fn new(
         hub: Arc<Hub>,
         driver: Arc<dyn Driver>,
         demo: Option<Arc<dyn DemoHandle>>,
         mouse: bool,
         shots_dir: PathBuf,
+        headless: Option<(u16, u16)>,
     ) -> Result<Dashboard> {
         let (tx, rx) = mpsc::channel();
         let changed = Arc::new(AtomicBool::new(false));
@@ -66,20 +84,10 @@ impl Dashboard {
                 let _ = tx.send(AppEvent::Signal);
             }
         }));
-        let guard = terminal::enter(mouse).context("setting up the terminal")?;
-        let out = BufWriter::with_capacity(1 << 16, io::stdout());
-        let term = Terminal::new(CrosstermBackend::new(out)).context("creating the terminal")?;
-        let input = tx.clone();
-        std::thread::Builder::new()
-            .name("vramscope-input".into())
-            .spawn(move || {
-                while let Ok(ev) = crossterm::event::read() {
-                    if input.send(AppEvent::Input(ev)).is_err() {
-                        break;
-                    }
-                }
-            })
-            .context("starting the input thread")?;
+        let out = match headless {
+            Some((w, h)) => Output::Headless(Rect::new(0, 0, w, h)),
+            None => Self::tty(mouse, &tx)?,
+        };
         Ok(Dashboard {
             hub,
             driver,
@@ -87,16 +95,60 @@ impl Dashboard {
             tx,
             rx,
             changed,
-            term,
-            _guard: guard,
+            out,
             shots_dir,
             shots: 0,
         })
     }
 
+    /// The terminal, set up, and the input thread reading it.
+    fn tty(mouse: bool, tx: &Sender<AppEvent>) -> Result<Output> {
+        let guard = terminal::enter(mouse).context("setting up the terminal")?;
+        let out = BufWriter::with_capacity(1 << 16, io::stdout());
+        let backend = CrosstermBackend::new(out);
+        let term = match crossterm::terminal::size() {
+            Ok((w, h)) if w > 0 && h > 0 => Terminal::new(backend),
+            // 0×0 (or unknown): draw at a fixed size rather than nothing.
+            _ => Terminal::with_options(
+                backend,
+                TerminalOptions {
+                    viewport: Viewport::Fixed(Rect::new(0, 0, FALLBACK_SIZE.0, FALLBACK_SIZE.1)),
+                },
+            ),
+        }
+        .context("creating the terminal")?;
+        let input = tx.clone();
+        std::thread::Builder::new()
+            .name("vramscope-input".into())
+            .spawn(move || {
+                while let Ok(ev) = crossterm::event::read() {
+                    let ev = match ev {
+                        Event::Resize(0, _) | Event::Resize(_, 0) => {
+                            Event::Resize(FALLBACK_SIZE.0, FALLBACK_SIZE.1)
+                        }
+                        ev => ev,
+                    };
+                    if input.send(AppEvent::Input(ev)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the input thread")?;
+        Ok(Output::Tty {
+            term,
+            _guard: guard,
+        })
+    }
+
     /// Runs `app` until it quits (or every sender is gone).
     pub fn run(mut self, mut app: App) -> Result<()> {
-        let size = self.term.size()?;
+        let size = match &mut self.out {
+            Output::Tty { term, .. } => match term.size()? {
+                s if s.width > 0 && s.height > 0 => s,
+                _ => FALLBACK_SIZE.into(),
+            },
+            Output::Headless(r) => r.as_size(),
+        };
         let mut events = vec![AppEvent::Input(Event::Resize(size.width, size.height))];
         loop {
             let now_ns = monotonic_ns();
@@ -162,17 +214,34 @@ impl Dashboard {
 
     /// One frame, and the screenshot App asked for of it.
     fn draw(&mut self, app: &mut App) -> Result<()> {
-        crossterm::queue!(self.term.backend_mut(), BeginSynchronizedUpdate)?;
-        let frame = self.term.draw(|f| super::draw(f, app))?;
-        let written = app.frame_drawn(monotonic_ns()).map(|shot| {
-            let path = shot
-                .path
-                .unwrap_or_else(|| next_screenshot_path(&self.shots_dir, &mut self.shots));
-            write_svg(frame.buffer, &path)
+        let (dir, n) = (&self.shots_dir, &mut self.shots);
+        let mut write = |buf: &Buffer, shot: Shot| {
+            let path = shot.path.unwrap_or_else(|| next_screenshot_path(dir, n));
+            write_svg(buf, &path)
                 .map(|()| path)
                 .map_err(|e| format!("{e:#}"))
-        });
-        crossterm::execute!(self.term.backend_mut(), EndSynchronizedUpdate)?;
+        };
+        let written = match &mut self.out {
+            Output::Tty { term, .. } => {
+                crossterm::queue!(term.backend_mut(), BeginSynchronizedUpdate)?;
+                let frame = term.draw(|f| super::draw(f, app))?;
+                let written = app
+                    .frame_drawn(monotonic_ns())
+                    .map(|s| write(frame.buffer, s));
+                crossterm::execute!(term.backend_mut(), EndSynchronizedUpdate)?;
+                written
+            }
+            Output::Headless(r) => {
+                // Only frames to be written are drawn.
+                let buf = app
+                    .redraw
+                    .shot
+                    .is_some()
+                    .then(|| super::render_buffer(app, r.width, r.height));
+                let shot = app.frame_drawn(monotonic_ns());
+                shot.zip(buf).map(|(s, b)| write(&b, s))
+            }
+        };
         if let Some(result) = written {
             self.apply(app, AppEvent::ScreenshotWritten(result));
         }

@@ -32,6 +32,9 @@ impl Pane {
         Pane::Events,
         Pane::Diagnosis,
     ];
+    /// The panes Tab moves the focus between on a large terminal (where
+    /// every pane shows): the ones that scroll.
+    pub const FOCUSABLE: [Pane; 3] = [Pane::Blocks, Pane::Stats, Pane::Events];
     pub fn title(self) -> &'static str {
         match self {
             Pane::Timeline => "Timeline",
@@ -158,6 +161,9 @@ pub struct ProcessState {
     pub end_ns: u64,
     pub block_scroll: usize,
     pub event_scroll: usize,
+    pub stats_scroll: usize,
+    /// The event history's search (lower-case match on an event's line).
+    pub event_filter: String,
 }
 
 impl Default for ProcessState {
@@ -169,6 +175,8 @@ impl Default for ProcessState {
             end_ns: 0,
             block_scroll: 0,
             event_scroll: 0,
+            stats_scroll: 0,
+            event_filter: String::new(),
         }
     }
 }

@@ -39,6 +39,17 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
     }
 }
 
+/// Rows the summary of `e` has (for scrolling).
+pub fn row_count(e: &ProcessEntry) -> usize {
+    let t = Theme::default();
+    process_rows(e, &t).len()
+        + e.view
+            .devices
+            .iter()
+            .map(|d| device_rows(&d.figures, &t).len())
+            .sum::<usize>()
+}
+
 /// `rows` under the Metric / Current / Peak header, from `scroll` on when
 /// they do not all fit.
 fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: usize, t: &Theme) {
@@ -48,11 +59,11 @@ fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: 
         Cell::from(Line::from("Peak").right_aligned()),
     ])
     .style(t.header());
-    let skip = if rows.len() + 1 > area.height as usize {
-        scroll.min(rows.len().saturating_sub(1))
-    } else {
-        0
-    };
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let skip = scroll.min(
+        rows.len()
+            .saturating_sub(area.height.saturating_sub(1) as usize),
+    );
     let table = Table::new(
         rows.into_iter().skip(skip),
         [
@@ -75,7 +86,7 @@ fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
         section("Process".into(), t),
         row("NVML used", ob(f.nvml_used), ob(f.nvml_peak)),
         row(
-            "Non-PyTorch (NVML-resv)",
+            "Other (NVML - resv)",
             format::opt(f.non_pytorch, a, format::bytes_i64),
             a.to_string(),
         ),

@@ -52,7 +52,11 @@ pub fn restore() {
     if MOUSE.load(Ordering::SeqCst) {
         let _ = execute!(out, DisableMouseCapture);
     }
-    let _ = execute!(out, LeaveAlternateScreen, Show);
+    // The dashboard's screen is wiped before it is left: a terminal that
+    // does not restore the main screen exactly (resized while alternate,
+    // or no alternate screen at all) shows an empty screen rather than
+    // the dashboard's last lines.
+    let _ = execute!(out, Clear(ClearType::All), LeaveAlternateScreen, Show);
     let _ = out.flush();
     let _ = disable_raw_mode();
 }

@@ -141,6 +141,10 @@ impl Theme {
     pub fn border_style(&self) -> Style {
         self.fg(Color::DarkGray)
     }
+    /// The border of the pane in focus.
+    pub fn focus(&self) -> Style {
+        self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
+    }
     pub fn title(&self) -> Style {
         self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
     }

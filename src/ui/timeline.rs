@@ -186,7 +186,7 @@ fn title(view: &ProcessState, now: u64, t: &Theme) -> Line<'static> {
 
 /// `cols` across `plot`, from the bottom up to `ymax`: allocated, its
 /// range, reserved, and NVML used as a line.
-fn draw_columns(frame: &mut Frame, plot: Rect, cols: &[Col], ymax: u64, t: &Theme) {
+pub(super) fn draw_columns(frame: &mut Frame, plot: Rect, cols: &[Col], ymax: u64, t: &Theme) {
     let g = t.glyphs();
     let h = plot.height as u64;
     // Value → filled cells (rounded).
@@ -222,7 +222,7 @@ fn draw_columns(frame: &mut Frame, plot: Rect, cols: &[Col], ymax: u64, t: &Them
 }
 
 /// `ymax`, its half and 0 left of `plot`.
-fn draw_value_axis(frame: &mut Frame, area: Rect, plot: Rect, ymax: u64, t: &Theme) {
+pub(super) fn draw_value_axis(frame: &mut Frame, area: Rect, plot: Rect, ymax: u64, t: &Theme) {
     let h = plot.height as u64;
     let label_w = (AXIS_WIDTH - 1) as usize;
     let labels = [

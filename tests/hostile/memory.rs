@@ -56,11 +56,14 @@ fn item_07_orphan_flood_is_bounded_and_counted() {
 
     // The model's own accounting stays within its bound: the orphans it
     // keeps (BTreeMap entries of 72 bytes, nodes two-thirds full), the
-    // three series, the leak table and the rest in a few MiB.
+    // recent-event history (full: a VecDeque grown by doubling), the three
+    // series, the leak table and the rest in a few MiB.
     let p = m.process(KEY).unwrap();
     let d = &p.devices()[0];
     assert_eq!(d.orphan_count(), bounds.orphans);
-    let bound = bounds.orphans * 72 * 3 / 2 + 8 * MIB;
+    let history =
+        ModelConfig::default().recent_events.next_power_of_two() * std::mem::size_of::<Event>();
+    let bound = bounds.orphans * 72 * 3 / 2 + history + 8 * MIB;
     assert!(
         memory_peak <= bound,
         "model memory {memory_peak} > bound {bound}"

@@ -1,0 +1,175 @@
+//! The legend overlay (`L`): what every column, glyph and word on screen
+//! means, btop-style. Column meanings come from [`Col::meaning`], glyphs
+//! from the theme (so the ASCII legend shows the ASCII marks), words from
+//! [`WORDS`]. Scrolls with j/k when the terminal is short.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+use ratatui::Frame;
+
+use super::rows::Col;
+use super::theme::Theme;
+
+/// Words and marks the panes use, and what they mean.
+pub const WORDS: &[(&str, &str)] = &[
+    (
+        "EXIT",
+        "the process has exited (its last figures stay shown)",
+    ),
+    (
+        "OOM xN",
+        "out-of-memory errors seen (the OOM/Leak pane says why)",
+    ),
+    (
+        "LEAK / LEAK?",
+        "step floors rise: trend >= 0.60 and +16 KiB over the last <= 64 steps",
+    ),
+    (
+        "steps",
+        "from mark(), else optimizer.step(), else the allocation pattern",
+    ),
+    (
+        "mid-run",
+        "watched after the job began: anchored on a snapshot",
+    ),
+    (
+        "SYNC / resync",
+        "events were lost; figures wait for a fresh state snapshot",
+    ),
+    (
+        "trend",
+        "how steadily the floor rises, -1..1 (1: at every step)",
+    ),
+    (
+        "L / S pool",
+        "large (>1 MiB requests) / small pool of the caching allocator",
+    ),
+    ("x", "an expandable segment (expandable_segments:True)"),
+    (
+        "inactive",
+        "cached: reserved but free, reusable by the same process",
+    ),
+    (
+        "inactive split",
+        "cached in partly used segments: empty_cache keeps them",
+    ),
+    (
+        "FREE_REQ",
+        "a free asked for, waiting for its stream's work to finish",
+    ),
+    ("STEP", "a training step boundary (optimizer step or mark)"),
+    (
+        "s0, s#b0c0",
+        "CUDA stream: the default, or the low bits of a stream pointer",
+    ),
+    ("—", "absent: not measured, never zero"),
+    ("G M K B", "GiB, MiB, KiB, bytes (powers of 1024)"),
+];
+
+/// The legend's lines for theme `t`.
+pub fn lines(t: &Theme) -> Vec<Line<'static>> {
+    let g = t.glyphs();
+    let mut l = vec![Line::styled("Columns (overview)", t.header())];
+    for c in Col::ALL {
+        l.push(item(c.title(), Style::new(), c.meaning()));
+    }
+    l.push(Line::styled("Block map", t.header()));
+    let marks: [(&'static str, Style, &str); 4] = [
+        (g.allocated, t.allocated(), "allocated block (live tensors)"),
+        (
+            g.allocated_alt,
+            t.allocated_alt(),
+            "allocated, its neighbour (so blocks stay apart)",
+        ),
+        (
+            g.pending,
+            t.pending(),
+            "pending free (FREE_REQ, stream still using it)",
+        ),
+        (g.inactive, t.inactive(), "inactive: cached, free for reuse"),
+    ];
+    for (m, s, d) in marks {
+        l.push(item(m, s, d));
+    }
+    l.push(Line::styled("Timeline", t.header()));
+    let marks: [(&'static str, Style, &str); 4] = [
+        (
+            g.allocated,
+            t.allocated(),
+            "allocated (lowest in the column)",
+        ),
+        (
+            g.swing,
+            t.allocated_alt(),
+            "alloc range: allocated moved between these in the column",
+        ),
+        (g.reserved, t.reserved(), "reserved above allocated"),
+        (g.nvml, t.nvml(), "NVML used (what nvidia-smi shows)"),
+    ];
+    for (m, s, d) in marks {
+        l.push(item(m, s, d));
+    }
+    l.push(Line::styled("Words", t.header()));
+    for (w, d) in WORDS {
+        let w = if *w == "—" { g.absent } else { w };
+        l.push(item(w, t.key(), d));
+    }
+    l
+}
+
+/// ` mark            meaning`: at most 78 columns (a test checks), so the
+/// legend needs no wrapping at 80 columns.
+fn item(mark: &str, style: Style, meaning: &str) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(format!(" {mark:<15}"), style),
+        Span::raw(meaning.to_string()),
+    ])
+}
+
+/// The overlay over `area`, from line `scroll` on.
+pub fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
+    let lines = lines(t);
+    let w = 96.min(area.width);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    frame.render_widget(Clear, popup);
+    let inner_h = h.saturating_sub(2) as usize;
+    let scroll = scroll.min(lines.len().saturating_sub(inner_h));
+    let block = t
+        .block(Span::styled(" Legend ", t.title()))
+        .title_bottom(Line::styled(
+            if lines.len() > inner_h {
+                " j/k scroll · Esc closes "
+            } else {
+                " Esc closes "
+            },
+            t.dim(),
+        ));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .scroll((scroll as u16, 0)),
+        popup,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_fits_80_columns() {
+        for t in [Theme::new(true, false), Theme::new(false, true)] {
+            for l in lines(&t) {
+                assert!(l.width() <= 78, "{l:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The settings file applied to the dashboard, its errors, and the shell
+//! completions and man page generated from the command line.
+
+mod common;
+
+use common::{succeeded, vramscope};
+
+#[test]
+fn the_settings_file_sets_the_sort_and_the_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/config/minimal.toml");
+    let shot = dir.path().join("o.svg");
+    succeeded(
+        vramscope()
+            .env("VRAMSCOPE_CONFIG", &sample)
+            .args(["--no-nvml", "--shm-dir"])
+            .arg(dir.path())
+            .args([
+                "--size",
+                "80x24",
+                "--screenshot-after",
+                "100",
+                "--screenshot",
+            ])
+            .arg(&shot)
+            .output()
+            .unwrap(),
+    );
+    let svg = std::fs::read_to_string(&shot).unwrap();
+    // sort = "nvml", descending by default for a figure; ASCII; no colour.
+    assert!(svg.contains("sort NVML v"), "{svg}");
+    assert!(!svg.contains('┌') && svg.contains("+-"), "ASCII borders");
+    assert!(!svg.contains("#11a8cd"), "no colours");
+}
+
+#[test]
+fn a_bad_settings_file_is_one_line_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("config.toml");
+    std::fs::write(&bad, "[dashboard]\nsort = \"RESV\"\nrefresh = 100\n").unwrap();
+    let out = vramscope()
+        .env("VRAMSCOPE_CONFIG", &bad)
+        .args(["demo", "--headless"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("{}:3: key `dashboard.refresh`", bad.display())),
+        "{err}"
+    );
+    // XDG_CONFIG_HOME is where it is looked for; absent is fine.
+    let out = vramscope()
+        .env_remove("VRAMSCOPE_CONFIG")
+        .env("XDG_CONFIG_HOME", dir.path())
+        .args(["demo", "--headless", "--duration", "0.1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::create_dir_all(dir.path().join("vramscope")).unwrap();
+    std::fs::write(dir.path().join("vramscope/config.toml"), "[dashboard\n").unwrap();
+    let out = vramscope()
+        .env_remove("VRAMSCOPE_CONFIG")
+        .env("XDG_CONFIG_HOME", dir.path())
+        .args(["demo", "--headless", "--duration", "0.1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("vramscope/config.toml:1:"));
+}
+
+#[test]
+fn completions_and_man_page_cover_every_subcommand() {
+    let help = succeeded(vramscope().arg("--help").output().unwrap());
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let subs: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .collect();
+    assert!(subs.len() >= 10, "{subs:?}");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = succeeded(vramscope().args(["completions", shell]).output().unwrap());
+        let text = String::from_utf8_lossy(&out.stdout);
+        for s in &subs {
+            assert!(text.contains(s), "{shell}: {s}");
+        }
+    }
+    let out = vramscope().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let man = succeeded(vramscope().arg("man").output().unwrap());
+    let man = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH vramscope 1"),
+        "{man}"
+    );
+    for s in &subs {
+        assert!(man.contains(&format!(".TH vramscope-{s} 1")), "{s}");
+    }
+}

@@ -1,0 +1,121 @@
+//! Screenshots with no terminal: `--screenshot FILE.svg --size COLSxROWS`
+//! for `demo --headless` (every scenario: what `scripts/screenshots` writes
+//! for the README), `replay --ui` (file, position, end) and the dashboard.
+
+mod common;
+
+use common::{succeeded, vramscope};
+
+/// The text of an SVG frame, one line per row (the tspans joined).
+fn svg_text(path: &std::path::Path) -> String {
+    let svg = std::fs::read_to_string(path).unwrap();
+    svg.split("<text ")
+        .skip(1)
+        .map(|line| {
+            line.split("<tspan")
+                .skip(1)
+                .filter_map(|t| t.split_once('>').map(|(_, rest)| rest))
+                .filter_map(|t| t.split_once("</tspan>").map(|(text, _)| text))
+                .collect::<String>()
+                .replace("&gt;", ">")
+                .replace("&lt;", "<")
+                .replace("&amp;", "&")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn every_demo_scenario_has_a_headless_screenshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = succeeded(vramscope().args(["demo", "--list"]).output().unwrap());
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(names.len() >= 6, "{names:?}");
+    for name in &names {
+        let path = dir.path().join(format!("{name}.svg"));
+        succeeded(
+            vramscope()
+                .args([
+                    "demo",
+                    name,
+                    "--headless",
+                    "--size",
+                    "120x40",
+                    "--screenshot",
+                ])
+                .arg(&path)
+                .output()
+                .unwrap(),
+        );
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("width=\"1008\""),
+            "{name}"
+        );
+        let text = svg_text(&path);
+        assert_eq!(text.lines().count(), 40, "{name}: 40 rows");
+        assert!(text.contains(&format!("demo {name}")), "{name}: {text}");
+        // The process view with the run in its timeline.
+        assert!(text.contains("Memory over time"), "{name}: {text}");
+        assert!(text.contains('█'), "{name}: a timeline with data");
+    }
+}
+
+#[test]
+fn replay_ui_names_the_file_and_says_where_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/v1.0-demo-leak.vsrec");
+    let path = dir.path().join("replay.svg");
+    succeeded(
+        vramscope()
+            .arg("replay")
+            .arg(&rec)
+            .args(["--ui", "--speed", "1000", "--size", "100x30"])
+            .args(["--screenshot-after", "1500", "--screenshot"])
+            .arg(&path)
+            .output()
+            .unwrap(),
+    );
+    let text = svg_text(&path);
+    assert!(text.contains("replay v1.0-demo-leak.vsrec"), "{text}");
+    assert!(text.contains("END of the recording"), "{text}");
+    assert!(text.contains("read-only"), "{text}");
+}
+
+#[test]
+fn the_dashboard_draws_without_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dash.svg");
+    let out = succeeded(
+        vramscope()
+            .args(["--no-nvml", "--shm-dir"])
+            .arg(dir.path())
+            .args([
+                "--size",
+                "80x24",
+                "--screenshot-after",
+                "100",
+                "--screenshot",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap(),
+    );
+    assert!(out.stdout.is_empty(), "nothing drawn on stdout");
+    let text = svg_text(&path);
+    assert_eq!(text.lines().count(), 24);
+    assert!(text.contains("No processes yet"), "{text}");
+    // --size without --screenshot: one line, exit 2.
+    let out = vramscope().args(["--size", "80x24"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = vramscope()
+        .args(["--size", "80", "--screenshot", "x.svg"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("COLSxROWS"));
+}
