@@ -423,19 +423,26 @@ void clock_tick() {
 
 // ---- the allocator callback ----------------------------------------------
 
-// Where the last snapshot() of each device ended in its ring, and how many
-// snapshot() calls have ended there (any caller's: write_snapshot only uses
-// a position when exactly one ended while it took its own).
-struct alignas(64) SnapMark {
-  std::atomic<uint64_t> head{0};
-  std::atomic<uint64_t> count{0};
+// Where each device's part of our own snapshot() ended in its ring.
+// snapshot() reads the devices in order, each under its own lock, and ends
+// each with a SNAPSHOT entry; PyTorch labels every such entry device 0, so
+// the k-th entry seen while our call runs is device k's. Another thread's
+// snapshot() at the same time adds entries: then the count is off and
+// write_snapshot gives windows instead.
+struct alignas(64) SnapMarks {
+  std::atomic<int> taking{0};
+  std::atomic<uint64_t> seen{0};
+  std::atomic<uint64_t> head[kMaxDevices];
 };
-SnapMark g_snap_mark[kMaxDevices];
+SnapMarks g_snap_marks;
 
-inline void note_snapshot_position(int device) noexcept {
-  g_snap_mark[device].head.store(__atomic_load_n(g_dev_rings[device].head, __ATOMIC_ACQUIRE),
-                                 std::memory_order_relaxed);
-  g_snap_mark[device].count.fetch_add(1, std::memory_order_release);
+inline void note_snapshot_position() noexcept {
+  if (g_snap_marks.taking.load(std::memory_order_acquire) == 0) return;
+  const uint64_t k = g_snap_marks.seen.fetch_add(1, std::memory_order_acq_rel);
+  if (k < static_cast<uint64_t>(g_hot.devices)) {
+    g_snap_marks.head[k].store(__atomic_load_n(g_dev_rings[k].head, __ATOMIC_ACQUIRE),
+                               std::memory_order_relaxed);
+  }
 }
 
 void on_trace(const Entry& e) noexcept {
@@ -445,15 +452,16 @@ void on_trace(const Entry& e) noexcept {
 #else
   if (g_hot.enabled.load(std::memory_order_acquire) == 0) return;
   const int action = static_cast<int>(e.action_);
-  const int device = static_cast<int>(e.device_);
-  if (device < 0 || device >= g_hot.devices) return;
   if (action == static_cast<int>(Entry::SNAPSHOT)) {
-    // snapshot() ends with this entry, still inside the device's critical
-    // section: the ring's head now splits the device's events exactly into
-    // those the state reflects and those it does not (FORMAT.md, "Positions").
-    note_snapshot_position(device);
+    // snapshot() ends each device's part with this entry, still inside that
+    // device's critical section: the ring's head now splits the device's
+    // events exactly into those the state reflects and those it does not
+    // (FORMAT.md, "Positions").
+    note_snapshot_position();
     return;
   }
+  const int device = static_cast<int>(e.device_);
+  if (device < 0 || device >= g_hot.devices) return;
   const auto pool = pool_of(e);
   vs_ring* ring = &g_dev_rings[device];
   // Positions are claimed in order: warm the slot a few positions ahead so
@@ -526,31 +534,35 @@ struct Span {
   uint64_t before, after, flags;
 };
 
-Span span_of(int d, uint64_t before, uint64_t after, uint64_t marks_before) {
+// `exact`: one SNAPSHOT entry per device arrived while ours ran (so the
+// k-th was device k's), and their heads are in g_snap_marks.
+Span span_of(int d, uint64_t before, uint64_t after, bool exact) {
   constexpr uint64_t kGiven = 1, kExact = 2, kAmbiguous = 4;
   const uint64_t ring = static_cast<uint64_t>(1 + d) << 8;
-  // Exactly one snapshot() ended on this device while ours ran: it was ours,
-  // and the head it saw was read under the device's lock.
-  if (g_snap_mark[d].count.load(std::memory_order_acquire) == marks_before + 1) {
-    const uint64_t at = g_snap_mark[d].head.load(std::memory_order_relaxed);
+  if (exact) {
+    const uint64_t at = g_snap_marks.head[d].load(std::memory_order_relaxed);
     if (before <= at && at <= after) return {at, at, kGiven | kExact | ring};
   }
   if (before == after) return {before, after, kGiven | kExact | ring};
   return {before, after, kGiven | kAmbiguous | ring};
 }
 
+std::mutex g_snapshot_mu;  // one write_snapshot at a time (agent thread, start)
+
 uint32_t write_snapshot(int only) {
+  std::lock_guard<std::mutex> one(g_snapshot_mu);
   const uint32_t id = g_snapshot_id.fetch_add(1, std::memory_order_relaxed) + 1;
-  uint64_t before[kMaxDevices], marks[kMaxDevices];
-  for (int d = 0; d < g_devices; d++) {
-    marks[d] = g_snap_mark[d].count.load(std::memory_order_acquire);
-    before[d] = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
-  }
+  uint64_t before[kMaxDevices];
+  for (int d = 0; d < g_devices; d++) before[d] = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
+  g_snap_marks.seen.store(0, std::memory_order_relaxed);
+  g_snap_marks.taking.store(1, std::memory_order_release);
   const auto info = take_snapshot(0);
+  g_snap_marks.taking.store(0, std::memory_order_release);
+  const bool exact = g_snap_marks.seen.load(std::memory_order_acquire) == static_cast<uint64_t>(g_devices);
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
-    const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), marks[d]);
+    const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), exact);
     uint64_t nseg = 0, nblk = 0;
     for (const auto& seg : info.segments) {
       if (static_cast<int>(seg.device) != d) continue;

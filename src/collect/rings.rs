@@ -295,7 +295,10 @@ impl RingSet {
             // reflects what happened at T.
             // (The model places snapshots exactly by the positions, which
             // travel with the events; the time order is for the timeline.)
-            batch.sort_by_key(|(e, _)| (e.time_ns, is_agent_record(e)));
+            // A ring's own order is never changed: its records were written
+            // in that order (under the allocator's lock for a device ring),
+            // whatever their clocks say.
+            merge_by_time(&mut batch);
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
@@ -365,6 +368,27 @@ fn watch_of(reader: &SegmentReader) -> Watch {
 /// reported (FORMAT.md, "Naming and creation").
 const INITIALISING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Orders a batch drained ring by ring (each ring in position order) by
+/// time, keeping each ring's order: each record is sorted by the latest
+/// time seen so far in its own ring, so a clock that steps back inside a
+/// ring cannot move a record before an earlier one of the same ring.
+fn merge_by_time(batch: &mut [(Event, RingPos)]) {
+    let mut latest: HashMap<u32, u64> = HashMap::new();
+    let mut keyed: Vec<(u64, bool, usize)> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, (e, at))| {
+            let t = latest.entry(at.ring).or_insert(0);
+            *t = (*t).max(e.time_ns);
+            (*t, is_agent_record(e), i)
+        })
+        .collect();
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|k| k.2).collect();
+    let sorted: Vec<(Event, RingPos)> = order.iter().map(|&i| batch[i].clone()).collect();
+    batch.clone_from_slice(&sorted);
+}
+
 /// Records an agent writes (statistics, snapshots, markers), as opposed to
 /// the allocator's own events.
 fn is_agent_record(e: &Event) -> bool {
@@ -377,4 +401,49 @@ fn is_agent_record(e: &Event) -> bool {
             | EventKind::SnapshotEnd { .. }
             | EventKind::Marker { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Place, Stats};
+
+    fn ev(t: u64, addr: u64) -> Event {
+        let place = Place::default();
+        Event {
+            time_ns: t,
+            kind: EventKind::Alloc {
+                place,
+                addr,
+                size: 512,
+            },
+        }
+    }
+
+    fn at(ring: u32, position: u64) -> RingPos {
+        RingPos { ring, position }
+    }
+
+    /// A device ring whose clock steps back keeps its own order; the agent
+    /// ring's records merge in by time, after the allocator's at equal times.
+    #[test]
+    fn merging_by_time_never_reorders_a_ring() {
+        let stats = Event {
+            time_ns: 15,
+            kind: EventKind::Stats {
+                device: 0,
+                stats: Stats::default(),
+            },
+        };
+        let mut batch = vec![
+            (stats, at(0, 0)),
+            (ev(10, 1), at(1, 0)),
+            (ev(20, 2), at(1, 1)),
+            (ev(12, 3), at(1, 2)),
+            (ev(20, 4), at(1, 3)),
+        ];
+        merge_by_time(&mut batch);
+        let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
+        assert_eq!(order, [(1, 0), (0, 0), (1, 1), (1, 2), (1, 3)]);
+    }
 }
