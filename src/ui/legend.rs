@@ -24,11 +24,11 @@ pub const WORDS: &[(&str, &str)] = &[
     ),
     (
         "LEAK / LEAK?",
-        "step floors rise: trend >= 0.60 and +16 KiB over the last <= 64 steps",
+        "step floors rise: trend >= 0.60, +16 KiB over <= 64 steps",
     ),
     (
         "steps",
-        "from mark(), else optimizer.step(), else the allocation pattern",
+        "mark(), else optimizer.step(), else the allocation pattern",
     ),
     (
         "mid-run",
