@@ -20,11 +20,13 @@ pub mod dashboard;
 pub mod demo;
 pub mod doctor;
 pub mod empty_cache;
+pub mod fleet;
 pub mod out;
 pub mod record;
 pub mod replay;
 pub mod rings;
 pub mod run;
+pub mod serve;
 pub mod sim;
 pub mod snapshot;
 pub mod value;
@@ -71,6 +73,12 @@ pub enum Command {
     EmptyCache(empty_cache::Args),
     /// List this user's segments (instrumented processes) and their health.
     Rings(rings::Args),
+    /// Watch many machines through a Prometheus that scrapes their
+    /// `vramscope serve` exporters: nodes, GPUs, jobs, one node's history.
+    Fleet(fleet::Args),
+    /// Serve every GPU's and instrumented process's figures as Prometheus
+    /// metrics (read-only; loopback unless --listen says otherwise).
+    Serve(serve::Args),
 }
 
 /// Runs the command line's job.
@@ -87,6 +95,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Replay(a)) => replay::run(a),
         Some(Command::EmptyCache(a)) => empty_cache::run(a),
         Some(Command::Rings(a)) => rings::run(a),
+        Some(Command::Serve(a)) => serve::run(a),
+        Some(Command::Fleet(a)) => fleet::run(a),
     }
 }
 
