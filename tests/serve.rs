@@ -3,63 +3,18 @@
 //! idle clients holding every connection do not keep scrapes out for long.
 //! The series through a real Prometheus: `tests/fleet_prometheus.rs`.
 
-mod common;
 mod stand_in;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use stand_in::Shape;
+use stand_in::{exporter, Shape};
 
 #[test]
 #[ignore = "a stand-in producer, run by the other tests as a process of its own"]
 fn stand_in_producer() {
     stand_in::main();
-}
-
-/// A running `vramscope serve`, killed when dropped.
-struct Exporter {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn exporter(dir: &Path, host: &str) -> Exporter {
-    let mut child = common::vramscope()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-nvml",
-            "--host",
-            host,
-        ])
-        .arg("--shm-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("serving metrics on http://")
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
-    Exporter { child, addr }
 }
 
 /// One HTTP/1.0 exchange: the status code, the headers and the body.

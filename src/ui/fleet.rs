@@ -56,6 +56,14 @@ pub fn render(frame: &mut Frame, v: &FleetView, t: &Theme) {
         format!(" Tab nodes/jobs  {back}s sort  S reverse  / filter  r refresh  q quit")
     };
     frame.render_widget(Paragraph::new(Line::styled(keys, t.dim())), footer);
+    if ascii(t) {
+        super::theme::asciify(frame.buffer_mut());
+    }
+}
+
+/// Whether the theme is ASCII only.
+fn ascii(t: &Theme) -> bool {
+    t.glyphs().allocated.is_ascii()
 }
 
 fn title(v: &FleetView, what: &str, t: &Theme) -> Line<'static> {
@@ -74,7 +82,9 @@ fn title(v: &FleetView, what: &str, t: &Theme) -> Line<'static> {
             spans.push(Span::styled(format!(" {} {down} down", g.dot), t.alert()));
         }
     }
-    let arrow = if v.descending { "▲" } else { "▼" };
+    // Names run A to Z, figures largest first, unless reversed.
+    let up = (v.sort == crate::fleet::view::SortKey::Name) != v.descending;
+    let arrow = if up { g.up } else { g.down };
     spans.push(Span::styled(
         format!(" {} sort {} {arrow} ", g.dot, v.sort.title()),
         t.title(),
@@ -188,7 +198,12 @@ fn nodes(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
             t,
         )
     });
-    let what = format!("nodes ({})", list.len());
+    let total = v.fleet.as_ref().map_or(0, |f| f.nodes.len());
+    let what = if list.len() == total {
+        "nodes".to_string()
+    } else {
+        format!("nodes ({} shown)", list.len())
+    };
     pane(frame, area, v, title(v, &what, t), tb, "no node matches", t);
 }
 
@@ -347,7 +362,11 @@ fn node(frame: &mut Frame, area: Rect, v: &FleetView, instance: &str, t: &Theme)
     ])
     .areas(area);
     let state = if n.up { "up" } else { "DOWN" };
-    let head = format!("{} ({}) {state}", n.name(), n.instance);
+    let head = if n.name() == n.instance {
+        format!("{} {state}", n.name())
+    } else {
+        format!("{} ({}) {state}", n.name(), n.instance)
+    };
     let block = t.block(title(v, &head, t));
     let inner = block.inner(gpus);
     frame.render_widget(block, gpus);
@@ -400,7 +419,14 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
         .selected_proc()
         .map(|p| format!(" {} (pid {}) over time ", p.process, p.pid))
         .unwrap_or_else(|| " over time ".into());
-    let block = t.block(Span::styled(who, t.title()));
+    let g = t.glyphs();
+    let block = t.block(Line::from(vec![
+        Span::styled(who, t.title()),
+        Span::styled(g.reserved, t.reserved()),
+        Span::raw(" reserved "),
+        Span::styled(g.allocated, t.allocated()),
+        Span::raw(" allocated "),
+    ]));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let s: &ProcSeries = match &v.series {
@@ -441,7 +467,8 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
     }
     let top = if top > 0.0 { top * 1.1 } else { 1.0 };
     let span = (x1 - x0).max(1.0);
-    let marker = if t.glyphs().absent == "-" {
+    // Braille is not ASCII (dots become ASCII in `asciify`).
+    let marker = if ascii(t) {
         Marker::Dot
     } else {
         Marker::Braille
@@ -473,4 +500,122 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
                 .labels([Line::raw("0"), Line::raw(format::bytes_short(top as u64))]),
         );
     frame.render_widget(chart, inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::{Fleet, Gpu};
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use ratatui::backend::TestBackend;
+
+    fn text(v: &FleetView, w: u16, h: u16) -> String {
+        let mut term = ratatui::Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| render(f, v, &Theme::new(false, false)))
+            .unwrap();
+        let buf = term.backend().buffer().clone();
+        (0..h)
+            .map(|y| {
+                (0..w)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn fleet() -> Fleet {
+        let p = Proc {
+            instance: "10.0.0.1:9420".into(),
+            host: "node-a".into(),
+            pid: "4242".into(),
+            user: "ana".into(),
+            process: "train.py".into(),
+            mode: "exact".into(),
+            device: "0".into(),
+            gpu: "0".into(),
+            allocated: Some(3.0 * (1u64 << 30) as f64),
+            reserved: Some(5.0 * (1u64 << 30) as f64),
+            fragmentation: Some(0.125),
+            leak: Some(true),
+            ooms: Some(1.0),
+            steps_per_sec: Some(2.5),
+            running: true,
+            ..Proc::default()
+        };
+        let gpu = Gpu {
+            index: "0".into(),
+            name: "H100".into(),
+            total: Some(80.0 * (1u64 << 30) as f64),
+            used: Some(6.0 * (1u64 << 30) as f64),
+            util: Some(0.5),
+            ..Gpu::default()
+        };
+        Fleet {
+            nodes: vec![
+                Node {
+                    instance: "10.0.0.1:9420".into(),
+                    host: "node-a".into(),
+                    up: true,
+                    gpus: vec![gpu],
+                    procs: vec![p],
+                },
+                Node {
+                    instance: "10.0.0.2:9420".into(),
+                    up: false,
+                    ..Node::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn nodes_a_down_node_and_one_node_are_drawn() {
+        let mut v = FleetView::new("http://prom:9090".into());
+        v.refreshed(Ok(fleet()));
+        let s = text(&v, 100, 12);
+        assert!(s.contains("2 nodes · 1 down"), "{s}");
+        assert!(s.contains("node-a"), "{s}");
+        let down = s.lines().find(|l| l.contains("10.0.0.2:9420")).unwrap();
+        assert!(down.contains("DOWN"), "{s}");
+        assert!(s.contains("sort NAME ▲"), "{s}");
+        assert!(s.contains("6.00G / 80.0G"), "{s}");
+        v.key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
+        v.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        v.series_loaded(
+            Ok(ProcSeries {
+                instance: "10.0.0.1:9420".into(),
+                pid: "4242".into(),
+                allocated: vec![(0.0, 1e9), (60.0, 3e9)],
+                reserved: vec![(0.0, 2e9), (60.0, 5e9)],
+            }),
+            "10.0.0.1:9420",
+            "4242",
+        );
+        let s = text(&v, 100, 24);
+        println!("{s}");
+        assert!(s.contains("GPU  0 H100"), "{s}");
+        assert!(s.contains("train.py") && s.contains("LEAK"), "{s}");
+        assert!(s.contains("train.py (pid 4242) over time"), "{s}");
+        assert!(s.contains("-1m") && s.contains("now"), "{s}");
+        assert!(s.contains("reserved") && s.contains("allocated"), "{s}");
+    }
+
+    #[test]
+    fn a_failure_is_a_message_in_the_pane() {
+        let mut v = FleetView::new("http://prom:9090".into());
+        v.refreshed(Err(
+            "Prometheus at http://prom:9090 cannot be reached: connection refused".into(),
+        ));
+        let s = text(&v, 80, 10);
+        assert!(s.contains("cannot be reached"), "{s}");
+        v.refreshed(Ok(fleet()));
+        v.refreshed(Err("Prometheus refused a query: bad_data: x".into()));
+        let s = text(&v, 80, 10);
+        assert!(
+            s.contains("refused a query") && s.contains("showing the last answer"),
+            "{s}"
+        );
+        assert!(s.contains("node-a"), "{s}");
+    }
 }

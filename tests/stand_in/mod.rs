@@ -16,6 +16,50 @@ use vramscope::event::{EventKind, MarkSource, Stats};
 use vramscope::ring::codec::encode;
 use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
 
+/// A running `vramscope serve --no-nvml` on a free loopback port,
+/// watching `dir`, its `host` label `host`; killed when dropped.
+pub struct Exporter {
+    pub child: Child,
+    /// host:port
+    pub addr: String,
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn exporter(dir: &Path, host: &str) -> Exporter {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-nvml",
+            "--host",
+            host,
+        ])
+        .arg("--shm-dir")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("serving metrics on http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    Exporter { child, addr }
+}
+
 const ENV: &str = "VRAMSCOPE_STAND_IN";
 
 /// What a stand-in writes.
