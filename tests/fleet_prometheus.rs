@@ -210,6 +210,33 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
         "{bad}"
     );
 
+    // Every query of the Grafana dashboard is valid PromQL, and those on
+    // the figures the stand-ins have find them.
+    let dash: serde_json::Value =
+        serde_json::from_str(include_str!("../assets/grafana/vramscope-fleet.json")).unwrap();
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$job", "vramscope")
+                .replace("$host", ".*")
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "1h");
+            let got = rt.block_on(c.query(&expr));
+            let got = got.unwrap_or_else(|e| panic!("{}: {expr}: {e}", panel["title"]));
+            let title = panel["title"].as_str().unwrap();
+            // (No NVML here: the GPU panels find nothing.)
+            let on_stand_ins = ["up{", "allocated_bytes", "reserved_bytes", "leak_suspected"];
+            if !expr.contains("gpu_") && on_stand_ins.iter().any(|m| expr.contains(m)) {
+                assert!(!got.is_empty(), "{title}: {expr} found nothing");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "{checked}");
+
     // promtool's lint of a scrape in the text format.
     let scrape = {
         use std::io::Read;
