@@ -113,18 +113,18 @@ struct Answer {
 struct Data {
     #[serde(rename = "resultType")]
     result_type: String,
-    result: serde_json::Value,
+    /// A vector's or a matrix's series (read in one pass; a scalar or a
+    /// string answer is not a list of series, and is refused as such).
+    result: Vec<RawSeries>,
 }
 
+/// One series of a vector (`value`) or a matrix (`values`).
 #[derive(Deserialize)]
-struct RawInstant {
+struct RawSeries {
     metric: BTreeMap<String, String>,
-    value: (f64, String),
-}
-
-#[derive(Deserialize)]
-struct RawRange {
-    metric: BTreeMap<String, String>,
+    #[serde(default)]
+    value: Option<(f64, String)>,
+    #[serde(default)]
     values: Vec<(f64, String)>,
 }
 
@@ -223,13 +223,15 @@ impl Client {
                 data.result_type
             ));
         }
-        let raw: Vec<RawInstant> = serde_json::from_value(data.result)
-            .map_err(|e| format!("Prometheus's vector is not as its API says: {e}"))?;
-        raw.into_iter()
+        data.result
+            .into_iter()
             .map(|r| {
+                let (_, v) = r
+                    .value
+                    .ok_or("Prometheus's vector has a series without a value")?;
                 Ok(Sample {
                     labels: printable_labels(r.metric),
-                    value: number(&r.value.1)?,
+                    value: number(&v)?,
                 })
             })
             .collect()
@@ -260,9 +262,8 @@ impl Client {
                 data.result_type
             ));
         }
-        let raw: Vec<RawRange> = serde_json::from_value(data.result)
-            .map_err(|e| format!("Prometheus's matrix is not as its API says: {e}"))?;
-        raw.into_iter()
+        data.result
+            .into_iter()
             .map(|r| {
                 let points = r
                     .values

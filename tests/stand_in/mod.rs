@@ -31,8 +31,19 @@ impl Drop for Exporter {
     }
 }
 
+/// (For the tests; `examples/serve_bench.rs` names its binary with
+/// [`exporter_at`].)
 pub fn exporter(dir: &Path, host: &str) -> Exporter {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+    let bin = match option_env!("CARGO_BIN_EXE_vramscope") {
+        Some(b) => b,
+        None => panic!("exporter() is for the integration tests"),
+    };
+    exporter_at(Path::new(bin), dir, host)
+}
+
+/// [`exporter`] of the binary `bin`.
+pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
+    let mut child = Command::new(bin)
         .args([
             "serve",
             "--listen",
