@@ -177,3 +177,32 @@ fn what_is_not_a_scrape_is_refused_and_idle_clients_are_cut_off() {
     assert!(served.is_some(), "idle clients kept scrapes out for 12 s");
     drop(idle);
 }
+
+#[test]
+fn bad_flags_are_one_line() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        (out.status.code(), err)
+    };
+    let (code, err) = run(&["serve", "--listen", "localhost"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--listen"), "{err}");
+    // A port already taken: one line naming the flag.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, err) = run(&["serve", "--no-nvml", "--listen", &addr]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&format!("--listen {addr}")), "{err}");
+    let (code, err) = run(&["fleet", "--prometheus", "https://prom:9090"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("https is not supported"), "{err}");
+    let (code, err) = run(&["fleet", "--prometheus", "http://p", "--refresh", "10"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--refresh"), "{err}");
+}
