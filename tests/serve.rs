@@ -67,9 +67,9 @@ fn a_scrape_holds_the_process_figures_with_escaped_labels() {
     let start = Instant::now();
     let text = loop {
         let t = scrape(&ex.addr, "text/plain");
-        if t.contains("vramscope_process_leak_suspected{")
-            || start.elapsed() > Duration::from_secs(10)
-        {
+        // Once steps were seen and NVML (disabled) was read once.
+        let ready = ["vramscope_process_leak_suspected{", "vramscope_nvml_up{"];
+        if ready.iter().all(|r| t.contains(r)) || start.elapsed() > Duration::from_secs(10) {
             break t;
         }
         std::thread::sleep(Duration::from_millis(100));

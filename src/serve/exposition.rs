@@ -329,7 +329,10 @@ pub fn render(snap: &Snapshot, host: &str, format: Format) -> String {
         Value::U(1),
     );
     let m = &snap.machine;
-    out.put(&NVML_UP, &node, Value::U(u64::from(m.nvml_error.is_none())));
+    // Before NVML's first reading nothing is known of it: absent.
+    if m.nvml_error.is_some() || m.sampled_ns.is_some() {
+        out.put(&NVML_UP, &node, Value::U(u64::from(m.nvml_error.is_none())));
+    }
     out.put(&PROCESSES, &node, Value::U(snap.processes.len() as u64));
     out.put(&PROBLEMS, &node, Value::U(snap.problems.len() as u64));
     for g in &m.gpus {
