@@ -22,15 +22,19 @@
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
 //!   [`ui::run`] is its entry point.
+//! - [`fleet`]: many machines through Prometheus (`vramscope fleet`).
+//! - [`serve`]: the collector's picture as Prometheus metrics (`vramscope serve`).
 pub mod agent;
 pub mod collect;
 pub mod demo;
 pub mod event;
+pub mod fleet;
 pub mod input;
 pub mod model;
 pub mod pickle;
 pub mod recording;
 pub mod ring;
+pub mod serve;
 pub mod sim;
 pub mod snapfile;
 pub mod ui;

@@ -23,12 +23,14 @@ pub mod demo;
 pub mod doctor;
 pub mod empty_cache;
 pub mod export;
+pub mod fleet;
 pub mod open;
 pub mod out;
 pub mod record;
 pub mod replay;
 pub mod rings;
 pub mod run;
+pub mod serve;
 pub mod sim;
 pub mod snapshot;
 pub mod value;
@@ -85,6 +87,12 @@ pub enum Command {
     Completions(completions::Args),
     /// Print the man page (roff), subcommands included.
     Man(completions::ManArgs),
+    /// Watch many machines through a Prometheus that scrapes their
+    /// `vramscope serve` exporters: nodes, GPUs, jobs, one node's history.
+    Fleet(fleet::Args),
+    /// Serve every GPU's and instrumented process's figures as Prometheus
+    /// metrics (read-only; loopback unless --listen says otherwise).
+    Serve(serve::Args),
 }
 
 /// Runs the command line's job.
@@ -105,6 +113,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Rings(a)) => rings::run(a),
         Some(Command::Completions(a)) => completions::run(a),
         Some(Command::Man(a)) => completions::man(a),
+        Some(Command::Serve(a)) => serve::run(a),
+        Some(Command::Fleet(a)) => fleet::run(a),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Segment discovery and draining: every segment of this user in the segment
-//! directory is opened (after the checks of `ring::discover`), drained each
+//! directory (and in the segment directories of containers, seen through
+//! `/proc/<pid>/root`: `discover::container_dirs`) is opened (after the checks of `ring::discover`), drained each
 //! step, and its events applied to the hub. Refused segments become
 //! problems shown to the user, never crashes. No threads, no commands: the
 //! [`Collector`](super::Collector) drives this and sends the commands.
@@ -104,6 +105,14 @@ impl RingSet {
                 return;
             }
         };
+        // Containers with a segment directory of their own, seen through
+        // their processes' roots (what this reader has the rights to see).
+        let mut found = found;
+        for dir in discover::container_dirs(&self.cfg.shm_dir) {
+            if let Ok((more, _)) = discover::list(&dir) {
+                found.extend(more);
+            }
+        }
         let before = self.refused.clone();
         self.refused.remove(&self.cfg.shm_dir);
         // Forget refusals of files that are gone.
@@ -111,11 +120,15 @@ impl RingSet {
             .retain(|p, _| found.iter().any(|f| &f.path == p));
         self.initialising
             .retain(|p, _| found.iter().any(|f| &f.path == p));
+        // A file is read once, whichever path reaches it (a container
+        // given the host's directory shows the same files again).
+        let mut reading: std::collections::HashSet<FileId> =
+            self.attached.keys().map(|(_, id)| *id).collect();
         for f in found {
             let Some(id) = discover::file_id(&f.path) else {
                 continue;
             };
-            if !self.attached.contains_key(&(f.path.clone(), id)) {
+            if !self.attached.contains_key(&(f.path.clone(), id)) && reading.insert(id) {
                 self.open(f.path, id, hub);
             }
         }

@@ -464,6 +464,62 @@ pub fn list(dir: &Path) -> Result<(Vec<Found>, usize), RingError> {
     Ok((found, others))
 }
 
+/// At most this many other mount namespaces' segment directories are read.
+pub const MAX_CONTAINER_DIRS: usize = 256;
+
+/// The segment directories of containers: for each mount namespace other
+/// than ours that a process of this user runs in, `dir` as that process
+/// sees it, `/proc/<pid>/root/<dir>` (a container with its own `/dev/shm`).
+/// Only what this reader has the rights to see (the same user, or root):
+/// a process whose root or namespace cannot be read is passed over. A
+/// directory that is `dir` itself (a container given the host's
+/// `/dev/shm`) is left out, and so is one seen twice. At most
+/// [`MAX_CONTAINER_DIRS`].
+pub fn container_dirs(dir: &Path) -> Vec<PathBuf> {
+    let ns_of = |pid: &str| std::fs::metadata(format!("/proc/{pid}/ns/mnt")).map(|m| m.ino());
+    let Ok(ours) = ns_of("self") else {
+        return Vec::new();
+    };
+    let dir_id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let mut seen_dirs: Vec<(u64, u64)> = dir_id(dir).into_iter().collect();
+    let mut seen_ns = std::collections::HashSet::from([ours]);
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    let me = current_uid();
+    let rel = dir.strip_prefix("/").unwrap_or(dir);
+    for e in procs.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if e.metadata().map_or(true, |m| m.uid() != me) {
+            continue;
+        }
+        let Ok(ns) = ns_of(pid) else { continue };
+        if !seen_ns.insert(ns) {
+            continue;
+        }
+        let candidate = Path::new("/proc").join(pid).join("root").join(rel);
+        let Some(id) = dir_id(&candidate) else {
+            continue;
+        };
+        if seen_dirs.contains(&id) {
+            continue;
+        }
+        seen_dirs.push(id);
+        out.push(candidate);
+        if out.len() >= MAX_CONTAINER_DIRS {
+            break;
+        }
+    }
+    out
+}
+
 /// Removes this user's segments whose producer is gone (dead, pid reused, or
 /// closed). Only files that validate as this user's segments are removed,
 /// and only the very file that was validated (same device and inode); a

@@ -45,6 +45,7 @@ pub mod blockmap;
 pub mod diagnosis;
 pub mod events;
 pub mod fixtures;
+pub mod fleet;
 pub mod format;
 pub mod help;
 pub mod history;

@@ -1,0 +1,18 @@
+//! `vramscope fleet`: many machines from one terminal, through the
+//! Prometheus that already scrapes their exporters (`vramscope serve`).
+//!
+//! ```text
+//!  Prometheus ──HTTP API──▶ prom::Client ──answers──▶ model::Fleet ──▶ view::FleetView ──▶ ui::fleet (render)
+//!                                 ▲                                          │
+//!                                 └──────── which node/process to chart ◀────┘
+//! ```
+//!
+//! - [`prom`]: the client of Prometheus's HTTP API (instant and range
+//!   queries), every failure one line.
+//! - [`model`]: nodes, GPUs and processes from the answers (pure).
+//! - [`view`]: what the person looks at (screen, sort, filter, selection)
+//!   and what each key does (pure).
+
+pub mod model;
+pub mod prom;
+pub mod view;

@@ -1,0 +1,537 @@
+//! What the person looks at in `vramscope fleet`, and what each key does:
+//! the screen (all nodes, all jobs, one node), the sort, the filter, the
+//! selection. Pure: keys in, [`Action`]s out; the loop does the I/O.
+//!
+//! Keys: `Tab` nodes ⇄ jobs, `↑↓`/`jk` move, `Enter` open a node (from a
+//! job: its node), `Esc`/`←`/`h` back, `s` next sort column, `S` reverse,
+//! `/` filter (type, `Enter` keep, `Esc` clear), `r` refresh now, `q` quit.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::model::{natural, Fleet, Node, Proc};
+
+/// One process's time series from Prometheus: (unix s, bytes).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProcSeries {
+    pub instance: String,
+    pub pid: String,
+    pub allocated: Vec<(f64, f64)>,
+    pub reserved: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Screen {
+    Nodes,
+    Jobs,
+    /// One node's GPUs and processes, by instance; `from_jobs`: where
+    /// `Esc` goes back to.
+    Node {
+        instance: String,
+        from_jobs: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    Name,
+    Reserved,
+    Allocated,
+    Fragmentation,
+    Leaks,
+    Ooms,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 6] = [
+        SortKey::Name,
+        SortKey::Reserved,
+        SortKey::Allocated,
+        SortKey::Fragmentation,
+        SortKey::Leaks,
+        SortKey::Ooms,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            SortKey::Name => "NAME",
+            SortKey::Reserved => "RESV",
+            SortKey::Allocated => "ALLOC",
+            SortKey::Fragmentation => "FRAG",
+            SortKey::Leaks => "LEAK",
+            SortKey::Ooms => "OOMS",
+        }
+    }
+}
+
+/// What the loop must do after a key or an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    Redraw,
+    Refresh,
+    /// Load this process's time series.
+    LoadSeries {
+        instance: String,
+        pid: String,
+    },
+    Quit,
+}
+
+/// The fleet view's state.
+#[derive(Debug, Clone)]
+pub struct FleetView {
+    /// Prometheus's address, shown in the title.
+    pub source: String,
+    /// The last fleet a refresh returned.
+    pub fleet: Option<Fleet>,
+    /// Why the last refresh failed (cleared by the next that succeeds).
+    pub error: Option<String>,
+    /// Refreshes that succeeded.
+    pub refreshes: u64,
+    pub screen: Screen,
+    pub sort: SortKey,
+    pub descending: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub selected: usize,
+    /// The selected process's series (node screen), or why they failed.
+    pub series: Option<Result<ProcSeries, String>>,
+}
+
+impl FleetView {
+    pub fn new(source: String) -> FleetView {
+        FleetView {
+            source,
+            fleet: None,
+            error: None,
+            refreshes: 0,
+            screen: Screen::Nodes,
+            sort: SortKey::Name,
+            descending: false,
+            filter: String::new(),
+            editing_filter: false,
+            selected: 0,
+            series: None,
+        }
+    }
+
+    /// A refresh's outcome: a new fleet, or why there is none (the last
+    /// one stays shown, marked as old).
+    pub fn refreshed(&mut self, r: Result<Fleet, String>) -> Action {
+        match r {
+            Ok(f) => {
+                self.fleet = Some(f);
+                self.error = None;
+                self.refreshes += 1;
+            }
+            Err(e) => self.error = Some(e),
+        }
+        self.clamp();
+        match self.wanted_series() {
+            Some(a) => a,
+            None => Action::Redraw,
+        }
+    }
+
+    /// A series answer; kept only if it is still the selected process's.
+    pub fn series_loaded(&mut self, r: Result<ProcSeries, String>, instance: &str, pid: &str) {
+        let still = self
+            .selected_proc()
+            .is_some_and(|p| p.instance == instance && p.pid == pid);
+        if still {
+            self.series = Some(r);
+        }
+    }
+
+    fn matches(&self, hay: &[&str]) -> bool {
+        let f = self.filter.to_lowercase();
+        f.is_empty() || hay.iter().any(|h| h.to_lowercase().contains(&f))
+    }
+
+    /// The nodes shown: filtered (name, address, or any process's name or
+    /// user), sorted.
+    pub fn nodes(&self) -> Vec<&Node> {
+        let Some(f) = &self.fleet else {
+            return Vec::new();
+        };
+        let mut v: Vec<&Node> = f
+            .nodes
+            .iter()
+            .filter(|n| {
+                self.matches(&[n.name(), &n.instance])
+                    || n.procs.iter().any(|p| self.matches(&[&p.process, &p.user]))
+            })
+            .collect();
+        let key = |n: &Node| -> f64 {
+            match self.sort {
+                SortKey::Name => 0.0,
+                SortKey::Reserved => n.reserved().unwrap_or(-1.0),
+                SortKey::Allocated => n.allocated().unwrap_or(-1.0),
+                SortKey::Fragmentation => n.fragmentation().unwrap_or(-1.0),
+                SortKey::Leaks => n.leaks() as f64,
+                SortKey::Ooms => n.ooms(),
+            }
+        };
+        v.sort_by(|a, b| {
+            let o = if self.sort == SortKey::Name {
+                natural(a.name(), b.name())
+            } else {
+                // Largest first unless reversed.
+                key(b).total_cmp(&key(a))
+            };
+            let o = o.then_with(|| natural(a.name(), b.name()));
+            if self.descending {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        v
+    }
+
+    /// Every process of every node (one row per device), filtered, sorted.
+    pub fn jobs(&self) -> Vec<&Proc> {
+        let Some(f) = &self.fleet else {
+            return Vec::new();
+        };
+        let mut v: Vec<&Proc> = f
+            .nodes
+            .iter()
+            .flat_map(|n| n.procs.iter())
+            .filter(|p| self.matches(&[&p.host, &p.instance, &p.process, &p.user, &p.pid]))
+            .collect();
+        self.sort_procs(&mut v);
+        v
+    }
+
+    fn sort_procs(&self, v: &mut [&Proc]) {
+        let key = |p: &Proc| -> f64 {
+            match self.sort {
+                SortKey::Name => 0.0,
+                SortKey::Reserved => p.reserved.unwrap_or(-1.0),
+                SortKey::Allocated => p.allocated.unwrap_or(-1.0),
+                SortKey::Fragmentation => p.fragmentation.unwrap_or(-1.0),
+                SortKey::Leaks => f64::from(u8::from(p.leak == Some(true))),
+                SortKey::Ooms => p.ooms.unwrap_or(0.0),
+            }
+        };
+        v.sort_by(|a, b| {
+            let by_name = || {
+                natural(&a.host, &b.host)
+                    .then_with(|| natural(&a.pid, &b.pid))
+                    .then_with(|| natural(&a.device, &b.device))
+            };
+            let o = if self.sort == SortKey::Name {
+                by_name()
+            } else {
+                key(b).total_cmp(&key(a)).then_with(by_name)
+            };
+            if self.descending {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+    }
+
+    /// The node open on the node screen.
+    pub fn node(&self) -> Option<&Node> {
+        let Screen::Node { instance, .. } = &self.screen else {
+            return None;
+        };
+        self.fleet
+            .as_ref()?
+            .nodes
+            .iter()
+            .find(|n| &n.instance == instance)
+    }
+
+    /// The open node's processes, sorted.
+    pub fn node_procs(&self) -> Vec<&Proc> {
+        let mut v: Vec<&Proc> = self
+            .node()
+            .map(|n| n.procs.iter().collect())
+            .unwrap_or_default();
+        self.sort_procs(&mut v);
+        v
+    }
+
+    /// The process selected on the node or jobs screen.
+    pub fn selected_proc(&self) -> Option<&Proc> {
+        match self.screen {
+            Screen::Nodes => None,
+            Screen::Jobs => self.jobs().get(self.selected).copied(),
+            Screen::Node { .. } => self.node_procs().get(self.selected).copied(),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        match self.screen {
+            Screen::Nodes => self.nodes().len(),
+            Screen::Jobs => self.jobs().len(),
+            Screen::Node { .. } => self.node_procs().len(),
+        }
+    }
+
+    fn clamp(&mut self) {
+        let n = self.rows();
+        self.selected = self.selected.min(n.saturating_sub(1));
+    }
+
+    /// On the node screen: load the selected process's series unless they
+    /// are the ones shown.
+    fn wanted_series(&mut self) -> Option<Action> {
+        if !matches!(self.screen, Screen::Node { .. }) {
+            return None;
+        }
+        let p = self.selected_proc()?;
+        let (instance, pid) = (p.instance.clone(), p.pid.clone());
+        Some(Action::LoadSeries { instance, pid })
+    }
+
+    fn moved(&mut self, to: usize) -> Action {
+        let before = self.selected;
+        self.selected = to;
+        self.clamp();
+        if self.selected == before {
+            return Action::Nothing;
+        }
+        self.series = None;
+        self.wanted_series().unwrap_or(Action::Redraw)
+    }
+
+    /// What a key does.
+    pub fn key(&mut self, k: KeyEvent) -> Action {
+        if k.kind != KeyEventKind::Press {
+            return Action::Nothing;
+        }
+        if k.modifiers.contains(KeyModifiers::CONTROL) && k.code == KeyCode::Char('c') {
+            return Action::Quit;
+        }
+        if self.editing_filter {
+            match k.code {
+                KeyCode::Enter => self.editing_filter = false,
+                KeyCode::Esc => {
+                    self.editing_filter = false;
+                    self.filter.clear();
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() && self.filter.chars().count() < 64 => {
+                    self.filter.push(c)
+                }
+                _ => return Action::Nothing,
+            }
+            self.selected = 0;
+            self.clamp();
+            return Action::Redraw;
+        }
+        match k.code {
+            KeyCode::Char('q') => Action::Quit,
+            KeyCode::Char('r') => Action::Refresh,
+            KeyCode::Char('/') => {
+                self.editing_filter = true;
+                Action::Redraw
+            }
+            KeyCode::Char('s') => {
+                let i = SortKey::ALL
+                    .iter()
+                    .position(|s| *s == self.sort)
+                    .unwrap_or(0);
+                self.sort = SortKey::ALL[(i + 1) % SortKey::ALL.len()];
+                self.moved(0);
+                Action::Redraw
+            }
+            KeyCode::Char('S') => {
+                self.descending = !self.descending;
+                Action::Redraw
+            }
+            KeyCode::Tab => {
+                self.screen = match self.screen {
+                    Screen::Jobs => Screen::Nodes,
+                    _ => Screen::Jobs,
+                };
+                self.selected = 0;
+                self.series = None;
+                Action::Redraw
+            }
+            KeyCode::Down | KeyCode::Char('j') => self.moved(self.selected.saturating_add(1)),
+            KeyCode::Up | KeyCode::Char('k') => self.moved(self.selected.saturating_sub(1)),
+            KeyCode::PageDown => self.moved(self.selected.saturating_add(10)),
+            KeyCode::PageUp => self.moved(self.selected.saturating_sub(10)),
+            KeyCode::Home | KeyCode::Char('g') => self.moved(0),
+            KeyCode::End | KeyCode::Char('G') => self.moved(usize::MAX),
+            KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => self.open(),
+            KeyCode::Esc | KeyCode::Left | KeyCode::Char('h') | KeyCode::Backspace => {
+                let Screen::Node { from_jobs, .. } = self.screen else {
+                    return Action::Nothing;
+                };
+                self.screen = if from_jobs {
+                    Screen::Jobs
+                } else {
+                    Screen::Nodes
+                };
+                self.selected = 0;
+                self.series = None;
+                Action::Redraw
+            }
+            _ => Action::Nothing,
+        }
+    }
+
+    /// Opens the selected node (from a job: its node, that job selected).
+    fn open(&mut self) -> Action {
+        let (instance, pid, from_jobs) = match self.screen {
+            Screen::Nodes => match self.nodes().get(self.selected) {
+                Some(n) => (n.instance.clone(), None, false),
+                None => return Action::Nothing,
+            },
+            Screen::Jobs => match self.jobs().get(self.selected) {
+                Some(p) => (
+                    p.instance.clone(),
+                    Some((p.pid.clone(), p.device.clone())),
+                    true,
+                ),
+                None => return Action::Nothing,
+            },
+            Screen::Node { .. } => return Action::Nothing,
+        };
+        self.screen = Screen::Node {
+            instance,
+            from_jobs,
+        };
+        self.selected = pid
+            .and_then(|(pid, dev)| {
+                self.node_procs()
+                    .iter()
+                    .position(|p| p.pid == pid && p.device == dev)
+            })
+            .unwrap_or(0);
+        self.series = None;
+        self.wanted_series().unwrap_or(Action::Redraw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::Gpu;
+
+    fn key(c: KeyCode) -> KeyEvent {
+        KeyEvent::new(c, KeyModifiers::NONE)
+    }
+
+    fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
+        Proc {
+            instance: inst.into(),
+            host: host.into(),
+            pid: pid.into(),
+            process: format!("train{pid}"),
+            device: "0".into(),
+            reserved: Some(resv),
+            allocated: Some(resv / 2.0),
+            leak: Some(leak),
+            running: true,
+            ..Proc::default()
+        }
+    }
+
+    fn fleet() -> Fleet {
+        let node = |inst: &str, host: &str, procs: Vec<Proc>, up: bool| Node {
+            instance: inst.into(),
+            host: host.into(),
+            up,
+            gpus: vec![Gpu::default()],
+            procs,
+        };
+        Fleet {
+            nodes: vec![
+                node(
+                    "a:1",
+                    "alpha",
+                    vec![proc("a:1", "alpha", "10", 5.0, false)],
+                    true,
+                ),
+                node(
+                    "b:1",
+                    "beta",
+                    vec![
+                        proc("b:1", "beta", "20", 9.0, true),
+                        proc("b:1", "beta", "21", 1.0, false),
+                    ],
+                    true,
+                ),
+                node("c:1", "", vec![], false),
+            ],
+        }
+    }
+
+    #[test]
+    fn sort_filter_and_drill_in() {
+        let mut v = FleetView::new("http://p".into());
+        assert_eq!(v.refreshed(Ok(fleet())), Action::Redraw);
+        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
+        assert_eq!(names, ["alpha", "beta", "c:1"]);
+        v.key(key(KeyCode::Char('s')));
+        assert_eq!(v.sort, SortKey::Reserved);
+        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
+        assert_eq!(names, ["beta", "alpha", "c:1"]);
+        // Open beta: its biggest process is selected and its series asked for.
+        let a = v.key(key(KeyCode::Enter));
+        assert_eq!(
+            a,
+            Action::LoadSeries {
+                instance: "b:1".into(),
+                pid: "20".into()
+            }
+        );
+        assert_eq!(v.node().unwrap().host, "beta");
+        assert_eq!(
+            v.key(key(KeyCode::Down)),
+            Action::LoadSeries {
+                instance: "b:1".into(),
+                pid: "21".into()
+            }
+        );
+        // An answer for a process no longer selected is dropped.
+        v.series_loaded(Ok(ProcSeries::default()), "b:1", "20");
+        assert!(v.series.is_none());
+        v.series_loaded(Ok(ProcSeries::default()), "b:1", "21");
+        assert!(v.series.is_some());
+        v.key(key(KeyCode::Esc));
+        assert_eq!(v.screen, Screen::Nodes);
+        // Filter by a process name.
+        v.key(key(KeyCode::Char('/')));
+        for c in "train10".chars() {
+            v.key(key(KeyCode::Char(c)));
+        }
+        v.key(key(KeyCode::Enter));
+        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
+        assert_eq!(names, ["alpha"]);
+        // Jobs, fleet-wide, then into a job's node.
+        v.key(key(KeyCode::Esc));
+        v.filter.clear();
+        v.key(key(KeyCode::Tab));
+        assert_eq!(v.jobs().len(), 3);
+        assert_eq!(v.jobs()[0].pid, "20");
+        v.key(key(KeyCode::Down));
+        v.key(key(KeyCode::Enter));
+        assert_eq!(v.selected_proc().unwrap().pid, "10");
+        v.key(key(KeyCode::Esc));
+        assert_eq!(v.screen, Screen::Jobs);
+        assert_eq!(v.key(key(KeyCode::Char('q'))), Action::Quit);
+    }
+
+    #[test]
+    fn a_failed_refresh_keeps_the_last_fleet() {
+        let mut v = FleetView::new("http://p".into());
+        v.refreshed(Err("Prometheus at http://p cannot be reached".into()));
+        assert!(v.fleet.is_none() && v.error.is_some());
+        v.refreshed(Ok(fleet()));
+        assert!(v.error.is_none());
+        v.refreshed(Err("x".into()));
+        assert_eq!(v.fleet.as_ref().unwrap().nodes.len(), 3);
+        assert_eq!(v.error.as_deref(), Some("x"));
+    }
+}

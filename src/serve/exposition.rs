@@ -1,0 +1,485 @@
+//! The collector's published picture ([`Snapshot`]) as Prometheus metrics:
+//! the text exposition format 0.0.4, or OpenMetrics 1.0 when the scraper
+//! asks for it. Pure: a snapshot in, text out.
+//!
+//! Names follow Prometheus's conventions: a `vramscope_` prefix, base units
+//! (`_bytes`, `_ratio` for 0..1), counters end in `_total`. Every family
+//! has HELP and TYPE. A figure the collector does not have is left out,
+//! never written as 0 (NVML absent, a leak verdict not reached yet).
+//!
+//! Labels: `host` on every series; a GPU's `gpu` (NVML index), `uuid` and
+//! `name`; a process's `pid` (host pid), `user`, `process` (its label, else
+//! its name) and `mode`; a process's device `device` (the CUDA ordinal the
+//! process uses) and, where NVML shows the process on exactly that one GPU,
+//! its `gpu` and `uuid` (under `CUDA_VISIBLE_DEVICES` the ordinal alone
+//! does not say which GPU it is).
+
+use std::fmt::Write;
+
+use crate::collect::{ProcessEntry, Snapshot};
+use crate::model::Mode;
+
+/// Which exposition format a scrape gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`.
+    Prometheus,
+    /// `application/openmetrics-text; version=1.0.0`.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for: OpenMetrics when it
+    /// names it (with a non-zero weight), else the Prometheus text format.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        let asks = accept.is_some_and(|a| {
+            a.split(',').any(|part| {
+                let mut it = part.split(';').map(str::trim);
+                let ty = it.next().unwrap_or("");
+                let zero = it.any(|p| {
+                    p.strip_prefix("q=")
+                        .and_then(|q| q.parse::<f64>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                ty.eq_ignore_ascii_case("application/openmetrics-text") && !zero
+            })
+        });
+        if asks {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Gauge,
+    Counter,
+}
+
+/// One metric family: its name (a counter's ends in `_total`), type, help.
+struct Def {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+}
+
+const fn gauge(name: &'static str, help: &'static str) -> Def {
+    Def {
+        name,
+        kind: Kind::Gauge,
+        help,
+    }
+}
+
+const fn counter(name: &'static str, help: &'static str) -> Def {
+    Def {
+        name,
+        kind: Kind::Counter,
+        help,
+    }
+}
+
+const EXPORTER_INFO: Def = gauge(
+    "vramscope_exporter_info",
+    "Always 1: the vramscope exporter on this host, and its version.",
+);
+const NVML_UP: Def = gauge(
+    "vramscope_nvml_up",
+    "1 when NVML could be read on this host, else 0.",
+);
+const PROCESSES: Def = gauge(
+    "vramscope_processes",
+    "Processes shown: instrumented ones, and GPU processes NVML reports.",
+);
+const PROBLEMS: Def = gauge(
+    "vramscope_segment_problems",
+    "Segments the collector could not use (see `vramscope rings`).",
+);
+const GPU_TOTAL: Def = gauge(
+    "vramscope_gpu_memory_total_bytes",
+    "Device memory of the GPU (NVML).",
+);
+const GPU_USED: Def = gauge(
+    "vramscope_gpu_memory_used_bytes",
+    "Device memory in use on the GPU, by every process (NVML).",
+);
+const GPU_UTIL: Def = gauge(
+    "vramscope_gpu_utilization_ratio",
+    "Share of the last sample period during which a kernel ran (NVML), 0 to 1.",
+);
+const GPU_MEM_UTIL: Def = gauge(
+    "vramscope_gpu_memory_utilization_ratio",
+    "Share of the last sample period during which device memory was read or written (NVML), 0 to 1.",
+);
+const P_RUNNING: Def = gauge(
+    "vramscope_process_running",
+    "1 while the process runs; 0 for an exited one still shown.",
+);
+const P_NVML_USED: Def = gauge(
+    "vramscope_process_nvml_used_bytes",
+    "Device memory NVML attributes to the process, all GPUs.",
+);
+const P_NON_PYTORCH: Def = gauge(
+    "vramscope_process_non_pytorch_bytes",
+    "NVML's used memory minus the allocator's reserved memory of the same instant: CUDA context, NCCL, cuBLAS workspaces.",
+);
+const P_EVENTS: Def = counter(
+    "vramscope_process_events_total",
+    "Allocator events received from the process.",
+);
+const P_LOST: Def = counter(
+    "vramscope_process_lost_events_total",
+    "Allocator events the process wrote that were overwritten before they were read.",
+);
+const P_OOMS: Def = counter(
+    "vramscope_process_ooms_total",
+    "Out-of-memory errors of the caching allocator seen in the process.",
+);
+const P_STEPS: Def = counter(
+    "vramscope_process_steps_total",
+    "Training steps seen (markers, else troughs of allocated memory); rate() of it is the step rate.",
+);
+const P_LEAK: Def = gauge(
+    "vramscope_process_leak_suspected",
+    "1 when the floor of allocated memory keeps rising step after step (a leak), 0 when not; absent until enough steps were seen.",
+);
+const P_LEAK_GROWTH: Def = gauge(
+    "vramscope_process_leak_growth_bytes_per_step",
+    "Robust slope of the allocated floor per step (Theil-Sen); absent until enough steps were seen.",
+);
+const D_ALLOCATED: Def = gauge(
+    "vramscope_process_allocated_bytes",
+    "Bytes held by tensors (torch.cuda.memory_allocated) on the device.",
+);
+const D_RESERVED: Def = gauge(
+    "vramscope_process_reserved_bytes",
+    "Bytes the caching allocator holds from CUDA (torch.cuda.memory_reserved) on the device.",
+);
+const D_ACTIVE: Def = gauge(
+    "vramscope_process_active_bytes",
+    "Bytes in active blocks (allocated, or freed but still used by a stream) on the device.",
+);
+const D_SPLIT: Def = gauge(
+    "vramscope_process_inactive_split_bytes",
+    "Cached bytes in split segments, which empty_cache cannot return.",
+);
+const D_PEAK_ALLOCATED: Def = gauge(
+    "vramscope_process_allocated_peak_bytes",
+    "Peak of allocated bytes on the device since start or the last peak reset.",
+);
+const D_PEAK_RESERVED: Def = gauge(
+    "vramscope_process_reserved_peak_bytes",
+    "Peak of reserved bytes on the device since start or the last peak reset.",
+);
+const D_PEAK_ACTIVE: Def = gauge(
+    "vramscope_process_active_peak_bytes",
+    "Peak of active bytes on the device since start or the last peak reset.",
+);
+const D_LARGEST_FREE: Def = gauge(
+    "vramscope_process_largest_free_block_bytes",
+    "Largest cached free block on the device: the largest request served without asking CUDA.",
+);
+const D_FRAGMENTATION: Def = gauge(
+    "vramscope_process_fragmentation_ratio",
+    "Inactive split bytes as a share of reserved bytes, 0 to 1.",
+);
+const D_RETRIES: Def = counter(
+    "vramscope_process_alloc_retries_total",
+    "Allocations that failed, freed the cache and retried (num_alloc_retries).",
+);
+
+/// A label set, written in order.
+#[derive(Clone, Default)]
+struct Labels(Vec<(&'static str, String)>);
+
+impl Labels {
+    fn with(&self, name: &'static str, value: impl ToString) -> Labels {
+        let mut l = self.clone();
+        l.0.push((name, value.to_string()));
+        l
+    }
+}
+
+/// A sample's value: integers stay exact.
+enum Value {
+    U(u64),
+    I(i64),
+    F(f64),
+}
+
+struct Family {
+    def: &'static Def,
+    samples: String,
+}
+
+/// Families in the order first written, each with its samples.
+#[derive(Default)]
+struct Out {
+    families: Vec<Family>,
+}
+
+impl Out {
+    fn put(&mut self, def: &'static Def, labels: &Labels, v: Value) {
+        let fam = match self.families.iter().position(|f| f.def.name == def.name) {
+            Some(i) => &mut self.families[i],
+            None => {
+                self.families.push(Family {
+                    def,
+                    samples: String::new(),
+                });
+                self.families.last_mut().expect("just pushed")
+            }
+        };
+        let s = &mut fam.samples;
+        s.push_str(def.name);
+        if !labels.0.is_empty() {
+            s.push('{');
+            for (i, (k, val)) in labels.0.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                s.push_str(k);
+                s.push_str("=\"");
+                escape_label(val, s);
+                s.push('"');
+            }
+            s.push('}');
+        }
+        s.push(' ');
+        let _ = match v {
+            Value::U(n) => write!(s, "{n}"),
+            Value::I(n) => write!(s, "{n}"),
+            Value::F(x) if x.is_nan() => write!(s, "NaN"),
+            Value::F(x) if x.is_infinite() => write!(s, "{}Inf", if x > 0.0 { '+' } else { '-' }),
+            Value::F(x) => write!(s, "{x}"),
+        };
+        s.push('\n');
+    }
+
+    fn finish(self, format: Format) -> String {
+        let mut o =
+            String::with_capacity(self.families.iter().map(|f| f.samples.len() + 200).sum());
+        for f in &self.families {
+            // OpenMetrics names a counter family without its `_total`.
+            let name = match (format, f.def.kind) {
+                (Format::OpenMetrics, Kind::Counter) => {
+                    f.def.name.strip_suffix("_total").unwrap_or(f.def.name)
+                }
+                _ => f.def.name,
+            };
+            let ty = match f.def.kind {
+                Kind::Gauge => "gauge",
+                Kind::Counter => "counter",
+            };
+            let _ = writeln!(o, "# HELP {name} {}", escape_help(f.def.help));
+            let _ = writeln!(o, "# TYPE {name} {ty}");
+            if format == Format::OpenMetrics && name.ends_with("_bytes") {
+                let _ = writeln!(o, "# UNIT {name} bytes");
+            }
+            o.push_str(&f.samples);
+        }
+        if format == Format::OpenMetrics {
+            o.push_str("# EOF\n");
+        }
+        o
+    }
+}
+
+/// A label value as the exposition formats want it: `\`, `"` and newlines
+/// escaped.
+fn escape_label(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn escape_help(h: &str) -> String {
+    h.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+fn mode_label(m: Mode) -> &'static str {
+    match m {
+        Mode::Exact => "exact",
+        Mode::Sampled => "sampled",
+        Mode::NvmlOnly => "nvml_only",
+    }
+}
+
+/// The exposition of `snap` for `host`, in `format`.
+pub fn render(snap: &Snapshot, host: &str, format: Format) -> String {
+    let mut out = Out::default();
+    let node = Labels::default().with("host", host);
+    out.put(
+        &EXPORTER_INFO,
+        &node.with("version", env!("CARGO_PKG_VERSION")),
+        Value::U(1),
+    );
+    let m = &snap.machine;
+    // Before NVML's first reading nothing is known of it: absent.
+    if m.nvml_error.is_some() || m.sampled_ns.is_some() {
+        out.put(&NVML_UP, &node, Value::U(u64::from(m.nvml_error.is_none())));
+    }
+    out.put(&PROCESSES, &node, Value::U(snap.processes.len() as u64));
+    out.put(&PROBLEMS, &node, Value::U(snap.problems.len() as u64));
+    for g in &m.gpus {
+        let l = node
+            .with("gpu", g.index)
+            .with("uuid", g.uuid.as_deref().unwrap_or(""))
+            .with("name", &g.name);
+        if let Some(v) = g.total {
+            out.put(&GPU_TOTAL, &l, Value::U(v));
+        }
+        if let Some(v) = g.used {
+            out.put(&GPU_USED, &l, Value::U(v));
+        }
+        if let Some(u) = g.util_gpu {
+            out.put(&GPU_UTIL, &l, Value::F(f64::from(u) / 100.0));
+        }
+        if let Some(u) = g.util_mem {
+            out.put(&GPU_MEM_UTIL, &l, Value::F(f64::from(u) / 100.0));
+        }
+    }
+    for p in &snap.processes {
+        process(&mut out, &node, snap, p);
+    }
+    out.finish(format)
+}
+
+fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
+    let id = &p.identity;
+    let name = if id.label.is_empty() {
+        &id.name
+    } else {
+        &id.label
+    };
+    let l = node
+        .with("pid", id.host_pid)
+        .with("user", &id.user)
+        .with("process", name)
+        .with("mode", mode_label(p.view.mode));
+    let f = &p.view.figures;
+    out.put(&P_RUNNING, &l, Value::U(u64::from(id.alive)));
+    if let Some(v) = f.nvml_used {
+        out.put(&P_NVML_USED, &l, Value::U(v));
+    }
+    if let Some(v) = f.non_pytorch {
+        out.put(&P_NON_PYTORCH, &l, Value::I(v));
+    }
+    if p.view.mode != Mode::NvmlOnly {
+        out.put(&P_EVENTS, &l, Value::U(f.events_total));
+        out.put(&P_LOST, &l, Value::U(f.lost_events));
+        out.put(&P_OOMS, &l, Value::U(p.view.ooms_total));
+        let leak = &p.view.leak;
+        out.put(&P_STEPS, &l, Value::U(leak.steps_observed));
+        if leak.steps_observed >= p.view.leak_criterion.min_steps as u64 {
+            out.put(&P_LEAK, &l, Value::U(u64::from(leak.flagged)));
+            out.put(
+                &P_LEAK_GROWTH,
+                &l,
+                Value::F(leak.floor_slope_bytes_per_step),
+            );
+        }
+    }
+    // The GPUs NVML shows this process on: a device of the process is
+    // named after one only when the pairing is unambiguous.
+    let mut on: Vec<u32> = snap
+        .machine
+        .processes
+        .iter()
+        .filter(|g| g.pid == id.host_pid)
+        .map(|g| g.gpu)
+        .collect();
+    on.sort_unstable();
+    on.dedup();
+    let paired = p.view.devices.len() == 1 && on.len() == 1;
+    for d in &p.view.devices {
+        let df = &d.figures;
+        let mut dl = l.with("device", df.device);
+        let gpu = paired
+            .then(|| snap.machine.gpus.iter().find(|g| g.index == on[0]))
+            .flatten();
+        if let Some(g) = gpu {
+            dl = dl
+                .with("gpu", g.index)
+                .with("uuid", g.uuid.as_deref().unwrap_or(""));
+        }
+        out.put(&D_ALLOCATED, &dl, Value::U(df.allocated));
+        out.put(&D_RESERVED, &dl, Value::U(df.reserved));
+        out.put(&D_ACTIVE, &dl, Value::U(df.active));
+        out.put(&D_SPLIT, &dl, Value::U(df.fragmentation.inactive_split));
+        out.put(&D_PEAK_ALLOCATED, &dl, Value::U(df.peak_allocated));
+        out.put(&D_PEAK_RESERVED, &dl, Value::U(df.peak_reserved));
+        out.put(&D_PEAK_ACTIVE, &dl, Value::U(df.peak_active));
+        let fr = &df.fragmentation;
+        if let Some(b) = fr.largest_free_small.max(fr.largest_free_large) {
+            out.put(&D_LARGEST_FREE, &dl, Value::U(b));
+        }
+        if let Some(s) = fr.share_of_reserved {
+            out.put(&D_FRAGMENTATION, &dl, Value::F(s));
+        }
+        if let Some(st) = &df.stats {
+            out.put(&D_RETRIES, &dl, Value::U(st.alloc_retries));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_header_picks_the_format() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(None), Format::Prometheus);
+        assert_eq!(
+            Format::from_accept(Some("text/plain;version=0.0.4")),
+            Format::Prometheus
+        );
+        assert_eq!(
+            Format::from_accept(Some("application/openmetrics-text;q=0")),
+            Format::Prometheus
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = String::new();
+        escape_label("a\\b\"c\nd", &mut s);
+        assert_eq!(s, "a\\\\b\\\"c\\nd");
+    }
+
+    #[test]
+    fn fixture_exposition_has_help_type_and_labels() {
+        let snap = crate::ui::fixtures::Fixture::new(3).snapshot(&Default::default());
+        let text = render(&snap, "node\"1", Format::Prometheus);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "no TYPE for {name}"
+            );
+            assert!(line.contains("host=\"node\\\"1\""), "{line}");
+        }
+        assert!(text.contains("vramscope_process_allocated_bytes{"));
+        assert!(!text.contains("# EOF"));
+        let om = render(&snap, "n", Format::OpenMetrics);
+        assert!(om.ends_with("# EOF\n"));
+        assert!(om.contains("# TYPE vramscope_process_events counter\n"));
+        assert!(om.contains("\nvramscope_process_events_total{"));
+    }
+}

@@ -1,0 +1,389 @@
+//! The exporter and the fleet view against a real Prometheus (Debian's
+//! `prometheus` package, which `scripts/test` installs): two exporters on
+//! different ports stand in for two nodes, each watching its own stand-in
+//! processes. Through Prometheus's HTTP API the series arrive with the
+//! right values and labels; `promtool check metrics` accepts a scrape;
+//! `vramscope fleet` in a pty shows both nodes, one node's processes, and a
+//! node that went away as down.
+
+mod common;
+mod stand_in;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use stand_in::{exporter, Shape};
+use vramscope::fleet::prom::{Client, Endpoint, Sample};
+
+#[test]
+#[ignore = "a stand-in producer, run by the other tests as a process of its own"]
+fn stand_in_producer() {
+    stand_in::main();
+}
+
+const LEAKY: Shape = Shape {
+    base: 2 << 30,
+    leak: 8 << 20,
+    steps: 12,
+    reserved: 6 << 30,
+    inactive_split: 1536 << 20,
+    alloc_retries: 2,
+    period_ms: 250,
+};
+
+const STEADY: Shape = Shape {
+    base: 1 << 30,
+    leak: 0,
+    steps: 12,
+    reserved: 2 << 30,
+    inactive_split: 0,
+    alloc_retries: 0,
+    period_ms: 250,
+};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Prometheus on loopback scraping `targets` every second.
+fn prometheus(dir: &Path, targets: &[&str]) -> (Killed, String) {
+    let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: vramscope\n    static_configs:\n      - targets: [{}]\n",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    (Killed(child), format!("http://127.0.0.1:{port}"))
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Asks `q` until `done` holds of the answer (or `timeout`); the last answer.
+fn until(
+    rt: &tokio::runtime::Runtime,
+    c: &Client,
+    q: &str,
+    timeout: Duration,
+    done: impl Fn(&[Sample]) -> bool,
+) -> Vec<Sample> {
+    let start = Instant::now();
+    loop {
+        let got = rt.block_on(c.query(q)).unwrap_or_default();
+        if done(&got) || start.elapsed() > timeout {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn one<'a>(s: &'a [Sample], label: &str, value: &str) -> &'a Sample {
+    let hits: Vec<&Sample> = s.iter().filter(|x| x.label(label) == value).collect();
+    assert_eq!(hits.len(), 1, "one series with {label}={value}: {s:?}");
+    hits[0]
+}
+
+#[test]
+fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
+    if !have("prometheus") || !have("promtool") {
+        eprintln!("SKIPPED: fleet_prometheus: `prometheus` and `promtool` are needed (Debian package prometheus; scripts/test installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (da, db) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir_all(&da).unwrap();
+    std::fs::create_dir_all(&db).unwrap();
+    let leaky = stand_in::spawn(&da, "train_a", LEAKY);
+    let steady = stand_in::spawn(&da, "eval_a", STEADY);
+    let other = stand_in::spawn(&db, "train_b", STEADY);
+    let ea = exporter(&da, "node-a");
+    let mut eb = Some(exporter(&db, "node-b"));
+    let b_addr = eb.as_ref().unwrap().addr.clone();
+    let (_prom, url) = prometheus(tmp.path(), &[&ea.addr, &b_addr]);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = Client::new(Endpoint::parse(&url).unwrap(), Duration::from_secs(5));
+    // Both targets up, the three processes' series in.
+    let up = until(
+        &rt,
+        &c,
+        "up{job=\"vramscope\"}",
+        Duration::from_secs(30),
+        |s| s.len() == 2 && s.iter().all(|x| x.value == 1.0),
+    );
+    assert!(
+        up.len() == 2 && up.iter().all(|x| x.value == 1.0),
+        "both exporters scraped: {up:?}"
+    );
+    let leak_q = "vramscope_process_leak_suspected";
+    let leaks = until(&rt, &c, leak_q, Duration::from_secs(20), |s| s.len() == 3);
+    assert_eq!(leaks.len(), 3, "{leaks:?}");
+    let pid = |p: &stand_in::StandIn| p.pid().to_string();
+    assert_eq!(one(&leaks, "pid", &pid(&leaky)).value, 1.0);
+    assert_eq!(one(&leaks, "pid", &pid(&steady)).value, 0.0);
+    assert_eq!(one(&leaks, "pid", &pid(&other)).value, 0.0);
+
+    let alloc = rt
+        .block_on(c.query("vramscope_process_allocated_bytes"))
+        .unwrap();
+    let a = one(&alloc, "pid", &pid(&leaky));
+    assert_eq!(a.value, LEAKY.allocated() as f64);
+    for (k, v) in [
+        ("host", "node-a"),
+        ("process", "train_a"),
+        ("mode", "exact"),
+        ("device", "0"),
+        ("job", "vramscope"),
+        ("instance", ea.addr.as_str()),
+    ] {
+        assert_eq!(a.label(k), v, "label {k}: {a:?}");
+    }
+    assert!(!a.label("user").is_empty(), "{a:?}");
+    let b = one(&alloc, "pid", &pid(&other));
+    assert_eq!(
+        (b.value, b.label("host"), b.label("instance")),
+        (STEADY.allocated() as f64, "node-b", b_addr.as_str())
+    );
+    let frag = rt
+        .block_on(c.query("vramscope_process_fragmentation_ratio{host=\"node-a\"}"))
+        .unwrap();
+    assert_eq!(one(&frag, "pid", &pid(&leaky)).value, 0.25);
+    let growth = rt
+        .block_on(c.query("vramscope_process_leak_growth_bytes_per_step"))
+        .unwrap();
+    assert_eq!(one(&growth, "pid", &pid(&leaky)).value, LEAKY.leak as f64);
+    // Counters: each step marker is an event (statistics samples are not).
+    let ev = rt
+        .block_on(c.query("vramscope_process_events_total"))
+        .unwrap();
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert!(ev.iter().all(|s| s.value == LEAKY.steps as f64), "{ev:?}");
+    // A query Prometheus refuses is one line with its reason.
+    let bad = rt
+        .block_on(c.query("vramscope_process_allocated_bytes{"))
+        .unwrap_err();
+    assert!(
+        bad.starts_with("Prometheus refused a query: bad_data"),
+        "{bad}"
+    );
+
+    // Every query of the Grafana dashboard is valid PromQL, and those on
+    // the figures the stand-ins have find them.
+    let dash: serde_json::Value =
+        serde_json::from_str(include_str!("../assets/grafana/vramscope-fleet.json")).unwrap();
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$job", "vramscope")
+                .replace("$host", ".*")
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "1h");
+            let got = rt.block_on(c.query(&expr));
+            let got = got.unwrap_or_else(|e| panic!("{}: {expr}: {e}", panel["title"]));
+            let title = panel["title"].as_str().unwrap();
+            // (No NVML here: the GPU panels find nothing.)
+            let on_stand_ins = ["up{", "allocated_bytes", "reserved_bytes", "leak_suspected"];
+            if !expr.contains("gpu_") && on_stand_ins.iter().any(|m| expr.contains(m)) {
+                assert!(!got.is_empty(), "{title}: {expr} found nothing");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "{checked}");
+
+    // promtool's lint of a scrape in the text format.
+    let scrape = {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(&ea.addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n").unwrap().1.to_string()
+    };
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{scrape}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The fleet view in a terminal.
+    let pty = native_pty_system();
+    let pair = pty
+        .openpty(PtySize {
+            rows: 30,
+            cols: 110,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(["fleet", "--prometheus", &url, "--refresh", "500"]);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut keys = pair.master.take_writer().unwrap();
+    let output: Arc<Mutex<Vec<u8>>> =
+        common::collect_output(pair.master.try_clone_reader().unwrap());
+    let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let wait = |needles: &[&str], what: &str| {
+        let start = Instant::now();
+        loop {
+            let t = text();
+            if needles.iter().all(|n| t.contains(n)) {
+                return;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                panic!("fleet never showed {what} {needles:?}; output:\n{t:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(&["node-a", "node-b", "2 nodes"], "both nodes");
+    // Into node-a (first by name): its two processes, then back.
+    keys.write_all(b"\r").unwrap();
+    wait(&["train_a", "eval_a", "LEAK"], "node-a's processes");
+    wait(&["over time"], "the selected process's chart");
+    keys.write_all(b"\x1b").unwrap();
+    // (A key right after Esc would be read as Alt+key.)
+    std::thread::sleep(Duration::from_millis(300));
+    // Fleet-wide jobs list.
+    keys.write_all(b"\t").unwrap();
+    wait(&["train_b"], "every job (node-b's too)");
+    keys.write_all(b"\t").unwrap();
+    // node-b goes away: Prometheus marks it down, and so does the view.
+    let mark = output.lock().unwrap().len();
+    drop(eb.take());
+    let start = Instant::now();
+    loop {
+        let after = String::from_utf8_lossy(&output.lock().unwrap()[mark..]).into_owned();
+        if after.contains("DOWN") && after.contains("1 down") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "node-b never shown as down; output after it stopped:\n{after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    keys.write_all(b"q").unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "fleet did not quit on q"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "fleet exited with {status:?}");
+}
+
+#[test]
+fn fleet_shows_an_unreachable_prometheus_in_its_pane() {
+    // A port where nothing listens: the pane says so; q still quits.
+    let port = free_port();
+    let pty = native_pty_system();
+    let pair = pty
+        .openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(["fleet", "--prometheus", &format!("127.0.0.1:{port}")]);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut keys = pair.master.take_writer().unwrap();
+    let output = common::collect_output(pair.master.try_clone_reader().unwrap());
+    let start = Instant::now();
+    loop {
+        let t = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+        if t.contains("cannot be reached") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no message for an unreachable Prometheus: {t:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    keys.write_all(b"q").unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            assert!(s.success());
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "fleet did not quit on q"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

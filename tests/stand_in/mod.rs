@@ -1,0 +1,235 @@
+//! Stand-ins for instrumented processes, for the exporter and fleet tests
+//! (and `examples/serve_bench.rs`): each is a process of its own, the test
+//! binary run again as its ignored `stand_in_producer` test, writing a
+//! segment with the real writer: statistics of a known shape, one step
+//! marker per step, its allocated floor rising by `leak` bytes a step; then
+//! one statistics sample every `period` until its standard input closes
+//! (the test ended, or died).
+#![allow(dead_code)] // each test binary uses a part
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use vramscope::event::{EventKind, MarkSource, Stats};
+use vramscope::ring::codec::encode;
+use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
+
+/// A running `vramscope serve --no-nvml` on a free loopback port,
+/// watching `dir`, its `host` label `host`; killed when dropped.
+pub struct Exporter {
+    pub child: Child,
+    /// host:port
+    pub addr: String,
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (For the tests; `examples/serve_bench.rs` names its binary with
+/// [`exporter_at`].)
+pub fn exporter(dir: &Path, host: &str) -> Exporter {
+    let bin = match option_env!("CARGO_BIN_EXE_vramscope") {
+        Some(b) => b,
+        None => panic!("exporter() is for the integration tests"),
+    };
+    exporter_at(Path::new(bin), dir, host)
+}
+
+/// [`exporter`] of the binary `bin`.
+pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-nvml",
+            "--host",
+            host,
+        ])
+        .arg("--shm-dir")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("serving metrics on http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    Exporter { child, addr }
+}
+
+const ENV: &str = "VRAMSCOPE_STAND_IN";
+
+/// What a stand-in writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Allocated floor at the first step.
+    pub base: u64,
+    /// Floor growth per step.
+    pub leak: u64,
+    pub steps: u64,
+    pub reserved: u64,
+    pub inactive_split: u64,
+    pub alloc_retries: u64,
+    /// Statistics sample period afterwards, in ms.
+    pub period_ms: u64,
+}
+
+impl Shape {
+    /// The allocated figure once every step was written.
+    pub fn allocated(&self) -> u64 {
+        self.base + self.leak * (self.steps - 1)
+    }
+}
+
+/// A running stand-in; killed when dropped.
+pub struct StandIn {
+    pub child: Child,
+}
+
+impl StandIn {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `exe` (a binary whose `args` run [`main`]) as a stand-in writing
+/// into `dir` under `label`; returns once its segment is written.
+pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+    let spec = format!(
+        "{}|{label}|{}|{}|{}|{}|{}|{}|{}",
+        dir.display(),
+        s.base,
+        s.leak,
+        s.steps,
+        s.reserved,
+        s.inactive_split,
+        s.alloc_retries,
+        s.period_ms
+    );
+    let mut child = Command::new(exe)
+        .args(args)
+        .env(ENV, spec)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a stand-in");
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let ready = lines.any(|l| l.is_ok_and(|l| l.trim_end().ends_with("stand-in ready")));
+    assert!(ready, "the stand-in did not start");
+    StandIn { child }
+}
+
+/// [`spawn_with`] this test binary, running its `stand_in_producer` test.
+pub fn spawn(dir: &Path, label: &str, s: Shape) -> StandIn {
+    let exe = std::env::current_exe().unwrap();
+    let args = [
+        "stand_in_producer",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    spawn_with(&exe, &args, dir, label, s)
+}
+
+fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::codec::Words>) {
+    words.clear();
+    encode(
+        &vramscope::event::Event {
+            time_ns: monotonic_ns(),
+            kind,
+        },
+        1,
+        words,
+    );
+    for w in words.iter() {
+        let _ = seg.ring(0).write(w);
+    }
+}
+
+fn stats(s: &Shape, allocated: u64) -> EventKind {
+    EventKind::Stats {
+        device: 0,
+        stats: Stats {
+            allocated,
+            reserved: s.reserved,
+            active: allocated,
+            inactive_split: s.inactive_split,
+            requested: allocated,
+            allocated_peak: s.allocated() + (64 << 20),
+            reserved_peak: s.reserved,
+            active_peak: s.allocated() + (64 << 20),
+            alloc_retries: s.alloc_retries,
+            ooms: 0,
+            segments: 4,
+        },
+    }
+}
+
+/// The stand-in's body, when this process was started as one (else
+/// returns at once): never returns then.
+pub fn main() {
+    let Ok(spec) = std::env::var(ENV) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split('|').collect();
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let s = Shape {
+        base: n(2),
+        leak: n(3),
+        steps: n(4),
+        reserved: n(5),
+        inactive_split: n(6),
+        alloc_retries: n(7),
+        period_ms: n(8),
+    };
+    let mut cfg = SegmentConfig::new(f[0], Producer::Test, 1, 4096);
+    cfg.label = f[1].to_string();
+    let seg = SegmentWriter::create(&cfg).expect("create the segment");
+    let mut words = Vec::new();
+    for k in 0..s.steps {
+        let floor = s.base + s.leak * k;
+        write(&seg, stats(&s, floor + (64 << 20)), &mut words);
+        write(&seg, stats(&s, floor), &mut words);
+        let marker = EventKind::Marker {
+            value: k,
+            source: MarkSource::default(),
+        };
+        write(&seg, marker, &mut words);
+    }
+    println!("stand-in ready");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read(&mut [0u8; 1]);
+        let _ = tx.send(());
+    });
+    let period = Duration::from_millis(s.period_ms.max(1));
+    while rx.recv_timeout(period).is_err() {
+        write(&seg, stats(&s, s.allocated()), &mut words);
+    }
+    drop(seg);
+    std::process::exit(0);
+}
