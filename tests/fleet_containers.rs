@@ -6,6 +6,7 @@
 //! header's pid, 1, is the host's init). Needs `unshare` with the rights to
 //! make namespaces and mount (root); skipped visibly otherwise.
 
+mod common;
 mod stand_in;
 
 use std::path::Path;
@@ -44,33 +45,6 @@ fn unshare_can_mount(dir: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The host pid of the process whose NSpid ends in 1 and whose parent is
-/// `parent` (the namespace's init).
-fn namespace_init(parent: u32) -> Option<u32> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
-        for e in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let ppid: Option<u32> = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
-            if ppid == Some(parent)
-                && discover::proc_ns_pids(pid).is_some_and(|v| v.len() > 1 && v.last() == Some(&1))
-            {
-                return Some(pid);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 #[test]
 fn a_producer_in_its_own_pid_and_mount_namespace_is_found_named_and_never_cleaned() {
     if !discover::in_root_pid_namespace() {
@@ -106,7 +80,8 @@ fn a_producer_in_its_own_pid_and_mount_namespace_is_found_named_and_never_cleane
         "--test-threads=1",
     ];
     let contained = stand_in::spawn_with(Path::new("unshare"), &args, dir, "contained", SHAPE);
-    let host = namespace_init(contained.pid()).expect("the namespace's pid 1");
+    let host = common::namespace_init(contained.pid(), Duration::from_secs(5))
+        .expect("the namespace's pid 1");
     assert_eq!(
         std::fs::read_dir(dir).unwrap().count(),
         0,

@@ -130,3 +130,23 @@ pub fn collect_output(
     });
     output
 }
+
+/// The host pid of the process a fresh `unshare --pid --fork` (a child of
+/// `parent`) started as pid 1 of its new pid namespace, once it exists
+/// (within `wait`). Read through the procfs crate.
+pub fn namespace_init(parent: u32, wait: Duration) -> Option<u32> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < wait {
+        for p in procfs::process::all_processes().ok()?.flatten() {
+            let Ok(stat) = p.stat() else { continue };
+            let pid = p.pid as u32;
+            let ns = vramscope::ring::discover::proc_ns_pids(pid);
+            if stat.ppid as u32 == parent && ns.is_some_and(|v| v.len() > 1 && v.last() == Some(&1))
+            {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}

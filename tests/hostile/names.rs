@@ -161,33 +161,6 @@ fn rings_json(dir: &Path, prefix: &[&str], clean: bool) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The host pid of the process a fresh `unshare --pid --fork` started as
-/// pid 1 of its namespace (a child of `parent`).
-fn namespace_init(parent: u32) -> Option<u32> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
-        for e in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let ppid: Option<u32> = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
-            if ppid == Some(parent)
-                && discover::proc_ns_pids(pid).is_some_and(|v| v.last() == Some(&1))
-            {
-                return Some(pid);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 fn unshare_works() -> bool {
     Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "true"])
@@ -214,7 +187,8 @@ fn item_02_producer_in_another_pid_namespace_is_never_cleaned() {
         eprintln!("SKIPPED: item_02: python3 is needed to map a segment in a namespace");
         return;
     };
-    let host = namespace_init(ns.0.id()).expect("the namespace's pid 1");
+    let host = crate::common::namespace_init(ns.0.id(), Duration::from_secs(5))
+        .expect("the namespace's pid 1");
     let st = proc_start_time(host).unwrap();
     set_start(&seg, st);
     let info = discover::inspect(&seg).unwrap();
