@@ -104,6 +104,10 @@ pub struct RunVerdict {
 /// Earlier runs remembered.
 const RUNS_KEPT: usize = 16;
 
+/// The first steps of a run whose floors may be warm-up (see
+/// `LeakDetector::floor_trend`).
+const WARM_UP: u64 = 4;
+
 /// One allocation size whose live count keeps growing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeakSize {
@@ -454,9 +458,24 @@ impl LeakDetector {
             + self.sizes.capacity() * (std::mem::size_of::<(u64, SizeEntry)>() + 1)
     }
 
-    /// The floor test over the analysed window.
+    /// The floor test over the analysed window. A floor of the run's first
+    /// [`WARM_UP`] steps that a later floor of the window undercuts by more
+    /// than the growth that would be flagged was transient (DDP's first
+    /// gradient buckets, a compile's buffers, a first step's workspace):
+    /// it is left out, so a warm-up neither hides a leak after it nor
+    /// counts as one. Every other floor counts as it is.
     fn floor_trend(&self) -> FloorTrend {
-        let floors: Vec<f64> = self.floors.iter().map(|&f| f as f64).collect();
+        let first = self.steps - self.floors.len() as u64;
+        let mut later_low = u64::MAX;
+        let mut floors: Vec<f64> = Vec::with_capacity(self.floors.len());
+        for (i, &f) in self.floors.iter().enumerate().rev() {
+            let warm = first + (i as u64) < WARM_UP;
+            if !(warm && f > later_low.saturating_add(self.cfg.min_growth_bytes)) {
+                floors.push(f as f64);
+            }
+            later_low = later_low.min(f);
+        }
+        floors.reverse();
         let n = floors.len();
         let (slope, tau) = if n >= 2 {
             (theil_sen(&floors), kendall_tau(&floors))
@@ -646,6 +665,41 @@ mod tests {
         }
         assert_eq!(d.source(), StepSource::Markers);
         assert_eq!(d.floors().collect::<Vec<_>>(), vec![5, 11, 12, 13]);
+    }
+
+    /// Floors as one rank of a DDP job showed them (H100 recording): two
+    /// high warm-up floors (gradient buckets before DDP rebuilds them),
+    /// then `leak` more every step. Returns the step it was first flagged at.
+    fn warm_up_then(leak: u64, steps: u64, noise: u64) -> Option<u64> {
+        let mut d = LeakDetector::new(LeakConfig::default());
+        let mut x = 12345u64;
+        let warm = [153_321_984u64, 177_124_864, 178_177_536];
+        for step in 0..steps {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let jitter = if noise > 0 { (x >> 33) % noise } else { 0 };
+            let floor = match warm.get(step as usize) {
+                Some(&w) => w,
+                None => 158_978_560 + (step - 3) * leak + jitter,
+            };
+            d.on_value(floor + 50 << 20, step);
+            d.on_value(floor, step);
+            d.on_marker(MarkSource::OptimizerStep { optimizer: 1 }, step);
+        }
+        d.report(steps, std::iter::empty()).flagged_at_step
+    }
+
+    #[test]
+    fn a_warm_up_neither_hides_a_leak_nor_makes_one() {
+        // A 1 MiB/step leak after DDP's warm-up: flagged within 10 steps.
+        assert!(warm_up_then(1 << 20, 120, 0).is_some_and(|s| s <= 10));
+        // 256 KiB/step: within 10 steps too (exact floors).
+        assert!(warm_up_then(256 << 10, 300, 0).is_some_and(|s| s <= 10));
+        // No leak after the warm-up, exact or with 2 MiB of noise in the
+        // floors: never flagged in 500 steps.
+        assert_eq!(warm_up_then(0, 500, 0), None);
+        assert_eq!(warm_up_then(0, 500, 2 << 20), None);
     }
 
     #[test]

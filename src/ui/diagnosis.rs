@@ -133,7 +133,7 @@ pub fn verdict_text(l: &LeakReport, c: &LeakConfig) -> (Tone, String) {
 /// What a verdict is judged against, in words (the pane and the help).
 pub fn criterion_text(c: &LeakConfig) -> String {
     format!(
-        "Criterion: each step's floor is its lowest allocated total; over the last {} floors a leak is flagged when they rise consistently (Kendall's trend ≥ {:.2}), the robust slope is positive and the growth is ≥ {}; no verdict before {} steps.",
+        "Criterion: each step's floor is its lowest allocated total; over the last {} floors (a run's warm-up floors that later ones undercut left out) a leak is flagged when they rise consistently (Kendall's trend ≥ {:.2}), the robust slope is positive and the growth is ≥ {}; no verdict before {} steps.",
         c.window_steps,
         c.min_trend,
         format::bytes(c.min_growth_bytes),
