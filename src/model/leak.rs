@@ -683,7 +683,7 @@ mod tests {
                 Some(&w) => w,
                 None => 158_978_560 + (step - 3) * leak + jitter,
             };
-            d.on_value(floor + 50 << 20, step);
+            d.on_value(floor + (50 << 20), step);
             d.on_value(floor, step);
             d.on_marker(MarkSource::OptimizerStep { optimizer: 1 }, step);
         }
