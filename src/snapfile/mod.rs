@@ -37,6 +37,7 @@
 //! named by index everywhere else.
 
 pub mod inputs;
+pub mod step;
 pub mod write;
 
 use std::collections::HashMap;
