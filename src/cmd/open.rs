@@ -143,7 +143,7 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<Vec<EventOut<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    stacks: Option<&'a [Vec<u32>]>,
+    stacks: Option<&'a snapfile::Stacks>,
     #[serde(skip_serializing_if = "Option::is_none")]
     frames: Option<&'a [snapfile::Frame]>,
 }
@@ -240,7 +240,7 @@ impl<'a> Report<'a> {
                     })
                     .collect()
             }),
-            stacks: trace.then_some(&file.stacks[..]),
+            stacks: trace.then_some(&file.stacks),
             frames: trace.then_some(&file.frames[..]),
         }
     }
