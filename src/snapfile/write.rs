@@ -156,7 +156,7 @@ impl<W: Write> Pickler<W> {
             return self.get(i);
         }
         let frames = file.stacks.get(s).unwrap_or_default();
-        let me = self.list(&frames, |p, &f| {
+        let me = self.list(frames, |p, &f| {
             if let Some(&i) = p.frames.get(&f) {
                 return p.get(i);
             }
