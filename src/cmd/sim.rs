@@ -92,7 +92,11 @@ pub fn run(args: Args) -> Result<()> {
         return printer.finish();
     }
     drop(file);
-    let (reqs, recorded, capacity) = from_recording(path, args.pid, args.device)?;
+    let FromRecording {
+        requests: reqs,
+        recorded,
+        capacity,
+    } = from_recording(path, args.pid, args.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
         eprintln!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
@@ -170,14 +174,17 @@ type Recorded = Vec<Option<Stats>>;
 /// Device memory when neither the flag nor the recording says (an H100).
 const DEFAULT_CAPACITY: u64 = 80 << 30;
 
-/// The requests of one process of a recording, the statistics it recorded,
-/// and the capacity of its GPU when the recording's NVML readings show it
-/// on exactly one GPU (bytes, NVML index).
-fn from_recording(
-    path: &Path,
-    pid: Option<u32>,
-    device: u16,
-) -> Result<(Vec<Request>, Recorded, Option<(u64, u32)>)> {
+/// One process of a recording, ready to replay.
+struct FromRecording {
+    requests: Vec<Request>,
+    /// The statistics the process recorded, per request.
+    recorded: Recorded,
+    /// Its GPU's capacity when the recording's NVML readings show it on
+    /// exactly one GPU (bytes, NVML index).
+    capacity: Option<(u64, u32)>,
+}
+
+fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromRecording> {
     let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
     // NVML index → total, and the NVML indices each host pid was seen on.
     let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
@@ -243,7 +250,11 @@ fn from_recording(
         _ => None,
     };
     let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
-    Ok((got.requests, got.recorded, capacity))
+    Ok(FromRecording {
+        requests: got.requests,
+        recorded: got.recorded,
+        capacity,
+    })
 }
 
 /// A replay compared with what the recorded process reported, as it goes.
