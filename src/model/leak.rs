@@ -211,6 +211,8 @@ pub struct LeakDetector {
     /// The lowest total since the last boundary.
     step_min: Option<u64>,
     floors: VecDeque<u64>,
+    /// Σ sign(later − earlier) over the pairs of `floors` (Kendall's S).
+    rises: i64,
     sizes: HashMap<u64, SizeEntry, BuildHasherDefault<SizeHasher>>,
     /// Distinct sizes tracked at most.
     max_sizes: usize,
@@ -237,6 +239,7 @@ impl LeakDetector {
             steps: 0,
             current: 0,
             step_min: None,
+            rises: 0,
             sizes: HashMap::default(),
             max_sizes: MAX_SIZES,
             dropped: 0,
@@ -401,6 +404,7 @@ impl LeakDetector {
     fn restart(&mut self, source: StepSource) {
         self.source = source;
         self.floors.clear();
+        self.rises = 0;
         self.steps = 0;
         self.step_min = Some(self.current);
         self.first_step_ns = None;
@@ -433,8 +437,11 @@ impl LeakDetector {
 
     fn boundary(&mut self, floor: u64) {
         if self.floors.len() >= self.cfg.window_steps.max(2) {
-            self.floors.pop_front();
+            if let Some(old) = self.floors.pop_front() {
+                self.rises -= self.floors.iter().map(|&f| sign(f, old)).sum::<i64>();
+            }
         }
+        self.rises += self.floors.iter().map(|&f| sign(floor, f)).sum::<i64>();
         self.floors.push_back(floor);
         let slot = (self.steps % SIZE_HISTORY as u64) as usize;
         if self.sizes.len() >= self.max_sizes {
@@ -447,9 +454,20 @@ impl LeakDetector {
         self.steps += 1;
         self.step_min = Some(self.current);
         self.first_step_ns.get_or_insert(self.now_ns);
-        if self.first_flag.is_none() && self.floor_trend().flagged {
+        if self.first_flag.is_none() && self.may_flag() && self.floor_trend(false).flagged {
             self.first_flag = Some((self.steps, self.now_ns));
         }
+    }
+
+    /// A cheap necessary condition for the floor test (at every step,
+    /// before the full test): once the window no longer holds warm-up
+    /// floors, Kendall's τ of the window is `rises` over its pairs, kept
+    /// as floors come and go.
+    fn may_flag(&self) -> bool {
+        let n = self.floors.len() as i64;
+        let first = self.steps - self.floors.len() as u64;
+        first < WARM_UP
+            || (n >= 2 && self.rises as f64 / (n * (n - 1) / 2) as f64 >= self.cfg.min_trend)
     }
 
     /// Heap bytes held.
@@ -465,7 +483,7 @@ impl LeakDetector {
     /// gradient buckets, a compile's buffers, a first step's workspace):
     /// it is left out, so a warm-up neither hides a leak after it nor
     /// counts as one. Every other floor counts as it is.
-    fn floor_trend(&self) -> FloorTrend {
+    fn floor_trend(&self, full: bool) -> FloorTrend {
         let first = self.steps - self.floors.len() as u64;
         let mut later_low = u64::MAX;
         let mut floors: Vec<f64> = Vec::with_capacity(self.floors.len());
@@ -478,16 +496,17 @@ impl LeakDetector {
         }
         floors.reverse();
         let n = floors.len();
-        let (slope, tau) = if n >= 2 {
-            (theil_sen(&floors), kendall_tau(&floors))
+        let tau = if n >= 2 { kendall_tau(&floors) } else { 0.0 };
+        // The slope (a median of n² slopes) only where it can change the
+        // answer, unless the figures are wanted.
+        let may_flag = n >= self.cfg.min_steps.max(2) && tau >= self.cfg.min_trend;
+        let slope = if n >= 2 && (full || may_flag) {
+            theil_sen(&floors)
         } else {
-            (0.0, 0.0)
+            0.0
         };
         let growth = slope * (n.saturating_sub(1)) as f64;
-        let flagged = n >= self.cfg.min_steps.max(2)
-            && slope > 0.0
-            && tau >= self.cfg.min_trend
-            && growth >= self.cfg.min_growth_bytes as f64;
+        let flagged = may_flag && slope > 0.0 && growth >= self.cfg.min_growth_bytes as f64;
         FloorTrend {
             n,
             slope,
@@ -506,7 +525,7 @@ impl LeakDetector {
             tau,
             growth,
             flagged,
-        } = self.floor_trend();
+        } = self.floor_trend(true);
 
         // Sizes whose live counts rise across the recorded boundaries.
         let h = (self.steps as usize).min(SIZE_HISTORY);
@@ -593,6 +612,15 @@ struct FloorTrend {
     flagged: bool,
 }
 
+/// +1 when `a > b`, −1 when `a < b`, 0 when equal.
+fn sign(a: u64, b: u64) -> i64 {
+    match a.cmp(&b) {
+        std::cmp::Ordering::Greater => 1,
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+    }
+}
+
 /// Median of pairwise slopes `(y_j − y_i) / (j − i)`.
 pub fn theil_sen(ys: &[f64]) -> f64 {
     let n = ys.len();
@@ -605,12 +633,18 @@ pub fn theil_sen(ys: &[f64]) -> f64 {
             slopes.push((ys[j] - ys[i]) / (j - i) as f64);
         }
     }
-    slopes.sort_by(f64::total_cmp);
+    // The median by selection (linear), not by sorting.
     let m = slopes.len();
+    let (lower, &mut upper, _) = slopes.select_nth_unstable_by(m / 2, f64::total_cmp);
     if m % 2 == 1 {
-        slopes[m / 2]
+        upper
     } else {
-        (slopes[m / 2 - 1] + slopes[m / 2]) / 2.0
+        let below = lower
+            .iter()
+            .copied()
+            .max_by(f64::total_cmp)
+            .unwrap_or(upper);
+        (below + upper) / 2.0
     }
 }
 
@@ -701,6 +735,30 @@ mod tests {
         // floors: never flagged in 500 steps.
         assert_eq!(warm_up_then(0, 500, 0), None);
         assert_eq!(warm_up_then(0, 500, 2 << 20), None);
+    }
+
+    /// The running Kendall S equals the sum over the window's pairs, as the
+    /// window fills, slides and starts over.
+    #[test]
+    fn the_running_trend_sum_matches_the_pairs() {
+        let mut d = LeakDetector::new(LeakConfig::default());
+        let mut x = 7u64;
+        for step in 0..300u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            d.on_value(1000 + (x >> 60) + step / 3, step);
+            d.on_marker(MarkSource::User, step);
+            if step == 150 {
+                d.on_marker(MarkSource::Run, step);
+            }
+            let f: Vec<u64> = d.floors().collect();
+            let mut s = 0i64;
+            for i in 0..f.len() {
+                for j in i + 1..f.len() {
+                    s += sign(f[j], f[i]);
+                }
+            }
+            assert_eq!(d.rises, s, "step {step}");
+        }
     }
 
     #[test]

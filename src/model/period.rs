@@ -30,6 +30,8 @@ const MIN_MATCH: f64 = 0.8;
 const TIE: f64 = 0.01;
 /// Candidate lags tested per analysis.
 const MAX_CANDIDATES: usize = 24;
+/// Pairs compared per candidate lag.
+const MATCH_PAIRS: usize = 8192;
 /// Distinct sizes considered per analysis.
 const MAX_SIZES: usize = 4096;
 
@@ -67,6 +69,8 @@ pub struct PeriodFinder {
     seen: u64,
     next_analysis: u64,
     period: Option<Period>,
+    /// The last analysis found the period already in use.
+    stable: bool,
     /// Allocations since the last boundary, and the lowest total since.
     since_boundary: u64,
     low: Option<u64>,
@@ -79,6 +83,7 @@ impl Default for PeriodFinder {
             seen: 0,
             next_analysis: 256,
             period: None,
+            stable: false,
             since_boundary: 0,
             low: None,
         }
@@ -120,7 +125,6 @@ impl PeriodFinder {
         self.since_boundary += 1;
         self.on_value(allocated);
         if self.seen >= self.next_analysis {
-            self.next_analysis = self.seen + (self.seen.min(WINDOW as u64 / 2)).max(256);
             let found = analyse(self.window.make_contiguous());
             let changed = match (self.period, found) {
                 (_, None) => false,
@@ -136,6 +140,16 @@ impl PeriodFinder {
             if changed {
                 out = Found::Recount(self.steps_in_window());
             }
+            // Often at first (the period should be found within a few
+            // steps, and a sub-step pattern replaced), then, once the same
+            // period was found twice in a row, once a window.
+            self.stable = !changed && found.is_some();
+            let every = if self.stable {
+                WINDOW as u64
+            } else {
+                self.seen.min(WINDOW as u64 / 2)
+            };
+            self.next_analysis = self.seen + every.max(256);
         }
         out
     }
@@ -247,7 +261,10 @@ fn regular_gap(at: &[u32]) -> Option<(u64, f64)> {
 /// take one allocation (an occasional extra allocation shifts the rest of
 /// the step by one; it should not make the period look broken).
 fn matches(w: &[(u64, u64)], lag: usize) -> f64 {
-    let pairs = w.len().saturating_sub(lag + 1);
+    // The newest pairs only: enough to judge, and the cost of an analysis
+    // stays bounded whatever the window.
+    let pairs = w.len().saturating_sub(lag + 1).min(MATCH_PAIRS);
+    let w = &w[w.len() - pairs - lag - 1..];
     if pairs == 0 {
         return 0.0;
     }
