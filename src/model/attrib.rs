@@ -571,7 +571,7 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
             bytes,
         })
         .collect();
-    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));
     StepDiff {
         born,
         at: attrib.step,
