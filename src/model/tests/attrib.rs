@@ -7,19 +7,8 @@ use crate::model::attrib::{step_diff, PhaseKey};
 use crate::model::ViewOptions;
 
 fn string(ev: &mut Ev, id: u32, text: &str) -> Vec<Event> {
-    text.as_bytes()
-        .chunks(32)
-        .enumerate()
-        .map(|(i, c)| {
-            let mut bytes = [0u8; 32];
-            bytes[..c.len()].copy_from_slice(c);
-            ev.at(EventKind::StringChunk {
-                id,
-                len: text.len() as u32,
-                offset: i as u32 * 32,
-                bytes,
-            })
-        })
+    (EventKind::string_chunks(id, text).into_iter())
+        .map(|k| ev.at(k))
         .collect()
 }
 
