@@ -5,7 +5,9 @@
 //! 5,000 unique frames, as `_record_memory_history(stacks="python")`
 //! dumps), then in one run:
 //! - parses it with `vramscope::snapfile::read` (criterion, MB/s), and in a
-//!   child process its peak RSS (VmHWM) against the file's size;
+//!   child process its peak RSS (VmHWM) against the file's size (and, with
+//!   `VRAMSCOPE_PICKLE_BEFORE=PATH` naming another build of this bench, that
+//!   build's on the same file, for a before/after in one run);
 //! - loads it with `python3 -c 'pickle.load(...)'`, three times, and prints
 //!   both medians and the ratio.
 //!
@@ -113,10 +115,13 @@ fn python_loads(path: &Path) -> Option<Vec<f64>> {
         .collect()
 }
 
-/// Peak RSS of a process that only parses the file (this binary, in child
-/// mode), in bytes.
-fn child_peak_rss(path: &Path) -> Option<u64> {
-    let exe = std::env::current_exe().ok()?;
+/// Peak RSS of a process that only parses the file (this binary, or `exe`,
+/// another build of it, in child mode), in bytes.
+fn child_peak_rss(path: &Path, exe: Option<&Path>) -> Option<u64> {
+    let exe = match exe {
+        Some(e) => e.to_path_buf(),
+        None => std::env::current_exe().ok()?,
+    };
     let out = Command::new(exe)
         .env("VRAMSCOPE_PICKLE_CHILD", path)
         .output()
@@ -187,12 +192,20 @@ fn main() {
         held as f64 / 1e6,
         held as f64 / len as f64
     );
-    if let Some(rss) = child_peak_rss(&path) {
-        println!(
-            "peak RSS parsing it: {:.1} MB = {:.2} × the file",
-            rss as f64 / 1e6,
-            rss as f64 / len as f64
-        );
+    // VRAMSCOPE_PICKLE_BEFORE: another build of this bench (an earlier
+    // commit's), measured on the same file beside this one.
+    let before = std::env::var_os("VRAMSCOPE_PICKLE_BEFORE").map(std::path::PathBuf::from);
+    let other = before
+        .as_deref()
+        .map(|b| (Some(b), "VRAMSCOPE_PICKLE_BEFORE"));
+    for (exe, what) in [(None, "this build")].into_iter().chain(other) {
+        if let Some(rss) = child_peak_rss(&path, exe) {
+            println!(
+                "peak RSS parsing it ({what}): {:.1} MB = {:.2} × the file",
+                rss as f64 / 1e6,
+                rss as f64 / len as f64
+            );
+        }
     }
     match python_loads(&path) {
         Some(py) => {

@@ -90,3 +90,52 @@ fn bad_input_names_the_line() {
         "{err}"
     );
 }
+
+/// Issue 16, item 3: with a recording, the capacity is the recorded GPU's
+/// (NVML's total), unless --capacity-gib says otherwise; --fraction caps
+/// reserved memory as set_per_process_memory_fraction does.
+#[test]
+fn capacity_comes_from_the_recording_and_fraction_caps_reserved() {
+    let rec = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/recordings/diag/gpt2-fast.start.vsrec"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["sim", "--trace", rec])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("capacity: 79.6 GiB (GPU 0's total"), "{err}");
+    assert!(
+        err.contains("14 of 14 recorded statistics samples match"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args([
+            "sim",
+            "--trace",
+            rec,
+            "--capacity-gib",
+            "1",
+            "--fraction",
+            "0.001",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("capacity:"), "the flag wins: {err}");
+    let ooms: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("out-of-memory requests in the replay: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(ooms > 0, "{err}");
+    for bad in ["0", "1.5", "-0.1", "nan"] {
+        let (ok, _, err) = sim(rec, &["--fraction", bad]);
+        assert!(
+            !ok && err.contains("--fraction") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+}

@@ -6,7 +6,7 @@
 //! events, rebuilt by the model; with `--frames ADDR`, the stacks that
 //! allocated and freed the block at ADDR.
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -15,6 +15,7 @@ use vramscope::collect::Hub;
 use vramscope::model::{ProcessKey, ViewOptions};
 use vramscope::ring::{Command, Outcome};
 use vramscope::snapfile::inputs::{self, Plan};
+use vramscope::snapfile::step::{self, Stepper, TraceStatus};
 use vramscope::snapfile::{self, Action, SnapshotFile, Totals};
 
 use super::dashboard::UiFlags;
@@ -75,29 +76,35 @@ pub fn run(args: Args) -> Result<()> {
         let report = Report::new(&file, &name, plan, hub.snapshot_at(last, &view), args.trace);
         return out::line(&serde_json::to_string_pretty(&report)?);
     }
-    // The dashboard: the file's times moved so that its last event is now.
-    let mut fed = inputs::inputs(&file, &name, plan);
-    let end = fed.last().map_or(0, |(t, _)| *t);
-    let now = vramscope::ring::monotonic_ns();
+    // The dashboard, at event N (--at) or the file's state; the trace is
+    // stepped through with keys, each step rebuilding the state.
     let hub = Arc::new(Hub::default());
-    for (_, input) in &mut fed {
-        vramscope::recording::retime(input, &|x| now.saturating_sub(end.saturating_sub(x)));
-    }
-    for (_, input) in fed {
-        hub.apply(input);
-    }
+    let mut stepper = Stepper::new(file, &name);
+    let at = plan.upto.unwrap_or(usize::MAX);
+    stepper.seek(&hub, at, vramscope::ring::monotonic_ns());
     let mut opts = args.view.options()?;
     opts.readonly = true;
     opts.initial_process.get_or_insert(inputs::KEY.pid);
     let driver = Arc::new(FileDriver {
         rt: vramscope::collect::runtime().context("starting the signal handler")?,
+        hub: hub.clone(),
+        stepper: Mutex::new(stepper),
     });
     vramscope::ui::run(hub, driver, None, opts)
 }
 
-/// A snapshot file cannot be sent commands; signals still end the dashboard.
+/// A snapshot file cannot be sent commands; signals still end the
+/// dashboard; its trace is stepped through on the dashboard's thread.
 struct FileDriver {
     rt: tokio::runtime::Runtime,
+    hub: Arc<Hub>,
+    stepper: Mutex<Stepper>,
+}
+
+impl FileDriver {
+    fn stepper(&self) -> std::sync::MutexGuard<'_, Stepper> {
+        self.stepper.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl vramscope::ui::Driver for FileDriver {
@@ -112,6 +119,13 @@ impl vramscope::ui::Driver for FileDriver {
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _guard = self.rt.enter();
         vramscope::collect::signals::forward(f);
+    }
+    fn trace(&self) -> Option<TraceStatus> {
+        Some(self.stepper().status())
+    }
+    fn seek(&self, at: usize) -> Option<TraceStatus> {
+        let now = vramscope::ring::monotonic_ns();
+        Some(self.stepper().seek(&self.hub, at, now))
     }
 }
 
@@ -129,7 +143,7 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<Vec<EventOut<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    stacks: Option<&'a [Vec<u32>]>,
+    stacks: Option<&'a snapfile::Stacks>,
     #[serde(skip_serializing_if = "Option::is_none")]
     frames: Option<&'a [snapfile::Frame]>,
 }
@@ -187,7 +201,7 @@ impl<'a> Report<'a> {
                 requested: t.entry.size,
                 device_free: t.entry.addr,
                 time_us: t.entry.time_us,
-                stack: stack_lines(file, t.entry.stack),
+                stack: step::stack_lines(file, t.entry.stack),
             })
             .collect();
         // `snapshot` entries (each `memory_snapshot()` call, the dump's own
@@ -226,21 +240,10 @@ impl<'a> Report<'a> {
                     })
                     .collect()
             }),
-            stacks: trace.then_some(&file.stacks[..]),
+            stacks: trace.then_some(&file.stacks),
             frames: trace.then_some(&file.frames[..]),
         }
     }
-}
-
-/// A stack as `file:line name` lines, innermost first.
-fn stack_lines(file: &SnapshotFile, stack: Option<u32>) -> Vec<String> {
-    stack
-        .map(|s| {
-            file.stack_frames(s)
-                .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `--frames ADDR`: the block's stack in the state, then every trace event
@@ -284,7 +287,7 @@ fn frames_text(file: &SnapshotFile, addr: u64) -> String {
 }
 
 fn push_stack(out: &mut String, file: &SnapshotFile, stack: Option<u32>) {
-    let lines = stack_lines(file, stack);
+    let lines = step::stack_lines(file, stack);
     if lines.is_empty() {
         out.push_str("    (no stack recorded)\n");
     }

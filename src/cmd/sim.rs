@@ -25,7 +25,7 @@ use vramscope::sim::{self, NullSink, Request, StepReport};
 use vramscope::ui::format::bytes;
 
 use super::out;
-use super::value::Gib;
+use super::value::{Fraction, Gib};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -43,14 +43,14 @@ pub struct Args {
     /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF.
     #[arg(long, value_name = "CONF")]
     conf: Option<String>,
-    /// Device memory in GiB (more than 0, at most 1048576).
-    #[arg(
-        long,
-        allow_negative_numbers = true,
-        default_value = "80",
-        value_name = "GIB"
-    )]
-    capacity_gib: Gib,
+    /// Device memory in GiB (more than 0, at most 1048576). Default: with a
+    /// recording, the total NVML reported for the process's GPU; else 80.
+    #[arg(long, allow_negative_numbers = true, value_name = "GIB")]
+    capacity_gib: Option<Gib>,
+    /// As torch.cuda.set_per_process_memory_fraction(F): reserved memory is
+    /// capped at F × the capacity (more than 0, at most 1).
+    #[arg(long, allow_negative_numbers = true, value_name = "F")]
+    fraction: Option<Fraction>,
     /// One JSON object per request.
     #[arg(long)]
     json: bool,
@@ -61,9 +61,10 @@ pub fn run(args: Args) -> Result<()> {
         Some(c) => sim::AllocConf::parse(c).with_context(|| format!("--conf {c:?}"))?,
         None => sim::AllocConf::default(),
     };
-    let cfg = sim::SimConfig {
+    let mut cfg = sim::SimConfig {
         alloc,
-        capacity: args.capacity_gib.bytes(),
+        capacity: args.capacity_gib.map_or(DEFAULT_CAPACITY, Gib::bytes),
+        memory_fraction: args.fraction.map(Fraction::get),
         ..sim::SimConfig::default()
     };
     let path = &args.trace;
@@ -91,7 +92,18 @@ pub fn run(args: Args) -> Result<()> {
         return printer.finish();
     }
     drop(file);
-    let (reqs, recorded) = from_recording(path, args.pid, args.device)?;
+    let FromRecording {
+        requests: reqs,
+        recorded,
+        capacity,
+    } = from_recording(path, args.pid, args.device)?;
+    if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
+        eprintln!(
+            "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
+            bytes(b)
+        );
+        cfg.capacity = b;
+    }
     let mut replay = sim::Replay::new(&cfg);
     let mut compare = Compare::default();
     for (req, rec) in reqs.iter().zip(&recorded) {
@@ -159,12 +171,45 @@ type Recorded = Vec<Option<Stats>>;
 /// The requests of one process of the recording at `path` (`pid`, else the
 /// one with the most events), and the statistics it reported after each.
 /// Two passes: counting, then keeping only that process's events.
-fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<(Vec<Request>, Recorded)> {
+/// Device memory when neither the flag nor the recording says (an H100).
+const DEFAULT_CAPACITY: u64 = 80 << 30;
+
+/// One process of a recording, ready to replay.
+struct FromRecording {
+    requests: Vec<Request>,
+    /// The statistics the process recorded, per request.
+    recorded: Recorded,
+    /// Its GPU's capacity when the recording's NVML readings show it on
+    /// exactly one GPU (bytes, NVML index).
+    capacity: Option<(u64, u32)>,
+}
+
+fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromRecording> {
     let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
+    // NVML index → total, and the NVML indices each host pid was seen on.
+    let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut seen_on: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
+    let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
-        if let Input::Events { key, events, .. } = input {
-            *counts.entry(key).or_default() += events.len() as u64;
+        match input {
+            Input::Events { key, events, .. } => {
+                *counts.entry(key).or_default() += events.len() as u64;
+            }
+            Input::Attach { key, identity, .. } => {
+                host_pid.insert(key, identity.host_pid);
+            }
+            Input::Machine { machine, .. } => {
+                for g in &machine.gpus {
+                    if let Some(t) = g.total {
+                        totals.insert(g.index, t);
+                    }
+                }
+                for p in &machine.processes {
+                    seen_on.entry(p.pid).or_default().insert(p.gpu);
+                }
+            }
+            _ => {}
         }
     }
     let chosen = match pid {
@@ -198,7 +243,18 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<(Vec<Req
             got.unknown_frees
         );
     }
-    Ok((got.requests, got.recorded))
+    let host = host_pid.get(&key).copied().unwrap_or(key.pid);
+    let gpu = match seen_on.get(&host) {
+        Some(gpus) if gpus.len() == 1 => gpus.first().copied(),
+        _ if totals.len() == 1 => totals.keys().next().copied(),
+        _ => None,
+    };
+    let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
+    Ok(FromRecording {
+        requests: got.requests,
+        recorded: got.recorded,
+        capacity,
+    })
 }
 
 /// A replay compared with what the recorded process reported, as it goes.

@@ -10,6 +10,7 @@
 //! | [`Count`]   | a whole number      | 1 to [`Count::MAX`]                         |
 //! | [`Index`]   | a whole number      | 0 to [`Index::MAX`]                         |
 //! | [`Runs`]    | a whole number      | 1 to 1000                                   |
+//! | [`Fraction`]| a share, decimals   | more than 0, at most 1                      |
 //! | [`TermSize`]| `COLSxROWS`         | 20x8 to 1000x500                            |
 //! | [`StepRange`]| `K..N`             | steps 0 to 2^32, K ≤ N                      |
 //!
@@ -230,6 +231,24 @@ impl FromStr for Count {
 impl fmt::Display for Count {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+/// A share of the device (`sim --fraction`, as
+/// `torch.cuda.set_per_process_memory_fraction`): more than 0, at most 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fraction(f64);
+
+impl Fraction {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for Fraction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        decimal(s, "the fraction", 0.0, true, 1.0).map(Fraction)
     }
 }
 

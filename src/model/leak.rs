@@ -456,6 +456,7 @@ impl LeakDetector {
     pub fn memory_bytes(&self) -> usize {
         self.floors.capacity() * 8
             + self.sizes.capacity() * (std::mem::size_of::<(u64, SizeEntry)>() + 1)
+            + self.period.memory_bytes()
     }
 
     /// The floor test over the analysed window. A floor of the run's first

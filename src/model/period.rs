@@ -90,6 +90,11 @@ impl PeriodFinder {
         self.period
     }
 
+    /// Heap bytes held (the window; the analysis's tables are temporary).
+    pub fn memory_bytes(&self) -> usize {
+        self.window.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
     /// An allocation of `size` bytes, after which `allocated` bytes are
     /// allocated; the allocated total may also change between allocations
     /// ([`on_value`](Self::on_value)). Returns the steps that ended: one at

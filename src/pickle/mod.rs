@@ -231,6 +231,71 @@ impl Doc {
             .map(|(_, v)| *v)
     }
 
+    /// Keeps only the elements of the lists (or tuples) `ids`, each element
+    /// mapped through `f`, and drops every other value: what a reader that
+    /// has taken what it needs from the rest keeps of the parse, without a
+    /// copy. The elements are rewritten where they are and moved down over
+    /// what is dropped; returns them and each sequence's `(start, len)` in
+    /// them, in the order of `ids` (an id that is not a sequence: empty).
+    pub fn into_seqs(self, ids: &[Id], f: impl Fn(Id) -> u32) -> (Vec<u32>, Vec<(u32, u32)>) {
+        let Doc {
+            nodes,
+            text,
+            mut elems,
+            own_elems,
+            pairs,
+            own_pairs,
+            offsets,
+            ..
+        } = self;
+        drop((text, pairs, own_pairs, offsets));
+        let mut runs: Vec<(u32, u32)> = Vec::with_capacity(ids.len());
+        let mut own = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            match nodes.get(id as usize) {
+                Some(
+                    Node::List(Run::Pool { start, len }) | Node::Tuple(Run::Pool { start, len }),
+                ) => runs.push((*start, *len)),
+                Some(Node::List(Run::Own(o)) | Node::Tuple(Run::Own(o))) => {
+                    own.push((i, *o as usize));
+                    runs.push((0, 0));
+                }
+                _ => runs.push((0, 0)),
+            }
+        }
+        drop(nodes);
+        // Mapped and moved down over what is dropped, in the order the runs
+        // lie (reading always at or after writing).
+        let mut order: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].1 > 0).collect();
+        order.sort_unstable_by_key(|&i| runs[i].0);
+        let mut to = 0usize;
+        // (old start, new start) of the run moved last: a run named twice
+        // is moved once.
+        let mut last: Option<(u32, u32)> = None;
+        for i in order {
+            let (start, len) = runs[i];
+            if let Some((_, moved)) = last.filter(|l| l.0 == start) {
+                runs[i] = (moved, len);
+                continue;
+            }
+            for k in 0..len as usize {
+                elems[to + k] = f(elems[start as usize + k]);
+            }
+            last = Some((start, to as u32));
+            runs[i] = (to as u32, len);
+            to += len as usize;
+        }
+        elems.truncate(to);
+        for (i, o) in own {
+            let start = elems.len() as u32;
+            elems.extend(own_elems[o].iter().map(|e| f(*e)));
+            runs[i] = (start, elems.len() as u32 - start);
+        }
+        drop(own_elems);
+        elems.shrink_to_fit();
+        (elems, runs)
+    }
+
     /// Python's type name of a value, for messages.
     pub fn type_name(&self, id: Id) -> &'static str {
         match self.value(id) {

@@ -147,3 +147,47 @@ fn values_beyond_four_times_the_file_are_refused() {
     let e = err(&p);
     assert!(e.why.contains("a bomb"), "{e}");
 }
+
+#[test]
+fn into_seqs_keeps_only_the_lists_asked_for_mapped_in_place() {
+    // [[1, 2], [3], [4, 5, 6]] with protocol 2 opcodes: a list of three
+    // lists, each filled with MARK ... APPENDS.
+    let mut p = vec![0x80, 2, b']', b'('];
+    p.extend([b']', b'(', b'K', 1, b'K', 2, b'e']);
+    p.extend([b']', b'(', b'K', 3, b'e']);
+    p.extend([b']', b'(', b'K', 4, b'K', 5, b'K', 6, b'e']);
+    p.extend([b'e', b'.']);
+    let d = ok(&p);
+    let outer = d.as_seq(d.root()).unwrap().to_vec();
+    let want: Vec<Vec<i64>> = [outer[2], outer[0], outer[2]]
+        .iter()
+        .map(|&l| {
+            d.as_seq(l)
+                .unwrap()
+                .iter()
+                .map(|&i| d.as_int(i).unwrap())
+                .collect()
+        })
+        .collect();
+    // The third list, the first, the third again, and the root's integer
+    // (not a list: empty); each element mapped to its value times ten.
+    let ints: Vec<i64> = (0..d.len() as u32)
+        .map(|i| d.as_int(i).unwrap_or(-1))
+        .collect();
+    let (pool, runs) = d.into_seqs(&[outer[2], outer[0], outer[2], 3], |e| {
+        (ints[e as usize] * 10) as u32
+    });
+    let got: Vec<Vec<i64>> = runs[..3]
+        .iter()
+        .map(|&(s, n)| {
+            pool[s as usize..(s + n) as usize]
+                .iter()
+                .map(|&x| x as i64 / 10)
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(runs[3].1, 0);
+    // Only the lists asked for are kept (the root's elements are not).
+    assert_eq!(pool.len(), 5);
+}

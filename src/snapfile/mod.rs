@@ -37,6 +37,7 @@
 //! named by index everywhere else.
 
 pub mod inputs;
+pub mod step;
 pub mod write;
 
 use std::collections::HashMap;
@@ -156,6 +157,65 @@ pub struct TraceEntry {
     pub stack: Option<u32>,
 }
 
+/// Stacks: each a run of indices into [`SnapshotFile::frames`] in one
+/// shared vector (read from a file: the parse's own list elements,
+/// rewritten in place, not a copy). Serialized as a list of lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stacks {
+    frames: Vec<u32>,
+    runs: Vec<(u32, u32)>,
+}
+
+impl Stacks {
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The frame indices of stack `id`, innermost first.
+    pub fn get(&self, id: u32) -> Option<&[u32]> {
+        let (start, len) = *self.runs.get(id as usize)?;
+        self.frames
+            .get(start as usize..(start as usize + len as usize))
+    }
+
+    /// Adds a stack; returns its id.
+    pub fn push(&mut self, frames: &[u32]) -> u32 {
+        let start = self.frames.len() as u32;
+        self.frames.extend_from_slice(frames);
+        self.runs.push((start, frames.len() as u32));
+        self.runs.len() as u32 - 1
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        (0..self.runs.len() as u32).filter_map(|i| self.get(i))
+    }
+
+    /// Heap bytes held.
+    pub fn memory_bytes(&self) -> usize {
+        self.frames.capacity() * 4 + self.runs.capacity() * 8
+    }
+}
+
+impl FromIterator<Vec<u32>> for Stacks {
+    fn from_iter<I: IntoIterator<Item = Vec<u32>>>(iter: I) -> Stacks {
+        let mut s = Stacks::default();
+        for v in iter {
+            s.push(&v);
+        }
+        s
+    }
+}
+
+impl Serialize for Stacks {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(self.iter())
+    }
+}
+
 /// What a file held, with the keys that tell its release apart.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SnapshotFile {
@@ -164,7 +224,7 @@ pub struct SnapshotFile {
     pub traces: Vec<Vec<TraceEntry>>,
     pub frames: Vec<Frame>,
     /// Each a list of indices into `frames`, innermost first.
-    pub stacks: Vec<Vec<u32>>,
+    pub stacks: Stacks,
     /// `allocator_settings`, as `key = value` text, in the file's order.
     pub allocator_settings: Vec<(String, String)>,
     /// Entries of `external_annotations`.
@@ -212,8 +272,8 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    if let Ok(snap) = from_doc(&doc) {
-        return Ok(snap);
+    if let Ok(read) = convert(&doc) {
+        return Ok(read.finish(doc));
     }
     drop(doc);
     // The shape is wrong: read again, keeping offsets, to say where.
@@ -222,8 +282,8 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let (at, why, node) = match from_doc(&doc) {
-        Ok(snap) => return Ok(snap),
+    let (at, why, node) = match convert(&doc) {
+        Ok(read) => return Ok(read.finish(doc)),
         Err(e) => e,
     };
     Err(SnapError::Shape {
@@ -238,7 +298,7 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
 /// no path.
 pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
     let doc = pickle::parse_slice(bytes).map_err(|e| e.to_string())?;
-    from_doc(&doc).map_err(|(at, why, _)| format!("at {at}: {why}"))
+    from_doc(doc).map_err(|(at, why, _)| format!("at {at}: {why}"))
 }
 
 /// Where in the file's structure, what is wrong there, and the value.
@@ -272,20 +332,56 @@ struct Reader<'a> {
     out: SnapshotFile,
     frames: IdMap,
     stacks: IdMap,
+    /// The list of each stack, by stack id (its frames are taken from
+    /// the parse at the end, not copied).
+    stack_lists: Vec<Id>,
     blocks: usize,
 }
 
-/// The snapshot a parsed pickle holds.
-pub fn from_doc(doc: &Doc) -> Result<SnapshotFile, ShapeError> {
+/// The snapshot a parsed pickle holds (the pickle's values are dropped as
+/// soon as they are read, their stacks' elements kept in place).
+pub fn from_doc(doc: Doc) -> Result<SnapshotFile, ShapeError> {
+    Ok(convert(&doc)?.finish(doc))
+}
+
+/// A file read, but for its stacks, which are still the parse's lists.
+struct Converted {
+    file: SnapshotFile,
+    stack_lists: Vec<Id>,
+    frames: IdMap,
+}
+
+impl Converted {
+    /// The stacks, from the parse's own lists (their elements rewritten
+    /// as frame indices where they lie); everything else of the parse
+    /// dropped.
+    fn finish(self, doc: Doc) -> SnapshotFile {
+        let Converted {
+            mut file,
+            stack_lists,
+            frames,
+        } = self;
+        let (pool, runs) = doc.into_seqs(&stack_lists, |f| frames.get(&f).copied().unwrap_or(0));
+        file.stacks = Stacks { frames: pool, runs };
+        file
+    }
+}
+
+fn convert(doc: &Doc) -> Result<Converted, ShapeError> {
     let mut r = Reader {
         doc,
         out: SnapshotFile::default(),
         frames: IdMap::default(),
         stacks: IdMap::default(),
+        stack_lists: Vec::new(),
         blocks: 0,
     };
     r.root()?;
-    Ok(r.out)
+    Ok(Converted {
+        file: r.out,
+        stack_lists: r.stack_lists,
+        frames: r.frames,
+    })
 }
 
 fn shape(node: Id, at: impl Into<String>, why: impl Into<String>) -> ShapeError {
@@ -511,12 +607,11 @@ impl<'a> Reader<'a> {
         if list.is_empty() {
             return Ok(None);
         }
-        let mut stack = Vec::with_capacity(list.len());
         for (i, &f) in list.iter().enumerate() {
-            stack.push(self.frame(f, at, i)?);
+            self.frame(f, at, i)?;
         }
-        let n = self.out.stacks.len() as u32;
-        self.out.stacks.push(stack);
+        let n = self.stack_lists.len() as u32;
+        self.stack_lists.push(frames);
         self.stacks.insert(frames, n);
         Ok(Some(n))
     }
@@ -705,7 +800,7 @@ impl SnapshotFile {
     /// The frames of stack `id`, innermost first.
     pub fn stack_frames(&self, id: u32) -> impl Iterator<Item = &Frame> {
         self.stacks
-            .get(id as usize)
+            .get(id)
             .into_iter()
             .flatten()
             .filter_map(|f| self.frames.get(*f as usize))

@@ -155,8 +155,8 @@ impl<W: Write> Pickler<W> {
         if let Some(&i) = self.stacks.get(&s) {
             return self.get(i);
         }
-        let frames = file.stacks.get(s as usize).cloned().unwrap_or_default();
-        let me = self.list(&frames, |p, &f| {
+        let frames = file.stacks.get(s).unwrap_or_default();
+        let me = self.list(frames, |p, &f| {
             if let Some(&i) = p.frames.get(&f) {
                 return p.get(i);
             }

@@ -20,6 +20,7 @@ use crate::collect::{ProcessEntry, Snapshot};
 use crate::demo::DemoStatus;
 use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
 use crate::ring::{Command, Outcome};
+use crate::snapfile::step::TraceStatus;
 
 use super::blockmap;
 use super::format;
@@ -77,6 +78,9 @@ pub enum Effect {
     },
     DemoSpeed(f64),
     DemoTogglePause,
+    /// Rebuild the state at this event of the snapshot file's trace
+    /// ([`super::Driver::seek`]); the answer goes to [`App::set_trace`].
+    Seek(usize),
 }
 
 /// Write one frame after a delay, then quit.
@@ -179,6 +183,10 @@ pub struct App {
     pub action: Option<ActionState>,
     /// The running demo, as last read.
     pub demo: Option<DemoStatus>,
+    /// The snapshot file's trace, where the state is in it (`open FILE`).
+    pub trace: Option<TraceStatus>,
+    /// The stack overlay of the trace's event is up.
+    pub trace_stacks: bool,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
     /// One line for the footer (errors, hints), shown until
@@ -208,6 +216,8 @@ impl App {
             process: ProcessState::default(),
             action: None,
             demo: None,
+            trace: None,
+            trace_stacks: false,
             paused: false,
             message: None,
             message_until_ns: 0,
@@ -269,7 +279,7 @@ impl App {
     /// The overview table's data rows (for clicks).
     pub fn table_body(&self) -> Rect {
         let rows = self.rows().len();
-        layout::table_body(self.size, self.demo.is_some(), &self.snap.machine, rows)
+        layout::table_body(self.size, self.caption(), &self.snap.machine, rows)
     }
 
     /// Data rows the overview table shows at once.
@@ -288,7 +298,7 @@ impl App {
             Some(TimelineRequest {
                 from_ns,
                 to_ns,
-                columns: layout::timeline_columns(self.size, self.demo.is_some()),
+                columns: layout::timeline_columns(self.size, self.caption()),
             })
         } else {
             self.overview_timeline()
@@ -301,7 +311,7 @@ impl App {
         } else if !self.process.event_filter.is_empty() {
             usize::MAX
         } else {
-            let rows = layout::pane_rows(self.size, self.demo.is_some(), Pane::Events).max(20);
+            let rows = layout::pane_rows(self.size, self.caption(), Pane::Events).max(20);
             self.process.event_scroll + 2 * rows + 64
         };
         ViewOptions {
@@ -315,7 +325,7 @@ impl App {
     /// the last [`history::WINDOW_NS`], one column per plot cell.
     fn overview_timeline(&self) -> Option<TimelineRequest> {
         let rows = self.rows().len();
-        let body = layout::screen(self.size, self.demo.is_some()).body;
+        let body = layout::screen(self.size, self.caption()).body;
         let band = layout::overview(body, &self.snap.machine, rows).history;
         let spark = self.columns().cols().any(|c| c == Col::History);
         if band.is_none() && !spark {
@@ -347,6 +357,26 @@ impl App {
         self.note_nvml_after();
         self.update_confirm();
         self.dirty = true;
+    }
+
+    /// The caption band is shown: a demo's, or a snapshot file's trace.
+    pub fn caption(&self) -> bool {
+        self.demo.is_some() || self.trace.is_some()
+    }
+
+    pub fn set_trace(&mut self, status: Option<TraceStatus>) {
+        if self.trace != status {
+            self.trace = status;
+            self.dirty = true;
+        }
+    }
+
+    /// Steps through the trace to event `at` (clamped to it).
+    fn seek(&mut self, at: impl FnOnce(&TraceStatus) -> usize) -> Vec<Effect> {
+        match &self.trace {
+            Some(s) => vec![Effect::Seek(at(s).min(s.total))],
+            None => vec![],
+        }
     }
 
     pub fn set_demo_status(&mut self, status: Option<DemoStatus>) {
@@ -708,9 +738,15 @@ impl App {
         if self.modules.is_some() {
             return vec![Context::Always, Context::Modules];
         }
+        if self.trace_stacks {
+            return vec![Context::Always, Context::Stacks, Context::Trace];
+        }
         let mut c = vec![Context::Always];
         if matches!(self.action, Some(ActionState::Done(_))) {
             c.push(Context::Report);
+        }
+        if self.trace.is_some() {
+            c.push(Context::Trace);
         }
         c.push(Context::Global);
         c.push(match self.screen {
@@ -834,6 +870,13 @@ impl App {
                 self.say("empty_cache cancelled");
             }
             A::CloseReport => self.action = None,
+            A::TraceStep(d) => {
+                return self.seek(|s| s.at.saturating_add_signed(d as isize));
+            }
+            A::TraceFirst => return self.seek(|_| 0),
+            A::TraceLast => return self.seek(|s| s.total),
+            A::TraceStacks => self.trace_stacks = !self.trace_stacks,
+            A::CloseStacks => self.trace_stacks = false,
             A::SelectUp
             | A::SelectDown
             | A::SelectPageUp
@@ -1014,7 +1057,7 @@ impl App {
 
     /// Rows a page key scrolls in the process view.
     fn pane_page(&self) -> usize {
-        layout::pane_rows(self.size, self.demo.is_some(), self.process.pane).max(1)
+        layout::pane_rows(self.size, self.caption(), self.process.pane).max(1)
     }
 
     /// Rows a page key moves the overview's selection.

@@ -118,8 +118,12 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         Screen::Overview => Context::Overview,
         Screen::Process => Context::Process,
     };
+    let trace = app.trace.as_ref().map(|_| Context::Trace);
     let hints = keys::footer(
-        &[screen, Context::Global],
+        &[Some(screen), Some(Context::Global), trace]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
         app.config.readonly,
         app.demo.as_ref().is_some_and(|d| !d.replay),
     );

@@ -9,11 +9,13 @@ use ratatui::Frame;
 use super::keys;
 use super::theme::Theme;
 
-/// The overlay; `readonly` marks the process actions as off.
-pub fn render(frame: &mut Frame, area: Rect, readonly: bool, t: &Theme) {
+/// The overlay; `readonly` marks the process actions as off; `trace`
+/// adds the keys of a snapshot file's trace.
+pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Theme) {
     let ro = readonly;
     let mut rows: Vec<(&str, &str, bool)> = Vec::new();
-    for section in keys::HELP_SECTIONS {
+    let extra = trace.then_some(keys::Context::Trace);
+    for section in keys::HELP_SECTIONS.into_iter().chain(extra) {
         rows.push((section.title(), "", false));
         rows.extend(keys::help(section));
     }

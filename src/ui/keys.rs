@@ -80,6 +80,15 @@ pub enum Action {
     ModulesReverse,
     ModulesUp,
     ModulesDown,
+    /// A snapshot file's trace: this many events forward (back if negative).
+    TraceStep(i32),
+    /// Before the trace's first event.
+    TraceFirst,
+    /// The file's own state, after the last event.
+    TraceLast,
+    /// The stack overlay of the event (toggle).
+    TraceStacks,
+    CloseStacks,
 }
 
 impl Action {
@@ -107,6 +116,10 @@ pub enum Context {
     Modules,
     /// A finished command's report is shown (it does not take other keys).
     Report,
+    /// A snapshot file's trace is shown (`open FILE`).
+    Trace,
+    /// The stack overlay is up (stepping keys still count).
+    Stacks,
     Global,
     Overview,
     Process,
@@ -126,6 +139,8 @@ impl Context {
             Context::Legend => "Legend",
             Context::Modules => "By module",
             Context::Report => "Report",
+            Context::Trace => "Snapshot file",
+            Context::Stacks => "Stacks",
         }
     }
 }
@@ -239,7 +254,10 @@ impl Binding {
 }
 
 use Action as A;
-use Context::{Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report};
+use Context::{
+    Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report, Stacks,
+    Trace,
+};
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
 };
@@ -272,6 +290,20 @@ pub const KEYS: &[Binding] = &[
     bind(Modules, &[k(Down), c('j')], A::ModulesDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
+    // The stack overlay (stepping keys go on to the trace's).
+    bind(Stacks, &[k(Esc), c('t'), c('q')], A::CloseStacks),
+    // A snapshot file's trace (before Global: its [ ] are not the demo's).
+    bind(Trace, &[c(']')], A::TraceStep(1))
+        .help("[ ]", "event back / forward")
+        .hint("[ ]", "step", 0),
+    bind(Trace, &[c('[')], A::TraceStep(-1)),
+    bind(Trace, &[c('}')], A::TraceStep(100)).help("{ }", "100 events back / forward"),
+    bind(Trace, &[c('{')], A::TraceStep(-100)),
+    bind(Trace, &[k(Home)], A::TraceFirst).help("Home End", "first event / the file's state"),
+    bind(Trace, &[k(End)], A::TraceLast),
+    bind(Trace, &[c('t')], A::TraceStacks)
+        .help("t", "stacks of the event and its block")
+        .hint("t", "stacks", 0),
     // Global.
     bind(Global, &[c('q')], A::Quit)
         .help("q Ctrl-C", "quit")

@@ -65,6 +65,7 @@ pub mod svg;
 pub mod terminal;
 pub mod theme;
 pub mod timeline;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
@@ -85,6 +86,7 @@ use crate::collect::Hub;
 use crate::demo::{DemoControl, DemoStatus};
 use crate::model::ProcessKey;
 use crate::ring::{Command, Outcome};
+use crate::snapfile::step::TraceStatus;
 
 /// How the dashboard runs (the CLI fills this in).
 #[derive(Debug, Clone)]
@@ -164,6 +166,16 @@ pub trait Driver: Send + Sync {
     );
     /// Calls `f` on every SIGINT, SIGTERM and SIGHUP from now on.
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>);
+    /// A snapshot file's trace: where the hub's state is in it (None: the
+    /// hub shows no file).
+    fn trace(&self) -> Option<TraceStatus> {
+        None
+    }
+    /// Rebuilds the hub's state at event `at` of the file's trace; returns
+    /// where it now is (None: no trace to step through).
+    fn seek(&self, _at: usize) -> Option<TraceStatus> {
+        None
+    }
 }
 
 /// The real driver: the collector running on its own runtime.
@@ -234,7 +246,8 @@ pub fn run(
     demo: Option<Arc<dyn DemoHandle>>,
     opts: UiOptions,
 ) -> Result<()> {
-    let app = App::new(app_config(&opts, no_color_env()));
+    let mut app = App::new(app_config(&opts, no_color_env()));
+    app.set_trace(driver.trace());
     let shots_dir = opts.screenshot_dir.unwrap_or_else(|| PathBuf::from("."));
     run::Dashboard::new(hub, driver, demo, opts.mouse, shots_dir, opts.size)?.run(app)
 }
@@ -242,10 +255,12 @@ pub fn run(
 /// Draws the whole screen for `app`.
 pub fn draw(frame: &mut Frame, app: &App) {
     let t = &app.config.theme;
-    let areas = layout::screen(frame.area(), app.demo.is_some());
+    let areas = layout::screen(frame.area(), app.caption());
     bars::render_header(frame, areas.header, app);
-    if let (Some(c), Some(d)) = (areas.caption, &app.demo) {
-        bars::render_caption(frame, c, d, t);
+    match (areas.caption, &app.demo, &app.trace) {
+        (Some(c), Some(d), _) => bars::render_caption(frame, c, d, t),
+        (Some(c), None, Some(s)) => trace::render_caption(frame, c, s, t),
+        _ => {}
     }
     match app.screen {
         Screen::Overview => overview::render(frame, areas.body, &app.snap, &app.overview, t),
@@ -256,7 +271,16 @@ pub fn draw(frame: &mut Frame, app: &App) {
         popup::render(frame, areas.body, action, t);
     }
     if app.help {
-        help::render(frame, frame.area(), app.config.readonly, t);
+        help::render(
+            frame,
+            frame.area(),
+            app.config.readonly,
+            app.trace.is_some(),
+            t,
+        );
+    }
+    if let (true, Some(s)) = (app.trace_stacks, &app.trace) {
+        trace::render_stacks(frame, areas.body, s, t);
     }
     if let Some(scroll) = app.legend {
         legend::render(frame, frame.area(), scroll, t);

@@ -193,6 +193,12 @@ impl Dashboard {
                         app.set_demo_status(Some(d.status()));
                     }
                 }
+                Effect::Seek(at) => {
+                    if let Some(s) = self.driver.seek(at) {
+                        app.set_trace(Some(s));
+                        refresh = true;
+                    }
+                }
                 Effect::DemoTogglePause => {
                     if let Some(d) = &self.demo {
                         d.toggle_pause();
