@@ -153,7 +153,9 @@ impl EventSink for RingSink<'_> {
             | EventKind::SnapshotSegment { .. }
             | EventKind::SnapshotBlock { .. }
             | EventKind::SnapshotEnd { .. }
-            | EventKind::Marker { .. } => 0,
+            | EventKind::Marker { .. }
+            | EventKind::StringChunk { .. }
+            | EventKind::Context { .. } => 0,
             _ => 1,
         };
         if matches!(e.kind, EventKind::Stats { .. }) {

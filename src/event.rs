@@ -70,6 +70,37 @@ impl CtxTag {
     }
 }
 
+impl EventKind {
+    /// The STRING records defining string `id` as `text` (FORMAT.md: cut
+    /// at 4096 bytes on a character boundary, chunks of 32 bytes).
+    pub fn string_chunks(id: u32, text: &str) -> Vec<EventKind> {
+        let mut end = text.len().min(4096);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = &text.as_bytes()[..end];
+        let chunks = text.chunks(32).map(Some);
+        let chunks: Vec<Option<&[u8]>> = if text.is_empty() {
+            vec![None]
+        } else {
+            chunks.collect()
+        };
+        (chunks.into_iter().enumerate())
+            .map(|(i, c)| {
+                let mut bytes = [0u8; 32];
+                let c = c.unwrap_or_default();
+                bytes[..c.len()].copy_from_slice(c);
+                EventKind::StringChunk {
+                    id,
+                    len: end as u32,
+                    offset: i as u32 * 32,
+                    bytes,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Where a state snapshot or a statistics sample sits in a device ring
 /// (FORMAT.md, "Positions"): records of ring `ring` at positions below
 /// `before` are reflected in it, those at `after` and above are not.

@@ -100,6 +100,36 @@ fn leak_is_flagged_with_the_growing_size() {
     assert!(top
         .iter()
         .any(|s| s["live_growth_per_step"].as_f64().unwrap() >= 1.0));
+
+    // Attribution through the ring: the simulated job names its layers and
+    // phases. The rows add up to the allocated bytes; each layer holds its
+    // weight, its gradient and one 16 MiB validation activation per step.
+    let a = &r["process"]["view"]["attribution"];
+    assert_eq!(u(a, "/step"), 16);
+    let rows = a["by_module"].as_array().unwrap();
+    let sum: u64 = rows.iter().map(|m| m["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(sum, u(&r, "/process/view/figures/allocated"));
+    const MIB: u64 = 1 << 20;
+    for l in 0..12 {
+        let m = rows
+            .iter()
+            .find(|m| m["module"] == format!("model.layers.{l}"))
+            .unwrap_or_else(|| panic!("layer {l} in {a}"));
+        let bytes = m["bytes"].as_u64().unwrap();
+        assert!(bytes >= 2 * 48 * MIB + 16 * 16 * MIB, "{m}");
+        assert!(bytes < 2 * 48 * MIB + 16 * 16 * MIB + MIB, "{m}");
+    }
+    let phase = |p: &str| {
+        let row = a["by_phase"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["phase"] == p);
+        row.map_or(0, |r| r["bytes"].as_u64().unwrap())
+    };
+    // Adam's state: twice the weights; the leaked graph: forward.
+    assert!(phase("optimizer") >= 2 * 12 * 48 * MIB);
+    assert!(phase("forward") >= 16 * 12 * 16 * MIB);
 }
 
 #[test]

@@ -242,3 +242,104 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("400 of 400"));
 }
+
+/// The demo's `leak` scenario as a recording (its events in batches of 64,
+/// as a collector delivers them).
+fn leak_recording(path: &std::path::Path) {
+    use vramscope::input::Input;
+    use vramscope::model::ProcessKey;
+    use vramscope::sim::{Scenario, ScenarioRunner};
+    let mut events = Vec::new();
+    ScenarioRunner::new(Scenario::by_name("leak").unwrap()).run_to_end(&mut events);
+    let key = ProcessKey {
+        pid: 4242,
+        start_time: 1,
+    };
+    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    for (i, batch) in events.chunks(64).enumerate() {
+        let input = Input::Events {
+            key,
+            events: batch.to_vec(),
+            delivered: (i * 64 + batch.len()) as u64,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        };
+        rec.write(batch[0].time_ns, &input).unwrap();
+    }
+    rec.finish().unwrap();
+}
+
+#[test]
+fn replay_diff_names_what_a_step_left_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("leak.vsrec");
+    leak_recording(&rec);
+    const MIB: u64 = 1 << 20;
+    let out = bin()
+        .args(["replay", "--json", "--diff", "3..10"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&succeeded(out).stdout).unwrap();
+    let p = &v[0];
+    assert_eq!(p["reached"], true, "{p}");
+    assert_eq!((p["born"].as_u64(), p["at"].as_u64()), (Some(3), Some(10)));
+    // Step 3's validation graph stays alive: one 16 MiB activation per
+    // layer, its 4 MiB input and the 4-byte loss; nothing else of step 3
+    // (its gradients died at step 4's zero_grad).
+    let rows = p["rows"].as_array().unwrap();
+    let layers: Vec<&Value> = (rows.iter())
+        .filter(|r| r["module"].as_str().unwrap().starts_with("model.layers."))
+        .collect();
+    assert_eq!(layers.len(), 12, "{rows:?}");
+    for r in &layers {
+        assert_eq!(r["phase"], "forward");
+        assert_eq!(
+            (r["size"].as_u64(), r["blocks"].as_u64()),
+            (Some(16 * MIB), Some(1))
+        );
+    }
+    let rest: Vec<(String, String, u64)> = (rows.iter())
+        .filter(|r| !r["module"].as_str().unwrap().starts_with("model.layers."))
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("module"), s("phase"), r["size"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        rest,
+        vec![
+            (String::new(), "unknown".into(), 4 * MIB),
+            ("model.head".into(), "forward".into(), 4),
+        ]
+    );
+    // The table; a step the recording never reached.
+    let out = bin()
+        .args(["replay", "--diff", "3..10"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(succeeded(out).stdout).unwrap();
+    assert!(
+        text.contains("born in step 3 and alive at the end of step 10"),
+        "{text}"
+    );
+    assert!(text.contains("model.layers.11"), "{text}");
+    let out = bin()
+        .args(["replay", "--diff", "3..99"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(succeeded(out).stdout).unwrap();
+    assert!(
+        text.contains("step 99 not reached (last step: 16)"),
+        "{text}"
+    );
+    let out = bin()
+        .args(["replay", "--diff", "9..3"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

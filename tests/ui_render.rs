@@ -417,3 +417,28 @@ fn the_timeline_marks_where_watching_began_mid_run() {
     let f = frame(&process_app(&fx, "leak", 120, 40, Pane::Timeline));
     assert!(!f.contains("mid-run") && !f.contains('┆'), "{f}");
 }
+
+#[test]
+fn by_module_overlay() {
+    use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+    use vramscope::ui::app::AppEvent;
+    let press = |app: &mut App, code| {
+        app.handle(AppEvent::Input(Event::Key(KeyEvent::new(
+            code,
+            KeyModifiers::NONE,
+        ))));
+    };
+    // The leak scenario names its layers: M opens the table, o sorts by
+    // module name, Esc closes.
+    let mut app = process_app(&FX, "leak", 100, 30, Pane::Timeline);
+    press(&mut app, KeyCode::Char('M'));
+    snapshot_showing("by_module_100x30", &app, "model.layers.11");
+    let f = frame(&app);
+    assert!(f.contains("forward") && f.contains("optimizer"), "{f}");
+    press(&mut app, KeyCode::Char('o'));
+    let f = frame(&app);
+    let first = f.find("model.head").unwrap();
+    assert!(first < f.find("model.layers.0").unwrap(), "{f}");
+    press(&mut app, KeyCode::Esc);
+    assert!(!frame(&app).contains("By module"));
+}

@@ -13,7 +13,7 @@ use vramscope::recording::Replayer;
 
 use super::dashboard::UiFlags;
 use super::out;
-use super::value::Speed;
+use super::value::{Speed, StepRange};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -28,6 +28,10 @@ pub struct Args {
     /// Watch the recording in the dashboard, at --speed (default 1).
     #[arg(long)]
     ui: bool,
+    /// Step diff: what each process allocated in step K that is still
+    /// alive when its step N ends, by module, phase and size (`3..8`).
+    #[arg(long, value_name = "K..N", conflicts_with_all = ["ui", "speed"])]
+    diff: Option<StepRange>,
     #[command(flatten)]
     view: UiFlags,
 }
@@ -107,6 +111,9 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
 
 pub fn run(args: Args) -> Result<()> {
     let reader = Replayer::open(&args.file)?;
+    if let Some(range) = args.diff {
+        return diff::run(reader, range, args.json);
+    }
     if args.ui {
         let speed = args.speed.map_or(1.0, Speed::factor);
         let mut opts = args.view.options()?;
@@ -139,5 +146,176 @@ pub fn run(args: Args) -> Result<()> {
             args.file.display()
         );
         out::print(&super::snapshot::table(&snap))
+    }
+}
+
+/// `replay --diff K..N`.
+mod diff {
+    use std::collections::BTreeMap;
+    use std::fmt::Write;
+
+    use anyhow::Result;
+    use serde::Serialize;
+
+    use vramscope::collect::Hub;
+    use vramscope::event::EventKind;
+    use vramscope::input::Input;
+    use vramscope::model::attrib::{step_diff, StepDiff};
+    use vramscope::model::{ProcessKey, ViewOptions};
+    use vramscope::recording::Replayer;
+    use vramscope::ui::format::bytes;
+
+    use super::super::out;
+    use super::StepRange;
+
+    /// One process's answer.
+    #[derive(Debug, Serialize)]
+    struct ProcessDiff {
+        key: ProcessKey,
+        /// Step N was seen and ended (or the recording ended in it).
+        reached: bool,
+        /// The last step seen.
+        last_step: Option<u64>,
+        #[serde(flatten)]
+        diff: Option<StepDiff>,
+    }
+
+    /// Plays the recording as fast as it can, splitting each batch of
+    /// events after its step boundaries: when a boundary moves a process
+    /// off step N, its blocks are those of the end of step N (a boundary
+    /// changes no block), and the diff is taken there.
+    pub(super) fn run(mut reader: Replayer, range: StepRange, json: bool) -> Result<()> {
+        let hub = Hub::default();
+        let mut taken: BTreeMap<ProcessKey, StepDiff> = BTreeMap::new();
+        let mut keys: Vec<ProcessKey> = Vec::new();
+        let mut last_ns = 0;
+        let take = |hub: &Hub, key: ProcessKey, now: u64| {
+            let opts = ViewOptions {
+                block_map: true,
+                recent_events: 0,
+                timeline: None,
+            };
+            let snap = hub.snapshot_at(now, &opts);
+            let view = snap.processes.iter().find(|p| p.view.key == key)?;
+            let mut d = step_diff(&view.view, range.from);
+            d.at = Some(range.to);
+            Some(d)
+        };
+        while let Some((t, input)) = reader.next_input()? {
+            last_ns = t;
+            let Input::Events {
+                key,
+                events,
+                delivered,
+                lost,
+                lost_now,
+                at,
+            } = input
+            else {
+                hub.apply(input);
+                continue;
+            };
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+            let mut start = 0;
+            while start < events.len() {
+                let end = (events[start..].iter())
+                    .position(|e| matches!(e.kind, EventKind::Marker { .. }))
+                    .map_or(events.len(), |i| start + i + 1);
+                let before = hub.step(key);
+                hub.apply(Input::Events {
+                    key,
+                    events: events[start..end].to_vec(),
+                    delivered,
+                    lost,
+                    lost_now: if end == events.len() { lost_now } else { 0 },
+                    at: at.get(start..end).map(<[_]>::to_vec).unwrap_or_default(),
+                });
+                start = end;
+                if before == Some(range.to) && hub.step(key) != before && !taken.contains_key(&key)
+                {
+                    if let Some(d) = take(&hub, key, t) {
+                        taken.insert(key, d);
+                    }
+                }
+            }
+        }
+        let mut all = Vec::new();
+        for key in keys {
+            let last_step = hub.step(key);
+            let diff = match taken.remove(&key) {
+                Some(d) => Some(d),
+                // The recording ended in step N.
+                None if last_step == Some(range.to) => take(&hub, key, last_ns),
+                None => None,
+            };
+            all.push(ProcessDiff {
+                key,
+                reached: diff.is_some(),
+                last_step,
+                diff,
+            });
+        }
+        if json {
+            return out::line(&serde_json::to_string_pretty(&all)?);
+        }
+        out::print(&table(&all, range))
+    }
+
+    fn table(all: &[ProcessDiff], range: StepRange) -> String {
+        let mut o = String::new();
+        if all.is_empty() {
+            let _ = writeln!(o, "no process in the recording");
+        }
+        for p in all {
+            let Some(d) = &p.diff else {
+                let last = p.last_step.map_or("none".to_string(), |s| s.to_string());
+                let _ = writeln!(
+                    o,
+                    "pid {}: step {} not reached (last step: {last})",
+                    p.key.pid, range.to
+                );
+                continue;
+            };
+            let _ = writeln!(
+                o,
+                "pid {}: born in step {} and alive at the end of step {}: {} in {} blocks",
+                p.key.pid,
+                range.from,
+                range.to,
+                bytes(d.bytes),
+                d.blocks
+            );
+            if d.rows.is_empty() {
+                continue;
+            }
+            let width = (d.rows.iter())
+                .map(|r| r.module.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(12);
+            let _ = writeln!(
+                o,
+                "  {:<width$}  {:<9}  {:>10}  {:>6}  {:>10}",
+                "MODULE", "PHASE", "SIZE", "BLOCKS", "BYTES"
+            );
+            for r in &d.rows {
+                let module = if r.module.is_empty() {
+                    "(no module)"
+                } else {
+                    &r.module
+                };
+                let _ = writeln!(
+                    o,
+                    "  {module:<width$}  {:<9}  {:>10}  {:>6}  {:>10}",
+                    r.phase.name(),
+                    bytes(r.size),
+                    r.blocks,
+                    bytes(r.bytes)
+                );
+            }
+        }
+        o
     }
 }

@@ -12,6 +12,7 @@
 //! | [`Runs`]    | a whole number      | 1 to 1000                                   |
 //! | [`Fraction`]| a share, decimals   | more than 0, at most 1                      |
 //! | [`TermSize`]| `COLSxROWS`         | 20x8 to 1000x500                            |
+//! | [`StepRange`]| `K..N`             | steps 0 to 2^32, K ≤ N                      |
 //!
 //! NaN, infinities, negative numbers, zero where it means nothing, and
 //! values that would overflow a `Duration`, an `Instant` or a byte count are
@@ -293,9 +294,63 @@ impl fmt::Display for Index {
     }
 }
 
+/// Two training steps, the first not after the second (`replay --diff 3..8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRange {
+    pub from: u64,
+    pub to: u64,
+}
+
+impl StepRange {
+    pub const MAX: u64 = 1 << 32;
+}
+
+impl FromStr for StepRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "steps are K..N, whole numbers 0 to {} with K at most N (e.g. 3..8)",
+                Self::MAX
+            )
+        };
+        let (k, n) = s.trim().split_once("..").ok_or_else(bad)?;
+        let from = whole(k, "K", 0, Self::MAX).map_err(|_| bad())?;
+        let to = whole(n, "N", 0, Self::MAX).map_err(|_| bad())?;
+        if from > to {
+            return Err(bad());
+        }
+        Ok(StepRange { from, to })
+    }
+}
+
+impl fmt::Display for StepRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.from, self.to)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_ranges() {
+        assert_eq!("3..8".parse(), Ok(StepRange { from: 3, to: 8 }));
+        assert_eq!("5..5".parse(), Ok(StepRange { from: 5, to: 5 }));
+        for bad in [
+            "8..3",
+            "3",
+            "..8",
+            "3..",
+            "-1..2",
+            "1..4294967297",
+            "a..b",
+            "1...3",
+        ] {
+            assert!(bad.parse::<StepRange>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn refuses_what_overflows_or_means_nothing() {

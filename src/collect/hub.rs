@@ -260,6 +260,12 @@ impl Hub {
         })
     }
 
+    /// The step `key`'s allocations are tagged against (its latest
+    /// counted step boundary), if any.
+    pub fn step(&self, key: ProcessKey) -> Option<u64> {
+        self.with(|i| i.model.process(key).and_then(|p| p.step()))
+    }
+
     /// The processes that answer commands.
     pub fn commandable(&self) -> Vec<ProcessKey> {
         self.with(|i| {

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::attrib::Origin;
 use super::series::{Series, SeriesConfig};
 use super::Bounds;
 use crate::event::{BlockState, PoolId, SegmentPool, Stats};
@@ -83,6 +84,10 @@ pub struct Block {
     pub since_ns: u64,
     pub state: BlockState,
     pub expandable: bool,
+    /// The context and step of the allocation that made the block (none
+    /// for inactive blocks and from producers that do not tag).
+    #[serde(default, skip_serializing_if = "Origin::is_none")]
+    pub origin: Origin,
 }
 
 impl Block {
@@ -98,6 +103,7 @@ impl Block {
             since_ns,
             state: BlockState::Inactive,
             expandable: segment.expandable,
+            origin: Origin::default(),
         }
     }
 
@@ -247,6 +253,9 @@ pub struct DeviceState {
     saturated: bool,
     /// Events kept with their ring positions, to place snapshots exactly.
     placement: Placement,
+    /// The process's current step, which the step tags of new blocks
+    /// resolve against (see `attrib::resolve_step`).
+    step_now: Option<u64>,
 }
 
 /// The timelines of one device.
@@ -284,7 +293,13 @@ impl DeviceState {
             dropped: DeviceDropped::default(),
             saturated: false,
             placement: Placement::default(),
+            step_now: None,
         }
+    }
+
+    /// The process's current step changed (a counted step boundary).
+    pub(crate) fn set_step(&mut self, step: Option<u64>) {
+        self.step_now = step;
     }
 
     pub fn device(&self) -> u16 {

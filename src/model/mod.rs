@@ -20,6 +20,9 @@
 //!   place that guesses).
 //! - [`series`]: bounded downsampling time series for timelines.
 //! - [`leak`]: step detection, floor trend, growing allocation sizes.
+//! - [`attrib`]: attribution — the definitions a process sent (strings,
+//!   frames, stacks, contexts), the step its tags resolve against, live
+//!   bytes by module and phase, and the step diff.
 //! - [`view`]: the serde-serialisable snapshot the views read.
 //!
 //! Every structure that grows with the input has a bound in
@@ -36,6 +39,7 @@
 //!                      Model::view(now) → ModelView (serde)
 //! ```
 
+pub mod attrib;
 pub mod device;
 pub mod leak;
 pub mod period;
@@ -132,10 +136,12 @@ pub struct ModelConfig {
 /// ([`ModelConfig::max_ooms`] × [`ModelConfig::oom_context`]) and floors of
 /// the leak analysis ([`LeakConfig::window_steps`]).
 ///
-/// With the defaults, one device holds at most about 60 MiB (orphans
-/// ≈ 7 MiB, blocks ≈ 28 MiB, segments ≈ 6 MiB, the replay buffer of a
-/// snapshot ≈ 16 MiB, three series ≈ 2 MiB); real allocators stay far below
-/// every bound (a busy training job has a few thousand blocks).
+/// With the defaults, one device holds at most about 62 MiB (orphans
+/// ≈ 7.5 MiB, blocks ≈ 30 MiB, segments ≈ 6 MiB, the replay buffer of a
+/// snapshot ≈ 16 MiB, three series ≈ 2 MiB), and one process's attribution
+/// definitions at most about 20 MiB (4 MiB of strings, 4 × 65,536 table
+/// entries); real allocators stay far below every bound (a busy training
+/// job has a few thousand blocks and a few hundred contexts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Bounds {
@@ -165,6 +171,12 @@ pub struct Bounds {
     /// Names of the collector's drop counts kept per process (`Dropped`
     /// inputs); further names add to `"other"`.
     pub collector_drop_names: usize,
+    /// Definitions kept per kind (strings, frames, stacks, contexts; a
+    /// producer keys contexts by module, phase and stack, so a long job
+    /// uses a few hundred); a new one beyond is not kept.
+    pub definitions: usize,
+    /// Bytes of strings kept in all (a string is at most 4096 bytes).
+    pub string_bytes: usize,
 }
 
 impl Default for Bounds {
@@ -178,6 +190,8 @@ impl Default for Bounds {
             replay: 1 << 18,
             leak_sizes: 4096,
             collector_drop_names: 16,
+            definitions: 1 << 16,
+            string_bytes: 4 << 20,
         }
     }
 }

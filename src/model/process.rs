@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::attrib::{self, Definitions, StepClock};
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
 use super::leak::{LeakDetector, LeakReport};
 use super::rules;
@@ -134,6 +135,12 @@ pub struct Process {
     collector_drops: BTreeMap<String, u64>,
     /// How watching began (mid-run or from the start; where in each ring).
     watch: Watch,
+    /// The attribution definitions the process sent.
+    defs: Definitions,
+    /// The step its events' step tags resolve against.
+    clock: StepClock,
+    /// The producer's attribution drop counts (DROPPED), by name.
+    producer_drops: BTreeMap<String, u64>,
 }
 
 impl Process {
@@ -163,6 +170,9 @@ impl Process {
             dropped_devices: 0,
             collector_drops: BTreeMap::new(),
             watch: Watch::default(),
+            defs: Definitions::default(),
+            clock: StepClock::default(),
+            producer_drops: BTreeMap::new(),
             cfg,
         }
     }
@@ -268,6 +278,7 @@ impl Process {
         }
         let at = self.devices.partition_point(|d| d.device() < device);
         let mut d = DeviceState::new(device, &self.cfg.series, self.cfg.bounds);
+        d.set_step(self.clock.step());
         if self.watch.mid_run {
             d.hold_until_anchored(&self.watch.ring_starts);
         }
@@ -282,6 +293,7 @@ impl Process {
             devices: self.dropped_devices,
             leak_sizes: self.leak.dropped(),
             collector: self.collector_drops.clone(),
+            definitions: self.defs.dropped(),
             ..Dropped::default()
         };
         for d in &self.devices {
@@ -470,10 +482,15 @@ impl Process {
             }
             EventKind::SnapshotSegment { place, .. } => self.snapshot(t, place.device, &ev.kind),
             EventKind::SnapshotBlock { device, .. } => self.snapshot(t, *device, &ev.kind),
-            EventKind::Marker { source, .. } => {
+            EventKind::Marker { source, value } => {
                 self.events += 1;
                 self.rate.note(t);
                 self.remember(ev);
+                if self.clock.on_marker(*source, *value) {
+                    for d in &mut self.devices {
+                        d.set_step(self.clock.step());
+                    }
+                }
                 // Attached mid-run: steps count from the anchor on. The
                 // backlog's boundaries have no block map to take floors
                 // from (only sparse statistics samples).
@@ -481,15 +498,39 @@ impl Process {
                     self.leak.on_marker(*source, t);
                 }
             }
-            // 1.1 records: placement, attribution and drop counts are for
-            // the features that use them; the figures do not depend on them.
-            EventKind::StatsPosition { .. }
-            | EventKind::Dropped { .. }
-            | EventKind::StringChunk { .. }
-            | EventKind::Frame { .. }
-            | EventKind::Stack { .. }
-            | EventKind::Context { .. }
-            | EventKind::Unknown { .. } => {}
+            // Attribution (1.1): definitions kept, bounded.
+            EventKind::StringChunk {
+                id,
+                len,
+                offset,
+                bytes,
+            } => (self.defs).string_chunk(&self.cfg.bounds, *id, *len, *offset, bytes),
+            EventKind::Frame {
+                id,
+                file,
+                function,
+                line,
+            } => (self.defs).frame(&self.cfg.bounds, *id, *file, *function, *line),
+            EventKind::Stack { id, frame, parent } => {
+                (self.defs).stack(&self.cfg.bounds, *id, *frame, *parent)
+            }
+            EventKind::Context {
+                id,
+                module,
+                phase,
+                stack,
+                step,
+            } => (self.defs).context(&self.cfg.bounds, *id, *module, *phase, *stack, *step),
+            EventKind::Dropped { what, count, .. } => {
+                // A handful of names at most: the known kinds and "other".
+                if let Some(name) = attrib::drop_name(*what) {
+                    let c = self.producer_drops.entry(name.to_string()).or_insert(0);
+                    *c = (*c).max(*count);
+                }
+            }
+            // Placement is for the snapshot features that use it; the
+            // figures do not depend on it.
+            EventKind::StatsPosition { .. } | EventKind::Unknown { .. } => {}
         }
     }
 
@@ -700,6 +741,29 @@ impl Process {
             + (self.collector_drops.keys())
                 .map(|k| k.capacity() + 64)
                 .sum::<usize>()
+            + self.defs.memory_bytes()
+    }
+
+    /// The step the step tags resolve against (the latest counted step
+    /// boundary).
+    pub fn step(&self) -> Option<u64> {
+        self.clock.step()
+    }
+
+    /// Who holds the live memory: bytes by module and phase.
+    pub fn attribution(&self) -> attrib::Attribution {
+        let blocks = self.devices.iter().flat_map(|d| {
+            d.blocks()
+                .map(|(_, b)| b)
+                .chain(d.orphans().map(|(_, b)| b))
+        });
+        let by_context = attrib::live_by_context(blocks);
+        attrib::attribution(
+            &self.defs,
+            self.clock.step(),
+            &by_context,
+            &self.producer_drops,
+        )
     }
 
     /// Whether the process ever used `d`: a segment or a stray block, an
@@ -779,6 +843,7 @@ impl Process {
                     .map(DeviceState::reflected_events)
                     .sum(),
             },
+            attribution: self.attribution(),
         }
     }
 }

@@ -166,6 +166,9 @@ pub struct Dropped {
     pub leak_sizes: u64,
     /// The collector's own drop counts by what (`Input::Dropped`).
     pub collector: BTreeMap<String, u64>,
+    /// Attribution definitions not kept: beyond [`Bounds::definitions`] or
+    /// [`Bounds::string_bytes`], or malformed.
+    pub definitions: u64,
 }
 
 impl Dropped {
@@ -184,6 +187,7 @@ impl Dropped {
             self.replay,
             self.snapshots,
             self.leak_sizes,
+            self.definitions,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))
@@ -304,6 +308,10 @@ pub struct ProcessView {
     /// How watching began, and whether the state is anchored yet.
     #[serde(default)]
     pub watch: WatchView,
+    /// Who holds the live memory: bytes by module and phase (empty from a
+    /// producer that does not tag its events).
+    #[serde(default)]
+    pub attribution: crate::model::attrib::Attribution,
 }
 
 /// How watching a process began (FORMAT.md, "Attaching mid-run").

@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use super::conf::AllocConf;
 use super::rules::{self, UNLIMITED_SPLIT_SIZE};
-use crate::event::{BlockState, Event, EventKind, Place, PoolId, SegmentPool, Stats};
+use crate::event::{BlockState, CtxTag, Event, EventKind, Place, PoolId, SegmentPool, Stats};
 
 /// Where the simulator sends the trace events it produces.
 pub trait EventSink {
@@ -262,6 +262,11 @@ pub struct SimAllocator {
     inactive_split_blocks: u64,
     next_va: u64,
     snapshot_seq: u32,
+    /// The context tag events are written with (an agent's thread-local
+    /// context and step tag, FORMAT.md "Contexts").
+    ctx: CtxTag,
+    /// The tag of each live block's allocation (for SNAP_BLOCK), by address.
+    tags: BTreeMap<u64, CtxTag>,
 }
 
 const VA_BASE: u64 = 0x7f00_0000_0000;
@@ -284,7 +289,18 @@ impl SimAllocator {
             inactive_split_blocks: 0,
             next_va,
             snapshot_seq: 0,
+            ctx: CtxTag::NONE,
+            tags: BTreeMap::new(),
         }
+    }
+
+    /// The context tag of the events that follow.
+    pub fn set_context(&mut self, ctx: CtxTag) {
+        self.ctx = ctx;
+    }
+
+    pub fn context(&self) -> CtxTag {
+        self.ctx
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -400,7 +416,7 @@ impl SimAllocator {
             device: self.cfg.device,
             stream,
             pool: PoolId(0, 0),
-            ctx: Default::default(),
+            ctx: self.ctx,
         }
     }
     fn emit(&self, sink: &mut dyn EventSink, kind: EventKind) {
@@ -572,6 +588,7 @@ impl SimAllocator {
             b.allocated = false;
             (b.size, b.requested, b.stream)
         };
+        self.tags.remove(&addr);
         self.stats.allocated -= size;
         self.emit(
             sink,
@@ -756,6 +773,9 @@ impl SimAllocator {
                 size: orig_size,
             },
         );
+        if !self.ctx.is_none() {
+            self.tags.insert(ptr, self.ctx);
+        }
         self.active.insert(ptr, block);
         self.inc_allocated(bsize);
         self.inc_active(bsize);
@@ -1303,7 +1323,10 @@ impl SimAllocator {
                         size: b.size,
                         requested: b.requested,
                         state: b.state,
-                        ctx: Default::default(),
+                        ctx: match b.state {
+                            BlockState::Inactive => CtxTag::NONE,
+                            _ => self.tags.get(&b.addr).copied().unwrap_or_default(),
+                        },
                     },
                 );
             }

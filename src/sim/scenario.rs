@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
 use super::conf::AllocConf;
-use crate::event::{Event, EventKind};
+use crate::event::{CtxTag, Event, EventKind, Phase};
 use crate::ui::format::bytes;
 
 const MIB: u64 = 1 << 20;
@@ -47,6 +47,11 @@ pub enum Op {
     Step(u64),
     /// A full state snapshot is emitted.
     Snapshot,
+    /// The job enters context `n` of [`Scenario::contexts`] (1-based; 0:
+    /// outside every module), as an agent's module hooks would: the
+    /// definitions are written on first use, and the allocations that
+    /// follow carry it.
+    Context(u32),
 }
 
 /// An operation at a simulated time, with the caption to show from then on.
@@ -64,6 +69,11 @@ pub struct Scenario {
     pub description: &'static str,
     pub config: SimConfig,
     pub ops: Vec<TimedOp>,
+    /// The module paths the job names (string `i + 1` is `modules[i]`).
+    pub modules: Vec<String>,
+    /// Its contexts (context `i + 1`): a module (`modules` index + 1, 0
+    /// none) and a phase.
+    pub contexts: Vec<(u32, Phase)>,
 }
 
 const LIST: &[(&str, &str)] = &[
@@ -129,6 +139,8 @@ impl Scenario {
             description,
             config,
             ops: g.ops,
+            modules: g.modules,
+            contexts: g.contexts,
         })
     }
 
@@ -152,6 +164,8 @@ struct Gen {
     t: u64,
     next_id: u32,
     caption: Option<String>,
+    modules: Vec<String>,
+    contexts: Vec<(u32, Phase)>,
 }
 
 impl Gen {
@@ -179,6 +193,39 @@ impl Gen {
     }
     fn free(&mut self, id: u32) {
         self.push(Op::Free { tensor: id });
+    }
+    /// Enter module `module` (empty: none) in `phase`: takes no time, so
+    /// the script's timing is that of the job without attribution.
+    fn enter(&mut self, module: &str, phase: Phase) {
+        let m = match module {
+            "" => 0,
+            _ => match self.modules.iter().position(|m| m == module) {
+                Some(i) => i as u32 + 1,
+                None => {
+                    self.modules.push(module.to_string());
+                    self.modules.len() as u32
+                }
+            },
+        };
+        let c = match self.contexts.iter().position(|&c| c == (m, phase)) {
+            Some(i) => i as u32 + 1,
+            None => {
+                self.contexts.push((m, phase));
+                self.contexts.len() as u32
+            }
+        };
+        self.leave_as(c);
+    }
+    /// Leave every module.
+    fn leave(&mut self) {
+        self.leave_as(0);
+    }
+    fn leave_as(&mut self, context: u32) {
+        self.ops.push(TimedOp {
+            time_ns: self.t,
+            op: Op::Context(context),
+            caption: None,
+        });
     }
     fn step(&mut self, n: u64) {
         self.t += STEP_GAP_NS;
@@ -212,11 +259,13 @@ impl Model {
             bytes(m.weight),
             bytes(m.bias)
         ));
-        for _ in 0..m.layers {
+        for l in 0..m.layers {
+            g.enter(&layer(l), Phase::Other(4));
             let w = g.alloc(m.weight);
             let b = g.alloc(m.bias);
             m.params.extend([w, b]);
         }
+        g.leave();
         m
     }
 
@@ -234,8 +283,10 @@ impl Model {
         let input = g.alloc(act / 4);
         let saved = self.forward(g, &at, act);
         g.say(format!("{at} · logits and loss"));
+        g.enter(HEAD, Phase::Forward);
         let logits = g.alloc(act / 2);
         let loss = g.alloc(4);
+        g.leave();
         self.backward(g, &at, act, logits, saved);
         g.free(input);
         self.optimizer_step(g, &at);
@@ -264,10 +315,12 @@ impl Model {
                 l + 1,
                 bytes(act)
             ));
+            g.enter(&layer(l), Phase::Forward);
             saved.push(g.alloc(act));
             let tmp = g.alloc(act / 2);
             g.free(tmp);
         }
+        g.leave();
         saved
     }
 
@@ -277,9 +330,11 @@ impl Model {
         g.say(format!(
             "{at} · loss.backward(): activations freed layer by layer"
         ));
+        g.enter(HEAD, Phase::Backward);
         let mut gout = g.alloc(act / 2);
         g.free(logits);
         for l in (0..self.layers).rev() {
+            g.enter(&layer(l), Phase::Backward);
             let gin = g.alloc(act);
             g.free(gout);
             gout = gin;
@@ -292,11 +347,13 @@ impl Model {
             g.free(saved[l]);
         }
         g.free(gout);
+        g.leave();
     }
 
     /// `optimizer.step()`: Adam's state on the first step, then temporary
     /// buffers per parameter.
     fn optimizer_step(&mut self, g: &mut Gen, at: &str) {
+        g.enter("", Phase::Optimizer);
         if self.adam.is_empty() {
             g.say(format!(
                 "{at} · optimizer.step(): Adam creates exp_avg and exp_avg_sq (2x the weights)"
@@ -316,6 +373,7 @@ impl Model {
             let t = g.alloc(s);
             g.free(t);
         }
+        g.leave();
     }
 
     /// A forward pass under `torch.no_grad()`: each activation dies as soon
@@ -331,11 +389,14 @@ impl Model {
                 "step {n}/{total} · inference · layer {}: output computed, input freed at once (no graph)",
                 l + 1
             ));
+            g.enter(&layer(l), Phase::Forward);
             let y = g.alloc(act);
             g.free(x);
             x = y;
         }
+        g.enter(HEAD, Phase::Forward);
         let logits = g.alloc(act / 2);
+        g.leave();
         g.free(x);
         g.say(format!(
             "step {n}/{total} · inference · predictions read, logits freed"
@@ -345,6 +406,13 @@ impl Model {
 }
 
 const ACT: u64 = 64 * MIB;
+/// The module that turns the last layer's output into logits and the loss.
+const HEAD: &str = "model.head";
+
+/// The module path of layer `l`.
+fn layer(l: usize) -> String {
+    format!("model.layers.{l}")
+}
 
 // The scripts: each fills `g` between the opening and closing snapshots
 // that `Scenario::with_config` adds, and returns the closing caption.
@@ -371,12 +439,15 @@ fn leak(g: &mut Gen) -> &'static str {
             "step {n}/{total} · validation WITHOUT torch.no_grad(): val_losses.append(loss) keeps the graph"
         ));
         let mut x = g.alloc(val_act / 4);
-        for _ in 0..m.layers {
+        for l in 0..m.layers {
             // Every saved activation of the graph stays referenced by the kept loss.
+            g.enter(&layer(l), Phase::Forward);
             let y = g.alloc(val_act);
             let _ = std::mem::replace(&mut x, y);
         }
+        g.enter(HEAD, Phase::Forward);
         let _val_loss = g.alloc(4);
+        g.leave();
         g.say(format!(
             "step {n}/{total} · {} more stays allocated every step: the floor keeps rising (leak)",
             bytes(val_act * m.layers as u64 + val_act / 4 + 512)
@@ -534,6 +605,11 @@ pub struct ScenarioRunner {
     last_stats_ns: Option<u64>,
     steps: Vec<StepStats>,
     current: Option<StepStats>,
+    /// Contexts defined so far (in the segment: ids are never reused, and
+    /// a new run's definitions repeat the same ones).
+    defined: Vec<bool>,
+    context: u32,
+    step_tag: u8,
 }
 
 impl ScenarioRunner {
@@ -550,6 +626,9 @@ impl ScenarioRunner {
             last_stats_ns: None,
             steps: Vec::new(),
             current: None,
+            defined: Vec::new(),
+            context: 0,
+            step_tag: 0,
         }
     }
 
@@ -676,12 +755,59 @@ impl ScenarioRunner {
                         source: Default::default(),
                     },
                 });
+                // The step hook stores the tag after writing the marker.
+                self.step_tag = CtxTag::step_tag_of(n);
+                self.tag();
             }
             Op::Snapshot => {
-                self.alloc.snapshot(sink);
+                self.snapshot(sink);
+            }
+            Op::Context(c) => {
+                let i = c as usize;
+                if (1..=self.scenario.contexts.len()).contains(&i)
+                    && !self.defined.get(i - 1).copied().unwrap_or(false)
+                {
+                    self.define(i - 1, time_ns, sink);
+                }
+                self.context = c;
+                self.tag();
             }
         }
         None
+    }
+
+    fn tag(&mut self) {
+        self.alloc.set_context(CtxTag {
+            context: self.context,
+            step_tag: self.step_tag,
+        });
+    }
+
+    /// Writes the definitions of context `i` (its module's string first).
+    fn define(&mut self, i: usize, time_ns: u64, sink: &mut dyn EventSink) {
+        let (module, phase) = self.scenario.contexts[i];
+        if let Some(path) = (module as usize)
+            .checked_sub(1)
+            .and_then(|m| self.scenario.modules.get(m))
+        {
+            for kind in EventKind::string_chunks(module, path) {
+                sink.emit(Event { time_ns, kind });
+            }
+        }
+        sink.emit(Event {
+            time_ns,
+            kind: EventKind::Context {
+                id: i as u32 + 1,
+                module,
+                phase,
+                stack: 0,
+                step: None,
+            },
+        });
+        if self.defined.len() <= i {
+            self.defined.resize(i + 1, false);
+        }
+        self.defined[i] = true;
     }
 
     /// Runs the rest of the script.
@@ -689,8 +815,16 @@ impl ScenarioRunner {
         while self.step(sink).is_some() {}
     }
 
-    /// Emits a full state snapshot now.
+    /// Emits a full state snapshot now, after the definitions made so far
+    /// (a reader that attached late may have missed them; FORMAT.md,
+    /// "Attaching mid-run").
     pub fn snapshot(&mut self, sink: &mut dyn EventSink) -> u32 {
+        let t = self.alloc.now();
+        for i in 0..self.defined.len() {
+            if self.defined[i] {
+                self.define(i, t, sink);
+            }
+        }
         self.alloc.snapshot(sink)
     }
 
@@ -737,10 +871,15 @@ mod tests {
             assert_eq!(s.name, *name);
             assert!(!desc.is_empty());
             assert!(!s.ops.is_empty());
+            // Entering a module takes no time; every other op does.
+            let timed: Vec<&TimedOp> = (s.ops.iter())
+                .filter(|o| !matches!(o.op, Op::Context(_)))
+                .collect();
             assert!(
-                s.ops.windows(2).all(|w| w[0].time_ns < w[1].time_ns),
+                timed.windows(2).all(|w| w[0].time_ns < w[1].time_ns),
                 "{name}: time increases"
             );
+            assert!(s.ops.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
             assert!(s.ops[1..].iter().any(|o| o.caption.is_some()));
         }
         assert!(Scenario::by_name("nope").is_none());
@@ -868,8 +1007,11 @@ mod tests {
     fn runner_emits_markers_stats_and_captions() {
         let mut r = ScenarioRunner::new(Scenario::by_name("healthy").unwrap());
         let mut ev = Vec::new();
-        let first = r.advance_to(r.scenario().ops[0].time_ns, &mut ev);
-        assert_eq!(first, 1);
+        let t0 = r.scenario().ops[0].time_ns;
+        let first = r.advance_to(t0, &mut ev);
+        // The opening snapshot, and entering the first layer's module.
+        assert_eq!(first, 2);
+        assert_eq!(r.scenario().ops[1].op, Op::Context(1));
         assert!(matches!(ev[0].kind, EventKind::SnapshotBegin { .. }));
         let n = r.advance_to(2_000_000_000, &mut ev);
         assert!(n > 10 && !r.is_finished());

@@ -175,6 +175,8 @@ pub struct App {
     pub help: bool,
     /// The legend overlay is up, scrolled this many lines.
     pub legend: Option<usize>,
+    /// The "By module" overlay is up (process view).
+    pub modules: Option<super::attribution::ModulesView>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -209,6 +211,7 @@ impl App {
             screen: Screen::Overview,
             help: false,
             legend: None,
+            modules: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
@@ -732,6 +735,9 @@ impl App {
         if self.legend.is_some() {
             return vec![Context::Always, Context::Legend];
         }
+        if self.modules.is_some() {
+            return vec![Context::Always, Context::Modules];
+        }
         if self.trace_stacks {
             return vec![Context::Always, Context::Stacks, Context::Trace];
         }
@@ -816,6 +822,19 @@ impl App {
             A::CloseHelp => self.help = false,
             A::Legend => self.legend = Some(0),
             A::CloseLegend => self.legend = None,
+            A::Modules => self.modules = Some(Default::default()),
+            A::CloseModules => self.modules = None,
+            A::ModulesSort | A::ModulesReverse | A::ModulesUp | A::ModulesDown => {
+                let rows =
+                    (self.selected_entry()).map_or(0, |e| e.view.attribution.by_module.len());
+                if let Some(m) = self.modules.as_mut() {
+                    match action {
+                        A::ModulesSort => m.sort_next(),
+                        A::ModulesReverse => m.reverse(),
+                        _ => m.scroll_by(action == A::ModulesDown, rows),
+                    }
+                }
+            }
             A::LegendUp | A::LegendDown => {
                 let up = action == A::LegendUp;
                 let n = super::legend::lines(&self.config.theme).len();

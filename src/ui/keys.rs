@@ -73,6 +73,13 @@ pub enum Action {
     ScrollPageUp,
     ScrollPageDown,
     ScrollTop,
+    /// The "By module" overlay (attribution) of the selected process.
+    Modules,
+    CloseModules,
+    ModulesSort,
+    ModulesReverse,
+    ModulesUp,
+    ModulesDown,
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -105,6 +112,8 @@ pub enum Context {
     Confirm,
     Help,
     Legend,
+    /// The "By module" overlay.
+    Modules,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
@@ -128,6 +137,7 @@ impl Context {
             Context::Confirm => "Confirm",
             Context::Help => "Help",
             Context::Legend => "Legend",
+            Context::Modules => "By module",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
@@ -245,7 +255,8 @@ impl Binding {
 
 use Action as A;
 use Context::{
-    Always, Confirm, Filter, Global, Help, Legend, Overview, Process, Report, Stacks, Trace,
+    Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report, Stacks,
+    Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -271,6 +282,12 @@ pub const KEYS: &[Binding] = &[
     bind(Legend, &[k(Esc), c('L'), c('q'), k(F(2))], A::CloseLegend),
     bind(Legend, &[k(Up), c('k'), k(PageUp)], A::LegendUp),
     bind(Legend, &[k(Down), c('j'), k(PageDown)], A::LegendDown),
+    // The "By module" overlay (other keys are ignored).
+    bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules),
+    bind(Modules, &[c('o')], A::ModulesSort),
+    bind(Modules, &[c('O')], A::ModulesReverse),
+    bind(Modules, &[k(Up), c('k')], A::ModulesUp),
+    bind(Modules, &[k(Down), c('j')], A::ModulesDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).
@@ -345,6 +362,7 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
+    bind(Process, &[c('M')], A::Modules).help("M", "bytes by module & phase"),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),

@@ -33,13 +33,15 @@
 //! (dispatch, help, footer). Panes, one file each, each given what it draws:
 //! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
 //! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
-//! [`help`], [`legend`], [`popup`]. [`layout`] places them (pure geometry); [`rows`] the
+//! [`help`], [`legend`], [`popup`], [`attribution`] (the "By module"
+//! overlay). [`layout`] places them (pure geometry); [`rows`] the
 //! overview's rows; [`format`] numbers as text (the one byte and duration
 //! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
 //! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
 //! builds deterministic snapshots for tests.
 
 pub mod app;
+pub mod attribution;
 pub mod bars;
 pub mod blockmap;
 pub mod diagnosis;
@@ -282,6 +284,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if let Some(scroll) = app.legend {
         legend::render(frame, frame.area(), scroll, t);
+    }
+    if let (Some(m), Some(e), Screen::Process) = (&app.modules, app.selected_entry(), app.screen) {
+        attribution::render(frame, areas.body, &e.view.attribution, m, t);
     }
     if t.ascii {
         theme::asciify(frame.buffer_mut());

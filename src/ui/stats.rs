@@ -125,6 +125,11 @@ pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
         (d.replay, "events during a snapshot", Some(b.replay)),
         (d.snapshots, "oversized snapshots", None),
         (d.leak_sizes, "untracked leak sizes", Some(b.leak_sizes)),
+        (
+            d.definitions,
+            "attribution definitions",
+            Some(b.definitions),
+        ),
     ];
     let mut out: Vec<String> = kinds
         .iter()

@@ -105,6 +105,8 @@ fn item_07_every_growing_structure_is_bounded() {
         replay: 4,
         leak_sizes: 4,
         collector_drop_names: 2,
+        definitions: 2,
+        string_bytes: 64,
     };
     let cfg = ModelConfig {
         bounds,
@@ -231,6 +233,57 @@ fn item_07_every_growing_structure_is_bounded() {
     let v = m.process(KEY).unwrap().view(0, &ViewOptions::default());
     assert_eq!(v.dropped.snapshots, 1);
     assert_eq!(v.dropped.replay, 6);
+
+    // Attribution definitions: 2 of each kind kept, string bytes bounded.
+    let mut defs = Vec::new();
+    for id in 1..=5u32 {
+        defs.push(ev(
+            9,
+            EventKind::Context {
+                id,
+                module: 0,
+                phase: vramscope::event::Phase::Forward,
+                stack: 0,
+                step: None,
+            },
+        ));
+        defs.push(ev(
+            9,
+            EventKind::Frame {
+                id,
+                file: 1,
+                function: 1,
+                line: id,
+            },
+        ));
+        defs.push(ev(
+            9,
+            EventKind::Stack {
+                id,
+                frame: 1,
+                parent: 0,
+            },
+        ));
+        defs.push(ev(
+            9,
+            EventKind::StringChunk {
+                id,
+                len: 40,
+                offset: 0,
+                bytes: [b'x'; 32],
+            },
+        ));
+    }
+    m.apply_all(KEY, defs.iter());
+    let v = m.process(KEY).unwrap().view(0, &ViewOptions::default());
+    // 3 of 5 contexts, frames and stacks, and 4 of 5 strings (64 bytes
+    // hold one of 40).
+    assert_eq!(v.dropped.definitions, 3 * 3 + 4);
+    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    assert!(
+        lines.contains(&"dropped: 13 attribution definitions (bound 2)".to_string()),
+        "{lines:?}"
+    );
 }
 
 #[test]

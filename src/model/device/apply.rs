@@ -7,7 +7,7 @@
 //! with the most plausible repair, so that the totals stay close until a
 //! snapshot replaces everything.
 
-use super::{Applied, Block, DeviceState, Live, Problem, Segment};
+use super::{Applied, Block, DeviceState, Live, Origin, Problem, Segment};
 use crate::event::{BlockState, EventKind, Place, SegmentPool};
 use crate::model::rules::{self, BlockRules};
 
@@ -71,6 +71,7 @@ impl DeviceState {
             b.state = BlockState::Allocated;
             b.requested = request;
             b.since_ns = t;
+            b.origin = Origin::of(place.ctx, self.step_now);
             let mut problem = Problem::BlockState { addr, found };
             if found == BlockState::PendingFree && !self.count_in(size, 0) {
                 problem = Problem::Overflow { addr, size };
@@ -111,6 +112,7 @@ impl DeviceState {
             pool: place.pool,
             since_ns: t,
             state: BlockState::Allocated,
+            origin: Origin::of(place.ctx, self.step_now),
             ..template
         };
         if offset == 0 {
@@ -184,6 +186,7 @@ impl DeviceState {
             since_ns: t,
             state: BlockState::Allocated,
             expandable: false,
+            origin: Origin::of(place.ctx, self.step_now),
         };
         if let Some(old) = self.orphans.insert(addr, block) {
             self.count_out(&old);
@@ -242,6 +245,7 @@ impl DeviceState {
         b.state = BlockState::Inactive;
         b.requested = 0;
         b.since_ns = t;
+        b.origin = Origin::default();
         self.merge_free(addr);
         Applied {
             live,
@@ -588,6 +592,7 @@ impl DeviceState {
                 requested: 0,
                 state: BlockState::Inactive,
                 since_ns: t,
+                origin: Origin::default(),
                 ..b
             };
             if k < addr {

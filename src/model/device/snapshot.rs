@@ -11,7 +11,7 @@
 
 use std::mem::size_of;
 
-use super::{Block, DeviceState, Problem, Segment};
+use super::{Block, DeviceState, Origin, Problem, Segment};
 use crate::event::{BlockState, EventKind, Place, RingSpan, SegmentPool};
 use crate::model::rules::BlockRules;
 use crate::model::Bounds;
@@ -140,7 +140,14 @@ impl Pending {
     }
 
     /// Add a block of the segment last received.
-    fn add_block(&mut self, addr: u64, size: u64, requested: u64, state: BlockState) {
+    fn add_block(
+        &mut self,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        state: BlockState,
+        origin: Origin,
+    ) {
         let Some(Cursor { segment: seg, next }) = self.cursor else {
             self.broken = true;
             return;
@@ -167,6 +174,7 @@ impl Pending {
                 since_ns: self.time_ns,
                 state,
                 expandable: seg.expandable,
+                origin,
             },
         ));
         self.cursor = Some(Cursor {
@@ -226,10 +234,15 @@ impl DeviceState {
                 size,
                 requested,
                 state,
+                ctx,
                 ..
             } => {
+                let origin = match state {
+                    BlockState::Inactive => Origin::default(),
+                    _ => Origin::of(ctx, self.step_now),
+                };
                 if let Some(p) = self.receiving(id) {
-                    p.add_block(addr, size, requested, state);
+                    p.add_block(addr, size, requested, state, origin);
                 }
                 SnapshotOutcome::Ongoing
             }

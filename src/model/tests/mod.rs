@@ -4,6 +4,7 @@
 //! scans) that follows PyTorch's rules and emits the events PyTorch's trace
 //! tracker would, so the model can be checked against an independent truth.
 
+mod attrib;
 mod blocks;
 mod figures;
 mod leak_loop;

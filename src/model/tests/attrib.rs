@@ -1,0 +1,190 @@
+//! Attribution: tagged events and definitions give live bytes by module and
+//! phase, each block's origin, and the step diff.
+
+use super::*;
+use crate::event::{CtxTag, MarkSource, Phase};
+use crate::model::attrib::{step_diff, PhaseKey};
+use crate::model::ViewOptions;
+
+fn string(ev: &mut Ev, id: u32, text: &str) -> Vec<Event> {
+    (EventKind::string_chunks(id, text).into_iter())
+        .map(|k| ev.at(k))
+        .collect()
+}
+
+fn context(ev: &mut Ev, id: u32, module: u32, phase: Phase) -> Event {
+    ev.at(EventKind::Context {
+        id,
+        module,
+        phase,
+        stack: 0,
+        step: None,
+    })
+}
+
+fn marker(ev: &mut Ev, value: u64) -> Event {
+    ev.at(EventKind::Marker {
+        value,
+        source: MarkSource::User,
+    })
+}
+
+/// Allocation of `size` at `addr` in context `ctx` during step `step`.
+fn alloc_in(ev: &mut Ev, ctx: u32, step: u64, addr: u64, size: u64) -> Event {
+    ev.place.ctx = CtxTag {
+        context: ctx,
+        step_tag: CtxTag::step_tag_of(step),
+    };
+    let e = ev.alloc(addr, size);
+    ev.place.ctx = CtxTag::NONE;
+    e
+}
+
+fn all() -> ViewOptions {
+    ViewOptions {
+        block_map: true,
+        ..ViewOptions::default()
+    }
+}
+
+#[test]
+fn live_bytes_by_module_and_phase_add_up_to_allocated() {
+    let mut m = model();
+    let mut ev = Ev::new();
+    let mut evs = vec![ev.seg_alloc(BASE, 64 * MIB)];
+    evs.extend(string(&mut ev, 1, "transformer.h.0.attn"));
+    evs.extend(string(
+        &mut ev,
+        2,
+        "transformer.h.1.mlp.c_fc.a.very.long.path",
+    ));
+    evs.push(context(&mut ev, 1, 1, Phase::Forward));
+    evs.push(context(&mut ev, 2, 2, Phase::Backward));
+    evs.push(context(&mut ev, 3, 0, Phase::Optimizer));
+    evs.push(marker(&mut ev, 300)); // past 255: tags wrap
+    evs.push(alloc_in(&mut ev, 1, 300, BASE, 4 * MIB));
+    evs.push(alloc_in(&mut ev, 1, 300, BASE + 4 * MIB, 4 * MIB));
+    evs.push(marker(&mut ev, 301));
+    evs.push(alloc_in(&mut ev, 2, 301, BASE + 8 * MIB, 8 * MIB));
+    evs.push(alloc_in(&mut ev, 3, 301, BASE + 16 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 9, 301, BASE + 18 * MIB, 2 * MIB)); // undefined
+    evs.push(ev.alloc(BASE + 20 * MIB, 2 * MIB)); // untagged
+                                                  // A freed block leaves the attribution.
+    evs.push(alloc_in(&mut ev, 2, 301, BASE + 22 * MIB, 2 * MIB));
+    evs.push(ev.free_req(BASE + 22 * MIB, 2 * MIB));
+    evs.push(ev.free_done(BASE + 22 * MIB, 2 * MIB));
+    feed(&mut m, &evs);
+    let v = m.view(0, &all()).processes.remove(0);
+    let a = &v.attribution;
+    assert_eq!(a.step, Some(301));
+    let rows: Vec<(&str, u64, u64)> = (a.by_module.iter())
+        .map(|r| (r.module.as_str(), r.bytes, r.blocks))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("transformer.h.0.attn", 8 * MIB, 2),
+            ("transformer.h.1.mlp.c_fc.a.very.long.path", 8 * MIB, 1),
+            ("", 4 * MIB, 2),
+            ("context #9", 2 * MIB, 1),
+        ]
+    );
+    let phases: Vec<(PhaseKey, u64)> = a.by_phase.iter().map(|p| (p.phase, p.bytes)).collect();
+    assert_eq!(
+        phases,
+        vec![
+            (PhaseKey::Forward, 8 * MIB),
+            (PhaseKey::Backward, 8 * MIB),
+            (PhaseKey::Optimizer, 2 * MIB),
+            (PhaseKey::Unknown, 4 * MIB),
+        ]
+    );
+    let sum: u64 = a.by_module.iter().map(|r| r.bytes).sum();
+    assert_eq!(sum, v.figures.allocated);
+    assert_eq!(sum, a.by_phase.iter().map(|p| p.bytes).sum::<u64>());
+    // Each block knows its context and step born.
+    let blocks: Vec<_> = v.devices[0].segments[0].blocks.iter().collect();
+    assert_eq!(blocks[0].block.origin.context, 1);
+    assert_eq!(blocks[0].block.origin.step, Some(300));
+    assert_eq!(blocks[2].block.origin.step, Some(301));
+    assert_eq!(a.context(2).unwrap().phase, PhaseKey::Backward);
+    // The step diff: born in 300, alive in 301.
+    let d = step_diff(&v, 300);
+    assert_eq!(
+        (d.born, d.at, d.bytes, d.blocks),
+        (300, Some(301), 8 * MIB, 2)
+    );
+    assert_eq!(d.rows.len(), 1);
+    assert_eq!(d.rows[0].module, "transformer.h.0.attn");
+    assert_eq!(d.rows[0].size, 4 * MIB);
+    assert_eq!(step_diff(&v, 301).bytes, 12 * MIB);
+    assert_eq!(step_diff(&v, 299).rows, vec![]);
+}
+
+#[test]
+fn a_snapshot_carries_the_tags_of_live_blocks() {
+    let mut m = model();
+    let mut ev = Ev::new();
+    let mut evs = string(&mut ev, 1, "model.layers.3");
+    evs.push(context(&mut ev, 4, 1, Phase::Forward));
+    evs.push(marker(&mut ev, 7));
+    let tag = |step| CtxTag {
+        context: 4,
+        step_tag: CtxTag::step_tag_of(step),
+    };
+    evs.push(ev.at(EventKind::SnapshotBegin {
+        device: 0,
+        id: 1,
+        segments: 1,
+        blocks: 3,
+        at: None,
+    }));
+    evs.push(ev.at(EventKind::SnapshotSegment {
+        id: 1,
+        place: place(0, 0),
+        addr: BASE,
+        size: 4 * MIB,
+        pool_kind: SegmentPool::Large,
+        expandable: false,
+    }));
+    for (i, (state, ctx)) in [
+        (BlockState::Allocated, tag(6)),
+        (BlockState::Allocated, CtxTag::NONE),
+        (BlockState::Inactive, tag(7)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        evs.push(ev.at(EventKind::SnapshotBlock {
+            id: 1,
+            device: 0,
+            addr: BASE + i as u64 * MIB,
+            size: MIB,
+            requested: MIB,
+            state,
+            ctx,
+        }));
+    }
+    evs.push(ev.at(EventKind::SnapshotEnd { device: 0, id: 1 }));
+    feed(&mut m, &evs);
+    let v = m.view(0, &all()).processes.remove(0);
+    let b = &v.devices[0].segments[0].blocks;
+    assert_eq!(b[0].block.origin.context, 4);
+    assert_eq!(b[0].block.origin.step, Some(6));
+    assert!(b[1].block.origin.is_none());
+    assert!(b.iter().skip(2).all(|b| b.block.origin.is_none()));
+    let mods: Vec<(&str, u64)> = (v.attribution.by_module.iter())
+        .map(|r| (r.module.as_str(), r.bytes))
+        .collect();
+    // Equal bytes: by name.
+    assert_eq!(mods, vec![("", MIB), ("model.layers.3", MIB)]);
+    // JSON carries it; an untagged block's JSON is as before.
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(
+        json["attribution"]["by_module"][1]["module"],
+        "model.layers.3"
+    );
+    let blocks = &json["devices"][0]["segments"][0]["blocks"];
+    assert_eq!(blocks[0]["origin"]["step"], 6);
+    assert!(blocks[1].get("origin").is_none());
+}
