@@ -146,7 +146,7 @@ const P_OOMS: Def = counter(
 );
 const P_STEPS: Def = counter(
     "vramscope_process_steps_total",
-    "Training steps seen (markers, else troughs of allocated memory); rate() of it is the step rate.",
+    "Training steps seen (vramscope.mark(), else optimizer steps, else the period of the allocation pattern); rate() of it is the step rate.",
 );
 const P_LEAK: Def = gauge(
     "vramscope_process_leak_suspected",
