@@ -442,3 +442,20 @@ fn by_module_overlay() {
     press(&mut app, KeyCode::Esc);
     assert!(!frame(&app).contains("By module"));
 }
+
+/// Every overlay fits a tiny terminal (cut, never out of bounds): the
+/// legend, help, and the By module table.
+#[test]
+fn overlays_fit_a_tiny_terminal() {
+    use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+    use vramscope::ui::app::AppEvent;
+    for key in ['M', 'L', '?'] {
+        let mut app = process_app(&FX, "leak", 24, 6, Pane::Timeline);
+        app.handle(AppEvent::Input(Event::Key(KeyEvent::new(
+            KeyCode::Char(key),
+            KeyModifiers::NONE,
+        ))));
+        let f = frame(&app);
+        assert_eq!(f.lines().count(), 6, "{key}: {f}");
+    }
+}

@@ -83,13 +83,8 @@ pub fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
 pub fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t: &Theme) {
     let g = t.glyphs();
     let w = 100.min(area.width);
-    let h = (a.by_module.len() as u16 + 6).clamp(8, area.height);
-    let popup = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let h = (a.by_module.len() as u16).saturating_add(6).max(8);
+    let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let order = format!(
         " o sort: {}{} · O reverse · j/k scroll · Esc closes ",

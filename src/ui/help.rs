@@ -48,12 +48,7 @@ pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Th
     let w = if two { 80 } else { 44 }.min(area.width);
     let footer_lines = 2;
     let h = ((per_col + footer_lines + 2) as u16).min(area.height);
-    let popup = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let block = t.block(Span::styled(" Keys ", t.title()));
     let inner = block.inner(popup);

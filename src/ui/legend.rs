@@ -133,12 +133,7 @@ pub fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
     let lines = lines(t);
     let w = 96.min(area.width);
     let h = (lines.len() as u16 + 2).min(area.height);
-    let popup = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let inner_h = h.saturating_sub(2) as usize;
     let scroll = scroll.min(lines.len().saturating_sub(inner_h));

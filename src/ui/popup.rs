@@ -152,3 +152,15 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
     l.push(Line::styled("Esc closes", t.dim()));
     l
 }
+
+/// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny
+/// terminal is cut, never out of bounds).
+pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let (w, h) = (w.min(area.width), h.min(area.height));
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}

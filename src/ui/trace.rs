@@ -64,14 +64,9 @@ pub fn render_stacks(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) 
         lines.extend(frames.iter().map(|f| Line::raw(format!("  {f}"))));
     }
     lines.push(Line::styled("t or Esc closes", t.dim()));
-    let w = area.width.saturating_sub(4).clamp(1, 110);
+    let w = area.width.saturating_sub(4).min(110);
     let h = (lines.len() as u16 + 2).min(area.height);
-    let popup = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let block = t.block(Span::styled(" Stacks ", t.title()));
     frame.render_widget(Paragraph::new(lines).block(block), popup);
