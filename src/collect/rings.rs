@@ -385,21 +385,19 @@ const INITIALISING_GRACE: std::time::Duration = std::time::Duration::from_secs(5
 /// time, keeping each ring's order: each record is sorted by the latest
 /// time seen so far in its own ring, so a clock that steps back inside a
 /// ring cannot move a record before an earlier one of the same ring.
-fn merge_by_time(batch: &mut [(Event, RingPos)]) {
+fn merge_by_time(batch: &mut Vec<(Event, RingPos)>) {
     let mut latest: HashMap<u32, u64> = HashMap::new();
-    let mut keyed: Vec<(u64, bool, usize)> = batch
-        .iter()
-        .enumerate()
-        .map(|(i, (e, at))| {
+    let mut keyed: Vec<((u64, bool), (Event, RingPos))> = std::mem::take(batch)
+        .into_iter()
+        .map(|(e, at)| {
             let t = latest.entry(at.ring).or_insert(0);
             *t = (*t).max(e.time_ns);
-            (*t, is_agent_record(e), i)
+            ((*t, is_agent_record(&e)), (e, at))
         })
         .collect();
-    keyed.sort_unstable();
-    let order: Vec<usize> = keyed.into_iter().map(|k| k.2).collect();
-    let sorted: Vec<(Event, RingPos)> = order.iter().map(|&i| batch[i].clone()).collect();
-    batch.clone_from_slice(&sorted);
+    // Stable: records with equal keys keep their drained order.
+    keyed.sort_by_key(|k| k.0);
+    batch.extend(keyed.into_iter().map(|k| k.1));
 }
 
 /// Records an agent writes (statistics, snapshots, markers), as opposed to
