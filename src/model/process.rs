@@ -359,9 +359,12 @@ impl Process {
     /// events until an anchor snapshot is installed.
     pub fn watch(&mut self, watch: &Watch) {
         self.watch = watch.clone();
+        // A ring is named by a byte (FORMAT.md, position flags bits 8–15):
+        // more starts than that say nothing (a hostile recording).
+        self.watch.ring_starts.truncate(256);
         if watch.mid_run {
             for d in &mut self.devices {
-                d.hold_until_anchored(&watch.ring_starts);
+                d.hold_until_anchored(&self.watch.ring_starts);
             }
         }
     }

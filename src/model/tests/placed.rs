@@ -278,3 +278,20 @@ fn snapshot_of(d: &DeviceState, id: u32, before: u64, after: u64) -> Vec<(Event,
         })
         .collect()
 }
+
+/// A hostile `watch` (a recording can say anything) keeps at most one start
+/// per ring a byte can name.
+#[test]
+fn a_watch_with_a_million_ring_starts_keeps_256() {
+    let mut m = model();
+    m.watch(
+        KEY,
+        &Watch {
+            began_ns: Some(1),
+            mid_run: true,
+            ring_starts: vec![7; 1 << 20],
+            anchor_snapshot: None,
+        },
+    );
+    assert_eq!(m.process(KEY).unwrap().watching().ring_starts.len(), 256);
+}
