@@ -4,7 +4,8 @@
 //! ```text
 //! ring_dump find <dir> <pid> [timeout_s]   print the segment path of <pid>
 //! ring_dump dump <path>                    every record still held, then a summary
-//! ring_dump cmd <path> <kind> [arg]        post a command, print the outcome
+//! ring_dump cmd <path> <kind> [arg]        post a command (ping, empty_cache, reset_peaks,
+//!                                           snapshot, capture_stacks), print the outcome
 //!            kind: ping | empty_cache | reset_peaks | snapshot
 //! ```
 //!
@@ -102,6 +103,10 @@ fn cmd(path: &Path, kind: &str, arg: Option<&str>) -> anyhow::Result<()> {
         "empty_cache" => Command::EmptyCache { device: dev },
         "reset_peaks" => Command::ResetPeaks { device: dev },
         "snapshot" => Command::Snapshot { device: dev },
+        "capture_stacks" => Command::CaptureStacks {
+            steps: arg.and_then(|a| a.parse().ok()).unwrap_or(10),
+            depth: 0,
+        },
         _ => usage(),
     };
     let r = SegmentReader::open(path)?;

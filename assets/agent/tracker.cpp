@@ -51,6 +51,7 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -87,6 +88,9 @@ struct Calib {
 struct alignas(64) Hot {
   std::atomic<int> enabled{0};  // callback writes only when 1
   int devices = 0;
+  std::atomic<int> attrib{0};       // 1: tag events with the thread's context and the step tag
+  std::atomic<int> exclusive{1};    // 1: device rings take the exclusive write path
+  std::atomic<uint32_t> step_tag{0};  // (step mod 255) + 1 of the counted step; 0 none yet
   Calib calib;
 };
 Hot g_hot;
@@ -245,9 +249,8 @@ Sample g_samples[VS_MAX_RINGS - 1];
 
 // CLOCK_MONOTONIC ns of the event: never blocks, never calls the kernel once
 // the line is published (4 reads of one cache line and a multiply).
-inline uint64_t stamp(const Entry& e, int device) noexcept {
+inline uint64_t stamp(uint64_t raw, int device) noexcept {
   if constexpr (kApproxClock) {
-    const uint64_t raw = raw_time_of(e);
     const Calib& c = g_hot.calib;
     for (int i = 0; i < 4; i++) {
       const uint64_t s1 = c.seq.load(std::memory_order_acquire);
@@ -261,7 +264,7 @@ inline uint64_t stamp(const Entry& e, int device) noexcept {
     }
     return vs_monotonic_ns();  // writer kept interrupting: read the clock
   } else {
-    (void)e;
+    (void)raw;
     (void)device;
     return vs_monotonic_ns();
   }
@@ -421,6 +424,105 @@ void clock_tick() {
   }
 }
 
+// ---- attribution (FORMAT.md, "Contexts, strings, frames and stacks") -------
+//
+// The context id of the calling thread: Python's module, backward and
+// optimizer hooks store it (through the address vs_agent_context_slot gives
+// each thread) and the callback reads it. Initial-exec TLS: a general-dynamic
+// thread-local of a dlopen'ed library may allocate on a thread's first
+// access, which the callback must never do.
+thread_local uint32_t t_context __attribute__((tls_model("initial-exec"))) = 0;
+
+// The tag of each live block, per device, for SNAP_BLOCK: an open-addressing
+// table (linear probing, backward-shift deletion) written only by the
+// callback, under that device's allocator lock. Preallocated at start;
+// when 3/4 full a new block's tag is not kept and is counted (DROPPED 6).
+// An entry is one word: the key (bits 9..40 of the block's address; blocks
+// are 512-byte aligned) above the tag; 0 is empty. Two live blocks of one
+// device share a key only when their addresses differ by a multiple of
+// 2 TiB; the one found then lends its tag (an attribution slip, nothing
+// else). One word per entry keeps the table (256 KiB) and its cache
+// footprint small: the callback pays for it on every ALLOC and free.
+constexpr uint64_t kTagBits = 15;
+constexpr uint64_t kTagSlots = 1u << kTagBits;  // per device: 32,768
+constexpr uint64_t kTagMask = kTagSlots - 1;
+constexpr uint64_t kTagLimit = kTagSlots / 4 * 3;
+struct TagTable {
+  std::atomic<uint64_t>* slots = nullptr;  // kTagSlots entries
+  uint64_t used = 0;                       // written only under the device's allocator lock
+};
+TagTable g_tags[kMaxDevices];
+std::atomic<uint64_t>* g_snap_tags[kMaxDevices];  // copies taken at our snapshot's SNAPSHOT entry
+std::atomic<int> g_snap_tags_copied[kMaxDevices];
+
+// Counts for DROPPED records (FORMAT.md, DROPPED `what`), written by the
+// agent thread when they change.
+constexpr int kDropKinds = 7;
+std::atomic<uint64_t> g_drop[kDropKinds];
+uint64_t g_drop_written[kDropKinds];  // agent thread only
+
+inline uint32_t tag_key(uint64_t addr) { return static_cast<uint32_t>(addr >> 9); }
+inline uint64_t tag_home(uint32_t key) { return (key * 0x9E3779B97F4A7C15ull) >> (64 - kTagBits); }
+
+inline void tag_put(TagTable& t, uint64_t addr, uint32_t tag) noexcept {
+  const uint32_t key = tag_key(addr);
+  if (t.slots == nullptr || key == 0) return;
+  const uint64_t entry = (static_cast<uint64_t>(key) << 32) | tag;
+  for (uint64_t i = tag_home(key);; i = (i + 1) & kTagMask) {
+    const uint64_t w = t.slots[i].load(std::memory_order_relaxed);
+    if ((w >> 32) == key) {
+      t.slots[i].store(entry, std::memory_order_relaxed);
+      return;
+    }
+    if (w == 0) {
+      if (t.used >= kTagLimit) {
+        g_drop[VS_DROP_BLOCK_TAGS].fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      t.slots[i].store(entry, std::memory_order_relaxed);
+      t.used++;
+      return;
+    }
+  }
+}
+
+inline void tag_erase(TagTable& t, uint64_t addr) noexcept {
+  const uint32_t key = tag_key(addr);
+  if (t.slots == nullptr || key == 0) return;
+  uint64_t i = tag_home(key);
+  for (;; i = (i + 1) & kTagMask) {
+    const uint64_t w = t.slots[i].load(std::memory_order_relaxed);
+    if (w == 0) return;  // not kept
+    if ((w >> 32) == key) break;
+  }
+  // Backward-shift deletion: move later entries of the run into the hole
+  // unless their home lies cyclically in (hole, j].
+  uint64_t hole = i;
+  for (uint64_t j = (i + 1) & kTagMask;; j = (j + 1) & kTagMask) {
+    const uint64_t w = t.slots[j].load(std::memory_order_relaxed);
+    if (w == 0) break;
+    const uint64_t home = tag_home(static_cast<uint32_t>(w >> 32));
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    t.slots[hole].store(w, std::memory_order_relaxed);
+    hole = j;
+  }
+  t.slots[hole].store(0, std::memory_order_relaxed);
+  t.used--;
+}
+
+inline uint32_t tag_get(const std::atomic<uint64_t>* slots, uint64_t addr) noexcept {
+  const uint32_t key = tag_key(addr);
+  if (slots == nullptr || key == 0) return 0;
+  uint64_t i = tag_home(key);
+  for (uint64_t n = 0; n < kTagSlots; n++, i = (i + 1) & kTagMask) {
+    const uint64_t w = slots[i].load(std::memory_order_relaxed);
+    if ((w >> 32) == key) return static_cast<uint32_t>(w);
+    if (w == 0) return 0;
+  }
+  return 0;
+}
+
 // ---- the allocator callback ----------------------------------------------
 
 // Where each device's part of our own snapshot() ended in its ring.
@@ -442,6 +544,51 @@ inline void note_snapshot_position() noexcept {
   if (k < static_cast<uint64_t>(g_hot.devices)) {
     g_snap_marks.head[k].store(__atomic_load_n(g_dev_rings[k].head, __ATOMIC_ACQUIRE),
                                std::memory_order_relaxed);
+    // The live blocks' tags as the state was read (a bounded copy, once per
+    // snapshot we take, still under device k's allocator lock).
+    const std::atomic<uint64_t>* from = g_tags[k].slots;
+    std::atomic<uint64_t>* to = g_snap_tags[k];
+    if (from != nullptr && to != nullptr) {
+      for (uint64_t i = 0; i < kTagSlots; i++) to[i].store(from[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      g_snap_tags_copied[k].store(1, std::memory_order_release);
+    }
+  }
+}
+
+// One allocator event into its device's ring (the callback's work after it
+// read the TraceEntry; the benchmark calls it directly).
+inline void emit(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool0,
+                 uint64_t pool1, uint64_t raw_time) noexcept {
+  vs_ring* ring = &g_dev_rings[device];
+  // Positions are claimed in order: warm the slot a few positions ahead so
+  // the next events do not wait for its cache line (a 4 MiB ring does not
+  // stay in cache). A prefetch is only a hint: no ordering, no fault.
+  __builtin_prefetch(ring->slots + 8 * ((__atomic_load_n(ring->head, __ATOMIC_RELAXED) + 4) & ring->mask), 1, 3);
+  uint32_t tag = 0;
+  if (g_hot.attrib.load(std::memory_order_relaxed) != 0) {
+    tag = (t_context & VS_CONTEXT_MAX) | (g_hot.step_tag.load(std::memory_order_relaxed) << 24);
+    if (action == static_cast<int>(Entry::ALLOC)) {
+      tag_put(g_tags[device], addr, tag);
+    } else if (action == static_cast<int>(Entry::FREE_COMPLETED)) {
+      tag_erase(g_tags[device], addr);
+    }
+  }
+  uint64_t w[7] = {
+      vs_head_word(static_cast<uint16_t>(action + 1), static_cast<uint16_t>(device), tag),
+      stamp(raw_time, device),
+      addr,
+      size,
+      stream,
+      pool0,
+      pool1,
+  };
+  // A device's events arrive under that device's allocator lock: one writer
+  // at a time, so the exclusive path (plain stores, FORMAT.md "Slots") is
+  // sound. VRAMSCOPE_RING_WRITE=shared keeps the any-writer path.
+  if (g_hot.exclusive.load(std::memory_order_relaxed) != 0) {
+    vs_ring_write_exclusive(ring, w);
+  } else {
+    vs_ring_write(ring, w);
   }
 }
 
@@ -463,21 +610,8 @@ void on_trace(const Entry& e) noexcept {
   const int device = static_cast<int>(e.device_);
   if (device < 0 || device >= g_hot.devices) return;
   const auto pool = pool_of(e);
-  vs_ring* ring = &g_dev_rings[device];
-  // Positions are claimed in order: warm the slot a few positions ahead so
-  // the next events do not wait for its cache line (a 4 MiB ring does not
-  // stay in cache). A prefetch is only a hint: no ordering, no fault.
-  __builtin_prefetch(ring->slots + 8 * ((__atomic_load_n(ring->head, __ATOMIC_RELAXED) + 4) & ring->mask), 1, 3);
-  uint64_t w[7] = {
-      vs_head_word(static_cast<uint16_t>(action + 1), static_cast<uint16_t>(device), 0),
-      stamp(e, device),
-      static_cast<uint64_t>(e.addr_),
-      static_cast<uint64_t>(e.size_),
-      word_of(e.stream_),
-      pool.first,
-      pool.second,
-  };
-  vs_ring_write(ring, w);
+  emit(action, device, static_cast<uint64_t>(e.addr_), static_cast<uint64_t>(e.size_), word_of(e.stream_),
+       pool.first, pool.second, raw_time_of(e));
 #endif
 }
 
@@ -547,6 +681,53 @@ Span span_of(int d, uint64_t before, uint64_t after, bool exact) {
   return {before, after, kGiven | kAmbiguous | ring};
 }
 
+// Definition records (STRING, FRAME, STACK, CONTEXT) the Python side wrote,
+// kept to be sent again before each snapshot. Bounded; a definition not
+// kept, or not re-sent for lack of room in the agent ring, is counted in
+// DROPPED 5. Never touched by the callback.
+using Record = std::array<uint64_t, 7>;
+constexpr size_t kMaxDefinitions = 131072;  // 8 MiB
+std::mutex g_defs_mu;
+std::vector<Record> g_defs;
+
+void define(const uint64_t w[7]) {
+  vs_ring_write(agent_ring(), w);
+  std::lock_guard<std::mutex> lock(g_defs_mu);
+  if (g_defs.size() >= kMaxDefinitions) {
+    g_drop[VS_DROP_DEFINITIONS].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Record r;
+  std::memcpy(r.data(), w, sizeof r);
+  g_defs.push_back(r);
+}
+
+void resend_definitions() {
+  std::lock_guard<std::mutex> lock(g_defs_mu);
+  // At most a quarter of the agent ring, so the snapshot after them fits.
+  const size_t room = static_cast<size_t>((agent_ring()->mask + 1) / 4);
+  const size_t n = g_defs.size() < room ? g_defs.size() : room;
+  if (n < g_defs.size()) g_drop[VS_DROP_DEFINITIONS].fetch_add(g_defs.size() - n, std::memory_order_relaxed);
+  const uint64_t now = vs_monotonic_ns();
+  for (size_t i = 0; i < n; i++) {
+    Record r = g_defs[i];
+    r[1] = now;
+    vs_ring_write(agent_ring(), r.data());
+  }
+}
+
+// DROPPED records for the counts that changed (agent thread).
+void write_dropped() {
+  for (int what = 1; what < kDropKinds; what++) {
+    const uint64_t n = g_drop[what].load(std::memory_order_relaxed);
+    if (n == g_drop_written[what]) continue;
+    uint64_t w[7];
+    const uint64_t bound = what == VS_DROP_BLOCK_TAGS ? kTagLimit : what == VS_DROP_DEFINITIONS ? kMaxDefinitions : 0;
+    vs_rec_dropped(w, VS_NO_DEVICE, static_cast<uint32_t>(what), vs_monotonic_ns(), n, bound);
+    if (vs_ring_write(agent_ring(), w)) g_drop_written[what] = n;
+  }
+}
+
 std::mutex g_snapshot_mu;  // one write_snapshot at a time (agent thread, start)
 
 uint32_t write_snapshot(int only) {
@@ -554,14 +735,24 @@ uint32_t write_snapshot(int only) {
   const uint32_t id = g_snapshot_id.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t before[kMaxDevices];
   for (int d = 0; d < g_devices; d++) before[d] = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
+  for (int d = 0; d < g_devices; d++) g_snap_tags_copied[d].store(0, std::memory_order_relaxed);
   g_snap_marks.seen.store(0, std::memory_order_relaxed);
   g_snap_marks.taking.store(1, std::memory_order_release);
   const auto info = take_snapshot(0);
   g_snap_marks.taking.store(0, std::memory_order_release);
   const bool exact = g_snap_marks.seen.load(std::memory_order_acquire) == static_cast<uint64_t>(g_devices);
+  // Definitions first, so a reader that starts with this snapshot can name
+  // every context the blocks' tags use (FORMAT.md, "Attaching mid-run").
+  resend_definitions();
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
+    // Tags as they were when the state was read; without that copy (another
+    // snapshot() raced with ours) the live table, which may be a little newer.
+    const std::atomic<uint64_t>* tags = nullptr;
+    if (g_hot.attrib.load(std::memory_order_relaxed) != 0) {
+      tags = exact && g_snap_tags_copied[d].load(std::memory_order_acquire) ? g_snap_tags[d] : g_tags[d].slots;
+    }
     const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), exact);
     uint64_t nseg = 0, nblk = 0;
     for (const auto& seg : info.segments) {
@@ -603,7 +794,7 @@ uint32_t write_snapshot(int only) {
             static_cast<uint64_t>(b.size),
             static_cast<uint64_t>(b.requested_size),
             state,
-            0,
+            state == 2 ? 0 : tag_get(tags, addr),
         };
         vs_ring_write(agent_ring(), bw);
         addr += static_cast<uint64_t>(b.size);
@@ -616,6 +807,43 @@ uint32_t write_snapshot(int only) {
 }
 
 // ---- commands --------------------------------------------------------------
+
+// A capture-stacks request (command 5) for the Python side, which reads
+// these words through vs_agent_capture_request: seq changes per request.
+struct CaptureRequest {
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> depth{0};
+};
+CaptureRequest g_capture;
+constexpr uint64_t kMaxCaptureSteps = 1000;
+
+// The step the readers count (FORMAT.md, MARKER `source`: the user's
+// markers, else the first optimizer's) and its tag for allocator events.
+std::mutex g_mark_mu;
+uint64_t g_mark_key = 0;  // rank of the source counted (0: none yet)
+std::atomic<uint64_t> g_step_value{0};
+
+void count_step(uint64_t value, uint64_t source, uint64_t arg) {
+  uint64_t key;
+  if (source == 0 || source == 1) {
+    key = 3ull << 32;
+  } else if (source == 2) {
+    key = (2ull << 32) | (0xffffffffull - std::max<uint64_t>(std::min<uint64_t>(arg, 0xffffffffull), 1));
+  } else if (source == 5) {
+    key = 0;  // a new run: step 0, whichever source counts
+    value = 0;
+  } else {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_mark_mu);
+  if (key != 0) {
+    if (key < g_mark_key) return;
+    g_mark_key = key;
+  }
+  g_step_value.store(value, std::memory_order_relaxed);
+  g_hot.step_tag.store(static_cast<uint32_t>(value % 255 + 1), std::memory_order_relaxed);
+}
 
 void answer(const vs_request& req, uint64_t status, uint64_t r0, uint64_t r1) {
   vs_command_answer(&g_seg, &req, status, r0, r1);
@@ -668,6 +896,21 @@ void handle(const vs_request& req) {
         answer(req, VS_STATUS_OK, before, after);
         return;
       }
+      case VS_CMD_CAPTURE_STACKS: {
+        // The Python hooks capture the stacks (at the next root module call
+        // or step boundary); without them there is nothing to capture with.
+        if (g_hot.attrib.load(std::memory_order_acquire) == 0) {
+          answer(req, VS_STATUS_UNSUPPORTED, 0, 0);
+          return;
+        }
+        const uint64_t steps = std::min<uint64_t>(req.arg & 0xffffffffull, kMaxCaptureSteps);
+        const uint64_t depth = (req.arg >> 32) & 0xffff;
+        g_capture.steps.store(steps, std::memory_order_relaxed);
+        g_capture.depth.store(depth, std::memory_order_relaxed);
+        g_capture.seq.fetch_add(1, std::memory_order_release);
+        answer(req, VS_STATUS_OK, steps, g_step_value.load(std::memory_order_relaxed));
+        return;
+      }
       default:
         answer(req, VS_STATUS_UNSUPPORTED, 0, 0);
         return;
@@ -694,6 +937,7 @@ void agent_loop() noexcept {
       const uint64_t now = vs_monotonic_ns();
       if (now >= next_stats) {
         write_all_stats();
+        write_dropped();
         next_stats = now + g_stats_period_ns.load(std::memory_order_relaxed);
       }
       failures = 0;
@@ -772,6 +1016,11 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
     cfg.dir = (dir && *dir) ? dir : nullptr;
     cfg.producer = VS_PRODUCER_TORCH_EXACT;
     cfg.flags = VS_FLAG_EVENTS | VS_FLAG_STATS | VS_FLAG_POSITIONS;
+    const char* attrib = std::getenv("VRAMSCOPE_ATTRIBUTION");
+    const bool tagging = !(attrib && std::strcmp(attrib, "0") == 0);
+    if (tagging) cfg.flags |= VS_FLAG_CONTEXTS;
+    const char* path = std::getenv("VRAMSCOPE_RING_WRITE");
+    g_hot.exclusive.store(path && std::strcmp(path, "shared") == 0 ? 0 : 1);
     cfg.framework = framework;
     cfg.label = label;
     cfg.ring_count = static_cast<uint32_t>(1 + n);
@@ -790,6 +1039,13 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
       for (uint64_t w = 0; w < 8 * (r.mask + 1); w += 4096 / 8) __atomic_fetch_or(r.slots + w, 0, __ATOMIC_RELAXED);
     }
     for (int d = 0; d < n; d++) g_dev_rings[d] = g_seg.rings[1 + d];
+    if (tagging) {
+      // Block tag tables, allocated and touched now, never in the callback.
+      for (int d = 0; d < n; d++) {
+        if (g_tags[d].slots == nullptr) g_tags[d].slots = new std::atomic<uint64_t>[kTagSlots]();
+        if (g_snap_tags[d] == nullptr) g_snap_tags[d] = new std::atomic<uint64_t>[kTagSlots]();
+      }
+    }
     if constexpr (kApproxClock) {
       std::lock_guard<std::mutex> clock_lock(g_clock_mu);
       const char* mode = std::getenv("VRAMSCOPE_CLOCK");
@@ -866,6 +1122,10 @@ void vs_agent_mark_from(uint64_t value, uint64_t source, uint64_t arg) {
   if (!live() || g_enabled.load(std::memory_order_acquire) == 0) return;
   uint64_t w[7] = {vs_head_word(VS_K_MARKER, VS_NO_DEVICE, 0), vs_monotonic_ns(), value, source & 0xff, arg, 0, 0};
   vs_ring_write(agent_ring(), w);
+  try {
+    count_step(value, source & 0xff, arg);  // after the MARKER (FORMAT.md)
+  } catch (...) {
+  }
 }
 
 // The 1.0 entry point: a mark() from the user's code.
@@ -935,6 +1195,114 @@ int vs_agent_clock_info(uint64_t* out, int n) {
   int k = 0;
   for (; out && k < n && k < 9; k++) out[k] = v[k];
   return k;
+}
+
+// ---- attribution API (the Python side, vramscope/_attrib.py) ----------------
+
+// The address of the calling thread's context word: the thread stores its
+// current context id there (a plain 32-bit store) and the callback reads
+// it. Valid for the thread's lifetime.
+uint32_t* vs_agent_context_slot(void) { return &t_context; }
+
+// Tags events with contexts and step tags (1) or not (0). Returns the state
+// now in force: 0 when the segment was created without tagging
+// (VRAMSCOPE_ATTRIBUTION=0) or the tracker is not started.
+int vs_agent_set_attribution(int on) {
+  if (!live() || g_started.load() == 0 || g_tags[0].slots == nullptr) return 0;
+  g_hot.attrib.store(on ? 1 : 0, std::memory_order_release);
+  return on ? 1 : 0;
+}
+
+// Definition records (FORMAT.md): written into the agent ring now and kept
+// to be sent again before each snapshot. The caller assigns the ids and
+// defines an id before it uses it.
+void vs_agent_define_string(uint32_t id, const char* s, uint64_t n) {
+  if (!live() || s == nullptr) return;
+  try {
+    const uint32_t len = vs_string_len(s, static_cast<size_t>(n));
+    if (len < n) g_drop[VS_DROP_STRINGS].fetch_add(1, std::memory_order_relaxed);
+    const uint64_t now = vs_monotonic_ns();
+    uint32_t off = 0;
+    do {
+      uint64_t w[7];
+      vs_rec_string(w, id, now, s, len, off);
+      define(w);
+      off += VS_STRING_CHUNK;
+    } while (off < len);
+  } catch (...) {
+  }
+}
+
+void vs_agent_define_frame(uint32_t id, uint32_t file, uint32_t function, uint32_t line) {
+  if (!live()) return;
+  try {
+    uint64_t w[7];
+    vs_rec_frame(w, id, vs_monotonic_ns(), file, function, line);
+    define(w);
+  } catch (...) {
+  }
+}
+
+void vs_agent_define_stack(uint32_t id, uint32_t frame, uint32_t parent) {
+  if (!live()) return;
+  try {
+    uint64_t w[7];
+    vs_rec_stack(w, id, vs_monotonic_ns(), frame, parent);
+    define(w);
+  } catch (...) {
+  }
+}
+
+void vs_agent_define_context(uint32_t id, uint32_t module, uint32_t phase, uint32_t stack) {
+  if (!live()) return;
+  try {
+    uint64_t w[7];
+    vs_rec_context(w, id, vs_monotonic_ns(), module, static_cast<uint8_t>(phase), stack, 0, 0);
+    define(w);
+  } catch (...) {
+  }
+}
+
+// Adds to a DROPPED count (`what`, FORMAT.md) the Python side keeps.
+void vs_agent_count_dropped(uint32_t what, uint64_t n) {
+  if (what > 0 && what < static_cast<uint32_t>(kDropKinds)) g_drop[what].fetch_add(n, std::memory_order_relaxed);
+}
+
+// Three words the Python side polls for command 5: a sequence number that
+// changes with each request, the steps asked for (0: stop) and the depth.
+const uint64_t* vs_agent_capture_request(void) {
+  static_assert(sizeof(std::atomic<uint64_t>) == 8, "lock-free 64-bit atomics");
+  return reinterpret_cast<const uint64_t*>(&g_capture);
+}
+
+// The benchmark of the callback's own work (emit): `n` synthetic events,
+// ALLOCs and FREE_COMPLETEDs of 1,024 addresses in turn, into device 0's
+// ring (about 512 live), timed with CLOCK_MONOTONIC. `mode`: bit 0 the exclusive write path
+// (else the any-writer one), bit 1 attribution on (tags and the block tag
+// table). Only for a quiescent benchmark process: it writes into the real
+// ring, from this thread. Returns ns per event, or -1.
+double vs_agent_bench_callback(uint64_t n, int mode) {
+  if (!live() || g_hot.devices < 1 || n == 0) return -1;
+  if ((mode & 2) && g_tags[0].slots == nullptr) return -1;
+  const int excl = g_hot.exclusive.load(), attr = g_hot.attrib.load();
+  const uint32_t ctx = t_context;
+  g_hot.exclusive.store(mode & 1);
+  g_hot.attrib.store((mode >> 1) & 1);
+  t_context = 7;
+  const uint64_t base = 0x7f0000000000ull;
+  const uint64_t raw0 = approx_now();
+  const uint64_t t0 = vs_monotonic_ns();
+  for (uint64_t i = 0; i < n; i++) {
+    // About 512 blocks live at a time, as in a training step.
+    const uint64_t k = ((i >> 1) + ((i & 1) ? 512 : 0)) & 1023;
+    const int action = (i & 1) ? static_cast<int>(Entry::FREE_COMPLETED) : static_cast<int>(Entry::ALLOC);
+    emit(action, 0, base + (k << 20), 4096, 0, 0, 0, raw0 + i);
+  }
+  const uint64_t t1 = vs_monotonic_ns();
+  t_context = ctx;
+  g_hot.exclusive.store(excl);
+  g_hot.attrib.store(attr);
+  return static_cast<double>(t1 - t0) / static_cast<double>(n);
 }
 
 // +1 when a CUDA graph capture begins, -1 when it ends (from Python hooks).

@@ -40,6 +40,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../assets/agent/vramscope/__init__.py"),
     ),
     (
+        "vramscope/_attrib.py",
+        include_str!("../../assets/agent/vramscope/_attrib.py"),
+    ),
+    (
         "vramscope/_build.py",
         include_str!("../../assets/agent/vramscope/_build.py"),
     ),
@@ -926,6 +930,19 @@ mod tests {
     #[test]
     fn files_are_embedded_and_hashed() {
         assert!(FILES.iter().all(|(_, b)| !b.is_empty()));
+        // Every module of the package is embedded (`vramscope run` extracts
+        // only these).
+        let pkg = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/agent/vramscope");
+        for entry in fs::read_dir(pkg).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".py") {
+                let want = format!("vramscope/{name}");
+                assert!(
+                    FILES.iter().any(|(n, _)| *n == want),
+                    "{want} is not embedded"
+                );
+            }
+        }
         assert!(dir_name().starts_with("agent-"));
         assert_eq!(content_hash(), content_hash());
     }

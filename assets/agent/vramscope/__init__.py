@@ -49,6 +49,10 @@ VRAMSCOPE_STATS_MS  statistics period (default 100 exact, 250 sampled)
 VRAMSCOPE_AUTO      1: the sitecustomize set up by `vramscope run` attaches
 VRAMSCOPE_VARIANT   "empty": build the tracker whose callback does nothing
                     (for the overhead benchmark only)
+VRAMSCOPE_ATTRIBUTION  0: no module/phase attribution (no module hooks, no
+                    context tags); default on in exact mode (see _attrib.py)
+VRAMSCOPE_RING_WRITE   shared: device rings use the any-writer path
+                    (default: the exclusive one, under the allocator lock)
 """
 
 import atexit
@@ -79,6 +83,7 @@ _st = {
     "graph_patched": False,
     "mark_from": None,  # the tracker's vs_agent_mark_from (markers with a source)
     "step_hook": None,  # the optimizer step hook's handle (False: unavailable)
+    "attrib": None,  # _attrib.Attribution while module attribution is on
 }
 
 
@@ -136,13 +141,16 @@ def _label():
 
 def status():
     """A dict: mode (pending/exact/sampled/off/failed or None), reason, path,
-    library, and optimizer_steps (whether optimizer steps are seen)."""
+    library, optimizer_steps (whether optimizer steps are seen) and
+    attribution (whether allocations are tagged with modules and phases)."""
+    a = _st["attrib"]
     return {
         "mode": _st["mode"],
         "reason": _st["reason"],
         "path": _st["path"],
         "library": _st["lib_path"],
         "optimizer_steps": bool(_st["step_hook"]),
+        "attribution": bool(a is not None and a.installed and a.lib is not None),
     }
 
 
@@ -184,10 +192,14 @@ def _attach(label, mode, shm_dir, wait):
             atexit.register(_shutdown)
             _st["atexit"] = True
         _patch_graph_capture(torch)
+        if mode != "sampled":
+            # Before CUDA is initialised, so that model.cuda() (which
+            # initialises it) is attributed too.
+            _install_attribution(torch)
         starter = _Starter(torch, label or _label(), mode, shm_dir)
         ready = starter.cuda_ready
         try:
-            torch.cuda._lazy_call(ready.set)
+            torch.cuda._lazy_call(starter.on_cuda_init)
         except Exception:
             # Very old or unusual builds: poll is_initialized from the starter.
             starter.poll_init = True
@@ -224,6 +236,9 @@ def _mark(value, source, arg):
         v = int(value) & ((1 << 64) - 1)
         if _st["forked"]:
             return
+        a = _st["attrib"]
+        if a is not None and (source == _SOURCE_USER or (source == _SOURCE_OPTIMIZER and arg == 1)):
+            a.step()
         if _st["mode"] == "exact" and _st["lib"] is not None:
             if _st["mark_from"] is not None:
                 _st["mark_from"](v, source, arg)
@@ -276,6 +291,33 @@ def _hook_optimizer_steps(torch):
         _st["step_hook"] = False
 
 
+def _install_attribution(torch):
+    """Module, phase and step attribution (vramscope/_attrib.py), unless
+    VRAMSCOPE_ATTRIBUTION=0. Never raises."""
+    if _st["attrib"] is not None or os.environ.get("VRAMSCOPE_ATTRIBUTION", "1") == "0":
+        return
+    try:
+        from ._attrib import Attribution
+
+        a = Attribution(torch, _warn)
+        if a.install():
+            _st["attrib"] = a
+    except (AttributeError, ImportError):
+        pass  # a torch without what it needs: no attribution; status() says so
+    except Exception as e:
+        _warn("module attribution disabled: %s: %s" % (type(e).__name__, e), key="attrib")
+
+
+def _drop_attribution():
+    a = _st["attrib"]
+    _st["attrib"] = None
+    if a is not None:
+        try:
+            a.remove()
+        except Exception:
+            pass
+
+
 class _Starter(threading.Thread):
     """Builds the tracker while waiting for CUDA, then starts a mode."""
 
@@ -294,9 +336,37 @@ class _Starter(threading.Thread):
         except Exception as e:
             _st["mode"] = "failed"
             _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
+        if _st["mode"] != "exact":
+            _drop_attribution()  # nothing to tag for
 
     def run_inline(self):
         self.run()
+
+    def on_cuda_init(self):
+        """torch.cuda's lazy initialisation calls this right after CUDA is
+        initialised, on the thread that initialised it (often inside
+        model.cuda()). With the tracker already built (cached), start it
+        here, before the first tensor is copied, so that everything the job
+        allocates is seen and attributed; else the starter thread builds it.
+        Never raises (an exception here would fail torch's initialisation)."""
+        try:
+            self.cuda_ready.set()
+            if self.mode == "sampled" or _st["forked"] or _st["mode"] != "pending":
+                return
+            t = self.torch
+            try:
+                abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
+            except Exception:
+                abi = 1
+            variant = os.environ.get("VRAMSCOPE_VARIANT", "")
+            lib_path = _build.build(t.__file__, t.__version__, abi, variant, cached_only=True)
+            if not lib_path:
+                return
+            with _lock:
+                if _st["mode"] == "pending" and not _st["forked"]:
+                    self._start_exact(lib_path)
+        except Exception:
+            pass  # the starter thread tries again and says why
 
     def _build(self):
         if self.mode == "sampled":
@@ -417,6 +487,9 @@ class _Starter(threading.Thread):
             if _st["capturing"] > 0:
                 lib.vs_agent_capture(_st["capturing"])
             _hook_optimizer_steps(self.torch)
+            a = _st["attrib"]
+            if a is not None and not a.connect(lib):
+                _drop_attribution()
         return rc, why
 
     def _start_sampled(self, why):
@@ -432,6 +505,7 @@ class _Starter(threading.Thread):
             return
         if s.seg.notice:
             _warn(s.seg.notice)
+        _drop_attribution()  # sampled mode sees no events to tag
         _st["sampler"] = s
         _st["mode"] = "sampled"
         _st["path"] = s.seg.path
@@ -492,6 +566,7 @@ def _after_fork_child():
     # The tracker's own pthread_atfork handler silences the callback and
     # unmaps the segment in the child; here the Python side lets go too.
     _st["forked"] = True
+    _drop_attribution()
     s = _st.get("sampler")
     if s is not None:
         try:

@@ -352,14 +352,15 @@ class BuildError(Exception):
     pass
 
 
-def build(torch_file, torch_version, abi, variant="", warn=None):
+def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=False):
     """Returns the path of the tracker library, building it if needed.
 
     Raises BuildError with a one-line reason (what is missing) otherwise.
     The library is cached only in a directory private to this user
     (``build_dir``); a cached one is reused only when ``verified_library``
     (ours, and its content the one recorded when it was built), and rebuilt
-    otherwise. When the cache is not private, the library is built in a
+    otherwise (`cached_only`: returns None instead of building). When the
+    cache is not private, the library is built in a
     fresh private directory and `warn` gets one line saying so.
     Concurrent processes (DDP ranks) each build into a temporary file and
     rename it into place; the rename is atomic, so every process loads a
@@ -379,12 +380,16 @@ def build(torch_file, torch_version, abi, variant="", warn=None):
     key = _key(cpp, hdr, cxx, torch_version, abi, cuda_inc, variant)
     tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
     name = "tracker-torch%s-abi%d-%s-%s%s.so" % (tv, int(abi), AGENT_VERSION, key, "-" + variant if variant else "")
+    if cached_only and private_problem(cache_dir()) is not None:
+        return None  # only a private cache is ever reused
     out_dir, note = build_dir()
     if note and warn is not None:
         warn(note)
     out = os.path.join(out_dir, name)
     if verified_library(out):
         return out
+    if cached_only:
+        return None
     fd, tmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".so", dir=out_dir)
     os.close(fd)
     cmd = build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, tmp, variant)

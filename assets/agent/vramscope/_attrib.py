@@ -1,0 +1,645 @@
+"""Who holds the memory: module, phase and step attribution (exact mode).
+
+The allocator callback (tracker.cpp) tags each event with the calling
+thread's *context id* and the step tag; this module keeps those context ids
+current, with no change to the user's code, and defines what they mean
+(src/ring/FORMAT.md, "Contexts, strings, frames and stacks"):
+
+forward    PyTorch's global module forward pre/post hooks
+           (``register_module_forward_pre_hook`` / ``_hook``) keep a stack of
+           contexts per thread: the innermost module running.
+backward   the forward post-hook registers a pre-hook on the output's
+           ``grad_fn``; when backward reaches it (on an autograd engine
+           thread) that thread's context becomes the module's backward. No
+           full backward hooks: they wrap outputs and break in-place ops.
+optimizer  global optimizer step pre/post hooks.
+other      ``Module._apply`` (``.to()``, ``.cuda()``, ``.half()``): parameter
+           and buffer copies are attributed to their module.
+
+Each thread stores its context into a native thread-local word (its
+address comes from ``vs_agent_context_slot``) with one plain store; the
+callback only reads it. Nothing here runs in the allocator callback, takes
+an allocator lock or is called with one held.
+
+Module paths: the first time a module is entered outside any other (a
+root: the model, a loss module), its ``named_modules()`` name the whole
+tree (``transformer.h.3.attn``); the root itself is named by its class.
+
+Compiled regions (``torch.compile``): the hooks return at once while Dynamo
+traces (``torch.compiler.is_compiling()``), so they add nothing to the
+graph and break nothing; allocations inside a compiled region carry the
+context of the module that called it (for ``torch.compile(model)``: the
+model, forward or backward).
+
+Stack capture (command 5): for the next N steps each context entered also
+carries the Python stack of the call that entered it (``depth`` frames,
+torch's own module machinery skipped), so allocations name their code
+location. Then contexts go back to (module, phase).
+
+Never hurting the job: every hook catches everything; a failure disables
+attribution with one ``vramscope:`` line. Modules are never referenced
+strongly (ids, with a weakref finalizer), so no model outlives its use.
+"""
+
+import ctypes
+import os
+import sys
+import threading
+import time
+import weakref
+
+FORWARD, BACKWARD, OPTIMIZER, OTHER = 1, 2, 3, 4
+
+# FORMAT.md DROPPED `what`.
+_DROP_CONTEXT_IDS, _DROP_STACKS = 2, 3
+
+# The reader keeps 65,536 definitions of each kind: stay inside.
+MAX_IDS = 60000
+MAX_CAPTURE_SECONDS = 300.0
+DEFAULT_DEPTH = 12
+MAX_DEPTH = 64
+# A module entered inside a root that did not name it makes the root be
+# walked again, at most this often.
+RENAME_INTERVAL = 1.0
+
+# Wrapper attributes: (attribute, wrapper class names or () for any).
+_WRAPPERS = (("_orig_mod", ()), ("module", ("DistributedDataParallel", "DataParallel")))
+
+_SKIP_FILES = ("torch/nn/modules/module.py", "vramscope/_attrib.py", "torch/_compile.py")
+
+
+class _Thread:
+    """One thread's state: its context stack and its native context word."""
+
+    __slots__ = ("stack", "slot", "base", "root", "last_fn", "backward", "__weakref__")
+
+    def __init__(self, slot):
+        self.stack = []  # context ids of the modules running, innermost last
+        self.slot = slot  # memoryview of the native word, or None
+        self.base = 0  # the context outside every module (optimizer, other)
+        self.root = None  # weakref of the outermost module running
+        self.last_fn = None  # the grad_fn given a backward pre-hook last
+        self.backward = False  # has run backward hooks
+
+
+class Attribution:
+    def __init__(self, torch, warn):
+        self.torch = torch
+        self.warn = warn
+        self.lib = None
+        self.local = threading.local()
+        self.lock = threading.RLock()  # tables; never held by the callback
+        self.infos = {}  # id(module) -> [path id, {phase: context}, backward hook]
+        self.strings = {}
+        self.frames = {}
+        self.stacks = {}
+        self.contexts = {}
+        self.paths = [""]  # string id -> text, for module paths
+        self.stack_of = {}  # context id -> its stack id, for contexts with one
+        self.backward_hooks = {}  # context id -> its backward pre-hook
+        self.pending = []  # definitions made before the library was loaded
+        self.backward_threads = weakref.WeakSet()
+        self.handles = []
+        self.orig_apply = None
+        self.orig_call = None
+        self.installed = False
+        self.failed = False
+        # Which modules' backward is tracked (see _hook_backward): "params"
+        # (default), "all" or "none" (backward is then one phase, no module).
+        self.set_backward(os.environ.get("VRAMSCOPE_ATTRIBUTION_BACKWARD", "params"))
+        self.renamed = {}  # id(root) -> last walk time
+        # Stack capture (command 5).
+        self.capture_words = None
+        self.capture_seen = 0
+        self.capture_steps = 0
+        self.capture_depth = DEFAULT_DEPTH
+        self.capture_until = 0.0
+        self.none_backward = 0
+        self.none_other = 0
+        try:
+            # Constant False in eager (cheapest), True while Dynamo traces.
+            compiling = torch.compiler.is_dynamo_compiling
+        except AttributeError:
+            compiling = None
+        try:
+            compiling = compiling or torch.compiler.is_compiling
+        except AttributeError:
+            try:
+                compiling = torch._dynamo.is_compiling
+            except AttributeError:
+
+                def compiling():
+                    return False
+
+        self.compiling = compiling
+        self.grad_enabled = torch.is_grad_enabled
+        self.Tensor = torch.Tensor
+
+    # ---- the native side ---------------------------------------------------
+
+    def connect(self, lib):
+        """The tracker is started: write what was defined so far, then tag."""
+        with self.lock:
+            for name in (
+                "vs_agent_context_slot",
+                "vs_agent_set_attribution",
+                "vs_agent_define_string",
+                "vs_agent_define_context",
+                "vs_agent_capture_request",
+            ):
+                if not hasattr(lib, name):
+                    return False
+            lib.vs_agent_context_slot.restype = ctypes.c_void_p
+            lib.vs_agent_set_attribution.restype = ctypes.c_int
+            lib.vs_agent_set_attribution.argtypes = [ctypes.c_int]
+            lib.vs_agent_define_string.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint64]
+            lib.vs_agent_define_frame.argtypes = [ctypes.c_uint32] * 4
+            lib.vs_agent_define_stack.argtypes = [ctypes.c_uint32] * 3
+            lib.vs_agent_define_context.argtypes = [ctypes.c_uint32] * 4
+            lib.vs_agent_count_dropped.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
+            lib.vs_agent_capture_request.restype = ctypes.c_void_p
+            addr = lib.vs_agent_capture_request()
+            self.capture_words = memoryview((ctypes.c_uint64 * 3).from_address(addr)).cast("B").cast("Q")
+            self.capture_seen = self.capture_words[0]
+            self.lib = lib
+            for d in self.pending:
+                self._write(d)
+            self.pending = []
+            if lib.vs_agent_set_attribution(1) != 1:
+                self.lib = None
+                return False
+            # The calling thread may be inside modules already (CUDA was
+            # initialised by model.cuda()): give it its current context.
+            t = self._thread()
+            self._set(t, t.stack[-1] if t.stack else t.base)
+            return True
+
+    def _write(self, d):
+        lib = self.lib
+        kind = d[0]
+        if kind == "s":
+            b = d[2]
+            lib.vs_agent_define_string(d[1], b, len(b))
+        elif kind == "f":
+            lib.vs_agent_define_frame(d[1], d[2], d[3], d[4])
+        elif kind == "k":
+            lib.vs_agent_define_stack(d[1], d[2], d[3])
+        else:
+            lib.vs_agent_define_context(d[1], d[2], d[3], d[4])
+
+    def _define(self, d):
+        if self.lib is not None:
+            self._write(d)
+        else:
+            self.pending.append(d)
+
+    def _dropped(self, what):
+        if self.lib is not None:
+            try:
+                self.lib.vs_agent_count_dropped(what, 1)
+            except Exception:
+                pass
+
+    def _thread(self):
+        try:
+            return self.local.t
+        except AttributeError:
+            pass
+        slot = None
+        if self.lib is not None:
+            addr = self.lib.vs_agent_context_slot()
+            slot = memoryview((ctypes.c_uint32 * 1).from_address(addr)).cast("B").cast("I")
+        t = self.local.t = _Thread(slot)
+        t.base = self.none_other if threading.current_thread() is threading.main_thread() else 0
+        if slot is not None:
+            slot[0] = t.base
+        return t
+
+    def _set(self, t, ctx):
+        s = t.slot
+        if s is None:
+            if self.lib is None:
+                return
+            del self.local.t  # made before the library: start afresh
+            t2 = self._thread()
+            t2.stack, t2.base, t2.root = t.stack, t.base, t.root
+            s = t2.slot
+        s[0] = ctx
+
+    # ---- ids -------------------------------------------------------------------
+
+    def string(self, text):
+        sid = self.strings.get(text)
+        if sid is None:
+            if len(self.strings) >= MAX_IDS:
+                return 0
+            sid = self.strings[text] = len(self.strings) + 1
+            self.paths.append(text)
+            self._define(("s", sid, text.encode("utf-8", "replace")))
+        return sid
+
+    def context(self, path_id, phase, stack=0):
+        key = (path_id, phase, stack)
+        cid = self.contexts.get(key)
+        if cid is None:
+            if len(self.contexts) >= MAX_IDS:
+                self._dropped(_DROP_CONTEXT_IDS)
+                return 0
+            cid = self.contexts[key] = len(self.contexts) + 1
+            if stack:
+                self.stack_of[cid] = stack
+            self._define(("c", cid, path_id, phase, stack))
+        return cid
+
+    def stack_here(self, frame, depth):
+        """The stack id of `frame` and its callers (at most `depth` frames,
+        torch's module machinery and this file skipped), or 0."""
+        frames = []
+        f = frame
+        while f is not None and len(frames) < depth:
+            code = f.f_code
+            name = code.co_filename
+            if not name.endswith(_SKIP_FILES):
+                frames.append((name, code.co_name, f.f_lineno))
+            f = f.f_back
+        sid = 0
+        for name, func, line in reversed(frames):  # outermost first
+            key = (name, func, line)
+            fid = self.frames.get(key)
+            if fid is None:
+                if len(self.frames) >= MAX_IDS:
+                    self._dropped(_DROP_STACKS)
+                    return 0
+                fid = self.frames[key] = len(self.frames) + 1
+                self._define(("f", fid, self.string(name), self.string(func), line))
+            skey = (fid, sid)
+            nsid = self.stacks.get(skey)
+            if nsid is None:
+                if len(self.stacks) >= MAX_IDS:
+                    self._dropped(_DROP_STACKS)
+                    return 0
+                nsid = self.stacks[skey] = len(self.stacks) + 1
+                self._define(("k", nsid, fid, sid))
+            sid = nsid
+        return sid
+
+    # ---- module names ------------------------------------------------------------
+
+    def _forget(self, key):
+        self.infos.pop(key, None)
+
+    def _info_for(self, module, path, root=False):
+        """[path string id, {phase: context id}, whether its backward is
+        tracked (it owns parameters, or is a root)]."""
+        key = id(module)
+        info = self.infos.get(key)
+        pid = self.string(path)
+        tracked = root or bool(getattr(module, "_parameters", None))
+        if info is None:
+            info = self.infos[key] = [pid, {}, tracked]
+            try:
+                weakref.finalize(module, self._forget, key)
+            except TypeError:
+                pass
+        elif info[0] != pid:
+            info[0], info[1], info[2] = pid, {}, tracked
+        else:
+            info[2] = info[2] or tracked
+        return info
+
+    def name_tree(self, root):
+        """Names `root` (by its class) and every module under it. Wrappers
+        (torch.compile's, DataParallel, DistributedDataParallel) are named
+        by the model they wrap, and their own level is left out of paths."""
+        with self.lock:
+            inner, prefix = root, ""
+            for attr, classes in _WRAPPERS:
+                wrapped = getattr(inner, attr, None)
+                if isinstance(wrapped, self.torch.nn.Module) and (not classes or type(inner).__name__ in classes):
+                    inner, prefix = wrapped, prefix + attr + "."
+            self._info_for(root, type(inner).__name__, root=True)
+            for name, m in root.named_modules():
+                if name.startswith(prefix):
+                    name = name[len(prefix) :]
+                if name and m is not inner:
+                    self._info_for(m, name)
+                elif m is inner and m is not root:
+                    self._info_for(m, type(inner).__name__, root=True)
+            self.renamed[id(root)] = time.monotonic()
+
+    def info(self, module, t):
+        info = self.infos.get(id(module))
+        if info is not None:
+            return info
+        root = t.root() if t.root is not None else None
+        if root is None or root is module:
+            self.name_tree(module)
+        elif time.monotonic() - self.renamed.get(id(root), 0.0) >= RENAME_INTERVAL:
+            self.name_tree(root)  # a module added to the root since
+        info = self.infos.get(id(module))
+        if info is None:  # not registered under the root: named by its class
+            with self.lock:
+                parent = ""
+                if root is not None and id(root) in self.infos:
+                    parent = self.paths[self.infos[id(root)][0]] + "."
+                info = self._info_for(module, parent + type(module).__name__)
+        return info
+
+    def ctx(self, info, phase):
+        c = info[1].get(phase)
+        if c is None:
+            with self.lock:
+                c = info[1][phase] = self.context(info[0], phase)
+        return c
+
+    # ---- hooks -----------------------------------------------------------------------
+
+    def _enter(self, module, phase):
+        t = self._thread()
+        if not t.stack:
+            t.root = weakref.ref(module)
+            if phase == FORWARD:
+                self._new_forward()
+        info = self.info(module, t)
+        if self.capture_steps:
+            ctx = self._captured(info, phase, sys._getframe(2))
+        else:
+            ctx = info[1].get(phase) or self.ctx(info, phase)
+        t.stack.append(ctx)
+        self._set(t, ctx)
+        return t, info
+
+    def _leave(self, t):
+        st = t.stack
+        if st:
+            st.pop()
+        if not st:
+            t.root = None
+            t.last_fn = None
+        self._set(t, st[-1] if st else t.base)
+
+    def _captured(self, info, phase, frame):
+        with self.lock:
+            if time.monotonic() > self.capture_until:
+                self.capture_steps = 0
+                return self.ctx(info, phase)
+            return self.context(info[0], phase, self.stack_here(frame, self.capture_depth))
+
+    def _new_forward(self):
+        """A root module's forward begins: backward threads start the next
+        backward outside every module, and a capture request is picked up."""
+        for b in list(self.backward_threads):
+            if b.slot is not None:
+                b.slot[0] = self.none_backward
+        self.poll_capture()
+
+    def set_backward(self, policy):
+        self.backward_all = policy == "all"
+        self.backward_none = policy == "none"
+
+    def _hook_backward(self, t, module, output, fwd_ctx):
+        """When backward reaches the node that made this module's output,
+        the thread running it takes the module's backward context (a
+        pre-hook on that node). Only for modules that own parameters (where
+        gradients are made) and roots (where backward starts), unless
+        VRAMSCOPE_ATTRIBUTION_BACKWARD=all: a pre-hook costs its
+        registration every forward and a GIL round trip in backward."""
+        info = self.infos.get(id(module))
+        if info is None or self.backward_none or not (info[2] or self.backward_all):
+            return
+        out = output
+        if not isinstance(out, self.Tensor):
+            out = _first_tensor(out, self.Tensor)
+            if out is None:
+                return
+        fn = out.grad_fn
+        if fn is None or fn is t.last_fn:  # the inner module's output already
+            return
+        t.last_fn = fn  # cleared when the outermost module returns
+        if self.capture_steps:
+            with self.lock:
+                ctx = self.context(info[0], BACKWARD, self.stack_of.get(fwd_ctx, 0))
+        else:
+            ctx = info[1].get(BACKWARD) or self.ctx(info, BACKWARD)
+        fn.register_prehook(self._backward_hook(ctx))
+
+    def _backward_hook(self, ctx):
+        hook = self.backward_hooks.get(ctx)
+        if hook is None:
+            hook = self.backward_hooks[ctx] = self._make_backward_hook(ctx)
+        return hook
+
+    def _make_backward_hook(self, ctx):
+        def hook(grad_outputs):
+            try:
+                t = self._thread()
+                if not t.backward:
+                    t.backward = True
+                    self.backward_threads.add(t)
+                self._set(t, ctx)
+            except Exception:
+                pass
+            return None
+
+        return hook
+
+    def optimizer_pre(self, optimizer, args, kwargs):
+        try:
+            t = self._thread()
+            t.base = self.optimizer_ctx(optimizer)
+            self._set(t, t.stack[-1] if t.stack else t.base)
+        except Exception as e:
+            self.fail(e)
+
+    def optimizer_post(self, optimizer, args, kwargs):
+        try:
+            t = self._thread()
+            t.base = self.none_other
+            self._set(t, t.stack[-1] if t.stack else t.base)
+        except Exception as e:
+            self.fail(e)
+
+    def optimizer_ctx(self, optimizer):
+        with self.lock:
+            return self.context(self.string("optimizer." + type(optimizer).__name__), OPTIMIZER)
+
+    def step(self):
+        """A step boundary (optimizer step or mark()): counts capture down."""
+        if self.capture_steps:
+            self.capture_steps -= 1
+        self.poll_capture()
+
+    def poll_capture(self):
+        w = self.capture_words
+        if w is None or w[0] == self.capture_seen:
+            return
+        self.capture_seen = w[0]
+        steps, depth = w[1], w[2]
+        self.capture_depth = min(MAX_DEPTH, depth or DEFAULT_DEPTH)
+        self.capture_steps = int(steps)
+        self.capture_until = time.monotonic() + MAX_CAPTURE_SECONDS
+
+    # ---- install / remove ----------------------------------------------------------
+
+    def install(self):
+        """Registers the global hooks. Returns False (and changes nothing)
+        when this torch lacks them."""
+        torch = self.torch
+        with self.lock:
+            if self.installed:
+                return True
+            try:
+                from torch.nn.modules import module as m
+                from torch.optim import optimizer as o
+
+                self.none_other = self.context(0, OTHER)
+                self.none_backward = self.context(0, BACKWARD)
+                self.handles = [
+                    o.register_optimizer_step_pre_hook(self.optimizer_pre),
+                    o.register_optimizer_step_post_hook(self.optimizer_post),
+                ]
+                self.orig_call = m.Module.__call__
+                m.Module.__call__ = _make_call(self, self.orig_call)
+                self.orig_apply = m.Module._apply
+                m.Module._apply = _make_apply(self, self.orig_apply)
+            except (AttributeError, ImportError):
+                self.remove()  # a torch without these APIs: no attribution
+                return False
+            except Exception as e:
+                self.remove()
+                self.warn("module attribution disabled: %s: %s" % (type(e).__name__, e), "attrib")
+                return False
+            self.installed = True
+            if self.lib is not None:
+                self.lib.vs_agent_set_attribution(1)
+            return True
+
+    def remove(self):
+        with self.lock:
+            for h in self.handles:
+                try:
+                    h.remove()
+                except Exception:
+                    pass
+            self.handles = []
+            if self.orig_call is not None:
+                try:
+                    self.torch.nn.Module.__call__ = self.orig_call
+                except Exception:
+                    pass
+                self.orig_call = None
+            if self.orig_apply is not None:
+                try:
+                    self.torch.nn.Module._apply = self.orig_apply
+                except Exception:
+                    pass
+                self.orig_apply = None
+            self.installed = False
+            if self.lib is not None:
+                try:
+                    self.lib.vs_agent_set_attribution(0)
+                except Exception:
+                    pass
+
+    def fail(self, e):
+        if self.failed:
+            return
+        self.failed = True
+        self.warn("module attribution disabled: %s: %s" % (type(e).__name__, e), "attrib")
+        self.remove()
+
+
+def _first_tensor(out, tensor):
+    """The first tensor of a module's output (a tuple, a list, a dict such
+    as transformers' ModelOutput, whose first entry is the loss when there
+    is one), or None."""
+    if isinstance(out, (tuple, list)):
+        items = out
+    elif isinstance(out, dict):
+        items = out.values()
+    else:
+        return None
+    for v in items:
+        if isinstance(v, tensor):
+            return v
+    return None
+
+
+def _make_call(attrib, orig):
+    """Module.__call__ with the module's forward context around it: the
+    cheapest way to see every module call (global module hooks would take
+    every module off its fast path, see bench_attrib.py). Dynamo inlines
+    it as the original call: compiling() is constant there."""
+    compiling = attrib.compiling
+    local = attrib.local
+    infos = attrib.infos
+    grad_enabled = attrib.grad_enabled
+
+    def __call__(self, *args, **kwargs):
+        if compiling():
+            return orig(self, *args, **kwargs)
+        try:
+            t = local.t
+            info = infos.get(id(self))
+            st = t.stack
+            if info is None or not st or attrib.capture_steps or t.slot is None:
+                t, info = attrib._enter(self, FORWARD)
+                st = t.stack
+            else:
+                ctx = info[1].get(FORWARD) or attrib.ctx(info, FORWARD)
+                st.append(ctx)
+                t.slot[0] = ctx
+        except AttributeError:  # the thread's first module call
+            try:
+                t, info = attrib._enter(self, FORWARD)
+                st = t.stack
+            except Exception as e:
+                attrib.fail(e)
+                return orig(self, *args, **kwargs)
+        except Exception as e:
+            attrib.fail(e)
+            return orig(self, *args, **kwargs)
+        depth = len(st)
+        try:
+            out = orig(self, *args, **kwargs)
+            if (info[2] or attrib.backward_all) and not attrib.backward_none and grad_enabled():
+                attrib._hook_backward(t, self, out, st[-1] if st else 0)
+            return out
+        finally:
+            try:
+                if len(st) == depth:
+                    st.pop()
+                else:  # an inner call left early: drop what it left too
+                    del st[depth - 1 :]
+                if st:
+                    t.slot[0] = st[-1]
+                else:
+                    attrib._leave(t)
+            except Exception:
+                pass
+
+    __call__.__wrapped__ = orig
+    return __call__
+
+
+def _make_apply(attrib, orig):
+    def _apply(self, *args, **kwargs):
+        if attrib.compiling() or not attrib.installed:
+            return orig(self, *args, **kwargs)
+        t = None
+        try:
+            t, _ = attrib._enter(self, OTHER)
+        except Exception as e:
+            attrib.fail(e)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            if t is not None:
+                try:
+                    attrib._leave(t)
+                except Exception:
+                    pass
+
+    _apply.__wrapped__ = orig
+    _apply.__doc__ = orig.__doc__
+    return _apply
