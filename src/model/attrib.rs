@@ -433,6 +433,25 @@ impl Attribution {
             .ok()
             .map(|i| &self.contexts[i])
     }
+
+    /// The module path of context `id` ("" outside every module, or not
+    /// known).
+    pub fn module_of(&self, id: u32) -> &str {
+        self.context(id).map_or("", |c| c.module.as_str())
+    }
+
+    /// The phase of context `id`.
+    pub fn phase_of(&self, id: u32) -> PhaseKey {
+        self.context(id).map_or(PhaseKey::Unknown, |c| c.phase)
+    }
+
+    /// The code location of context `id`: the innermost frame of its
+    /// captured stack (None: no stack captured).
+    pub fn location_of(&self, id: u32) -> Option<&str> {
+        self.context(id)
+            .and_then(|c| c.stack.first())
+            .map(String::as_str)
+    }
 }
 
 /// The name of a producer drop kind in [`Attribution::producer_dropped`].

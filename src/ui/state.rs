@@ -164,6 +164,12 @@ pub struct ProcessState {
     pub stats_scroll: usize,
     /// The event history's search (lower-case match on an event's line).
     pub event_filter: String,
+    /// What the block map's colours say (`c`).
+    pub colouring: super::blockmap::Colouring,
+    /// The block map shows only these blocks (`v`, Enter in By module).
+    pub only: Option<super::blockmap::Only>,
+    /// The selected block's address (`n`/`N`).
+    pub selected_block: Option<u64>,
 }
 
 impl Default for ProcessState {
@@ -177,6 +183,9 @@ impl Default for ProcessState {
             event_scroll: 0,
             stats_scroll: 0,
             event_filter: String::new(),
+            colouring: Default::default(),
+            only: None,
+            selected_block: None,
         }
     }
 }
