@@ -107,7 +107,7 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
         Ok(Status::Unsupported) if matches!(r.command, Command::CaptureStacks { .. }) => {
             l.push(Line::styled(
                 format!(
-                    "pid {}: stack capture unsupported (its producer is older than FORMAT 1.1)",
+                    "pid {}: stack capture unsupported (producer older than FORMAT 1.1)",
                     r.pid
                 ),
                 t.warn(),
