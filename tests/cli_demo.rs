@@ -130,6 +130,24 @@ fn leak_is_flagged_with_the_growing_size() {
     // Adam's state: twice the weights; the leaked graph: forward.
     assert!(phase("optimizer") >= 2 * 12 * 48 * MIB);
     assert!(phase("forward") >= 16 * 12 * 16 * MIB);
+
+    // The leak by module: the layers' validation activations (16 MiB each
+    // per step, rolled up into model.layers.*) first, then the kept batch
+    // outside every module and model.head's kept loss; no parameter,
+    // gradient or optimizer state.
+    let origins = leak["origins"].as_array().unwrap();
+    let names: Vec<&str> = origins
+        .iter()
+        .map(|o| o["module"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["model.layers.*", "", "model.head"], "{leak}");
+    assert_eq!(u(&origins[0], "/modules"), 12);
+    assert_eq!(u(&origins[0], "/bytes_per_step"), 12 * 16 * MIB);
+    assert_eq!(u(&origins[1], "/bytes_per_step"), 4 * MIB);
+    assert_eq!(u(&origins[2], "/bytes_per_step"), 512);
+    for o in origins {
+        assert_eq!(o["steps_with_survivors"], o["window_steps"], "{o}");
+    }
 }
 
 #[test]

@@ -571,3 +571,18 @@ fn by_module_enter_filters_and_a_selected_block_says_where_it_came_from() {
         assert!(app.process.selected_block.is_none() && app.process.only.is_none());
     }
 }
+
+/// A flagged leak names the modules whose allocations outlive their steps
+/// (the leak scenario's layers rolled up, the batch, the head), before the
+/// sizes.
+#[test]
+fn leak_diagnosis_names_the_growing_modules() {
+    for (w, h) in [(100, 30), (80, 24)] {
+        let app = process_app(&FX, "leak", w, h, Pane::Diagnosis);
+        let f = frame(&app);
+        let by_module = f.find("Growing, by module").expect(&f);
+        let layers = f.find("model.layers.* (12 modules): +").expect(&f);
+        assert!(by_module < layers, "{f}");
+        insta::assert_snapshot!(format!("diagnosis_leak_{w}x{h}"), f);
+    }
+}

@@ -171,6 +171,9 @@ pub fn text(r: &HeadlessReport) -> String {
         let _ = writeln!(o, "           {runs}");
     }
     if leak.flagged {
+        for text in diagnosis::origins_text(leak, " <- ") {
+            let _ = writeln!(o, "           {text}");
+        }
         for s in leak.top_sizes.iter().take(3) {
             let _ = writeln!(
                 o,

@@ -454,6 +454,44 @@ impl Attribution {
     }
 }
 
+/// Text order with runs of digits compared as numbers, so that
+/// `model.layers.2` comes before `model.layers.10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> impl Iterator<Item = &str> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digit = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digit)
+                .unwrap_or(rest.len());
+            let (chunk, tail) = rest.split_at(end);
+            rest = tail;
+            Some(chunk)
+        })
+    }
+    let (mut x, mut y) = (chunks(a), chunks(b));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some(p), Some(q)) => {
+                let numeric = p.as_bytes()[0].is_ascii_digit() && q.as_bytes()[0].is_ascii_digit();
+                let o = if numeric {
+                    let (p, q) = (p.trim_start_matches('0'), q.trim_start_matches('0'));
+                    p.len().cmp(&q.len()).then_with(|| p.cmp(q))
+                } else {
+                    p.cmp(q)
+                };
+                if o.is_ne() {
+                    return o;
+                }
+            }
+        }
+    }
+}
+
 /// The name of a producer drop kind in [`Attribution::producer_dropped`].
 pub fn drop_name(w: DropWhat) -> Option<&'static str> {
     Some(match w {
@@ -507,7 +545,11 @@ pub fn attribution(
             blocks,
         })
         .collect();
-    by_module.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.module.cmp(&b.module)));
+    by_module.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| natural_cmp(&a.module, &b.module))
+    });
     Attribution {
         step,
         by_module,

@@ -97,7 +97,7 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
         (
             "a b c",
             t.key(),
-            "c by module: a letter per module, most live bytes first (M lists them)",
+            "c by module: a letter a module, most bytes first (M lists them)",
         ),
         ("+", t.dim(), "by module: a module past the 26th"),
         (
@@ -108,7 +108,7 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
         (
             g.allocated,
             t.dim(),
-            "dimmed: not the module or phase v shows only",
+            "dimmed: not the module or phase that v shows",
         ),
     ];
     for (m, s, d) in marks {
