@@ -97,7 +97,7 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
         (
             "a b c",
             t.key(),
-            "c by module: a letter a module, most bytes first (M lists them)",
+            "c by module: a letter per module, largest first (M lists)",
         ),
         ("+", t.dim(), "by module: a module past the 26th"),
         (
