@@ -586,3 +586,36 @@ fn leak_diagnosis_names_the_growing_modules() {
         insta::assert_snapshot!(format!("diagnosis_leak_{w}x{h}"), f);
     }
 }
+
+/// `d`: what the step before the current one allocated and is still
+/// alive, by module, phase and size; `+` goes one step further back.
+#[test]
+fn step_diff_overlay() {
+    use crossterm::event::KeyCode::{Char, Esc};
+    for (w, h) in [(100, 30), (80, 24)] {
+        let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
+        let view = &app.selected_entry().unwrap().view;
+        let now = view.attribution.step.unwrap();
+        let diff = vramscope::model::attrib::step_diff(view, now - 1);
+        // The leak keeps every layer's validation activation of a step.
+        assert!(diff.rows.iter().any(|r| r.module == "model.layers.11"
+            && r.size == 16 << 20
+            && r.phase.name() == "forward"));
+        press(&mut app, Char('d'));
+        let f = frame(&app);
+        assert!(
+            f.contains(&format!(
+                "born in step {}, alive in step {now} (n=1)",
+                now - 1
+            )),
+            "{f}"
+        );
+        assert!(f.contains(&vramscope::ui::format::bytes(diff.bytes)), "{f}");
+        insta::assert_snapshot!(format!("step_diff_{w}x{h}"), f);
+        press(&mut app, Char('+'));
+        let f = frame(&app);
+        assert!(f.contains(&format!("born in step {}", now - 2)), "{f}");
+        press(&mut app, Esc);
+        assert!(app.step_diff.is_none());
+    }
+}

@@ -576,6 +576,10 @@ pub struct DiffRow {
     pub blocks: u64,
     /// Allocated bytes (block sizes) in all.
     pub bytes: u64,
+    /// The code location: the stack captured when the module was entered,
+    /// innermost first (empty: none captured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
 }
 
 /// What was born in step `born` and is still alive at step `at`.
@@ -591,7 +595,8 @@ pub struct StepDiff {
 }
 
 /// The step diff of a process view taken with its block map: the allocated
-/// blocks born in step `born`, grouped by module, phase and requested size.
+/// blocks born in step `born`, grouped by module, phase, requested size and
+/// code location (the stack, where one was captured).
 /// A context keyed by step gives the step of its blocks.
 pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
     let attrib = &view.attribution;
@@ -602,7 +607,8 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
         step: None,
         stack: Vec::new(),
     };
-    let mut groups: BTreeMap<(&str, PhaseKey, u64), (u64, u64)> = BTreeMap::new();
+    type Key<'a> = (&'a str, PhaseKey, u64, &'a [String]);
+    let mut groups: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     let blocks = view
         .devices
         .iter()
@@ -617,22 +623,27 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
             continue;
         }
         let e = groups
-            .entry((c.module.as_str(), c.phase, b.requested))
+            .entry((c.module.as_str(), c.phase, b.requested, c.stack.as_slice()))
             .or_default();
         e.0 = e.0.saturating_add(b.size);
         e.1 += 1;
     }
     let mut rows: Vec<DiffRow> = groups
         .into_iter()
-        .map(|((module, phase, size), (bytes, blocks))| DiffRow {
+        .map(|((module, phase, size, stack), (bytes, blocks))| DiffRow {
             module: module.to_string(),
             phase,
             size,
             blocks,
             bytes,
+            stack: stack.to_vec(),
         })
         .collect();
-    rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));
+    rows.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| natural_cmp(&a.module, &b.module))
+    });
     StepDiff {
         born,
         at: attrib.step,

@@ -179,6 +179,8 @@ pub struct App {
     pub legend: Option<usize>,
     /// The "By module" overlay is up (process view).
     pub modules: Option<super::attribution::ModulesView>,
+    /// The step diff overlay is up (process view).
+    pub step_diff: Option<super::stepdiff::StepDiffView>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -214,6 +216,7 @@ impl App {
             help: false,
             legend: None,
             modules: None,
+            step_diff: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
@@ -740,6 +743,9 @@ impl App {
         if self.modules.is_some() {
             return vec![Context::Always, Context::Modules];
         }
+        if self.step_diff.is_some() {
+            return vec![Context::Always, Context::StepDiff];
+        }
         if self.trace_stacks {
             return vec![Context::Always, Context::Stacks, Context::Trace];
         }
@@ -858,6 +864,22 @@ impl App {
                 ));
             }
             A::BlockOnly => self.next_only(),
+            A::StepDiff => self.step_diff = Some(Default::default()),
+            A::CloseStepDiff => self.step_diff = None,
+            A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
+                let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
+                    let rows = (self.step_diff.as_ref())
+                        .map_or(0, |d| super::stepdiff::row_count(&e.view, d));
+                    (e.view.attribution.step, rows)
+                });
+                if let Some(d) = self.step_diff.as_mut() {
+                    match action {
+                        A::StepDiffOlder => d.older(now),
+                        A::StepDiffNewer => d.newer(),
+                        _ => d.scroll_by(action == A::StepDiffDown, rows),
+                    }
+                }
+            }
             A::BlockNext | A::BlockPrev => self.select_block(action == A::BlockNext),
             A::BlockClear => {
                 self.process.selected_block = None;

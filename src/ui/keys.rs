@@ -93,6 +93,14 @@ pub enum Action {
     BlockClear,
     /// Capture Python stacks for the next steps (command 5).
     CaptureStacks,
+    /// The step diff overlay: what an earlier step left alive.
+    StepDiff,
+    CloseStepDiff,
+    /// k one step further back / nearer.
+    StepDiffOlder,
+    StepDiffNewer,
+    StepDiffUp,
+    StepDiffDown,
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -130,6 +138,8 @@ pub enum Context {
     Legend,
     /// The "By module" overlay.
     Modules,
+    /// The step diff overlay.
+    StepDiff,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
@@ -154,6 +164,7 @@ impl Context {
             Context::Help => "Help",
             Context::Legend => "Legend",
             Context::Modules => "By module",
+            Context::StepDiff => "Step diff",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
@@ -272,7 +283,7 @@ impl Binding {
 use Action as A;
 use Context::{
     Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report, Stacks,
-    Trace,
+    StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -305,6 +316,12 @@ pub const KEYS: &[Binding] = &[
     bind(Modules, &[k(Up), c('k')], A::ModulesUp),
     bind(Modules, &[k(Down), c('j')], A::ModulesDown),
     bind(Modules, &[k(Enter)], A::ModulesOnly),
+    // The step diff overlay (other keys are ignored).
+    bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff),
+    bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder),
+    bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
+    bind(StepDiff, &[k(Up), c('k')], A::StepDiffUp),
+    bind(StepDiff, &[k(Down), c('j')], A::StepDiffDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).
@@ -390,6 +407,7 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[c('N')], A::BlockPrev),
     bind(Process, &[c('x')], A::BlockClear).help("x", "clear selection & filter"),
     bind(Process, &[c('C')], A::CaptureStacks).help("C", "capture stacks, 10 steps"),
+    bind(Process, &[c('d')], A::StepDiff).help("d", "step diff: left alive"),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),

@@ -34,7 +34,7 @@
 //! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
 //! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
 //! [`help`], [`legend`], [`popup`], [`attribution`] (the "By module"
-//! overlay). [`layout`] places them (pure geometry); [`rows`] the
+//! overlay), [`stepdiff`] (the step diff overlay). [`layout`] places them (pure geometry); [`rows`] the
 //! overview's rows; [`format`] numbers as text (the one byte and duration
 //! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
 //! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
@@ -61,6 +61,7 @@ pub mod rows;
 pub mod run;
 pub mod state;
 pub mod stats;
+pub mod stepdiff;
 pub mod svg;
 pub mod terminal;
 pub mod theme;
@@ -287,6 +288,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if let (Some(m), Some(e), Screen::Process) = (&app.modules, app.selected_entry(), app.screen) {
         attribution::render(frame, areas.body, &e.view.attribution, m, t);
+    }
+    if let (Some(d), Some(e), Screen::Process) = (&app.step_diff, app.selected_entry(), app.screen)
+    {
+        stepdiff::render(frame, areas.body, &e.view, d, t);
     }
     if t.ascii {
         theme::asciify(frame.buffer_mut());
