@@ -12,7 +12,7 @@ use ratatui::Frame;
 
 use super::format;
 use super::theme::Theme;
-use crate::model::attrib::{Attribution, ModuleBytes};
+use crate::model::attrib::{natural_cmp, Attribution, ModuleBytes};
 
 /// What the table is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,11 +70,17 @@ impl ModulesView {
 pub fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
     let mut rows: Vec<&ModuleBytes> = a.by_module.iter().collect();
     match v.sort {
-        SortBy::Bytes => rows.sort_by(|x, y| y.bytes.cmp(&x.bytes).then(x.module.cmp(&y.module))),
-        SortBy::Module => rows.sort_by(|x, y| x.module.cmp(&y.module)),
-        SortBy::Blocks => {
-            rows.sort_by(|x, y| y.blocks.cmp(&x.blocks).then(x.module.cmp(&y.module)))
-        }
+        SortBy::Bytes => rows.sort_by(|x, y| {
+            y.bytes
+                .cmp(&x.bytes)
+                .then(natural_cmp(&x.module, &y.module))
+        }),
+        SortBy::Module => rows.sort_by(|x, y| natural_cmp(&x.module, &y.module)),
+        SortBy::Blocks => rows.sort_by(|x, y| {
+            y.blocks
+                .cmp(&x.blocks)
+                .then(natural_cmp(&x.module, &y.module))
+        }),
     }
     if v.reversed {
         rows.reverse();
