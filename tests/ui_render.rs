@@ -619,3 +619,32 @@ fn step_diff_overlay() {
         assert!(app.step_diff.is_none());
     }
 }
+
+/// A click on the block map selects the block drawn under it; a click on
+/// the device line selects nothing.
+#[test]
+fn a_click_on_the_block_map_selects_that_block() {
+    use crossterm::event::{Event, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+    let click = |app: &mut App, column, row| {
+        app.handle(vramscope::ui::app::AppEvent::Input(Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        })));
+    };
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Blocks);
+    let f = frame(&app);
+    // The map's first lines: the device, then the first segment.
+    let device_y = f.lines().position(|l| l.contains("│cuda:0")).unwrap() as u16;
+    click(&mut app, 20, device_y);
+    assert_eq!(app.process.selected_block, None);
+    click(&mut app, 20, device_y + 1);
+    let addr = app.process.selected_block.expect("a block selected");
+    let e = app.selected_entry().unwrap();
+    let (row, b) = vramscope::ui::blockmap::find_block(e, addr).unwrap();
+    assert_eq!(row, 1, "the first segment's row");
+    let f = frame(&app);
+    assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
+    assert_eq!(b.addr, addr);
+}

@@ -1074,6 +1074,22 @@ impl App {
         }
     }
 
+    /// A click on the block map selects the block under it.
+    fn click_block(&mut self, x: u16, y: u16) {
+        let Some(e) = self.selected_entry() else {
+            return;
+        };
+        let body = layout::screen(self.size, self.caption()).body;
+        let Some(area) = layout::process(self.size, self.process.pane, body).blocks else {
+            return;
+        };
+        let v = self.process.map_view(self.snap.taken_ns);
+        if let Some(addr) = blockmap::block_at(e, area, &v, x, y) {
+            self.process.selected_block = Some(addr);
+            self.dirty = true;
+        }
+    }
+
     /// The overview's actions: the selection, sorting and the filter.
     fn overview_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
@@ -1430,6 +1446,10 @@ impl App {
                     Screen::Overview => self.move_selection(d),
                     Screen::Process => self.scroll(d * 3),
                 }
+            }
+            MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Process => {
+                self.click_block(m.column, m.row);
+                vec![]
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
                 let body = self.table_body();

@@ -7,7 +7,7 @@
 //! instead (one letter per module or phase, so the map reads the same in
 //! monochrome and ASCII; coloured backgrounds where there is colour); `v`
 //! shows only the blocks of one module or phase, the others dimmed;
-//! `n`/`N` select a block, whose details (module, phase, step born, age,
+//! `n`/`N` (or a click) select a block, whose details (module, phase, step born, age,
 //! stack) show at the pane's foot.
 //!
 //! ```text
@@ -382,22 +382,88 @@ fn details(
     lines
 }
 
-/// The map of `e`, as `v` asks.
-pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &Theme) {
-    let g = t.glyphs();
-    let rows = map_rows(e);
-    let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
-    let selected = v.selected.and_then(|addr| find_block(e, addr));
-    // The selected block's details at the foot: at most a third of the pane.
-    let foot: Vec<Line> = match selected {
+/// The selected block's details at the foot: at most a third of the pane.
+fn foot(e: &ProcessEntry, area: Rect, v: &MapView, t: &Theme) -> Vec<Line<'static>> {
+    match v.selected.and_then(|addr| find_block(e, addr)) {
         Some((_, b)) => {
             let room = (area.height.saturating_sub(2) / 3).clamp(2, 8) as usize;
             details(e, b, v, room, t)
         }
         None => Vec::new(),
-    };
-    let inner_h = (area.height.saturating_sub(2) as usize).saturating_sub(foot.len());
+    }
+}
+
+/// Where the rows go: map lines shown, first row, the prefix before the
+/// bars and the bars' width.
+fn geometry(
+    rows: &[MapRow],
+    inner: Rect,
+    foot: usize,
+    scroll: usize,
+) -> (usize, usize, usize, usize) {
+    let inner_h = (inner.height as usize).saturating_sub(foot);
     // Never past the last full page (a scroll kept from a smaller terminal).
+    let offset = scroll.min(rows.len().saturating_sub(inner_h));
+    let prefix_w = rows
+        .iter()
+        .filter_map(|r| match r {
+            MapRow::Segment(s) => Some(stream_label(s.segment.stream).len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(2)
+        + 4;
+    let size_w = 7usize;
+    let bar_w = (inner.width as usize)
+        .saturating_sub(prefix_w + size_w)
+        .max(1);
+    (inner_h, offset, prefix_w, bar_w)
+}
+
+/// The block drawn at column `x`, row `y` of the map drawn in `area` as `v`
+/// asks (a click), if any.
+pub fn block_at(e: &ProcessEntry, area: Rect, v: &MapView, x: u16, y: u16) -> Option<u64> {
+    let inner = Rect {
+        x: area.x + 1,
+        y: area.y + 1,
+        width: area.width.saturating_sub(2),
+        height: area.height.saturating_sub(2),
+    };
+    if !(inner.x..inner.x + inner.width).contains(&x)
+        || !(inner.y..inner.y + inner.height).contains(&y)
+    {
+        return None;
+    }
+    let rows = map_rows(e);
+    let foot = foot(e, area, v, &Theme::default()).len();
+    let (inner_h, offset, prefix_w, bar_w) = geometry(&rows, inner, foot, v.scroll);
+    let line = (y - inner.y) as usize;
+    if line >= inner_h {
+        return None;
+    }
+    let MapRow::Segment(s) = rows.get(offset + line)? else {
+        return None;
+    };
+    let c = ((x - inner.x) as usize).checked_sub(prefix_w)?;
+    if c >= bar_w {
+        return None;
+    }
+    // The address in the middle of the cell.
+    let size = u128::from(s.segment.size.max(1));
+    let at = s.segment.addr + ((2 * c as u128 + 1) * size / (2 * bar_w as u128)) as u64;
+    s.blocks
+        .iter()
+        .find(|b| b.addr <= at && at < b.addr.saturating_add(b.block.size))
+        .map(|b| b.addr)
+}
+
+/// The map of `e`, as `v` asks.
+pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &Theme) {
+    let g = t.glyphs();
+    let rows = map_rows(e);
+    let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
+    let foot = foot(e, area, v, t);
+    let inner_h = (area.height.saturating_sub(2) as usize).saturating_sub(foot.len());
     let offset = v.scroll.min(rows.len().saturating_sub(inner_h));
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
@@ -450,19 +516,7 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &
         );
         return;
     }
-    let prefix_w = rows
-        .iter()
-        .filter_map(|r| match r {
-            MapRow::Segment(s) => Some(stream_label(s.segment.stream).len()),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(2)
-        + 4;
-    let size_w = 7usize;
-    let bar_w = (inner.width as usize)
-        .saturating_sub(prefix_w + size_w)
-        .max(1);
+    let (_, _, prefix_w, bar_w) = geometry(&rows, inner, foot.len(), v.scroll);
     let keys = module_keys(&e.view.attribution);
     let paint = Paint {
         a: &e.view.attribution,

@@ -60,14 +60,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         timeline::render(frame, r, e, view, app.now_ns(), t);
     }
     if let Some(r) = a.blocks {
-        let v = blockmap::MapView {
-            scroll: view.block_scroll,
-            colouring: view.colouring,
-            only: view.only.as_ref(),
-            selected: view.selected_block,
-            taken_ns: taken,
-        };
-        blockmap::render(frame, r, e, &v, t);
+        blockmap::render(frame, r, e, &view.map_view(taken), t);
     }
     if let Some(r) = a.stats {
         stats::render(frame, r, e, view.stats_scroll, t);

@@ -191,6 +191,17 @@ impl Default for ProcessState {
 }
 
 impl ProcessState {
+    /// How the block map is drawn, for a snapshot taken at `taken_ns`.
+    pub fn map_view(&self, taken_ns: u64) -> super::blockmap::MapView<'_> {
+        super::blockmap::MapView {
+            scroll: self.block_scroll,
+            colouring: self.colouring,
+            only: self.only.as_ref(),
+            selected: self.selected_block,
+            taken_ns,
+        }
+    }
+
     pub fn span_ns(&self) -> u64 {
         SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
     }
