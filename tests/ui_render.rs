@@ -626,12 +626,14 @@ fn step_diff_overlay() {
 fn a_click_on_the_block_map_selects_that_block() {
     use crossterm::event::{Event, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
     let click = |app: &mut App, column, row| {
-        app.handle(vramscope::ui::app::AppEvent::Input(Event::Mouse(MouseEvent {
-            kind: MouseEventKind::Down(MouseButton::Left),
-            column,
-            row,
-            modifiers: KeyModifiers::NONE,
-        })));
+        app.handle(vramscope::ui::app::AppEvent::Input(Event::Mouse(
+            MouseEvent {
+                kind: MouseEventKind::Down(MouseButton::Left),
+                column,
+                row,
+                modifiers: KeyModifiers::NONE,
+            },
+        )));
     };
     let mut app = process_app(&FX, "leak", 80, 24, Pane::Blocks);
     let f = frame(&app);
