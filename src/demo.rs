@@ -155,6 +155,8 @@ impl EventSink for RingSink<'_> {
             | EventKind::SnapshotEnd { .. }
             | EventKind::Marker { .. }
             | EventKind::StringChunk { .. }
+            | EventKind::Frame { .. }
+            | EventKind::Stack { .. }
             | EventKind::Context { .. } => 0,
             _ => 1,
         };
@@ -268,7 +270,7 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
             }
             sink.base_ns += runner.now() + 1_000_000_000;
             sim_ns = 0;
-            runner = ScenarioRunner::new(scenario.clone());
+            runner = runner.next_run();
             sink.emit(run_marker());
             control.status.lock().expect("demo status").runs += 1;
         }
@@ -299,9 +301,14 @@ fn answer(runner: &mut ScenarioRunner, cmd: Command, sink: &mut RingSink) -> (St
             (Status::Ok, id as u64, 0)
         }
         Command::Ping { value } => (Status::Ok, value, 0),
-        // The simulator has no Python stacks: 1.1's capture is unsupported,
-        // as is any command of a later minor.
-        Command::CaptureStacks { .. } | Command::Unknown { .. } => (Status::Unsupported, 0, 0),
+        // The simulated job's Python stacks (train.py, model.py), for the
+        // next steps, as the agent's hooks capture real ones.
+        Command::CaptureStacks { steps, depth } => {
+            let (granted, began) = runner.capture_stacks(steps, depth, sink);
+            (Status::Ok, granted, began)
+        }
+        // A command of a later minor.
+        Command::Unknown { .. } => (Status::Unsupported, 0, 0),
     }
 }
 
@@ -390,7 +397,7 @@ pub fn run_headless_then(
                 // Start over as the dashboard's loop does (see `drive`).
                 runner.allocator_mut().empty_cache(&mut sink);
                 sink.base_ns += runner.now() + 1_000_000_000;
-                runner = ScenarioRunner::new(scenario.clone());
+                runner = runner.next_run();
                 sink.emit(run_marker());
             }
             let mut t = 0u64;
@@ -494,24 +501,33 @@ mod tests {
     use super::*;
 
     /// FORMAT.md "Versions": a producer answers a command it does not
-    /// implement "unsupported" — 1.1's capture-stacks, and any later kind.
+    /// implement "unsupported" (a later minor's); the demo captures its
+    /// simulated stacks (1.1's command 5).
     #[test]
-    fn demo_answers_unknown_and_capture_commands_unsupported() {
+    fn demo_answers_unknown_commands_unsupported_and_captures_stacks() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = SegmentConfig::new(dir.path(), Producer::Simulator, 1, 64);
         cfg.tag = Some("cmdtest".into());
         let seg = SegmentWriter::create(&cfg).unwrap();
         let mut sink = RingSink::new(&seg, None);
         let mut runner = ScenarioRunner::new(Scenario::by_name("leak").unwrap());
-        for cmd in [
-            Command::CaptureStacks { steps: 3, depth: 0 },
-            Command::Unknown { kind: 99, arg: 1 },
-        ] {
-            assert_eq!(
-                answer(&mut runner, cmd, &mut sink),
-                (Status::Unsupported, 0, 0)
-            );
-        }
+        assert_eq!(
+            answer(
+                &mut runner,
+                Command::Unknown { kind: 99, arg: 1 },
+                &mut sink
+            ),
+            (Status::Unsupported, 0, 0)
+        );
+        assert_eq!(
+            answer(
+                &mut runner,
+                Command::CaptureStacks { steps: 3, depth: 0 },
+                &mut sink
+            ),
+            (Status::Ok, 3, 0)
+        );
+        assert!(runner.capturing());
         assert_eq!(
             answer(&mut runner, Command::Ping { value: 5 }, &mut sink),
             (Status::Ok, 5, 0)

@@ -130,6 +130,24 @@ fn leak_is_flagged_with_the_growing_size() {
     // Adam's state: twice the weights; the leaked graph: forward.
     assert!(phase("optimizer") >= 2 * 12 * 48 * MIB);
     assert!(phase("forward") >= 16 * 12 * 16 * MIB);
+
+    // The leak by module: the layers' validation activations (16 MiB each
+    // per step, rolled up into model.layers.*) first, then the kept batch
+    // outside every module and model.head's kept loss; no parameter,
+    // gradient or optimizer state.
+    let origins = leak["origins"].as_array().unwrap();
+    let names: Vec<&str> = origins
+        .iter()
+        .map(|o| o["module"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["model.layers.*", "", "model.head"], "{leak}");
+    assert_eq!(u(&origins[0], "/modules"), 12);
+    assert_eq!(u(&origins[0], "/bytes_per_step"), 12 * 16 * MIB);
+    assert_eq!(u(&origins[1], "/bytes_per_step"), 4 * MIB);
+    assert_eq!(u(&origins[2], "/bytes_per_step"), 512);
+    for o in origins {
+        assert_eq!(o["steps_with_survivors"], o["window_steps"], "{o}");
+    }
 }
 
 #[test]
@@ -217,5 +235,111 @@ fn a_looping_demo_keeps_its_verdict_in_every_run() {
     for run in leak["earlier_runs"].as_array().unwrap() {
         assert!(run["flagged_at_step"].is_null(), "{run}");
         assert!(run["steps"].as_u64().unwrap() >= 8, "{run}");
+    }
+}
+
+/// The reader side of command 5 through the real ring: `vramscope stacks
+/// PID` asks a running demo (a real segment, answering on its control
+/// block) to capture stacks for 3 steps; blocks allocated meanwhile carry
+/// their code location in `snapshot --json --blocks`, and capture ends by
+/// itself.
+#[test]
+fn stacks_command_captures_code_locations_in_a_running_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = vramscope::demo::scenario("leak", None).unwrap();
+    let control = vramscope::demo::start(sc, dir.path(), 5.0, None).unwrap();
+    let pid = std::process::id().to_string();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(args)
+            .arg("--shm-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    // Into the run (the model is on the GPU), then ask.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let out = succeeded(run(&["stacks", &pid, "--steps", "3"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "process {pid}: capturing stacks for 3 steps from step"
+        )),
+        "{text}"
+    );
+    let began: u64 = text.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    // Wait until capture is over (the leak's validation activations
+    // allocated meanwhile stay alive), then look.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (v, step) = loop {
+        let out = succeeded(run(&["snapshot", "--json", "--blocks", "--no-nvml"]));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let step = v
+            .pointer("/processes/0/view/attribution/step")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if step >= began + 4 || std::time::Instant::now() > deadline {
+            break (v, step);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    control.stop();
+    assert!(step >= began + 4, "the demo never got past step {step}");
+    let a = v.pointer("/processes/0/view/attribution").unwrap();
+    let contexts = a["contexts"].as_array().unwrap();
+    let with_stack: Vec<&Value> = contexts
+        .iter()
+        .filter(|c| {
+            c.get("stack")
+                .is_some_and(|s| s.as_array().is_some_and(|s| !s.is_empty()))
+        })
+        .collect();
+    let validate = with_stack
+        .iter()
+        .find(|c| c["stack"][1] == "train.py:88 validate")
+        .unwrap_or_else(|| panic!("no validation stack in {contexts:?}"));
+    assert_eq!(validate["stack"][0], "model.py:31 forward");
+    assert_eq!(validate["phase"], "forward");
+    assert!(validate["module"]
+        .as_str()
+        .unwrap()
+        .starts_with("model.layers."));
+    // A live block made during capture names that context, born in a
+    // captured step; blocks born after it ended carry no stack.
+    let id = validate["id"].as_u64().unwrap();
+    let blocks: Vec<&Value> = v
+        .pointer("/processes/0/view/devices/0/segments")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap())
+        .collect();
+    let born = |b: &Value| b.pointer("/origin/step").and_then(Value::as_u64);
+    let captured: Vec<&&Value> = blocks
+        .iter()
+        .filter(|b| b.pointer("/origin/context").and_then(Value::as_u64) == Some(id))
+        .collect();
+    assert!(!captured.is_empty());
+    for b in &captured {
+        let s = born(b).unwrap();
+        assert!(
+            (began..began + 3).contains(&s),
+            "born {s}, capture from {began}"
+        );
+    }
+    let stacked: Vec<u64> = with_stack
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    let after = blocks
+        .iter()
+        .filter(|b| born(b).is_some_and(|s| s >= began + 3));
+    for b in after {
+        let c = b
+            .pointer("/origin/context")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        assert!(!stacked.contains(&c), "{b} after capture ended");
     }
 }

@@ -343,3 +343,50 @@ fn replay_diff_names_what_a_step_left_alive() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn stacks_pid_posts_command_5_and_says_what_came_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let pid = std::process::id().to_string();
+    let ask = |args: &[&str]| {
+        bin()
+            .args(["stacks", &pid])
+            .args(args)
+            .arg("--shm-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    // Steps in bits 0-31, depth in bits 32-47 of the argument.
+    let answer = |req: &vramscope::ring::control::Request| {
+        assert_eq!(
+            req.command,
+            Command::CaptureStacks {
+                steps: 25,
+                depth: 8
+            }
+        );
+        assert_eq!(req.command.encode(), (5, 25 | 8 << 32));
+        (Status::Ok, 20, 117)
+    };
+    let out = succeeded(answering(&seg, answer, || {
+        ask(&["--steps", "25", "--depth", "8"])
+    }));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("process {pid}: capturing stacks for 20 steps from step 117 (asked 25; the producer's bound)")
+    );
+    // An older producer: one line, exit 1.
+    let out = answering(&seg, |_| (Status::Unsupported, 0, 0), || ask(&[]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("does not capture stacks"), "{err}");
+    // A depth that does not fit 16 bits: exit 2, naming the flag.
+    let out = ask(&["--depth", "70000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--depth") && err.contains("65535"), "{err}");
+}

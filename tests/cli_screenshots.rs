@@ -119,3 +119,48 @@ fn the_dashboard_draws_without_a_terminal() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("COLSxROWS"));
 }
+
+/// `demo --headless --keys`: keys pressed before the still is taken (the
+/// README's attribution pictures): `M` the By module table, `cn` the block
+/// map coloured by module with a block selected.
+#[test]
+fn headless_keys_show_the_attribution_panes() {
+    let dir = tempfile::tempdir().unwrap();
+    let shot = |keys: &str| {
+        let path = dir.path().join(format!("{keys}.svg"));
+        succeeded(
+            vramscope()
+                .args([
+                    "demo",
+                    "leak",
+                    "--headless",
+                    "--size",
+                    "120x40",
+                    "--keys",
+                    keys,
+                ])
+                .arg("--screenshot")
+                .arg(&path)
+                .output()
+                .unwrap(),
+        );
+        svg_text(&path)
+    };
+    let t = shot("M");
+    assert!(
+        t.contains("By module") && t.contains("model.layers.11"),
+        "{t}"
+    );
+    let t = shot("cn");
+    assert!(
+        t.contains("· by module") && t.contains("b model.layers.0"),
+        "{t}"
+    );
+    assert!(t.contains("selected 0x") && t.contains("born step"), "{t}");
+    // Without a screenshot, --keys is refused.
+    let out = vramscope()
+        .args(["demo", "leak", "--keys", "M"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -646,3 +646,64 @@ fn initial_process_by_pid() {
     assert_eq!(a.screen, Screen::Process);
     assert!(!app().open_pid(1));
 }
+
+/// `C` in the process view posts command 5 (capture stacks, 10 steps,
+/// the producer's depth); the report says what was granted and from which
+/// step, or in one line that an older producer does not capture.
+#[test]
+fn capture_stacks_key_posts_command_5_and_reports_the_answer() {
+    let mut a = app();
+    a.overview.selected = FX.key_of("leak");
+    a.open();
+    refresh(&mut a, &FX);
+    let fx = a.handle(ch('C'));
+    let [Effect::RunCommand { key, pid, command }] = fx.as_slice() else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(
+        *command,
+        Command::CaptureStacks {
+            steps: 10,
+            depth: 0
+        }
+    );
+    assert_eq!(command.encode(), (5, 10));
+    let (key, pid, command) = (*key, *pid, *command);
+    let done = |status, result0, result1| {
+        AppEvent::CommandDone(vramscope::ui::CommandDone {
+            key,
+            pid,
+            command,
+            result: Ok(Outcome {
+                status,
+                result0,
+                result1,
+                result2: 0,
+            }),
+        })
+    };
+    let text = |a: &App| -> String {
+        let buf = vramscope::ui::render_buffer(a, 100, 30);
+        buf.content.iter().map(|c| c.symbol()).collect()
+    };
+    a.handle(done(Status::Ok, 10, 41));
+    assert!(text(&a).contains("capturing stacks for 10 steps from step 41"));
+    a.handle(key_esc());
+    // A producer that bounds the steps says so.
+    a.handle(ch('C'));
+    a.handle(done(Status::Ok, 4, 41));
+    assert!(text(&a).contains("capturing stacks for 4 steps from step 41 (asked 10"));
+    a.handle(key_esc());
+    a.handle(ch('C'));
+    a.handle(done(Status::Unsupported, 0, 0));
+    assert!(text(&a).contains("stack capture unsupported (producer older than FORMAT 1.1)"));
+    // Read-only: nothing is sent.
+    let mut ro = app_with(&FX, cfg(true), 80, 24);
+    ro.overview.selected = FX.key_of("leak");
+    ro.open();
+    assert!(ro.handle(ch('C')).is_empty());
+}
+
+fn key_esc() -> AppEvent {
+    key(KeyCode::Esc)
+}

@@ -1,7 +1,8 @@
 //! The real binary in a pseudo-terminal: `vramscope demo` draws a first
 //! frame, quits on `q` (and on SIGTERM) with status 0, and leaves the
 //! terminal restored: the alternate screen left and the cursor shown again,
-//! in that order, at the end of its output.
+//! in that order, at the end of its output; `C` (capture stacks) is answered
+//! by the demo through its control block and the step diff shows stacks.
 //!
 //! Until the CLI has a `demo` subcommand this prints a SKIP line and passes.
 
@@ -224,4 +225,53 @@ fn enlarging_then_quitting_leaves_the_shell_screen_clean() {
 
 fn nz(n: u16) -> std::num::NonZeroU16 {
     std::num::NonZeroU16::new(n).unwrap()
+}
+
+/// `C` in the demo's process view posts command 5 through the real
+/// control block; the demo answers, the report says so, and the step diff
+/// (`d`) then shows blocks with their code location.
+#[test]
+fn capture_stacks_key_in_the_demo_shows_code_locations() {
+    let mut s = Session::start();
+    if s.first_frame().is_none() {
+        return;
+    }
+    // The demo's process view (opened once its segment is seen).
+    assert!(
+        s.wait_for(&["Timeline"], Duration::from_secs(10)).is_some(),
+        "{:?}",
+        s.text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    s.writer.write_all(b"C").unwrap();
+    s.writer.flush().unwrap();
+    assert_eq!(
+        s.wait_for(&["capturing"], Duration::from_secs(10)),
+        Some(0),
+        "no answer to C: {:?}",
+        s.text()
+    );
+    // A step or two under capture, then the step diff.
+    std::thread::sleep(Duration::from_secs(3));
+    // Esc closes the report (alone: Esc and a key at once read as Alt).
+    s.writer.write_all(b"\x1b").unwrap();
+    s.writer.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.writer.write_all(b"d").unwrap();
+    s.writer.flush().unwrap();
+    assert_eq!(
+        s.wait_for(&["training_step"], Duration::from_secs(15)),
+        Some(0),
+        "no code location in the step diff: {:?}",
+        s.text()
+    );
+    // q closes the overlay, q again quits.
+    s.writer.write_all(b"q").unwrap();
+    s.writer.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.writer.write_all(b"q").unwrap();
+    s.writer.flush().unwrap();
+    let status = s.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
+    assert_restored(&s.output());
 }

@@ -459,3 +459,194 @@ fn overlays_fit_a_tiny_terminal() {
         assert_eq!(f.lines().count(), 6, "{key}: {f}");
     }
 }
+
+fn press(app: &mut App, code: crossterm::event::KeyCode) {
+    use crossterm::event::{Event, KeyEvent, KeyModifiers};
+    app.handle(vramscope::ui::app::AppEvent::Input(Event::Key(
+        KeyEvent::new(code, KeyModifiers::NONE),
+    )));
+}
+
+/// `c` colours the block map by module, then by phase, then by state
+/// again; the legend says what each letter means; `v` shows one module
+/// or phase only.
+#[test]
+fn block_map_by_module_and_phase() {
+    use crossterm::event::KeyCode::Char;
+    let mut app = process_app(&FX, "leak", 100, 30, Pane::Blocks);
+    press(&mut app, Char('c'));
+    snapshot_showing("blockmap_by_module_100x30", &app, "by module");
+    let f = frame(&app);
+    // The legend names the largest module's letter, and the map uses it.
+    let top = &app.selected_entry().unwrap().view.attribution.by_module[0];
+    assert!(f.contains(&format!("a {}", top.module)), "{f}");
+    let map_lines: Vec<&str> = f.lines().filter(|l| l.contains(" s0 ")).collect();
+    assert!(map_lines.iter().any(|l| l.contains("aaa")), "{f}");
+    press(&mut app, Char('c'));
+    let f = frame(&app);
+    assert!(f.contains("by phase") && f.contains("f forward"), "{f}");
+    assert!(f.contains("o optimizer"), "{f}");
+    // v: only the first phase of the legend; the others are dimmed.
+    press(&mut app, Char('v'));
+    let f = frame(&app);
+    assert!(f.contains("only forward"), "{f}");
+    let buf = render_buffer(&app, 100, 30);
+    let dimmed = buf
+        .content
+        .iter()
+        .filter(|c| c.symbol() == "█" && c.fg == Color::DarkGray)
+        .count();
+    let forward = buf
+        .content
+        .iter()
+        .filter(|c| c.symbol() == "f" && c.bg != Color::Reset)
+        .count();
+    assert!(dimmed > 0 && forward > 0, "{f}");
+    // x: every block again; c back to states.
+    press(&mut app, Char('x'));
+    assert!(app.process.only.is_none());
+    assert!(!frame(&app).contains("· only forward"));
+    press(&mut app, Char('c'));
+    let f = frame(&app);
+    assert!(f.contains("allocated") && f.contains("pending-free"), "{f}");
+}
+
+/// At 80x24 in monochrome ASCII the map by module is letters, and the
+/// legend says which module each letter is.
+#[test]
+fn block_map_by_module_80x24_monochrome_ascii() {
+    use crossterm::event::KeyCode::Char;
+    let cfg = AppConfig {
+        theme: Theme::new(false, true),
+        ..cfg()
+    };
+    let mut app = app_with(&FX, cfg, 80, 24);
+    app.overview.selected = FX.key_of("leak");
+    app.open();
+    app.process.pane = Pane::Blocks;
+    refresh(&mut app, &FX);
+    press(&mut app, Char('c'));
+    snapshot_showing("blockmap_by_module_80x24_ascii", &app, "by module");
+    let f = frame(&app);
+    assert!(f.is_ascii(), "{f}");
+    assert!(
+        f.contains("b model.layers.0") && f.contains("~ M: all"),
+        "{f}"
+    );
+}
+
+/// Enter in the By module table shows only that module's blocks; `n`
+/// selects a block and the pane's foot says its module, phase, step born
+/// and age.
+#[test]
+fn by_module_enter_filters_and_a_selected_block_says_where_it_came_from() {
+    use crossterm::event::KeyCode::{Char, Down, Enter};
+    for (w, h) in [(100, 30), (80, 24)] {
+        let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
+        press(&mut app, Char('M'));
+        press(&mut app, Down);
+        let second = {
+            let e = app.selected_entry().unwrap();
+            e.view.attribution.by_module[1].module.clone()
+        };
+        press(&mut app, Enter);
+        assert!(app.modules.is_none());
+        assert_eq!(app.process.pane, Pane::Blocks);
+        let f = frame(&app);
+        assert!(f.contains(&format!("only {second}")), "{f}");
+        press(&mut app, Char('n'));
+        let addr = app.process.selected_block.expect("a block selected");
+        let e = app.selected_entry().unwrap();
+        let b = vramscope::ui::blockmap::find_block(e, addr).unwrap().1;
+        assert_eq!(e.view.attribution.module_of(b.block.origin.context), second);
+        let f = frame(&app);
+        assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
+        assert!(f.contains(&format!("module {second}")), "{f}");
+        assert!(f.contains("born step") && f.contains("age "), "{f}");
+        insta::assert_snapshot!(format!("blockmap_selected_{w}x{h}"), f);
+        // N goes back (wrapping), x clears.
+        press(&mut app, Char('N'));
+        assert!(app.process.selected_block.is_some());
+        press(&mut app, Char('x'));
+        assert!(app.process.selected_block.is_none() && app.process.only.is_none());
+    }
+}
+
+/// A flagged leak names the modules whose allocations outlive their steps
+/// (the leak scenario's layers rolled up, the batch, the head), before the
+/// sizes.
+#[test]
+fn leak_diagnosis_names_the_growing_modules() {
+    for (w, h) in [(100, 30), (80, 24)] {
+        let app = process_app(&FX, "leak", w, h, Pane::Diagnosis);
+        let f = frame(&app);
+        let by_module = f.find("Growing, by module").expect(&f);
+        let layers = f.find("model.layers.* (12 modules): +").expect(&f);
+        assert!(by_module < layers, "{f}");
+        insta::assert_snapshot!(format!("diagnosis_leak_{w}x{h}"), f);
+    }
+}
+
+/// `d`: what the step before the current one allocated and is still
+/// alive, by module, phase and size; `+` goes one step further back.
+#[test]
+fn step_diff_overlay() {
+    use crossterm::event::KeyCode::{Char, Esc};
+    for (w, h) in [(100, 30), (80, 24)] {
+        let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
+        let view = &app.selected_entry().unwrap().view;
+        let now = view.attribution.step.unwrap();
+        let diff = vramscope::model::attrib::step_diff(view, now - 1);
+        // The leak keeps every layer's validation activation of a step.
+        assert!(diff.rows.iter().any(|r| r.module == "model.layers.11"
+            && r.size == 16 << 20
+            && r.phase.name() == "forward"));
+        press(&mut app, Char('d'));
+        let f = frame(&app);
+        assert!(
+            f.contains(&format!(
+                "born in step {}, alive in step {now} (n=1)",
+                now - 1
+            )),
+            "{f}"
+        );
+        assert!(f.contains(&vramscope::ui::format::bytes(diff.bytes)), "{f}");
+        insta::assert_snapshot!(format!("step_diff_{w}x{h}"), f);
+        press(&mut app, Char('+'));
+        let f = frame(&app);
+        assert!(f.contains(&format!("born in step {}", now - 2)), "{f}");
+        press(&mut app, Esc);
+        assert!(app.step_diff.is_none());
+    }
+}
+
+/// A click on the block map selects the block drawn under it; a click on
+/// the device line selects nothing.
+#[test]
+fn a_click_on_the_block_map_selects_that_block() {
+    use crossterm::event::{Event, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+    let click = |app: &mut App, column, row| {
+        app.handle(vramscope::ui::app::AppEvent::Input(Event::Mouse(
+            MouseEvent {
+                kind: MouseEventKind::Down(MouseButton::Left),
+                column,
+                row,
+                modifiers: KeyModifiers::NONE,
+            },
+        )));
+    };
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Blocks);
+    let f = frame(&app);
+    // The map's first lines: the device, then the first segment.
+    let device_y = f.lines().position(|l| l.contains("│cuda:0")).unwrap() as u16;
+    click(&mut app, 20, device_y);
+    assert_eq!(app.process.selected_block, None);
+    click(&mut app, 20, device_y + 1);
+    let addr = app.process.selected_block.expect("a block selected");
+    let e = app.selected_entry().unwrap();
+    let (row, b) = vramscope::ui::blockmap::find_block(e, addr).unwrap();
+    assert_eq!(row, 1, "the first segment's row");
+    let f = frame(&app);
+    assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
+    assert_eq!(b.addr, addr);
+}

@@ -41,6 +41,11 @@ pub struct Args {
     /// process, as the dashboard's demo loops (1 to 1000; default 1).
     #[arg(long, value_name = "N")]
     runs: Option<Runs>,
+    /// With --headless --screenshot: keys pressed before the picture is
+    /// taken, e.g. `M` (the By module table) or `c` (the block map by
+    /// module); `\n` is Enter.
+    #[arg(long, value_name = "KEYS", requires = "headless")]
+    keys: Option<String>,
     /// Back every simulated segment with real GPU memory (CUDA device 0), so
     /// NVML and nvidia-smi see it too.
     #[arg(long)]
@@ -63,6 +68,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
         let mut opts = args.ui.options()?;
+        opts.keys = args.keys.clone().unwrap_or_default().replace("\\n", "\n");
         let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
             let Some(path) = &args.ui.screenshot else {
                 return Ok(());
@@ -171,6 +177,9 @@ pub fn text(r: &HeadlessReport) -> String {
         let _ = writeln!(o, "           {runs}");
     }
     if leak.flagged {
+        for text in diagnosis::origins_text(leak, " <- ") {
+            let _ = writeln!(o, "           {text}");
+        }
         for s in leak.top_sizes.iter().take(3) {
             let _ = writeln!(
                 o,

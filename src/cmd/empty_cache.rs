@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 
 use vramscope::collect::Collector;
-use vramscope::ring::{Command, Status};
+use vramscope::ring::{Command, Outcome, Status};
 use vramscope::ui::format::bytes;
 
 use super::value::Seconds;
@@ -27,29 +27,13 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let pid = args.pid;
-    let dir = args.shm.dir();
-    let mut cfg = vramscope::collect::Config::new(dir.clone());
-    cfg.nvml = false;
-    cfg.clean_stale = false;
-    let mut collector = Collector::new(cfg);
-    collector.step();
-    let Some(key) = collector
-        .find_pid(pid)
-        .filter(|k| collector.hub().segment_of(*k).is_some())
-    else {
-        bail!(
-            "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
-            dir.display()
-        )
-    };
-    let ask = collector.requester().request(
-        key,
+    let out = ask(
+        pid,
+        &args.shm,
         Command::EmptyCache { device: None },
-        args.timeout.duration(),
-    );
-    let out = super::runtime()?
-        .block_on(ask)
-        .with_context(|| format!("asking process {pid} to empty its cache"))?;
+        args.timeout,
+    )
+    .with_context(|| format!("asking process {pid} to empty its cache"))?;
     match out.status {
         Status::Ok => {
             let (before, after) = (out.result0, out.result1);
@@ -67,6 +51,30 @@ pub fn run(args: Args) -> Result<()> {
         }
         s => bail!("process {pid} answered {s:?}: the cache was not emptied"),
     }
+}
+
+/// Sends `command` to the instrumented process `pid` through its segment's
+/// control block and waits for the answer (`empty-cache`, `stacks`).
+pub(super) fn ask(pid: u32, shm: &ShmFlag, command: Command, timeout: Seconds) -> Result<Outcome> {
+    let dir = shm.dir();
+    let mut cfg = vramscope::collect::Config::new(dir.clone());
+    cfg.nvml = false;
+    cfg.clean_stale = false;
+    let mut collector = Collector::new(cfg);
+    collector.step();
+    let Some(key) = collector
+        .find_pid(pid)
+        .filter(|k| collector.hub().segment_of(*k).is_some())
+    else {
+        bail!(
+            "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
+            dir.display()
+        )
+    };
+    let ask = collector
+        .requester()
+        .request(key, command, timeout.duration());
+    Ok(super::runtime()?.block_on(ask)?)
 }
 
 /// More reserved memory than any device has (1 PiB).

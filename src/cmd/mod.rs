@@ -33,6 +33,7 @@ pub mod run;
 pub mod serve;
 pub mod sim;
 pub mod snapshot;
+pub mod stacks;
 pub mod value;
 
 #[derive(Debug, Parser)]
@@ -81,6 +82,9 @@ pub enum Command {
     Export(export::Args),
     /// Ask a process to release its cached memory (torch.cuda.empty_cache()).
     EmptyCache(empty_cache::Args),
+    /// Ask a process to capture the Python stacks of its allocations for
+    /// the next N steps (code locations in the dashboard and snapshot --json).
+    Stacks(stacks::Args),
     /// List this user's segments (instrumented processes) and their health.
     Rings(rings::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
@@ -110,6 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Open(a)) => open::run(a),
         Some(Command::Export(a)) => export::run(a),
         Some(Command::EmptyCache(a)) => empty_cache::run(a),
+        Some(Command::Stacks(a)) => stacks::run(a),
         Some(Command::Rings(a)) => rings::run(a),
         Some(Command::Completions(a)) => completions::run(a),
         Some(Command::Man(a)) => completions::man(a),

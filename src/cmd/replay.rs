@@ -314,6 +314,9 @@ mod diff {
                     r.blocks,
                     bytes(r.bytes)
                 );
+                if !r.stack.is_empty() {
+                    let _ = writeln!(o, "    at {}", r.stack.join(" <- "));
+                }
             }
         }
         o

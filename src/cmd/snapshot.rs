@@ -153,6 +153,11 @@ pub fn table(s: &Snapshot) -> String {
         let (_, verdict) = diagnosis::verdict_text(leak, &p.view.leak_criterion);
         let _ = writeln!(o, "        {verdict}");
         let _ = writeln!(o, "        {}", diagnosis::steps_text(leak));
+        if leak.flagged {
+            for text in diagnosis::origins_text(leak, " <- ") {
+                let _ = writeln!(o, "        {text}");
+            }
+        }
     }
     for pr in &s.problems {
         // The message names the path already when it starts with it.

@@ -269,6 +269,42 @@ impl FromStr for Runs {
     }
 }
 
+/// Steps to capture stacks for (`stacks --steps`): 0 (stop) to 2^32 - 1,
+/// as command 5 carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaptureSteps(u32);
+
+impl CaptureSteps {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl FromStr for CaptureSteps {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the number of steps", 0, u64::from(u32::MAX)).map(|n| CaptureSteps(n as u32))
+    }
+}
+
+/// Frames per captured stack (`stacks --depth`): 0 (the producer's
+/// default) to 65535, as command 5 carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackDepth(u16);
+
+impl StackDepth {
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+impl FromStr for StackDepth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the stack depth", 0, u64::from(u16::MAX)).map(|n| StackDepth(n as u16))
+    }
+}
+
 /// A position in a sequence (`open --at 0`): zero or more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Index(u64);
@@ -333,6 +369,23 @@ impl fmt::Display for StepRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capture_steps_and_depth_fit_command_5() {
+        assert_eq!("0".parse::<CaptureSteps>().map(CaptureSteps::get), Ok(0));
+        assert_eq!(
+            "4294967295".parse::<CaptureSteps>().map(CaptureSteps::get),
+            Ok(u32::MAX)
+        );
+        assert!("4294967296".parse::<CaptureSteps>().is_err());
+        assert!("-1".parse::<CaptureSteps>().is_err());
+        assert_eq!(
+            "65535".parse::<StackDepth>().map(StackDepth::get),
+            Ok(65535)
+        );
+        let e = "65536".parse::<StackDepth>().unwrap_err();
+        assert!(e.contains("the stack depth") && e.contains("65535"), "{e}");
+    }
 
     #[test]
     fn step_ranges() {

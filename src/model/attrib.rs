@@ -433,6 +433,63 @@ impl Attribution {
             .ok()
             .map(|i| &self.contexts[i])
     }
+
+    /// The module path of context `id` ("" outside every module, or not
+    /// known).
+    pub fn module_of(&self, id: u32) -> &str {
+        self.context(id).map_or("", |c| c.module.as_str())
+    }
+
+    /// The phase of context `id`.
+    pub fn phase_of(&self, id: u32) -> PhaseKey {
+        self.context(id).map_or(PhaseKey::Unknown, |c| c.phase)
+    }
+
+    /// The code location of context `id`: the innermost frame of its
+    /// captured stack (None: no stack captured).
+    pub fn location_of(&self, id: u32) -> Option<&str> {
+        self.context(id)
+            .and_then(|c| c.stack.first())
+            .map(String::as_str)
+    }
+}
+
+/// Text order with runs of digits compared as numbers, so that
+/// `model.layers.2` comes before `model.layers.10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> impl Iterator<Item = &str> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digit = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digit)
+                .unwrap_or(rest.len());
+            let (chunk, tail) = rest.split_at(end);
+            rest = tail;
+            Some(chunk)
+        })
+    }
+    let (mut x, mut y) = (chunks(a), chunks(b));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some(p), Some(q)) => {
+                let numeric = p.as_bytes()[0].is_ascii_digit() && q.as_bytes()[0].is_ascii_digit();
+                let o = if numeric {
+                    let (p, q) = (p.trim_start_matches('0'), q.trim_start_matches('0'));
+                    p.len().cmp(&q.len()).then_with(|| p.cmp(q))
+                } else {
+                    p.cmp(q)
+                };
+                if o.is_ne() {
+                    return o;
+                }
+            }
+        }
+    }
 }
 
 /// The name of a producer drop kind in [`Attribution::producer_dropped`].
@@ -488,7 +545,11 @@ pub fn attribution(
             blocks,
         })
         .collect();
-    by_module.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.module.cmp(&b.module)));
+    by_module.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| natural_cmp(&a.module, &b.module))
+    });
     Attribution {
         step,
         by_module,
@@ -515,6 +576,10 @@ pub struct DiffRow {
     pub blocks: u64,
     /// Allocated bytes (block sizes) in all.
     pub bytes: u64,
+    /// The code location: the stack captured when the module was entered,
+    /// innermost first (empty: none captured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
 }
 
 /// What was born in step `born` and is still alive at step `at`.
@@ -530,7 +595,8 @@ pub struct StepDiff {
 }
 
 /// The step diff of a process view taken with its block map: the allocated
-/// blocks born in step `born`, grouped by module, phase and requested size.
+/// blocks born in step `born`, grouped by module, phase, requested size and
+/// code location (the stack, where one was captured).
 /// A context keyed by step gives the step of its blocks.
 pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
     let attrib = &view.attribution;
@@ -541,7 +607,8 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
         step: None,
         stack: Vec::new(),
     };
-    let mut groups: BTreeMap<(&str, PhaseKey, u64), (u64, u64)> = BTreeMap::new();
+    type Key<'a> = (&'a str, PhaseKey, u64, &'a [String]);
+    let mut groups: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     let blocks = view
         .devices
         .iter()
@@ -556,22 +623,27 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
             continue;
         }
         let e = groups
-            .entry((c.module.as_str(), c.phase, b.requested))
+            .entry((c.module.as_str(), c.phase, b.requested, c.stack.as_slice()))
             .or_default();
         e.0 = e.0.saturating_add(b.size);
         e.1 += 1;
     }
     let mut rows: Vec<DiffRow> = groups
         .into_iter()
-        .map(|((module, phase, size), (bytes, blocks))| DiffRow {
+        .map(|((module, phase, size, stack), (bytes, blocks))| DiffRow {
             module: module.to_string(),
             phase,
             size,
             blocks,
             bytes,
+            stack: stack.to_vec(),
         })
         .collect();
-    rows.sort_by_key(|r| std::cmp::Reverse(r.bytes));
+    rows.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| natural_cmp(&a.module, &b.module))
+    });
     StepDiff {
         born,
         at: attrib.step,

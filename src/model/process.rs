@@ -1,7 +1,7 @@
 //! One instrumented process: its devices, counters, recent events, OOMs,
 //! NVML samples and leak detector.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::attrib::{self, Definitions, StepClock};
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
@@ -718,7 +718,41 @@ impl Process {
                 .map(|(_, b)| b)
                 .chain(d.orphans().map(|(_, b)| b))
         });
-        self.leak.report(now_ns, blocks)
+        let mut report = self.leak.report(now_ns, blocks);
+        if let (true, Some(now)) = (report.flagged, self.clock.step()) {
+            (report.origins, report.more_origins) = self.leak_origins(now);
+        }
+        report
+    }
+
+    /// The modules and stacks whose live blocks outlive their step, step
+    /// after step (see [`super::leak::growing_origins`]).
+    fn leak_origins(&self, now: u64) -> (Vec<super::leak::LeakOrigin>, u64) {
+        let mut contexts: HashMap<u32, attrib::ContextView> = HashMap::new();
+        let mut live: Vec<(u32, u64, u64)> = Vec::new();
+        for d in &self.devices {
+            for (_, b) in d.blocks().chain(d.orphans()) {
+                if b.state != crate::event::BlockState::Allocated {
+                    continue;
+                }
+                let c = contexts
+                    .entry(b.origin.context)
+                    .or_insert_with(|| self.defs.context_view(b.origin.context));
+                if let Some(step) = c.step.or(b.origin.step.map(u64::from)) {
+                    live.push((b.origin.context, step, b.size));
+                }
+            }
+        }
+        let cfg = self.leak.config();
+        super::leak::growing_origins(
+            live.iter().map(|(c, step, size)| {
+                let v = &contexts[c];
+                (v.module.as_str(), v.stack.as_slice(), *step, *size)
+            }),
+            now,
+            cfg.min_steps,
+            cfg.top_sizes,
+        )
     }
 
     /// Heap bytes held for this process (estimate; see `DeviceState::memory_bytes`).

@@ -13,6 +13,12 @@
 //! process uses) and, where NVML shows the process on exactly that one GPU,
 //! its `gpu` and `uuid` (under `CUDA_VISIBLE_DEVICES` the ordinal alone
 //! does not say which GPU it is).
+//!
+//! Attribution (a producer that tags allocations with contexts, FORMAT
+//! 1.1): a process's live bytes by `module`, its [`TOP_MODULES`] largest
+//! modules and one `(other)` row for the rest (`(none)`: outside every
+//! module), so a model with thousands of modules adds at most 11 series
+//! per process; and by `phase` (five values at most).
 
 use std::fmt::Write;
 
@@ -156,6 +162,16 @@ const P_LEAK_GROWTH: Def = gauge(
     "vramscope_process_leak_growth_bytes_per_step",
     "Robust slope of the allocated floor per step (Theil-Sen); absent until enough steps were seen.",
 );
+const P_MODULE: Def = gauge(
+    "vramscope_process_module_allocated_bytes",
+    "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\".",
+);
+const P_PHASE: Def = gauge(
+    "vramscope_process_phase_allocated_bytes",
+    "Bytes of live tensors by the phase they were allocated in (forward, backward, optimizer, other, unknown).",
+);
+/// Modules a process exposes one by one; the rest are summed.
+pub const TOP_MODULES: usize = 10;
 const D_ALLOCATED: Def = gauge(
     "vramscope_process_allocated_bytes",
     "Bytes held by tensors (torch.cuda.memory_allocated) on the device.",
@@ -393,6 +409,7 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
                 Value::F(leak.floor_slope_bytes_per_step),
             );
         }
+        attribution(out, &l, &p.view.attribution);
     }
     // The GPUs NVML shows this process on: a device of the process is
     // named after one only when the pairing is unambiguous.
@@ -434,6 +451,34 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
         if let Some(st) = &df.stats {
             out.put(&D_RETRIES, &dl, Value::U(st.alloc_retries));
         }
+    }
+}
+
+/// Live bytes by module (the largest [`TOP_MODULES`], then `(other)`) and
+/// by phase, when the producer tags its allocations.
+fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution) {
+    if !a.tagged() {
+        return;
+    }
+    // `by_module` is sorted, most bytes first.
+    for m in a.by_module.iter().take(TOP_MODULES) {
+        let name = if m.module.is_empty() {
+            "(none)"
+        } else {
+            &m.module
+        };
+        out.put(&P_MODULE, &l.with("module", name), Value::U(m.bytes));
+    }
+    if a.by_module.len() > TOP_MODULES {
+        let rest = (a.by_module[TOP_MODULES..].iter()).fold(0u64, |s, m| s.saturating_add(m.bytes));
+        out.put(&P_MODULE, &l.with("module", "(other)"), Value::U(rest));
+    }
+    for p in &a.by_phase {
+        out.put(
+            &P_PHASE,
+            &l.with("phase", p.phase.name()),
+            Value::U(p.bytes),
+        );
     }
 }
 
@@ -481,5 +526,61 @@ mod tests {
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE vramscope_process_events counter\n"));
         assert!(om.contains("\nvramscope_process_events_total{"));
+    }
+
+    /// At most ten modules one by one, the rest in `(other)`; outside
+    /// every module is `(none)`; nothing from an untagged producer.
+    #[test]
+    fn top_modules_then_other() {
+        use crate::model::attrib::{Attribution, ContextView, ModuleBytes, PhaseBytes, PhaseKey};
+        let mut a = Attribution {
+            by_module: (0..13)
+                .map(|i| ModuleBytes {
+                    module: if i == 0 {
+                        String::new()
+                    } else {
+                        format!("m.{i}")
+                    },
+                    bytes: 100 - i,
+                    blocks: 1,
+                })
+                .collect(),
+            by_phase: vec![PhaseBytes {
+                phase: PhaseKey::Backward,
+                bytes: 7,
+                blocks: 1,
+            }],
+            contexts: vec![ContextView {
+                id: 1,
+                module: "m.1".into(),
+                phase: PhaseKey::Backward,
+                step: None,
+                stack: vec![],
+            }],
+            ..Attribution::default()
+        };
+        let mut out = Out::default();
+        attribution(&mut out, &Labels::default().with("pid", 7), &a);
+        let text = out.finish(Format::Prometheus);
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{"))
+            .collect();
+        assert_eq!(rows.len(), 11, "{text}");
+        assert_eq!(
+            rows[0],
+            "vramscope_process_module_allocated_bytes{pid=\"7\",module=\"(none)\"} 100"
+        );
+        // m.10, m.11, m.12: 90 + 89 + 88.
+        assert_eq!(
+            rows[10],
+            "vramscope_process_module_allocated_bytes{pid=\"7\",module=\"(other)\"} 267"
+        );
+        assert!(text
+            .contains("vramscope_process_phase_allocated_bytes{pid=\"7\",phase=\"backward\"} 7"));
+        a.contexts.clear();
+        let mut out = Out::default();
+        attribution(&mut out, &Labels::default(), &a);
+        assert_eq!(out.finish(Format::Prometheus), "");
     }
 }

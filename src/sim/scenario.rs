@@ -71,9 +71,61 @@ pub struct Scenario {
     pub ops: Vec<TimedOp>,
     /// The module paths the job names (string `i + 1` is `modules[i]`).
     pub modules: Vec<String>,
-    /// Its contexts (context `i + 1`): a module (`modules` index + 1, 0
-    /// none) and a phase.
-    pub contexts: Vec<(u32, Phase)>,
+    /// Its contexts (context `i + 1`).
+    pub contexts: Vec<SimContext>,
+}
+
+/// A simulated Python frame: file, line, function.
+pub type SimFrame = (&'static str, u32, &'static str);
+
+/// A context of the simulated job: a module (`modules` index + 1, 0 none),
+/// a phase, and the Python stack (innermost first) an agent capturing
+/// stacks would see when the job enters it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimContext {
+    pub module: u32,
+    pub phase: Phase,
+    pub stack: Vec<SimFrame>,
+}
+
+/// The function of the simulated `train.py` that calls the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Caller {
+    /// `model = Model().cuda()`.
+    #[default]
+    Main,
+    Train,
+    Validate,
+    Predict,
+}
+
+/// The stack captured when the job enters `module` in `phase` from
+/// `caller` (the line of `train.py` that does it, and the module's own
+/// `forward` for a forward pass).
+fn sim_stack(module: &str, phase: Phase, caller: Caller) -> Vec<SimFrame> {
+    let mut s = Vec::new();
+    if phase == Phase::Forward && !module.is_empty() {
+        s.push(if module == HEAD {
+            ("model.py", 34, "forward")
+        } else {
+            ("model.py", 31, "forward")
+        });
+    }
+    let (line, function, main_line) = match caller {
+        Caller::Main => (41, "main", 0),
+        Caller::Train => match phase {
+            Phase::Backward => (59, "training_step", 102),
+            Phase::Optimizer => (61, "training_step", 102),
+            _ => (57, "training_step", 102),
+        },
+        Caller::Validate => (88, "validate", 104),
+        Caller::Predict => (95, "predict", 108),
+    };
+    s.push(("train.py", line, function));
+    if main_line > 0 {
+        s.push(("train.py", main_line, "main"));
+    }
+    s
 }
 
 const LIST: &[(&str, &str)] = &[
@@ -165,7 +217,9 @@ struct Gen {
     next_id: u32,
     caption: Option<String>,
     modules: Vec<String>,
-    contexts: Vec<(u32, Phase)>,
+    contexts: Vec<SimContext>,
+    /// Where the model is called from now.
+    caller: Caller,
 }
 
 impl Gen {
@@ -207,10 +261,15 @@ impl Gen {
                 }
             },
         };
-        let c = match self.contexts.iter().position(|&c| c == (m, phase)) {
+        let ctx = SimContext {
+            module: m,
+            phase,
+            stack: sim_stack(module, phase, self.caller),
+        };
+        let c = match self.contexts.iter().position(|c| *c == ctx) {
             Some(i) => i as u32 + 1,
             None => {
-                self.contexts.push((m, phase));
+                self.contexts.push(ctx);
                 self.contexts.len() as u32
             }
         };
@@ -277,6 +336,7 @@ impl Model {
     /// Returns the `loss` tensor (the caller frees or keeps it).
     fn train_step(&mut self, g: &mut Gen, n: u64, total: u64, act: u64, label: &str) -> u32 {
         g.step(n);
+        g.caller = Caller::Train;
         let at = format!("step {n}/{total}{label}");
         self.zero_grad(g, &at);
         g.say(format!("{at} · batch copied to the GPU"));
@@ -380,6 +440,7 @@ impl Model {
     /// as the next layer has consumed it.
     fn no_grad_forward(&self, g: &mut Gen, n: u64, total: u64, act: u64) {
         g.step(n);
+        g.caller = Caller::Predict;
         g.say(format!(
             "step {n}/{total} · inference · with torch.no_grad(): batch copied to the GPU"
         ));
@@ -438,6 +499,7 @@ fn leak(g: &mut Gen) -> &'static str {
         g.say(format!(
             "step {n}/{total} · validation WITHOUT torch.no_grad(): val_losses.append(loss) keeps the graph"
         ));
+        g.caller = Caller::Validate;
         let mut x = g.alloc(val_act / 4);
         for l in 0..m.layers {
             // Every saved activation of the graph stays referenced by the kept loss.
@@ -610,6 +672,109 @@ pub struct ScenarioRunner {
     defined: Vec<bool>,
     context: u32,
     step_tag: u8,
+    /// The current step (0 before the first).
+    step_now: u64,
+    /// Stack capture asked for (command 5), while it lasts.
+    capture: Option<Capture>,
+    /// The definitions stack capture made (kept across runs: ids are
+    /// never reused within a segment).
+    stack_defs: StackDefs,
+}
+
+/// Stack capture under way: step boundaries left, frames kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Capture {
+    boundaries_left: u64,
+    depth: usize,
+}
+
+/// Frames kept per stack when the asker leaves the depth to the producer.
+pub const DEFAULT_STACK_DEPTH: usize = 16;
+
+/// The strings, frames, stacks and contexts with stacks that capture
+/// defined, and their records (sent again before every snapshot).
+#[derive(Debug, Clone, Default)]
+struct StackDefs {
+    strings: HashMap<&'static str, u32>,
+    frames: HashMap<SimFrame, u32>,
+    stacks: HashMap<(u32, u32), u32>,
+    /// (scenario context, frames kept) → context id.
+    contexts: HashMap<(u32, usize), u32>,
+    records: Vec<EventKind>,
+}
+
+impl StackDefs {
+    fn emit(&mut self, kind: EventKind, time_ns: u64, sink: &mut dyn EventSink) {
+        sink.emit(Event {
+            time_ns,
+            kind: kind.clone(),
+        });
+        self.records.push(kind);
+    }
+
+    /// The id of string `text`, defined first if new (ids after the
+    /// scenario's module paths).
+    fn string(
+        &mut self,
+        s: &Scenario,
+        text: &'static str,
+        t: u64,
+        sink: &mut dyn EventSink,
+    ) -> u32 {
+        if let Some(&id) = self.strings.get(text) {
+            return id;
+        }
+        let id = (s.modules.len() + self.strings.len() + 1) as u32;
+        for kind in EventKind::string_chunks(id, text) {
+            self.emit(kind, t, sink);
+        }
+        self.strings.insert(text, id);
+        id
+    }
+
+    /// The id of the stack `frames` (innermost first), defining what is new
+    /// (parents before children, strings before frames).
+    fn stack(
+        &mut self,
+        s: &Scenario,
+        frames: &[SimFrame],
+        t: u64,
+        sink: &mut dyn EventSink,
+    ) -> u32 {
+        let mut parent = 0;
+        for &f in frames.iter().rev() {
+            let frame = match self.frames.get(&f) {
+                Some(&id) => id,
+                None => {
+                    let file = self.string(s, f.0, t, sink);
+                    let function = self.string(s, f.2, t, sink);
+                    let id = self.frames.len() as u32 + 1;
+                    self.emit(
+                        EventKind::Frame {
+                            id,
+                            file,
+                            function,
+                            line: f.1,
+                        },
+                        t,
+                        sink,
+                    );
+                    self.frames.insert(f, id);
+                    id
+                }
+            };
+            parent = match self.stacks.get(&(frame, parent)) {
+                Some(&id) => id,
+                None => {
+                    let id = self.stacks.len() as u32 + 1;
+                    self.emit(EventKind::Stack { id, frame, parent }, t, sink);
+                    self.stacks.insert((frame, parent), id);
+                    id
+                }
+            };
+        }
+        parent
+    }
 }
 
 impl ScenarioRunner {
@@ -629,7 +794,46 @@ impl ScenarioRunner {
             defined: Vec::new(),
             context: 0,
             step_tag: 0,
+            step_now: 0,
+            capture: None,
+            stack_defs: StackDefs::default(),
         }
+    }
+
+    /// The scenario again from its start (the demo's loop), in the same
+    /// segment: the stack definitions made so far and a capture under way
+    /// carry over.
+    pub fn next_run(self) -> ScenarioRunner {
+        let mut r = ScenarioRunner::new(self.scenario);
+        r.stack_defs = self.stack_defs;
+        r.capture = self.capture;
+        r
+    }
+
+    /// Command 5: capture stacks from now until `steps` step boundaries
+    /// have passed (0 stops a capture), at most `depth` frames each (0: the
+    /// default). Returns the steps granted and the step it began in.
+    pub fn capture_stacks(
+        &mut self,
+        steps: u32,
+        depth: u16,
+        sink: &mut dyn EventSink,
+    ) -> (u64, u64) {
+        self.capture = (steps > 0).then(|| Capture {
+            boundaries_left: u64::from(steps),
+            depth: match depth {
+                0 => DEFAULT_STACK_DEPTH,
+                d => usize::from(d),
+            },
+        });
+        let t = self.alloc.now();
+        self.tag(t, sink);
+        (u64::from(steps), self.step_now)
+    }
+
+    /// Whether stacks are being captured.
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
     }
 
     pub fn scenario(&self) -> &Scenario {
@@ -757,7 +961,14 @@ impl ScenarioRunner {
                 });
                 // The step hook stores the tag after writing the marker.
                 self.step_tag = CtxTag::step_tag_of(n);
-                self.tag();
+                self.step_now = n;
+                if let Some(c) = self.capture.as_mut() {
+                    c.boundaries_left -= 1;
+                    if c.boundaries_left == 0 {
+                        self.capture = None;
+                    }
+                }
+                self.tag(time_ns, sink);
             }
             Op::Snapshot => {
                 self.snapshot(sink);
@@ -770,22 +981,62 @@ impl ScenarioRunner {
                     self.define(i - 1, time_ns, sink);
                 }
                 self.context = c;
-                self.tag();
+                self.tag(time_ns, sink);
             }
         }
         None
     }
 
-    fn tag(&mut self) {
+    /// Tags the allocations that follow with the current context: while
+    /// stacks are captured, its twin with a stack (defined on first use).
+    fn tag(&mut self, time_ns: u64, sink: &mut dyn EventSink) {
+        let context = match self.capture {
+            Some(c) if self.context > 0 => self.stacked(self.context, c.depth, time_ns, sink),
+            _ => self.context,
+        };
         self.alloc.set_context(CtxTag {
-            context: self.context,
+            context,
             step_tag: self.step_tag,
         });
     }
 
+    /// The id of scenario context `c` with its stack cut at `depth` frames:
+    /// ids after the scenario's own contexts, defined on first use.
+    fn stacked(&mut self, c: u32, depth: usize, time_ns: u64, sink: &mut dyn EventSink) -> u32 {
+        let Some(ctx) = self.scenario.contexts.get(c as usize - 1) else {
+            return c;
+        };
+        let depth = depth.min(ctx.stack.len());
+        if let Some(&id) = self.stack_defs.contexts.get(&(c, depth)) {
+            return id;
+        }
+        let (module, phase) = (ctx.module, ctx.phase);
+        let frames = ctx.stack[..depth].to_vec();
+        if !self.defined.get(c as usize - 1).copied().unwrap_or(false) {
+            // Its module path's string.
+            self.define(c as usize - 1, time_ns, sink);
+        }
+        let defs = &mut self.stack_defs;
+        let stack = defs.stack(&self.scenario, &frames, time_ns, sink);
+        let id = (self.scenario.contexts.len() + defs.contexts.len() + 1) as u32;
+        defs.emit(
+            EventKind::Context {
+                id,
+                module,
+                phase,
+                stack,
+                step: None,
+            },
+            time_ns,
+            sink,
+        );
+        defs.contexts.insert((c, depth), id);
+        id
+    }
+
     /// Writes the definitions of context `i` (its module's string first).
     fn define(&mut self, i: usize, time_ns: u64, sink: &mut dyn EventSink) {
-        let (module, phase) = self.scenario.contexts[i];
+        let SimContext { module, phase, .. } = self.scenario.contexts[i];
         if let Some(path) = (module as usize)
             .checked_sub(1)
             .and_then(|m| self.scenario.modules.get(m))
@@ -824,6 +1075,12 @@ impl ScenarioRunner {
             if self.defined[i] {
                 self.define(i, t, sink);
             }
+        }
+        for kind in &self.stack_defs.records {
+            sink.emit(Event {
+                time_ns: t,
+                kind: kind.clone(),
+            });
         }
         self.alloc.snapshot(sink)
     }
@@ -1025,5 +1282,97 @@ mod tests {
         r.run_to_end(&mut NullSink);
         assert!(r.is_finished());
         assert!((r.progress() - 1.0).abs() < 1e-12);
+    }
+
+    /// Command 5: the contexts of the next steps carry stacks (defined
+    /// string, frame, stack, context in that order), then capture ends by
+    /// itself and the plain contexts come back; a new run keeps the ids.
+    #[test]
+    fn captured_stacks_last_the_steps_asked_for() {
+        let s = Scenario::by_name("leak").unwrap();
+        let plain = s.contexts.len() as u32;
+        let mut r = ScenarioRunner::new(s);
+        let mut ev: Vec<Event> = Vec::new();
+        // Into step 2, then capture for 2 step boundaries.
+        while r.step_now < 2 {
+            r.step(&mut ev);
+        }
+        assert_eq!(r.capture_stacks(2, 0, &mut ev), (2, 2));
+        let from = ev.len();
+        while r.step_now < 5 {
+            r.step(&mut ev);
+        }
+        let tagged: Vec<(u64, u32)> = {
+            let mut step = 2;
+            let mut out = Vec::new();
+            for e in &ev[from..] {
+                match e.kind {
+                    EventKind::Marker { value, .. } => step = value,
+                    EventKind::Alloc { place, .. } if place.ctx.context != 0 => {
+                        out.push((step, place.ctx.context))
+                    }
+                    _ => {}
+                }
+            }
+            out
+        };
+        // Steps 2 and 3 (until step 4 began): contexts with stacks.
+        assert!(tagged
+            .iter()
+            .filter(|(s, _)| *s < 4)
+            .all(|(_, c)| *c > plain));
+        assert!(tagged.iter().any(|(s, _)| *s == 3));
+        assert!(tagged
+            .iter()
+            .filter(|(s, _)| *s >= 4)
+            .all(|(_, c)| *c <= plain));
+        assert!(!r.capturing());
+        // Every stacked context's stack resolves through records written
+        // before it: frames name train.py / model.py.
+        let mut defs = crate::model::attrib::Definitions::default();
+        let b = crate::model::Bounds::default();
+        for e in &ev {
+            match e.kind {
+                EventKind::StringChunk {
+                    id,
+                    len,
+                    offset,
+                    bytes,
+                } => defs.string_chunk(&b, id, len, offset, &bytes),
+                EventKind::Frame {
+                    id,
+                    file,
+                    function,
+                    line,
+                } => defs.frame(&b, id, file, function, line),
+                EventKind::Stack { id, frame, parent } => defs.stack(&b, id, frame, parent),
+                EventKind::Context {
+                    id,
+                    module,
+                    phase,
+                    stack,
+                    step,
+                } => defs.context(&b, id, module, phase, stack, step),
+                _ => {}
+            }
+        }
+        let (_, c) = tagged[0];
+        let v = defs.context_view(c);
+        assert_eq!(v.module, "model.layers.0");
+        assert_eq!(
+            v.stack,
+            [
+                "model.py:31 forward",
+                "train.py:57 training_step",
+                "train.py:102 main"
+            ]
+        );
+        // Depth 1: the innermost frame only, under a new id.
+        let mut r2 = r.next_run();
+        let ids = r2.stack_defs.contexts.len();
+        r2.capture_stacks(1, 1, &mut ev);
+        r2.run_to_end(&mut ev);
+        assert!(r2.stack_defs.contexts.len() > ids);
+        assert!(r2.stack_defs.contexts.keys().any(|(_, d)| *d == 1));
     }
 }

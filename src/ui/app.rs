@@ -106,6 +106,8 @@ pub const IDLE_TICK_NS: u64 = 5_000_000_000;
 const IDLE_AFTER_NS: u64 = 60_000_000_000;
 /// How long `--pid` waits for its process.
 pub const PID_WAIT_NS: u64 = 10_000_000_000;
+/// Steps `C` asks a process to capture stacks for (command 5).
+pub const CAPTURE_STEPS: u32 = 10;
 /// How long a footer message stays before the key hints come back.
 pub const MESSAGE_NS: u64 = 4_000_000_000;
 
@@ -177,6 +179,8 @@ pub struct App {
     pub legend: Option<usize>,
     /// The "By module" overlay is up (process view).
     pub modules: Option<super::attribution::ModulesView>,
+    /// The step diff overlay is up (process view).
+    pub step_diff: Option<super::stepdiff::StepDiffView>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -212,6 +216,7 @@ impl App {
             help: false,
             legend: None,
             modules: None,
+            step_diff: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
@@ -738,6 +743,9 @@ impl App {
         if self.modules.is_some() {
             return vec![Context::Always, Context::Modules];
         }
+        if self.step_diff.is_some() {
+            return vec![Context::Always, Context::StepDiff];
+        }
         if self.trace_stacks {
             return vec![Context::Always, Context::Stacks, Context::Trace];
         }
@@ -835,6 +843,54 @@ impl App {
                     }
                 }
             }
+            A::ModulesOnly => {
+                let module = self.selected_entry().and_then(|e| {
+                    let m = self.modules?;
+                    let rows = super::attribution::sorted(&e.view.attribution, &m);
+                    rows.get(m.scroll.min(rows.len().saturating_sub(1)))
+                        .map(|r| r.module.clone())
+                });
+                if let Some(module) = module {
+                    self.modules = None;
+                    self.show_only(blockmap::Only::Module(module));
+                }
+            }
+            A::BlockColouring => {
+                self.process.colouring = self.process.colouring.next();
+                self.process.only = None;
+                self.say(format!(
+                    "block map coloured by {}",
+                    self.process.colouring.name()
+                ));
+            }
+            A::BlockOnly => self.next_only(),
+            A::StepDiff => self.step_diff = Some(Default::default()),
+            A::CloseStepDiff => self.step_diff = None,
+            A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
+                let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
+                    let rows = (self.step_diff.as_ref())
+                        .map_or(0, |d| super::stepdiff::row_count(&e.view, d));
+                    (e.view.attribution.step, rows)
+                });
+                if let Some(d) = self.step_diff.as_mut() {
+                    match action {
+                        A::StepDiffOlder => d.older(now),
+                        A::StepDiffNewer => d.newer(),
+                        _ => d.scroll_by(action == A::StepDiffDown, rows),
+                    }
+                }
+            }
+            A::BlockNext | A::BlockPrev => self.select_block(action == A::BlockNext),
+            A::BlockClear => {
+                self.process.selected_block = None;
+                self.process.only = None;
+            }
+            A::CaptureStacks => {
+                return self.simple_command(Command::CaptureStacks {
+                    steps: CAPTURE_STEPS,
+                    depth: 0,
+                })
+            }
             A::LegendUp | A::LegendDown => {
                 let up = action == A::LegendUp;
                 let n = super::legend::lines(&self.config.theme).len();
@@ -913,6 +969,125 @@ impl App {
             | A::ScrollTop => return self.process_act(action),
         }
         vec![]
+    }
+
+    /// The block map shows only `only` (its colouring follows), on screen.
+    fn show_only(&mut self, only: blockmap::Only) {
+        self.process.colouring = match only {
+            blockmap::Only::Module(_) => blockmap::Colouring::Module,
+            blockmap::Only::Phase(_) => blockmap::Colouring::Phase,
+        };
+        self.say(format!("block map: only {} (x clears)", only.label()));
+        self.process.only = Some(only);
+        self.process.pane = Pane::Blocks;
+        if self
+            .process
+            .selected_block
+            .is_some_and(|addr| !self.block_shown(addr))
+        {
+            self.process.selected_block = None;
+        }
+    }
+
+    /// Whether block `addr` is allocated and passes the map's filter.
+    fn block_shown(&self, addr: u64) -> bool {
+        let Some(e) = self.selected_entry() else {
+            return false;
+        };
+        blockmap::find_block(e, addr).is_some_and(|(_, b)| {
+            b.block.state == crate::event::BlockState::Allocated
+                && (self.process.only.as_ref()).is_none_or(|o| o.matches(&e.view.attribution, b))
+        })
+    }
+
+    /// `v`: the next module or phase of the legend (modules by live bytes,
+    /// phases in order), then none.
+    fn next_only(&mut self) {
+        let Some(e) = self.selected_entry() else {
+            return;
+        };
+        let a = &e.view.attribution;
+        let items: Vec<blockmap::Only> = match self.process.colouring {
+            blockmap::Colouring::State => {
+                self.say("c first: colour the block map by module or phase");
+                return;
+            }
+            blockmap::Colouring::Module => (blockmap::module_keys(a).into_iter())
+                .map(|m| blockmap::Only::Module(m.to_string()))
+                .collect(),
+            blockmap::Colouring::Phase => (a.by_phase.iter())
+                .map(|p| blockmap::Only::Phase(p.phase))
+                .collect(),
+        };
+        let next = match &self.process.only {
+            None => items.first().cloned(),
+            Some(cur) => items
+                .iter()
+                .position(|i| i == cur)
+                .and_then(|i| items.get(i + 1).cloned()),
+        };
+        match next {
+            Some(o) => self.show_only(o),
+            None => {
+                self.process.only = None;
+                self.say("block map: every block");
+            }
+        }
+    }
+
+    /// `n`/`N`: the next or previous allocated block the map shows, in map
+    /// order (wrapping); the map scrolls to it.
+    fn select_block(&mut self, forward: bool) {
+        let Some(e) = self.selected_entry() else {
+            return;
+        };
+        let a = &e.view.attribution;
+        let only = self.process.only.as_ref();
+        let blocks: Vec<(usize, u64)> = blockmap::blocks_in_order(e)
+            .into_iter()
+            .filter(|(_, b)| {
+                b.block.state == crate::event::BlockState::Allocated
+                    && only.is_none_or(|o| o.matches(a, b))
+            })
+            .map(|(row, b)| (row, b.addr))
+            .collect();
+        if blocks.is_empty() {
+            self.say("no allocated block to select");
+            return;
+        }
+        let cur = (self.process.selected_block)
+            .and_then(|addr| blocks.iter().position(|(_, b)| *b == addr));
+        let i = match (cur, forward) {
+            (None, true) => 0,
+            (None, false) => blocks.len() - 1,
+            (Some(i), true) => (i + 1) % blocks.len(),
+            (Some(i), false) => (i + blocks.len() - 1) % blocks.len(),
+        };
+        let (row, addr) = blocks[i];
+        self.process.selected_block = Some(addr);
+        self.process.pane = Pane::Blocks;
+        // The row in view, a third of the way down.
+        let page = layout::pane_rows(self.size, self.caption(), Pane::Blocks).max(1);
+        let s = self.process.block_scroll;
+        if row < s || row >= s + page * 2 / 3 {
+            self.process.block_scroll = row.saturating_sub(page / 3);
+        }
+    }
+
+    /// A click on the block map selects the block under it.
+    fn click_block(&mut self, x: u16, y: u16) {
+        let Some(e) = self.selected_entry() else {
+            return;
+        };
+        let body = layout::screen(self.size, self.caption()).body;
+        let Some(area) = layout::process(self.size, self.process.pane, body).blocks else {
+            return;
+        };
+        let v = self.process.map_view(self.snap.taken_ns);
+        if let Some(addr) = blockmap::block_at(e, area, &v, x, y) {
+            self.process.selected_block = Some(addr);
+            self.dirty = true;
+        }
     }
 
     /// The overview's actions: the selection, sorting and the filter.
@@ -1271,6 +1446,10 @@ impl App {
                     Screen::Overview => self.move_selection(d),
                     Screen::Process => self.scroll(d * 3),
                 }
+            }
+            MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Process => {
+                self.click_block(m.column, m.row);
+                vec![]
             }
             MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
                 let body = self.table_body();

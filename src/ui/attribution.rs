@@ -1,6 +1,8 @@
 //! The "By module" overlay (`M` in the process view): who holds the
 //! selected process's live memory — bytes by phase on one line, then a table
-//! of module paths, sortable by bytes, name or blocks (`o`, `O` reverses).
+//! of module paths, sortable by bytes, name or blocks (`o`, `O` reverses);
+//! Enter shows only the blocks of the module under the cursor in the block
+//! map.
 //! It only renders [`Attribution`] from the model.
 
 use ratatui::layout::{Constraint, Rect};
@@ -10,7 +12,7 @@ use ratatui::Frame;
 
 use super::format;
 use super::theme::Theme;
-use crate::model::attrib::{Attribution, ModuleBytes};
+use crate::model::attrib::{natural_cmp, Attribution, ModuleBytes};
 
 /// What the table is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,11 +70,17 @@ impl ModulesView {
 pub fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
     let mut rows: Vec<&ModuleBytes> = a.by_module.iter().collect();
     match v.sort {
-        SortBy::Bytes => rows.sort_by(|x, y| y.bytes.cmp(&x.bytes).then(x.module.cmp(&y.module))),
-        SortBy::Module => rows.sort_by(|x, y| x.module.cmp(&y.module)),
-        SortBy::Blocks => {
-            rows.sort_by(|x, y| y.blocks.cmp(&x.blocks).then(x.module.cmp(&y.module)))
-        }
+        SortBy::Bytes => rows.sort_by(|x, y| {
+            y.bytes
+                .cmp(&x.bytes)
+                .then(natural_cmp(&x.module, &y.module))
+        }),
+        SortBy::Module => rows.sort_by(|x, y| natural_cmp(&x.module, &y.module)),
+        SortBy::Blocks => rows.sort_by(|x, y| {
+            y.blocks
+                .cmp(&x.blocks)
+                .then(natural_cmp(&x.module, &y.module))
+        }),
     }
     if v.reversed {
         rows.reverse();
@@ -87,7 +95,7 @@ pub fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t
     let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let order = format!(
-        " o sort: {}{} · O reverse · j/k scroll · Esc closes ",
+        " o sort: {}{} · O reverse · j/k move · Enter: map only this · Esc ",
         v.sort.name(),
         if v.reversed { " (reversed)" } else { "" }
     );
@@ -137,30 +145,52 @@ pub fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t
         return;
     }
     let rows = sorted(a, v);
-    let shown = body.height.saturating_sub(1) as usize;
-    let scroll = v.scroll.min(rows.len().saturating_sub(shown));
-    let module_w = width.saturating_sub(8 + 10 + 8 + 6).max(8);
-    let table_rows = rows.iter().skip(scroll).take(shown).map(|m| {
-        let name = match m.module.as_str() {
-            "" => Line::styled("(no module)", t.dim()),
-            path => format::fit_line(Line::raw(path.to_string()), module_w, g.ellipsis),
-        };
-        let share = if total > 0 {
-            format::percent(m.bytes as f64 / total as f64)
-        } else {
-            g.absent.to_string()
-        };
-        Row::new(vec![
-            Cell::from(name),
-            Cell::from(Line::from(format::bytes(m.bytes)).right_aligned()),
-            Cell::from(Line::from(share).right_aligned()),
-            Cell::from(Line::from(format::count(m.blocks)).right_aligned()),
-        ])
-    });
-    let header = Row::new(["MODULE", "BYTES", "SHARE", "BLOCKS"]).style(t.header());
+    let shown = body.height.saturating_sub(1).max(1) as usize;
+    // `v.scroll` is the row under the cursor (Enter filters the block map
+    // to it); the table scrolls to keep it in view.
+    let cursor = v.scroll.min(rows.len().saturating_sub(1));
+    let scroll = (cursor + 1).saturating_sub(shown);
+    let module_w = width.saturating_sub(8 + 10 + 8 + 6 + 2).max(8);
+    // The letter the block map (coloured by module) draws each module with.
+    let keys = super::blockmap::module_keys(a);
+    let letter = |m: &str| {
+        keys.iter()
+            .position(|k| *k == m)
+            .map_or("+", |i| super::blockmap::LETTERS[i])
+    };
+    let table_rows = rows
+        .iter()
+        .enumerate()
+        .skip(scroll)
+        .take(shown)
+        .map(|(i, m)| {
+            let name = match m.module.as_str() {
+                "" => Line::styled("(no module)", t.dim()),
+                path => format::fit_line(Line::raw(path.to_string()), module_w, g.ellipsis),
+            };
+            let share = if total > 0 {
+                format::percent(m.bytes as f64 / total as f64)
+            } else {
+                g.absent.to_string()
+            };
+            Row::new(vec![
+                Cell::from(letter(&m.module)),
+                Cell::from(name),
+                Cell::from(Line::from(format::bytes(m.bytes)).right_aligned()),
+                Cell::from(Line::from(share).right_aligned()),
+                Cell::from(Line::from(format::count(m.blocks)).right_aligned()),
+            ])
+            .style(if i == cursor {
+                t.selected()
+            } else {
+                ratatui::style::Style::new()
+            })
+        });
+    let header = Row::new(["", "MODULE", "BYTES", "SHARE", "BLOCKS"]).style(t.header());
     let table = Table::new(
         table_rows,
         [
+            Constraint::Length(1),
             Constraint::Min(8),
             Constraint::Length(10),
             Constraint::Length(6),

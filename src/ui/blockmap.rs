@@ -3,6 +3,13 @@
 //! small, `?` when only guessed from the size), `x` for an expandable
 //! segment, and its stream; it ends with the segment's size.
 //!
+//! `c` colours allocated blocks by the module or the phase that made them
+//! instead (one letter per module or phase, so the map reads the same in
+//! monochrome and ASCII; coloured backgrounds where there is colour); `v`
+//! shows only the blocks of one module or phase, the others dimmed;
+//! `n`/`N` (or a click) select a block, whose details (module, phase, step born, age,
+//! stack) show at the pane's foot.
+//!
 //! ```text
 //!  cuda:0 · 14 segments · 2.1G reserved · largest free S 1.2M L 18M
 //!  L  s0 ████▇▇▇▇░░░░░░████████▒▒░░░░░░░░░░░░░░░░░░░░░░░░   20M
@@ -19,8 +26,162 @@ use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{BlockState, SegmentPool};
-use crate::model::view::{DeviceView, SegmentView};
+use crate::model::attrib::{Attribution, PhaseKey};
+use crate::model::view::{BlockView, DeviceView, SegmentView};
 use crate::model::Mode;
+
+/// What the allocated blocks' colours say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Colouring {
+    /// Allocated, pending-free or inactive (the allocator's view).
+    #[default]
+    State,
+    /// The module whose code allocated the block.
+    Module,
+    /// The phase (forward, backward, optimizer, other) it was allocated in.
+    Phase,
+}
+
+impl Colouring {
+    pub fn next(self) -> Colouring {
+        match self {
+            Colouring::State => Colouring::Module,
+            Colouring::Module => Colouring::Phase,
+            Colouring::Phase => Colouring::State,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Colouring::State => "state",
+            Colouring::Module => "module",
+            Colouring::Phase => "phase",
+        }
+    }
+}
+
+/// Show only the blocks of one module or phase (the others dimmed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Only {
+    Module(String),
+    Phase(PhaseKey),
+}
+
+impl Only {
+    /// Whether block `b` (allocated) belongs.
+    pub fn matches(&self, a: &Attribution, b: &BlockView) -> bool {
+        b.block.state == BlockState::Allocated
+            && match self {
+                Only::Module(m) => a.module_of(b.block.origin.context) == m,
+                Only::Phase(p) => a.phase_of(b.block.origin.context) == *p,
+            }
+    }
+    /// How it reads in a title ("model.head", "backward").
+    pub fn label(&self) -> String {
+        match self {
+            Only::Module(m) => module_label(m).to_string(),
+            Only::Phase(p) => p.name().to_string(),
+        }
+    }
+}
+
+/// A module path as shown ("(no module)" for the empty one).
+pub fn module_label(m: &str) -> &str {
+    if m.is_empty() {
+        "(no module)"
+    } else {
+        m
+    }
+}
+
+/// How the map is drawn: scroll, colouring, filter, selected block.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MapView<'a> {
+    pub scroll: usize,
+    pub colouring: Colouring,
+    pub only: Option<&'a Only>,
+    /// The selected block's address.
+    pub selected: Option<u64>,
+    /// The collector clock of the snapshot (for the selected block's age).
+    pub taken_ns: u64,
+}
+
+pub const LETTERS: [&str; 26] = [
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
+    "t", "u", "v", "w", "x", "y", "z",
+];
+
+/// The letter of each phase in the map.
+pub fn phase_letter(p: PhaseKey) -> &'static str {
+    match p {
+        PhaseKey::Forward => "f",
+        PhaseKey::Backward => "b",
+        PhaseKey::Optimizer => "o",
+        PhaseKey::Other => "x",
+        PhaseKey::Unknown => "?",
+    }
+}
+
+const PALETTE: [ratatui::style::Color; 8] = {
+    use ratatui::style::Color::*;
+    [
+        Green,
+        Cyan,
+        Magenta,
+        Yellow,
+        LightBlue,
+        LightRed,
+        LightGreen,
+        LightMagenta,
+    ]
+};
+
+/// The style of the `i`-th module or phase: a coloured background where
+/// there is colour (the letter says it where there is none).
+fn class_style(t: &Theme, i: usize) -> Style {
+    if t.color {
+        Style::new()
+            .bg(PALETTE[i % PALETTE.len()])
+            .fg(ratatui::style::Color::Black)
+    } else {
+        Style::new()
+    }
+}
+
+/// The modules the map names with a letter, most live bytes first (the
+/// By module table's order); the others share `+`.
+pub fn module_keys(a: &Attribution) -> Vec<&str> {
+    a.by_module
+        .iter()
+        .take(LETTERS.len())
+        .map(|m| m.module.as_str())
+        .collect()
+}
+
+/// The glyph and style of an allocated block under `colouring`.
+fn class_of(
+    a: &Attribution,
+    keys: &[&str],
+    colouring: Colouring,
+    b: &BlockView,
+    t: &Theme,
+) -> Option<(&'static str, Style)> {
+    let ctx = b.block.origin.context;
+    match colouring {
+        Colouring::State => None,
+        Colouring::Module => {
+            let m = a.module_of(ctx);
+            Some(match keys.iter().position(|k| *k == m) {
+                Some(i) => (LETTERS[i], class_style(t, i)),
+                None => ("+", t.dim()),
+            })
+        }
+        Colouring::Phase => {
+            let p = a.phase_of(ctx);
+            let i = PhaseKey::ALL.iter().position(|x| *x == p).unwrap_or(0);
+            Some((phase_letter(p), class_style(t, i)))
+        }
+    }
+}
 
 /// A row of the map.
 enum MapRow<'a> {
@@ -67,18 +228,259 @@ pub fn stream_label(stream: u64) -> String {
     }
 }
 
-/// The map of `e`, from row `scroll` on.
-pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
+/// The legend of `colouring` on the pane's bottom border, `width` wide
+/// at most: modules that do not fit are left to the By module table.
+fn legend(e: &ProcessEntry, v: &MapView, width: usize, t: &Theme) -> Line<'static> {
+    let g = t.glyphs();
+    let a = &e.view.attribution;
+    let mut spans = vec![Span::raw(" ")];
+    let mut used = 1;
+    let mut cut = false;
+    let mut item = |mark: &'static str, style: Style, label: String| {
+        let w = mark.chars().count() + label.chars().count() + 2;
+        // Room kept for the free-block item and the pointer to M.
+        if cut || used + w + 16 > width {
+            cut = true;
+            return;
+        }
+        used += w;
+        spans.push(Span::styled(mark, style));
+        spans.push(Span::raw(format!(" {label} ")));
+    };
+    match v.colouring {
+        Colouring::State => {
+            item(g.allocated, t.allocated(), "allocated".into());
+            item(g.pending, t.pending(), "pending-free".into());
+            item(g.inactive, t.inactive(), "inactive".into());
+            item("L/S", t.key(), "pool".into());
+            item("x", t.key(), "expandable".into());
+        }
+        Colouring::Module => {
+            let keys = module_keys(a);
+            for (i, m) in keys.iter().enumerate() {
+                item(LETTERS[i], class_style(t, i), module_label(m).to_string());
+            }
+            if a.by_module.len() > keys.len() {
+                item("+", t.dim(), "other modules".into());
+            }
+        }
+        Colouring::Phase => {
+            for (i, p) in PhaseKey::ALL.iter().enumerate() {
+                if a.by_phase.iter().any(|x| x.phase == *p) {
+                    item(phase_letter(*p), class_style(t, i), p.name().to_string());
+                }
+            }
+        }
+    }
+    if v.colouring != Colouring::State {
+        if cut {
+            spans.push(Span::styled(format!("{} M: all ", g.ellipsis), t.key()));
+        }
+        spans.push(Span::styled(g.inactive, t.inactive()));
+        spans.push(Span::raw(" free "));
+    }
+    Line::from(spans)
+}
+
+/// Where block `addr` is: its row in the map and the block.
+pub fn find_block(e: &ProcessEntry, addr: u64) -> Option<(usize, &BlockView)> {
+    blocks_in_order(e).into_iter().find(|(_, b)| b.addr == addr)
+}
+
+/// Every block of the map in map order, with its row.
+pub fn blocks_in_order(e: &ProcessEntry) -> Vec<(usize, &BlockView)> {
+    let mut out = Vec::new();
+    for (i, r) in map_rows(e).into_iter().enumerate() {
+        match r {
+            MapRow::Segment(s) => out.extend(s.blocks.iter().map(|b| (i, b))),
+            MapRow::Orphans(d) => out.extend(d.orphans.iter().map(|b| (i, b))),
+            MapRow::Device(_) => {}
+        }
+    }
+    out
+}
+
+/// Lines the selected block's details take at the pane's foot.
+fn details(
+    e: &ProcessEntry,
+    b: &BlockView,
+    v: &MapView,
+    room: usize,
+    t: &Theme,
+) -> Vec<Line<'static>> {
+    let g = t.glyphs();
+    let a = &e.view.attribution;
+    let blk = &b.block;
+    let state = match blk.state {
+        BlockState::Allocated => "allocated",
+        BlockState::PendingFree => "pending-free",
+        BlockState::Inactive => "inactive (free)",
+    };
+    let mut head = vec![
+        Span::styled("selected ", t.dim()),
+        Span::styled(format!("{:#x}", b.addr), t.header()),
+        Span::raw(format!(
+            " {} {} {state}",
+            format::bytes_short(blk.size),
+            g.dot
+        )),
+    ];
+    if blk.requested > 0 && blk.requested != blk.size {
+        head.push(Span::styled(
+            format!(" ({} requested)", format::bytes(blk.requested)),
+            t.dim(),
+        ));
+    }
+    let mut lines = vec![Line::from(head)];
+    if blk.state == BlockState::Allocated {
+        let ctx = blk.origin.context;
+        let c = a.context(ctx);
+        let step = c.and_then(|c| c.step).or(blk.origin.step.map(u64::from));
+        let mut l = vec![
+            Span::styled("module ", t.dim()),
+            Span::raw(module_label(a.module_of(ctx)).to_string()),
+            Span::styled(format!(" {} phase ", g.dot), t.dim()),
+            Span::raw(a.phase_of(ctx).name()),
+            Span::styled(format!(" {} born step ", g.dot), t.dim()),
+            Span::raw(format::opt(step, g.absent, |s| s.to_string())),
+            Span::styled(format!(" {} age ", g.dot), t.dim()),
+        ];
+        let mut age = Vec::new();
+        if let (Some(s), Some(now)) = (step, a.step) {
+            let n = now.saturating_sub(s);
+            age.push(format!("{n} step{}", if n == 1 { "" } else { "s" }));
+        }
+        if blk.since_ns > 0 && blk.since_ns <= v.taken_ns {
+            age.push(format::span(v.taken_ns - blk.since_ns));
+        }
+        l.push(Span::raw(if age.is_empty() {
+            g.absent.to_string()
+        } else {
+            age.join(", ")
+        }));
+        lines.push(Line::from(l));
+        let stack = c.map(|c| c.stack.as_slice()).unwrap_or_default();
+        if stack.is_empty() {
+            lines.push(Line::styled(
+                "no stack captured (C captures code locations for 10 steps)",
+                t.dim(),
+            ));
+        } else {
+            let shown = room.saturating_sub(lines.len()).max(1);
+            for (i, f) in stack.iter().enumerate().take(shown) {
+                let more = stack.len() - i - 1;
+                let text = if i + 1 == shown && more > 0 {
+                    format!("  {f}  (+{more} frames)")
+                } else {
+                    format!("  {f}")
+                };
+                lines.push(Line::raw(text));
+            }
+        }
+    }
+    lines.truncate(room);
+    lines
+}
+
+/// The selected block's details at the foot: at most a third of the pane.
+fn foot(e: &ProcessEntry, area: Rect, v: &MapView, t: &Theme) -> Vec<Line<'static>> {
+    match v.selected.and_then(|addr| find_block(e, addr)) {
+        Some((_, b)) => {
+            let room = (area.height.saturating_sub(2) / 3).clamp(2, 8) as usize;
+            details(e, b, v, room, t)
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Where the rows go: map lines shown, first row, the prefix before the
+/// bars and the bars' width.
+fn geometry(
+    rows: &[MapRow],
+    inner: Rect,
+    foot: usize,
+    scroll: usize,
+) -> (usize, usize, usize, usize) {
+    let inner_h = (inner.height as usize).saturating_sub(foot);
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let offset = scroll.min(rows.len().saturating_sub(inner_h));
+    let prefix_w = rows
+        .iter()
+        .filter_map(|r| match r {
+            MapRow::Segment(s) => Some(stream_label(s.segment.stream).len()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(2)
+        + 4;
+    let size_w = 7usize;
+    let bar_w = (inner.width as usize)
+        .saturating_sub(prefix_w + size_w)
+        .max(1);
+    (inner_h, offset, prefix_w, bar_w)
+}
+
+/// The block drawn at column `x`, row `y` of the map drawn in `area` as `v`
+/// asks (a click), if any.
+pub fn block_at(e: &ProcessEntry, area: Rect, v: &MapView, x: u16, y: u16) -> Option<u64> {
+    let inner = Rect {
+        x: area.x + 1,
+        y: area.y + 1,
+        width: area.width.saturating_sub(2),
+        height: area.height.saturating_sub(2),
+    };
+    if !(inner.x..inner.x + inner.width).contains(&x)
+        || !(inner.y..inner.y + inner.height).contains(&y)
+    {
+        return None;
+    }
+    let rows = map_rows(e);
+    let foot = foot(e, area, v, &Theme::default()).len();
+    let (inner_h, offset, prefix_w, bar_w) = geometry(&rows, inner, foot, v.scroll);
+    let line = (y - inner.y) as usize;
+    if line >= inner_h {
+        return None;
+    }
+    let MapRow::Segment(s) = rows.get(offset + line)? else {
+        return None;
+    };
+    let c = ((x - inner.x) as usize).checked_sub(prefix_w)?;
+    if c >= bar_w {
+        return None;
+    }
+    // The address in the middle of the cell.
+    let size = u128::from(s.segment.size.max(1));
+    let at = s.segment.addr + ((2 * c as u128 + 1) * size / (2 * bar_w as u128)) as u64;
+    s.blocks
+        .iter()
+        .find(|b| b.addr <= at && at < b.addr.saturating_add(b.block.size))
+        .map(|b| b.addr)
+}
+
+/// The map of `e`, as `v` asks.
+pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &Theme) {
     let g = t.glyphs();
     let rows = map_rows(e);
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
-    let inner_h = area.height.saturating_sub(2) as usize;
-    // Never past the last full page (a scroll kept from a smaller terminal).
-    let offset = scroll.min(rows.len().saturating_sub(inner_h));
+    let foot = foot(e, area, v, t);
+    let inner_h = (area.height.saturating_sub(2) as usize).saturating_sub(foot.len());
+    let offset = v.scroll.min(rows.len().saturating_sub(inner_h));
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
         Span::styled(format!("{} {segs} segments ", g.dot), t.dim()),
     ];
+    if v.colouring != Colouring::State {
+        title.push(Span::styled(
+            format!("{} by {} ", g.dot, v.colouring.name()),
+            t.key(),
+        ));
+    }
+    if let Some(o) = v.only {
+        title.push(Span::styled(
+            format!("{} only {} ", g.dot, o.label()),
+            t.key(),
+        ));
+    }
     if rows.len() > inner_h && inner_h > 0 {
         title.push(Span::styled(
             format!(
@@ -91,14 +493,12 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
             t.dim(),
         ));
     }
-    let legend = t.legend(&[
-        (g.allocated, t.allocated(), "allocated"),
-        (g.pending, t.pending(), "pending-free"),
-        (g.inactive, t.inactive(), "inactive"),
-        ("L/S", t.key(), "pool"),
-        ("x", t.key(), "expandable"),
-    ]);
-    let block = t.block(Line::from(title)).title_bottom(legend);
+    let block = t.block(Line::from(title)).title_bottom(legend(
+        e,
+        v,
+        area.width.saturating_sub(2) as usize,
+        t,
+    ));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height == 0 || inner.width < 10 {
@@ -116,26 +516,20 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
         );
         return;
     }
-    let prefix_w = rows
-        .iter()
-        .filter_map(|r| match r {
-            MapRow::Segment(s) => Some(stream_label(s.segment.stream).len()),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(2)
-        + 4;
-    let size_w = 7usize;
-    let bar_w = (inner.width as usize)
-        .saturating_sub(prefix_w + size_w)
-        .max(1);
+    let (_, _, prefix_w, bar_w) = geometry(&rows, inner, foot.len(), v.scroll);
+    let keys = module_keys(&e.view.attribution);
+    let paint = Paint {
+        a: &e.view.attribution,
+        keys: &keys,
+        v,
+        t,
+    };
+    let width = inner.width as usize;
     let mut lines = Vec::with_capacity(inner.height as usize);
-    for row in rows.iter().skip(offset).take(inner.height as usize) {
+    for row in rows.iter().skip(offset).take(inner_h) {
         lines.push(match row {
-            MapRow::Device(d) => {
-                format::fit_line(device_line(d, t), inner.width as usize, g.ellipsis)
-            }
-            MapRow::Segment(s) => segment_line(s, prefix_w, bar_w, t),
+            MapRow::Device(d) => format::fit_line(device_line(d, t), width, g.ellipsis),
+            MapRow::Segment(s) => segment_line(s, prefix_w, bar_w, &paint),
             MapRow::Orphans(d) => Line::styled(
                 format!(
                     "  {} blocks outside any known segment (resync pending)",
@@ -145,7 +539,48 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
             ),
         });
     }
+    while lines.len() < inner_h {
+        lines.push(Line::raw(""));
+    }
+    lines.extend(
+        foot.into_iter()
+            .map(|l| format::fit_line(l, width, g.ellipsis)),
+    );
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// How a block's cells are drawn.
+struct Paint<'a> {
+    a: &'a Attribution,
+    keys: &'a [&'a str],
+    v: &'a MapView<'a>,
+    t: &'a Theme,
+}
+
+impl Paint<'_> {
+    /// The glyph and style of block `b`; `alt`: every other allocated block.
+    fn cell(&self, b: &BlockView, alt: bool) -> (&'static str, Style) {
+        let (g, t) = (self.t.glyphs(), self.t);
+        let by_state = match (b.block.state, alt) {
+            (BlockState::Allocated, false) => (g.allocated, t.allocated()),
+            (BlockState::Allocated, true) => (g.allocated_alt, t.allocated_alt()),
+            (BlockState::PendingFree, _) => (g.pending, t.pending()),
+            (BlockState::Inactive, _) => (g.inactive, t.inactive()),
+        };
+        let out = if self.v.only.is_some_and(|o| !o.matches(self.a, b)) {
+            // Filtered out: its state, dimmed.
+            (by_state.0, t.dim())
+        } else if b.block.state == BlockState::Allocated {
+            class_of(self.a, self.keys, self.v.colouring, b, t).unwrap_or(by_state)
+        } else {
+            by_state
+        };
+        if self.v.selected == Some(b.addr) {
+            (out.0, out.1.patch(t.selected()))
+        } else {
+            out
+        }
+    }
 }
 
 fn device_line(d: &DeviceView, t: &Theme) -> Line<'static> {
@@ -174,8 +609,8 @@ fn device_line(d: &DeviceView, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-fn segment_line(s: &SegmentView, prefix_w: usize, bar_w: usize, t: &Theme) -> Line<'static> {
-    let g = t.glyphs();
+fn segment_line(s: &SegmentView, prefix_w: usize, bar_w: usize, p: &Paint) -> Line<'static> {
+    let t = p.t;
     let seg = &s.segment;
     let pool = match (seg.pool_kind, seg.pool_kind_known) {
         (SegmentPool::Large, true) => "L",
@@ -194,9 +629,10 @@ fn segment_line(s: &SegmentView, prefix_w: usize, bar_w: usize, t: &Theme) -> Li
         t.header()
     };
     let mut spans = vec![Span::styled(prefix, pool_style)];
-    // For each cell, the block covering most of it.
+    // For each cell, the block covering most of it (the selected block
+    // wins a cell it touches, so it is never lost between larger ones).
     let size = seg.size.max(1);
-    let mut best: Vec<(u64, Option<(BlockState, bool)>)> = vec![(0, None); bar_w];
+    let mut best: Vec<(u64, Option<(&'static str, Style)>)> = vec![(0, None); bar_w];
     let mut alloc_index = 0usize;
     for b in &s.blocks {
         let alt = if b.block.state == BlockState::Allocated {
@@ -210,14 +646,18 @@ fn segment_line(s: &SegmentView, prefix_w: usize, bar_w: usize, t: &Theme) -> Li
         if end <= start {
             continue;
         }
+        let cell = p.cell(b, alt);
+        let chosen = p.v.selected == Some(b.addr);
         let c0 = (start as u128 * bar_w as u128 / size as u128) as usize;
         let c1 = ((end as u128 * bar_w as u128).div_ceil(size as u128) as usize).min(bar_w);
         for (c, slot) in best.iter_mut().enumerate().take(c1).skip(c0) {
             let cs = (c as u128 * size as u128 / bar_w as u128) as u64;
             let ce = ((c as u128 + 1) * size as u128 / bar_w as u128) as u64;
             let overlap = end.min(ce).saturating_sub(start.max(cs));
-            if overlap > slot.0 {
-                *slot = (overlap, Some((b.block.state, alt)));
+            if chosen && overlap > 0 {
+                *slot = (u64::MAX, Some(cell));
+            } else if overlap > slot.0 {
+                *slot = (overlap, Some(cell));
             }
         }
     }
@@ -225,13 +665,7 @@ fn segment_line(s: &SegmentView, prefix_w: usize, bar_w: usize, t: &Theme) -> Li
     let mut run = String::new();
     let mut run_style: Option<Style> = None;
     for (_, cell) in &best {
-        let (sym, style) = match cell {
-            Some((BlockState::Allocated, false)) => (g.allocated, t.allocated()),
-            Some((BlockState::Allocated, true)) => (g.allocated_alt, t.allocated_alt()),
-            Some((BlockState::PendingFree, _)) => (g.pending, t.pending()),
-            Some((BlockState::Inactive, _)) => (g.inactive, t.inactive()),
-            None => (" ", Style::new()),
-        };
+        let (sym, style) = cell.unwrap_or((" ", Style::new()));
         if run_style != Some(style) && !run.is_empty() {
             spans.push(Span::styled(
                 std::mem::take(&mut run),

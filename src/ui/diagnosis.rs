@@ -1,5 +1,6 @@
 //! What went wrong, in words: the latest out-of-memory with the figures
 //! that explain it and the events before it, and the leak verdict with the
+//! modules (and code locations) whose surviving allocations grow and the
 //! allocation sizes whose live counts keep growing.
 
 use ratatui::layout::Rect;
@@ -12,7 +13,7 @@ use super::events::event_line;
 use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
-use crate::model::leak::{LeakConfig, LeakReport, StepSource};
+use crate::model::leak::{LeakConfig, LeakOrigin, LeakReport, StepSource};
 use crate::model::view::OomRecord;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
@@ -141,6 +142,47 @@ pub fn criterion_text(c: &LeakConfig) -> String {
     )
 }
 
+/// A growing module in one line: bytes per step still alive, in how many
+/// steps, and where (the first frames of its stack, joined by `arrow`).
+pub fn origin_text(o: &LeakOrigin, arrow: &str) -> String {
+    let modules = if o.modules > 1 {
+        format!(" ({} modules)", o.modules)
+    } else {
+        String::new()
+    };
+    let mut line = format!(
+        "{}{modules}: +{}/step, {}/{} steps, {} alive",
+        super::blockmap::module_label(&o.module),
+        format::bytes(o.bytes_per_step),
+        o.steps_with_survivors,
+        o.window_steps,
+        format::bytes(o.live_bytes),
+    );
+    if !o.stack.is_empty() {
+        let frames: Vec<&str> = o.stack.iter().take(3).map(String::as_str).collect();
+        line.push_str(" at ");
+        line.push_str(&frames.join(arrow));
+        if o.stack.len() > 3 {
+            line.push_str(arrow);
+            line.push('…');
+        }
+    }
+    line
+}
+
+/// The growing modules of a flagged leak, one line each, and a last line
+/// for those left out.
+pub fn origins_text(l: &LeakReport, arrow: &str) -> Vec<String> {
+    let mut out: Vec<String> = l.origins.iter().map(|o| origin_text(o, arrow)).collect();
+    if l.more_origins > 0 {
+        out.push(format!(
+            "and {} more growing modules or locations",
+            l.more_origins
+        ));
+    }
+    out
+}
+
 /// Earlier runs' verdicts (a looping job), newest last.
 pub fn runs_text(l: &LeakReport) -> Option<String> {
     if l.earlier_runs.is_empty() {
@@ -170,6 +212,20 @@ fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'stat
     if !l.flagged {
         out.push(Line::styled(criterion_text(&v.leak_criterion), t.dim()));
         return;
+    }
+    if !l.origins.is_empty() {
+        out.push(Line::styled(
+            "Growing, by module (bytes born per step, still alive):",
+            t.header(),
+        ));
+        for text in origins_text(l, " ← ") {
+            out.push(Line::raw(format!(" {text}")));
+        }
+    } else if v.attribution.tagged() {
+        out.push(Line::styled(
+            "No module's allocations outlive most of the last steps.",
+            t.dim(),
+        ));
     }
     if l.top_sizes.is_empty() {
         out.push(Line::styled(
@@ -271,7 +327,36 @@ mod tests {
             flagged_after_ns: None,
             run: 1,
             earlier_runs: Vec::new(),
+            origins: Vec::new(),
+            more_origins: 0,
         }
+    }
+
+    /// A growing module reads as one line, its code location (the first
+    /// three frames) after it.
+    #[test]
+    fn a_growing_module_names_its_location() {
+        let mut l = report(16, 1e6, 1.0);
+        l.origins = vec![LeakOrigin {
+            module: "model.layers.*".into(),
+            modules: 12,
+            stack: ["a.py:1 f", "b.py:2 g", "c.py:3 h", "d.py:4 main"]
+                .map(String::from)
+                .to_vec(),
+            bytes_per_step: 3 << 20,
+            steps_with_survivors: 15,
+            window_steps: 16,
+            live_bytes: 45 << 20,
+            first_step: 2,
+        }];
+        l.more_origins = 2;
+        assert_eq!(
+            origins_text(&l, " <- "),
+            [
+                "model.layers.* (12 modules): +3.00 MiB/step, 15/16 steps, 45.0 MiB alive at a.py:1 f <- b.py:2 g <- c.py:3 h <- …",
+                "and 2 more growing modules or locations",
+            ]
+        );
     }
 
     /// Issue 10, item 3: four steps of a rising floor are "too early to

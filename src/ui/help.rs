@@ -67,12 +67,12 @@ pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Th
     }
     let note = if ro {
         Line::styled(
-            " Read-only: e, r and s do nothing; nothing is sent anywhere.",
+            " Read-only: e, r, s and C do nothing; nothing is sent anywhere.",
             t.warn(),
         )
     } else {
         Line::styled(
-            " e, r and s act on the selected process through its agent.",
+            " e, r, s and C act on the selected process through its agent.",
             t.dim(),
         )
     };

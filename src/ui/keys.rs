@@ -80,6 +80,27 @@ pub enum Action {
     ModulesReverse,
     ModulesUp,
     ModulesDown,
+    /// Enter in the "By module" table: the block map shows only that module.
+    ModulesOnly,
+    /// The block map's colours: state, module, phase.
+    BlockColouring,
+    /// The block map shows only the next module or phase of its legend.
+    BlockOnly,
+    /// Select the next / previous block of the map (allocated, shown).
+    BlockNext,
+    BlockPrev,
+    /// No block selected, no filter.
+    BlockClear,
+    /// Capture Python stacks for the next steps (command 5).
+    CaptureStacks,
+    /// The step diff overlay: what an earlier step left alive.
+    StepDiff,
+    CloseStepDiff,
+    /// k one step further back / nearer.
+    StepDiffOlder,
+    StepDiffNewer,
+    StepDiffUp,
+    StepDiffDown,
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -96,7 +117,10 @@ impl Action {
     pub fn is_process_action(self) -> bool {
         matches!(
             self,
-            Action::EmptyCache | Action::ResetPeaks | Action::RequestSnapshot
+            Action::EmptyCache
+                | Action::ResetPeaks
+                | Action::RequestSnapshot
+                | Action::CaptureStacks
         )
     }
 }
@@ -114,6 +138,8 @@ pub enum Context {
     Legend,
     /// The "By module" overlay.
     Modules,
+    /// The step diff overlay.
+    StepDiff,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
@@ -138,6 +164,7 @@ impl Context {
             Context::Help => "Help",
             Context::Legend => "Legend",
             Context::Modules => "By module",
+            Context::StepDiff => "Step diff",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
@@ -256,7 +283,7 @@ impl Binding {
 use Action as A;
 use Context::{
     Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report, Stacks,
-    Trace,
+    StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -288,6 +315,13 @@ pub const KEYS: &[Binding] = &[
     bind(Modules, &[c('O')], A::ModulesReverse),
     bind(Modules, &[k(Up), c('k')], A::ModulesUp),
     bind(Modules, &[k(Down), c('j')], A::ModulesDown),
+    bind(Modules, &[k(Enter)], A::ModulesOnly),
+    // The step diff overlay (other keys are ignored).
+    bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff),
+    bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder),
+    bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
+    bind(StepDiff, &[k(Up), c('k')], A::StepDiffUp),
+    bind(StepDiff, &[k(Down), c('j')], A::StepDiffDown),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).
@@ -363,6 +397,17 @@ pub const KEYS: &[Binding] = &[
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
     bind(Process, &[c('M')], A::Modules).help("M", "bytes by module & phase"),
+    bind(Process, &[c('c')], A::BlockColouring)
+        .help("c", "colour map by module/phase")
+        .hint("c", "colour", 7),
+    bind(Process, &[c('v')], A::BlockOnly).help("v", "map: only one module/phase"),
+    bind(Process, &[c('n')], A::BlockNext)
+        .help("n  N", "select next / prev block")
+        .hint("n/N", "block", 8),
+    bind(Process, &[c('N')], A::BlockPrev),
+    bind(Process, &[c('x')], A::BlockClear).help("x", "clear selection & filter"),
+    bind(Process, &[c('C')], A::CaptureStacks).help("C", "capture stacks, 10 steps"),
+    bind(Process, &[c('d')], A::StepDiff).help("d", "step diff: left alive"),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),
@@ -485,5 +530,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn block_map_and_capture_keys() {
+        let key = |ch| press(KeyCode::Char(ch), KeyModifiers::NONE);
+        assert_eq!(action(&key('c'), &[Process]), Some(A::BlockColouring));
+        assert_eq!(action(&key('v'), &[Process]), Some(A::BlockOnly));
+        assert_eq!(action(&key('n'), &[Process]), Some(A::BlockNext));
+        assert_eq!(action(&key('N'), &[Process]), Some(A::BlockPrev));
+        assert_eq!(action(&key('x'), &[Process]), Some(A::BlockClear));
+        assert_eq!(action(&key('C'), &[Process]), Some(A::CaptureStacks));
+        // Not in the overview, where no block map is drawn.
+        assert_eq!(action(&key('C'), &[Overview]), None);
+        let enter = press(Enter, KeyModifiers::NONE);
+        assert_eq!(action(&enter, &[Modules]), Some(A::ModulesOnly));
+        // Capturing stacks writes to the process: off in read-only mode.
+        assert!(A::CaptureStacks.is_process_action());
+        let help: Vec<_> = help(Process).collect();
+        assert!(help.iter().any(|(k, _, process)| *k == "C" && *process));
     }
 }

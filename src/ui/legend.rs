@@ -93,6 +93,27 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
     for (m, s, d) in marks {
         l.push(item(m, s, d));
     }
+    let marks: [(&'static str, Style, &str); 4] = [
+        (
+            "a b c",
+            t.key(),
+            "c by module: a letter per module, largest first (M lists)",
+        ),
+        ("+", t.dim(), "by module: a module past the 26th"),
+        (
+            "f b o x ?",
+            t.key(),
+            "c by phase: forward, backward, optimizer, other, unknown",
+        ),
+        (
+            g.allocated,
+            t.dim(),
+            "dimmed: not the module or phase that v shows",
+        ),
+    ];
+    for (m, s, d) in marks {
+        l.push(item(m, s, d));
+    }
     l.push(Line::styled("Timeline", t.header()));
     let marks: [(&'static str, Style, &str); 4] = [
         (

@@ -34,7 +34,7 @@
 //! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
 //! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
 //! [`help`], [`legend`], [`popup`], [`attribution`] (the "By module"
-//! overlay). [`layout`] places them (pure geometry); [`rows`] the
+//! overlay), [`stepdiff`] (the step diff overlay). [`layout`] places them (pure geometry); [`rows`] the
 //! overview's rows; [`format`] numbers as text (the one byte and duration
 //! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
 //! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
@@ -61,6 +61,7 @@ pub mod rows;
 pub mod run;
 pub mod state;
 pub mod stats;
+pub mod stepdiff;
 pub mod svg;
 pub mod terminal;
 pub mod theme;
@@ -115,6 +116,9 @@ pub struct UiOptions {
     pub sort: Option<(rows::Col, Option<bool>)>,
     /// New data is drawn at most this often (input is answered at once).
     pub data_interval: Duration,
+    /// A still ([`screenshot_now`]): keys pressed before the picture is
+    /// taken (`demo --headless --keys`).
+    pub keys: String,
 }
 
 impl Default for UiOptions {
@@ -130,6 +134,7 @@ impl Default for UiOptions {
             size: None,
             sort: None,
             data_interval: Duration::from_millis(250),
+            keys: String::new(),
         }
     }
 }
@@ -288,6 +293,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if let (Some(m), Some(e), Screen::Process) = (&app.modules, app.selected_entry(), app.screen) {
         attribution::render(frame, areas.body, &e.view.attribution, m, t);
     }
+    if let (Some(d), Some(e), Screen::Process) = (&app.step_diff, app.selected_entry(), app.screen)
+    {
+        stepdiff::render(frame, areas.body, &e.view, d, t);
+    }
     if t.ascii {
         theme::asciify(frame.buffer_mut());
     }
@@ -326,10 +335,31 @@ pub fn screenshot_now(
             .unwrap_or(state::SPANS_NS.len() - 1);
     }
     let mut fx = app.handle(AppEvent::Tick { now_ns: now });
-    // A snapshot for the screen shown; opening a process asks for another.
-    for _ in 0..3 {
+    // A snapshot for the screen shown; opening a process asks for another;
+    // then the keys asked for, each answered as the dashboard would.
+    let keys: Vec<AppEvent> = (opts.keys.chars())
+        .map(|c| {
+            let code = match c {
+                '\n' | '\r' => crossterm::event::KeyCode::Enter,
+                '\t' => crossterm::event::KeyCode::Tab,
+                c => crossterm::event::KeyCode::Char(c),
+            };
+            AppEvent::Input(crossterm::event::Event::Key(
+                crossterm::event::KeyEvent::new(code, crossterm::event::KeyModifiers::NONE),
+            ))
+        })
+        .collect();
+    let mut keys = keys.into_iter();
+    for _ in 0..3 + opts.keys.len() * 3 {
         if !fx.contains(&Effect::Refresh) {
-            break;
+            match keys.next() {
+                Some(k) => {
+                    fx = app.handle(k);
+                    fx.push(Effect::Refresh);
+                    continue;
+                }
+                None => break,
+            }
         }
         let snap = hub.snapshot_at(now, &app.view_options());
         fx = app.handle(AppEvent::Snapshot(Box::new(snap)));

@@ -104,6 +104,15 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
                 t.alert(),
             ));
         }
+        Ok(Status::Unsupported) if matches!(r.command, Command::CaptureStacks { .. }) => {
+            l.push(Line::styled(
+                format!(
+                    "pid {}: stack capture unsupported (producer older than FORMAT 1.1)",
+                    r.pid
+                ),
+                t.warn(),
+            ));
+        }
         Ok(s) if *s != Status::Ok => {
             l.push(Line::styled(
                 format!("pid {} answered {s:?}", r.pid),
@@ -139,6 +148,13 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
                 };
                 l.push(Line::raw(after));
             }
+            if let (Command::CaptureStacks { steps, .. }, Some(o)) = (r.command, r.outcome) {
+                l.push(Line::raw(capture_line(steps, o.result0, o.result1)));
+                l.push(Line::styled(
+                    "blocks allocated meanwhile show their stack (n selects a block)",
+                    t.dim(),
+                ));
+            }
             if let (Command::Snapshot { .. }, Some(o)) = (r.command, r.outcome) {
                 // A state snapshot travels through the ring (no file):
                 // the block map is rebuilt from it.
@@ -151,6 +167,20 @@ fn report(r: &ActionReport, t: &Theme) -> Vec<Line<'static>> {
     }
     l.push(Line::styled("Esc closes", t.dim()));
     l
+}
+
+/// What a capture-stacks answer says: the steps asked and granted, and
+/// the step capture began at (one line, for the report and the CLI).
+pub fn capture_line(asked: u32, granted: u64, began: u64) -> String {
+    if granted == 0 {
+        return "stack capture stopped".to_string();
+    }
+    let bound = if granted < u64::from(asked) {
+        format!(" (asked {asked}; the producer's bound)")
+    } else {
+        String::new()
+    };
+    format!("capturing stacks for {granted} steps from step {began}{bound}")
 }
 
 /// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny

@@ -60,7 +60,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         timeline::render(frame, r, e, view, app.now_ns(), t);
     }
     if let Some(r) = a.blocks {
-        blockmap::render(frame, r, e, view.block_scroll, t);
+        blockmap::render(frame, r, e, &view.map_view(taken), t);
     }
     if let Some(r) = a.stats {
         stats::render(frame, r, e, view.stats_scroll, t);

@@ -164,6 +164,12 @@ pub struct ProcessState {
     pub stats_scroll: usize,
     /// The event history's search (lower-case match on an event's line).
     pub event_filter: String,
+    /// What the block map's colours say (`c`).
+    pub colouring: super::blockmap::Colouring,
+    /// The block map shows only these blocks (`v`, Enter in By module).
+    pub only: Option<super::blockmap::Only>,
+    /// The selected block's address (`n`/`N`).
+    pub selected_block: Option<u64>,
 }
 
 impl Default for ProcessState {
@@ -177,11 +183,25 @@ impl Default for ProcessState {
             event_scroll: 0,
             stats_scroll: 0,
             event_filter: String::new(),
+            colouring: Default::default(),
+            only: None,
+            selected_block: None,
         }
     }
 }
 
 impl ProcessState {
+    /// How the block map is drawn, for a snapshot taken at `taken_ns`.
+    pub fn map_view(&self, taken_ns: u64) -> super::blockmap::MapView<'_> {
+        super::blockmap::MapView {
+            scroll: self.block_scroll,
+            colouring: self.colouring,
+            only: self.only.as_ref(),
+            selected: self.selected_block,
+            taken_ns,
+        }
+    }
+
     pub fn span_ns(&self) -> u64 {
         SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
     }

@@ -188,3 +188,64 @@ fn a_snapshot_carries_the_tags_of_live_blocks() {
     assert_eq!(blocks[0]["origin"]["step"], 6);
     assert!(blocks[1].get("origin").is_none());
 }
+
+/// The same module entered from two call sites (stacks captured) is two
+/// rows of the step diff, each naming its location; the block's context
+/// gives its module, phase and stack.
+#[test]
+fn step_diff_groups_by_code_location() {
+    let mut m = model();
+    let mut ev = Ev::new();
+    let mut evs = vec![ev.seg_alloc(BASE, 64 * MIB)];
+    evs.extend(string(&mut ev, 1, "model.head"));
+    evs.extend(string(&mut ev, 2, "train.py"));
+    evs.extend(string(&mut ev, 3, "training_step"));
+    evs.extend(string(&mut ev, 4, "validate"));
+    for (id, function, line) in [(1, 3, 57), (2, 4, 88)] {
+        evs.push(ev.at(EventKind::Frame {
+            id,
+            file: 2,
+            function,
+            line,
+        }));
+        evs.push(ev.at(EventKind::Stack {
+            id,
+            frame: id,
+            parent: 0,
+        }));
+        evs.push(ev.at(EventKind::Context {
+            id,
+            module: 1,
+            phase: Phase::Forward,
+            stack: id,
+            step: None,
+        }));
+    }
+    evs.push(marker(&mut ev, 4));
+    evs.push(alloc_in(&mut ev, 1, 4, BASE, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 2, 4, BASE + 2 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 2, 4, BASE + 4 * MIB, 2 * MIB));
+    evs.push(marker(&mut ev, 5));
+    feed(&mut m, &evs);
+    let v = m.view(0, &all()).processes.remove(0);
+    let d = step_diff(&v, 4);
+    let rows: Vec<(&str, u64, Vec<String>)> = (d.rows.iter())
+        .map(|r| (r.module.as_str(), r.blocks, r.stack.clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("model.head", 2, vec!["train.py:88 validate".to_string()]),
+            (
+                "model.head",
+                1,
+                vec!["train.py:57 training_step".to_string()]
+            ),
+        ]
+    );
+    let a = &v.attribution;
+    assert_eq!(a.location_of(2), Some("train.py:88 validate"));
+    assert_eq!(a.module_of(2), "model.head");
+    assert_eq!(a.phase_of(2), PhaseKey::Forward);
+    assert_eq!(a.module_of(0), "");
+}
