@@ -5,8 +5,8 @@
 #   tests/gpu/attrib_suite.sh [tests...] [bench...]
 # tests: gpt2 resnet compiled (tests/gpu/test_attrib.py WORKLOAD)
 # bench: bench-calls bench-gpt2 bench-resnet (tests/gpu/bench_attrib.py MODEL)
-# Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS
-# override the benchmark's rounds and steps. Logs and JSON go to $OUT (or
+# Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS /
+# BENCH_VARIANTS override the benchmark's rounds, steps and variants. Logs and JSON go to $OUT (or
 # target/gpu-logs); a summary to $OUT/attrib-summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,7 +34,8 @@ for w in "${what[@]}"; do
     bench-*)
         m=${w#bench-}
         VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 400 python3 tests/gpu/bench_attrib.py "$m" \
-            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" --out "$LOG/$w.json" > "$LOG/$w.log" 2>&1
+            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" ${BENCH_VARIANTS:+--variants "$BENCH_VARIANTS"} \
+            --out "$LOG/$w.json" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
         grep -E '^(callback|per module|variant|bare|hooks|wrapper|tracker|attrib|attrib_all|attrib_nobw|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"

@@ -115,6 +115,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")
+    ap.add_argument("--variants", help="comma-separated subset (bare is always measured)")
     a = ap.parse_args()
 
     if a.model == "calls":
@@ -196,6 +197,9 @@ def main():
             torch.cuda.memory._record_memory_history(enabled=None)
 
     variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_all", "capture", "history"]
+    if a.variants:
+        want = set(a.variants.split(",")) | {"bare"}
+        variants = [v for v in variants if v in want]
     times = {v: [] for v in variants}
     for r in range(a.rounds):
         order = variants[r % len(variants):] + variants[: r % len(variants)]

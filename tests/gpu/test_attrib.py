@@ -4,7 +4,10 @@ with no vramscope code in the training loop: run it as `vramscope run` does,
     PYTHONPATH=assets/agent VRAMSCOPE_AUTO=1 python3 tests/gpu/test_attrib.py WORKLOAD
 
 WORKLOAD: gpt2 (transformers GPT-2, AdamW), resnet (timm ResNet-50,
-channels_last, SGD with momentum), compiled (torch.compile'd GPT-2, AdamW).
+channels_last, SGD with momentum), compiled (torch.compile'd GPT-2, AdamW),
+ddp (GPT-2 under DistributedDataParallel; launch with
+`torchrun --nproc_per_node 2 tests/gpu/test_attrib.py ddp`: each rank
+checks its own process).
 
 The job trains STEPS steps; one module keeps a copy of its output every
 step (a planted leak; not in `compiled`). After the second optimizer step
@@ -111,7 +114,7 @@ def read_view():
         raise RuntimeError("vramscope snapshot failed: %s" % r.stderr.decode()[-2000:])
     doc = json.loads(r.stdout.decode())
     for p in doc.get("processes", []):
-        if p.get("identity", {}).get("ns_pid") == os.getpid() or p.get("view", {}).get("key", {}).get("pid") == os.getpid():
+        if p.get("identity", {}).get("host_pid") == os.getpid() or p.get("view", {}).get("key", {}).get("pid") == os.getpid():
             return p["view"]
     raise RuntimeError("this process is not in `vramscope snapshot`: %s" % list(doc.keys()))
 
@@ -145,6 +148,9 @@ def main():
     kept = []
     if not compiled:
         plant_leak(model, leak_path, kept)
+    ddp = workload == "ddp"
+    if ddp:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     model = model.cuda()  # initialises CUDA: the agent starts here
     st = wait_mode(vramscope)
     check(st["mode"] == "exact", "exact mode (%s)" % st)
@@ -155,6 +161,11 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     root = type(model).__name__
     run = torch.compile(model) if compiled else model
+    if ddp:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl")
+        run = torch.nn.parallel.DistributedDataParallel(model)
     if compiled:
         import torch._dynamo.utils as du
 
