@@ -3,10 +3,12 @@
 # torch, transformers and timm; the release binary (target/release/vramscope)
 # and examples/ring_dump.
 #   tests/gpu/attrib_suite.sh [tests...] [bench...]
-# tests: gpt2 resnet compiled (tests/gpu/test_attrib.py WORKLOAD)
+# tests: gpt2 resnet compiled, and gpt2-params resnet-params (backward
+# tracked for every module with parameters) (tests/gpu/test_attrib.py)
 # bench: bench-calls bench-gpt2 bench-resnet (tests/gpu/bench_attrib.py MODEL)
 # Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS /
-# BENCH_VARIANTS override the benchmark's rounds, steps and variants. Logs and JSON go to $OUT (or
+# BENCH_VARIANTS / BENCH_BATCH override the benchmark's rounds, steps,
+# variants and batch. Logs and JSON go to $OUT (or
 # target/gpu-logs); a summary to $OUT/attrib-summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,17 +36,20 @@ for w in "${what[@]}"; do
     bench-*)
         m=${w#bench-}
         VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 400 python3 tests/gpu/bench_attrib.py "$m" \
-            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" ${BENCH_VARIANTS:+--variants "$BENCH_VARIANTS"} \
+            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" ${BENCH_VARIANTS:+--variants "$BENCH_VARIANTS"} ${BENCH_BATCH:+--batch "$BENCH_BATCH"} \
             --out "$LOG/$w.json" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
         grep -E '^(callback|per module|variant|bare|hooks|wrapper|tracker|attrib|attrib_all|attrib_nobw|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"
         ;;
     *)
-        VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 400 python3 tests/gpu/test_attrib.py "$w" > "$LOG/$w.log" 2>&1
+        policy=auto
+        [ "${w%-params}" != "$w" ] && policy=params
+        VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 VRAMSCOPE_ATTRIBUTION_BACKWARD=$policy \
+            timeout 400 python3 tests/gpu/test_attrib.py "$w" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s) $(tail -n 1 "$LOG/$w.log")" | tee -a "$SUMMARY"
-        grep -E '^(  FAIL|graph break|  graph break|attributed|vramscope:)' "$LOG/$w.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        grep -E '^(  FAIL|graph break|  graph break|attributed|backward policy|vramscope:)' "$LOG/$w.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     esac
     rm -rf "$shm"

@@ -17,7 +17,11 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
    Median ns per event.
 2. Step time of the training loop, variants alternated within each round
    (the order rotates), `rounds` rounds of `steps` steps (a step: forward,
-   backward, optimizer step, then torch.cuda.synchronize):
+   backward, optimizer step, then torch.cuda.synchronize). Switching takes
+   effect at once (hooks in or out); capture and history get one untimed
+   step after the switch. Many short rounds (e.g. 150 of 1 step) pair each
+   variant's steps with bare steps taken a fraction of a second apart, which
+   keeps this VM's drift out of the ratios:
      bare        tracker writes off (vs_agent_enable(0)), no hooks
      hooks       global module forward pre/post hooks that do nothing, and
                  nothing else: what PyTorch's hook machinery costs on its own
@@ -25,11 +29,12 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
                  uses instead of global hooks), and nothing else
      tracker     the tracker on, attribution off (no hooks, no tags)
      attrib      the tracker on, attribution on (the call wrapper, backward
-                 pre-hooks on modules that own parameters and on roots, tags,
-                 the tag table): the default
-     attrib_all  the same with a backward pre-hook on every module
-                 (VRAMSCOPE_ATTRIBUTION_BACKWARD=all)
-     attrib_nobw the same with no module in backward (=none)
+                 pre-hooks on the automatic level and on roots, tags, the tag
+                 table): the default
+     attrib_params  the same with a backward pre-hook on every module that
+                 owns parameters (VRAMSCOPE_ATTRIBUTION_BACKWARD=params)
+     attrib_all  the same with a backward pre-hook on every module (=all)
+     attrib_nobw the same with backward a phase of the root only (=none)
      capture     attribution with stack capture on (command 5's state)
      history     torch.cuda.memory._record_memory_history(stacks="python"),
                  tracker off and no hooks
@@ -51,12 +56,15 @@ import torch
 import vramscope
 
 
+BATCH = {"gpt2": (8, 512), "resnet": 64}
+
+
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config()).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, 50257, (8, 512), device="cuda")
+    x = torch.randint(0, 50257, BATCH["gpt2"], device="cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -74,8 +82,9 @@ def resnet():
     model = timm.create_model("resnet50", pretrained=False, num_classes=1000).cuda()
     model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (64,), device="cuda")
+    n = BATCH["resnet"]
+    x = torch.randn(n, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (n,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step():
@@ -116,8 +125,11 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")
     ap.add_argument("--variants", help="comma-separated subset (bare is always measured)")
+    ap.add_argument("--batch", help="gpt2: BxT (default 8x512); resnet: B (default 64)")
     a = ap.parse_args()
 
+    if a.batch:
+        BATCH[a.model] = tuple(int(v) for v in a.batch.split("x")) if "x" in a.batch else int(a.batch)
     if a.model == "calls":
         torch.zeros(1, device="cuda")  # CUDA up: the agent attaches
     step = {"gpt2": gpt2, "resnet": resnet, "calls": calls}[a.model]()
@@ -170,8 +182,8 @@ def main():
 
     def set_variant(v):
         attrib.capture_steps = 0
-        attrib.set_backward({"attrib_all": "all", "attrib_nobw": "none"}.get(v, "params"))
-        if v in ("attrib", "attrib_all", "attrib_nobw", "capture"):
+        attrib.set_backward({"attrib_all": "all", "attrib_nobw": "none", "attrib_params": "params"}.get(v, "auto"))
+        if v in ("attrib", "attrib_params", "attrib_all", "attrib_nobw", "capture"):
             attrib.install()
             lib.vs_agent_enable(1)
             if v == "capture":
@@ -196,7 +208,7 @@ def main():
         if v == "history":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_all", "capture", "history"]
+    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_params", "attrib_all", "capture", "history"]
     if a.variants:
         want = set(a.variants.split(",")) | {"bare"}
         variants = [v for v in variants if v in want]
@@ -205,8 +217,9 @@ def main():
         order = variants[r % len(variants):] + variants[: r % len(variants)]
         for v in order:
             set_variant(v)
-            step()  # one untimed step after a switch
-            torch.cuda.synchronize()
+            if v in ("capture", "history"):
+                step()  # their first step fills their own tables: untimed
+                torch.cuda.synchronize()
             ts = []
             for _ in range(a.steps):
                 t = time.perf_counter()
@@ -216,7 +229,7 @@ def main():
             unset(v)
             times[v].append(statistics.median(ts))
     set_variant("attrib")
-    res = {"model": a.model, "rounds": a.rounds, "steps": a.steps, "callback_ns": callback,
+    res = {"model": a.model, "batch": BATCH.get(a.model), "rounds": a.rounds, "steps": a.steps, "callback_ns": callback,
            "callback_ns_all": callback_all,
            "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "variants": {}}
     if a.model == "calls":

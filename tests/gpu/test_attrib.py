@@ -142,6 +142,8 @@ def block_at(addrs_sorted, sizes, ptr):
 
 def main():
     workload = sys.argv[1] if len(sys.argv) > 1 else "gpt2"
+    if workload.endswith("-params"):  # the same, every module with parameters tracked in backward
+        workload = workload[: -len("-params")]
     baseline = workload == "compiled-baseline"  # the same job, attribution off
     compiled = workload in ("compiled", "compiled-baseline")
     model, batch, loss_of, leak_path, source_file = (resnet if workload == "resnet" else gpt2)()
@@ -253,10 +255,25 @@ def main():
     for name, p in model.named_parameters():
         if p.grad is not None:
             grads[p.grad.data_ptr()] = owners.get(p.data_ptr(), {name.rpartition(".")[0]})
+    # Backward is tracked per module of the agent's backward level (the
+    # default, VRAMSCOPE_ATTRIBUTION_BACKWARD=auto) or of every module with
+    # parameters (=params): a gradient belongs to its module's nearest
+    # tracked ancestor.
+    attrib = vramscope._st["attrib"]
+    tracked = set(attrib.backward_modules())
+    print("backward policy %s: %d modules tracked, e.g. %s" % (attrib.backward, len(tracked), sorted(tracked)[:4]))
+
+    def nearest(path):
+        parts = path.split(".") if path else []
+        for i in range(len(parts), 0, -1):
+            if ".".join(parts[:i]) in tracked:
+                return ".".join(parts[:i])
+        return root
+
     if compiled:
         judge("gradients (one compiled backward: the root)", grads, "backward", lambda m, mods: m == root)
     else:
-        judge("gradients", grads, "backward", lambda m, mods: m in mods or (m == root and "" in mods))
+        judge("gradients (by tracked module)", grads, "backward", lambda m, mods: m in {nearest(x) for x in mods})
     state = {}
     for s in opt.state.values():
         for v in s.values():

@@ -62,6 +62,13 @@ MAX_DEPTH = 64
 # walked again, at most this often.
 RENAME_INTERVAL = 1.0
 
+# The automatic backward level holds at most this many modules per model:
+# each costs a grad_fn pre-hook registration in forward and a GIL round
+# trip in backward, every step (about 12 us on the H100 host).
+BACKWARD_HOOKS = 32
+
+_ROOT, _OWNS, _LEVEL, _QUIET = 1, 2, 4, 8
+
 # Wrapper attributes: (attribute, wrapper class names or () for any).
 _WRAPPERS = (("_orig_mod", ()), ("module", ("DistributedDataParallel", "DataParallel")))
 
@@ -106,7 +113,8 @@ class Attribution:
         self.failed = False
         # Which modules' backward is tracked (see _hook_backward): "params"
         # (default), "all" or "none" (backward is then one phase, no module).
-        self.set_backward(os.environ.get("VRAMSCOPE_ATTRIBUTION_BACKWARD", "params"))
+        self.backward = "auto"
+        self.set_backward(os.environ.get("VRAMSCOPE_ATTRIBUTION_BACKWARD", "auto"))
         self.renamed = {}  # id(root) -> last walk time
         # Stack capture (command 5).
         self.capture_words = None
@@ -288,23 +296,31 @@ class Attribution:
     def _forget(self, key):
         self.infos.pop(key, None)
 
-    def _info_for(self, module, path, root=False):
+    def _info_for(self, module, path, root=False, level=False):
         """[path string id, {phase: context id}, whether its backward is
-        tracked (it owns parameters, or is a root)]."""
+        tracked (see set_backward), flags: _ROOT, _OWNS (parameters of its
+        own), _LEVEL (in the automatic backward level)]."""
         key = id(module)
         info = self.infos.get(key)
         pid = self.string(path)
-        tracked = root or bool(getattr(module, "_parameters", None))
+        flags = (_ROOT if root else 0) | (_OWNS if getattr(module, "_parameters", None) else 0)
+        flags |= _LEVEL if level else 0
+        if not root and not flags & _OWNS and not getattr(module, "_modules", None):
+            # A leaf with no parameters (an activation, dropout, pooling):
+            # what it allocates is its caller's, which saves the context
+            # switch on about a third of all module calls.
+            flags |= _QUIET
         if info is None:
-            info = self.infos[key] = [pid, {}, tracked]
+            info = self.infos[key] = [pid, {}, False, flags]
             try:
                 weakref.finalize(module, self._forget, key)
             except TypeError:
                 pass
         elif info[0] != pid:
-            info[0], info[1], info[2] = pid, {}, tracked
+            info[0], info[1], info[3] = pid, {}, flags
         else:
-            info[2] = info[2] or tracked
+            info[3] |= flags
+        info[2] = self._tracked(info[3])
         return info
 
     def name_tree(self, root):
@@ -318,13 +334,17 @@ class Attribution:
                 if isinstance(wrapped, self.torch.nn.Module) and (not classes or type(inner).__name__ in classes):
                     inner, prefix = wrapped, prefix + attr + "."
             self._info_for(root, type(inner).__name__, root=True)
+            named = []
             for name, m in root.named_modules():
                 if name.startswith(prefix):
                     name = name[len(prefix) :]
                 if name and m is not inner:
-                    self._info_for(m, name)
+                    named.append((name, m))
                 elif m is inner and m is not root:
                     self._info_for(m, type(inner).__name__, root=True)
+            level = _backward_level(named, self.torch.nn)
+            for name, m in named:
+                self._info_for(m, name, level=name in level)
             self.renamed[id(root)] = time.monotonic()
 
     def info(self, module, t):
@@ -394,8 +414,26 @@ class Attribution:
         self.poll_capture()
 
     def set_backward(self, policy):
-        self.backward_all = policy == "all"
-        self.backward_none = policy == "none"
+        """Which modules' backward is tracked: "auto" (default: the deepest
+        level of each model with at most BACKWARD_HOOKS modules holding
+        parameters, e.g. GPT-2's blocks; a level's backward includes its
+        children's), "params" (every module with parameters of its own:
+        exact per module, one more pre-hook per module and step), "all", or
+        "none" (backward is a phase of the root only)."""
+        self.backward = policy if policy in ("auto", "params", "all", "none") else "auto"
+        for info in self.infos.values():
+            info[2] = self._tracked(info[3])
+
+    def _tracked(self, flags):
+        p = self.backward
+        if p == "all":
+            return True
+        mask = {"auto": _ROOT | _LEVEL, "params": _ROOT | _OWNS}.get(p, _ROOT)
+        return bool(flags & mask)
+
+    def backward_modules(self):
+        """The module paths whose backward is tracked (for tests)."""
+        return sorted(self.paths[i[0]] for i in self.infos.values() if i[2])
 
     def _hook_backward(self, t, module, output, fwd_ctx):
         """When backward reaches the node that made this module's output,
@@ -405,7 +443,7 @@ class Attribution:
         VRAMSCOPE_ATTRIBUTION_BACKWARD=all: a pre-hook costs its
         registration every forward and a GIL round trip in backward."""
         info = self.infos.get(id(module))
-        if info is None or self.backward_none or not (info[2] or self.backward_all):
+        if info is None or not info[2]:
             return
         out = output
         if not isinstance(out, self.Tensor):
@@ -549,6 +587,32 @@ class Attribution:
         self.remove()
 
 
+def _backward_level(named, nn):
+    """The module paths of the automatic backward level of one model:
+    `named` is its (path, module) list. Level D holds the modules at depth D
+    that hold parameters (their own or their children's) and those above D
+    with parameters of their own; ModuleList and ModuleDict are never
+    called, so they are no level (their children take their depth). The
+    deepest D with at most BACKWARD_HOOKS modules wins."""
+    containers = (nn.ModuleList, nn.ModuleDict)
+    skip = {p for p, m in named if isinstance(m, containers)}
+    depth, owns, holds = {}, set(), set()
+    for p, m in named:
+        parts = p.split(".")
+        depth[p] = sum(1 for i in range(1, len(parts) + 1) if ".".join(parts[:i]) not in skip)
+        if getattr(m, "_parameters", None):
+            owns.add(p)
+            for i in range(1, len(parts) + 1):
+                holds.add(".".join(parts[:i]))
+    best = set()
+    for d in range(1, max(depth.values(), default=0) + 1):
+        level = {p for p in holds if p not in skip and (depth[p] == d or (depth[p] < d and p in owns))}
+        if len(level) > BACKWARD_HOOKS:
+            break
+        best = level
+    return best
+
+
 def _first_tensor(out, tensor):
     """The first tensor of a module's output (a tuple, a list, a dict such
     as transformers' ModelOutput, whose first entry is the loss when there
@@ -576,11 +640,11 @@ def _make_call(attrib, orig):
     grad_enabled = attrib.grad_enabled
 
     def __call__(self, *args, **kwargs):
-        if compiling():
+        info = infos.get(id(self))
+        if (info is not None and info[3] & _QUIET) or compiling():
             return orig(self, *args, **kwargs)
         try:
             t = local.t
-            info = infos.get(id(self))
             st = t.stack
             if info is None or not st or attrib.capture_steps or t.slot is None:
                 t, info = attrib._enter(self, FORWARD)
@@ -602,7 +666,7 @@ def _make_call(attrib, orig):
         depth = len(st)
         try:
             out = orig(self, *args, **kwargs)
-            if (info[2] or attrib.backward_all) and not attrib.backward_none and grad_enabled():
+            if info[2] and grad_enabled():
                 attrib._hook_backward(t, self, out, st[-1] if st else 0)
             return out
         finally:
