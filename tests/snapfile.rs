@@ -319,6 +319,39 @@ fn a_fan_out_under_the_bound_reads() {
     assert_eq!(file.segments.len(), 1000);
 }
 
+/// Every fixture reads taking entries while parsing (the usual way) to
+/// exactly what the plain reading (every value kept, then walked) reads;
+/// and what the fuzzer found, where it reads that way, to the same too.
+#[test]
+fn reading_while_parsing_reads_what_the_plain_reading_reads() {
+    let mut n = 0;
+    for name in ["releases", "torch-2.11"] {
+        let Ok(entries) = std::fs::read_dir(dir(name)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "pickle") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("read");
+            let plain = snapfile::read_slice_plain(&bytes).expect("reads");
+            let taking = snapfile::read_slice_taking(&bytes)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(taking, plain, "{}", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 120, "{n} fixtures");
+    for entry in std::fs::read_dir(dir("fuzz")).expect("fuzz dir") {
+        let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
+        if let Ok(taking) = snapfile::read_slice_taking(&bytes) {
+            let plain = snapfile::read_slice_plain(&bytes).expect("the plain reading too");
+            assert!(taking.same_as(&plain));
+        }
+    }
+}
+
 /// Inputs the fuzzer found (tests/fixtures/snapshots/fuzz): each reads or
 /// is refused, and what reads is shown without a panic.
 #[test]

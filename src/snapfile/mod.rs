@@ -40,7 +40,7 @@ pub mod inputs;
 pub mod step;
 pub mod write;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -261,6 +261,13 @@ pub enum SnapError {
 }
 
 /// Reads the snapshot file at `path`.
+///
+/// The file is parsed once with the big lists' elements (segments, trace
+/// entries) taken out of the parse as soon as each is complete
+/// ([`pickle::parse_taking`]): what stays in memory is the snapshot, not a
+/// copy of the pickle's object graph. Should anything in that reading not
+/// fit (a damaged or hand-made file), the file is read again as plain
+/// values, which decide what is read or what is wrong.
 pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     let io = |source| SnapError::Io {
         path: path.to_path_buf(),
@@ -268,12 +275,29 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
+    let mut st = State::streaming();
+    if let Ok(doc) = pickle::parse_taking(file, len, &mut st) {
+        if let Ok(read) = st.walk(&doc) {
+            return Ok(read);
+        }
+    }
+    read_plain(path, len)
+}
+
+/// [`read`] without taking anything while parsing: the whole pickle as
+/// plain values first.
+fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
+    let io = |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
     let doc = pickle::parse(file, len).map_err(|source| SnapError::Pickle {
         path: path.to_path_buf(),
         source,
     })?;
-    if let Ok(read) = convert(&doc) {
-        return Ok(read.finish(doc));
+    if let Ok(read) = State::default().walk(&doc) {
+        return Ok(read);
     }
     drop(doc);
     // The shape is wrong: read again, keeping offsets, to say where.
@@ -282,8 +306,8 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let (at, why, node) = match convert(&doc) {
-        Ok(read) => return Ok(read.finish(doc)),
+    let (at, why, node) = match State::default().walk(&doc) {
+        Ok(read) => return Ok(read),
         Err(e) => e,
     };
     Err(SnapError::Shape {
@@ -295,10 +319,29 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
 }
 
 /// Reads a snapshot held in memory (tests, the fuzz target); errors carry
-/// no path.
+/// no path. The same two ways as [`read`].
 pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    read_slice_taking(bytes).or_else(|_| read_slice_plain(bytes))
+}
+
+/// [`read_slice`] taking values while parsing, and nothing else (no
+/// second reading when that does not fit): what the tests and the fuzz
+/// target hold against [`read_slice_plain`].
+pub fn read_slice_taking(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let mut st = State::streaming();
+    let doc =
+        pickle::parse_taking(bytes, bytes.len() as u64, &mut st).map_err(|e| e.to_string())?;
+    st.walk(&doc)
+        .map_err(|(at, why, _)| format!("at {at}: {why}"))
+}
+
+/// [`read_slice`] as plain values only (nothing taken while parsing): what
+/// the fuzz target and the tests compare the usual reading with.
+pub fn read_slice_plain(bytes: &[u8]) -> Result<SnapshotFile, String> {
     let doc = pickle::parse_slice(bytes).map_err(|e| e.to_string())?;
-    from_doc(doc).map_err(|(at, why, _)| format!("at {at}: {why}"))
+    State::default()
+        .walk(&doc)
+        .map_err(|(at, why, _)| format!("at {at}: {why}"))
 }
 
 /// Where in the file's structure, what is wrong there, and the value.
@@ -326,75 +369,187 @@ impl Hasher for IdHasher {
 
 type IdMap = HashMap<Id, u32, BuildHasherDefault<IdHasher>>;
 
-/// Interns frames and stacks by the pickle value that holds them.
-struct Reader<'a> {
-    doc: &'a Doc,
-    out: SnapshotFile,
-    frames: IdMap,
-    stacks: IdMap,
-    /// The list of each stack, by stack id (its frames are taken from
-    /// the parse at the end, not copied).
-    stack_lists: Vec<Id>,
-    blocks: usize,
+/// What a value taken while parsing became: the token that stands for it
+/// in the parse (kind in the low 3 bits, index above, below 2^31).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Segment(u32),
+    Entry(u32),
+    /// A trace entry whose action this build does not know (skipped).
+    Unknown,
+    Stack(u32),
+    Frame(u32),
 }
 
-/// The snapshot a parsed pickle holds (the pickle's values are dropped as
-/// soon as they are read, their stacks' elements kept in place).
-pub fn from_doc(doc: Doc) -> Result<SnapshotFile, ShapeError> {
-    Ok(convert(&doc)?.finish(doc))
-}
+impl Token {
+    fn encode(self) -> Option<u32> {
+        let (kind, i) = match self {
+            Token::Segment(i) => (0, i),
+            Token::Entry(i) => (1, i),
+            Token::Unknown => (2, 0),
+            Token::Stack(i) => (3, i),
+            Token::Frame(i) => (4, i),
+        };
+        (i < 1 << 28).then_some(i << 3 | kind)
+    }
 
-/// A file read, but for its stacks, which are still the parse's lists.
-struct Converted {
-    file: SnapshotFile,
-    stack_lists: Vec<Id>,
-    frames: IdMap,
-}
-
-impl Converted {
-    /// The stacks, from the parse's own lists (their elements rewritten
-    /// as frame indices where they lie); everything else of the parse
-    /// dropped.
-    fn finish(self, doc: Doc) -> SnapshotFile {
-        let Converted {
-            mut file,
-            stack_lists,
-            frames,
-        } = self;
-        let (pool, runs) = doc.into_seqs(&stack_lists, |f| frames.get(&f).copied().unwrap_or(0));
-        file.stacks = Stacks { frames: pool, runs };
-        file
+    fn decode(t: u32) -> Option<Token> {
+        let i = t >> 3;
+        Some(match t & 7 {
+            0 => Token::Segment(i),
+            1 => Token::Entry(i),
+            2 => Token::Unknown,
+            3 => Token::Stack(i),
+            4 => Token::Frame(i),
+            _ => return None,
+        })
     }
 }
 
-fn convert(doc: &Doc) -> Result<Converted, ShapeError> {
-    let mut r = Reader {
-        doc,
-        out: SnapshotFile::default(),
-        frames: IdMap::default(),
-        stacks: IdMap::default(),
-        stack_lists: Vec::new(),
-        blocks: 0,
-    };
-    r.root()?;
-    Ok(Converted {
-        file: r.out,
-        stack_lists: r.stack_lists,
-        frames: r.frames,
-    })
+/// What reading has made so far: the snapshot being built, and the frames
+/// and stacks interned by the pickle value that holds them. The taker
+/// during the parse and the walk after it share it.
+#[derive(Default)]
+struct State {
+    out: SnapshotFile,
+    frames: IdMap,
+    stacks: IdMap,
+    /// Keys of `frames`/`stacks` (when taking while parsing): the values
+    /// of a batch cut from the parse are forgotten, by id.
+    recent: Option<BTreeSet<Id>>,
+    blocks: usize,
+    /// Segments and trace entries taken while parsing, by token.
+    segments: Vec<Segment>,
+    entries: Vec<TraceEntry>,
+    scratch: Vec<u32>,
+}
+
+impl State {
+    fn streaming() -> State {
+        State {
+            recent: Some(BTreeSet::new()),
+            ..State::default()
+        }
+    }
+
+    /// The snapshot the parsed values (and those taken) hold.
+    fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
+        Reader { doc, st: &mut self }.root()?;
+        Ok(self.out)
+    }
+
+    fn remember(&mut self, id: Id) {
+        if let Some(r) = &mut self.recent {
+            r.insert(id);
+        }
+    }
+}
+
+impl pickle::Take for State {
+    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32> {
+        let has = |k| doc.get(item, k).is_some();
+        let token = if has("action") {
+            if self.entries.len() >= MAX_TRACE {
+                return None;
+            }
+            match (Reader { doc, st: self }).trace_entry(item, "").ok()? {
+                Some(e) => {
+                    self.entries.push(e);
+                    Token::Entry(self.entries.len() as u32 - 1)
+                }
+                None => Token::Unknown,
+            }
+        } else if has("total_size") {
+            if self.segments.len() >= MAX_SEGMENTS {
+                return None;
+            }
+            let seg = (Reader { doc, st: self }).segment(item, "").ok()?;
+            self.segments.push(seg);
+            Token::Segment(self.segments.len() as u32 - 1)
+        } else {
+            return None;
+        };
+        token.encode()
+    }
+
+    fn token_of(&self, id: Id) -> Option<u32> {
+        match (self.stacks.get(&id), self.frames.get(&id)) {
+            (Some(&s), _) => Token::Stack(s).encode(),
+            (_, Some(&f)) => Token::Frame(f).encode(),
+            _ => None,
+        }
+    }
+
+    fn forget(&mut self, from: Id) {
+        let Some(recent) = &mut self.recent else {
+            return;
+        };
+        for id in recent.split_off(&from) {
+            self.frames.remove(&id);
+            self.stacks.remove(&id);
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings: usize = self
+            .out
+            .frames
+            .iter()
+            .map(|f| f.filename.len() + f.name.len())
+            .sum();
+        let blocks: usize = self
+            .segments
+            .iter()
+            .map(|s| s.blocks.capacity() * size_of::<Block>())
+            .sum();
+        self.entries.capacity() * size_of::<TraceEntry>()
+            + self.segments.capacity() * size_of::<Segment>()
+            + blocks
+            + self.out.frames.capacity() * size_of::<Frame>()
+            + strings
+            + self.out.stacks.memory_bytes()
+            + (self.frames.capacity() + self.stacks.capacity()) * 12
+            + self.recent.as_ref().map_or(0, |r| r.len() * 16)
+    }
+}
+
+/// Reads values of the parse into the state.
+struct Reader<'a, 's> {
+    doc: &'a Doc,
+    st: &'s mut State,
 }
 
 fn shape(node: Id, at: impl Into<String>, why: impl Into<String>) -> ShapeError {
     (at.into(), why.into(), node)
 }
 
-impl<'a> Reader<'a> {
+/// The values a list's tokens name, when the list is exactly all of
+/// them, in order (as `pickle.dump` writes a list read while parsing):
+/// `Some` of the count of `Unknown` tokens; the caller then moves them.
+fn all_taken(doc: &Doc, list: &[Id], total: usize, kind: fn(u32) -> Token) -> Option<u64> {
+    let mut next = 0u32;
+    let mut unknown = 0;
+    for &id in list {
+        match doc.value(id) {
+            Value::Taken(t) => match Token::decode(t)? {
+                Token::Unknown => unknown += 1,
+                tok if tok == kind(next) => next += 1,
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+    (next as usize == total).then_some(unknown)
+}
+
+impl<'a> Reader<'a, '_> {
     fn root(&mut self) -> Result<(), ShapeError> {
         let d = self.doc;
         let root = d.root();
         let segments = match d.value(root) {
             Value::List(_) => {
-                self.out.format = "a list of segments (torch.cuda.memory_snapshot())".into();
+                self.st.out.format = "a list of segments (torch.cuda.memory_snapshot())".into();
                 root
             }
             Value::Dict(_) => d.get(root, "segments").ok_or_else(|| {
@@ -433,9 +588,23 @@ impl<'a> Reader<'a> {
                 format!("{} segments, more than {MAX_SEGMENTS}", list.len()),
             ));
         }
-        for (i, &s) in list.iter().enumerate() {
-            let seg = self.segment(s, &format!("segments[{i}]"))?;
-            self.out.segments.push(seg);
+        let total = self.st.segments.len();
+        if all_taken(d, list, total, Token::Segment) == Some(0) {
+            self.st.out.segments = std::mem::take(&mut self.st.segments);
+        } else {
+            for (i, &s) in list.iter().enumerate() {
+                let at = || format!("segments[{i}]");
+                let seg = match d.value(s) {
+                    Value::Taken(t) => match Token::decode(t) {
+                        Some(Token::Segment(k)) if (k as usize) < total => {
+                            self.st.segments[k as usize].clone()
+                        }
+                        _ => return Err(taken_where(s, at(), "a segment")),
+                    },
+                    _ => self.segment(s, &at())?,
+                };
+                self.st.out.segments.push(seg);
+            }
         }
         if matches!(d.value(root), Value::Dict(_)) {
             self.rest(root)?;
@@ -463,32 +632,51 @@ impl<'a> Reader<'a> {
                 if traced > MAX_TRACE {
                     return Err(shape(t, at, format!("more than {MAX_TRACE} trace entries")));
                 }
+                let total = self.st.entries.len();
+                if let Some(unknown) = all_taken(d, entries, total, Token::Entry) {
+                    self.st.out.unknown_actions += unknown;
+                    let out = std::mem::take(&mut self.st.entries);
+                    self.st.out.traces.push(out);
+                    continue;
+                }
                 let mut out = Vec::with_capacity(entries.len());
                 for (i, &e) in entries.iter().enumerate() {
-                    if let Some(e) = self.trace_entry(e, &format!("{at}[{i}]"))? {
-                        out.push(e);
+                    let entry = match d.value(e) {
+                        Value::Taken(t) => match Token::decode(t) {
+                            Some(Token::Entry(k)) if (k as usize) < total => {
+                                Some(self.st.entries[k as usize].clone())
+                            }
+                            Some(Token::Unknown) => None,
+                            _ => return Err(taken_where(e, format!("{at}[{i}]"), "a trace entry")),
+                        },
+                        _ => self.trace_entry(e, &format!("{at}[{i}]"))?,
+                    };
+                    match entry {
+                        Some(e) => out.push(e),
+                        None => self.st.out.unknown_actions += 1,
                     }
                 }
-                self.out.traces.push(out);
+                self.st.out.traces.push(out);
             }
         }
         if let Some(s) = d.get(root, "allocator_settings") {
             for (k, v) in self.dict(s, "allocator_settings")? {
                 let key = d.as_str(*k).map_or_else(|| "?".into(), printable);
-                self.out.allocator_settings.push((key, self.text(*v, 0)));
+                self.st.out.allocator_settings.push((key, self.text(*v, 0)));
             }
         }
         if let Some(a) = d.get(root, "external_annotations") {
-            self.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
+            self.st.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
         }
         let has = |k| d.get(root, k).is_some();
         let timed = self
+            .st
             .out
             .traces
             .iter()
             .flatten()
             .any(|e| e.time_us.is_some());
-        self.out.format = match () {
+        self.st.out.format = match () {
             _ if has("external_annotations") => "torch ≥ 2.6 (external_annotations)",
             _ if has("allocator_settings") => "torch ≥ 2.4 (allocator_settings)",
             _ if timed => "torch ≥ 2.2 (trace times)",
@@ -561,6 +749,7 @@ impl<'a> Reader<'a> {
             Value::Float(f) => f.to_string(),
             Value::Str(s) => printable(s),
             Value::Bytes(b) => format!("<{} bytes>", b.len()),
+            Value::Taken(_) => "…".into(),
             _ if depth >= 2 => "…".into(),
             Value::List(v) | Value::Tuple(v) => {
                 let parts: Vec<_> = v
@@ -600,25 +789,46 @@ impl<'a> Reader<'a> {
                 None => return Ok(None),
             },
         };
-        if let Some(&s) = self.stacks.get(&frames) {
+        if let Value::Taken(t) = d.value(frames) {
+            return match Token::decode(t) {
+                Some(Token::Stack(s)) if (s as usize) < self.st.out.stacks.len() => Ok(Some(s)),
+                _ => Err(taken_where(frames, format!("{at}['frames']"), "a list")),
+            };
+        }
+        if let Some(&s) = self.st.stacks.get(&frames) {
             return Ok(Some(s));
         }
-        let list = self.seq(frames, &format!("{at}['frames']"))?;
+        let list = d.as_seq(frames).ok_or_else(|| {
+            shape(
+                frames,
+                format!("{at}['frames']"),
+                format!("a {} where a list was expected", d.type_name(frames)),
+            )
+        })?;
         if list.is_empty() {
             return Ok(None);
         }
+        let mut scratch = std::mem::take(&mut self.st.scratch);
+        scratch.clear();
         for (i, &f) in list.iter().enumerate() {
-            self.frame(f, at, i)?;
+            scratch.push(self.frame(f, at, i)?);
         }
-        let n = self.stack_lists.len() as u32;
-        self.stack_lists.push(frames);
-        self.stacks.insert(frames, n);
+        let n = self.st.out.stacks.push(&scratch);
+        self.st.scratch = scratch;
+        self.st.stacks.insert(frames, n);
+        self.st.remember(frames);
         Ok(Some(n))
     }
 
     /// Frame `i` of the stack of `at`, interned.
     fn frame(&mut self, id: Id, at: &str, i: usize) -> Result<u32, ShapeError> {
-        if let Some(&f) = self.frames.get(&id) {
+        if let Value::Taken(t) = self.doc.value(id) {
+            return match Token::decode(t) {
+                Some(Token::Frame(f)) if (f as usize) < self.st.out.frames.len() => Ok(f),
+                _ => Err(taken_where(id, format!("{at}['frames'][{i}]"), "a frame")),
+            };
+        }
+        if let Some(&f) = self.st.frames.get(&id) {
             return Ok(f);
         }
         // Named only for a frame not seen before (a handful per file).
@@ -631,9 +841,10 @@ impl<'a> Reader<'a> {
             line: self.int_opt(id, "line", at)?.unwrap_or(0),
             name: self.str_of(id, "name").map_or_else(String::new, printable),
         };
-        let n = self.out.frames.len() as u32;
-        self.out.frames.push(frame);
-        self.frames.insert(id, n);
+        let n = self.st.out.frames.len() as u32;
+        self.st.out.frames.push(frame);
+        self.st.frames.insert(id, n);
+        self.st.remember(id);
         Ok(n)
     }
 
@@ -682,8 +893,8 @@ impl<'a> Reader<'a> {
             return Ok(seg);
         };
         let list = self.seq(blocks, &format!("{at}['blocks']"))?;
-        self.blocks = self.blocks.saturating_add(list.len());
-        if self.blocks > MAX_BLOCKS {
+        self.st.blocks = self.st.blocks.saturating_add(list.len());
+        if self.st.blocks > MAX_BLOCKS {
             return Err(shape(blocks, at, format!("more than {MAX_BLOCKS} blocks")));
         }
         let mut next = address;
@@ -730,7 +941,6 @@ impl<'a> Reader<'a> {
             return Err(shape(id, at, "no 'action'"));
         };
         let Some(action) = Action::from_name(action) else {
-            self.out.unknown_actions += 1;
             return Ok(None);
         };
         let addr = if action == Action::Oom {
@@ -749,6 +959,16 @@ impl<'a> Reader<'a> {
             stack: self.stack(id, at)?,
         }))
     }
+}
+
+/// A value taken while parsing where it does not belong (a hand-made
+/// file: [`read`] then reads it again as plain values).
+fn taken_where(id: Id, at: String, what: &str) -> ShapeError {
+    shape(
+        id,
+        at,
+        format!("a value read already, where {what} was expected"),
+    )
 }
 
 fn printable(s: &str) -> String {
@@ -795,6 +1015,57 @@ impl SnapshotFile {
         }
         out.sort_by_key(|t| t.device);
         out
+    }
+
+    /// Whether `other` holds the same snapshot, stacks compared by their
+    /// frames (two readings may number frames and stacks differently).
+    pub fn same_as(&self, other: &SnapshotFile) -> bool {
+        let frames = |f: &SnapshotFile, s: Option<u32>| -> Vec<Frame> {
+            s.map_or_else(Vec::new, |s| f.stack_frames(s).cloned().collect())
+        };
+        let same_stack = |a: Option<u32>, b: Option<u32>| {
+            a.is_some() == b.is_some() && frames(self, a) == frames(other, b)
+        };
+        let unstacked = |s: &Segment| Segment {
+            stack: None,
+            blocks: s
+                .blocks
+                .iter()
+                .map(|b| Block {
+                    stack: None,
+                    ..b.clone()
+                })
+                .collect(),
+            ..s.clone()
+        };
+        let segments = self.segments.len() == other.segments.len()
+            && self.segments.iter().zip(&other.segments).all(|(a, b)| {
+                unstacked(a) == unstacked(b)
+                    && same_stack(a.stack, b.stack)
+                    && a.blocks
+                        .iter()
+                        .zip(&b.blocks)
+                        .all(|(x, y)| same_stack(x.stack, y.stack))
+            });
+        let traces = self.traces.len() == other.traces.len()
+            && self.traces.iter().zip(&other.traces).all(|(a, b)| {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| {
+                        TraceEntry {
+                            stack: None,
+                            ..x.clone()
+                        } == TraceEntry {
+                            stack: None,
+                            ..y.clone()
+                        } && same_stack(x.stack, y.stack)
+                    })
+            });
+        segments
+            && traces
+            && self.allocator_settings == other.allocator_settings
+            && self.annotations == other.annotations
+            && self.unknown_actions == other.unknown_actions
+            && self.format == other.format
     }
 
     /// The frames of stack `id`, innermost first.
