@@ -57,7 +57,7 @@ pub const MAX_BLOCKS: usize = 1 << 20;
 pub const MAX_TRACE: usize = 1 << 24;
 
 /// One source line of a stack.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Frame {
     pub filename: String,
     pub line: i64,
