@@ -36,13 +36,16 @@ pub struct Args {
     max_entries: Count,
 }
 
+/// An allocator event, with the process's step when it was read.
+type Stepped = (Event, Option<u64>);
+
 pub fn run(args: Args) -> Result<()> {
     let mut reader = Replayer::open(&args.file)?;
     let max = args.max_entries.get() as usize;
     let mut model = Model::default();
     // Per process: events seen, and the newest `max` with the process's
     // step when each was read (what its step tag resolves against).
-    let mut events: HashMap<ProcessKey, (u64, VecDeque<(Event, Option<u64>)>)> = HashMap::new();
+    let mut events: HashMap<ProcessKey, (u64, VecDeque<Stepped>)> = HashMap::new();
     while let Some((_, input)) = reader.next_input()? {
         match input {
             Input::Attach { key, source, .. } => {
@@ -95,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
     let Some(process) = model.process(key) else {
         bail!("{}: process {} has no state", args.file.display(), key.pid);
     };
-    let trace: Vec<(Event, Option<u64>)> = events
+    let trace: Vec<Stepped> = events
         .remove(&key)
         .map(|(_, v)| v.into())
         .unwrap_or_default();
