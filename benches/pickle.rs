@@ -8,6 +8,9 @@
 //!   child process its peak RSS (VmHWM) against the file's size (and, with
 //!   `VRAMSCOPE_PICKLE_BEFORE=PATH` naming another build of this bench, that
 //!   build's on the same file, for a before/after in one run);
+//!   `VRAMSCOPE_PICKLE_FILE=PATH` writes the file there and keeps it (to
+//!   measure a child with `/usr/bin/time -v`: run this binary with
+//!   `VRAMSCOPE_PICKLE_CHILD=PATH`);
 //! - loads it with `python3 -c 'pickle.load(...)'`, three times, and prints
 //!   both medians and the ratio.
 //!
@@ -151,7 +154,8 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let events = if full { 800_000 } else { 1_000 };
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("big.pickle");
+    let path = std::env::var_os("VRAMSCOPE_PICKLE_FILE")
+        .map_or_else(|| dir.path().join("big.pickle"), std::path::PathBuf::from);
     let out = std::fs::File::create(&path).expect("create");
     write::write(&synthetic(events), out).expect("write");
     let len = std::fs::metadata(&path).expect("stat").len();

@@ -344,11 +344,15 @@ fn reading_while_parsing_reads_what_the_plain_reading_reads() {
     }
     assert!(n >= 120, "{n} fixtures");
     for entry in std::fs::read_dir(dir("fuzz")).expect("fuzz dir") {
-        let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        let plain = snapfile::read_slice_plain(&bytes);
         if let Ok(taking) = snapfile::read_slice_taking(&bytes) {
-            let plain = snapfile::read_slice_plain(&bytes).expect("the plain reading too");
-            assert!(taking.same_as(&plain));
+            assert!(taking.same_as(plain.as_ref().expect("the plain reading too")));
         }
+        // unread-key-stacks.pickle: trace entries under a key the reader
+        // does not know, taken while parsing, left stacks nothing named.
+        assert_eq!(snapfile::read_slice(&bytes), plain, "{}", path.display());
     }
 }
 

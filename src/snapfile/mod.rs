@@ -435,6 +435,17 @@ impl State {
     /// The snapshot the parsed values (and those taken) hold.
     fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
         Reader { doc, st: &mut self }.root()?;
+        // What was taken while parsing but is not where the walk looks
+        // (under a key it does not read, or a dict whose reading failed
+        // half-way) leaves stacks or frames nothing names: the plain
+        // reading, which makes none, decides.
+        if self.recent.is_some() && !self.out.all_named() {
+            return Err(shape(
+                doc.root(),
+                "the top",
+                "stacks read while parsing that the snapshot does not use",
+            ));
+        }
         Ok(self.out)
     }
 
@@ -1066,6 +1077,28 @@ impl SnapshotFile {
             && self.annotations == other.annotations
             && self.unknown_actions == other.unknown_actions
             && self.format == other.format
+    }
+
+    /// Whether every stack is named by a segment, a block or a trace
+    /// entry, and every frame by a stack.
+    fn all_named(&self) -> bool {
+        let mut stacks = vec![false; self.stacks.len()];
+        let blocks = self.segments.iter().flat_map(|s| &s.blocks);
+        let named = (self.segments.iter().map(|s| s.stack))
+            .chain(blocks.map(|b| b.stack))
+            .chain(self.traces.iter().flatten().map(|e| e.stack));
+        for s in named.flatten() {
+            if let Some(x) = stacks.get_mut(s as usize) {
+                *x = true;
+            }
+        }
+        let mut frames = vec![false; self.frames.len()];
+        for f in self.stacks.iter().flatten() {
+            if let Some(x) = frames.get_mut(*f as usize) {
+                *x = true;
+            }
+        }
+        stacks.into_iter().chain(frames).all(|x| x)
     }
 
     /// The frames of stack `id`, innermost first.
