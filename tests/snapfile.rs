@@ -321,7 +321,8 @@ fn a_fan_out_under_the_bound_reads() {
 
 /// Every fixture reads taking entries while parsing (the usual way) to
 /// exactly what the plain reading (every value kept, then walked) reads;
-/// and what the fuzzer found, where it reads that way, to the same too.
+/// and what the fuzzer found, where it reads that way, to the same too
+/// (stacks and frames numbered alike).
 #[test]
 fn reading_while_parsing_reads_what_the_plain_reading_reads() {
     let mut n = 0;
@@ -348,10 +349,12 @@ fn reading_while_parsing_reads_what_the_plain_reading_reads() {
         let bytes = std::fs::read(&path).expect("read");
         let plain = snapfile::read_slice_plain(&bytes);
         if let Ok(taking) = snapfile::read_slice_taking(&bytes) {
-            assert!(taking.same_as(plain.as_ref().expect("the plain reading too")));
+            assert_eq!(Ok(taking), plain, "{}", path.display());
         }
         // unread-key-stacks.pickle: trace entries under a key the reader
-        // does not know, taken while parsing, left stacks nothing named.
+        // does not know, taken while parsing, left stacks nothing named;
+        // stack-order.pickle: a damaged segment read after the next one
+        // interned their stacks in another order.
         assert_eq!(snapfile::read_slice(&bytes), plain, "{}", path.display());
     }
 }

@@ -64,6 +64,16 @@ pub struct Frame {
     pub name: String,
 }
 
+impl Frame {
+    fn empty() -> Frame {
+        Frame {
+            filename: String::new(),
+            line: 0,
+            name: String::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Block {
     pub address: u64,
@@ -158,13 +168,21 @@ pub struct TraceEntry {
 }
 
 /// Stacks: each a run of indices into [`SnapshotFile::frames`] in one
-/// shared vector (read from a file: the parse's own list elements,
-/// rewritten in place, not a copy). Serialized as a list of lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// shared vector. Serialized as a list of lists; equal when they hold the
+/// same lists (renumbering may leave indices no run names).
+#[derive(Debug, Clone, Default)]
 pub struct Stacks {
     frames: Vec<u32>,
     runs: Vec<(u32, u32)>,
 }
+
+impl PartialEq for Stacks {
+    fn eq(&self, other: &Stacks) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Stacks {}
 
 impl Stacks {
     pub fn len(&self) -> usize {
@@ -435,16 +453,12 @@ impl State {
     /// The snapshot the parsed values (and those taken) hold.
     fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
         Reader { doc, st: &mut self }.root()?;
-        // What was taken while parsing but is not where the walk looks
-        // (under a key it does not read, or a dict whose reading failed
-        // half-way) leaves stacks or frames nothing names: the plain
-        // reading, which makes none, decides.
-        if self.recent.is_some() && !self.out.all_named() {
-            return Err(shape(
-                doc.root(),
-                "the top",
-                "stacks read while parsing that the snapshot does not use",
-            ));
+        if self.recent.is_some() {
+            // Taking while parsing interns in the file's order, which a
+            // damaged file may make differ from the walk's; and what was
+            // taken under a key the walk does not read left stacks that
+            // nothing names.
+            self.out.renumber();
         }
         Ok(self.out)
     }
@@ -1028,77 +1042,60 @@ impl SnapshotFile {
         out
     }
 
-    /// Whether `other` holds the same snapshot, stacks compared by their
-    /// frames (two readings may number frames and stacks differently).
-    pub fn same_as(&self, other: &SnapshotFile) -> bool {
-        let frames = |f: &SnapshotFile, s: Option<u32>| -> Vec<Frame> {
-            s.map_or_else(Vec::new, |s| f.stack_frames(s).cloned().collect())
+    /// Numbers the stacks in the order the snapshot first names them
+    /// (each segment, then its blocks; then the trace entries) and the
+    /// frames in the order those stacks first name them, as the plain
+    /// reading interns them; drops any that nothing names. In place: the
+    /// frame indices are rewritten where they lie.
+    fn renumber(&mut self) {
+        const NEW: u32 = u32::MAX;
+        let mut new_of = vec![NEW; self.stacks.len()];
+        let mut order: Vec<u32> = Vec::new();
+        let mut visit = |s: &mut Option<u32>| {
+            if let Some(n) = s.and_then(|old| new_of.get_mut(old as usize)) {
+                if *n == NEW {
+                    *n = order.len() as u32;
+                    order.push(s.unwrap_or(0));
+                }
+                *s = Some(*n);
+            }
         };
-        let same_stack = |a: Option<u32>, b: Option<u32>| {
-            a.is_some() == b.is_some() && frames(self, a) == frames(other, b)
-        };
-        let unstacked = |s: &Segment| Segment {
-            stack: None,
-            blocks: s
-                .blocks
-                .iter()
-                .map(|b| Block {
-                    stack: None,
-                    ..b.clone()
-                })
-                .collect(),
-            ..s.clone()
-        };
-        let segments = self.segments.len() == other.segments.len()
-            && self.segments.iter().zip(&other.segments).all(|(a, b)| {
-                unstacked(a) == unstacked(b)
-                    && same_stack(a.stack, b.stack)
-                    && a.blocks
-                        .iter()
-                        .zip(&b.blocks)
-                        .all(|(x, y)| same_stack(x.stack, y.stack))
-            });
-        let traces = self.traces.len() == other.traces.len()
-            && self.traces.iter().zip(&other.traces).all(|(a, b)| {
-                a.len() == b.len()
-                    && a.iter().zip(b).all(|(x, y)| {
-                        TraceEntry {
-                            stack: None,
-                            ..x.clone()
-                        } == TraceEntry {
-                            stack: None,
-                            ..y.clone()
-                        } && same_stack(x.stack, y.stack)
-                    })
-            });
-        segments
-            && traces
-            && self.allocator_settings == other.allocator_settings
-            && self.annotations == other.annotations
-            && self.unknown_actions == other.unknown_actions
-            && self.format == other.format
-    }
-
-    /// Whether every stack is named by a segment, a block or a trace
-    /// entry, and every frame by a stack.
-    fn all_named(&self) -> bool {
-        let mut stacks = vec![false; self.stacks.len()];
-        let blocks = self.segments.iter().flat_map(|s| &s.blocks);
-        let named = (self.segments.iter().map(|s| s.stack))
-            .chain(blocks.map(|b| b.stack))
-            .chain(self.traces.iter().flatten().map(|e| e.stack));
-        for s in named.flatten() {
-            if let Some(x) = stacks.get_mut(s as usize) {
-                *x = true;
+        for seg in &mut self.segments {
+            visit(&mut seg.stack);
+            seg.blocks.iter_mut().for_each(|b| visit(&mut b.stack));
+        }
+        self.traces
+            .iter_mut()
+            .flatten()
+            .for_each(|e| visit(&mut e.stack));
+        let same = order.len() == self.stacks.runs.len()
+            && order.iter().enumerate().all(|(i, &o)| i as u32 == o);
+        if !same {
+            let runs = &self.stacks.runs;
+            self.stacks.runs = order.iter().map(|&o| runs[o as usize]).collect();
+        }
+        let mut new_of = vec![NEW; self.frames.len()];
+        let mut order: Vec<u32> = Vec::new();
+        for &(start, len) in &self.stacks.runs {
+            for f in &mut self.stacks.frames[start as usize..(start + len) as usize] {
+                let Some(n) = new_of.get_mut(*f as usize) else {
+                    continue;
+                };
+                if *n == NEW {
+                    *n = order.len() as u32;
+                    order.push(*f);
+                }
+                *f = *n;
             }
         }
-        let mut frames = vec![false; self.frames.len()];
-        for f in self.stacks.iter().flatten() {
-            if let Some(x) = frames.get_mut(*f as usize) {
-                *x = true;
-            }
+        let same = order.len() == self.frames.len()
+            && order.iter().enumerate().all(|(i, &o)| i as u32 == o);
+        if !same {
+            let mut old = std::mem::take(&mut self.frames);
+            self.frames = (order.iter())
+                .map(|&o| std::mem::replace(&mut old[o as usize], Frame::empty()))
+                .collect();
         }
-        stacks.into_iter().chain(frames).all(|x| x)
     }
 
     /// The frames of stack `id`, innermost first.
