@@ -354,7 +354,8 @@ fn reading_while_parsing_reads_what_the_plain_reading_reads() {
         // unread-key-stacks.pickle: trace entries under a key the reader
         // does not know, taken while parsing, left stacks nothing named;
         // stack-order.pickle: a damaged segment read after the next one
-        // interned their stacks in another order.
+        // interned their stacks in another order; settings-taken.pickle:
+        // a dict in the allocator settings was taken as a segment.
         assert_eq!(snapfile::read_slice(&bytes), plain, "{}", path.display());
     }
 }

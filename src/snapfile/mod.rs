@@ -687,7 +687,8 @@ impl<'a> Reader<'a, '_> {
         if let Some(s) = d.get(root, "allocator_settings") {
             for (k, v) in self.dict(s, "allocator_settings")? {
                 let key = d.as_str(*k).map_or_else(|| "?".into(), printable);
-                self.st.out.allocator_settings.push((key, self.text(*v, 0)));
+                let text = self.text(*v, 0)?;
+                self.st.out.allocator_settings.push((key, text));
             }
         }
         if let Some(a) = d.get(root, "external_annotations") {
@@ -765,36 +766,37 @@ impl<'a> Reader<'a, '_> {
     }
 
     /// A value as one line of text (settings), nested at most a few deep.
-    fn text(&self, id: Id, depth: usize) -> String {
+    fn text(&self, id: Id, depth: usize) -> Result<String, ShapeError> {
         let d = self.doc;
-        match d.value(id) {
+        Ok(match d.value(id) {
             Value::None => "None".into(),
             Value::Bool(b) => if b { "True" } else { "False" }.into(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => f.to_string(),
             Value::Str(s) => printable(s),
             Value::Bytes(b) => format!("<{} bytes>", b.len()),
-            Value::Taken(_) => "…".into(),
+            // A dict, shown as "…" this deep.
             _ if depth >= 2 => "…".into(),
+            Value::Taken(_) => return Err(taken_where(id, "allocator_settings".into(), "text")),
             Value::List(v) | Value::Tuple(v) => {
-                let parts: Vec<_> = v
-                    .iter()
-                    .take(16)
+                let parts = (v.iter().take(16))
                     .map(|x| self.text(*x, depth + 1))
-                    .collect();
+                    .collect::<Result<Vec<_>, _>>()?;
                 format!("[{}]", parts.join(", "))
             }
             Value::Dict(v) => {
-                let parts: Vec<_> = v
-                    .iter()
-                    .take(16)
+                let parts = (v.iter().take(16))
                     .map(|(k, x)| {
-                        format!("{}: {}", self.text(*k, depth + 1), self.text(*x, depth + 1))
+                        Ok(format!(
+                            "{}: {}",
+                            self.text(*k, depth + 1)?,
+                            self.text(*x, depth + 1)?
+                        ))
                     })
-                    .collect();
+                    .collect::<Result<Vec<_>, ShapeError>>()?;
                 format!("{{{}}}", parts.join(", "))
             }
-        }
+        })
     }
 
     /// The stack of a value's `frames` (or, in 2.0's blocks, its last
