@@ -355,7 +355,9 @@ fn reading_while_parsing_reads_what_the_plain_reading_reads() {
         // does not know, taken while parsing, left stacks nothing named;
         // stack-order.pickle: a damaged segment read after the next one
         // interned their stacks in another order; settings-taken.pickle:
-        // a dict in the allocator settings was taken as a segment.
+        // a dict in the allocator settings was taken as a segment;
+        // frames-still-filling.pickle: an entry's frames named the trace
+        // list itself, empty when the entry was taken.
         assert_eq!(snapfile::read_slice(&bytes), plain, "{}", path.display());
     }
 }

@@ -255,6 +255,16 @@ impl Doc {
         }
     }
 
+    /// How many elements a list or tuple holds, or pairs a dict (0 for
+    /// anything else). Containers only grow while a pickle is read.
+    pub fn elements(&self, id: Id) -> usize {
+        match self.value(id) {
+            Value::List(v) | Value::Tuple(v) => v.len(),
+            Value::Dict(v) => v.len(),
+            _ => 0,
+        }
+    }
+
     /// The value of the string key `key` in dict `id` (the last one, as
     /// Python keeps, should a file repeat a key).
     pub fn get(&self, id: Id, key: &str) -> Option<Id> {

@@ -432,9 +432,16 @@ struct State {
     out: SnapshotFile,
     frames: IdMap,
     stacks: IdMap,
-    /// Keys of `frames`/`stacks` (when taking while parsing): the values
-    /// of a batch cut from the parse are forgotten, by id.
+    /// Keys of `frames`/`stacks`/`reads` (when taking while parsing): the
+    /// values of a batch cut from the parse are forgotten, by id.
     recent: Option<BTreeSet<Id>>,
+    /// While parsing: each container read by the taker, with how many
+    /// elements it had then. Containers only grow, so one that has more at
+    /// the end was changed after it was read (a list still being filled
+    /// named by an entry, a dict changed through the memo): the plain
+    /// reading decides.
+    reads: IdMap,
+    parsing: bool,
     blocks: usize,
     /// Segments and trace entries taken while parsing, by token.
     segments: Vec<Segment>,
@@ -446,12 +453,22 @@ impl State {
     fn streaming() -> State {
         State {
             recent: Some(BTreeSet::new()),
+            parsing: true,
             ..State::default()
         }
     }
 
     /// The snapshot the parsed values (and those taken) hold.
     fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
+        self.parsing = false;
+        if let Some((&id, _)) = (self.reads.iter()).find(|(&id, &n)| doc.elements(id) != n as usize)
+        {
+            return Err(shape(
+                id,
+                "a value read while parsing",
+                "changed after it was read",
+            ));
+        }
         Reader { doc, st: &mut self }.root()?;
         if self.recent.is_some() {
             // Taking while parsing interns in the file's order, which a
@@ -466,6 +483,14 @@ impl State {
     fn remember(&mut self, id: Id) {
         if let Some(r) = &mut self.recent {
             r.insert(id);
+        }
+    }
+
+    /// Container `id` read while parsing (see `reads`).
+    fn read(&mut self, doc: &Doc, id: Id) {
+        if self.parsing && id & pickle::TAKEN == 0 && !self.reads.contains_key(&id) {
+            self.reads.insert(id, doc.elements(id) as u32);
+            self.remember(id);
         }
     }
 }
@@ -512,6 +537,7 @@ impl pickle::Take for State {
         for id in recent.split_off(&from) {
             self.frames.remove(&id);
             self.stacks.remove(&id);
+            self.reads.remove(&id);
         }
     }
 
@@ -713,7 +739,8 @@ impl<'a> Reader<'a, '_> {
         Ok(())
     }
 
-    fn seq(&self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
+    fn seq(&mut self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
+        self.st.read(self.doc, id);
         self.doc.as_seq(id).ok_or_else(|| {
             shape(
                 id,
@@ -723,7 +750,8 @@ impl<'a> Reader<'a, '_> {
         })
     }
 
-    fn dict(&self, id: Id, at: &str) -> Result<&'a [(Id, Id)], ShapeError> {
+    fn dict(&mut self, id: Id, at: &str) -> Result<&'a [(Id, Id)], ShapeError> {
+        self.st.read(self.doc, id);
         self.doc.as_dict(id).ok_or_else(|| {
             shape(
                 id,
@@ -805,16 +833,20 @@ impl<'a> Reader<'a, '_> {
         let d = self.doc;
         let frames = match d.get(id, "frames") {
             Some(f) => f,
-            None => match d
-                .get(id, "history")
-                .and_then(|h| d.as_seq(h)?.last().copied())
-            {
-                Some(last) => match d.get(last, "frames") {
+            None => {
+                let Some(h) = d.get(id, "history") else {
+                    return Ok(None);
+                };
+                self.st.read(d, h);
+                let Some(&last) = d.as_seq(h).and_then(<[Id]>::last) else {
+                    return Ok(None);
+                };
+                self.st.read(d, last);
+                match d.get(last, "frames") {
                     Some(f) => f,
                     None => return Ok(None),
-                },
-                None => return Ok(None),
-            },
+                }
+            }
         };
         if let Value::Taken(t) = d.value(frames) {
             return match Token::decode(t) {
@@ -825,6 +857,7 @@ impl<'a> Reader<'a, '_> {
         if let Some(&s) = self.st.stacks.get(&frames) {
             return Ok(Some(s));
         }
+        self.st.read(d, frames);
         let list = d.as_seq(frames).ok_or_else(|| {
             shape(
                 frames,
