@@ -42,8 +42,8 @@
 //! no container older than the batch was changed while it was read, no
 //! older memo entry was overwritten, and every memo entry stored since
 //! is a taken dict, a value the taker converted too ([`Take::token_of`]:
-//! a stack, a frame) or a value with no elements (a string, a number, an
-//! empty container), which is moved down; otherwise the values stay.
+//! a stack, a frame) or a value with no elements (a string, a number),
+//! which is moved down; otherwise the values stay.
 
 use std::io::Read;
 
@@ -282,14 +282,14 @@ impl Doc {
             .map(|(_, v)| *v)
     }
 
-    /// A value with no elements (moved freely: nothing inside it has an id).
+    /// A value with no elements, which cannot be given any (a string, a
+    /// number, `None`): moved freely, nothing inside it has an id, and
+    /// nothing done to it later can change what a taker read of it.
     fn is_leaf(&self, id: Id) -> bool {
-        match self.nodes[id as usize] {
-            Node::List(r) | Node::Tuple(r) | Node::Dict(r) => {
-                matches!(r, Run::Pool { len: 0, .. })
-            }
-            _ => true,
-        }
+        !matches!(
+            self.nodes[id as usize],
+            Node::List(_) | Node::Tuple(_) | Node::Dict(_)
+        )
     }
 
     /// Python's type name of a value, for messages.
@@ -842,8 +842,8 @@ impl<R: Read> Parser<'_, R> {
                 |s| matches!(s, Slot::Value(id) if id & TAKEN != 0 || (*id as usize) < mark.nodes),
             );
         // The memo entries stored since the mark, as they will be: a value
-        // taken or converted is its token; a value with no elements is
-        // moved down (below); anything else keeps the arena as it is.
+        // taken or converted is its token; a string or a number is moved
+        // down (below); anything else keeps the arena as it is.
         let mut leaves: Vec<Id> = Vec::new();
         for e in &mut self.memo[mark.memo..] {
             let id = *e;
