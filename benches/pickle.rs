@@ -4,10 +4,14 @@
 //! 205 MB (a trace of 800,000 events, each with its own 40-frame stack over
 //! 5,000 unique frames, as `_record_memory_history(stacks="python")`
 //! dumps), then in one run:
-//! - parses it with `vramscope::snapfile::read` (criterion, MB/s), and in a
+//! - parses it with `vramscope::snapfile::read` (criterion, MB/s), the
+//!   plain `pickle::parse` keeping every value (its rate and memory), and in a
 //!   child process its peak RSS (VmHWM) against the file's size (and, with
 //!   `VRAMSCOPE_PICKLE_BEFORE=PATH` naming another build of this bench, that
 //!   build's on the same file, for a before/after in one run);
+//!   `VRAMSCOPE_PICKLE_FILE=PATH` writes the file there and keeps it (to
+//!   measure a child with `/usr/bin/time -v`: run this binary with
+//!   `VRAMSCOPE_PICKLE_CHILD=PATH`);
 //! - loads it with `python3 -c 'pickle.load(...)'`, three times, and prints
 //!   both medians and the ratio.
 //!
@@ -151,7 +155,8 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let events = if full { 800_000 } else { 1_000 };
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("big.pickle");
+    let path = std::env::var_os("VRAMSCOPE_PICKLE_FILE")
+        .map_or_else(|| dir.path().join("big.pickle"), std::path::PathBuf::from);
     let out = std::fs::File::create(&path).expect("create");
     write::write(&synthetic(events), out).expect("write");
     let len = std::fs::metadata(&path).expect("stat").len();
@@ -174,7 +179,8 @@ fn main() {
         ours,
         len as f64 / 1e6 / ours
     );
-    // The pickle reader alone, and what its values take.
+    // The pickle reader alone, every value kept (the plain reading, which
+    // `snapfile::read` falls back to), and what its values take.
     let mut parse = Vec::new();
     let mut held = 0;
     for _ in 0..3 {
@@ -186,7 +192,7 @@ fn main() {
     }
     let parse = median(parse);
     println!(
-        "of which pickle::parse: median {:.3} s = {:.0} MB/s, its values {:.1} MB = {:.2} × the file",
+        "plain pickle::parse (every value kept): median {:.3} s = {:.0} MB/s, its values {:.1} MB = {:.2} × the file",
         parse,
         len as f64 / 1e6 / parse,
         held as f64 / 1e6,

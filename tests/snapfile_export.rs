@@ -171,3 +171,179 @@ fn a_real_jobs_export_has_the_figures_torch_reported() {
     assert_eq!(Some(t.reserved), want["reserved"].as_u64());
     assert_eq!(Some(t.allocated), want["allocated"].as_u64());
 }
+
+/// A job recorded through the real ring with attribution (a module with a
+/// captured stack, one without, a step marker), exported: each block and
+/// each event carries the frames of its context, the module frame last,
+/// every distinct frame written once (the memo), as `open` and Python's
+/// `pickle` read them.
+#[test]
+fn an_export_carries_each_blocks_module_and_stack_as_frames() {
+    use std::time::Duration;
+    use vramscope::event::{CtxTag, EventKind, MarkSource, Phase, Place};
+    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rec, shm) = (dir.path().join("job.vsrec"), dir.path().join("shm"));
+    std::fs::create_dir(&shm).expect("shm dir");
+    let seg = SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096))
+        .expect("segment");
+    let mut child = common::vramscope()
+        .args(["record", "--no-nvml", "--duration", "3", "-o"])
+        .arg(&rec)
+        .arg("--shm-dir")
+        .arg(&shm)
+        .spawn()
+        .expect("record");
+    std::thread::sleep(Duration::from_millis(600));
+    // The agent ring: names, a frame and its stack, two contexts, step 3.
+    let strings = [
+        (1, "transformer.h.3.attn"),
+        (2, "/src/model.py"),
+        (3, "attn"),
+        (4, "lm_head"),
+    ];
+    for (id, text) in strings {
+        for chunk in EventKind::string_chunks(id, text) {
+            common::write(&seg, 0, chunk);
+        }
+    }
+    let defs = [
+        EventKind::Frame {
+            id: 1,
+            file: 2,
+            function: 3,
+            line: 42,
+        },
+        EventKind::Stack {
+            id: 1,
+            frame: 1,
+            parent: 0,
+        },
+        EventKind::Context {
+            id: 1,
+            module: 1,
+            phase: Phase::Forward,
+            stack: 1,
+            step: None,
+        },
+        EventKind::Context {
+            id: 2,
+            module: 4,
+            phase: Phase::Backward,
+            stack: 0,
+            step: None,
+        },
+        EventKind::Marker {
+            value: 3,
+            source: MarkSource::User,
+        },
+    ];
+    for d in defs {
+        common::write(&seg, 0, d);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Device 0: a 20 MiB segment, a 3 MiB tensor in context 1 and a 5 MiB
+    // one in context 2, both in step 3.
+    let base = 0x7f00_0000_0000u64;
+    let tagged = |context| Place {
+        ctx: CtxTag {
+            context,
+            step_tag: CtxTag::step_tag_of(3),
+        },
+        ..Place::default()
+    };
+    let events = [
+        EventKind::SegmentAlloc {
+            place: Place::default(),
+            addr: base,
+            size: 20 << 20,
+        },
+        EventKind::Alloc {
+            place: tagged(1),
+            addr: base,
+            size: 3 << 20,
+        },
+        EventKind::Alloc {
+            place: tagged(2),
+            addr: base + (3 << 20),
+            size: 5 << 20,
+        },
+    ];
+    for e in events {
+        common::write(&seg, 1, e);
+    }
+    assert!(child.wait().expect("record ends").success());
+
+    let out = dir.path().join("job.pickle");
+    let said = export(&rec, &out);
+    assert!(said.contains("3 frames"), "{said}");
+    // Read back by `open`, the reader of every torch file.
+    let file = snapfile::read(&out).expect("the export reads");
+    let blocks: Vec<_> = file.segments.iter().flat_map(|s| &s.blocks).collect();
+    let frames_of = |addr: u64| -> Vec<String> {
+        let b = blocks.iter().find(|b| b.address == addr).expect("block");
+        file.stack_frames(b.stack.expect("a stack"))
+            .map(|f| format!("{}:{}:{}", f.filename, f.line, f.name))
+            .collect()
+    };
+    assert_eq!(
+        frames_of(base),
+        ["/src/model.py:42:attn", "transformer.h.3.attn:3:forward"]
+    );
+    assert_eq!(frames_of(base + (3 << 20)), ["lm_head:3:backward"]);
+    // The free block has none; the alloc events have their block's stack.
+    assert!(blocks.iter().any(|b| b.stack.is_none()));
+    let allocs: Vec<_> = (file.traces.iter().flatten())
+        .filter(|e| e.action == snapfile::Action::Alloc)
+        .collect();
+    assert_eq!(allocs.len(), 2);
+    let block0 = blocks.iter().find(|b| b.address == base).expect("block");
+    assert_eq!(allocs[0].stack, block0.stack, "one stack, shared");
+    // `open --json --trace` lists the frames once each.
+    let o = common::succeeded(
+        common::vramscope()
+            .args(["open", "--json", "--trace"])
+            .arg(&out)
+            .output()
+            .expect("runs"),
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let names: Vec<&str> = v["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| f["filename"].as_str().expect("filename"))
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names.contains(&"transformer.h.3.attn"), "{names:?}");
+    // Python's own pickle: the block's frames name its module, and the
+    // alloc event's frames are the very same objects (memo references).
+    let code = r#"
+import pickle, sys
+s = pickle.load(open(sys.argv[1], 'rb'))
+blocks = [b for seg in s['segments'] for b in seg['blocks']]
+b = next(b for b in blocks if b['address'] == int(sys.argv[2]))
+assert [f['filename'] for f in b['frames']] == ['/src/model.py', 'transformer.h.3.attn'], b
+assert (b['frames'][-1]['name'], b['frames'][-1]['line']) == ('forward', 3)
+a = next(e for e in s['device_traces'][0] if e['action'] == 'alloc' and e['addr'] == b['address'])
+assert a['frames'] is b['frames'] and a['frames'][0] is b['frames'][0]
+print('ok')
+"#;
+    match Command::new("python3")
+        .args(["-c", code])
+        .arg(&out)
+        .arg(base.to_string())
+        .output()
+    {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success() && text.contains("ok"),
+                "{text}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Err(_) => println!("SKIPPED: Python's pickle check (no python3)"),
+    }
+}

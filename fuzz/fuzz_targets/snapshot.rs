@@ -2,14 +2,24 @@
 //! shape) on arbitrary bytes: `scripts/fuzz.sh snapshot 600`. Seeded with
 //! the snapshot fixtures of every release. A file that reads is also turned
 //! into the model's inputs and applied, and written back and read again:
-//! what the writer writes must read back to the same snapshot.
+//! what the writer writes must read back to the same snapshot. Each input
+//! is read both ways (taking values while parsing, and plainly), which must
+//! agree.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use vramscope::collect::Hub;
 use vramscope::snapfile::{self, inputs, write};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(file) = snapfile::read_slice(data) else {
+    // Values taken while parsing (the arena cut back under them) must read
+    // to what the plain reading, every value kept, reads.
+    let taking = snapfile::read_slice_taking(data);
+    let plain = snapfile::read_slice_plain(data);
+    if let Ok(t) = &taking {
+        let p = plain.as_ref().expect("what reads taking values reads plainly");
+        assert_eq!(t, p, "taking and plain readings differ");
+    }
+    let Ok(file) = taking.or(plain) else {
         return;
     };
     let hub = Hub::default();

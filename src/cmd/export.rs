@@ -2,8 +2,11 @@
 //! written as a PyTorch memory snapshot, the file
 //! `torch.cuda.memory._dump_snapshot()` writes: the process's segments and
 //! blocks at the end of the recording, and its allocator events as the
-//! trace. PyTorch's viewer and `torch.cuda.memory._memory_viz` read it, so a
-//! job vramscope watched never needs `_record_memory_history`.
+//! trace, each block and event with the frames of the context it was
+//! tagged with (its module, phase and step, and the stack captured there:
+//! `snapfile::write::Attributor`). PyTorch's viewer and
+//! `torch.cuda.memory._memory_viz` read it, so a job vramscope watched
+//! never needs `_record_memory_history`.
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
@@ -33,11 +36,16 @@ pub struct Args {
     max_entries: Count,
 }
 
+/// An allocator event, with the process's step when it was read.
+type Stepped = (Event, Option<u64>);
+
 pub fn run(args: Args) -> Result<()> {
     let mut reader = Replayer::open(&args.file)?;
     let max = args.max_entries.get() as usize;
     let mut model = Model::default();
-    let mut events: HashMap<ProcessKey, (u64, VecDeque<Event>)> = HashMap::new();
+    // Per process: events seen, and the newest `max` with the process's
+    // step when each was read (what its step tag resolves against).
+    let mut events: HashMap<ProcessKey, (u64, VecDeque<Stepped>)> = HashMap::new();
     while let Some((_, input)) = reader.next_input()? {
         match input {
             Input::Attach { key, source, .. } => {
@@ -47,13 +55,14 @@ pub fn run(args: Args) -> Result<()> {
                 key, events: ev, ..
             } => {
                 model.apply_all(key, ev.iter());
+                let step = model.process(key).and_then(|p| p.step());
                 let (n, kept) = events.entry(key).or_default();
                 for e in ev.into_iter().filter(is_allocator_event) {
                     *n += 1;
                     if kept.len() >= max {
                         kept.pop_front();
                     }
-                    kept.push_back(e);
+                    kept.push_back((e, step));
                 }
             }
             Input::Forget { key } => {
@@ -89,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
     let Some(process) = model.process(key) else {
         bail!("{}: process {} has no state", args.file.display(), key.pid);
     };
-    let trace: Vec<Event> = events
+    let trace: Vec<Stepped> = events
         .remove(&key)
         .map(|(_, v)| v.into())
         .unwrap_or_default();
@@ -99,12 +108,13 @@ pub fn run(args: Args) -> Result<()> {
     write::write(&snap, out).with_context(|| format!("writing {}", args.output.display()))?;
     let t = &snap.totals();
     eprintln!(
-        "wrote {}: process {}, {} segments, {} blocks, {} trace events",
+        "wrote {}: process {}, {} segments, {} blocks, {} trace events, {} frames",
         args.output.display(),
         key.pid,
         t.iter().map(|t| t.segments).sum::<u64>(),
         t.iter().map(|t| t.blocks).sum::<u64>(),
-        trace.len()
+        trace.len(),
+        snap.frames.len()
     );
     Ok(())
 }

@@ -142,6 +142,14 @@ struct ContextDef {
     step: Option<u64>,
 }
 
+/// One frame of a stack, its names resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameView {
+    pub file: String,
+    pub function: String,
+    pub line: u32,
+}
+
 /// The definitions a process sent, bounded per kind by
 /// [`Bounds::definitions`] and, for string bytes, [`Bounds::string_bytes`].
 #[derive(Debug, Clone, Default)]
@@ -309,6 +317,29 @@ impl Definitions {
                     format!("{}:{line} {}", self.string(file), self.string(function))
                 }
                 None => format!("frame #{frame}"),
+            });
+            id = parent;
+        }
+        out
+    }
+
+    /// The frames of context `id`'s stack, innermost first, names resolved
+    /// (cut at [`MAX_STACK_FRAMES`]; ends at an id not defined): what
+    /// `export` writes as a snapshot's `frames`.
+    pub fn context_frames(&self, id: u32) -> Vec<FrameView> {
+        let mut out = Vec::new();
+        let mut id = self.contexts.get(&id).map_or(0, |c| c.stack);
+        while id != 0 && out.len() < MAX_STACK_FRAMES {
+            let Some(&(frame, parent)) = self.stacks.get(&id) else {
+                break;
+            };
+            let Some(&(file, function, line)) = self.frames.get(&frame) else {
+                break;
+            };
+            out.push(FrameView {
+                file: self.string(file),
+                function: self.string(function),
+                line,
             });
             id = parent;
         }

@@ -787,6 +787,11 @@ impl Process {
         self.clock.step()
     }
 
+    /// The contexts, strings, frames and stacks the process defined.
+    pub fn definitions(&self) -> &attrib::Definitions {
+        &self.defs
+    }
+
     /// Who holds the live memory: bytes by module and phase.
     pub fn attribution(&self) -> attrib::Attribution {
         let blocks = self.devices.iter().flat_map(|d| {

@@ -27,14 +27,50 @@
 //!   [`MAX_DEPTH`].
 //!
 //! Errors ([`PickleError`]) carry the byte offset of the opcode at fault.
+//!
+//! # Taking values while parsing ([`parse_taking`])
+//!
+//! A reader that knows what it wants can take a dict out of the parse as
+//! soon as it is complete (appended to a list): a [`Take`] turns it into a
+//! compact value of its own and answers a token, which replaces the dict
+//! everywhere (in the list, in the memo: a later memo reference is the
+//! token, [`Value::Taken`]). When a batch of a list's elements (one
+//! `MARK … APPENDS`, up to 1,000 with Python's pickler) has been taken and
+//! nothing else can still reach what they were built from, the arena is
+//! cut back to where the batch began: a trace of a million entries never
+//! holds more than one batch of generic values. "Nothing else can reach":
+//! no container older than the batch was changed while it was read, no
+//! older memo entry was overwritten, and every memo entry stored since
+//! is a taken dict, a value the taker converted too ([`Take::token_of`]:
+//! a stack, a frame) or a value with no elements (a string, a number),
+//! which is moved down; otherwise the values stay.
 
 use std::io::Read;
 
 #[cfg(test)]
 mod tests;
 
-/// The index of a value in its [`Doc`].
+/// The index of a value in its [`Doc`], or, with [`TAKEN`] set, the token
+/// a [`Take`] answered for a value it took.
 pub type Id = u32;
+
+/// The bit that marks an [`Id`] as a taker's token (the token is the rest).
+pub const TAKEN: Id = 1 << 31;
+
+/// Takes complete dicts out of a parse ([`parse_taking`]).
+pub trait Take {
+    /// Dict `item`, just appended to a list: a token (< 2^31) for it, to
+    /// stand for it from now on, or `None` to leave it in the parse.
+    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32>;
+    /// The token of a value inside a dict taken, which the taker converted
+    /// and may meet again through the memo (a stack, a frame).
+    fn token_of(&self, id: Id) -> Option<u32>;
+    /// The values from `from` on are gone (the arena was cut back): their
+    /// ids will name other values.
+    fn forget(&mut self, from: Id);
+    /// Heap bytes held (counted in the parse's bound).
+    fn memory_bytes(&self) -> usize;
+}
 
 /// How deeply marks may nest. Snapshot files nest six deep.
 pub const MAX_DEPTH: usize = 1024;
@@ -75,6 +111,8 @@ pub enum Value<'a> {
     List(&'a [Id]),
     Tuple(&'a [Id]),
     Dict(&'a [(Id, Id)]),
+    /// A value a [`Take`] took: its token.
+    Taken(u32),
 }
 
 /// A parsed pickle: its values and the root.
@@ -156,6 +194,9 @@ impl Doc {
 
     /// The value `id` names (every id this Doc hands out is valid).
     pub fn value(&self, id: Id) -> Value<'_> {
+        if id & TAKEN != 0 {
+            return Value::Taken(id & !TAKEN);
+        }
         match self.nodes[id as usize] {
             Node::None => Value::None,
             Node::Bool(b) => Value::Bool(b),
@@ -214,6 +255,16 @@ impl Doc {
         }
     }
 
+    /// How many elements a list or tuple holds, or pairs a dict (0 for
+    /// anything else). Containers only grow while a pickle is read.
+    pub fn elements(&self, id: Id) -> usize {
+        match self.value(id) {
+            Value::List(v) | Value::Tuple(v) => v.len(),
+            Value::Dict(v) => v.len(),
+            _ => 0,
+        }
+    }
+
     /// The value of the string key `key` in dict `id` (the last one, as
     /// Python keeps, should a file repeat a key).
     pub fn get(&self, id: Id, key: &str) -> Option<Id> {
@@ -221,9 +272,9 @@ impl Doc {
         self.as_dict(id)?
             .iter()
             .rev()
-            .find(|(k, _)| match self.nodes[*k as usize] {
+            .find(|(k, _)| match self.nodes.get(*k as usize) {
                 // Compared as bytes: strings were checked as they were read.
-                Node::Str { start, len } => {
+                Some(&Node::Str { start, len }) => {
                     &self.text[start as usize..(start + len) as usize] == key
                 }
                 _ => false,
@@ -231,69 +282,14 @@ impl Doc {
             .map(|(_, v)| *v)
     }
 
-    /// Keeps only the elements of the lists (or tuples) `ids`, each element
-    /// mapped through `f`, and drops every other value: what a reader that
-    /// has taken what it needs from the rest keeps of the parse, without a
-    /// copy. The elements are rewritten where they are and moved down over
-    /// what is dropped; returns them and each sequence's `(start, len)` in
-    /// them, in the order of `ids` (an id that is not a sequence: empty).
-    pub fn into_seqs(self, ids: &[Id], f: impl Fn(Id) -> u32) -> (Vec<u32>, Vec<(u32, u32)>) {
-        let Doc {
-            nodes,
-            text,
-            mut elems,
-            own_elems,
-            pairs,
-            own_pairs,
-            offsets,
-            ..
-        } = self;
-        drop((text, pairs, own_pairs, offsets));
-        let mut runs: Vec<(u32, u32)> = Vec::with_capacity(ids.len());
-        let mut own = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
-            match nodes.get(id as usize) {
-                Some(
-                    Node::List(Run::Pool { start, len }) | Node::Tuple(Run::Pool { start, len }),
-                ) => runs.push((*start, *len)),
-                Some(Node::List(Run::Own(o)) | Node::Tuple(Run::Own(o))) => {
-                    own.push((i, *o as usize));
-                    runs.push((0, 0));
-                }
-                _ => runs.push((0, 0)),
-            }
-        }
-        drop(nodes);
-        // Mapped and moved down over what is dropped, in the order the runs
-        // lie (reading always at or after writing).
-        let mut order: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].1 > 0).collect();
-        order.sort_unstable_by_key(|&i| runs[i].0);
-        let mut to = 0usize;
-        // (old start, new start) of the run moved last: a run named twice
-        // is moved once.
-        let mut last: Option<(u32, u32)> = None;
-        for i in order {
-            let (start, len) = runs[i];
-            if let Some((_, moved)) = last.filter(|l| l.0 == start) {
-                runs[i] = (moved, len);
-                continue;
-            }
-            for k in 0..len as usize {
-                elems[to + k] = f(elems[start as usize + k]);
-            }
-            last = Some((start, to as u32));
-            runs[i] = (to as u32, len);
-            to += len as usize;
-        }
-        elems.truncate(to);
-        for (i, o) in own {
-            let start = elems.len() as u32;
-            elems.extend(own_elems[o].iter().map(|e| f(*e)));
-            runs[i] = (start, elems.len() as u32 - start);
-        }
-        drop(own_elems);
-        elems.shrink_to_fit();
-        (elems, runs)
+    /// A value with no elements, which cannot be given any (a string, a
+    /// number, `None`): moved freely, nothing inside it has an id, and
+    /// nothing done to it later can change what a taker read of it.
+    fn is_leaf(&self, id: Id) -> bool {
+        !matches!(
+            self.nodes[id as usize],
+            Node::List(_) | Node::Tuple(_) | Node::Dict(_)
+        )
     }
 
     /// Python's type name of a value, for messages.
@@ -308,6 +304,7 @@ impl Doc {
             Value::List(_) => "list",
             Value::Tuple(_) => "tuple",
             Value::Dict(_) => "dict",
+            Value::Taken(_) => "value taken while reading",
         }
     }
 }
@@ -316,6 +313,14 @@ impl Doc {
 /// of its own: give it a plain `File`).
 pub fn parse(input: impl Read, len: u64) -> Result<Doc, PickleError> {
     Parser::new(input, len).run()
+}
+
+/// [`parse`], offering each dict appended to a list to `taker` (see the
+/// module's notes).
+pub fn parse_taking(input: impl Read, len: u64, taker: &mut dyn Take) -> Result<Doc, PickleError> {
+    let mut p = Parser::new(input, len);
+    p.taker = Some(taker);
+    p.run()
 }
 
 /// [`parse`], also keeping the offset of every value ([`Doc::offset`]):
@@ -422,11 +427,29 @@ enum Slot {
     Mark,
 }
 
-struct Parser<R> {
+/// Where the arena stood when a MARK was pushed: what a batch of
+/// elements taken may cut it back to.
+#[derive(Clone, Copy)]
+struct Mark {
+    nodes: usize,
+    text: usize,
+    elems: usize,
+    own_elems: usize,
+    pairs: usize,
+    own_pairs: usize,
+    memo: usize,
+    /// No container older than the mark changed since, no older memo
+    /// entry was overwritten.
+    clean: bool,
+}
+
+struct Parser<'t, R> {
     src: Source<R>,
     doc: Doc,
     stack: Vec<Slot>,
-    marks: usize,
+    /// One per MARK on the stack, innermost last.
+    marks: Vec<Mark>,
+    taker: Option<&'t mut dyn Take>,
     memo: Vec<Id>,
     /// The most heap the values may take: a small multiple of the input.
     budget: usize,
@@ -453,12 +476,20 @@ fn refused_name(op: u8) -> Option<&'static str> {
     })
 }
 
+/// The id of a new value: below [`TAKEN`].
+fn value_id(n: usize) -> Result<Id, String> {
+    match Id::try_from(n) {
+        Ok(id) if id < TAKEN => Ok(id),
+        _ => Err("more than 2^31 values".into()),
+    }
+}
+
 /// A length that must fit the 32-bit runs of the pools.
 fn small(n: usize, what: &str) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("more than 2^32 {what}"))
 }
 
-impl<R: Read> Parser<R> {
+impl<R: Read> Parser<'_, R> {
     fn new(r: R, len: u64) -> Self {
         Parser {
             src: Source {
@@ -471,7 +502,8 @@ impl<R: Read> Parser<R> {
             },
             doc: Doc::default(),
             stack: Vec::new(),
-            marks: 0,
+            marks: Vec::new(),
+            taker: None,
             memo: Vec::new(),
             budget: usize::try_from(len)
                 .unwrap_or(usize::MAX)
@@ -525,8 +557,11 @@ impl<R: Read> Parser<R> {
     }
 
     fn push_node(&mut self, n: Node) -> Result<(), String> {
-        let id = small(self.doc.nodes.len(), "values")?;
-        if id % 4096 == 0 && self.doc.memory_bytes() > self.budget {
+        let id = value_id(self.doc.nodes.len())?;
+        if id % 4096 == 0
+            && self.doc.memory_bytes() + self.taker.as_ref().map_or(0, |t| t.memory_bytes())
+                > self.budget
+        {
             return Err(format!(
                 "its values would take more than {} MiB of memory, four times the file's size (a bomb?)",
                 self.budget >> 20
@@ -575,8 +610,20 @@ impl<R: Read> Parser<R> {
             Slot::Mark => None,
         }));
         self.stack.truncate(at);
-        self.marks -= 1;
+        self.marks.pop();
         Ok(())
+    }
+
+    /// Container `target` (older than the mark on top when `skip_top`, its
+    /// own) is being changed: the marks pushed after it was made are no
+    /// longer clean.
+    fn touch(&mut self, target: Id, skip_top: bool) {
+        for m in self.marks.iter_mut().rev().skip(skip_top as usize) {
+            if m.nodes <= target as usize {
+                break;
+            }
+            m.clean = false;
+        }
     }
 
     /// A new sequence run holding `items`.
@@ -656,6 +703,11 @@ impl<R: Read> Parser<R> {
         let len = self.memo.len() as u64;
         if index < len {
             self.memo[index as usize] = id;
+            // What the batches being read made may now be reached from an
+            // older entry.
+            for m in &mut self.marks {
+                m.clean &= (index as usize) >= m.memo;
+            }
         } else if index == len {
             self.memo.push(id);
         } else {
@@ -696,12 +748,16 @@ impl<R: Read> Parser<R> {
         if self.stack[first..].iter().any(|s| matches!(s, Slot::Mark)) {
             return Err("a MARK among APPEND's values (corrupt)".into());
         }
-        let Node::List(run) = self.doc.nodes[list as usize] else {
+        let Some(&Node::List(run)) = self.doc.nodes.get(list as usize) else {
             return Err(format!(
                 "APPEND to a {} (corrupt or hostile)",
                 self.doc.type_name(list)
             ));
         };
+        self.touch(list, marked);
+        if self.taker.is_some() {
+            self.take_items(first, list, marked);
+        }
         let items = self.stack[first..].iter().filter_map(|s| match s {
             Slot::Value(id) => Some(*id),
             Slot::Mark => None,
@@ -730,9 +786,122 @@ impl<R: Read> Parser<R> {
         }
         self.stack.truncate(first - marked as usize);
         if marked {
-            self.marks -= 1;
+            self.marks.pop();
         }
         Ok(())
+    }
+
+    /// Offers the dicts made since the batch's mark (for a lone APPEND,
+    /// since `list`) among the values above `first` to the taker, and puts
+    /// its tokens in their place; then, where nothing else can reach what
+    /// they were built from, cuts the arena back to the mark.
+    fn take_items(&mut self, first: usize, list: Id, marked: bool) {
+        let Some(taker) = self.taker.as_deref_mut() else {
+            return;
+        };
+        let mark = if marked {
+            self.marks.last().copied()
+        } else {
+            None
+        };
+        let floor = mark.map_or(list as usize + 1, |m| m.nodes);
+        // (value, its token), by value: a dict appended twice is taken once.
+        let mut taken: Vec<(Id, Id)> = Vec::new();
+        for slot in &mut self.stack[first..] {
+            let Slot::Value(id) = *slot else { continue };
+            if id & TAKEN != 0 || (id as usize) < floor {
+                continue;
+            }
+            let token = match taken.last() {
+                Some(&(last, _)) if id <= last => taken
+                    .binary_search_by_key(&id, |t| t.0)
+                    .ok()
+                    .map(|i| taken[i].1),
+                _ if matches!(self.doc.nodes[id as usize], Node::Dict(_)) => {
+                    match taker.take(&self.doc, id) {
+                        Some(t) if t & TAKEN == 0 => {
+                            taken.push((id, t | TAKEN));
+                            Some(t | TAKEN)
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            if let Some(t) = token {
+                *slot = Slot::Value(t);
+            }
+        }
+        let Some(mark) = mark.filter(|_| !taken.is_empty()) else {
+            return;
+        };
+        let mut cut = mark.clean
+            && (list as usize) < mark.nodes
+            && !self.keep_offsets
+            && self.stack[first..].iter().all(
+                |s| matches!(s, Slot::Value(id) if id & TAKEN != 0 || (*id as usize) < mark.nodes),
+            );
+        // The memo entries stored since the mark, as they will be: a value
+        // taken or converted is its token; a string or a number is moved
+        // down (below); anything else keeps the arena as it is.
+        let mut leaves: Vec<Id> = Vec::new();
+        for e in &mut self.memo[mark.memo..] {
+            let id = *e;
+            if id & TAKEN != 0 || (id as usize) < mark.nodes {
+                continue;
+            }
+            if let Ok(i) = taken.binary_search_by_key(&id, |t| t.0) {
+                *e = taken[i].1;
+            } else if let Some(t) = taker.token_of(id).filter(|t| t & TAKEN == 0) {
+                *e = t | TAKEN;
+            } else if cut && self.doc.is_leaf(id) {
+                leaves.push(id);
+            } else {
+                cut = false;
+            }
+        }
+        if !cut {
+            return;
+        }
+        leaves.sort_unstable();
+        leaves.dedup();
+        let d = &mut self.doc;
+        let kept: Vec<(Node, Vec<u8>)> = leaves
+            .iter()
+            .map(|&id| {
+                let n = d.nodes[id as usize];
+                let text = match n {
+                    Node::Str { start, len } | Node::Bytes { start, len } => {
+                        d.text[start as usize..(start + len) as usize].to_vec()
+                    }
+                    _ => Vec::new(),
+                };
+                (n, text)
+            })
+            .collect();
+        d.nodes.truncate(mark.nodes);
+        d.text.truncate(mark.text);
+        d.elems.truncate(mark.elems);
+        d.own_elems.truncate(mark.own_elems);
+        d.pairs.truncate(mark.pairs);
+        d.own_pairs.truncate(mark.own_pairs);
+        taker.forget(mark.nodes as Id);
+        // The leaves again, just above the mark (the text of each is at
+        // most what was cut, so the 32-bit runs still hold).
+        for (n, text) in kept {
+            let start = d.text.len() as u32;
+            d.text.extend_from_slice(&text);
+            d.nodes.push(match n {
+                Node::Str { len, .. } => Node::Str { start, len },
+                Node::Bytes { len, .. } => Node::Bytes { start, len },
+                other => other,
+            });
+        }
+        for e in &mut self.memo[mark.memo..] {
+            if let Ok(i) = leaves.binary_search(e) {
+                *e = (mark.nodes + i) as Id;
+            }
+        }
     }
 
     /// Sets the key-value pairs above the topmost mark (or the top two
@@ -756,12 +925,13 @@ impl<R: Read> Parser<R> {
             Some(Slot::Value(id)) => id,
             _ => return Err("SETITEM with no dict under its values (corrupt)".into()),
         };
-        let Node::Dict(run) = self.doc.nodes[dict as usize] else {
+        let Some(&Node::Dict(run)) = self.doc.nodes.get(dict as usize) else {
             return Err(format!(
                 "SETITEM on a {} (corrupt or hostile)",
                 self.doc.type_name(dict)
             ));
         };
+        self.touch(dict, marked);
         let mut values = Vec::with_capacity(self.stack.len() - first);
         for s in &self.stack[first..] {
             match s {
@@ -794,7 +964,7 @@ impl<R: Read> Parser<R> {
         }
         self.stack.truncate(first - marked as usize);
         if marked {
-            self.marks -= 1;
+            self.marks.pop();
         }
         Ok(())
     }
@@ -816,10 +986,20 @@ impl<R: Read> Parser<R> {
             }
             b'.' => return Ok(false),
             b'(' => {
-                if self.marks >= MAX_DEPTH {
+                if self.marks.len() >= MAX_DEPTH {
                     return Err(format!("marks nested deeper than {MAX_DEPTH} (a bomb?)"));
                 }
-                self.marks += 1;
+                let d = &self.doc;
+                self.marks.push(Mark {
+                    nodes: d.nodes.len(),
+                    text: d.text.len(),
+                    elems: d.elems.len(),
+                    own_elems: d.own_elems.len(),
+                    pairs: d.pairs.len(),
+                    own_pairs: d.own_pairs.len(),
+                    memo: self.memo.len(),
+                    clean: true,
+                });
                 self.stack.push(Slot::Mark);
             }
             b'0' => {
@@ -828,7 +1008,7 @@ impl<R: Read> Parser<R> {
             b'1' => {
                 let at = self.mark_at()?;
                 self.stack.truncate(at);
-                self.marks -= 1;
+                self.marks.pop();
             }
             b'}' => self.push_node(Node::Dict(Run::Pool { start: 0, len: 0 }))?,
             b']' => self.push_node(Node::List(Run::Pool { start: 0, len: 0 }))?,
@@ -838,7 +1018,7 @@ impl<R: Read> Parser<R> {
             b'd' => {
                 // DICT: the marked values become a new dict's items.
                 let at = self.mark_at()?;
-                let n = small(self.doc.nodes.len(), "values")?;
+                let n = value_id(self.doc.nodes.len())?;
                 self.doc
                     .nodes
                     .push(Node::Dict(Run::Pool { start: 0, len: 0 }));

@@ -148,46 +148,83 @@ fn values_beyond_four_times_the_file_are_refused() {
     assert!(e.why.contains("a bomb"), "{e}");
 }
 
+/// Takes dicts with a key `k`; the token is its integer.
+#[derive(Default)]
+struct TakeK {
+    forgotten: Vec<Id>,
+}
+
+impl Take for TakeK {
+    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32> {
+        doc.as_int(doc.get(item, "k")?).map(|k| k as u32)
+    }
+    fn token_of(&self, _: Id) -> Option<u32> {
+        None
+    }
+    fn forget(&mut self, from: Id) {
+        self.forgotten.push(from);
+    }
+    fn memory_bytes(&self) -> usize {
+        0
+    }
+}
+
+fn taking(b: &[u8]) -> (Doc, TakeK) {
+    let mut t = TakeK::default();
+    let d = parse_taking(b, b.len() as u64, &mut t).unwrap_or_else(|e| panic!("{e}"));
+    (d, t)
+}
+
 #[test]
-fn into_seqs_keeps_only_the_lists_asked_for_mapped_in_place() {
-    // [[1, 2], [3], [4, 5, 6]] with protocol 2 opcodes: a list of three
-    // lists, each filled with MARK ... APPENDS.
-    let mut p = vec![0x80, 2, b']', b'('];
-    p.extend([b']', b'(', b'K', 1, b'K', 2, b'e']);
-    p.extend([b']', b'(', b'K', 3, b'e']);
-    p.extend([b']', b'(', b'K', 4, b'K', 5, b'K', 6, b'e']);
-    p.extend([b'e', b'.']);
-    let d = ok(&p);
-    let outer = d.as_seq(d.root()).unwrap().to_vec();
-    let want: Vec<Vec<i64>> = [outer[2], outer[0], outer[2]]
-        .iter()
-        .map(|&l| {
-            d.as_seq(l)
-                .unwrap()
-                .iter()
-                .map(|&i| d.as_int(i).unwrap())
-                .collect()
-        })
-        .collect();
-    // The third list, the first, the third again, and the root's integer
-    // (not a list: empty); each element mapped to its value times ten.
-    let ints: Vec<i64> = (0..d.len() as u32)
-        .map(|i| d.as_int(i).unwrap_or(-1))
-        .collect();
-    let (pool, runs) = d.into_seqs(&[outer[2], outer[0], outer[2], 3], |e| {
-        (ints[e as usize] * 10) as u32
-    });
-    let got: Vec<Vec<i64>> = runs[..3]
-        .iter()
-        .map(|&(s, n)| {
-            pool[s as usize..(s + n) as usize]
-                .iter()
-                .map(|&x| x as i64 / 10)
-                .collect()
-        })
-        .collect();
-    assert_eq!(got, want);
-    assert_eq!(runs[3].1, 0);
-    // Only the lists asked for are kept (the root's elements are not).
-    assert_eq!(pool.len(), 5);
+fn dicts_taken_while_parsing_are_tokens_everywhere_and_the_arena_is_cut_back() {
+    // [{'k': 1}, {'k': 2}, {'k': 3}] with MARK ... APPENDS, then the
+    // second dict again through the memo (one APPEND).
+    let mut p = vec![0x80, 4, b']', 0x94, b'('];
+    p.extend([b'}', 0x94, 0x8c, 1, b'k', 0x94, b'K', 1, b's']);
+    p.extend([b'}', 0x94, b'h', 2, b'K', 2, b's']);
+    p.extend([b'}', 0x94, b'h', 2, b'K', 3, b's']);
+    p.extend([b'e', b'h', 3, b'a', b'.']);
+    let (d, t) = taking(&p);
+    let l = d.as_seq(d.root()).unwrap();
+    let got: Vec<_> = l.iter().map(|&i| d.value(i)).collect();
+    use Value::Taken;
+    assert_eq!(got, [Taken(1), Taken(2), Taken(3), Taken(2)]);
+    // Cut back to the list, then the key string moved down (the memo
+    // still names it): two values, where the plain parse has eight.
+    assert_eq!(t.forgotten, [1]);
+    assert_eq!(d.len(), 2);
+    assert_eq!(d.as_str(1), Some("k"));
+    assert_eq!(ok(&p).len(), 8);
+}
+
+#[test]
+fn a_batch_reachable_from_an_older_list_is_not_cut() {
+    // O = {}, L = [], then in L's batch: D = {'k': 1}, set as O['x'] too
+    // (through the memo) before L's APPENDS; the root is (O, L).
+    let mut p = vec![0x80, 4, b'}', 0x94, b']', 0x94, b'('];
+    p.extend([b'}', 0x94, 0x8c, 1, b'k', 0x94, b'K', 1, b's']);
+    p.extend([
+        b'h', 0, 0x8c, 1, b'x', b'h', 2, b's', b'0', b'e', 0x86, b'.',
+    ]);
+    let (d, t) = taking(&p);
+    assert!(t.forgotten.is_empty(), "nothing cut");
+    let root = d.as_seq(d.root()).unwrap();
+    let l = d.as_seq(root[1]).unwrap();
+    assert_eq!(d.value(l[0]), Value::Taken(1));
+    // O still holds the dict itself, whole.
+    let x = d.get(root[0], "x").unwrap();
+    assert_eq!(d.as_int(d.get(x, "k").unwrap()), Some(1));
+}
+
+#[test]
+fn an_append_to_a_value_taken_is_refused() {
+    // [{'k': 1}] then APPEND to the dict through the memo.
+    let p = [
+        0x80, 4, b']', 0x94, b'(', b'}', 0x94, 0x8c, 1, b'k', 0x94, b'K', 1, b's', b'K', 0, b'e',
+        b'h', 1, b'N', b'a', b'.',
+    ];
+    let mut t = TakeK::default();
+    let e = parse_taking(&p[..], p.len() as u64, &mut t).expect_err("refused");
+    assert!(e.why.contains("APPEND to a value taken"), "{e}");
+    assert_eq!(e.offset, 20);
 }

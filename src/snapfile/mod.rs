@@ -40,7 +40,7 @@ pub mod inputs;
 pub mod step;
 pub mod write;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -57,11 +57,21 @@ pub const MAX_BLOCKS: usize = 1 << 20;
 pub const MAX_TRACE: usize = 1 << 24;
 
 /// One source line of a stack.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Frame {
     pub filename: String,
     pub line: i64,
     pub name: String,
+}
+
+impl Frame {
+    fn empty() -> Frame {
+        Frame {
+            filename: String::new(),
+            line: 0,
+            name: String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -158,13 +168,21 @@ pub struct TraceEntry {
 }
 
 /// Stacks: each a run of indices into [`SnapshotFile::frames`] in one
-/// shared vector (read from a file: the parse's own list elements,
-/// rewritten in place, not a copy). Serialized as a list of lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// shared vector. Serialized as a list of lists; equal when they hold the
+/// same lists (renumbering may leave indices no run names).
+#[derive(Debug, Clone, Default)]
 pub struct Stacks {
     frames: Vec<u32>,
     runs: Vec<(u32, u32)>,
 }
+
+impl PartialEq for Stacks {
+    fn eq(&self, other: &Stacks) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Stacks {}
 
 impl Stacks {
     pub fn len(&self) -> usize {
@@ -261,6 +279,13 @@ pub enum SnapError {
 }
 
 /// Reads the snapshot file at `path`.
+///
+/// The file is parsed once with the big lists' elements (segments, trace
+/// entries) taken out of the parse as soon as each is complete
+/// ([`pickle::parse_taking`]): what stays in memory is the snapshot, not a
+/// copy of the pickle's object graph. Should anything in that reading not
+/// fit (a damaged or hand-made file), the file is read again as plain
+/// values, which decide what is read or what is wrong.
 pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     let io = |source| SnapError::Io {
         path: path.to_path_buf(),
@@ -268,12 +293,29 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
+    let mut st = State::streaming();
+    if let Ok(doc) = pickle::parse_taking(file, len, &mut st) {
+        if let Ok(read) = st.walk(&doc) {
+            return Ok(read);
+        }
+    }
+    read_plain(path, len)
+}
+
+/// [`read`] without taking anything while parsing: the whole pickle as
+/// plain values first.
+fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
+    let io = |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
     let doc = pickle::parse(file, len).map_err(|source| SnapError::Pickle {
         path: path.to_path_buf(),
         source,
     })?;
-    if let Ok(read) = convert(&doc) {
-        return Ok(read.finish(doc));
+    if let Ok(read) = State::default().walk(&doc) {
+        return Ok(read);
     }
     drop(doc);
     // The shape is wrong: read again, keeping offsets, to say where.
@@ -282,8 +324,8 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let (at, why, node) = match convert(&doc) {
-        Ok(read) => return Ok(read.finish(doc)),
+    let (at, why, node) = match State::default().walk(&doc) {
+        Ok(read) => return Ok(read),
         Err(e) => e,
     };
     Err(SnapError::Shape {
@@ -295,10 +337,29 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
 }
 
 /// Reads a snapshot held in memory (tests, the fuzz target); errors carry
-/// no path.
+/// no path. The same two ways as [`read`].
 pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    read_slice_taking(bytes).or_else(|_| read_slice_plain(bytes))
+}
+
+/// [`read_slice`] taking values while parsing, and nothing else (no
+/// second reading when that does not fit): what the tests and the fuzz
+/// target hold against [`read_slice_plain`].
+pub fn read_slice_taking(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let mut st = State::streaming();
+    let doc =
+        pickle::parse_taking(bytes, bytes.len() as u64, &mut st).map_err(|e| e.to_string())?;
+    st.walk(&doc)
+        .map_err(|(at, why, _)| format!("at {at}: {why}"))
+}
+
+/// [`read_slice`] as plain values only (nothing taken while parsing): what
+/// the fuzz target and the tests compare the usual reading with.
+pub fn read_slice_plain(bytes: &[u8]) -> Result<SnapshotFile, String> {
     let doc = pickle::parse_slice(bytes).map_err(|e| e.to_string())?;
-    from_doc(doc).map_err(|(at, why, _)| format!("at {at}: {why}"))
+    State::default()
+        .walk(&doc)
+        .map_err(|(at, why, _)| format!("at {at}: {why}"))
 }
 
 /// Where in the file's structure, what is wrong there, and the value.
@@ -326,75 +387,220 @@ impl Hasher for IdHasher {
 
 type IdMap = HashMap<Id, u32, BuildHasherDefault<IdHasher>>;
 
-/// Interns frames and stacks by the pickle value that holds them.
-struct Reader<'a> {
-    doc: &'a Doc,
-    out: SnapshotFile,
-    frames: IdMap,
-    stacks: IdMap,
-    /// The list of each stack, by stack id (its frames are taken from
-    /// the parse at the end, not copied).
-    stack_lists: Vec<Id>,
-    blocks: usize,
+/// What a value taken while parsing became: the token that stands for it
+/// in the parse (kind in the low 3 bits, index above, below 2^31).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Segment(u32),
+    Entry(u32),
+    /// A trace entry whose action this build does not know (skipped).
+    Unknown,
+    Stack(u32),
+    Frame(u32),
 }
 
-/// The snapshot a parsed pickle holds (the pickle's values are dropped as
-/// soon as they are read, their stacks' elements kept in place).
-pub fn from_doc(doc: Doc) -> Result<SnapshotFile, ShapeError> {
-    Ok(convert(&doc)?.finish(doc))
-}
+impl Token {
+    fn encode(self) -> Option<u32> {
+        let (kind, i) = match self {
+            Token::Segment(i) => (0, i),
+            Token::Entry(i) => (1, i),
+            Token::Unknown => (2, 0),
+            Token::Stack(i) => (3, i),
+            Token::Frame(i) => (4, i),
+        };
+        (i < 1 << 28).then_some(i << 3 | kind)
+    }
 
-/// A file read, but for its stacks, which are still the parse's lists.
-struct Converted {
-    file: SnapshotFile,
-    stack_lists: Vec<Id>,
-    frames: IdMap,
-}
-
-impl Converted {
-    /// The stacks, from the parse's own lists (their elements rewritten
-    /// as frame indices where they lie); everything else of the parse
-    /// dropped.
-    fn finish(self, doc: Doc) -> SnapshotFile {
-        let Converted {
-            mut file,
-            stack_lists,
-            frames,
-        } = self;
-        let (pool, runs) = doc.into_seqs(&stack_lists, |f| frames.get(&f).copied().unwrap_or(0));
-        file.stacks = Stacks { frames: pool, runs };
-        file
+    fn decode(t: u32) -> Option<Token> {
+        let i = t >> 3;
+        Some(match t & 7 {
+            0 => Token::Segment(i),
+            1 => Token::Entry(i),
+            2 => Token::Unknown,
+            3 => Token::Stack(i),
+            4 => Token::Frame(i),
+            _ => return None,
+        })
     }
 }
 
-fn convert(doc: &Doc) -> Result<Converted, ShapeError> {
-    let mut r = Reader {
-        doc,
-        out: SnapshotFile::default(),
-        frames: IdMap::default(),
-        stacks: IdMap::default(),
-        stack_lists: Vec::new(),
-        blocks: 0,
-    };
-    r.root()?;
-    Ok(Converted {
-        file: r.out,
-        stack_lists: r.stack_lists,
-        frames: r.frames,
-    })
+/// What reading has made so far: the snapshot being built, and the frames
+/// and stacks interned by the pickle value that holds them. The taker
+/// during the parse and the walk after it share it.
+#[derive(Default)]
+struct State {
+    out: SnapshotFile,
+    frames: IdMap,
+    stacks: IdMap,
+    /// Keys of `frames`/`stacks`/`reads` (when taking while parsing): the
+    /// values of a batch cut from the parse are forgotten, by id.
+    recent: Option<BTreeSet<Id>>,
+    /// While parsing: each container read by the taker, with how many
+    /// elements it had then. Containers only grow, so one that has more at
+    /// the end was changed after it was read (a list still being filled
+    /// named by an entry, a dict changed through the memo): the plain
+    /// reading decides.
+    reads: IdMap,
+    parsing: bool,
+    blocks: usize,
+    /// Segments and trace entries taken while parsing, by token.
+    segments: Vec<Segment>,
+    entries: Vec<TraceEntry>,
+    scratch: Vec<u32>,
+}
+
+impl State {
+    fn streaming() -> State {
+        State {
+            recent: Some(BTreeSet::new()),
+            parsing: true,
+            ..State::default()
+        }
+    }
+
+    /// The snapshot the parsed values (and those taken) hold.
+    fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
+        self.parsing = false;
+        if let Some((&id, _)) = (self.reads.iter()).find(|(&id, &n)| doc.elements(id) != n as usize)
+        {
+            return Err(shape(
+                id,
+                "a value read while parsing",
+                "changed after it was read",
+            ));
+        }
+        Reader { doc, st: &mut self }.root()?;
+        if self.recent.is_some() {
+            // Taking while parsing interns in the file's order, which a
+            // damaged file may make differ from the walk's; and what was
+            // taken under a key the walk does not read left stacks that
+            // nothing names.
+            self.out.renumber();
+        }
+        Ok(self.out)
+    }
+
+    fn remember(&mut self, id: Id) {
+        if let Some(r) = &mut self.recent {
+            r.insert(id);
+        }
+    }
+
+    /// Container `id` read while parsing (see `reads`).
+    fn read(&mut self, doc: &Doc, id: Id) {
+        if self.parsing && id & pickle::TAKEN == 0 && !self.reads.contains_key(&id) {
+            self.reads.insert(id, doc.elements(id) as u32);
+            self.remember(id);
+        }
+    }
+}
+
+impl pickle::Take for State {
+    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32> {
+        let has = |k| doc.get(item, k).is_some();
+        let token = if has("action") {
+            if self.entries.len() >= MAX_TRACE {
+                return None;
+            }
+            match (Reader { doc, st: self }).trace_entry(item, "").ok()? {
+                Some(e) => {
+                    self.entries.push(e);
+                    Token::Entry(self.entries.len() as u32 - 1)
+                }
+                None => Token::Unknown,
+            }
+        } else if has("total_size") {
+            if self.segments.len() >= MAX_SEGMENTS {
+                return None;
+            }
+            let seg = (Reader { doc, st: self }).segment(item, "").ok()?;
+            self.segments.push(seg);
+            Token::Segment(self.segments.len() as u32 - 1)
+        } else {
+            return None;
+        };
+        token.encode()
+    }
+
+    fn token_of(&self, id: Id) -> Option<u32> {
+        match (self.stacks.get(&id), self.frames.get(&id)) {
+            (Some(&s), _) => Token::Stack(s).encode(),
+            (_, Some(&f)) => Token::Frame(f).encode(),
+            _ => None,
+        }
+    }
+
+    fn forget(&mut self, from: Id) {
+        let Some(recent) = &mut self.recent else {
+            return;
+        };
+        for id in recent.split_off(&from) {
+            self.frames.remove(&id);
+            self.stacks.remove(&id);
+            self.reads.remove(&id);
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let strings: usize = self
+            .out
+            .frames
+            .iter()
+            .map(|f| f.filename.len() + f.name.len())
+            .sum();
+        let blocks: usize = self
+            .segments
+            .iter()
+            .map(|s| s.blocks.capacity() * size_of::<Block>())
+            .sum();
+        self.entries.capacity() * size_of::<TraceEntry>()
+            + self.segments.capacity() * size_of::<Segment>()
+            + blocks
+            + self.out.frames.capacity() * size_of::<Frame>()
+            + strings
+            + self.out.stacks.memory_bytes()
+            + (self.frames.capacity() + self.stacks.capacity()) * 12
+            + self.recent.as_ref().map_or(0, |r| r.len() * 16)
+    }
+}
+
+/// Reads values of the parse into the state.
+struct Reader<'a, 's> {
+    doc: &'a Doc,
+    st: &'s mut State,
 }
 
 fn shape(node: Id, at: impl Into<String>, why: impl Into<String>) -> ShapeError {
     (at.into(), why.into(), node)
 }
 
-impl<'a> Reader<'a> {
+/// The values a list's tokens name, when the list is exactly all of
+/// them, in order (as `pickle.dump` writes a list read while parsing):
+/// `Some` of the count of `Unknown` tokens; the caller then moves them.
+fn all_taken(doc: &Doc, list: &[Id], total: usize, kind: fn(u32) -> Token) -> Option<u64> {
+    let mut next = 0u32;
+    let mut unknown = 0;
+    for &id in list {
+        match doc.value(id) {
+            Value::Taken(t) => match Token::decode(t)? {
+                Token::Unknown => unknown += 1,
+                tok if tok == kind(next) => next += 1,
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+    (next as usize == total).then_some(unknown)
+}
+
+impl<'a> Reader<'a, '_> {
     fn root(&mut self) -> Result<(), ShapeError> {
         let d = self.doc;
         let root = d.root();
         let segments = match d.value(root) {
             Value::List(_) => {
-                self.out.format = "a list of segments (torch.cuda.memory_snapshot())".into();
+                self.st.out.format = "a list of segments (torch.cuda.memory_snapshot())".into();
                 root
             }
             Value::Dict(_) => d.get(root, "segments").ok_or_else(|| {
@@ -433,9 +639,23 @@ impl<'a> Reader<'a> {
                 format!("{} segments, more than {MAX_SEGMENTS}", list.len()),
             ));
         }
-        for (i, &s) in list.iter().enumerate() {
-            let seg = self.segment(s, &format!("segments[{i}]"))?;
-            self.out.segments.push(seg);
+        let total = self.st.segments.len();
+        if all_taken(d, list, total, Token::Segment) == Some(0) {
+            self.st.out.segments = std::mem::take(&mut self.st.segments);
+        } else {
+            for (i, &s) in list.iter().enumerate() {
+                let at = || format!("segments[{i}]");
+                let seg = match d.value(s) {
+                    Value::Taken(t) => match Token::decode(t) {
+                        Some(Token::Segment(k)) if (k as usize) < total => {
+                            self.st.segments[k as usize].clone()
+                        }
+                        _ => return Err(taken_where(s, at(), "a segment")),
+                    },
+                    _ => self.segment(s, &at())?,
+                };
+                self.st.out.segments.push(seg);
+            }
         }
         if matches!(d.value(root), Value::Dict(_)) {
             self.rest(root)?;
@@ -463,32 +683,52 @@ impl<'a> Reader<'a> {
                 if traced > MAX_TRACE {
                     return Err(shape(t, at, format!("more than {MAX_TRACE} trace entries")));
                 }
+                let total = self.st.entries.len();
+                if let Some(unknown) = all_taken(d, entries, total, Token::Entry) {
+                    self.st.out.unknown_actions += unknown;
+                    let out = std::mem::take(&mut self.st.entries);
+                    self.st.out.traces.push(out);
+                    continue;
+                }
                 let mut out = Vec::with_capacity(entries.len());
                 for (i, &e) in entries.iter().enumerate() {
-                    if let Some(e) = self.trace_entry(e, &format!("{at}[{i}]"))? {
-                        out.push(e);
+                    let entry = match d.value(e) {
+                        Value::Taken(t) => match Token::decode(t) {
+                            Some(Token::Entry(k)) if (k as usize) < total => {
+                                Some(self.st.entries[k as usize].clone())
+                            }
+                            Some(Token::Unknown) => None,
+                            _ => return Err(taken_where(e, format!("{at}[{i}]"), "a trace entry")),
+                        },
+                        _ => self.trace_entry(e, &format!("{at}[{i}]"))?,
+                    };
+                    match entry {
+                        Some(e) => out.push(e),
+                        None => self.st.out.unknown_actions += 1,
                     }
                 }
-                self.out.traces.push(out);
+                self.st.out.traces.push(out);
             }
         }
         if let Some(s) = d.get(root, "allocator_settings") {
             for (k, v) in self.dict(s, "allocator_settings")? {
                 let key = d.as_str(*k).map_or_else(|| "?".into(), printable);
-                self.out.allocator_settings.push((key, self.text(*v, 0)));
+                let text = self.text(*v, 0)?;
+                self.st.out.allocator_settings.push((key, text));
             }
         }
         if let Some(a) = d.get(root, "external_annotations") {
-            self.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
+            self.st.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
         }
         let has = |k| d.get(root, k).is_some();
         let timed = self
+            .st
             .out
             .traces
             .iter()
             .flatten()
             .any(|e| e.time_us.is_some());
-        self.out.format = match () {
+        self.st.out.format = match () {
             _ if has("external_annotations") => "torch ≥ 2.6 (external_annotations)",
             _ if has("allocator_settings") => "torch ≥ 2.4 (allocator_settings)",
             _ if timed => "torch ≥ 2.2 (trace times)",
@@ -499,7 +739,8 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    fn seq(&self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
+    fn seq(&mut self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
+        self.st.read(self.doc, id);
         self.doc.as_seq(id).ok_or_else(|| {
             shape(
                 id,
@@ -509,7 +750,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn dict(&self, id: Id, at: &str) -> Result<&'a [(Id, Id)], ShapeError> {
+    fn dict(&mut self, id: Id, at: &str) -> Result<&'a [(Id, Id)], ShapeError> {
+        self.st.read(self.doc, id);
         self.doc.as_dict(id).ok_or_else(|| {
             shape(
                 id,
@@ -552,35 +794,37 @@ impl<'a> Reader<'a> {
     }
 
     /// A value as one line of text (settings), nested at most a few deep.
-    fn text(&self, id: Id, depth: usize) -> String {
+    fn text(&self, id: Id, depth: usize) -> Result<String, ShapeError> {
         let d = self.doc;
-        match d.value(id) {
+        Ok(match d.value(id) {
             Value::None => "None".into(),
             Value::Bool(b) => if b { "True" } else { "False" }.into(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => f.to_string(),
             Value::Str(s) => printable(s),
             Value::Bytes(b) => format!("<{} bytes>", b.len()),
+            // A dict, shown as "…" this deep.
             _ if depth >= 2 => "…".into(),
+            Value::Taken(_) => return Err(taken_where(id, "allocator_settings".into(), "text")),
             Value::List(v) | Value::Tuple(v) => {
-                let parts: Vec<_> = v
-                    .iter()
-                    .take(16)
+                let parts = (v.iter().take(16))
                     .map(|x| self.text(*x, depth + 1))
-                    .collect();
+                    .collect::<Result<Vec<_>, _>>()?;
                 format!("[{}]", parts.join(", "))
             }
             Value::Dict(v) => {
-                let parts: Vec<_> = v
-                    .iter()
-                    .take(16)
+                let parts = (v.iter().take(16))
                     .map(|(k, x)| {
-                        format!("{}: {}", self.text(*k, depth + 1), self.text(*x, depth + 1))
+                        Ok(format!(
+                            "{}: {}",
+                            self.text(*k, depth + 1)?,
+                            self.text(*x, depth + 1)?
+                        ))
                     })
-                    .collect();
+                    .collect::<Result<Vec<_>, ShapeError>>()?;
                 format!("{{{}}}", parts.join(", "))
             }
-        }
+        })
     }
 
     /// The stack of a value's `frames` (or, in 2.0's blocks, its last
@@ -589,36 +833,62 @@ impl<'a> Reader<'a> {
         let d = self.doc;
         let frames = match d.get(id, "frames") {
             Some(f) => f,
-            None => match d
-                .get(id, "history")
-                .and_then(|h| d.as_seq(h)?.last().copied())
-            {
-                Some(last) => match d.get(last, "frames") {
+            None => {
+                let Some(h) = d.get(id, "history") else {
+                    return Ok(None);
+                };
+                self.st.read(d, h);
+                let Some(&last) = d.as_seq(h).and_then(<[Id]>::last) else {
+                    return Ok(None);
+                };
+                self.st.read(d, last);
+                match d.get(last, "frames") {
                     Some(f) => f,
                     None => return Ok(None),
-                },
-                None => return Ok(None),
-            },
+                }
+            }
         };
-        if let Some(&s) = self.stacks.get(&frames) {
+        if let Value::Taken(t) = d.value(frames) {
+            return match Token::decode(t) {
+                Some(Token::Stack(s)) if (s as usize) < self.st.out.stacks.len() => Ok(Some(s)),
+                _ => Err(taken_where(frames, format!("{at}['frames']"), "a list")),
+            };
+        }
+        if let Some(&s) = self.st.stacks.get(&frames) {
             return Ok(Some(s));
         }
-        let list = self.seq(frames, &format!("{at}['frames']"))?;
+        self.st.read(d, frames);
+        let list = d.as_seq(frames).ok_or_else(|| {
+            shape(
+                frames,
+                format!("{at}['frames']"),
+                format!("a {} where a list was expected", d.type_name(frames)),
+            )
+        })?;
         if list.is_empty() {
             return Ok(None);
         }
+        let mut scratch = std::mem::take(&mut self.st.scratch);
+        scratch.clear();
         for (i, &f) in list.iter().enumerate() {
-            self.frame(f, at, i)?;
+            scratch.push(self.frame(f, at, i)?);
         }
-        let n = self.stack_lists.len() as u32;
-        self.stack_lists.push(frames);
-        self.stacks.insert(frames, n);
+        let n = self.st.out.stacks.push(&scratch);
+        self.st.scratch = scratch;
+        self.st.stacks.insert(frames, n);
+        self.st.remember(frames);
         Ok(Some(n))
     }
 
     /// Frame `i` of the stack of `at`, interned.
     fn frame(&mut self, id: Id, at: &str, i: usize) -> Result<u32, ShapeError> {
-        if let Some(&f) = self.frames.get(&id) {
+        if let Value::Taken(t) = self.doc.value(id) {
+            return match Token::decode(t) {
+                Some(Token::Frame(f)) if (f as usize) < self.st.out.frames.len() => Ok(f),
+                _ => Err(taken_where(id, format!("{at}['frames'][{i}]"), "a frame")),
+            };
+        }
+        if let Some(&f) = self.st.frames.get(&id) {
             return Ok(f);
         }
         // Named only for a frame not seen before (a handful per file).
@@ -631,9 +901,10 @@ impl<'a> Reader<'a> {
             line: self.int_opt(id, "line", at)?.unwrap_or(0),
             name: self.str_of(id, "name").map_or_else(String::new, printable),
         };
-        let n = self.out.frames.len() as u32;
-        self.out.frames.push(frame);
-        self.frames.insert(id, n);
+        let n = self.st.out.frames.len() as u32;
+        self.st.out.frames.push(frame);
+        self.st.frames.insert(id, n);
+        self.st.remember(id);
         Ok(n)
     }
 
@@ -682,8 +953,8 @@ impl<'a> Reader<'a> {
             return Ok(seg);
         };
         let list = self.seq(blocks, &format!("{at}['blocks']"))?;
-        self.blocks = self.blocks.saturating_add(list.len());
-        if self.blocks > MAX_BLOCKS {
+        self.st.blocks = self.st.blocks.saturating_add(list.len());
+        if self.st.blocks > MAX_BLOCKS {
             return Err(shape(blocks, at, format!("more than {MAX_BLOCKS} blocks")));
         }
         let mut next = address;
@@ -730,7 +1001,6 @@ impl<'a> Reader<'a> {
             return Err(shape(id, at, "no 'action'"));
         };
         let Some(action) = Action::from_name(action) else {
-            self.out.unknown_actions += 1;
             return Ok(None);
         };
         let addr = if action == Action::Oom {
@@ -749,6 +1019,16 @@ impl<'a> Reader<'a> {
             stack: self.stack(id, at)?,
         }))
     }
+}
+
+/// A value taken while parsing where it does not belong (a hand-made
+/// file: [`read`] then reads it again as plain values).
+fn taken_where(id: Id, at: String, what: &str) -> ShapeError {
+    shape(
+        id,
+        at,
+        format!("a value read already, where {what} was expected"),
+    )
 }
 
 fn printable(s: &str) -> String {
@@ -795,6 +1075,62 @@ impl SnapshotFile {
         }
         out.sort_by_key(|t| t.device);
         out
+    }
+
+    /// Numbers the stacks in the order the snapshot first names them
+    /// (each segment, then its blocks; then the trace entries) and the
+    /// frames in the order those stacks first name them, as the plain
+    /// reading interns them; drops any that nothing names. In place: the
+    /// frame indices are rewritten where they lie.
+    fn renumber(&mut self) {
+        const NEW: u32 = u32::MAX;
+        let mut new_of = vec![NEW; self.stacks.len()];
+        let mut order: Vec<u32> = Vec::new();
+        let mut visit = |s: &mut Option<u32>| {
+            if let Some(n) = s.and_then(|old| new_of.get_mut(old as usize)) {
+                if *n == NEW {
+                    *n = order.len() as u32;
+                    order.push(s.unwrap_or(0));
+                }
+                *s = Some(*n);
+            }
+        };
+        for seg in &mut self.segments {
+            visit(&mut seg.stack);
+            seg.blocks.iter_mut().for_each(|b| visit(&mut b.stack));
+        }
+        self.traces
+            .iter_mut()
+            .flatten()
+            .for_each(|e| visit(&mut e.stack));
+        let same = order.len() == self.stacks.runs.len()
+            && order.iter().enumerate().all(|(i, &o)| i as u32 == o);
+        if !same {
+            let runs = &self.stacks.runs;
+            self.stacks.runs = order.iter().map(|&o| runs[o as usize]).collect();
+        }
+        let mut new_of = vec![NEW; self.frames.len()];
+        let mut order: Vec<u32> = Vec::new();
+        for &(start, len) in &self.stacks.runs {
+            for f in &mut self.stacks.frames[start as usize..(start + len) as usize] {
+                let Some(n) = new_of.get_mut(*f as usize) else {
+                    continue;
+                };
+                if *n == NEW {
+                    *n = order.len() as u32;
+                    order.push(*f);
+                }
+                *f = *n;
+            }
+        }
+        let same = order.len() == self.frames.len()
+            && order.iter().enumerate().all(|(i, &o)| i as u32 == o);
+        if !same {
+            let mut old = std::mem::take(&mut self.frames);
+            self.frames = (order.iter())
+                .map(|&o| std::mem::replace(&mut old[o as usize], Frame::empty()))
+                .collect();
+        }
     }
 
     /// The frames of stack `id`, innermost first.

@@ -5,15 +5,17 @@
 //! referenced from the memo after.
 //!
 //! [`from_model`] builds the file from a process of the model (the state of
-//! a recording at its end, and its events as the trace).
+//! a recording at its end, and its events as the trace), with the frames
+//! of the context each allocation was tagged with ([`Attributor`]).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::event::{BlockState, Event, EventKind};
+use crate::event::{BlockState, CtxTag, Event, EventKind};
+use crate::model::attrib::{Definitions, Origin};
 use crate::model::Process;
 
-use super::{Action, Block, Segment, SnapshotFile, TraceEntry};
+use super::{Action, Block, Frame, Segment, SnapshotFile, TraceEntry};
 
 /// Pickle opcodes this writer uses.
 mod op {
@@ -294,15 +296,91 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
     p.out.flush()
 }
 
+/// The `frames` of what a context tagged, as PyTorch's viewer shows them:
+/// the stack the producer captured in that context (innermost first, as
+/// torch writes frames), then one frame naming the context itself:
+/// `filename` its module path (`transformer.h.3.attn`), `name` its phase
+/// (`forward`, `backward`, `optimizer`, `other`), `line` the step. Last,
+/// because the module's call holds the code that allocated: `_memory_viz`
+/// shows a frame as `filename:line:name` and builds its flame graphs
+/// outermost frame first, so memory is grouped by module first, then by
+/// code. Frames and stacks are interned (one per distinct context and
+/// step), and the writer writes each once.
+pub struct Attributor<'a> {
+    defs: &'a Definitions,
+    stacks: HashMap<Origin, Option<u32>>,
+    frames: HashMap<Frame, u32>,
+}
+
+impl<'a> Attributor<'a> {
+    pub fn new(defs: &'a Definitions) -> Self {
+        Attributor {
+            defs,
+            stacks: HashMap::new(),
+            frames: HashMap::new(),
+        }
+    }
+
+    /// The stack (in `file`) of what was tagged `origin`; `None` when it
+    /// has no context, or a context with neither module nor stack.
+    pub fn stack(&mut self, file: &mut SnapshotFile, origin: Origin) -> Option<u32> {
+        if origin.context == 0 {
+            return None;
+        }
+        if let Some(&s) = self.stacks.get(&origin) {
+            return s;
+        }
+        let view = self.defs.context_view(origin.context);
+        let mut frames: Vec<Frame> = (self.defs.context_frames(origin.context))
+            .into_iter()
+            .map(|f| Frame {
+                filename: f.file,
+                line: f.line as i64,
+                name: f.function,
+            })
+            .collect();
+        if !view.module.is_empty() {
+            let step = origin.step.map(u64::from).or(view.step);
+            frames.push(Frame {
+                filename: view.module,
+                line: step.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX)),
+                name: view.phase.name().into(),
+            });
+        }
+        let stack = (!frames.is_empty()).then(|| {
+            let ids: Vec<u32> = frames
+                .into_iter()
+                .map(|f| {
+                    let next = file.frames.len() as u32;
+                    *self.frames.entry(f.clone()).or_insert_with(|| {
+                        file.frames.push(f);
+                        next
+                    })
+                })
+                .collect();
+            file.stacks.push(&ids)
+        });
+        self.stacks.insert(origin, stack);
+        stack
+    }
+}
+
 /// A snapshot of one process of the model: its state now, and `events`
-/// (its allocator events, oldest first) as the trace. Event times are the
-/// recorder's monotonic nanoseconds: `epoch_us` is added to them (in µs)
-/// to give the wall-clock times PyTorch writes.
-pub fn from_model(process: &Process, events: &[Event], epoch_us: i64) -> SnapshotFile {
+/// (its allocator events, oldest first, each with the process's step when
+/// it was read, which its step tag resolves against) as the trace, with
+/// the frames of the contexts blocks and events were tagged with. Event
+/// times are the recorder's monotonic nanoseconds: `epoch_us` is added to
+/// them (in µs) to give the wall-clock times PyTorch writes.
+pub fn from_model(
+    process: &Process,
+    events: &[(Event, Option<u64>)],
+    epoch_us: i64,
+) -> SnapshotFile {
     let mut file = SnapshotFile {
         format: "written by vramscope export".into(),
         ..SnapshotFile::default()
     };
+    let mut attr = Attributor::new(process.definitions());
     for d in process.devices() {
         for s in d.segments() {
             let mut seg = Segment {
@@ -334,17 +412,17 @@ pub fn from_model(process: &Process, events: &[Event], epoch_us: i64) -> Snapsho
                     size: b.size,
                     requested_size: b.requested,
                     state: b.state,
-                    stack: None,
+                    stack: attr.stack(&mut file, b.origin),
                 });
             }
             file.segments.push(seg);
         }
     }
-    for e in events {
-        let (device, entry) = match trace_entry(e, epoch_us) {
-            Some(x) => x,
-            None => continue,
+    for (e, step) in events {
+        let Some((device, mut entry, tag)) = trace_entry(e, epoch_us) else {
+            continue;
         };
+        entry.stack = attr.stack(&mut file, Origin::of(tag, *step));
         let d = device as usize;
         if d >= 64 {
             continue;
@@ -360,8 +438,8 @@ pub fn from_model(process: &Process, events: &[Event], epoch_us: i64) -> Snapsho
     file
 }
 
-/// The trace entry of an allocator event, with its device.
-fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry)> {
+/// The trace entry of an allocator event, with its device and context tag.
+fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry, CtxTag)> {
     let time_us = Some(epoch_us.saturating_add((e.time_ns / 1000) as i64));
     let (action, place, addr, size) = match e.kind {
         EventKind::Alloc { place, addr, size } => (Action::Alloc, place, addr, size),
@@ -392,5 +470,6 @@ fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry)> {
             time_us,
             stack: None,
         },
+        place.ctx,
     ))
 }
