@@ -2,9 +2,9 @@
 //! compiled against stand-in torch headers (`tests/agent_cpp/fake_torch`)
 //! with a fake allocator (`tests/agent_cpp/tracker_test.cpp`), then run.
 //! It checks the block tag table against a map, the context and step tags
-//! the callback writes, a snapshot's definitions and block tags, and
-//! command 5. Needs a C++ compiler (`c++`, or `$CXX`); without one the test
-//! says SKIPPED.
+//! the callback writes, a snapshot's definitions and block tags, a
+//! statistics sample's place in the ring (STATS_C) and command 5. Needs a
+//! C++ compiler (`c++`, or `$CXX`); without one the test says SKIPPED.
 
 use std::path::Path;
 use std::process::Command;
@@ -52,7 +52,7 @@ fn tracker_logic_without_a_gpu() {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        4,
+        5,
         "{text}"
     );
     // The tracker closed and removed its segment.

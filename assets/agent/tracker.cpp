@@ -617,8 +617,16 @@ void on_trace(const Entry& e) noexcept {
 
 // ---- agent-side writers (agent thread, or Python threads via the C API) ----
 
+// One statistics sample of device `d`: STATS_A, STATS_B, then STATS_C with
+// the device ring's positions around the read (FORMAT.md, "Positions").
+// getDeviceStats takes the device's allocator lock, under which every event
+// of the device is counted and written: when no position was claimed
+// between the two reads of the head, the sample reflects exactly the events
+// before it.
 void write_stats(int d) {
+  const uint64_t before = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
   const auto s = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+  const uint64_t after = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
   constexpr size_t all = 0;  // StatType::AGGREGATE
   const uint32_t sample = ++g_sample;
   const uint16_t dev = static_cast<uint16_t>(d);
@@ -643,6 +651,9 @@ void write_stats(int d) {
   };
   vs_ring_write(agent_ring(), a);
   vs_ring_write(agent_ring(), b);
+  uint64_t c[7];
+  vs_rec_stats_c(c, dev, sample, a[1], static_cast<uint8_t>(1 + d), before, after, before == after);
+  vs_ring_write(agent_ring(), c);
 }
 
 void write_all_stats() {

@@ -204,6 +204,21 @@ static void callback_path(const char* dir) {
   CHECK(snap[begin][6] & VS_SPAN_EXACT, "the snapshot's position is not exact");
   std::printf("ok   a snapshot sends the definitions first and each live block's tag (5 of 5)\n");
 
+  // A statistics sample is placed in the device ring: STATS_C after
+  // STATS_B, exact (no event raced with the read), at the ring's head.
+  const uint64_t s0 = __atomic_load_n(agent.head, __ATOMIC_ACQUIRE);
+  write_stats(0);
+  const auto stats = records(agent, s0);
+  CHECK(stats.size() == 3 && kind(stats[0]) == VS_K_STATS_A && kind(stats[1]) == VS_K_STATS_B &&
+            kind(stats[2]) == VS_K_STATS_C,
+        "a sample is %zu records", stats.size());
+  const uint64_t dh = __atomic_load_n(dev.head, __ATOMIC_ACQUIRE);
+  CHECK(aux(stats[2]) == aux(stats[1]) && stats[2][2] == dh && stats[2][3] == dh &&
+            (stats[2][4] & VS_SPAN_EXACT) && ((stats[2][4] >> 8) & 0xff) == 1,
+        "STATS_C %llu..%llu flags 0x%llx, head %llu", (unsigned long long)stats[2][2],
+        (unsigned long long)stats[2][3], (unsigned long long)stats[2][4], (unsigned long long)dh);
+  std::printf("ok   a statistics sample is placed exactly in the device ring (STATS_C)\n");
+
   // Command 5: granted steps (bounded) and the step it began at.
   const uint64_t seq = vs_agent_capture_request()[0];
   vs_request req{};
