@@ -66,11 +66,13 @@ fn stress(threads: u64, per_thread: u64, slots: u64, reader_nap: Duration) {
             // than one empty drain away, so an empty drain is not the end.
             let c = reader.counts(1);
             let passed = c.skipped + c.delivered + c.lost;
-            if finished && done.delivered == 0 && done.lost == 0 {
-                if passed == reader.head(1) || Instant::now() > *deadline.get_or_insert_with(later)
-                {
-                    break;
-                }
+            let settled = passed == reader.head(1);
+            if finished
+                && done.delivered == 0
+                && done.lost == 0
+                && (settled || Instant::now() > *deadline.get_or_insert_with(later))
+            {
+                break;
             }
             std::thread::sleep(reader_nap);
         }
