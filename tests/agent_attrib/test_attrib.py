@@ -1,0 +1,267 @@
+"""vramscope/_attrib.py's logic with no torch and no GPU: the real module
+against the stand-in torch in fake_torch/ and a stand-in tracker library
+that keeps what it is told (the definitions) and gives each thread a real
+native word for its context, as vs_agent_context_slot does. Run by
+tests/agent_attrib.rs; prints "ok ..." lines, raises on a failure."""
+
+import ctypes
+import sys
+import threading
+
+import torch
+from torch import nn
+
+from vramscope import _attrib
+from vramscope._attrib import BACKWARD, FORWARD, OPTIMIZER, OTHER, Attribution
+
+
+class Fn:
+    """A callable that takes ctypes' restype/argtypes, as a library's do."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, *args):
+        return self.f(*args)
+
+
+class Lib:
+    """The tracker's attribution API, kept in Python."""
+
+    def __init__(self):
+        for name in dir(self):
+            if name.startswith("vs_agent_"):
+                setattr(self, name, Fn(getattr(self, name)))
+        self.strings, self.frames, self.stacks, self.contexts = {}, {}, {}, {}
+        self.words = {}
+        self.dropped = {}
+        self.attribution = 0
+        self.capture = (ctypes.c_uint64 * 3)()
+
+    def vs_agent_context_slot(self):
+        w = self.words.setdefault(threading.get_ident(), ctypes.c_uint32(0))
+        return ctypes.addressof(w)
+
+    def vs_agent_set_attribution(self, on):
+        self.attribution = on
+        return on
+
+    def vs_agent_define_string(self, sid, b, n):
+        self.strings[sid] = b[:n].decode()
+
+    def vs_agent_define_frame(self, fid, file, func, line):
+        self.frames[fid] = (file, func, line)
+
+    def vs_agent_define_stack(self, sid, frame, parent):
+        self.stacks[sid] = (frame, parent)
+
+    def vs_agent_define_context(self, cid, module, phase, stack):
+        self.contexts[cid] = (module, phase, stack)
+
+    def vs_agent_count_dropped(self, what, n):
+        self.dropped[what] = self.dropped.get(what, 0) + n
+
+    def vs_agent_capture_request(self):
+        return ctypes.addressof(self.capture)
+
+    # ---- what the test reads ----
+    def now(self):
+        """(module path, phase) of the calling thread's current context."""
+        return self.resolve(self.words.get(threading.get_ident(), ctypes.c_uint32(0)).value)
+
+    def resolve(self, cid):
+        if cid == 0:
+            return None
+        module, phase, _ = self.contexts[cid]
+        return (self.strings.get(module, ""), phase)
+
+    def stack_of(self, cid):
+        out, sid = [], self.contexts[cid][2]
+        while sid:
+            fid, sid = self.stacks[sid]
+            f = self.frames[fid]
+            out.append("%s:%d %s" % (self.strings[f[0]].rsplit("/", 1)[-1], f[2], self.strings[f[1]]))
+        return out
+
+
+LIB = Lib()
+SEEN = []  # (what, (module, phase)) as the model's code saw them
+
+
+class Leaf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter("w")
+        self.fail = False
+
+    def forward(self, x):
+        SEEN.append(("leaf", LIB.now()))
+        if self.fail:
+            raise ValueError("planted")
+        return torch.Tensor(torch.Node("leaf"))
+
+
+class Act(nn.Module):  # a leaf without parameters: its caller's
+    def forward(self, x):
+        SEEN.append(("act", LIB.now()))
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = Leaf()
+        self.act = Act()
+
+    def forward(self, x):
+        SEEN.append(("block", LIB.now()))
+        x = self.attn(x)  # the call site stacks name
+        x = self.act(x)
+        return torch.Tensor(torch.Node("block"))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = Leaf()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = Leaf()
+
+    def forward(self, x):
+        x = self.embed(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok   " + what)
+
+
+def main():
+    warnings = []
+    a = Attribution(torch, lambda msg, key=None: warnings.append(msg))
+    check(a.install(), "the hooks install on a torch that has them")
+    model = Net()
+
+    # Parameters are copied by _apply: before the tracker exists the
+    # definitions wait, and .cuda() of the first parameter starts it.
+    applied = []
+
+    def fn(p):
+        if a.lib is None:
+            a.connect(LIB)  # what CUDA's lazy initialisation does
+        applied.append((p, LIB.now()))
+
+    model._apply(fn)
+    got = {LIB.now() for _ in [0]}
+    check(LIB.attribution == 1, "connecting turns tagging on")
+    want = ["embed", "blocks.0.attn", "blocks.1.attn", "head"]
+    check([m for _, (m, _) in applied] == want and all(ph == OTHER for _, (_, ph) in applied),
+          "each parameter is copied in its module's context, phase other: %s" % [c for _, c in applied])
+    check(got == {("", OTHER)}, "outside every module the main thread is (no module, other): %s" % got)
+
+    SEEN.clear()
+    out = model(torch.Tensor())
+    check(SEEN[0] == ("leaf", ("embed", FORWARD)) and SEEN[1] == ("block", ("blocks.0", FORWARD))
+          and SEEN[2] == ("leaf", ("blocks.0.attn", FORWARD)),
+          "forward: each module's own context (%s)" % SEEN[:3])
+    check(SEEN[3] == ("act", ("blocks.0", FORWARD)), "a leaf without parameters is its caller's: %s" % (SEEN[3],))
+    check(LIB.now() == ("", OTHER), "after the forward the thread is back outside every module")
+
+    # Backward: the pre-hooks registered on the outputs' grad_fn, run on
+    # another thread, as the autograd engine does.
+    tracked = set(a.backward_modules())
+    check(tracked == {"Net", "embed", "blocks.0.attn", "blocks.1.attn", "head"},
+          "the automatic backward level of a small model is every module with parameters, and the root: %s"
+          % sorted(tracked))
+    nodes = []
+
+    def walk(t):
+        if t.grad_fn is not None and t.grad_fn.prehooks:
+            nodes.append(t.grad_fn)
+
+    walk(out)
+    seen_bw = []
+
+    def backward():
+        for hook in out.grad_fn.prehooks:
+            hook(())
+            seen_bw.append(LIB.now())
+
+    th = threading.Thread(target=backward)
+    th.start()
+    th.join()
+    check(seen_bw[0] == ("head", BACKWARD), "backward: the thread running it takes the module's context: %s" % seen_bw)
+    check(len(out.grad_fn.prehooks) == 1,
+          "the root returns the head's output: one pre-hook (the innermost module's), not two")
+
+    # The optimizer step.
+    opt = torch.optim.Optimizer()
+    inside = []
+    opt.step(lambda: inside.append(LIB.now()))
+    check(inside == [("optimizer.Optimizer", OPTIMIZER)] and LIB.now() == ("", OTHER),
+          "optimizer step: (optimizer.<class>, optimizer), then back: %s" % inside)
+
+    # A module that raises: the context stack is unwound.
+    list(model.blocks)[1].attn.fail = True
+    try:
+        model(torch.Tensor())
+    except ValueError:
+        pass
+    list(model.blocks)[1].attn.fail = False
+    check(LIB.now() == ("", OTHER) and not a.local.t.stack, "an exception in a module leaves no context behind")
+
+    # While Dynamo traces, the wrapper is the plain call.
+    torch.compiler._compiling[0] = True
+    SEEN.clear()
+    model(torch.Tensor())
+    torch.compiler._compiling[0] = False
+    check(all(s == ("", OTHER) for _, s in SEEN), "while compiling, no context is pushed: %s" % SEEN[:2])
+
+    # Command 5: the next root forward picks it up; contexts carry the stack
+    # of the call that entered the module.
+    LIB.capture[1], LIB.capture[2], LIB.capture[0] = 1, 4, LIB.capture[0] + 1
+    SEEN.clear()
+    model(torch.Tensor())
+    cid = LIB.words[threading.get_ident()].value
+    attn = [ctx for ctx, (mod, ph, st) in LIB.contexts.items() if st and LIB.strings[mod] == "blocks.0.attn"]
+    check(attn, "while capturing, a context with a stack is defined for blocks.0.attn")
+    stack = LIB.stack_of(attn[0])
+    line = Block.forward.__code__.co_firstlineno + 2
+    check(stack[0] == "test_attrib.py:%d forward" % line and len(stack) <= 4,
+          "its innermost frame is the call site, depth bounded to 4: %s" % stack)
+    a.step()  # the step boundary ends a 1-step capture
+    before = len(LIB.contexts)
+    model(torch.Tensor())
+    check(len(LIB.contexts) == before and a.capture_steps == 0, "after the steps asked for, no new stacks")
+    del cid
+
+    # Wrappers (torch.compile's) are left out of paths.
+    class Compiled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self._orig_mod = inner
+
+        def forward(self, x):
+            return self._orig_mod(x)
+
+    inner = Net()
+    SEEN.clear()
+    Compiled(inner)(torch.Tensor())
+    check(SEEN[1] == ("block", ("blocks.0", FORWARD)), "a torch.compile wrapper is no level of the paths: %s" % (SEEN[1],))
+
+    # Bounds: ids that run out are counted, never wrapped.
+    _attrib.MAX_IDS = len(a.contexts)
+    check(a.context(a.string("x.y"), FORWARD) == 0 and LIB.dropped.get(2) == 1,
+          "a context past the bound is 0, counted in DROPPED 2")
+    check(not warnings, "no warning: %s" % warnings)
+    a.remove()
+    check(nn.Module.__call__ is nn.modules.module.Module._wrapped_call_impl, "remove() restores Module.__call__")
+    print("test_attrib.py: all passed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
