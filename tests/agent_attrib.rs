@@ -37,7 +37,7 @@ fn attribution_logic_without_torch() {
     assert!(text.contains("test_attrib.py: all passed"), "{text}");
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        20,
+        22,
         "{text}"
     );
 }

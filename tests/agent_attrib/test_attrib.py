@@ -190,11 +190,17 @@ def main():
         for hook in out.grad_fn.prehooks:
             hook(())
             seen_bw.append(LIB.now())
+        # Activation checkpointing recomputes a forward inside backward, on
+        # this thread: then backward goes on in the same module.
+        list(model.blocks)[0](torch.Tensor())
+        seen_bw.append(LIB.now())
 
     th = threading.Thread(target=backward)
     th.start()
     th.join()
     check(seen_bw[0] == ("head", BACKWARD), "backward: the thread running it takes the module's context: %s" % seen_bw)
+    check(seen_bw[1] == ("head", BACKWARD), "after a recompute inside backward, backward goes on in its module: %s"
+          % seen_bw)
     check(len(out.grad_fn.prehooks) == 1,
           "the root returns the head's output: one pre-hook (the innermost module's), not two")
 
@@ -252,6 +258,21 @@ def main():
     SEEN.clear()
     Compiled(inner)(torch.Tensor())
     check(SEEN[1] == ("block", ("blocks.0", FORWARD)), "a torch.compile wrapper is no level of the paths: %s" % (SEEN[1],))
+
+    class Sharded(nn.Module):  # FSDP's wrapper of a submodule
+        def __init__(self, inner):
+            super().__init__()
+            self._fsdp_wrapped_module = inner
+
+        def forward(self, x):
+            return self._fsdp_wrapped_module(x)
+
+    net = Net()
+    net.head = Sharded(Leaf())
+    SEEN.clear()
+    net(torch.Tensor())
+    check(SEEN[-1] == ("leaf", ("head", FORWARD)), "an FSDP wrapper inside a model is no level of the paths: %s"
+          % (SEEN[-1],))
 
     # Bounds: ids that run out are counted, never wrapped.
     _attrib.MAX_IDS = len(a.contexts)

@@ -342,6 +342,8 @@ class Attribution:
                     named.append((name, m))
                 elif m is inner and m is not root:
                     self._info_for(m, type(inner).__name__, root=True)
+            named = [(_plain(n), m) for n, m in named]
+            named = [(n, m) for n, m in named if n]
             level = _backward_level(named, self.torch.nn)
             for name, m in named:
                 self._info_for(m, name, level=name in level)
@@ -378,7 +380,7 @@ class Attribution:
         t = self._thread()
         if not t.stack:
             t.root = weakref.ref(module)
-            if phase == FORWARD:
+            if phase == FORWARD and not t.backward:  # (a forward inside backward: checkpointing's recompute)
                 self._new_forward()
         info = self.info(module, t)
         if self.capture_steps:
@@ -409,7 +411,8 @@ class Attribution:
         """A root module's forward begins: backward threads start the next
         backward outside every module, and a capture request is picked up."""
         for b in list(self.backward_threads):
-            if b.slot is not None:
+            b.base = self.none_backward
+            if b.slot is not None and not b.stack:
                 b.slot[0] = self.none_backward
         self.poll_capture()
 
@@ -474,7 +477,9 @@ class Attribution:
                 if not t.backward:
                     t.backward = True
                     self.backward_threads.add(t)
-                self._set(t, ctx)
+                t.base = ctx  # what a recompute (checkpointing) returns to
+                if not t.stack:
+                    self._set(t, ctx)
             except Exception:
                 pass
             return None
@@ -585,6 +590,15 @@ class Attribution:
         self.failed = True
         self.warn("module attribution disabled: %s: %s" % (type(e).__name__, e), "attrib")
         self.remove()
+
+
+# Wrapper levels inside a model, left out of paths wherever they appear
+# (FSDP's and activation checkpointing's wrappers, torch.compile's).
+_TRANSPARENT = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+
+
+def _plain(path):
+    return ".".join(p for p in path.split(".") if p not in _TRANSPARENT)
 
 
 def _backward_level(named, nn):
