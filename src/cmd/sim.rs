@@ -250,16 +250,19 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
     // In the order read (each ring's records in ring order), with their
     // ring positions where the recording has them.
     let mut events: Vec<(Event, Option<RingPos>)> = Vec::new();
+    let mut lost = 0;
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
         if let Input::Events {
             key: k,
             events: e,
             at,
+            lost: l,
             ..
         } = input
         {
             if k == key {
+                lost = lost.max(l);
                 if at.len() == e.len() {
                     events.extend(e.into_iter().zip(at.into_iter().map(Some)));
                 } else {
@@ -269,6 +272,11 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
         }
     }
     let got = sim::from_events::recover(events, device);
+    if lost > 0 {
+        eprintln!(
+            "note: {lost} records of this process were lost on the wire: their requests are missing from the replay, so samples after them may differ"
+        );
+    }
     if got.unplaceable > 0 {
         eprintln!(
             "note: {} statistics samples carry ring positions that this process's events do not (events without positions, or not in ring order); they are placed by time",
