@@ -139,3 +139,151 @@ fn capacity_comes_from_the_recording_and_fraction_caps_reserved() {
         );
     }
 }
+
+/// A "process" whose allocator is the simulator writes its events into the
+/// device ring (ring 1) of a real segment while `vramscope record` records
+/// it. Every 8th operation it reads its statistics and the device ring's
+/// head, then makes three more allocator calls before it writes the sample
+/// (ring 0, stamped when written), as a sample read under the allocator
+/// lock and written after other threads got the lock again would be. With
+/// `positions`, each sample is followed by its STATS_C (exact); the last is
+/// read across two calls, a window (ambiguous). Returns the samples.
+fn burst_job(seg: &vramscope::ring::SegmentWriter, positions: bool) -> usize {
+    use vramscope::event::{Event, EventKind, RingSpan};
+    use vramscope::ring::codec::encode;
+    use vramscope::sim::{SimAllocator, SimConfig};
+    // `number`: the sample number (STATS_C repeats its sample's).
+    let write = |ring: usize, kind: EventKind, number: u32| {
+        let mut words = Vec::new();
+        let time_ns = vramscope::ring::monotonic_ns();
+        encode(&Event { time_ns, kind }, number, &mut words);
+        for w in &words {
+            assert!(seg.ring(ring).write(w));
+        }
+    };
+    let mut a = SimAllocator::new(SimConfig::default());
+    let mut held: Vec<u64> = Vec::new();
+    let mut op = |a: &mut SimAllocator, i: u64| {
+        let mut ev = Vec::new();
+        a.set_time(vramscope::ring::monotonic_ns());
+        if i % 3 == 2 {
+            let p = held.remove((i as usize * 7) % held.len());
+            a.free(p, &mut ev).unwrap();
+        } else {
+            let size = (i * 104_729 % (30 << 20)) + 1;
+            held.push(a.malloc(size, 0, &mut ev).unwrap());
+        }
+        ev.into_iter().for_each(|e| write(1, e.kind, 0));
+    };
+    let mut samples = 0;
+    let mut sample = |stats, before: u64, after: u64| {
+        samples += 1;
+        write(0, EventKind::Stats { device: 0, stats }, samples);
+        if positions {
+            let at = RingSpan {
+                ring: 1,
+                before,
+                after,
+                exact: before == after,
+                ambiguous: before != after,
+            };
+            write(0, EventKind::StatsPosition { device: 0, at }, samples);
+        }
+    };
+    for i in 0..48u64 {
+        op(&mut a, i);
+        if i % 8 == 7 {
+            let (stats, head) = (a.stats(), seg.ring(1).head());
+            for j in 0..3 {
+                op(&mut a, 1000 + i * 3 + j);
+            }
+            sample(stats, head, head);
+        }
+    }
+    let (stats, before) = (a.stats(), seg.ring(1).head());
+    op(&mut a, 2000);
+    op(&mut a, 2001);
+    sample(stats, before, seg.ring(1).head());
+    samples as usize
+}
+
+/// Issue 16, item 4: samples that carry their ring positions are compared
+/// after exactly the requests they reflect. The same job recorded without
+/// positions is placed by time, which puts every sample after the burst
+/// that followed it: none match.
+#[test]
+fn samples_placed_by_ring_positions_match_where_time_placement_fails() {
+    use vramscope::ring::{layout::FLAG_POSITIONS, Producer, SegmentConfig, SegmentWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let record = |name: &str| {
+        let shm = dir.path().join(name);
+        std::fs::create_dir(&shm).unwrap();
+        let rec = dir.path().join(format!("{name}.vsrec"));
+        let child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["record", "--no-nvml", "--duration", "2", "-o"])
+            .arg(&rec)
+            .arg("--shm-dir")
+            .arg(&shm)
+            .spawn()
+            .unwrap();
+        let mut cfg = SegmentConfig::new(&shm, Producer::TorchExact, 1, 1 << 12);
+        cfg.flags = FLAG_POSITIONS;
+        (child, SegmentWriter::create(&cfg).unwrap(), rec)
+    };
+    let (mut placed_child, placed_seg, placed_rec) = record("placed");
+    let (mut timed_child, timed_seg, timed_rec) = record("timed");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let samples = burst_job(&placed_seg, true);
+    assert_eq!(burst_job(&timed_seg, false), samples);
+    assert!(placed_child.wait().unwrap().success());
+    assert!(timed_child.wait().unwrap().success());
+    let run = |rec: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(["sim", "--json", "--trace"])
+            .arg(rec)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (out, err) = run(&placed_rec);
+    let exact = samples - 1;
+    assert!(
+        err.contains(&format!(
+            "{exact} of {exact} exactly placed statistics samples match the replay \
+             (allocated, reserved, segments, inactive split, retries, OOMs)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("1 samples in an ambiguous window"), "{err}");
+    assert!(!err.contains("placed by time"), "{err}");
+    let verdicts: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|v| v.get("placed_samples").cloned())
+        .flat_map(|p| p.as_array().unwrap().clone())
+        .map(|s| s["verdict"].to_string())
+        .collect();
+    assert_eq!(verdicts.len(), samples);
+    assert_eq!(
+        verdicts.iter().filter(|v| *v == "\"matches\"").count(),
+        exact
+    );
+    // Without positions: placed by time, after the burst.
+    let (_, err) = run(&timed_rec);
+    assert!(
+        err.contains(&format!("0 of {samples} recorded statistics samples match")),
+        "{err}"
+    );
+    let first = err
+        .lines()
+        .find(|l| l.starts_with("first difference of a sample placed by time"))
+        .unwrap();
+    assert!(
+        first.contains(" simulated vs ") && !first.contains("MiB"),
+        "{first}"
+    );
+}

@@ -11,6 +11,8 @@
 //! events (choosing the process: `--pid`, else the one with the most), then
 //! keeping only that process's events, which are sorted by time and turned
 //! into requests in memory (one process's events, not the whole file).
+//! Statistics samples that carry ring positions are compared after exactly
+//! the requests they reflect (`vramscope::sim::samples`); others by time.
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -18,9 +20,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use vramscope::event::{Event, Stats};
-use vramscope::input::Input;
+use vramscope::input::{Input, RingPos};
 use vramscope::model::ProcessKey;
 use vramscope::recording::{Replayer, MAGIC};
+use vramscope::sim::from_events::PlacedSample;
+use vramscope::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
 use vramscope::sim::{self, NullSink, Request, StepReport};
 use vramscope::ui::format::bytes;
 
@@ -87,7 +91,7 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("in {}", path.display()))?
         {
             let r = replay.step(&req, &mut NullSink);
-            printer.report(&r, None)?;
+            printer.report(&r, None, &[])?;
         }
         return printer.finish();
     }
@@ -95,6 +99,7 @@ pub fn run(args: Args) -> Result<()> {
     let FromRecording {
         requests: reqs,
         recorded,
+        placed,
         capacity,
     } = from_recording(path, args.pid, args.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
@@ -106,11 +111,19 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut replay = sim::Replay::new(&cfg);
     let mut compare = Compare::default();
+    // Placed samples are checked after exactly the requests they reflect
+    // (0: before the first); each is shown on the row where it closed.
+    let mut check = SampleCheck::new(placed);
+    let mut closed = check.at(0, &replay.stats());
     for (req, rec) in reqs.iter().zip(&recorded) {
         let r = replay.step(req, &mut NullSink);
         compare.add(&r, rec.as_ref());
-        printer.report(&r, rec.as_ref())?;
+        closed.extend(check.at(r.step + 1, &replay.stats()));
+        closed.iter().for_each(|c| compare.placed.add(c));
+        printer.report(&r, rec.as_ref(), &closed)?;
+        closed.clear();
     }
+    closed.iter().for_each(|c| compare.placed.add(c));
     printer.finish()?;
     compare.summary(args.conf.as_deref());
     Ok(())
@@ -132,11 +145,19 @@ impl Printer {
         }
     }
 
-    fn report(&mut self, r: &StepReport, recorded: Option<&Stats>) -> Result<()> {
+    fn report(
+        &mut self,
+        r: &StepReport,
+        recorded: Option<&Stats>,
+        placed: &[Checked],
+    ) -> Result<()> {
         if self.json {
             let mut v = serde_json::to_value(r)?;
             if let Some(s) = recorded {
                 v["recorded"] = serde_json::to_value(s)?;
+            }
+            if !placed.is_empty() {
+                v["placed_samples"] = serde_json::to_value(placed)?;
             }
             writeln!(self.out, "{v}").map_err(out::wrap)?;
         } else {
@@ -177,8 +198,11 @@ const DEFAULT_CAPACITY: u64 = 80 << 30;
 /// One process of a recording, ready to replay.
 struct FromRecording {
     requests: Vec<Request>,
-    /// The statistics the process recorded, per request.
+    /// The statistics the process recorded without a usable position, per
+    /// request (placed by time).
     recorded: Recorded,
+    /// The samples placed by ring positions.
+    placed: Vec<PlacedSample>,
     /// Its GPU's capacity when the recording's NVML readings show it on
     /// exactly one GPU (bytes, NVML index).
     capacity: Option<(u64, u32)>,
@@ -223,20 +247,42 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
             pid.map_or("any process".into(), |p| format!("process {p}"))
         );
     };
-    let mut events: Vec<Event> = Vec::new();
+    // In the order read (each ring's records in ring order), with their
+    // ring positions where the recording has them.
+    let mut events: Vec<(Event, Option<RingPos>)> = Vec::new();
+    let mut lost = 0;
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
         if let Input::Events {
-            key: k, events: e, ..
+            key: k,
+            events: e,
+            at,
+            lost: l,
+            ..
         } = input
         {
             if k == key {
-                events.extend(e);
+                lost = lost.max(l);
+                if at.len() == e.len() {
+                    events.extend(e.into_iter().zip(at.into_iter().map(Some)));
+                } else {
+                    events.extend(e.into_iter().map(|e| (e, None)));
+                }
             }
         }
     }
-    events.sort_by_key(|e| e.time_ns);
-    let got = sim::from_events::requests_from_events(&events, device);
+    let got = sim::from_events::recover(events, device);
+    if lost > 0 {
+        eprintln!(
+            "note: {lost} records of this process were lost on the wire: their requests are missing from the replay, so samples after them may differ"
+        );
+    }
+    if got.unplaceable > 0 {
+        eprintln!(
+            "note: {} statistics samples carry ring positions that this process's events do not (events without positions, or not in ring order); they are placed by time",
+            got.unplaceable
+        );
+    }
     if got.unknown_frees > 0 {
         eprintln!(
             "note: {} frees of tensors allocated before the recording started were skipped",
@@ -253,6 +299,7 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
     Ok(FromRecording {
         requests: got.requests,
         recorded: got.recorded,
+        placed: got.placed,
         capacity,
     })
 }
@@ -260,9 +307,12 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
 /// A replay compared with what the recorded process reported, as it goes.
 #[derive(Default)]
 struct Compare {
+    /// Samples placed by time: compared, matching, the first difference.
     total: u64,
     same: u64,
-    first_diff: Option<(usize, u64, u64)>,
+    first_diff: Option<(usize, Vec<Difference>)>,
+    /// Samples placed by ring positions.
+    placed: PlacedSummary,
     ooms: u64,
 }
 
@@ -273,10 +323,17 @@ impl Compare {
         }
         let Some(s) = recorded else { return };
         self.total += 1;
-        if (r.allocated, r.reserved, r.segments) == (s.allocated, s.reserved, s.segments) {
+        let sim = Stats {
+            allocated: r.allocated,
+            reserved: r.reserved,
+            segments: r.segments,
+            ..Stats::default()
+        };
+        let diffs = samples::differences(&samples::TIME_FIGURES, &sim, s);
+        if diffs.is_empty() {
             self.same += 1;
         } else if self.first_diff.is_none() {
-            self.first_diff = Some((r.step, r.reserved, s.reserved));
+            self.first_diff = Some((r.step, diffs));
         }
     }
 
@@ -285,15 +342,27 @@ impl Compare {
         let under = conf.map_or("the default configuration".to_string(), |c| {
             format!("--conf {c}")
         });
-        eprintln!(
-            "under {under}: {} of {} recorded statistics samples match the replay exactly (allocated, reserved, segments)",
-            self.same, self.total
-        );
-        if let Some((step, sim, real)) = self.first_diff {
+        for line in self.placed.lines(&under) {
+            eprintln!("{line}");
+        }
+        let placed = self.placed.compared + self.placed.ambiguous;
+        if self.total > 0 || placed == 0 {
+            let by_time = if placed > 0 {
+                "; these samples carry no position and were placed by time"
+            } else {
+                ""
+            };
             eprintln!(
-                "first difference at request {step}: reserved {} simulated vs {} recorded",
-                bytes(sim),
-                bytes(real)
+                "under {under}: {} of {} recorded statistics samples match the replay exactly ({}){by_time}",
+                self.same,
+                self.total,
+                samples::names(&samples::TIME_FIGURES)
+            );
+        }
+        if let Some((step, diffs)) = &self.first_diff {
+            eprintln!(
+                "first difference of a sample placed by time, at request {step}: {}",
+                samples::describe_all(diffs)
             );
         }
         eprintln!("out-of-memory requests in the replay: {}", self.ooms);

@@ -10,100 +10,252 @@
 //!   `empty_cache()` and while retrying a failed allocation. A burst followed
 //!   by an ALLOC or OOM is the allocator's own retry (the simulator repeats
 //!   it by itself); any other burst becomes an `empty_cache`.
-//! - STATS samples are kept beside the request they follow, so a replay can
-//!   be compared with what the process really had.
+//! - STATS samples are kept so a replay can be compared with what the
+//!   process really had. A sample that carries its place in the device ring
+//!   (STATS_C, FORMAT.md "Positions") is *placed*: it reflects exactly the
+//!   requests whose events sit below its `before` position, so it is
+//!   compared after exactly those requests (a window `before < after` leaves
+//!   a range of candidates). A sample without one is kept beside the request
+//!   it follows in time, as a 1.0 reader does.
 
 use std::collections::HashMap;
 
-use crate::event::{Event, EventKind, Stats};
+use crate::event::{Event, EventKind, RingSpan, Stats};
+use crate::input::RingPos;
 
 use super::trace::Request;
 
-/// Requests of one device, and the statistics the process reported after
-/// each one (where a sample followed it).
+/// Requests of one device, and the statistics the process reported.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recovered {
     pub requests: Vec<Request>,
+    /// Per request, the sample without a usable position that followed it
+    /// in time (placed by time).
     pub recorded: Vec<Option<Stats>>,
+    /// The samples placed by ring positions, in the order they were taken.
+    pub placed: Vec<PlacedSample>,
+    /// Samples that carried a position the events could not honour (events
+    /// without positions, in another ring or out of ring order): placed by
+    /// time instead.
+    pub unplaceable: u64,
     /// Frees of addresses never seen allocated (allocated before recording).
     pub unknown_frees: u64,
 }
 
-/// Recovers the requests made on `device` from `events` (in time order).
-pub fn requests_from_events<'a>(
-    events: impl IntoIterator<Item = &'a Event>,
-    device: u16,
-) -> Recovered {
+/// A statistics sample placed by its ring positions: it reflects the first
+/// `k` requests for some `k` in `from..=to` (`from == to`: one place).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlacedSample {
+    pub stats: Stats,
+    pub from: usize,
+    pub to: usize,
+    /// Where the producer said the sample sits.
+    pub at: RingSpan,
+}
+
+/// An event and where its record was in its segment (None: not given).
+pub type Located = (Event, Option<RingPos>);
+
+/// Where the events that made one request sit in their ring.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Span {
+    ring: u32,
+    first: u64,
+    last: u64,
+}
+
+impl Span {
+    fn of(at: Option<RingPos>) -> Option<Span> {
+        at.map(|p| Span {
+            ring: p.ring,
+            first: p.position,
+            last: p.position,
+        })
+    }
+
+    /// Both spans' events (None when either is unknown or the rings differ).
+    fn join(a: Option<Span>, b: Option<Span>) -> Option<Span> {
+        let (a, b) = (a?, b?);
+        (a.ring == b.ring).then(|| Span {
+            ring: a.ring,
+            first: a.first.min(b.first),
+            last: a.last.max(b.last),
+        })
+    }
+}
+
+/// Recovers the requests made on `device` from one process's `events`, in
+/// the order they were read (each ring's records in ring order); they are
+/// ordered by time here.
+pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
+    let spans = pair_positions(&events, device);
+    let mut events: Vec<(Event, Option<RingPos>, Option<RingSpan>)> = events
+        .into_iter()
+        .zip(spans)
+        .map(|((e, at), span)| (e, at, span))
+        .collect();
+    events.sort_by_key(|(e, ..)| e.time_ns);
     let mut r = Recovery {
         next_id: 1,
         ..Recovery::default()
     };
-    for e in events {
+    // Samples: (stats, where, the request count when met in time); placed
+    // once every request is known.
+    let mut samples: Vec<(Stats, Option<RingSpan>, usize)> = Vec::new();
+    for (e, at, span) in &events {
         match &e.kind {
             EventKind::Alloc { place, addr, size } if place.device == device => {
-                let id = r.alloc(*size, place.stream);
+                let id = r.alloc(*size, place.stream, *at);
                 r.live.insert(*addr, id);
             }
             EventKind::Oom { place, request, .. } if place.device == device => {
-                r.alloc(*request, place.stream);
+                r.alloc(*request, place.stream, *at);
             }
             EventKind::FreeRequested { place, addr, .. } if place.device == device => {
                 r.end_burst();
                 match r.live.remove(addr) {
-                    Some(id) => r.push(Request::Free { id }),
+                    Some(id) => r.push(Request::Free { id }, Span::of(*at)),
                     None => r.out.unknown_frees += 1,
                 }
             }
             EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
                 if place.device == device =>
             {
-                r.burst = true;
+                r.burst = Some(match r.burst {
+                    None => Span::of(*at),
+                    Some(b) => Span::join(b, Span::of(*at)),
+                });
             }
             EventKind::Stats { device: d, stats } if *d == device => {
                 r.end_burst();
-                if let Some(last) = r.out.recorded.last_mut() {
-                    *last = Some(*stats);
-                }
+                samples.push((*stats, *span, r.out.requests.len()));
             }
             _ => {}
         }
     }
     r.end_burst();
+    let ring = r.ring_in_order();
+    for (stats, at, met) in samples {
+        match at.map(|at| (at, r.place(&at, ring))) {
+            Some((at, Some((from, to)))) => r.out.placed.push(PlacedSample {
+                stats,
+                from,
+                to,
+                at,
+            }),
+            Some((_, None)) => {
+                r.out.unplaceable += 1;
+                r.by_time(stats, met);
+            }
+            None => r.by_time(stats, met),
+        }
+    }
     r.out
 }
 
-/// The state of [`requests_from_events`] while it walks the events.
+/// The position each sample of `device` carries (STATS_C follows its STATS_B
+/// in the same ring, and the decoder keeps it only for the sample completed
+/// last there): per event, the span of the sample it is.
+fn pair_positions(events: &[Located], device: u16) -> Vec<Option<RingSpan>> {
+    let mut spans = vec![None; events.len()];
+    // The last sample met per ring (None: positions not given).
+    let mut last: HashMap<Option<u32>, usize> = HashMap::new();
+    for (i, (e, at)) in events.iter().enumerate() {
+        let ring = at.map(|p| p.ring);
+        match e.kind {
+            EventKind::Stats { device: d, .. } if d == device => {
+                last.insert(ring, i);
+            }
+            EventKind::StatsPosition { device: d, at } if d == device => {
+                if let Some(s) = last.remove(&ring) {
+                    spans[s] = Some(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
+}
+
+/// The state of [`recover`] while it walks the events.
 #[derive(Default)]
 struct Recovery {
     out: Recovered,
+    /// Where each request's events sit (None: not given).
+    spans: Vec<Option<Span>>,
     /// Live tensors: real address to request id.
     live: HashMap<u64, u64>,
     next_id: u64,
-    /// Segments were released since the last request.
-    burst: bool,
+    /// Segments were released since the last request (with where their
+    /// events sit, when every one of them says).
+    burst: Option<Option<Span>>,
 }
 
 impl Recovery {
-    fn push(&mut self, r: Request) {
+    fn push(&mut self, r: Request, span: Option<Span>) {
         self.out.requests.push(r);
         self.out.recorded.push(None);
+        self.spans.push(span);
     }
 
     /// An `alloc` of `size` bytes on `stream`; returns its id. A release
     /// burst just before it was the allocator's own retry, not a request.
-    fn alloc(&mut self, size: u64, stream: u64) -> u64 {
-        self.burst = false;
+    fn alloc(&mut self, size: u64, stream: u64, at: Option<RingPos>) -> u64 {
+        let span = match self.burst.take() {
+            Some(b) => Span::join(b, Span::of(at)),
+            None => Span::of(at),
+        };
         let id = self.next_id;
         self.next_id += 1;
-        self.push(Request::Alloc { id, size, stream });
+        self.push(Request::Alloc { id, size, stream }, span);
         id
     }
 
     /// A release burst not followed by an allocation was an `empty_cache`.
     fn end_burst(&mut self) {
-        if std::mem::take(&mut self.burst) {
-            self.push(Request::EmptyCache);
+        if let Some(span) = self.burst.take() {
+            self.push(Request::EmptyCache, span);
         }
+    }
+
+    /// A sample placed by time: beside the last of the first `met` requests
+    /// (a sample before any request is not compared).
+    fn by_time(&mut self, stats: Stats, met: usize) {
+        if let Some(slot) = met
+            .checked_sub(1)
+            .and_then(|i| self.out.recorded.get_mut(i))
+        {
+            *slot = Some(stats);
+        }
+    }
+
+    /// The ring every request's events sit in, in ring order (`Some(None)`
+    /// when there are no requests); None when they do not.
+    fn ring_in_order(&self) -> Option<Option<u32>> {
+        let mut prev: Option<Span> = None;
+        for s in &self.spans {
+            let s = (*s)?;
+            if prev.is_some_and(|p| p.ring != s.ring || p.last > s.first) {
+                return None;
+            }
+            prev = Some(s);
+        }
+        Some(prev.map(|p| p.ring))
+    }
+
+    /// The request counts `from..=to` a sample at `at` may reflect: the
+    /// requests wholly below `before` are reflected, those wholly at or
+    /// above `after` are not. None when the requests' events do not all sit
+    /// in that ring in ring order (`ring`: [`Self::ring_in_order`]).
+    fn place(&self, at: &RingSpan, ring: Option<Option<u32>>) -> Option<(usize, usize)> {
+        let ring = ring?;
+        if ring.is_some_and(|r| r != u32::from(at.ring)) || at.before > at.after {
+            return None;
+        }
+        let spans = &self.spans;
+        let from = spans.partition_point(|s| s.is_some_and(|s| s.last < at.before));
+        let to = spans.partition_point(|s| s.is_some_and(|s| s.first < at.after));
+        Some((from, to.max(from)))
     }
 }
 
@@ -138,7 +290,7 @@ mod tests {
             a.emit_stats(&mut ev);
             truth.push(a.stats());
         }
-        let got = requests_from_events(&ev, 0);
+        let got = recover(ev.into_iter().map(|e| (e, None)).collect(), 0);
         assert_eq!(got.unknown_frees, 0);
         let reports = replay(&got.requests, &cfg);
         let mut compared = 0;
@@ -155,5 +307,92 @@ mod tests {
         }
         assert!(compared >= 250, "{compared}");
         assert!(got.requests.contains(&Request::EmptyCache));
+    }
+
+    /// A sample that carries positions reflects exactly the requests whose
+    /// events sit below `before`, wherever its time puts it; a window
+    /// leaves a range; one inside a burst of releases leaves the burst's
+    /// request open; one whose ring the events do not sit in falls back to
+    /// time.
+    #[test]
+    fn samples_with_positions_are_placed_by_them_not_by_time() {
+        use crate::event::Place;
+        let place = Place::default();
+        let dev = |pos: u64, t: u64, kind: EventKind| {
+            (
+                Event { time_ns: t, kind },
+                Some(RingPos {
+                    ring: 1,
+                    position: pos,
+                }),
+            )
+        };
+        let alloc = |addr: u64| EventKind::Alloc {
+            place,
+            addr,
+            size: 1 << 20,
+        };
+        let release = |addr: u64| EventKind::SegmentFree {
+            place,
+            addr,
+            size: 20 << 20,
+        };
+        let sample = |n: u64| EventKind::Stats {
+            device: 0,
+            stats: Stats {
+                allocated: n,
+                ..Stats::default()
+            },
+        };
+        let at = |ring: u8, before: u64, after: u64| EventKind::StatsPosition {
+            device: 0,
+            at: RingSpan {
+                ring,
+                before,
+                after,
+                exact: before == after,
+                ambiguous: before != after,
+            },
+        };
+        let agent = |pos: u64, t: u64, kind: EventKind| {
+            (
+                Event { time_ns: t, kind },
+                Some(RingPos {
+                    ring: 0,
+                    position: pos,
+                }),
+            )
+        };
+        // Ring 1: three allocs (0, 1, 2), then an empty_cache releasing two
+        // segments (3, 4). Ring 0: samples written late (time 100 and on).
+        let events = vec![
+            dev(0, 10, alloc(0xa)),
+            dev(1, 20, alloc(0xb)),
+            dev(2, 30, alloc(0xc)),
+            dev(3, 40, release(0x1)),
+            dev(4, 41, release(0x2)),
+            agent(1, 100, sample(1)),
+            agent(2, 100, at(1, 2, 2)), // after the second alloc
+            agent(4, 101, sample(2)),
+            agent(5, 101, at(1, 1, 3)), // a window over the second and third
+            agent(7, 102, sample(3)),
+            agent(8, 102, at(1, 4, 4)), // between the two releases
+            agent(10, 103, sample(4)),
+            agent(11, 103, at(7, 2, 2)), // a ring the events are not in
+            agent(13, 104, sample(5)),   // no position
+        ];
+        let got = recover(events, 0);
+        assert_eq!(got.requests.len(), 4);
+        assert_eq!(got.requests[3], Request::EmptyCache);
+        let placed: Vec<_> = got
+            .placed
+            .iter()
+            .map(|p| (p.stats.allocated, p.from, p.to))
+            .collect();
+        assert_eq!(placed, vec![(1, 2, 2), (2, 1, 3), (3, 3, 4)]);
+        assert_eq!(got.unplaceable, 1);
+        // By time, the last sample wins the last request.
+        assert_eq!(got.recorded[3].map(|s| s.allocated), Some(5));
+        assert_eq!(got.recorded.iter().flatten().count(), 1);
     }
 }

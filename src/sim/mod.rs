@@ -5,6 +5,8 @@
 //! - [`conf`]: `PYTORCH_CUDA_ALLOC_CONF` parsing.
 //! - [`allocator`]: [`SimAllocator`], one device's caching allocator, emitting trace events.
 //! - [`trace`]: the JSON-lines request format and [`replay`].
+//! - [`from_events`]: requests recovered from a recording; [`samples`]: a
+//!   replay compared with the statistics samples the process took.
 //! - [`scenario`]: named workshop scenarios and their [`ScenarioRunner`].
 //!
 //! # Fidelity
@@ -51,6 +53,7 @@ pub mod conf;
 pub mod from_events;
 pub mod gpu;
 pub mod rules;
+pub mod samples;
 pub mod scenario;
 pub mod trace;
 

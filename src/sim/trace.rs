@@ -270,6 +270,11 @@ impl Replay {
         }
     }
 
+    /// The allocator's statistics after the requests applied so far.
+    pub fn stats(&self) -> crate::event::Stats {
+        self.a.stats()
+    }
+
     /// Applies the next request (one simulated millisecond after the last).
     pub fn step(&mut self, req: &Request, sink: &mut dyn EventSink) -> StepReport {
         let step = self.step;

@@ -155,6 +155,24 @@ pub fn rate(r: f64) -> String {
     }
 }
 
+/// `n` with thousands separators: `65,536`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Exact bytes, for a difference that rounding would hide: `6,903,824,896 B`.
+pub fn bytes_exact(b: u64) -> String {
+    format!("{} B", grouped(b))
+}
+
 /// A count: `12`, `1.2k`, `3.4M`.
 pub fn count(n: u64) -> String {
     if n < 10_000 {

@@ -138,26 +138,13 @@ pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
             Some(bound) => format!(
                 "dropped: {} {what} (bound {})",
                 format::count(*n),
-                grouped(*bound as u64)
+                format::grouped(*bound as u64)
             ),
             None => format!("dropped: {} {what}", format::count(*n)),
         })
         .collect();
     for (what, n) in d.collector.iter().filter(|(_, n)| **n > 0) {
         out.push(format!("collector dropped: {} {what}", format::count(*n)));
-    }
-    out
-}
-
-/// `n` with thousands separators: `65,536`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
     }
     out
 }
