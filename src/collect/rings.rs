@@ -311,7 +311,10 @@ impl RingSet {
             // A ring's own order is never changed: its records were written
             // in that order (under the allocator's lock for a device ring),
             // whatever their clocks say.
-            merge_by_time(&mut batch);
+            let agent: Vec<bool> = (a.reader.header().rings.iter())
+                .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
+                .collect();
+            merge_by_time(&mut batch, |ring| agent.get(ring as usize) == Some(&true));
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
@@ -384,34 +387,24 @@ const INITIALISING_GRACE: std::time::Duration = std::time::Duration::from_secs(5
 /// Orders a batch drained ring by ring (each ring in position order) by
 /// time, keeping each ring's order: each record is sorted by the latest
 /// time seen so far in its own ring, so a clock that steps back inside a
-/// ring cannot move a record before an earlier one of the same ring.
-fn merge_by_time(batch: &mut Vec<(Event, RingPos)>) {
+/// ring cannot move a record before an earlier one of the same ring. At
+/// equal times, records of the agent's rings (`agent`, by ring index) come
+/// after those of the device rings; the tie-break is the ring's, never the
+/// record's, so records of one ring that share a time (a sample and its
+/// STATS_C) keep their order too.
+fn merge_by_time(batch: &mut Vec<(Event, RingPos)>, agent: impl Fn(u32) -> bool) {
     let mut latest: HashMap<u32, u64> = HashMap::new();
     let mut keyed: Vec<((u64, bool), (Event, RingPos))> = std::mem::take(batch)
         .into_iter()
         .map(|(e, at)| {
             let t = latest.entry(at.ring).or_insert(0);
             *t = (*t).max(e.time_ns);
-            ((*t, is_agent_record(&e)), (e, at))
+            ((*t, agent(at.ring)), (e, at))
         })
         .collect();
     // Stable: records with equal keys keep their drained order.
     keyed.sort_by_key(|k| k.0);
     batch.extend(keyed.into_iter().map(|k| k.1));
-}
-
-/// Records an agent writes (statistics, snapshots, markers), as opposed to
-/// the allocator's own events.
-fn is_agent_record(e: &Event) -> bool {
-    matches!(
-        e.kind,
-        EventKind::Stats { .. }
-            | EventKind::SnapshotBegin { .. }
-            | EventKind::SnapshotSegment { .. }
-            | EventKind::SnapshotBlock { .. }
-            | EventKind::SnapshotEnd { .. }
-            | EventKind::Marker { .. }
-    )
 }
 
 #[cfg(test)]
@@ -453,8 +446,38 @@ mod tests {
             (ev(12, 3), at(1, 2)),
             (ev(20, 4), at(1, 3)),
         ];
-        merge_by_time(&mut batch);
+        merge_by_time(&mut batch, |ring| ring == 0);
         let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
         assert_eq!(order, [(1, 0), (0, 0), (1, 1), (1, 2), (1, 3)]);
+    }
+
+    #[test]
+    fn records_of_one_ring_with_equal_times_keep_their_order() {
+        // A sample (STATS_B) and its STATS_C share the sample's time; an
+        // allocator event of a device ring at that time comes first.
+        let stats = Event {
+            time_ns: 15,
+            kind: EventKind::Stats {
+                device: 0,
+                stats: Stats::default(),
+            },
+        };
+        let place = Event {
+            time_ns: 15,
+            kind: EventKind::StatsPosition {
+                device: 0,
+                at: crate::event::RingSpan {
+                    ring: 1,
+                    before: 1,
+                    after: 1,
+                    exact: true,
+                    ambiguous: false,
+                },
+            },
+        };
+        let mut batch = vec![(stats, at(0, 3)), (place, at(0, 4)), (ev(15, 1), at(1, 0))];
+        merge_by_time(&mut batch, |ring| ring == 0);
+        let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
+        assert_eq!(order, [(1, 0), (0, 3), (0, 4)]);
     }
 }
