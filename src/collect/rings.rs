@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::model::{Mode, ProcessKey};
 use crate::ring::discover::{self, FileId, Liveness, Located};
 use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader};
@@ -410,7 +410,7 @@ fn merge_by_time(batch: &mut Vec<(Event, RingPos)>, agent: impl Fn(u32) -> bool)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Place, Stats};
+    use crate::event::{EventKind, Place, Stats};
 
     fn ev(t: u64, addr: u64) -> Event {
         let place = Place::default();
