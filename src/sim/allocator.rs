@@ -261,6 +261,14 @@ pub struct SimAllocator {
     stats: Stats,
     inactive_split_blocks: u64,
     next_va: u64,
+    /// The address space of every segment (cudaMalloc'd, or reserved for
+    /// an expandable segment): base -> size.
+    ranges: BTreeMap<u64, u64>,
+    /// Where the next new segment goes, when a trace recorded where the
+    /// real one went (`set_segment_addr`).
+    segment_addr: Option<u64>,
+    /// Whether the last `malloc` chose among free blocks of equal size.
+    tie: bool,
     snapshot_seq: u32,
     /// The context tag events are written with (an agent's thread-local
     /// context and step tag, FORMAT.md "Contexts").
@@ -288,6 +296,9 @@ impl SimAllocator {
             stats: Stats::default(),
             inactive_split_blocks: 0,
             next_va,
+            ranges: BTreeMap::new(),
+            segment_addr: None,
+            tie: false,
             snapshot_seq: 0,
             ctx: CtxTag::NONE,
             tags: BTreeMap::new(),
@@ -326,6 +337,14 @@ impl SimAllocator {
         self.cfg
             .capacity
             .saturating_sub(self.total_allocated_memory)
+    }
+
+    /// Whether the last `malloc` took a free block that another free block
+    /// of the same size and stream tied with: PyTorch breaks such a tie by
+    /// address, so the outcome depends on the addresses the driver handed
+    /// out.
+    pub fn last_malloc_tied(&self) -> bool {
+        self.tie
     }
 
     /// `inactive_split.all.current` (number of blocks).
@@ -425,10 +444,46 @@ impl SimAllocator {
             kind,
         });
     }
+    /// Address space for a new segment: where `set_segment_addr` said when
+    /// that is aligned and free, else the next free range of the simulator's
+    /// own.
     fn va_alloc(&mut self, size: u64, align: u64) -> u64 {
-        let p = self.next_va.div_ceil(align) * align;
+        if let Some(p) = self.segment_addr.take() {
+            if p % align == 0 && self.range_free(p, size) {
+                self.ranges.insert(p, size);
+                return p;
+            }
+        }
+        let mut p = self.next_va.div_ceil(align) * align;
+        while !self.range_free(p, size) {
+            let (&base, &len) = self
+                .ranges
+                .range(..p.saturating_add(size))
+                .next_back()
+                .expect("an overlapping range");
+            p = (base + len).div_ceil(align) * align;
+        }
         self.next_va = p + size;
+        self.ranges.insert(p, size);
         p
+    }
+
+    /// Whether `[p, p + size)` overlaps no segment's address space.
+    fn range_free(&self, p: u64, size: u64) -> bool {
+        self.ranges
+            .range(..p.saturating_add(size))
+            .next_back()
+            .is_none_or(|(&base, &len)| base + len <= p)
+    }
+
+    /// The address the next segment this allocator creates gets (its
+    /// first block's address): the one a trace recorded from the real
+    /// `cudaMalloc`, or the real expandable segment's base, so that ties
+    /// between equal free blocks break by the same addresses as in PyTorch.
+    /// Ignored when it is misaligned or overlaps a live segment; cleared by
+    /// the next `malloc`.
+    pub fn set_segment_addr(&mut self, addr: Option<u64>) {
+        self.segment_addr = addr;
     }
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, id: BlockId) {
@@ -496,12 +551,15 @@ impl SimAllocator {
         if size == 0 {
             return Ok(0);
         }
+        self.tie = false;
         self.process_events(sink);
         let rsize = self.cfg.alloc.round_size(size);
         let pool = rules::pool_for_size(rsize);
         let alloc_size = rules::get_allocation_size(rsize);
 
-        let Some(block) = self.find_or_allocate(pool, stream, rsize, alloc_size, sink) else {
+        let found = self.find_or_allocate(pool, stream, rsize, alloc_size, sink);
+        self.segment_addr = None;
+        let Some(block) = found else {
             return Err(self.out_of_memory(stream, size, rsize, alloc_size, sink));
         };
         let split = rules::should_split(
@@ -685,6 +743,11 @@ impl SimAllocator {
             }
         }
         let bsize = self.b(it).size;
+        let (bstream, bptr) = (self.b(it).stream, self.b(it).ptr);
+        self.tie = p
+            .blocks
+            .range((bstream, bsize, 0)..(bstream, bsize + 1, 0))
+            .any(|(k, _)| k.2 != bptr);
         if !rules::oversize_block_acceptable(
             size,
             bsize,
@@ -929,7 +992,9 @@ impl SimAllocator {
         }
         let page = rules::expandable_page_size(pool);
         let space = rules::expandable_address_space(self.cfg.capacity, pool);
-        let base = self.va_alloc(space, page);
+        // cuMemAddressReserve with no alignment asked: the base is aligned to
+        // the mapping granularity (2 MiB), not to the segment's page size.
+        let base = self.va_alloc(space, rules::K_SMALL_BUFFER);
         let es_id = self.next_es;
         self.next_es += 1;
         self.expandable.insert(
@@ -1071,7 +1136,9 @@ impl SimAllocator {
         debug_assert_eq!(self.b(id).size, self.expandable[&es_id].size);
         debug_assert!(!self.b(id).mapped);
         self.erase_unmapped(id);
-        self.expandable.remove(&es_id);
+        if let Some(es) = self.expandable.remove(&es_id) {
+            self.ranges.remove(&es.base);
+        }
         self.delete_block(id);
     }
 
@@ -1095,6 +1162,7 @@ impl SimAllocator {
         self.total_allocated_memory -= size;
         self.stats.segments -= 1;
         self.stats.reserved -= size;
+        self.ranges.remove(&ptr);
         self.erase_from_blocks(id);
         self.delete_block(id);
     }

@@ -1,0 +1,309 @@
+//! Differential replay: traces recorded from real PyTorch by
+//! `tests/gpu/sim_diff.py` (one gzip'd JSON-lines file per allocator setting,
+//! format in that script's docstring) are replayed through the simulator,
+//! and after every request the six figures `memory_stats()` reported are
+//! compared with the simulator's.
+//!
+//! With `Addresses::Real`, every segment the simulator creates takes the
+//! address the real one had (the address the request got at that step), so
+//! ties between equal free blocks break as in PyTorch. With
+//! `Addresses::Own`, the simulator picks its own addresses, and the steps
+//! from the first request decided by such a tie on are counted apart.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use serde::Deserialize;
+
+use super::{AllocConf, NullSink, SimAllocator, SimConfig};
+
+/// The figures compared at every step, in the order a step records them.
+pub const FIGURES: [&str; 6] = [
+    "allocated",
+    "reserved",
+    "segments",
+    "inactive_split",
+    "alloc_retries",
+    "ooms",
+];
+
+/// Where the simulator's segments go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addresses {
+    /// Where the trace says the real ones went.
+    Real,
+    /// Where the simulator puts them.
+    Own,
+}
+
+/// The first step of a trace where the simulator and PyTorch disagree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Divergence {
+    pub trace: u64,
+    /// 1-based request number within the trace.
+    pub step: usize,
+    /// The request: op (a, f, r, e), tensor id, size, stream.
+    pub request: String,
+    /// One of `FIGURES`, or "address".
+    pub figure: &'static str,
+    pub simulated: u64,
+    pub real: u64,
+    /// Whether an earlier request was decided by a tie (`Addresses::Own`).
+    pub after_tie: bool,
+}
+
+/// One setting's result.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub setting: String,
+    pub conf: String,
+    pub fraction: Option<f64>,
+    pub traces: usize,
+    pub requests: usize,
+    /// Steps compared (not after a tie) and those matching on all six.
+    pub compared: usize,
+    pub matching: usize,
+    /// Steps from a tie-decided request on (`Addresses::Own`) and those
+    /// matching anyway.
+    pub after_tie: usize,
+    pub after_tie_matching: usize,
+    /// Successful allocations, and those at the real address.
+    pub allocs: usize,
+    pub addresses_matching: usize,
+    /// Traces whose segments (address and size of each, from
+    /// `memory_snapshot()` at the end) the simulator has too: address and
+    /// size with `Addresses::Real`, sizes alone with `Addresses::Own`.
+    pub segments_matching: usize,
+    /// Traces that did not start from an empty cache (not replayed).
+    pub dirty: usize,
+    /// The first divergence of each diverging trace.
+    pub divergences: Vec<Divergence>,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    setting: String,
+    conf: String,
+    fraction: Option<f64>,
+    capacity: u64,
+}
+
+#[derive(Deserialize)]
+struct TraceEnd {
+    /// address, total size, pool, stream
+    segments: Vec<(u64, u64, serde_json::Value, serde_json::Value)>,
+}
+
+#[derive(Deserialize)]
+struct TraceStart {
+    trace: u64,
+    reserved: u64,
+    base: (u64, u64),
+}
+
+/// op, id, size, stream, address, then the six figures.
+type Step = (
+    String,
+    u64,
+    u64,
+    u64,
+    Option<u64>,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+);
+
+/// One trace being replayed.
+struct Replay {
+    trace: u64,
+    sim: SimAllocator,
+    /// Simulated addresses of the live tensors, by id.
+    addrs: HashMap<u64, u64>,
+    base: (u64, u64),
+    step: usize,
+    tied: bool,
+    diverged: bool,
+}
+
+fn figures(sim: &SimAllocator) -> [u64; 6] {
+    let s = sim.stats();
+    [
+        s.allocated,
+        s.reserved,
+        s.segments,
+        s.inactive_split,
+        s.alloc_retries,
+        s.ooms,
+    ]
+}
+
+/// Replays one setting's file; `Err` names the line that could not be read.
+pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, String> {
+    let mut lines = input.lines().enumerate();
+    let bad = |n: usize, e: &dyn std::fmt::Display| format!("line {}: {e}", n + 1);
+    let (n, first) = lines.next().ok_or("empty file")?;
+    let header: Header =
+        serde_json::from_str(&first.map_err(|e| bad(n, &e))?).map_err(|e| bad(n, &e))?;
+    let conf = AllocConf::parse(&header.conf).map_err(|e| bad(n, &e))?;
+    let cfg = SimConfig {
+        capacity: header.capacity,
+        alloc: conf,
+        memory_fraction: header.fraction,
+        ..SimConfig::default()
+    };
+    let mut report = Report {
+        setting: header.setting,
+        conf: header.conf,
+        fraction: header.fraction,
+        ..Report::default()
+    };
+    let mut cur: Option<Replay> = None;
+    for (n, line) in lines {
+        let line = line.map_err(|e| bad(n, &e))?;
+        if line.starts_with('[') {
+            let step: Step = serde_json::from_str(&line).map_err(|e| bad(n, &e))?;
+            let Some(r) = cur.as_mut() else {
+                return Err(bad(n, &"a request before any trace"));
+            };
+            r.apply(&step, addresses, &mut report)
+                .map_err(|e| bad(n, &e))?;
+        } else if line.contains("\"trace\"") {
+            let t: TraceStart = serde_json::from_str(&line).map_err(|e| bad(n, &e))?;
+            report.traces += 1;
+            cur = if t.reserved == 0 {
+                Some(Replay {
+                    trace: t.trace,
+                    sim: SimAllocator::new(cfg.clone()),
+                    addrs: HashMap::new(),
+                    base: t.base,
+                    step: 0,
+                    tied: false,
+                    diverged: false,
+                })
+            } else {
+                report.dirty += 1;
+                None
+            };
+        } else if line.contains("\"end\"") {
+            let end: TraceEnd = serde_json::from_str(&line).map_err(|e| bad(n, &e))?;
+            if let Some(r) = cur.take() {
+                let own = addresses == Addresses::Own;
+                let key = |addr: u64, size: u64| if own { (0, size) } else { (addr, size) };
+                let mut real: Vec<_> = end.segments.iter().map(|s| key(s.0, s.1)).collect();
+                let mut sim: Vec<_> = r
+                    .sim
+                    .segments()
+                    .iter()
+                    .map(|s| key(s.addr, s.size))
+                    .collect();
+                real.sort_unstable();
+                sim.sort_unstable();
+                report.segments_matching += (real == sim) as usize;
+            }
+        } else {
+            return Err(bad(n, &"neither a request, a trace's start nor its end"));
+        }
+    }
+    Ok(report)
+}
+
+impl Replay {
+    fn apply(&mut self, s: &Step, addresses: Addresses, report: &mut Report) -> Result<(), String> {
+        let (op, id, size, stream, real_addr) = (s.0.as_str(), s.1, s.2, s.3, s.4);
+        self.step += 1;
+        report.requests += 1;
+        let sim = &mut self.sim;
+        let mut sim_addr = None;
+        match op {
+            "a" => {
+                if addresses == Addresses::Real {
+                    sim.set_segment_addr(real_addr);
+                }
+                if let Ok(a) = sim.malloc(size, stream, &mut NullSink) {
+                    self.addrs.insert(id, a);
+                    sim_addr = Some(a);
+                }
+                if addresses == Addresses::Own && sim.last_malloc_tied() {
+                    self.tied = true;
+                }
+            }
+            "f" => {
+                if let Some(a) = self.addrs.remove(&id) {
+                    sim.free(a, &mut NullSink).map_err(|e| e.to_string())?;
+                }
+            }
+            "r" => {
+                if let Some(&a) = self.addrs.get(&id) {
+                    sim.record_stream(a, stream).map_err(|e| e.to_string())?;
+                }
+            }
+            "e" => sim.empty_cache(&mut NullSink),
+            other => return Err(format!("unknown op {other:?}")),
+        }
+        let real = [
+            s.5,
+            s.6,
+            s.7,
+            s.8,
+            s.9.saturating_sub(self.base.0),
+            s.10.saturating_sub(self.base.1),
+        ];
+        let got = figures(sim);
+        let same = got == real;
+        if self.tied {
+            report.after_tie += 1;
+            report.after_tie_matching += same as usize;
+        } else {
+            report.compared += 1;
+            report.matching += same as usize;
+        }
+        if let (Some(r), Some(g)) = (real_addr, sim_addr) {
+            report.allocs += 1;
+            report.addresses_matching += (r == g) as usize;
+        }
+        if self.diverged {
+            return Ok(());
+        }
+        let differs = (0..6)
+            .find(|&i| got[i] != real[i])
+            .map(|i| (FIGURES[i], got[i], real[i]));
+        let addr_differs = match (addresses, real_addr, sim_addr) {
+            (Addresses::Real, Some(r), Some(g)) if r != g => Some(("address", g, r)),
+            (_, None, Some(g)) if op == "a" => Some(("address", g, 0)),
+            (_, Some(r), None) => Some(("address", 0, r)),
+            _ => None,
+        };
+        if let Some((figure, simulated, real)) = differs.or(addr_differs) {
+            self.diverged = true;
+            report.divergences.push(Divergence {
+                trace: self.trace,
+                step: self.step,
+                request: format!("{op} id {id} size {size} stream {stream}"),
+                figure,
+                simulated,
+                real,
+                after_tie: self.tied,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Report {
+    /// Percentage of compared steps matching on all six figures.
+    pub fn share(&self) -> f64 {
+        percent(self.matching, self.compared)
+    }
+}
+
+/// `part` of `whole` in percent (100 when `whole` is 0).
+pub fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        100.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
