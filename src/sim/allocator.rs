@@ -261,14 +261,14 @@ pub struct SimAllocator {
     stats: Stats,
     inactive_split_blocks: u64,
     next_va: u64,
+    /// Below here the next large segment goes (`va_alloc`).
+    next_va_down: u64,
     /// The address space of every segment (cudaMalloc'd, or reserved for
     /// an expandable segment): base -> size.
     ranges: BTreeMap<u64, u64>,
     /// Where the next new segment goes, when a trace recorded where the
     /// real one went (`set_segment_addr`).
     segment_addr: Option<u64>,
-    /// Whether the last `malloc` chose among free blocks of equal size.
-    tie: bool,
     snapshot_seq: u32,
     /// The context tag events are written with (an agent's thread-local
     /// context and step tag, FORMAT.md "Contexts").
@@ -296,9 +296,9 @@ impl SimAllocator {
             stats: Stats::default(),
             inactive_split_blocks: 0,
             next_va,
+            next_va_down: next_va,
             ranges: BTreeMap::new(),
             segment_addr: None,
-            tie: false,
             snapshot_seq: 0,
             ctx: CtxTag::NONE,
             tags: BTreeMap::new(),
@@ -337,14 +337,6 @@ impl SimAllocator {
         self.cfg
             .capacity
             .saturating_sub(self.total_allocated_memory)
-    }
-
-    /// Whether the last `malloc` took a free block that another free block
-    /// of the same size and stream tied with: PyTorch breaks such a tie by
-    /// address, so the outcome depends on the addresses the driver handed
-    /// out.
-    pub fn last_malloc_tied(&self) -> bool {
-        self.tie
     }
 
     /// `inactive_split.all.current` (number of blocks).
@@ -446,34 +438,49 @@ impl SimAllocator {
     }
     /// Address space for a new segment: where `set_segment_addr` said when
     /// that is aligned and free, else the next free range of the simulator's
-    /// own.
-    fn va_alloc(&mut self, size: u64, align: u64) -> u64 {
+    /// own. The driver, measured (tests/gpu/sim_diff.py's corpus), puts most
+    /// large segments below the ones before and small ones above: `down`
+    /// takes the next free range below `next_va_down`, else above `next_va`.
+    fn va_alloc(&mut self, size: u64, align: u64, down: bool) -> u64 {
         if let Some(p) = self.segment_addr.take() {
             if p % align == 0 && self.range_free(p, size) {
                 self.ranges.insert(p, size);
                 return p;
             }
         }
-        let mut p = self.next_va.div_ceil(align) * align;
-        while !self.range_free(p, size) {
-            let (&base, &len) = self
-                .ranges
-                .range(..p.saturating_add(size))
-                .next_back()
-                .expect("an overlapping range");
-            p = (base + len).div_ceil(align) * align;
-        }
-        self.next_va = p + size;
+        let p = if down {
+            let mut p = (self.next_va_down - size) / align * align;
+            while let Some(base) = self.overlap(p, size) {
+                p = (base - size) / align * align;
+            }
+            self.next_va_down = p;
+            p
+        } else {
+            let mut p = self.next_va.div_ceil(align) * align;
+            while self.overlap(p, size).is_some() {
+                let (&base, &len) = self.ranges.range(..p + size).next_back().expect("overlap");
+                p = (base + len).div_ceil(align) * align;
+            }
+            self.next_va = p + size;
+            p
+        };
         self.ranges.insert(p, size);
         p
     }
 
-    /// Whether `[p, p + size)` overlaps no segment's address space.
-    fn range_free(&self, p: u64, size: u64) -> bool {
+    /// The base of the last segment's address space overlapping
+    /// `[p, p + size)`, if any.
+    fn overlap(&self, p: u64, size: u64) -> Option<u64> {
         self.ranges
             .range(..p.saturating_add(size))
             .next_back()
-            .is_none_or(|(&base, &len)| base + len <= p)
+            .filter(|&(&base, &len)| base + len > p)
+            .map(|(&base, _)| base)
+    }
+
+    /// Whether `[p, p + size)` overlaps no segment's address space.
+    fn range_free(&self, p: u64, size: u64) -> bool {
+        self.overlap(p, size).is_none()
     }
 
     /// The address the next segment this allocator creates gets (its
@@ -551,7 +558,6 @@ impl SimAllocator {
         if size == 0 {
             return Ok(0);
         }
-        self.tie = false;
         self.process_events(sink);
         let rsize = self.cfg.alloc.round_size(size);
         let pool = rules::pool_for_size(rsize);
@@ -743,11 +749,6 @@ impl SimAllocator {
             }
         }
         let bsize = self.b(it).size;
-        let (bstream, bptr) = (self.b(it).stream, self.b(it).ptr);
-        self.tie = p
-            .blocks
-            .range((bstream, bsize, 0)..(bstream, bsize + 1, 0))
-            .any(|(k, _)| k.2 != bptr);
         if !rules::oversize_block_acceptable(
             size,
             bsize,
@@ -786,7 +787,11 @@ impl SimAllocator {
         if self.total_allocated_memory + alloc_size > self.cfg.capacity {
             return None;
         }
-        let ptr = self.va_alloc(alloc_size, rules::K_SMALL_BUFFER);
+        let ptr = self.va_alloc(
+            alloc_size,
+            rules::K_SMALL_BUFFER,
+            pool == SegmentPool::Large,
+        );
         self.total_allocated_memory += alloc_size;
         let id = self.new_block(Block::new(stream, pool, ptr, alloc_size));
         self.stats.segments += 1;
@@ -994,7 +999,7 @@ impl SimAllocator {
         let space = rules::expandable_address_space(self.cfg.capacity, pool);
         // cuMemAddressReserve with no alignment asked: the base is aligned to
         // the mapping granularity (2 MiB), not to the segment's page size.
-        let base = self.va_alloc(space, rules::K_SMALL_BUFFER);
+        let base = self.va_alloc(space, rules::K_SMALL_BUFFER, false);
         let es_id = self.next_es;
         self.next_es += 1;
         self.expandable.insert(

@@ -15,7 +15,9 @@ use std::io::BufRead;
 
 use serde::Deserialize;
 
+use super::rules::pool_for_size;
 use super::{AllocConf, NullSink, SimAllocator, SimConfig};
+use crate::event::SegmentPool;
 
 /// The figures compared at every step, in the order a step records them.
 pub const FIGURES: [&str; 6] = [
@@ -116,14 +118,134 @@ type Step = (
     u64,
 );
 
-/// One trace being replayed.
-struct Replay {
-    trace: u64,
+/// Where a run's segments go.
+enum Placement {
+    /// Where the trace says (`Addresses::Real`), or the simulator's own.
+    Given,
+    /// Small segments downwards from one address, large ones upwards: the
+    /// opposite of the simulator's own order.
+    Reverse { small: u64, large: u64 },
+    /// At pseudo-random addresses (xorshift state).
+    Shuffled(u64),
+}
+
+/// One simulator replaying a trace.
+struct Run {
     sim: SimAllocator,
     /// Simulated addresses of the live tensors, by id.
     addrs: HashMap<u64, u64>,
+    placement: Placement,
+}
+
+/// Where `Placement::Reverse` starts.
+const REVERSE_FROM: u64 = 0x7c00_0000_0000;
+/// `Placement::Shuffled`: slots from here, `SLOTS` of them.
+const SHUFFLE_FROM: u64 = 0x6000_0000_0000;
+const SLOTS: u64 = 1 << 14;
+/// How many shuffled runs beside the reversed one.
+const SHUFFLED_RUNS: u64 = 4;
+
+/// The runs beside the one compared: one with the reversed order, and
+/// `SHUFFLED_RUNS` shuffled ones, seeded by the trace's number.
+fn other_runs(cfg: &SimConfig, trace: u64) -> Vec<Run> {
+    let reverse = Placement::Reverse {
+        small: REVERSE_FROM,
+        large: REVERSE_FROM,
+    };
+    let shuffled = (1..=SHUFFLED_RUNS)
+        .map(|k| Placement::Shuffled(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k) ^ trace));
+    std::iter::once(reverse)
+        .chain(shuffled)
+        .map(|p| Run::new(cfg, p))
+        .collect()
+}
+
+impl Run {
+    fn new(cfg: &SimConfig, placement: Placement) -> Run {
+        Run {
+            sim: SimAllocator::new(cfg.clone()),
+            addrs: HashMap::new(),
+            placement,
+        }
+    }
+
+    /// Applies one request; returns the address an allocation got.
+    fn apply(
+        &mut self,
+        op: &str,
+        id: u64,
+        size: u64,
+        stream: u64,
+        real_addr: Option<u64>,
+    ) -> Result<Option<u64>, String> {
+        let sim = &mut self.sim;
+        match op {
+            "a" => {
+                let before = (sim.stats().segments, sim.stats().reserved);
+                let cfg = sim.config();
+                let es = cfg.alloc.expandable_segments;
+                let large = pool_for_size(cfg.alloc.round_size(size)) == SegmentPool::Large;
+                // Apart by more than any segment (or expandable reservation).
+                let apart = if es {
+                    2 * cfg.capacity.div_ceil(1 << 21) * (1 << 21)
+                } else {
+                    1 << 30
+                };
+                let hint = match &mut self.placement {
+                    Placement::Given => real_addr,
+                    Placement::Reverse { small, .. } if !large => Some(*small - apart),
+                    Placement::Reverse { large, .. } => Some(*large),
+                    Placement::Shuffled(x) => {
+                        *x ^= *x << 13;
+                        *x ^= *x >> 7;
+                        *x ^= *x << 17;
+                        Some(SHUFFLE_FROM + (*x % (SLOTS * (1 << 30) / apart)) * apart)
+                    }
+                };
+                sim.set_segment_addr(hint);
+                let got = sim.malloc(size, stream, &mut NullSink).ok();
+                if let Some(a) = got {
+                    self.addrs.insert(id, a);
+                }
+                let grew = (sim.stats().segments, sim.stats().reserved) > before;
+                if let Placement::Reverse { small, large: up } = &mut self.placement {
+                    match (grew, large) {
+                        (true, true) => *up += apart,
+                        (true, false) => *small -= apart,
+                        _ => {}
+                    }
+                }
+                return Ok(got);
+            }
+            "f" => {
+                if let Some(a) = self.addrs.remove(&id) {
+                    sim.free(a, &mut NullSink).map_err(|e| e.to_string())?;
+                }
+            }
+            "r" => {
+                if let Some(&a) = self.addrs.get(&id) {
+                    sim.record_stream(a, stream).map_err(|e| e.to_string())?;
+                }
+            }
+            "e" => sim.empty_cache(&mut NullSink),
+            other => return Err(format!("unknown op {other:?}")),
+        }
+        Ok(None)
+    }
+}
+
+/// One trace being replayed: the run compared with PyTorch, and with
+/// `Addresses::Own` two more whose segments go in other address orders
+/// (reversed, shuffled), so that ties between equal free blocks break other
+/// ways: a step where they disagree is decided by a tie.
+struct Replay {
+    trace: u64,
+    run: Run,
+    others: Vec<Run>,
     base: (u64, u64),
     step: usize,
+    /// Whether the address orders have disagreed since the device was
+    /// last empty.
     tied: bool,
     diverged: bool,
 }
@@ -176,8 +298,12 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
             cur = if t.reserved == 0 {
                 Some(Replay {
                     trace: t.trace,
-                    sim: SimAllocator::new(cfg.clone()),
-                    addrs: HashMap::new(),
+                    run: Run::new(&cfg, Placement::Given),
+                    others: if addresses == Addresses::Own {
+                        other_runs(&cfg, t.trace)
+                    } else {
+                        Vec::new()
+                    },
                     base: t.base,
                     step: 0,
                     tied: false,
@@ -194,6 +320,7 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
                 let key = |addr: u64, size: u64| if own { (0, size) } else { (addr, size) };
                 let mut real: Vec<_> = end.segments.iter().map(|s| key(s.0, s.1)).collect();
                 let mut sim: Vec<_> = r
+                    .run
                     .sim
                     .segments()
                     .iter()
@@ -215,33 +342,14 @@ impl Replay {
         let (op, id, size, stream, real_addr) = (s.0.as_str(), s.1, s.2, s.3, s.4);
         self.step += 1;
         report.requests += 1;
-        let sim = &mut self.sim;
-        let mut sim_addr = None;
-        match op {
-            "a" => {
-                if addresses == Addresses::Real {
-                    sim.set_segment_addr(real_addr);
-                }
-                if let Ok(a) = sim.malloc(size, stream, &mut NullSink) {
-                    self.addrs.insert(id, a);
-                    sim_addr = Some(a);
-                }
-                if addresses == Addresses::Own && sim.last_malloc_tied() {
-                    self.tied = true;
-                }
-            }
-            "f" => {
-                if let Some(a) = self.addrs.remove(&id) {
-                    sim.free(a, &mut NullSink).map_err(|e| e.to_string())?;
-                }
-            }
-            "r" => {
-                if let Some(&a) = self.addrs.get(&id) {
-                    sim.record_stream(a, stream).map_err(|e| e.to_string())?;
-                }
-            }
-            "e" => sim.empty_cache(&mut NullSink),
-            other => return Err(format!("unknown op {other:?}")),
+        let hint = if addresses == Addresses::Real {
+            real_addr
+        } else {
+            None
+        };
+        let sim_addr = self.run.apply(op, id, size, stream, hint)?;
+        for other in &mut self.others {
+            other.apply(op, id, size, stream, None)?;
         }
         let real = [
             s.5,
@@ -251,9 +359,18 @@ impl Replay {
             s.9.saturating_sub(self.base.0),
             s.10.saturating_sub(self.base.1),
         ];
-        let got = figures(sim);
+        let got = figures(&self.run.sim);
         let same = got == real;
-        if self.tied {
+        // Decided by a tie: the two address orders disagree.
+        // Decided by a tie: from a step where the address orders disagree on
+        // a figure until all runs are back to an empty device.
+        if self.others.iter().any(|o| figures(&o.sim) != got) {
+            self.tied = true;
+        } else if got[2] == 0 && self.others.iter().all(|o| o.sim.stats().segments == 0) {
+            self.tied = false;
+        }
+        let tied = self.tied;
+        if tied {
             report.after_tie += 1;
             report.after_tie_matching += same as usize;
         } else {
@@ -285,7 +402,7 @@ impl Replay {
                 figure,
                 simulated,
                 real,
-                after_tie: self.tied,
+                after_tie: tied,
             });
         }
         Ok(())
