@@ -32,13 +32,14 @@ fn run(path: &Path, addresses: Addresses) -> Report {
 
 fn print(r: &Report) {
     println!(
-        "{:<20} {:>6} {:>8} {:>8.2}% {:>8} ({:.2}% match) addresses {:.2}% segments {}/{}  [{}{}]",
+        "{:<20} {:>6} {:>8} {:>8.2}% {:>8} ({:.2}% match) all {:.2}% addresses {:.2}% segments {}/{}  [{}{}]",
         r.setting,
         r.traces,
         r.requests,
         r.share(),
         r.after_tie,
         percent(r.after_tie_matching, r.after_tie),
+        percent(r.matching + r.after_tie_matching, r.requests),
         percent(r.addresses_matching, r.allocs),
         r.segments_matching,
         r.traces - r.dirty,

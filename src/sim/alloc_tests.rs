@@ -748,22 +748,3 @@ fn an_expandable_segment_starts_where_the_real_reservation_did() {
     assert_eq!(a.stats().reserved, 0);
     assert!(a.segments().is_empty());
 }
-
-#[test]
-fn own_addresses_put_large_segments_below_and_small_ones_above() {
-    // As the driver does for most segments (measured in tests/gpu/sim_diff.py's
-    // corpus): each new large segment below the last, small ones above.
-    let (mut a, mut ev) = sim("", 1 << 30);
-    let l1 = a.malloc(30 * MIB, 0, &mut ev).unwrap();
-    let l2 = a.malloc(30 * MIB, 0, &mut ev).unwrap();
-    // Two 1 MiB blocks fill one 2 MiB small segment; the third needs another.
-    let s1 = a.malloc(MIB, 0, &mut ev).unwrap();
-    a.malloc(MIB, 0, &mut ev).unwrap();
-    let s2 = a.malloc(MIB, 0, &mut ev).unwrap();
-    assert!(l2 + 30 * MIB <= l1, "{l1:#x} {l2:#x}");
-    assert!(s2 >= s1 + 2 * MIB && s1 >= l1 + 30 * MIB, "{s1:#x} {s2:#x}");
-    // With equal free blocks, best fit takes the lower: the later segment.
-    a.free(l1, &mut ev).unwrap();
-    a.free(l2, &mut ev).unwrap();
-    assert_eq!(a.malloc(30 * MIB, 0, &mut ev).unwrap(), l2);
-}

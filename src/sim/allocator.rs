@@ -261,8 +261,6 @@ pub struct SimAllocator {
     stats: Stats,
     inactive_split_blocks: u64,
     next_va: u64,
-    /// Below here the next large segment goes (`va_alloc`).
-    next_va_down: u64,
     /// The address space of every segment (cudaMalloc'd, or reserved for
     /// an expandable segment): base -> size.
     ranges: BTreeMap<u64, u64>,
@@ -296,7 +294,6 @@ impl SimAllocator {
             stats: Stats::default(),
             inactive_split_blocks: 0,
             next_va,
-            next_va_down: next_va,
             ranges: BTreeMap::new(),
             segment_addr: None,
             snapshot_seq: 0,
@@ -438,32 +435,19 @@ impl SimAllocator {
     }
     /// Address space for a new segment: where `set_segment_addr` said when
     /// that is aligned and free, else the next free range of the simulator's
-    /// own. The driver, measured (tests/gpu/sim_diff.py's corpus), puts most
-    /// large segments below the ones before and small ones above: `down`
-    /// takes the next free range below `next_va_down`, else above `next_va`.
-    fn va_alloc(&mut self, size: u64, align: u64, down: bool) -> u64 {
+    /// own, above the last.
+    fn va_alloc(&mut self, size: u64, align: u64) -> u64 {
         if let Some(p) = self.segment_addr.take() {
             if p % align == 0 && self.range_free(p, size) {
                 self.ranges.insert(p, size);
                 return p;
             }
         }
-        let p = if down {
-            let mut p = (self.next_va_down - size) / align * align;
-            while let Some(base) = self.overlap(p, size) {
-                p = (base - size) / align * align;
-            }
-            self.next_va_down = p;
-            p
-        } else {
-            let mut p = self.next_va.div_ceil(align) * align;
-            while self.overlap(p, size).is_some() {
-                let (&base, &len) = self.ranges.range(..p + size).next_back().expect("overlap");
-                p = (base + len).div_ceil(align) * align;
-            }
-            self.next_va = p + size;
-            p
-        };
+        let mut p = self.next_va.div_ceil(align) * align;
+        while let Some(base) = self.overlap(p, size) {
+            p = (base + self.ranges[&base]).div_ceil(align) * align;
+        }
+        self.next_va = p + size;
         self.ranges.insert(p, size);
         p
     }
@@ -787,11 +771,7 @@ impl SimAllocator {
         if self.total_allocated_memory + alloc_size > self.cfg.capacity {
             return None;
         }
-        let ptr = self.va_alloc(
-            alloc_size,
-            rules::K_SMALL_BUFFER,
-            pool == SegmentPool::Large,
-        );
+        let ptr = self.va_alloc(alloc_size, rules::K_SMALL_BUFFER);
         self.total_allocated_memory += alloc_size;
         let id = self.new_block(Block::new(stream, pool, ptr, alloc_size));
         self.stats.segments += 1;
@@ -999,7 +979,7 @@ impl SimAllocator {
         let space = rules::expandable_address_space(self.cfg.capacity, pool);
         // cuMemAddressReserve with no alignment asked: the base is aligned to
         // the mapping granularity (2 MiB), not to the segment's page size.
-        let base = self.va_alloc(space, rules::K_SMALL_BUFFER, false);
+        let base = self.va_alloc(space, rules::K_SMALL_BUFFER);
         let es_id = self.next_es;
         self.next_es += 1;
         self.expandable.insert(

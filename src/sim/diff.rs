@@ -7,8 +7,11 @@
 //! With `Addresses::Real`, every segment the simulator creates takes the
 //! address the real one had (the address the request got at that step), so
 //! ties between equal free blocks break as in PyTorch. With
-//! `Addresses::Own`, the simulator picks its own addresses, and the steps
-//! from the first request decided by such a tie on are counted apart.
+//! `Addresses::Own`, segments go in the order the driver hands out most of
+//! them (large ones downwards, small ones upwards), and five more runs
+//! replay the trace beside it with other orders (reversed, shuffled): from a
+//! step where any of them disagrees on a figure until the device is empty
+//! again, steps are decided by a tie and counted apart.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -34,7 +37,7 @@ pub const FIGURES: [&str; 6] = [
 pub enum Addresses {
     /// Where the trace says the real ones went.
     Real,
-    /// Where the simulator puts them.
+    /// In the order the driver hands out most segments.
     Own,
 }
 
@@ -120,14 +123,27 @@ type Step = (
 
 /// Where a run's segments go.
 enum Placement {
-    /// Where the trace says (`Addresses::Real`), or the simulator's own.
+    /// Where the trace says (`Addresses::Real`).
     Given,
-    /// Small segments downwards from one address, large ones upwards: the
-    /// opposite of the simulator's own order.
-    Reverse { small: u64, large: u64 },
+    /// Each pool's segments one after the other, upwards or downwards from
+    /// `at` (small pool first, then large).
+    Ordered { up: [bool; 2], at: [u64; 2] },
     /// At pseudo-random addresses (xorshift state).
     Shuffled(u64),
 }
+
+/// The order the driver hands out most segments in, measured on the corpus
+/// (tests/gpu/RESULTS.md): each new large segment below the last, small
+/// ones above.
+const DRIVER: Placement = Placement::Ordered {
+    up: [true, false],
+    at: [ORDERED_FROM, ORDERED_FROM],
+};
+/// The opposite order.
+const REVERSE: Placement = Placement::Ordered {
+    up: [false, true],
+    at: [ORDERED_FROM, ORDERED_FROM],
+};
 
 /// One simulator replaying a trace.
 struct Run {
@@ -137,8 +153,8 @@ struct Run {
     placement: Placement,
 }
 
-/// Where `Placement::Reverse` starts.
-const REVERSE_FROM: u64 = 0x7c00_0000_0000;
+/// Where `Placement::Ordered` starts.
+const ORDERED_FROM: u64 = 0x7c00_0000_0000;
 /// `Placement::Shuffled`: slots from here, `SLOTS` of them.
 const SHUFFLE_FROM: u64 = 0x6000_0000_0000;
 const SLOTS: u64 = 1 << 14;
@@ -148,13 +164,9 @@ const SHUFFLED_RUNS: u64 = 4;
 /// The runs beside the one compared: one with the reversed order, and
 /// `SHUFFLED_RUNS` shuffled ones, seeded by the trace's number.
 fn other_runs(cfg: &SimConfig, trace: u64) -> Vec<Run> {
-    let reverse = Placement::Reverse {
-        small: REVERSE_FROM,
-        large: REVERSE_FROM,
-    };
     let shuffled = (1..=SHUFFLED_RUNS)
         .map(|k| Placement::Shuffled(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k) ^ trace));
-    std::iter::once(reverse)
+    std::iter::once(REVERSE)
         .chain(shuffled)
         .map(|p| Run::new(cfg, p))
         .collect()
@@ -184,7 +196,10 @@ impl Run {
                 let before = (sim.stats().segments, sim.stats().reserved);
                 let cfg = sim.config();
                 let es = cfg.alloc.expandable_segments;
-                let large = pool_for_size(cfg.alloc.round_size(size)) == SegmentPool::Large;
+                let pool = match pool_for_size(cfg.alloc.round_size(size)) {
+                    SegmentPool::Small => 0,
+                    SegmentPool::Large => 1,
+                };
                 // Apart by more than any segment (or expandable reservation).
                 let apart = if es {
                     2 * cfg.capacity.div_ceil(1 << 21) * (1 << 21)
@@ -193,8 +208,8 @@ impl Run {
                 };
                 let hint = match &mut self.placement {
                     Placement::Given => real_addr,
-                    Placement::Reverse { small, .. } if !large => Some(*small - apart),
-                    Placement::Reverse { large, .. } => Some(*large),
+                    Placement::Ordered { up, at } if up[pool] => Some(at[pool]),
+                    Placement::Ordered { at, .. } => Some(at[pool] - apart),
                     Placement::Shuffled(x) => {
                         *x ^= *x << 13;
                         *x ^= *x >> 7;
@@ -208,11 +223,11 @@ impl Run {
                     self.addrs.insert(id, a);
                 }
                 let grew = (sim.stats().segments, sim.stats().reserved) > before;
-                if let Placement::Reverse { small, large: up } = &mut self.placement {
-                    match (grew, large) {
-                        (true, true) => *up += apart,
-                        (true, false) => *small -= apart,
-                        _ => {}
+                if let (true, Placement::Ordered { up, at }) = (grew, &mut self.placement) {
+                    if up[pool] {
+                        at[pool] += apart;
+                    } else {
+                        at[pool] -= apart;
                     }
                 }
                 return Ok(got);
@@ -298,7 +313,13 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
             cur = if t.reserved == 0 {
                 Some(Replay {
                     trace: t.trace,
-                    run: Run::new(&cfg, Placement::Given),
+                    run: Run::new(
+                        &cfg,
+                        match addresses {
+                            Addresses::Real => Placement::Given,
+                            Addresses::Own => DRIVER,
+                        },
+                    ),
                     others: if addresses == Addresses::Own {
                         other_runs(&cfg, t.trace)
                     } else {
