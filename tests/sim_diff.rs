@@ -32,11 +32,12 @@ fn run(path: &Path, addresses: Addresses) -> Report {
 
 fn print(r: &Report) {
     println!(
-        "{:<20} {:>6} {:>8} {:>8.2}% {:>8} ({:.2}% match) all {:.2}% addresses {:.2}% segments {}/{}  [{}{}]",
+        "{:<20} {:>6} {:>8} {:>8.2}% ({} differ) {:>8} ({:.2}% match) all {:.2}% addresses {:.2}% segments {}/{}  [{}{}]",
         r.setting,
         r.traces,
         r.requests,
         r.share(),
+        r.compared - r.matching,
         r.after_tie,
         percent(r.after_tie_matching, r.after_tie),
         percent(r.matching + r.after_tie_matching, r.requests),
