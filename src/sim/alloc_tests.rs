@@ -748,3 +748,20 @@ fn an_expandable_segment_starts_where_the_real_reservation_did() {
     assert_eq!(a.stats().reserved, 0);
     assert!(a.segments().is_empty());
 }
+
+#[test]
+fn absurd_capacities_and_sizes_are_an_oom_not_a_panic() {
+    // Up to a 1 PiB device (the most sim::diff accepts): the address space
+    // of an expandable segment is 1 1/8 of the device without overflowing.
+    for conf in ["", "expandable_segments:True"] {
+        for capacity in [1 << 30, 1 << 50] {
+            let (mut a, mut ev) = sim(conf, capacity);
+            assert!(a.malloc(u64::MAX, 0, &mut ev).is_err(), "{conf} {capacity}");
+            assert!(a.malloc(capacity + 1, 0, &mut ev).is_err(), "{conf} {capacity}");
+            let x = a.malloc(3 * MIB, 0, &mut ev).unwrap();
+            a.free(x, &mut ev).unwrap();
+            a.empty_cache(&mut ev);
+            assert_eq!(a.stats().reserved, 0);
+        }
+    }
+}

@@ -443,11 +443,12 @@ impl SimAllocator {
                 return p;
             }
         }
-        let mut p = self.next_va.div_ceil(align) * align;
+        let up = |a: u64| a.div_ceil(align).saturating_mul(align);
+        let mut p = up(self.next_va);
         while let Some(base) = self.overlap(p, size) {
-            p = (base + self.ranges[&base]).div_ceil(align) * align;
+            p = up(base.saturating_add(self.ranges[&base]));
         }
-        self.next_va = p + size;
+        self.next_va = p.saturating_add(size);
         self.ranges.insert(p, size);
         p
     }
@@ -458,7 +459,7 @@ impl SimAllocator {
         self.ranges
             .range(..p.saturating_add(size))
             .next_back()
-            .filter(|&(&base, &len)| base + len > p)
+            .filter(|&(&base, &len)| base.saturating_add(len) > p)
             .map(|(&base, _)| base)
     }
 
@@ -760,7 +761,7 @@ impl SimAllocator {
             self.stats.alloc_retries += 1;
         }
         if let Some(max) = self.allowed_memory_maximum() {
-            if self.total_allocated_memory + alloc_size > max {
+            if self.total_allocated_memory.saturating_add(alloc_size) > max {
                 return None;
             }
         }
@@ -768,7 +769,7 @@ impl SimAllocator {
             return self.try_allocate_expandable_block(pool, stream, size, sink);
         }
         // cudaMalloc
-        if self.total_allocated_memory + alloc_size > self.cfg.capacity {
+        if self.total_allocated_memory.saturating_add(alloc_size) > self.cfg.capacity {
             return None;
         }
         let ptr = self.va_alloc(alloc_size, rules::K_SMALL_BUFFER);
@@ -1011,7 +1012,9 @@ impl SimAllocator {
         let end = (ptr + size - es.base).div_ceil(es.page);
         debug_assert_eq!(es.base + begin * es.page, ptr);
         let mapped_size = (end - begin) * es.page;
-        if mapped_size == 0 || self.total_allocated_memory + mapped_size > self.cfg.capacity {
+        if mapped_size == 0
+            || self.total_allocated_memory.saturating_add(mapped_size) > self.cfg.capacity
+        {
             return false; // cuMemCreate failed: pages created so far are released
         }
         self.erase_unmapped(to_map);

@@ -153,6 +153,10 @@ struct Run {
     placement: Placement,
 }
 
+/// The largest device capacity a header may give (the simulated address
+/// space must hold several devices' worth).
+const MAX_CAPACITY: u64 = 1 << 50;
+
 /// Where `Placement::Ordered` starts.
 const ORDERED_FROM: u64 = 0x7c00_0000_0000;
 /// `Placement::Shuffled`: slots from here, `SLOTS` of them.
@@ -201,20 +205,21 @@ impl Run {
                     SegmentPool::Large => 1,
                 };
                 // Apart by more than any segment (or expandable reservation).
-                let apart = if es {
-                    2 * cfg.capacity.div_ceil(1 << 21) * (1 << 21)
+                let apart: u64 = if es {
+                    cfg.capacity.saturating_mul(2).max(1 << 30)
                 } else {
                     1 << 30
                 };
                 let hint = match &mut self.placement {
                     Placement::Given => real_addr,
                     Placement::Ordered { up, at } if up[pool] => Some(at[pool]),
-                    Placement::Ordered { at, .. } => Some(at[pool] - apart),
+                    Placement::Ordered { at, .. } => Some(at[pool].saturating_sub(apart)),
                     Placement::Shuffled(x) => {
                         *x ^= *x << 13;
                         *x ^= *x >> 7;
                         *x ^= *x << 17;
-                        Some(SHUFFLE_FROM + (*x % (SLOTS * (1 << 30) / apart)) * apart)
+                        let slots = (SLOTS << 30) / apart;
+                        Some(SHUFFLE_FROM + *x % slots.max(1) * apart)
                     }
                 };
                 sim.set_segment_addr(hint);
@@ -224,11 +229,11 @@ impl Run {
                 }
                 let grew = (sim.stats().segments, sim.stats().reserved) > before;
                 if let (true, Placement::Ordered { up, at }) = (grew, &mut self.placement) {
-                    if up[pool] {
-                        at[pool] += apart;
+                    at[pool] = if up[pool] {
+                        at[pool].saturating_add(apart)
                     } else {
-                        at[pool] -= apart;
-                    }
+                        at[pool].saturating_sub(apart)
+                    };
                 }
                 return Ok(got);
             }
@@ -250,9 +255,8 @@ impl Run {
 }
 
 /// One trace being replayed: the run compared with PyTorch, and with
-/// `Addresses::Own` two more whose segments go in other address orders
-/// (reversed, shuffled), so that ties between equal free blocks break other
-/// ways: a step where they disagree is decided by a tie.
+/// `Addresses::Own` five more whose segments go in other address orders
+/// (`other_runs`), so that ties between equal free blocks break other ways.
 struct Replay {
     trace: u64,
     run: Run,
@@ -285,6 +289,12 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
     let header: Header =
         serde_json::from_str(&first.map_err(|e| bad(n, &e))?).map_err(|e| bad(n, &e))?;
     let conf = AllocConf::parse(&header.conf).map_err(|e| bad(n, &e))?;
+    if header.capacity > MAX_CAPACITY {
+        return Err(bad(
+            n,
+            &format!("capacity {} is more than 1 PiB", header.capacity),
+        ));
+    }
     let cfg = SimConfig {
         capacity: header.capacity,
         alloc: conf,
@@ -443,5 +453,94 @@ pub fn percent(part: usize, whole: usize) -> f64 {
         100.0
     } else {
         100.0 * part as f64 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"setting":"t","conf":"","fraction":null,"capacity":1073741824}"#;
+
+    fn run(body: &str, addresses: Addresses) -> Result<Report, String> {
+        replay(format!("{HEADER}\n{body}").as_bytes(), addresses)
+    }
+
+    #[test]
+    fn a_matching_trace_and_a_divergence_in_exact_bytes() {
+        // 1000 B -> a 512 B-rounded block of 1024 in a new 2 MiB segment.
+        let ok = r#"{"trace":0,"seed":1,"reserved":0,"base":[0,0]}
+["a",1,1000,0,140187732541440,1024,2097152,1,2096128,0,0]
+["f",1,0,0,null,0,2097152,1,0,0,0]
+["e",0,0,0,null,0,0,0,0,0,0]
+{"end":0,"segments":[]}"#;
+        let r = run(ok, Addresses::Real).unwrap();
+        assert_eq!((r.traces, r.requests, r.compared, r.matching), (1, 3, 3, 3));
+        assert_eq!(
+            (r.allocs, r.addresses_matching, r.segments_matching),
+            (1, 1, 1)
+        );
+        assert!(r.divergences.is_empty());
+        // PyTorch said 1536 allocated: the first divergence, in bytes.
+        let off = ok.replace(
+            "1000,0,140187732541440,1024,",
+            "1000,0,140187732541440,1536,",
+        );
+        let r = run(&off, Addresses::Real).unwrap();
+        assert_eq!(r.matching, 2);
+        let d = &r.divergences[0];
+        assert_eq!(
+            (d.step, d.figure, d.simulated, d.real),
+            (1, "allocated", 1024, 1536)
+        );
+        // The simulator's own addresses: the figures still match.
+        let r = run(ok, Addresses::Own).unwrap();
+        assert_eq!((r.matching, r.after_tie, r.addresses_matching), (3, 0, 0));
+    }
+
+    #[test]
+    fn bad_lines_are_one_error_naming_the_line() {
+        let start = r#"{"trace":0,"seed":1,"reserved":0,"base":[0,0]}"#;
+        for (body, want) in [
+            (
+                format!("{start}\n[\"x\",1,1,0,null,0,0,0,0,0,0]"),
+                "line 3: unknown op",
+            ),
+            (format!("{start}\n[\"a\",1]"), "line 3: "),
+            (
+                "[\"a\",1,1,0,null,0,0,0,0,0,0]".to_string(),
+                "line 2: a request before any trace",
+            ),
+            ("hello".to_string(), "line 2: neither"),
+        ] {
+            let e = run(&body, Addresses::Own).unwrap_err();
+            assert!(e.starts_with(want), "{e}");
+        }
+        assert!(replay("".as_bytes(), Addresses::Real).is_err());
+        let bad_conf = HEADER.replace(r#""conf":"""#, r#""conf":"nonsense:1""#);
+        assert!(replay(bad_conf.as_bytes(), Addresses::Real).is_err());
+    }
+
+    #[test]
+    fn extreme_values_do_not_panic() {
+        let huge = HEADER.replace("1073741824", &(1u64 << 50).to_string());
+        let too_big = HEADER.replace("1073741824", &u64::MAX.to_string());
+        let e = replay(too_big.as_bytes(), Addresses::Real).unwrap_err();
+        assert!(e.starts_with("line 1: capacity"), "{e}");
+        let body = r#"{"trace":0,"seed":1,"reserved":0,"base":[9,9]}
+["a",1,18446744073709551615,0,18446744073709551615,0,0,0,0,0,0]
+["a",2,1,2,0,0,0,0,0,0,0]
+["r",2,0,1,null,0,0,0,0,0,0]
+["f",2,0,0,null,0,0,0,0,0,0]
+["f",7,0,0,null,0,0,0,0,0,0]"#;
+        for header in [
+            HEADER.to_string(),
+            huge.replace("\"conf\":\"\"", "\"conf\":\"expandable_segments:True\""),
+        ] {
+            for addresses in [Addresses::Real, Addresses::Own] {
+                let r = replay(format!("{header}\n{body}").as_bytes(), addresses).unwrap();
+                assert_eq!(r.requests, 5);
+            }
+        }
     }
 }
