@@ -683,3 +683,85 @@ proptest! {
         prop_assert!(a.segments().is_empty());
     }
 }
+
+#[test]
+fn segment_addresses_from_a_trace_break_ties_as_pytorch_does() {
+    let (mut a, mut ev) = sim("", 1 << 30);
+    // Two 20 MiB segments; the real driver put the second one lower.
+    a.set_segment_addr(Some(0x7f80_c000_0000));
+    let x = a.malloc(12 * MIB, 0, &mut ev).unwrap();
+    a.set_segment_addr(Some(0x7f80_b000_0000));
+    let y = a.malloc(12 * MIB, 0, &mut ev).unwrap();
+    assert_eq!((x, y), (0x7f80_c000_0000, 0x7f80_b000_0000));
+    a.free(x, &mut ev).unwrap();
+    a.free(y, &mut ev).unwrap();
+    // Equal free blocks: the lower address wins, as in PyTorch's
+    // BlockComparatorSize.
+    assert_eq!(a.malloc(12 * MIB, 0, &mut ev).unwrap(), 0x7f80_b000_0000);
+    assert_eq!(a.malloc(12 * MIB, 0, &mut ev).unwrap(), 0x7f80_c000_0000);
+}
+
+#[test]
+fn a_segment_address_is_used_once_and_only_where_it_fits() {
+    let (mut a, mut ev) = sim("", 1 << 30);
+    a.set_segment_addr(Some(0x7f80_0000_0000));
+    let x = a.malloc(MIB, 0, &mut ev).unwrap();
+    assert_eq!(x, 0x7f80_0000_0000);
+    // Overlapping a live segment, misaligned: the simulator's own address.
+    a.set_segment_addr(Some(0x7f80_0010_0000));
+    let y = a.malloc(MIB, 1, &mut ev).unwrap();
+    a.set_segment_addr(Some(0x7f90_0000_0100));
+    let z = a.malloc(MIB, 2, &mut ev).unwrap();
+    for p in [y, z] {
+        assert!(p >> 40 == 0x7f && p != 0x7f80_0010_0000 && p != 0x7f90_0000_0100);
+    }
+    // A malloc served from the cache leaves the hint unused, and clears it.
+    a.set_segment_addr(Some(0x7fa0_0000_0000));
+    let w = a.malloc(512, 0, &mut ev).unwrap();
+    assert_eq!(w, x + 1024 * 1024);
+    let v = a.malloc(5 * MIB, 0, &mut ev).unwrap();
+    assert_ne!(v, 0x7fa0_0000_0000);
+    let segs = a.segments();
+    for s in &segs {
+        check_segment(s);
+    }
+    let mut ranges: Vec<(u64, u64)> = segs.iter().map(|s| (s.addr, s.addr + s.size)).collect();
+    ranges.sort_unstable();
+    assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "{ranges:x?}");
+}
+
+#[test]
+fn an_expandable_segment_starts_where_the_real_reservation_did() {
+    // cuMemAddressReserve aligns to the 2 MiB granularity, not to the
+    // 20 MiB page: an address 2 MiB-aligned is taken as it is.
+    let (mut a, mut ev) = sim("expandable_segments:True", 1 << 30);
+    let base = 0x19_4000_0000 + 2 * MIB;
+    a.set_segment_addr(Some(base));
+    let x = a.malloc(30 * MIB, 0, &mut ev).unwrap();
+    assert_eq!(x, base);
+    let y = a.malloc(5 * MIB, 0, &mut ev).unwrap();
+    assert_eq!(y, base + 30 * MIB);
+    assert_eq!(a.stats().reserved, 40 * MIB);
+    a.free(x, &mut ev).unwrap();
+    a.free(y, &mut ev).unwrap();
+    a.empty_cache(&mut ev);
+    assert_eq!(a.stats().reserved, 0);
+    assert!(a.segments().is_empty());
+}
+
+#[test]
+fn absurd_capacities_and_sizes_are_an_oom_not_a_panic() {
+    // Up to a 1 PiB device (the most sim::diff accepts): the address space
+    // of an expandable segment is 1 1/8 of the device without overflowing.
+    for conf in ["", "expandable_segments:True"] {
+        for capacity in [1 << 30, 1 << 50] {
+            let (mut a, mut ev) = sim(conf, capacity);
+            assert!(a.malloc(u64::MAX, 0, &mut ev).is_err(), "{conf} {capacity}");
+            assert!(a.malloc(capacity + 1, 0, &mut ev).is_err(), "{conf} {capacity}");
+            let x = a.malloc(3 * MIB, 0, &mut ev).unwrap();
+            a.free(x, &mut ev).unwrap();
+            a.empty_cache(&mut ev);
+            assert_eq!(a.stats().reserved, 0);
+        }
+    }
+}

@@ -261,6 +261,12 @@ pub struct SimAllocator {
     stats: Stats,
     inactive_split_blocks: u64,
     next_va: u64,
+    /// The address space of every segment (cudaMalloc'd, or reserved for
+    /// an expandable segment): base -> size.
+    ranges: BTreeMap<u64, u64>,
+    /// Where the next new segment goes, when a trace recorded where the
+    /// real one went (`set_segment_addr`).
+    segment_addr: Option<u64>,
     snapshot_seq: u32,
     /// The context tag events are written with (an agent's thread-local
     /// context and step tag, FORMAT.md "Contexts").
@@ -288,6 +294,8 @@ impl SimAllocator {
             stats: Stats::default(),
             inactive_split_blocks: 0,
             next_va,
+            ranges: BTreeMap::new(),
+            segment_addr: None,
             snapshot_seq: 0,
             ctx: CtxTag::NONE,
             tags: BTreeMap::new(),
@@ -425,10 +433,49 @@ impl SimAllocator {
             kind,
         });
     }
+    /// Address space for a new segment: where `set_segment_addr` said when
+    /// that is aligned and free, else the next free range of the simulator's
+    /// own, above the last.
     fn va_alloc(&mut self, size: u64, align: u64) -> u64 {
-        let p = self.next_va.div_ceil(align) * align;
-        self.next_va = p + size;
+        if let Some(p) = self.segment_addr.take() {
+            if p % align == 0 && self.range_free(p, size) {
+                self.ranges.insert(p, size);
+                return p;
+            }
+        }
+        let up = |a: u64| a.div_ceil(align).saturating_mul(align);
+        let mut p = up(self.next_va);
+        while let Some(base) = self.overlap(p, size) {
+            p = up(base.saturating_add(self.ranges[&base]));
+        }
+        self.next_va = p.saturating_add(size);
+        self.ranges.insert(p, size);
         p
+    }
+
+    /// The base of the last segment's address space overlapping
+    /// `[p, p + size)`, if any.
+    fn overlap(&self, p: u64, size: u64) -> Option<u64> {
+        self.ranges
+            .range(..p.saturating_add(size))
+            .next_back()
+            .filter(|&(&base, &len)| base.saturating_add(len) > p)
+            .map(|(&base, _)| base)
+    }
+
+    /// Whether `[p, p + size)` overlaps no segment's address space.
+    fn range_free(&self, p: u64, size: u64) -> bool {
+        self.overlap(p, size).is_none()
+    }
+
+    /// The address the next segment this allocator creates gets (its
+    /// first block's address): the one a trace recorded from the real
+    /// `cudaMalloc`, or the real expandable segment's base, so that ties
+    /// between equal free blocks break by the same addresses as in PyTorch.
+    /// Ignored when it is misaligned or overlaps a live segment; cleared by
+    /// the next `malloc`.
+    pub fn set_segment_addr(&mut self, addr: Option<u64>) {
+        self.segment_addr = addr;
     }
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, id: BlockId) {
@@ -501,7 +548,9 @@ impl SimAllocator {
         let pool = rules::pool_for_size(rsize);
         let alloc_size = rules::get_allocation_size(rsize);
 
-        let Some(block) = self.find_or_allocate(pool, stream, rsize, alloc_size, sink) else {
+        let found = self.find_or_allocate(pool, stream, rsize, alloc_size, sink);
+        self.segment_addr = None;
+        let Some(block) = found else {
             return Err(self.out_of_memory(stream, size, rsize, alloc_size, sink));
         };
         let split = rules::should_split(
@@ -712,7 +761,7 @@ impl SimAllocator {
             self.stats.alloc_retries += 1;
         }
         if let Some(max) = self.allowed_memory_maximum() {
-            if self.total_allocated_memory + alloc_size > max {
+            if self.total_allocated_memory.saturating_add(alloc_size) > max {
                 return None;
             }
         }
@@ -720,7 +769,7 @@ impl SimAllocator {
             return self.try_allocate_expandable_block(pool, stream, size, sink);
         }
         // cudaMalloc
-        if self.total_allocated_memory + alloc_size > self.cfg.capacity {
+        if self.total_allocated_memory.saturating_add(alloc_size) > self.cfg.capacity {
             return None;
         }
         let ptr = self.va_alloc(alloc_size, rules::K_SMALL_BUFFER);
@@ -929,7 +978,9 @@ impl SimAllocator {
         }
         let page = rules::expandable_page_size(pool);
         let space = rules::expandable_address_space(self.cfg.capacity, pool);
-        let base = self.va_alloc(space, page);
+        // cuMemAddressReserve with no alignment asked: the base is aligned to
+        // the mapping granularity (2 MiB), not to the segment's page size.
+        let base = self.va_alloc(space, rules::K_SMALL_BUFFER);
         let es_id = self.next_es;
         self.next_es += 1;
         self.expandable.insert(
@@ -961,7 +1012,9 @@ impl SimAllocator {
         let end = (ptr + size - es.base).div_ceil(es.page);
         debug_assert_eq!(es.base + begin * es.page, ptr);
         let mapped_size = (end - begin) * es.page;
-        if mapped_size == 0 || self.total_allocated_memory + mapped_size > self.cfg.capacity {
+        if mapped_size == 0
+            || self.total_allocated_memory.saturating_add(mapped_size) > self.cfg.capacity
+        {
             return false; // cuMemCreate failed: pages created so far are released
         }
         self.erase_unmapped(to_map);
@@ -1071,7 +1124,9 @@ impl SimAllocator {
         debug_assert_eq!(self.b(id).size, self.expandable[&es_id].size);
         debug_assert!(!self.b(id).mapped);
         self.erase_unmapped(id);
-        self.expandable.remove(&es_id);
+        if let Some(es) = self.expandable.remove(&es_id) {
+            self.ranges.remove(&es.base);
+        }
         self.delete_block(id);
     }
 
@@ -1095,6 +1150,7 @@ impl SimAllocator {
         self.total_allocated_memory -= size;
         self.stats.segments -= 1;
         self.stats.reserved -= size;
+        self.ranges.remove(&ptr);
         self.erase_from_blocks(id);
         self.delete_block(id);
     }

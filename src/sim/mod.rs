@@ -50,6 +50,7 @@
 //! addresses come from a deterministic bump allocator and are never reused.
 pub mod allocator;
 pub mod conf;
+pub mod diff;
 pub mod from_events;
 pub mod gpu;
 pub mod rules;

@@ -185,8 +185,8 @@ pub fn expandable_page_size(pool: SegmentPool) -> u64 {
 /// `ExpandableSegment` constructor).
 pub fn expandable_address_space(total_memory: u64, pool: SegmentPool) -> u64 {
     let page = expandable_page_size(pool);
-    let want = total_memory + total_memory / 8;
-    want.div_ceil(page) * page
+    let want = total_memory.saturating_add(total_memory / 8);
+    want.div_ceil(page).saturating_mul(page)
 }
 
 #[cfg(test)]
