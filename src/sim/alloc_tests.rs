@@ -757,7 +757,10 @@ fn absurd_capacities_and_sizes_are_an_oom_not_a_panic() {
         for capacity in [1 << 30, 1 << 50] {
             let (mut a, mut ev) = sim(conf, capacity);
             assert!(a.malloc(u64::MAX, 0, &mut ev).is_err(), "{conf} {capacity}");
-            assert!(a.malloc(capacity + 1, 0, &mut ev).is_err(), "{conf} {capacity}");
+            assert!(
+                a.malloc(capacity + 1, 0, &mut ev).is_err(),
+                "{conf} {capacity}"
+            );
             let x = a.malloc(3 * MIB, 0, &mut ev).unwrap();
             a.free(x, &mut ev).unwrap();
             a.empty_cache(&mut ev);

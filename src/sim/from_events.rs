@@ -118,6 +118,14 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
                     None => r.out.unknown_frees += 1,
                 }
             }
+            // A segment made (or address space mapped) for the request
+            // whose ALLOC follows: the replay puts its segment there too.
+            EventKind::SegmentAlloc { place, addr, .. }
+            | EventKind::SegmentMap { place, addr, .. }
+                if place.device == device =>
+            {
+                r.segment.get_or_insert(*addr);
+            }
             EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
                 if place.device == device =>
             {
@@ -189,6 +197,8 @@ struct Recovery {
     /// Segments were released since the last request (with where their
     /// events sit, when every one of them says).
     burst: Option<Option<Span>>,
+    /// Where the real allocator put the segment made for the next request.
+    segment: Option<u64>,
 }
 
 impl Recovery {
@@ -201,13 +211,22 @@ impl Recovery {
     /// An `alloc` of `size` bytes on `stream`; returns its id. A release
     /// burst just before it was the allocator's own retry, not a request.
     fn alloc(&mut self, size: u64, stream: u64, at: Option<RingPos>) -> u64 {
+        let segment_addr = self.segment.take();
         let span = match self.burst.take() {
             Some(b) => Span::join(b, Span::of(at)),
             None => Span::of(at),
         };
         let id = self.next_id;
         self.next_id += 1;
-        self.push(Request::Alloc { id, size, stream }, span);
+        self.push(
+            Request::Alloc {
+                id,
+                size,
+                stream,
+                segment_addr,
+            },
+            span,
+        );
         id
     }
 

@@ -49,6 +49,13 @@ pub enum Request {
         size: u64,
         #[serde(default)]
         stream: u64,
+        /// Where the real allocator put the segment this request made, when
+        /// it made one and the trace knows (a recording does: its
+        /// SEGMENT_ALLOC / SEGMENT_MAP address). The simulator's new
+        /// segment takes it, so that ties between equal free blocks break
+        /// by the same addresses as in PyTorch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        segment_addr: Option<u64>,
     },
     Free {
         id: u64,
@@ -306,13 +313,21 @@ fn apply(
 ) -> Outcome {
     let mut out = Outcome::default();
     match *req {
-        Request::Alloc { id, size, stream } => match a.malloc(size, stream, sink) {
-            Ok(p) => {
-                addrs.insert(id, p);
-                out.addr = Some(p);
+        Request::Alloc {
+            id,
+            size,
+            stream,
+            segment_addr,
+        } => {
+            a.set_segment_addr(segment_addr);
+            match a.malloc(size, stream, sink) {
+                Ok(p) => {
+                    addrs.insert(id, p);
+                    out.addr = Some(p);
+                }
+                Err(e) => out.oom = Some(e),
             }
-            Err(e) => out.oom = Some(e),
-        },
+        }
         Request::Free { id } => match addrs.remove(&id) {
             Some(p) => a.free(p, sink).expect("live tensor"),
             None => out.note = Some(skipped(id)),
@@ -354,7 +369,9 @@ impl StepReport {
 
 fn describe(r: &Request) -> String {
     match r {
-        Request::Alloc { id, size, stream } => {
+        Request::Alloc {
+            id, size, stream, ..
+        } => {
             format!("alloc #{id} {} s{stream}", bytes(*size))
         }
         Request::Free { id } => format!("free #{id}"),
@@ -439,11 +456,13 @@ mod tests {
                     id: 1,
                     size: 3 * MIB,
                     stream: 0,
+                    segment_addr: None,
                 },
                 Request::Alloc {
                     id: 2,
                     size: 5 * MIB,
                     stream: 0,
+                    segment_addr: None,
                 },
                 Request::Free { id: 1 },
             ],
@@ -483,7 +502,8 @@ mod tests {
             Request::Alloc {
                 id: 7,
                 size: 1 << 20,
-                stream: 0
+                stream: 0,
+                segment_addr: None,
             }
         );
         assert_eq!(
@@ -491,7 +511,8 @@ mod tests {
             Request::Alloc {
                 id: 8,
                 size: 512,
-                stream: 0
+                stream: 0,
+                segment_addr: None,
             }
         );
         assert_eq!(reqs[4], Request::EmptyCache);
