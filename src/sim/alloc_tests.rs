@@ -702,6 +702,22 @@ fn segment_addresses_from_a_trace_break_ties_as_pytorch_does() {
 }
 
 #[test]
+fn ties_broken_high_take_the_other_equal_block() {
+    // The counterfactual sim::diff replays beside PyTorch's rule: among free
+    // blocks of equal size, the highest address.
+    let (mut a, mut ev) = sim("", 1 << 30);
+    let x = a.malloc(12 * MIB, 0, &mut ev).unwrap();
+    let y = a.malloc(12 * MIB, 0, &mut ev).unwrap();
+    let (lo, hi) = (x.min(y), x.max(y));
+    a.free(x, &mut ev).unwrap();
+    a.free(y, &mut ev).unwrap();
+    a.break_ties_high(true);
+    assert_eq!(a.malloc(12 * MIB, 0, &mut ev).unwrap(), hi);
+    a.break_ties_high(false);
+    assert_eq!(a.malloc(12 * MIB, 0, &mut ev).unwrap(), lo);
+}
+
+#[test]
 fn a_segment_address_is_used_once_and_only_where_it_fits() {
     let (mut a, mut ev) = sim("", 1 << 30);
     a.set_segment_addr(Some(0x7f80_0000_0000));

@@ -273,6 +273,10 @@ pub struct SimAllocator {
     ctx: CtxTag,
     /// The tag of each live block's allocation (for SNAP_BLOCK), by address.
     tags: BTreeMap<u64, CtxTag>,
+    /// Best fit among equal free blocks takes the highest address instead
+    /// of the lowest (`break_ties_high`: a counterfactual for finding the
+    /// steps a tie decides; PyTorch takes the lowest).
+    ties_high: bool,
 }
 
 const VA_BASE: u64 = 0x7f00_0000_0000;
@@ -299,6 +303,7 @@ impl SimAllocator {
             snapshot_seq: 0,
             ctx: CtxTag::NONE,
             tags: BTreeMap::new(),
+            ties_high: false,
         }
     }
 
@@ -476,6 +481,14 @@ impl SimAllocator {
     /// the next `malloc`.
     pub fn set_segment_addr(&mut self, addr: Option<u64>) {
         self.segment_addr = addr;
+    }
+
+    /// Best fit among free blocks of equal size takes the one at the
+    /// highest address rather than the lowest (PyTorch's): a replay with
+    /// this beside one without shows which steps a tie between equal free
+    /// blocks decides (`sim::diff`).
+    pub fn break_ties_high(&mut self, on: bool) {
+        self.ties_high = on;
     }
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, id: BlockId) {
@@ -713,6 +726,17 @@ impl SimAllocator {
             .range((stream, size, 0)..)
             .take_while(|(k, _)| k.0 == stream);
         let mut it = *iter.next()?.1;
+        if self.ties_high && self.b(it).es.is_none() {
+            let size = self.b(it).size;
+            if let Some((_, &last)) = p
+                .blocks
+                .range((stream, size, 0)..=(stream, size, u64::MAX))
+                .filter(|(_, &id)| self.b(id).es.is_none())
+                .last()
+            {
+                it = last;
+            }
+        }
         if self.b(it).es.is_some() {
             if self.cfg.alloc.expandable_segments {
                 // Treat a block followed by unmapped space as the size it can

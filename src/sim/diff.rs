@@ -170,10 +170,16 @@ const SHUFFLED_RUNS: u64 = 4;
 fn other_runs(cfg: &SimConfig, trace: u64) -> Vec<Run> {
     let shuffled = (1..=SHUFFLED_RUNS)
         .map(|k| Placement::Shuffled(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k) ^ trace));
-    std::iter::once(REVERSE)
+    let mut runs: Vec<Run> = std::iter::once(REVERSE)
         .chain(shuffled)
         .map(|p| Run::new(cfg, p))
-        .collect()
+        .collect();
+    // The driver's order with every tie between equal free blocks broken
+    // the other way: a step whose figures then differ was decided by one.
+    let mut flipped = Run::new(cfg, DRIVER);
+    flipped.sim.break_ties_high(true);
+    runs.push(flipped);
+    runs
 }
 
 impl Run {
