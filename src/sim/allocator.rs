@@ -731,8 +731,8 @@ impl SimAllocator {
             if let Some((_, &last)) = p
                 .blocks
                 .range((stream, size, 0)..=(stream, size, u64::MAX))
-                .filter(|(_, &id)| self.b(id).es.is_none())
-                .last()
+                .rev()
+                .find(|(_, &id)| self.b(id).es.is_none())
             {
                 it = last;
             }
