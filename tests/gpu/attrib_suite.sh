@@ -3,7 +3,7 @@
 # torch, transformers and timm; the release binary (target/release/vramscope)
 # and examples/ring_dump.
 #   tests/gpu/attrib_suite.sh [tests...] [bench...]
-# tests: gpt2 resnet compiled, and gpt2-params resnet-params (backward
+# tests: gpt2 resnet compiled gpt2-ckpt, and gpt2-params resnet-params (backward
 # tracked for every module with parameters) (tests/gpu/test_attrib.py)
 # bench: bench-calls bench-gpt2 bench-resnet (tests/gpu/bench_attrib.py MODEL)
 # Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS /

@@ -5,7 +5,8 @@ with no vramscope code in the training loop: run it as `vramscope run` does,
 
 WORKLOAD: gpt2 (transformers GPT-2, AdamW), resnet (timm ResNet-50,
 channels_last, SGD with momentum), compiled (torch.compile'd GPT-2, AdamW),
-ddp (GPT-2 under DistributedDataParallel; launch with
+gpt2-ckpt (GPT-2 with activation checkpointing: forwards run again inside
+backward), ddp (GPT-2 under DistributedDataParallel; launch with
 `torchrun --nproc_per_node 2 tests/gpu/test_attrib.py ddp`: each rank
 checks its own process).
 
@@ -146,9 +147,15 @@ def main():
         workload = workload[: -len("-params")]
     baseline = workload == "compiled-baseline"  # the same job, attribution off
     compiled = workload in ("compiled", "compiled-baseline")
+    # Activation checkpointing: each block's forward runs again inside
+    # backward, on the autograd thread (no leak planted: it would run twice).
+    ckpt = workload == "gpt2-ckpt"
     model, batch, loss_of, leak_path, source_file = (resnet if workload == "resnet" else gpt2)()
+    if ckpt:
+        model.gradient_checkpointing_enable()
     kept = []
-    if not compiled:
+    planted = not compiled and not ckpt
+    if planted:
         plant_leak(model, leak_path, kept)
     ddp = workload == "ddp"
     if ddp:
@@ -300,7 +307,7 @@ def main():
     total = sum(got.values())
     print("attributed to modules, phase other: %d bytes in %d modules" % (total, len(got)))
 
-    if not compiled:
+    if planted:
         leak = []
         for t in kept:
             a, m, ph, stp = origin(t.data_ptr())
