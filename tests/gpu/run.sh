@@ -67,6 +67,11 @@ run_one sampled_path_without_cxx 1 env PATH="$NOCXX" CXX= "$PY" tests/gpu/test_s
 run_one sampled_forced 1 env VRAMSCOPE_MODE=sampled "$PY" tests/gpu/test_sampled.py
 run_one sampled_cudaMallocAsync 1 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "$PY" tests/gpu/test_sampled.py
 rm -rf "$NOCXX"
+# Attribution on real models, as `vramscope run` attaches (the tracker is
+# cached by now, so it starts inside CUDA's initialisation).
+ATTRIB="env VRAMSCOPE_AUTO=1 PYTHONPATH=$VRAMSCOPE_AGENT_DIR VRAMSCOPE_BIN=$ROOT/target/release/vramscope"
+run_one attrib_gpt2 0 $ATTRIB "$PY" tests/gpu/test_attrib.py gpt2
+run_one attrib_resnet 0 $ATTRIB "$PY" tests/gpu/test_attrib.py resnet
 
 echo "gpu: $pass passed, $fail failed"
 if [ "${1:-}" = "--bench" ]; then
