@@ -10,34 +10,68 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn attribution_logic_without_torch() {
+fn run(native: bool) -> Option<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     if Command::new("python3").arg("--version").output().is_err() {
-        println!("SKIPPED: attribution_logic_without_torch: no python3");
-        return;
+        println!("SKIPPED: attribution tests: no python3");
+        return None;
     }
     let path = std::env::join_paths([
         root.join("tests/agent_attrib/fake_torch"),
         root.join("assets/agent"),
     ])
     .unwrap();
-    let out = Command::new("python3")
-        .arg("-B")
+    // The native path is built into a cache of this test's own.
+    let cache = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("python3");
+    cmd.arg("-B")
         .arg(root.join("tests/agent_attrib/test_attrib.py"))
         .env("PYTHONPATH", path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+        .env("XDG_CACHE_HOME", cache.path());
+    if native {
+        cmd.arg("--native");
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("test_attrib.py: all passed"), "{text}");
+    if let Some(line) = text.lines().find(|l| l.starts_with("SKIPPED")) {
+        println!("{line}");
+        return None;
+    }
+    Some(text)
+}
+
+#[test]
+fn attribution_logic_without_torch() {
+    let Some(text) = run(false) else { return };
+    assert!(
+        text.contains("test_attrib.py: all passed (python)"),
+        "{text}"
+    );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        22,
+        23,
+        "{text}"
+    );
+}
+
+/// The same checks with module calls through the native path
+/// (`assets/agent/fastcall.cpp`, built for this Python), and its own: what
+/// Dynamo reads, the fast path taken, a patcher undone, capture.
+#[test]
+fn attribution_native_call_path() {
+    let Some(text) = run(true) else { return };
+    assert!(
+        text.contains("test_attrib.py: all passed (native)"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok ")).count(),
+        30,
         "{text}"
     );
 }

@@ -70,6 +70,7 @@ fn pip_builds_a_wheel_with_the_tracker_sources() {
         "vramscope/__init__.py",
         "vramscope/_build.py",
         "vramscope/tracker.cpp",
+        "vramscope/fastcall.cpp",
         "vramscope/vramscope_ring.h",
     ] {
         assert!(names.lines().any(|l| l == f), "{f} not in {names}");

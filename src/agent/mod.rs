@@ -60,6 +60,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../assets/agent/vramscope/doctor.py"),
     ),
     (
+        "vramscope/fastcall.cpp",
+        include_str!("../../assets/agent/fastcall.cpp"),
+    ),
+    (
         "vramscope/tracker.cpp",
         include_str!("../../assets/agent/tracker.cpp"),
     ),

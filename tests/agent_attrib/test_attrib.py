@@ -141,9 +141,23 @@ def check(cond, what):
 
 
 def main():
+    native = "--native" in sys.argv
     warnings = []
     a = Attribution(torch, lambda msg, key=None: warnings.append(msg))
     check(a.install(), "the hooks install on a torch that has them")
+    if native:
+        # The native call path (fastcall.cpp), built for this Python.
+        from vramscope import _build
+
+        try:
+            fast = _build.load_fast(_build.build_fast())
+        except _build.BuildError as e:
+            print("SKIPPED: the native call path cannot be built here: %s" % e)
+            return 0
+        check(a.use_native(fast), "native: the module call path is built, loaded and installed")
+        check(type(nn.Module.__dict__["__call__"]).__name__ == "Call" and nn.Module.__call__ is _attrib._module_call
+              and _attrib._module_call.__closure__ is None,
+              "native: Module.__call__ reads as the Python wrapper (what Dynamo inlines), with no closure")
     model = Net()
 
     # Parameters are copied by _apply: before the tracker exists the
@@ -220,12 +234,40 @@ def main():
     list(model.blocks)[1].attn.fail = False
     check(LIB.now() == ("", OTHER) and not a.local.t.stack, "an exception in a module leaves no context behind")
 
-    # While Dynamo traces, the wrapper is the plain call.
+    # While Dynamo traces, the wrapper is the plain call. (Dynamo inlines
+    # Module.__call__ as the class gives it; with the native path that is
+    # the Python wrapper, and the native object itself never runs while
+    # Dynamo traces, so call the wrapper as Dynamo would.)
     torch.compiler._compiling[0] = True
     SEEN.clear()
-    model(torch.Tensor())
+    if native:
+        nn.Module.__call__(model.head, torch.Tensor())
+    else:
+        model(torch.Tensor())
     torch.compiler._compiling[0] = False
-    check(all(s == ("", OTHER) for _, s in SEEN), "while compiling, no context is pushed: %s" % SEEN[:2])
+    check(SEEN and all(s == ("", OTHER) for _, s in SEEN), "while compiling, no context is pushed: %s" % SEEN[:2])
+
+    # Calls from many threads at once: each its own stack, nothing crosses.
+    errors = []
+
+    def worker(i):
+        try:
+            m = list(model.blocks)[i % 2]
+            for _ in range(200):
+                m(torch.Tensor())
+                if LIB.now() is not None or a.local.t.stack:  # a new thread's base: no context
+                    errors.append((LIB.now(), list(a.local.t.stack)))
+        except Exception as e:
+            errors.append(e)
+
+    ths = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    check(not errors and not a.local.t.stack, "four threads calling modules at once: every stack unwinds: %s" % errors[:3])
+    if native:
+        check(a.native.fast >= 4 * 200, "native: the calls inside a module took the fast path (%d)" % a.native.fast)
 
     # Command 5: the next root forward picks it up; contexts carry the stack
     # of the call that entered the module.
@@ -278,10 +320,23 @@ def main():
     _attrib.MAX_IDS = len(a.contexts)
     check(a.context(a.string("x.y"), FORWARD) == 0 and LIB.dropped.get(2) == 1,
           "a context past the bound is 0, counted in DROPPED 2")
+    if native:
+        # torch.fx's tracer patches Module.__call__ for a while and puts back
+        # what it read (the Python wrapper): the next step boundary puts the
+        # native path back.
+        saved = nn.Module.__call__
+        nn.Module.__call__ = saved
+        check(nn.Module.__dict__["__call__"] is _attrib._module_call, "native: a patcher put the wrapper back")
+        a.step()
+        check(type(nn.Module.__dict__["__call__"]).__name__ == "Call", "native: a step boundary installs the native path again")
+        a.capture_steps = 2
+        check(a.native.slow == 1, "native: while capturing, calls take the Python wrapper (which captures)")
+        a.capture_steps = 0
+        check(a.native.slow == 0, "native: after capture, the native path again")
     check(not warnings, "no warning: %s" % warnings)
     a.remove()
     check(nn.Module.__call__ is nn.modules.module.Module._wrapped_call_impl, "remove() restores Module.__call__")
-    print("test_attrib.py: all passed")
+    print("test_attrib.py: all passed (%s)" % ("native" if native else "python"))
 
 
 if __name__ == "__main__":

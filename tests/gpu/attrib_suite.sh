@@ -4,7 +4,8 @@
 # and examples/ring_dump.
 #   tests/gpu/attrib_suite.sh [tests...] [bench...]
 # tests: gpt2 resnet compiled gpt2-ckpt, and gpt2-params resnet-params (backward
-# tracked for every module with parameters) (tests/gpu/test_attrib.py)
+# tracked for every module with parameters), gpt2-py resnet-py (module calls
+# through the Python wrapper, not the native path) (tests/gpu/test_attrib.py)
 # bench: bench-calls bench-gpt2 bench-resnet (tests/gpu/bench_attrib.py MODEL)
 # Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS /
 # BENCH_VARIANTS / BENCH_BATCH override the benchmark's rounds, steps,
@@ -40,12 +41,13 @@ for w in "${what[@]}"; do
             --out "$LOG/$w.json" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
-        grep -E '^(callback|per module|variant|bare|hooks|wrapper|tracker|attrib|attrib_all|attrib_nobw|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"
+        grep -E '^(callback|per module|native|variant|bare|hooks|wrapper|tracker|attrib|attrib_py|attrib_all|attrib_nobw|attrib_params|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"
         ;;
     *)
-        policy=auto
+        policy=auto native=1
         [ "${w%-params}" != "$w" ] && policy=params
-        VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 VRAMSCOPE_ATTRIBUTION_BACKWARD=$policy \
+        [ "${w%-py}" != "$w" ] && native=0
+        VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 VRAMSCOPE_ATTRIBUTION_BACKWARD=$policy VRAMSCOPE_ATTRIBUTION_NATIVE=$native \
             timeout 400 python3 tests/gpu/test_attrib.py "$w" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s) $(tail -n 1 "$LOG/$w.log")" | tee -a "$SUMMARY"

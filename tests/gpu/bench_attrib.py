@@ -30,7 +30,10 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
      tracker     the tracker on, attribution off (no hooks, no tags)
      attrib      the tracker on, attribution on (the call wrapper, backward
                  pre-hooks on the automatic level and on roots, tags, the tag
-                 table): the default
+                 table): the default, module calls through the native path
+                 (fastcall.cpp)
+     attrib_py   the same with module calls through the Python wrapper only
+                 (what runs where the native path cannot be built)
      attrib_params  the same with a backward pre-hook on every module that
                  owns parameters (VRAMSCOPE_ATTRIBUTION_BACKWARD=params)
      attrib_all  the same with a backward pre-hook on every module (=all)
@@ -142,6 +145,10 @@ def main():
     from vramscope import _st
 
     lib, attrib = _st["lib"], _st["attrib"]
+    while vramscope.status()["attribution_native"] is False and time.time() - t0 < 120:
+        time.sleep(0.05)  # the starter thread builds the native call path
+    print("native call path:", vramscope.status()["attribution_native"])
+    from vramscope import _attrib
     import ctypes
 
     lib.vs_agent_bench_callback.restype = ctypes.c_double
@@ -183,9 +190,11 @@ def main():
     def set_variant(v):
         attrib.capture_steps = 0
         attrib.set_backward({"attrib_all": "all", "attrib_nobw": "none", "attrib_params": "params"}.get(v, "auto"))
-        if v in ("attrib", "attrib_params", "attrib_all", "attrib_nobw", "capture"):
+        if v in ("attrib", "attrib_py", "attrib_params", "attrib_all", "attrib_nobw", "capture"):
             attrib.install()
             lib.vs_agent_enable(1)
+            if v == "attrib_py":
+                torch.nn.Module.__call__ = _attrib._module_call
             if v == "capture":
                 attrib.capture_steps = 1 << 30
                 attrib.capture_until = time.monotonic() + 3600
@@ -203,12 +212,14 @@ def main():
     def unset(v):
         while noop:
             noop.pop().remove()
+        if v == "attrib_py" and attrib.native is not None:
+            torch.nn.Module.__call__ = attrib.native
         if v == "wrapper":
             torch.nn.Module.__call__ = orig_call
         if v == "history":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_params", "attrib_all", "capture", "history"]
+    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_py", "attrib_params", "attrib_all", "capture", "history"]
     if a.variants:
         want = set(a.variants.split(",")) | {"bare"}
         variants = [v for v in variants if v in want]
@@ -231,7 +242,9 @@ def main():
     set_variant("attrib")
     res = {"model": a.model, "batch": BATCH.get(a.model), "rounds": a.rounds, "steps": a.steps, "callback_ns": callback,
            "callback_ns_all": callback_all,
-           "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "variants": {}}
+           "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "variants": {},
+           "native": vramscope.status()["attribution_native"],
+           "native_fast_calls": attrib.native.fast if attrib.native is not None else 0}
     if a.model == "calls":
         # 129 module calls per step, 64 of them own parameters.
         base = statistics.median(times["bare"])

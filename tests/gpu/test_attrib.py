@@ -145,6 +145,8 @@ def main():
     workload = sys.argv[1] if len(sys.argv) > 1 else "gpt2"
     if workload.endswith("-params"):  # the same, every module with parameters tracked in backward
         workload = workload[: -len("-params")]
+    if workload.endswith("-py"):  # the same, module calls through the Python wrapper only
+        workload = workload[: -len("-py")]
     baseline = workload == "compiled-baseline"  # the same job, attribution off
     compiled = workload in ("compiled", "compiled-baseline")
     # Activation checkpointing: each block's forward runs again inside
@@ -214,6 +216,14 @@ def main():
         # agent's Module.__call__ wrapper, which Dynamo inlines).
         check(base == graphs, "attribution changes no compiled graph: %s graphs, graph breaks for %s; without it %s" % (
             graphs[0], graphs[1], base))
+    if not baseline:
+        native = vramscope.status()["attribution_native"]
+        a = vramscope._st["attrib"]
+        if os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
+            check(native is False and a.native is None, "module calls through the Python wrapper only: %s" % native)
+        else:
+            check(native is True and a.native.fast > 0,
+                  "module calls through the native path: %s, %d fast calls" % (native, a.native.fast if a.native else 0))
     check(
         capture is not None and capture.get("outcome", {}).get("status") == "Ok",
         "command 5 (capture stacks for 1 step) answered ok: %s" % capture,

@@ -141,8 +141,10 @@ def _label():
 
 def status():
     """A dict: mode (pending/exact/sampled/off/failed or None), reason, path,
-    library, optimizer_steps (whether optimizer steps are seen) and
-    attribution (whether allocations are tagged with modules and phases)."""
+    library, optimizer_steps (whether optimizer steps are seen),
+    attribution (whether allocations are tagged with modules and phases) and
+    attribution_native (whether module calls take the native path,
+    fastcall.cpp, or else why not)."""
     a = _st["attrib"]
     return {
         "mode": _st["mode"],
@@ -151,6 +153,7 @@ def status():
         "library": _st["lib_path"],
         "optimizer_steps": bool(_st["step_hook"]),
         "attribution": bool(a is not None and a.installed and a.lib is not None),
+        "attribution_native": (a.native is not None or a.native_note) if a is not None else False,
     }
 
 
@@ -308,6 +311,28 @@ def _install_attribution(torch):
         _warn("module attribution disabled: %s: %s" % (type(e).__name__, e), key="attrib")
 
 
+def _native_attribution(cached_only):
+    """Module calls through the native path (fastcall.cpp), built for this
+    Python and cached like the tracker. Without Python's headers the Python
+    wrapper goes on (slower); status() and the doctor say why. Never raises."""
+    a = _st["attrib"]
+    if a is None or a.native is not None or os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
+        return
+    try:
+        path = _build.build_fast(cached_only=cached_only)
+        if path is None:
+            return
+        try:
+            fast = _build.load_fast(path)
+        finally:
+            _build.discard_fresh()
+        a.use_native(fast)
+    except _build.BuildError as e:
+        a.native_note = str(e)
+    except Exception as e:
+        a.native_note = "%s: %s" % (type(e).__name__, e)
+
+
 def _drop_attribution():
     a = _st["attrib"]
     _st["attrib"] = None
@@ -338,6 +363,8 @@ class _Starter(threading.Thread):
             _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
         if _st["mode"] != "exact":
             _drop_attribution()  # nothing to tag for
+        else:
+            _native_attribution(cached_only=False)
 
     def run_inline(self):
         self.run()
@@ -490,6 +517,7 @@ class _Starter(threading.Thread):
             a = _st["attrib"]
             if a is not None and not a.connect(lib):
                 _drop_attribution()
+            _native_attribution(cached_only=True)
         return rc, why
 
     def _start_sampled(self, why):

@@ -338,20 +338,6 @@ def build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, out, varia
     return cmd
 
 
-def _key(cpp, hdr, cxx, torch_version, abi, cuda_inc, variant):
-    h = hashlib.sha256()
-    for path in (cpp, hdr):
-        with open(path, "rb") as f:
-            h.update(f.read())
-    for part in (cxx, torch_version, str(abi), AGENT_VERSION, variant, sys.version) + tuple(cuda_inc):
-        h.update(b"\0" + str(part).encode())
-    return h.hexdigest()[:16]
-
-
-class BuildError(Exception):
-    pass
-
-
 def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=False):
     """Returns the path of the tracker library, building it if needed.
 
@@ -377,9 +363,98 @@ def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=Fal
     cuda_inc, why = find_cuda_include()
     if cuda_inc is None:
         raise BuildError(why)
-    key = _key(cpp, hdr, cxx, torch_version, abi, cuda_inc, variant)
+    key = _key((cpp, hdr), (cxx, torch_version, str(abi), variant) + tuple(cuda_inc))
     tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
     name = "tracker-torch%s-abi%d-%s-%s%s.so" % (tv, int(abi), AGENT_VERSION, key, "-" + variant if variant else "")
+    return _cached_build(
+        name,
+        lambda out: build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, out, variant),
+        "the tracker",
+        warn,
+        cached_only,
+    )
+
+
+def fast_source():
+    """fastcall.cpp (the native module call path), found like tracker.cpp."""
+    for base in (_HERE, os.path.dirname(_HERE)):
+        cpp = os.path.join(base, "fastcall.cpp")
+        if os.path.isfile(cpp):
+            return cpp
+    return None
+
+
+def python_include():
+    """(directory holding this Python's Python.h, or None; why not)."""
+    import sysconfig
+
+    seen = []
+    for key in ("include", "platinclude"):
+        d = sysconfig.get_paths().get(key)
+        if d and d not in seen:
+            seen.append(d)
+            if os.path.isfile(os.path.join(d, "Python.h")):
+                return d, None
+    return None, "no Python.h for Python %s (looked in %s); install the Python development headers (e.g. python%d.%d-dev)" % (
+        sys.version.split()[0],
+        ", ".join(seen) or "nothing",
+        sys.version_info[0],
+        sys.version_info[1],
+    )
+
+
+def fast_build_command(cxx, cpp, pyinc, out):
+    return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-isystem", pyinc, cpp, "-o", out]
+
+
+def build_fast(warn=None, cached_only=False):
+    """The path of the native module call path (vramscope._vsfast), built
+    for this Python if needed and cached like the tracker. It needs this
+    Python's headers and a C++ compiler, not torch. Raises BuildError with
+    a one-line reason; `cached_only`: None instead of building."""
+    cpp = fast_source()
+    if not cpp:
+        raise BuildError("fastcall.cpp not found next to %s" % _HERE)
+    pyinc, why = python_include()
+    if not pyinc:
+        raise BuildError(why)
+    cxx, why = find_compiler()
+    if not cxx:
+        raise BuildError(why)
+    key = _key((cpp,), (cxx, pyinc))
+    name = "fastcall-py%d%d-%s-%s.so" % (sys.version_info[0], sys.version_info[1], AGENT_VERSION, key)
+    return _cached_build(name, lambda out: fast_build_command(cxx, cpp, pyinc, out), "the module call path", warn, cached_only)
+
+
+def load_fast(path):
+    """Imports the built module call path as vramscope._vsfast."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("vramscope._vsfast", path)
+    spec = importlib.util.spec_from_file_location("vramscope._vsfast", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def _key(files, parts):
+    h = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    for part in tuple(parts) + (AGENT_VERSION, sys.version):
+        h.update(b"\0" + str(part).encode())
+    return h.hexdigest()[:16]
+
+
+class BuildError(Exception):
+    pass
+
+
+def _cached_build(name, command, what, warn, cached_only):
+    """`name` in the private cache, built by `command(out)` when missing or
+    not verified (see ``build``)."""
     if cached_only and private_problem(cache_dir()) is not None:
         return None  # only a private cache is ever reused
     out_dir, note = build_dir()
@@ -392,12 +467,12 @@ def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=Fal
         return None
     fd, tmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, tmp, variant)
+    cmd = command(tmp)
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     except Exception as e:
         _rm(tmp)
-        raise BuildError("running %s failed: %s" % (cxx, e))
+        raise BuildError("running %s failed: %s" % (cmd[0], e))
     if r.returncode != 0:
         _rm(tmp)
         log = out + ".log"
@@ -409,7 +484,7 @@ def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=Fal
         except OSError:
             log = "(log not written)"
         first = next((l for l in r.stdout.decode("utf-8", "replace").splitlines() if "error" in l), "")
-        raise BuildError("compiling the tracker failed: %s (full log: %s)" % (first.strip()[:200], log))
+        raise BuildError("compiling %s failed: %s (full log: %s)" % (what, first.strip()[:200], log))
     try:
         os.chmod(tmp, 0o700)
         fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -424,7 +499,7 @@ def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=Fal
         os.replace(tmp, out)
     except OSError as e:
         _rm(tmp)
-        raise BuildError("storing the tracker in %s failed: %s" % (out_dir, e))
+        raise BuildError("storing %s in %s failed: %s" % (what, out_dir, e))
     return out
 
 

@@ -91,6 +91,19 @@ def checks(build=False):
     else:
         out.append(_check("CUDA headers", "warn", why + "; the agent falls back to sampled mode", "install the CUDA toolkit headers matching torch.version.cuda, or set CUDA_HOME"))
 
+    pyinc, why = _build.python_include()
+    if pyinc:
+        out.append(_check("Python headers", "ok", "%s/Python.h: module calls take the native attribution path" % pyinc))
+    else:
+        out.append(
+            _check(
+                "Python headers",
+                "warn",
+                why + ": module attribution runs in Python (about 2-3 us more per module call; see README, what attribution costs)",
+                "install them, or set VRAMSCOPE_ATTRIBUTION=0 on small-batch loops that cannot spare it",
+            )
+        )
+
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
     if "cudaMallocAsync" in conf:
         out.append(_check("allocator", "warn", "backend:cudaMallocAsync refuses trace trackers: sampled mode", "use the native allocator for exact events"))
@@ -122,6 +135,14 @@ def checks(build=False):
             _build.discard_fresh()
         except Exception as e:
             out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
+    if build and cxx and pyinc:
+        try:
+            path = _build.build_fast(warn=lambda note: None)
+            _build.load_fast(path)
+            out.append(_check("native calls", "ok", path))
+            _build.discard_fresh()
+        except Exception as e:
+            out.append(_check("native calls", "warn", str(e), "module attribution runs in Python, slower"))
     return out
 
 
