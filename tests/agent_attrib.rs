@@ -54,7 +54,7 @@ fn attribution_logic_without_torch() {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        23,
+        24,
         "{text}"
     );
 }
@@ -71,7 +71,7 @@ fn attribution_native_call_path() {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        30,
+        31,
         "{text}"
     );
 }

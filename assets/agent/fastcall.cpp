@@ -4,17 +4,23 @@
 // about what a module call costs already, not microseconds more.
 //
 // Built by vramscope/_build.py (build_fast) against this Python's headers
-// only: no torch headers, no libtorch. Loaded as the extension module
-// vramscope._vsfast. If it cannot be built (no Python.h), the Python wrapper
-// does the same work, slower.
+// and, with VS_TORCH, torch's (linking libtorch_python): then the backward
+// pre-hooks of tracked modules are C++ too (below). Loaded as the extension
+// module vramscope._vsfast. If it cannot be built with torch, it is built
+// without (forward only); without Python.h the Python wrapper does the same
+// work, slower.
 //
-// How it is installed: Module.__dict__["__call__"] becomes a `Call` object.
-//  - Calling a module (`m(x)`) goes through the type's __call__ slot, which
-//    finds a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR) and calls it
-//    with the module first: Call's vectorcall, below.
-//  - Reading the attribute (`Module.__call__`, `m.__call__`, and so what
-//    Dynamo and torch.fx see) gives the Python wrapper (tp_descr_get), so
-//    torch.compile inlines the same Python function as without this file.
+// How it is installed: Module.__call__ stays the Python wrapper, for
+// everything that reads it (Dynamo inlines it, `super().__call__()` and
+// torch.fx find it). What changes is the C slot that calling an instance
+// uses: the first time a module class is called through the Python wrapper,
+// `Call.patch` points that class's tp_call at module_tp_call below, provided
+// the class's __call__ is the wrapper (a class with its own __call__ keeps
+// it) and its tp_call is still CPython's generic one. CPython itself undoes
+// this whenever __call__ is assigned anywhere above the class (remove(),
+// torch.fx's tracer patching Module.__call__ for a while): it recomputes the
+// slots of every subclass, and the wrapper patches them again when it is
+// back.
 //
 // The fast path does what the Python wrapper does for a module called inside
 // another one, with its context known: push the module's forward context on
@@ -24,6 +30,16 @@
 // is tracked (in Python), pop. Anything else (the outermost call, a module
 // not named yet, stack capture, a thread seen for the first time) is handed
 // to the Python wrapper, which handles every case.
+//
+// With VS_TORCH, a tracked module whose output is a tensor (or a tuple or
+// list starting with one) gets its backward pre-hook here too: a C++
+// FunctionPreHook on the output's grad_fn that stores the module's backward
+// context into the autograd thread's native word, one plain store, with no
+// GIL and no Python (a Python pre-hook costs its registration every forward
+// and a GIL round trip every backward: tens of microseconds each in a real
+// step). Other outputs (dicts: a root's ModelOutput), compiled autograd
+// (whose graphs need hooks it can trace) and stack capture take the Python
+// hook.
 //
 // Never raises into user code on its own account: on anything unexpected it
 // takes the Python wrapper's path; exceptions from the module itself pass
@@ -35,9 +51,16 @@
 
 #include <cstdint>
 
+#ifdef VS_TORCH
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/python_variable.h>
+#endif
+
 #if PY_VERSION_HEX < 0x03090000  // Python 3.8 (torch 2.1 to 2.4)
-#define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
-#define PyObject_Vectorcall _PyObject_Vectorcall
+static inline PyObject *PyObject_VectorcallDict(PyObject *f, PyObject *const *args, size_t n, PyObject *kw) {
+    return _PyObject_FastCallDict(f, args, n, kw);
+}
 static inline PyObject *PyObject_CallNoArgs(PyObject *f) { return PyObject_CallObject(f, nullptr); }
 static inline PyObject *PyObject_CallOneArg(PyObject *f, PyObject *a) {
     return PyObject_CallFunctionObjArgs(f, a, nullptr);
@@ -64,7 +87,7 @@ constexpr long kQuiet = 8;
 
 struct Call {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
+    ternaryfunc slot_call;   // CPython's generic tp_call, as Module had it
     PyObject *orig;          // the original Module.__call__ (a function)
     PyObject *py;            // the Python wrapper: slow path and __get__
     PyObject *infos;         // dict: id(module) -> [path id, {phase: ctx}, tracked, flags]
@@ -76,8 +99,12 @@ struct Call {
     PyTypeObject *thread_type;
     Py_ssize_t off_stack;    // offsets of _Thread's `stack` and `slot` slots
     Py_ssize_t off_slot;
+    Py_ssize_t off_last;     // _Thread's `last_fn`: the grad_fn hooked last
+    PyObject *backward;      // the BACKWARD phase key (an int)
     int slow;                // 1: every call takes the Python wrapper (capture)
+    int native_hooks;        // 1: backward pre-hooks in C++ where they fit
     unsigned long long fast; // calls that took the fast path (for tests)
+    unsigned long long hooks; // C++ backward pre-hooks registered (for tests)
 };
 
 PyObject *g_str_t = nullptr;  // "t"
@@ -130,14 +157,101 @@ bool context_value(PyObject *v, uint32_t *out) {
     return true;
 }
 
-PyObject *slow(Call *c, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    return PyObject_Vectorcall(c->py, args, nargsf, kwnames);
+#ifdef VS_TORCH
+// The tracker's vs_agent_context_slot: the calling thread's context word.
+using SlotFn = uint32_t *(*)();
+SlotFn g_slot_fn = nullptr;
+
+// Backward reached the node that made a tracked module's output: the thread
+// running it (an autograd engine thread) now works for that module.
+struct ContextPreHook final : torch::autograd::FunctionPreHook {
+    explicit ContextPreHook(uint32_t c) : ctx(c) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list &grads) override {
+        *g_slot_fn() = ctx;  // the word is this thread's: a plain store
+        return grads;
+    }
+    uint32_t ctx;
+};
+
+// The module's backward pre-hook in C++. 1: done (hooked, or nothing to
+// hook); 0: not for here (the Python hook decides). Never raises.
+int native_backward_hook(Call *c, PyObject *t, PyObject *info, PyObject *out) {
+    if (!c->native_hooks || g_slot_fn == nullptr) {
+        return 0;
+    }
+    PyObject *tensor = out;
+    if ((PyTuple_CheckExact(out) || PyList_CheckExact(out)) && PySequence_Fast_GET_SIZE(out) > 0) {
+        tensor = PySequence_Fast_GET_ITEM(out, 0);
+    }
+    if (!THPVariable_Check(tensor)) {
+        return 0;  // a dict, or a tuple led by something else
+    }
+    PyObject *phases = PyList_GET_ITEM(info, 1);
+    PyObject *ctx = PyDict_CheckExact(phases) ? PyDict_GetItemWithError(phases, c->backward) : nullptr;
+    uint32_t value = 0;
+    if (ctx == nullptr || !context_value(ctx, &value)) {
+        PyErr_Clear();
+        return 0;  // its backward context is not defined yet
+    }
+    try {
+        const auto &fn = THPVariable_Unpack(tensor).grad_fn();
+        if (!fn) {
+            return 1;
+        }
+        // The inner module's output already (a module returning its last
+        // child's output): the innermost module's hook stands.
+        void *node = fn.get();
+        PyObject *last = field(t, c->off_last);
+        if (last != nullptr && PyLong_CheckExact(last) && PyLong_AsVoidPtr(last) == node) {
+            return 1;
+        }
+        PyObject *id = PyLong_FromVoidPtr(node);
+        if (id == nullptr) {
+            PyErr_Clear();
+            return 0;
+        }
+        fn->add_pre_hook(std::make_unique<ContextPreHook>(value));
+        // Sound: `t` is exactly of the type the offset was read from.
+        PyObject **slot = reinterpret_cast<PyObject **>(reinterpret_cast<char *>(t) + c->off_last);
+        PyObject *old = *slot;
+        *slot = id;
+        Py_XDECREF(old);
+        c->hooks++;
+        return 1;
+    } catch (...) {
+        return 0;
+    }
 }
 
-PyObject *call_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Call *c = reinterpret_cast<Call *>(self_obj);
-    if (c->slow || PyVectorcall_NARGS(nargsf) < 1) {
-        return slow(c, args, nargsf, kwnames);
+bool grad_mode_on() { return c10::GradMode::is_enabled(); }
+#else
+int native_backward_hook(Call *, PyObject *, PyObject *, PyObject *) { return 0; }
+bool grad_mode_on() { return true; }  // (the Python side asks torch)
+#endif
+
+// The Call installed (activate), or NULL: read by module_tp_call.
+Call *g_active = nullptr;
+
+PyObject *slow(Call *c, PyObject *const *args, size_t nargs, PyObject *kwargs) {
+    return PyObject_VectorcallDict(c->py, args, nargs, kwargs);
+}
+
+// Returned by Call.call when the Python wrapper must do the call itself.
+PyObject *g_slow_sentinel = nullptr;
+
+#define VS_SLOW()          \
+    do {                   \
+        *handled = false;  \
+        return nullptr;    \
+    } while (0)
+
+// A module call: args[0] is the module, then its arguments; kwargs a dict
+// or NULL. *handled false (and NULL returned, no error set): the Python
+// wrapper's case (see the top).
+PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwargs, bool *handled) {
+    *handled = true;
+    if (c->slow) {
+        VS_SLOW();
     }
     PyObject *module = args[0];
 
@@ -145,28 +259,28 @@ PyObject *call_vectorcall(PyObject *self_obj, PyObject *const *args, size_t narg
     PyObject *key = PyLong_FromVoidPtr(module);
     if (key == nullptr) {
         PyErr_Clear();
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     PyObject *info = PyDict_GetItemWithError(c->infos, key);  // borrowed
     Py_DECREF(key);
     if (info == nullptr || !PyList_CheckExact(info) || PyList_GET_SIZE(info) < 4) {
         PyErr_Clear();
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     long flags = PyLong_AsLong(PyList_GET_ITEM(info, 3));
     if (flags == -1 && PyErr_Occurred()) {
         PyErr_Clear();
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     if (flags & kQuiet) {  // a leaf without parameters: its caller's context
-        return PyObject_Vectorcall(c->orig, args, nargsf, kwnames);
+        return PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
     }
 
     // The thread's state, its stack of contexts and its native word.
     PyObject *t = PyObject_GetAttr(c->local, g_str_t);
     if (t == nullptr) {  // the thread's first module call
         PyErr_Clear();
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     PyObject *stack = Py_TYPE(t) == c->thread_type ? field(t, c->off_stack) : nullptr;
     PyObject *slot = Py_TYPE(t) == c->thread_type ? field(t, c->off_slot) : nullptr;
@@ -179,7 +293,7 @@ PyObject *call_vectorcall(PyObject *self_obj, PyObject *const *args, size_t narg
         // The outermost call, no native word yet, or a context to define.
         PyErr_Clear();
         Py_DECREF(t);
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     // Held across the call: the module's code may rename (replace info's
     // items), forget (drop info from infos) or replace the thread's state.
@@ -194,16 +308,18 @@ PyObject *call_vectorcall(PyObject *self_obj, PyObject *const *args, size_t narg
         Py_DECREF(stack);
         Py_DECREF(info);
         Py_DECREF(t);
-        return slow(c, args, nargsf, kwnames);
+        VS_SLOW();
     }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
     *word = value;
     c->fast++;
 
-    PyObject *out = PyObject_Vectorcall(c->orig, args, nargsf, kwnames);
+    PyObject *out = PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
 
-    if (out != nullptr && PyList_GET_SIZE(info) >= 4 && PyList_GET_ITEM(info, 2) == Py_True) {
-        // A tracked module: its backward pre-hook, while grad mode is on.
+    if (out != nullptr && PyList_GET_SIZE(info) >= 4 && PyList_GET_ITEM(info, 2) == Py_True && grad_mode_on() &&
+        !native_backward_hook(c, t, info, out)) {
+        // A tracked module: its backward pre-hook in Python, while grad
+        // mode is on.
         PyObject *on = PyObject_CallNoArgs(c->grad_enabled);
         if (on == Py_True) {
             PyObject *r = PyObject_CallFunctionObjArgs(c->hook_backward, t, module, out, ctx, nullptr);
@@ -242,15 +358,153 @@ PyObject *call_vectorcall(PyObject *self_obj, PyObject *const *args, size_t narg
     return out;
 }
 
-// Module.__call__ and m.__call__ read as the Python wrapper (see the top).
-PyObject *call_get(PyObject *self_obj, PyObject *obj, PyObject *) {
-    Call *c = reinterpret_cast<Call *>(self_obj);
-    if (obj == nullptr || obj == Py_None) {
-        Py_INCREF(c->py);
-        return c->py;
+// The tp_call of a patched module class (see the top): the module first,
+// then its arguments, to the fast path.
+PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *small[8];
+    PyObject **stack = small;
+    if (n + 1 > 8) {
+        stack = static_cast<PyObject **>(PyMem_Malloc((n + 1) * sizeof(PyObject *)));
+        if (stack == nullptr) {
+            return PyErr_NoMemory();
+        }
     }
-    return PyMethod_New(c->py, obj);
+    stack[0] = self;  // borrowed: the caller holds self, args holds the rest
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    }
+    PyObject *out;
+    if (g_active != nullptr) {
+        bool handled;
+        out = fast_call(g_active, stack, n + 1, kwargs, &handled);
+        if (!handled) {
+            out = slow(g_active, stack, n + 1, kwargs);
+        }
+    } else {  // deactivated, class not yet reset: the class's own __call__
+        PyObject *f = PyObject_GetAttrString(reinterpret_cast<PyObject *>(Py_TYPE(self)), "__call__");
+        out = f == nullptr ? nullptr : PyObject_VectorcallDict(f, stack, n + 1, kwargs);
+        Py_XDECREF(f);
+    }
+    if (stack != small) {
+        PyMem_Free(stack);
+    }
+    return out;
 }
+
+// Call.activate(Module): module calls take the fast path from now on
+// (Module.__call__ must be the Python wrapper).
+PyObject *call_activate(PyObject *self_obj, PyObject *arg) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    if (!PyType_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "activate(Module)");
+        return nullptr;
+    }
+    PyTypeObject *tp = reinterpret_cast<PyTypeObject *>(arg);
+    PyObject *f = PyObject_GetAttrString(arg, "__call__");
+    if (f == nullptr) {
+        return nullptr;
+    }
+    const bool ours = f == c->py;
+    Py_DECREF(f);
+    if (!ours || tp->tp_call == module_tp_call || tp->tp_call == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "Module.__call__ is not the wrapper");
+        return nullptr;
+    }
+    c->slot_call = tp->tp_call;  // CPython's generic slot (slot_tp_call)
+    Py_INCREF(self_obj);
+    Py_XSETREF(g_active, c);
+    Py_RETURN_NONE;
+}
+
+// Call.deactivate(): back to the classes' own __call__ (the caller assigns
+// Module.__call__ next, which resets every patched class).
+PyObject *call_deactivate(PyObject *self_obj, PyObject *) {
+    if (g_active == reinterpret_cast<Call *>(self_obj)) {
+        Py_CLEAR(g_active);
+    }
+    Py_RETURN_NONE;
+}
+
+// Call.patch(cls) -> whether calls of `cls` take the fast path: patched now
+// or before. Only a class whose __call__ is the wrapper and whose tp_call is
+// CPython's generic slot is patched.
+PyObject *call_patch(PyObject *self_obj, PyObject *arg) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    if (!PyType_Check(arg)) {
+        Py_RETURN_FALSE;
+    }
+    PyTypeObject *tp = reinterpret_cast<PyTypeObject *>(arg);
+    if (tp->tp_call == module_tp_call) {
+        Py_RETURN_TRUE;
+    }
+    if (g_active != c || c->slot_call == nullptr || tp->tp_call != c->slot_call ||
+        !PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE)) {
+        Py_RETURN_FALSE;
+    }
+    PyObject *f = PyObject_GetAttrString(arg, "__call__");
+    if (f == nullptr) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    const bool ours = f == c->py;
+    Py_DECREF(f);
+    if (!ours) {
+        Py_RETURN_FALSE;
+    }
+    // Sound: a heap type's tp_call is a plain field that CPython reads on
+    // every call of an instance and rewrites (update_slot) whenever __call__
+    // changes in the class or above it; module_tp_call does what the
+    // generic slot would do (call __call__ with the instance first) plus the
+    // context, and is never freed (this module is never unloaded).
+    tp->tp_call = module_tp_call;
+    Py_RETURN_TRUE;
+}
+
+// Call.call(module, args, kwargs) -> the module's result, or SLOW: the fast
+// path for a call that reached the Python wrapper (a class with its own
+// __call__ calling super().__call__, as transformers' layers do).
+PyObject *call_call(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    if (argc != 3 || !PyTuple_CheckExact(argv[1]) || (argv[2] != Py_None && !PyDict_CheckExact(argv[2]))) {
+        Py_INCREF(g_slow_sentinel);
+        return g_slow_sentinel;
+    }
+    PyObject *args = argv[1];
+    PyObject *kwargs = argv[2] == Py_None ? nullptr : argv[2];
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *small[8];
+    PyObject **stack = small;
+    if (n + 1 > 8) {
+        stack = static_cast<PyObject **>(PyMem_Malloc((n + 1) * sizeof(PyObject *)));
+        if (stack == nullptr) {
+            return PyErr_NoMemory();
+        }
+    }
+    stack[0] = argv[0];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    }
+    bool handled;
+    PyObject *out = fast_call(c, stack, n + 1, kwargs, &handled);
+    if (stack != small) {
+        PyMem_Free(stack);
+    }
+    if (!handled) {
+        Py_INCREF(g_slow_sentinel);
+        return g_slow_sentinel;
+    }
+    return out;
+}
+
+PyMethodDef call_methods[] = {
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_call)), METH_FASTCALL,
+     "call(module, args, kwargs) -> its result, or SLOW (the Python wrapper's case)"},
+    {"activate", call_activate, METH_O, "activate(Module): module calls take the fast path"},
+    {"deactivate", call_deactivate, METH_NOARGS, "deactivate(): no fast path (then assign Module.__call__)"},
+    {"patch", call_patch, METH_O, "patch(cls) -> whether calls of cls take the fast path"},
+    {nullptr, nullptr, 0, nullptr},
+};
 
 void call_dealloc(PyObject *self_obj) {
     Call *c = reinterpret_cast<Call *>(self_obj);
@@ -259,6 +513,7 @@ void call_dealloc(PyObject *self_obj) {
     Py_XDECREF(c->infos);
     Py_XDECREF(c->local);
     Py_XDECREF(c->forward);
+    Py_XDECREF(c->backward);
     Py_XDECREF(c->hook_backward);
     Py_XDECREF(c->leave);
     Py_XDECREF(c->grad_enabled);
@@ -267,29 +522,30 @@ void call_dealloc(PyObject *self_obj) {
 }
 
 PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static const char *names[] = {"orig", "py", "infos", "local", "forward", "hook_backward",
+    static const char *names[] = {"orig", "py", "infos", "local", "forward", "backward", "hook_backward",
                                   "leave", "grad_enabled", "thread_type", nullptr};
-    PyObject *orig, *py, *infos, *local, *forward, *hook, *leave, *grad;
+    PyObject *orig, *py, *infos, *local, *forward, *backward, *hook, *leave, *grad;
     PyTypeObject *thread_type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OO!OOOO!:Call", const_cast<char **>(names), &orig, &py,
-                                     &PyDict_Type, &infos, &local, &PyLong_Type, &forward, &hook, &leave, &grad,
-                                     &PyType_Type, &thread_type)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OO!O!OOOO!:Call", const_cast<char **>(names), &orig, &py,
+                                     &PyDict_Type, &infos, &local, &PyLong_Type, &forward, &PyLong_Type, &backward,
+                                     &hook, &leave, &grad, &PyType_Type, &thread_type)) {
         return nullptr;
     }
     Py_ssize_t off_stack = slot_offset(thread_type, "stack");
     Py_ssize_t off_slot = slot_offset(thread_type, "slot");
-    if (off_stack < 0 || off_slot < 0) {
-        PyErr_SetString(PyExc_TypeError, "thread_type needs __slots__ 'stack' and 'slot'");
+    Py_ssize_t off_last = slot_offset(thread_type, "last_fn");
+    if (off_stack < 0 || off_slot < 0 || off_last < 0) {
+        PyErr_SetString(PyExc_TypeError, "thread_type needs __slots__ 'stack', 'slot' and 'last_fn'");
         return nullptr;
     }
     Call *c = reinterpret_cast<Call *>(type->tp_alloc(type, 0));
     if (c == nullptr) {
         return nullptr;
     }
-    c->vectorcall = call_vectorcall;
-    PyObject **fields[] = {&c->orig, &c->py, &c->infos, &c->local, &c->forward, &c->hook_backward, &c->leave,
-                           &c->grad_enabled};
-    PyObject *values[] = {orig, py, infos, local, forward, hook, leave, grad};
+    c->slot_call = nullptr;
+    PyObject **fields[] = {&c->orig,          &c->py,    &c->infos,        &c->local,   &c->forward,
+                           &c->backward,      &c->hook_backward, &c->leave, &c->grad_enabled};
+    PyObject *values[] = {orig, py, infos, local, forward, backward, hook, leave, grad};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *fields[i] = values[i];
@@ -298,20 +554,64 @@ PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     c->thread_type = thread_type;
     c->off_stack = off_stack;
     c->off_slot = off_slot;
+    c->off_last = off_last;
     c->slow = 0;
+    c->native_hooks = 0;
     c->fast = 0;
+    c->hooks = 0;
     return reinterpret_cast<PyObject *>(c);
 }
 
 PyMemberDef call_members[] = {
     {"slow", T_INT, offsetof(Call, slow), 0, "1: every call takes the Python wrapper"},
+    {"native_hooks", T_INT, offsetof(Call, native_hooks), 0,
+     "1: backward pre-hooks in C++ where they fit (needs a torch build and set_slot_function)"},
     {"fast", T_ULONGLONG, offsetof(Call, fast), READONLY, "calls that took the fast path"},
-    {"__wrapped__", T_OBJECT, offsetof(Call, orig), READONLY, "the original Module.__call__"},
+    {"hooks", T_ULONGLONG, offsetof(Call, hooks), READONLY, "C++ backward pre-hooks registered"},
+    {"orig", T_OBJECT, offsetof(Call, orig), READONLY, "the original Module.__call__"},
     {"py", T_OBJECT, offsetof(Call, py), READONLY, "the Python wrapper"},
     {nullptr, 0, 0, 0, nullptr},
 };
 
 PyTypeObject CallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// set_slot_function(address of vs_agent_context_slot) -> whether backward
+// pre-hooks can be C++ (a torch build).
+PyObject *set_slot_function(PyObject *, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == nullptr && PyErr_Occurred()) {
+        return nullptr;
+    }
+#ifdef VS_TORCH
+    g_slot_fn = reinterpret_cast<SlotFn>(p);
+    return PyBool_FromLong(p != nullptr);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+// grad_fn_id(tensor) -> the address of its grad_fn (what a C++ pre-hook
+// records as the thread's last_fn), 0 when none or not a tensor.
+PyObject *grad_fn_id(PyObject *, PyObject *arg) {
+#ifdef VS_TORCH
+    if (THPVariable_Check(arg)) {
+        try {
+            return PyLong_FromVoidPtr(THPVariable_Unpack(arg).grad_fn().get());
+        } catch (...) {
+        }
+    }
+#else
+    (void)arg;
+#endif
+    return PyLong_FromLong(0);
+}
+
+PyMethodDef module_methods[] = {
+    {"grad_fn_id", grad_fn_id, METH_O, "grad_fn_id(tensor) -> the address of its grad_fn, or 0"},
+    {"set_slot_function", set_slot_function, METH_O,
+     "set_slot_function(address of vs_agent_context_slot) -> whether backward pre-hooks can be C++"},
+    {nullptr, nullptr, 0, nullptr},
+};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
 
@@ -320,14 +620,12 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
 PyMODINIT_FUNC PyInit__vsfast(void) {
     CallType.tp_name = "vramscope._vsfast.Call";
     CallType.tp_basicsize = sizeof(Call);
-    CallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
-    CallType.tp_doc = "Module.__call__ with the module's forward context around it (vramscope)";
+    CallType.tp_flags = Py_TPFLAGS_DEFAULT;
+    CallType.tp_doc = "The state of vramscope's native module call path (see fastcall.cpp)";
     CallType.tp_new = call_new;
     CallType.tp_dealloc = call_dealloc;
-    CallType.tp_call = PyVectorcall_Call;
-    CallType.tp_vectorcall_offset = offsetof(Call, vectorcall);
-    CallType.tp_descr_get = call_get;
     CallType.tp_members = call_members;
+    CallType.tp_methods = call_methods;
     if (PyType_Ready(&CallType) < 0) {
         return nullptr;
     }
@@ -338,8 +636,24 @@ PyMODINIT_FUNC PyInit__vsfast(void) {
     module_def.m_name = "vramscope._vsfast";
     module_def.m_doc = "vramscope's native module call path (see fastcall.cpp)";
     module_def.m_size = -1;
+    module_def.m_methods = module_methods;
     PyObject *m = PyModule_Create(&module_def);
     if (m == nullptr) {
+        return nullptr;
+    }
+#ifdef VS_TORCH
+    const long with_torch = 1;
+#else
+    const long with_torch = 0;
+#endif
+    g_slow_sentinel = PyObject_CallNoArgs(reinterpret_cast<PyObject *>(&PyBaseObject_Type));
+    if (g_slow_sentinel == nullptr || PyModule_AddObject(m, "SLOW", g_slow_sentinel) < 0) {
+        Py_DECREF(m);
+        return nullptr;
+    }
+    Py_INCREF(g_slow_sentinel);  // (kept: the module's reference is its own)
+    if (PyModule_AddIntConstant(m, "WITH_TORCH", with_torch) < 0) {
+        Py_DECREF(m);
         return nullptr;
     }
     Py_INCREF(&CallType);

@@ -155,9 +155,8 @@ def main():
             print("SKIPPED: the native call path cannot be built here: %s" % e)
             return 0
         check(a.use_native(fast), "native: the module call path is built, loaded and installed")
-        check(type(nn.Module.__dict__["__call__"]).__name__ == "Call" and nn.Module.__call__ is _attrib._module_call
-              and _attrib._module_call.__closure__ is None,
-              "native: Module.__call__ reads as the Python wrapper (what Dynamo inlines), with no closure")
+        check(nn.Module.__dict__["__call__"] is _attrib._module_call and _attrib._module_call.__closure__ is None,
+              "native: Module.__call__ is the Python wrapper (what Dynamo inlines and super() finds), no closure")
     model = Net()
 
     # Parameters are copied by _apply: before the tracker exists the
@@ -316,19 +315,47 @@ def main():
     check(SEEN[-1] == ("leaf", ("head", FORWARD)), "an FSDP wrapper inside a model is no level of the paths: %s"
           % (SEEN[-1],))
 
+    # A class with its own __call__ that calls super().__call__ (as
+    # transformers' GradientCheckpointingLayer does): Module.__call__ is
+    # still the wrapper there, and the module is attributed.
+    class OwnCall(Leaf):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs)
+
+    net2 = Net()
+    net2.head = OwnCall()
+    net2(torch.Tensor())
+    before = a.native.fast if native else 0
+    SEEN.clear()
+    net2(torch.Tensor())
+    check(SEEN[-1] == ("leaf", ("head", FORWARD)) and (not native or a.native.fast - before >= 6),
+          "a module whose class calls super().__call__ is attributed%s: %s" % (
+              ", through the native path" if native else "", SEEN[-1]))
+
     # Bounds: ids that run out are counted, never wrapped.
     _attrib.MAX_IDS = len(a.contexts)
     check(a.context(a.string("x.y"), FORWARD) == 0 and LIB.dropped.get(2) == 1,
           "a context past the bound is 0, counted in DROPPED 2")
     if native:
-        # torch.fx's tracer patches Module.__call__ for a while and puts back
-        # what it read (the Python wrapper): the next step boundary puts the
-        # native path back.
+        # torch.fx's tracer patches Module.__call__ for a while (CPython then
+        # resets the slot of every class) and puts back what it read.
         saved = nn.Module.__call__
+        seen = []
+
+        def patched(self, *args, **kwargs):
+            seen.append(type(self).__name__)
+            return saved(self, *args, **kwargs)
+
+        nn.Module.__call__ = patched
+        model(torch.Tensor())
+        check("Leaf" in seen and "Block" in seen, "native: a patcher of Module.__call__ sees every module call: %s" % seen[:4])
         nn.Module.__call__ = saved
-        check(nn.Module.__dict__["__call__"] is _attrib._module_call, "native: a patcher put the wrapper back")
-        a.step()
-        check(type(nn.Module.__dict__["__call__"]).__name__ == "Call", "native: a step boundary installs the native path again")
+        model(torch.Tensor())  # the wrapper patches the classes again
+        before = a.native.fast
+        SEEN.clear()
+        model(torch.Tensor())
+        check(a.native.fast > before and SEEN[2] == ("leaf", ("blocks.0.attn", FORWARD)),
+              "native: after the patcher, the native path again (%d fast calls)" % (a.native.fast - before))
         a.capture_steps = 2
         check(a.native.slow == 1, "native: while capturing, calls take the Python wrapper (which captures)")
         a.capture_steps = 0

@@ -18,8 +18,8 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
 2. Step time of the training loop, variants alternated within each round
    (the order rotates), `rounds` rounds of `steps` steps (a step: forward,
    backward, optimizer step, then torch.cuda.synchronize). Switching takes
-   effect at once (hooks in or out); capture and history get one untimed
-   step after the switch. Many short rounds (e.g. 150 of 1 step) pair each
+   effect at once (hooks in or out); every variant gets one untimed step
+   after the switch. Many short rounds (e.g. 150 of 1 step) pair each
    variant's steps with bare steps taken a fraction of a second apart, which
    keeps this VM's drift out of the ratios:
      bare        tracker writes off (vs_agent_enable(0)), no hooks
@@ -148,7 +148,6 @@ def main():
     while vramscope.status()["attribution_native"] is False and time.time() - t0 < 120:
         time.sleep(0.05)  # the starter thread builds the native call path
     print("native call path:", vramscope.status()["attribution_native"])
-    from vramscope import _attrib
     import ctypes
 
     lib.vs_agent_bench_callback.restype = ctypes.c_double
@@ -194,7 +193,7 @@ def main():
             attrib.install()
             lib.vs_agent_enable(1)
             if v == "attrib_py":
-                torch.nn.Module.__call__ = _attrib._module_call
+                attrib.set_native(False)
             if v == "capture":
                 attrib.capture_steps = 1 << 30
                 attrib.capture_until = time.monotonic() + 3600
@@ -212,8 +211,8 @@ def main():
     def unset(v):
         while noop:
             noop.pop().remove()
-        if v == "attrib_py" and attrib.native is not None:
-            torch.nn.Module.__call__ = attrib.native
+        if v == "attrib_py":
+            attrib.set_native(True)
         if v == "wrapper":
             torch.nn.Module.__call__ = orig_call
         if v == "history":
@@ -228,9 +227,12 @@ def main():
         order = variants[r % len(variants):] + variants[: r % len(variants)]
         for v in order:
             set_variant(v)
-            if v in ("capture", "history"):
-                step()  # their first step fills their own tables: untimed
-                torch.cuda.synchronize()
+            # One untimed step after the switch: capture and history fill
+            # their tables, and a switch that assigns Module.__call__ makes
+            # CPython reset every module class's call slot (the native path
+            # patches each class again on its first call, once in a real job).
+            step()
+            torch.cuda.synchronize()
             ts = []
             for _ in range(a.steps):
                 t = time.perf_counter()

@@ -319,7 +319,13 @@ def _native_attribution(cached_only):
     if a is None or a.native is not None or os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
         return
     try:
-        path = _build.build_fast(cached_only=cached_only)
+        t = sys.modules.get("torch")
+        try:
+            abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
+        except Exception:
+            abi = 1
+        tf, tv = (getattr(t, "__file__", None), str(getattr(t, "__version__", ""))) if t is not None else (None, None)
+        path = _build.build_fast(tf, tv, abi, warn=None, cached_only=cached_only)
         if path is None:
             return
         try:

@@ -82,14 +82,15 @@ _SKIP_FILES = ("torch/nn/modules/module.py", "vramscope/_attrib.py", "torch/_com
 class _Thread:
     """One thread's state: its context stack and its native context word."""
 
-    __slots__ = ("stack", "slot", "base", "root", "last_fn", "backward", "__weakref__")
+    __slots__ = ("stack", "slot", "base", "outer", "root", "last_fn", "backward", "__weakref__")
 
     def __init__(self, slot):
         self.stack = []  # context ids of the modules running, innermost last
         self.slot = slot  # memoryview of the native word, or None
         self.base = 0  # the context outside every module (optimizer, other)
+        self.outer = None  # the context when the outermost module was entered
         self.root = None  # weakref of the outermost module running
-        self.last_fn = None  # the grad_fn given a backward pre-hook last
+        self.last_fn = None  # the grad_fn given a backward pre-hook last (its address, from C++)
         self.backward = False  # has run backward hooks
 
 
@@ -122,7 +123,11 @@ class Attribution:
         self.renamed = {}  # id(root) -> last walk time
         # Stack capture (command 5).
         self.native = None  # vramscope._vsfast.Call, once built and loaded
+        self.native_off = None  # the same while set_native(False)
         self.native_note = None  # why there is none, when it was tried
+        self.native_hooks = False  # backward pre-hooks in C++ (a torch build of it)
+        self.fast = None  # the vramscope._vsfast module
+        self.fast_slow = None  # its SLOW: what native.call returns for the Python path
         self.capture_words = None
         self.capture_seen = 0
         self._capture_steps = 0
@@ -398,6 +403,9 @@ class Attribution:
         t = self._thread()
         if not t.stack:
             t.root = weakref.ref(module)
+            # What the thread goes back to: on an autograd thread (a
+            # checkpointing recompute) the backward context a pre-hook set.
+            t.outer = t.slot[0] if t.slot is not None else None
             if phase == FORWARD and not t.backward:  # (a forward inside backward: checkpointing's recompute)
                 self._new_forward()
         info = self.info(module, t)
@@ -416,7 +424,7 @@ class Attribution:
         if not st:
             t.root = None
             t.last_fn = None
-        self._set(t, st[-1] if st else t.base)
+        self._set(t, st[-1] if st else (t.outer if t.outer is not None else t.base))
 
     def _captured(self, info, phase, frame):
         with self.lock:
@@ -433,6 +441,11 @@ class Attribution:
             if b.slot is not None and not b.stack:
                 b.slot[0] = self.none_backward
         self.poll_capture()
+        n = self.native
+        if n is not None and self.native_hooks:
+            # Compiled autograd traces the backward graph: its hooks must be
+            # Python's (a C++ pre-hook would stop it).
+            n.native_hooks = 0 if _compiled_autograd() else 1
 
     def set_backward(self, policy):
         """Which modules' backward is tracked: "auto" (default: the deepest
@@ -480,6 +493,9 @@ class Attribution:
         fn = out.grad_fn
         if fn is None or fn is t.last_fn:  # the inner module's output already
             return
+        last = t.last_fn
+        if type(last) is int and last == self.fast.grad_fn_id(out):  # hooked in C++ (fastcall.cpp)
+            return
         t.last_fn = fn  # cleared when the outermost module returns
         if self.capture_steps:
             with self.lock:
@@ -501,8 +517,10 @@ class Attribution:
                 if not t.backward:
                     t.backward = True
                     self.backward_threads.add(t)
-                t.base = ctx  # what a recompute (checkpointing) returns to
-                if not t.stack:
+                t.base = ctx
+                if t.stack:
+                    t.outer = ctx  # what the module running returns to
+                else:
                     self._set(t, ctx)
             except Exception:
                 pass
@@ -531,18 +549,10 @@ class Attribution:
             return self.context(self.string("optimizer." + type(optimizer).__name__), OPTIMIZER)
 
     def step(self):
-        """A step boundary (optimizer step or mark()): counts capture down.
-        Puts the native call path back where something that patches
-        ``Module.__call__`` for a while (torch.fx's tracer) restored it as
-        the Python wrapper it read."""
+        """A step boundary (optimizer step or mark()): counts capture down."""
         if self.capture_steps:
             self.capture_steps -= 1
         self.poll_capture()
-        n = self.native
-        if n is not None and self.installed:
-            M = self.torch.nn.Module
-            if M.__dict__.get("__call__") is _module_call:
-                M.__call__ = n
 
     def poll_capture(self):
         w = self.capture_words
@@ -575,7 +585,9 @@ class Attribution:
                 ]
                 self.orig_call = m.Module.__dict__["__call__"]
                 _set_globals(self, self.orig_call)
-                m.Module.__call__ = self.native if self.native is not None else _module_call
+                m.Module.__call__ = _module_call
+                if self.native is not None:
+                    self.native.activate(m.Module)
                 self.orig_apply = m.Module._apply
                 m.Module._apply = _make_apply(self, self.orig_apply)
             except (AttributeError, ImportError):
@@ -598,6 +610,8 @@ class Attribution:
                 except Exception:
                     pass
             self.handles = []
+            if self.native is not None:
+                self.native.deactivate()
             if self.orig_call is not None:
                 try:
                     self.torch.nn.Module.__call__ = self.orig_call
@@ -634,6 +648,7 @@ class Attribution:
                     self.infos,
                     self.local,
                     FORWARD,
+                    BACKWARD,
                     self._hook_backward,
                     self._leave,
                     self.grad_enabled,
@@ -644,9 +659,33 @@ class Attribution:
                 self.native_note = "%s: %s" % (type(e).__name__, e)
                 return False
             self.native.slow = 1 if self._capture_steps else 0
+            self.fast, self.fast_slow = fast, fast.SLOW
+            try:
+                if getattr(fast, "WITH_TORCH", 0) and isinstance(self.lib, ctypes.CDLL):
+                    addr = ctypes.cast(self.lib.vs_agent_context_slot, ctypes.c_void_p).value
+                    self.native_hooks = bool(fast.set_slot_function(addr))
+            except Exception as e:
+                self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
+            self.native.native_hooks = 1 if self.native_hooks and not _compiled_autograd() else 0
             if self.installed:
-                m.Module.__call__ = self.native
+                self.native.activate(m.Module)
             return True
+
+    def set_native(self, on):
+        """Module calls through the native path (on) or the Python wrapper
+        only (for comparisons: bench_attrib.py's attrib_py)."""
+        with self.lock:
+            if on and self.native is None and self.native_off is not None:
+                self.native, self.native_off = self.native_off, None
+            if self.native is None or not self.installed:
+                return
+            M = self.torch.nn.Module
+            if on:
+                self.native.activate(M)
+            else:
+                self.native.deactivate()
+                self.native, self.native_off = None, self.native
+                M.__call__ = _module_call  # resets every patched class's slot
 
     def fail(self, e):
         if self.failed:
@@ -691,6 +730,17 @@ def _backward_level(named, nn):
     return best
 
 
+def _compiled_autograd():
+    """Whether compiled autograd is on (torch._dynamo's, 2.4 and later)."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    if ca is not None:
+        for name in ("compiled_autograd_enabled", "in_compiled_autograd_region"):
+            if getattr(ca, name, None) is True:
+                return True
+    cfg = sys.modules.get("torch._dynamo.config")
+    return cfg is not None and getattr(cfg, "compiled_autograd", False) is True
+
+
 def _first_tensor(out, tensor):
     """The first tensor of a module's output (a tuple, a list, a dict such
     as transformers' ModelOutput, whose first entry is the loss when there
@@ -707,10 +757,8 @@ def _first_tensor(out, tensor):
     return None
 
 
-# What the Python wrapper uses: module globals, not a closure, so that the
-# function Dynamo inlines is the same with the native path (Dynamo reads an
-# inlined function's closure through the attribute it came from, and there
-# Module.__dict__["__call__"] is the native object).
+# What the Python wrapper uses: module globals, not a closure (one function
+# for the life of the process, whatever is installed).
 _ATTRIB = None  # the installed Attribution
 _ORIG = None  # the original Module.__call__ (kept after remove(): see below)
 
@@ -734,13 +782,20 @@ def _module_call(self, *args, **kwargs):
     """Module.__call__ with the module's forward context around it: the
     cheapest way to see every module call (global module hooks would take
     every module off its fast path, see bench_attrib.py). Dynamo inlines
-    it as the original call: _compiling() is constant there. The native
-    path (fastcall.cpp) hands every case but the common one to this."""
+    it as the original call: _compiling() is constant there. With the
+    native path (fastcall.cpp), this patches the class so that its next
+    calls run in C, which hands every case but the common one back here."""
     if _compiling():
         return _ORIG(self, *args, **kwargs)
     attrib = _ATTRIB
     if attrib is None:
         return _ORIG(self, *args, **kwargs)
+    native = attrib.native
+    if native is not None:
+        native.patch(type(self))  # this class's next calls: the native path
+        out = native.call(self, args, kwargs)  # (a class with its own __call__ is here every time)
+        if out is not attrib.fast_slow:
+            return out
     info = attrib.infos.get(id(self))
     if info is not None and info[3] & _QUIET:
         return _ORIG(self, *args, **kwargs)

@@ -403,14 +403,23 @@ def python_include():
     )
 
 
-def fast_build_command(cxx, cpp, pyinc, out):
-    return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-isystem", pyinc, cpp, "-o", out]
+def fast_build_command(cxx, cpp, pyinc, out, torch_file=None, torch_version=None, abi=None):
+    cmd = [cxx, "-O2", "-shared", "-fPIC"]
+    if torch_file is None:
+        return cmd + ["-std=c++17", "-isystem", pyinc, cpp, "-o", out]
+    incs, lib = torch_dirs(torch_file)
+    cmd += ["-std=" + cxx_std(torch_version), "-D_GLIBCXX_USE_CXX11_ABI=%d" % int(abi), "-DVS_TORCH", "-isystem", pyinc]
+    for i in incs:
+        cmd += ["-isystem", i]
+    return cmd + [cpp, "-o", out, "-L" + lib, "-Wl,-rpath," + lib, "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", "-pthread"]
 
 
-def build_fast(warn=None, cached_only=False):
+def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_only=False):
     """The path of the native module call path (vramscope._vsfast), built
-    for this Python if needed and cached like the tracker. It needs this
-    Python's headers and a C++ compiler, not torch. Raises BuildError with
+    for this Python if needed and cached like the tracker. With torch's
+    headers (`torch_file` given) it is built with them (C++ backward
+    pre-hooks, see fastcall.cpp), else or when that fails once, without.
+    Needs this Python's headers and a C++ compiler. Raises BuildError with
     a one-line reason; `cached_only`: None instead of building."""
     cpp = fast_source()
     if not cpp:
@@ -421,8 +430,28 @@ def build_fast(warn=None, cached_only=False):
     cxx, why = find_compiler()
     if not cxx:
         raise BuildError(why)
+    py = "py%d%d" % sys.version_info[:2]
+    if torch_file is not None:
+        incs, _ = torch_dirs(torch_file)
+        if os.path.isfile(os.path.join(incs[0], "torch", "csrc", "autograd", "python_variable.h")):
+            key = _key((cpp,), (cxx, pyinc, torch_version, str(abi)))
+            tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
+            name = "fastcall-%s-torch%s-abi%d-%s-%s.so" % (py, tv, int(abi), AGENT_VERSION, key)
+            log = os.path.join(cache_dir(), name + ".log")
+            if not os.path.exists(log):  # (a failed build leaves its log: not tried again)
+                try:
+                    return _cached_build(
+                        name,
+                        lambda out: fast_build_command(cxx, cpp, pyinc, out, torch_file, torch_version, abi),
+                        "the module call path with torch",
+                        warn,
+                        cached_only,
+                    )
+                except BuildError as e:
+                    if warn is not None:
+                        warn("backward pre-hooks stay in Python: %s" % e)
     key = _key((cpp,), (cxx, pyinc))
-    name = "fastcall-py%d%d-%s-%s.so" % (sys.version_info[0], sys.version_info[1], AGENT_VERSION, key)
+    name = "fastcall-%s-%s-%s.so" % (py, AGENT_VERSION, key)
     return _cached_build(name, lambda out: fast_build_command(cxx, cpp, pyinc, out), "the module call path", warn, cached_only)
 
 

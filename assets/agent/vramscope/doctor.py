@@ -136,10 +136,19 @@ def checks(build=False):
         except Exception as e:
             out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
     if build and cxx and pyinc:
+        notes = []
         try:
-            path = _build.build_fast(warn=lambda note: None)
-            _build.load_fast(path)
-            out.append(_check("native calls", "ok", path))
+            if torch is not None:
+                abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+                path = _build.build_fast(torch.__file__, torch.__version__, abi, warn=notes.append)
+            else:
+                path = _build.build_fast(warn=notes.append)
+            fast = _build.load_fast(path)
+            if getattr(fast, "WITH_TORCH", 0):
+                out.append(_check("native calls", "ok", "%s (module calls and backward pre-hooks)" % path))
+            else:
+                out.append(_check("native calls", "warn", "%s (module calls only: %s)" % (path, "; ".join(notes) or "built without torch"),
+                                  "backward pre-hooks run in Python, slower"))
             _build.discard_fresh()
         except Exception as e:
             out.append(_check("native calls", "warn", str(e), "module attribution runs in Python, slower"))
