@@ -62,24 +62,22 @@ import vramscope
 BATCH = {"gpt2": (8, 512), "resnet": 64}
 
 
-def gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
+def phases(name):
+    """(forward -> loss, optimizer step) of one training step of MODEL
+    gpt2 or resnet (tests/gpu/prof_attrib.py times them apart)."""
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-    model = GPT2LMHeadModel(GPT2Config()).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, 50257, BATCH["gpt2"], device="cuda")
+        model = GPT2LMHeadModel(GPT2Config()).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, 50257, BATCH["gpt2"], device="cuda")
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(x, labels=x)
-        out.loss.backward()
-        opt.step()
+        def forward():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(x, labels=x).loss
 
-    return step
-
-
-def resnet():
+        return forward, opt.step
     import timm
 
     model = timm.create_model("resnet50", pretrained=False, num_classes=1000).cuda()
@@ -90,14 +88,30 @@ def resnet():
     y = torch.randint(0, 1000, (n,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def step():
+    def forward():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+            return loss_fn(model(x), y)
+
+    return forward, opt.step
+
+
+def training_step(name):
+    forward, optimizer = phases(name)
+
+    def step():
+        forward().backward()
+        optimizer()
 
     return step
+
+
+def gpt2():
+    return training_step("gpt2")
+
+
+def resnet():
+    return training_step("resnet")
 
 
 def calls():

@@ -51,6 +51,11 @@ VRAMSCOPE_VARIANT   "empty": build the tracker whose callback does nothing
                     (for the overhead benchmark only)
 VRAMSCOPE_ATTRIBUTION  0: no module/phase attribution (no module hooks, no
                     context tags); default on in exact mode (see _attrib.py)
+VRAMSCOPE_ATTRIBUTION_NATIVE  0: module calls and backward pre-hooks stay in
+                    Python (default: the native path, fastcall.cpp, where it
+                    builds)
+VRAMSCOPE_ATTRIBUTION_BACKWARD  auto (default), params, all, none: which
+                    modules' backward is tracked (see _attrib.py)
 VRAMSCOPE_RING_WRITE   shared: device rings use the any-writer path
                     (default: the exclusive one, under the allocator lock)
 """
