@@ -4,13 +4,31 @@
 //! (`tests/agent_attrib/test_attrib.py`): module paths, the forward,
 //! backward, optimizer and other phases per thread, leaves without
 //! parameters, exceptions, compiled regions, stack capture (command 5),
-//! wrappers and the id bound. Needs python3; without it the test says
-//! SKIPPED.
+//! wrappers and the id bound; then the same with module calls through the
+//! native path (`assets/agent/fastcall.cpp`, built here), and built with
+//! `-DVS_TORCH` against stand-in torch headers (its C++ backward
+//! pre-hooks). Needs python3 and, for the native runs, a C++ compiler and
+//! Python.h; without them a test says SKIPPED.
 
 use std::path::Path;
 use std::process::Command;
 
-fn run(native: bool) -> Option<String> {
+/// Runs test_attrib.py in `mode` and checks it passed all `oks` checks as
+/// `label`; SKIPPED (printed) when the mode cannot be built here.
+fn passes(mode: Option<&str>, label: &str, oks: usize) {
+    let Some(text) = run(mode) else { return };
+    assert!(
+        text.contains(&format!("test_attrib.py: all passed ({label})")),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok ")).count(),
+        oks,
+        "{text}"
+    );
+}
+
+fn run(mode: Option<&str>) -> Option<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     if Command::new("python3").arg("--version").output().is_err() {
         println!("SKIPPED: attribution tests: no python3");
@@ -28,8 +46,8 @@ fn run(native: bool) -> Option<String> {
         .arg(root.join("tests/agent_attrib/test_attrib.py"))
         .env("PYTHONPATH", path)
         .env("XDG_CACHE_HOME", cache.path());
-    if native {
-        cmd.arg("--native");
+    if let Some(m) = mode {
+        cmd.arg(m);
     }
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -47,16 +65,7 @@ fn run(native: bool) -> Option<String> {
 
 #[test]
 fn attribution_logic_without_torch() {
-    let Some(text) = run(false) else { return };
-    assert!(
-        text.contains("test_attrib.py: all passed (python)"),
-        "{text}"
-    );
-    assert_eq!(
-        text.lines().filter(|l| l.starts_with("ok ")).count(),
-        24,
-        "{text}"
-    );
+    passes(None, "python", 24);
 }
 
 /// The same checks with module calls through the native path
@@ -64,14 +73,15 @@ fn attribution_logic_without_torch() {
 /// Dynamo reads, the fast path taken, a patcher undone, capture.
 #[test]
 fn attribution_native_call_path() {
-    let Some(text) = run(true) else { return };
-    assert!(
-        text.contains("test_attrib.py: all passed (native)"),
-        "{text}"
-    );
-    assert_eq!(
-        text.lines().filter(|l| l.starts_with("ok ")).count(),
-        31,
-        "{text}"
-    );
+    passes(Some("--native"), "native", 31);
+}
+
+/// The native path built with `-DVS_TORCH` against the stand-in torch
+/// headers (`tests/agent_attrib/fake_torch_include`): the C++ backward
+/// pre-hooks, registered by the fast path and by the Python wrapper (roots,
+/// first calls), run by the test's "backward" on another thread into a real
+/// thread-local word, and a recompute returning to them.
+#[test]
+fn attribution_native_backward_hooks() {
+    passes(Some("--native-torch"), "native with torch", 33);
 }

@@ -497,7 +497,20 @@ PyObject *call_call(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) 
     return out;
 }
 
+// Call.hook(t, info, output) -> whether the module's backward pre-hook was
+// made in C++ (or was not needed): for calls the Python wrapper handles.
+PyObject *call_hook(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    if (argc != 3 || Py_TYPE(argv[0]) != c->thread_type || !PyList_CheckExact(argv[1]) ||
+        PyList_GET_SIZE(argv[1]) < 4) {
+        Py_RETURN_FALSE;
+    }
+    return PyBool_FromLong(native_backward_hook(c, argv[0], argv[1], argv[2]));
+}
+
 PyMethodDef call_methods[] = {
+    {"hook", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_hook)), METH_FASTCALL,
+     "hook(t, info, output) -> whether the backward pre-hook was made in C++"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_call)), METH_FASTCALL,
      "call(module, args, kwargs) -> its result, or SLOW (the Python wrapper's case)"},
     {"activate", call_activate, METH_O, "activate(Module): module calls take the fast path"},

@@ -33,13 +33,19 @@ class Lib:
             if name.startswith("vs_agent_"):
                 setattr(self, name, Fn(getattr(self, name)))
         self.strings, self.frames, self.stacks, self.contexts = {}, {}, {}, {}
-        self.words = {}
+        self.words = []
+        self.local = threading.local()
         self.dropped = {}
         self.attribution = 0
         self.capture = (ctypes.c_uint64 * 3)()
 
     def vs_agent_context_slot(self):
-        w = self.words.setdefault(threading.get_ident(), ctypes.c_uint32(0))
+        # One word per thread, 0 when the thread starts (thread-local, as the
+        # tracker's: a thread id may be reused, a thread-local is not).
+        w = getattr(self.local, "w", None)
+        if w is None:
+            w = self.local.w = ctypes.c_uint32(0)
+            self.words.append(w)  # kept alive for the addresses handed out
         return ctypes.addressof(w)
 
     def vs_agent_set_attribution(self, on):
@@ -65,9 +71,16 @@ class Lib:
         return ctypes.addressof(self.capture)
 
     # ---- what the test reads ----
+    def word(self):
+        """The calling thread's context word."""
+        if isinstance(self.vs_agent_context_slot, ctypes._CFuncPtr):  # a real one (--native-torch)
+            return ctypes.c_uint32.from_address(self.vs_agent_context_slot()).value
+        w = getattr(self.local, "w", None)
+        return w.value if w is not None else 0
+
     def now(self):
         """(module path, phase) of the calling thread's current context."""
-        return self.resolve(self.words.get(threading.get_ident(), ctypes.c_uint32(0)).value)
+        return self.resolve(self.word())
 
     def resolve(self, cid):
         if cid == 0:
@@ -140,8 +153,44 @@ def check(cond, what):
     print("ok   " + what)
 
 
+def build_with_stand_in_torch(_build):
+    """fastcall.cpp built with -DVS_TORCH against the stand-in torch headers
+    (fake_torch_include/), and a library whose vs_agent_context_slot gives
+    each thread a native word as the tracker's does: the C++ backward
+    pre-hooks, run by the test's "backward" like the Python ones."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    cxx, why = _build.find_compiler()
+    pyinc, why2 = _build.python_include()
+    if not cxx or not pyinc:
+        raise _build.BuildError(why if not cxx else why2)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = tempfile.mkdtemp(prefix="vs-attrib-test-")
+    slot = os.path.join(out, "slot.cpp")
+    with open(slot, "w") as f:
+        f.write('#include <cstdint>\nthread_local uint32_t t_word __attribute__((tls_model("initial-exec"))) = 0;\n'
+                'extern "C" uint32_t* vs_agent_context_slot(void) { return &t_word; }\n')
+    fast = os.path.join(out, "_vsfast.so")
+    for cmd in ([cxx, "-O2", "-shared", "-fPIC", slot, "-o", os.path.join(out, "slot.so")],
+                [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-Wall", "-Werror", "-DVS_TORCH",
+                 "-I", os.path.join(here, "fake_torch_include"), "-isystem", pyinc,
+                 _build.fast_source(), "-o", fast]):
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode:
+            raise AssertionError("%s failed:\n%s" % (" ".join(cmd), r.stdout.decode()))
+    lib = ctypes.CDLL(os.path.join(out, "slot.so"))
+    lib.vs_agent_context_slot.restype = ctypes.c_void_p
+    loaded = _build.load_fast(fast)
+    shutil.rmtree(out)  # loaded: the files are no longer needed
+    return loaded, lib.vs_agent_context_slot
+
+
 def main():
-    native = "--native" in sys.argv
+    native_torch = "--native-torch" in sys.argv
+    native = native_torch or "--native" in sys.argv
     warnings = []
     a = Attribution(torch, lambda msg, key=None: warnings.append(msg))
     check(a.install(), "the hooks install on a torch that has them")
@@ -150,11 +199,18 @@ def main():
         from vramscope import _build
 
         try:
-            fast = _build.load_fast(_build.build_fast())
+            if native_torch:
+                fast, LIB.vs_agent_context_slot = build_with_stand_in_torch(_build)
+            else:
+                fast = _build.load_fast(_build.build_fast())
         except _build.BuildError as e:
             print("SKIPPED: the native call path cannot be built here: %s" % e)
             return 0
+        if native_torch:
+            a.connect(LIB)  # (as the agent does: the tracker first, then the native path)
         check(a.use_native(fast), "native: the module call path is built, loaded and installed")
+        if native_torch:
+            check(a.native.native_hooks == 1, "native with torch: backward pre-hooks in C++")
         check(nn.Module.__dict__["__call__"] is _attrib._module_call and _attrib._module_call.__closure__ is None,
               "native: Module.__call__ is the Python wrapper (what Dynamo inlines and super() finds), no closure")
     model = Net()
@@ -216,6 +272,9 @@ def main():
           % seen_bw)
     check(len(out.grad_fn.prehooks) == 1,
           "the root returns the head's output: one pre-hook (the innermost module's), not two")
+    if native_torch:
+        check(type(out.grad_fn.prehooks[0]).__name__ == "builtin_function_or_method" and a.native.hooks >= 3,
+              "native with torch: that pre-hook is C++ (%d registered)" % a.native.hooks)
 
     # The optimizer step.
     opt = torch.optim.Optimizer()
@@ -273,7 +332,7 @@ def main():
     LIB.capture[1], LIB.capture[2], LIB.capture[0] = 1, 4, LIB.capture[0] + 1
     SEEN.clear()
     model(torch.Tensor())
-    cid = LIB.words[threading.get_ident()].value
+    cid = LIB.word()
     attn = [ctx for ctx, (mod, ph, st) in LIB.contexts.items() if st and LIB.strings[mod] == "blocks.0.attn"]
     check(attn, "while capturing, a context with a stack is defined for blocks.0.attn")
     stack = LIB.stack_of(attn[0])
@@ -363,7 +422,7 @@ def main():
     check(not warnings, "no warning: %s" % warnings)
     a.remove()
     check(nn.Module.__call__ is nn.modules.module.Module._wrapped_call_impl, "remove() restores Module.__call__")
-    print("test_attrib.py: all passed (%s)" % ("native" if native else "python"))
+    print("test_attrib.py: all passed (%s)" % ("native with torch" if native_torch else "native" if native else "python"))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ backward   after a tracked module's forward, a pre-hook on its output's
            ``grad_fn``; when backward reaches it (on an autograd engine
            thread) that thread's context becomes the module's backward. No
            full backward hooks: they wrap outputs and break in-place ops.
+           With the native path built against torch the pre-hook is C++
+           (no GIL in backward); Python under compiled autograd, while
+           stacks are captured, or without it.
 optimizer  global optimizer step pre/post hooks.
 other      ``Module._apply`` (``.to()``, ``.cuda()``, ``.half()``): parameter
            and buffer copies are attributed to their module.
@@ -241,8 +244,15 @@ class Attribution:
             addr = self.lib.vs_agent_context_slot()
             slot = memoryview((ctypes.c_uint32 * 1).from_address(addr)).cast("B").cast("I")
         t = self.local.t = _Thread(slot)
-        t.base = self.none_other if threading.current_thread() is threading.main_thread() else 0
-        if slot is not None:
+        me = threading.current_thread()
+        t.base = self.none_other if me is threading.main_thread() else 0
+        if isinstance(me, threading._DummyThread):
+            # A thread Python did not start: an autograd engine thread (its
+            # pre-hooks may be C++, which cannot say so): each root forward
+            # resets it, and its forward calls are recomputes.
+            t.backward = True
+            self.backward_threads.add(t)
+        if slot is not None and slot[0] == 0:  # (else a C++ pre-hook set it already)
             slot[0] = t.base
         return t
 
@@ -395,6 +405,10 @@ class Attribution:
         if c is None:
             with self.lock:
                 c = info[1][phase] = self.context(info[0], phase)
+                if phase == FORWARD and info[2] and BACKWARD not in info[1]:
+                    # A tracked module's backward context too: the native
+                    # path hooks only modules whose context is defined.
+                    info[1][BACKWARD] = self.context(info[0], BACKWARD)
         return c
 
     # ---- hooks -----------------------------------------------------------------------
@@ -502,6 +516,9 @@ class Attribution:
                 ctx = self.context(info[0], BACKWARD, self.stack_of.get(fwd_ctx, 0))
         else:
             ctx = info[1].get(BACKWARD) or self.ctx(info, BACKWARD)
+            n = self.native
+            if n is not None and n.native_hooks and n.hook(t, info, out):
+                return  # a C++ pre-hook (fastcall.cpp)
         fn.register_prehook(self._backward_hook(ctx))
 
     def _backward_hook(self, ctx):
@@ -661,8 +678,9 @@ class Attribution:
             self.native.slow = 1 if self._capture_steps else 0
             self.fast, self.fast_slow = fast, fast.SLOW
             try:
-                if getattr(fast, "WITH_TORCH", 0) and isinstance(self.lib, ctypes.CDLL):
-                    addr = ctypes.cast(self.lib.vs_agent_context_slot, ctypes.c_void_p).value
+                slot_fn = getattr(self.lib, "vs_agent_context_slot", None)
+                if getattr(fast, "WITH_TORCH", 0) and isinstance(slot_fn, ctypes._CFuncPtr):
+                    addr = ctypes.cast(slot_fn, ctypes.c_void_p).value
                     self.native_hooks = bool(fast.set_slot_function(addr))
             except Exception as e:
                 self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
