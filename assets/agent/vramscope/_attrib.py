@@ -112,6 +112,7 @@ class Attribution:
         self.paths = [""]  # string id -> text, for module paths
         self.stack_of = {}  # context id -> its stack id, for contexts with one
         self.backward_hooks = {}  # context id -> its backward pre-hook
+        self.optimizer_ctxs = {}  # optimizer class -> its context id
         self.pending = []  # definitions made before the library was loaded
         self.backward_threads = weakref.WeakSet()
         self.handles = []
@@ -562,8 +563,12 @@ class Attribution:
             self.fail(e)
 
     def optimizer_ctx(self, optimizer):
-        with self.lock:
-            return self.context(self.string("optimizer." + type(optimizer).__name__), OPTIMIZER)
+        cls = type(optimizer)
+        c = self.optimizer_ctxs.get(cls)
+        if not c:  # (0 when ids ran out: asked again)
+            with self.lock:
+                c = self.optimizer_ctxs[cls] = self.context(self.string("optimizer." + cls.__name__), OPTIMIZER)
+        return c
 
     def step(self):
         """A step boundary (optimizer step or mark()): counts capture down."""
