@@ -490,7 +490,9 @@ class Attribution:
         pre-hook on that node). Only for modules that own parameters (where
         gradients are made) and roots (where backward starts), unless
         VRAMSCOPE_ATTRIBUTION_BACKWARD=all: a pre-hook costs its
-        registration every forward and a GIL round trip in backward."""
+        registration every forward and a GIL round trip in backward (in
+        Python; with the native path built against torch, a C++ pre-hook
+        costs neither)."""
         try:
             self._hook_backward_of(t, module, output, fwd_ctx)
         except Exception as e:
