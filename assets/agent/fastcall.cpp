@@ -360,36 +360,56 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
 
 // The tp_call of a patched module class (see the top): the module first,
 // then its arguments, to the fast path.
+// The module followed by the items of an args tuple, as one vectorcall
+// argument array (borrowed references: the caller holds the module, the
+// tuple the rest). ok() false: out of memory, error set.
+class ArgStack {
+  public:
+    ArgStack(PyObject *module, PyObject *args) : n_(PyTuple_GET_SIZE(args) + 1) {
+        if (n_ > kSmall) {
+            items_ = static_cast<PyObject **>(PyMem_Malloc(n_ * sizeof(PyObject *)));
+            if (items_ == nullptr) {
+                PyErr_NoMemory();
+                return;
+            }
+        }
+        items_[0] = module;
+        for (Py_ssize_t i = 1; i < n_; i++) {
+            items_[i] = PyTuple_GET_ITEM(args, i - 1);
+        }
+    }
+    ~ArgStack() {
+        if (items_ != small_) {
+            PyMem_Free(items_);
+        }
+    }
+    ArgStack(const ArgStack &) = delete;
+    ArgStack &operator=(const ArgStack &) = delete;
+    bool ok() const { return items_ != nullptr; }
+    PyObject *const *items() const { return items_; }
+    size_t size() const { return static_cast<size_t>(n_); }
+
+  private:
+    static constexpr Py_ssize_t kSmall = 8;
+    Py_ssize_t n_;
+    PyObject *small_[kSmall];
+    PyObject **items_ = small_;
+};
+
 PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
-    const Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *small[8];
-    PyObject **stack = small;
-    if (n + 1 > 8) {
-        stack = static_cast<PyObject **>(PyMem_Malloc((n + 1) * sizeof(PyObject *)));
-        if (stack == nullptr) {
-            return PyErr_NoMemory();
-        }
+    ArgStack stack(self, args);
+    if (!stack.ok()) {
+        return nullptr;
     }
-    stack[0] = self;  // borrowed: the caller holds self, args holds the rest
-    for (Py_ssize_t i = 0; i < n; i++) {
-        stack[i + 1] = PyTuple_GET_ITEM(args, i);
-    }
-    PyObject *out;
-    if (g_active != nullptr) {
-        bool handled;
-        out = fast_call(g_active, stack, n + 1, kwargs, &handled);
-        if (!handled) {
-            out = slow(g_active, stack, n + 1, kwargs);
-        }
-    } else {  // deactivated, class not yet reset: the class's own __call__
+    if (g_active == nullptr) {  // deactivated, class not yet reset: the class's own __call__
         PyObject *f = PyObject_GetAttrString(reinterpret_cast<PyObject *>(Py_TYPE(self)), "__call__");
-        out = f == nullptr ? nullptr : PyObject_VectorcallDict(f, stack, n + 1, kwargs);
+        PyObject *out = f == nullptr ? nullptr : PyObject_VectorcallDict(f, stack.items(), stack.size(), kwargs);
         Py_XDECREF(f);
+        return out;
     }
-    if (stack != small) {
-        PyMem_Free(stack);
-    }
-    return out;
+    bool handled;
+    PyObject *out = fast_call(g_active, stack.items(), stack.size(), kwargs, &handled);
+    return handled ? out : slow(g_active, stack.items(), stack.size(), kwargs);
 }
 
 // Call.activate(Module): module calls take the fast path from now on
@@ -470,26 +490,12 @@ PyObject *call_call(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) 
         Py_INCREF(g_slow_sentinel);
         return g_slow_sentinel;
     }
-    PyObject *args = argv[1];
-    PyObject *kwargs = argv[2] == Py_None ? nullptr : argv[2];
-    const Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *small[8];
-    PyObject **stack = small;
-    if (n + 1 > 8) {
-        stack = static_cast<PyObject **>(PyMem_Malloc((n + 1) * sizeof(PyObject *)));
-        if (stack == nullptr) {
-            return PyErr_NoMemory();
-        }
-    }
-    stack[0] = argv[0];
-    for (Py_ssize_t i = 0; i < n; i++) {
-        stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    ArgStack stack(argv[0], argv[1]);
+    if (!stack.ok()) {
+        return nullptr;
     }
     bool handled;
-    PyObject *out = fast_call(c, stack, n + 1, kwargs, &handled);
-    if (stack != small) {
-        PyMem_Free(stack);
-    }
+    PyObject *out = fast_call(c, stack.items(), stack.size(), argv[2] == Py_None ? nullptr : argv[2], &handled);
     if (!handled) {
         Py_INCREF(g_slow_sentinel);
         return g_slow_sentinel;

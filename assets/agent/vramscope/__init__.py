@@ -316,6 +316,14 @@ def _install_attribution(torch):
         _warn("module attribution disabled: %s: %s" % (type(e).__name__, e), key="attrib")
 
 
+def _torch_abi(t):
+    """torch's C++ ABI (1: the C++11 one, also when torch does not say)."""
+    try:
+        return int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
+    except Exception:
+        return 1
+
+
 def _native_attribution(cached_only):
     """Module calls through the native path (fastcall.cpp), built for this
     Python and cached like the tracker. Without Python's headers the Python
@@ -325,10 +333,7 @@ def _native_attribution(cached_only):
         return
     try:
         t = sys.modules.get("torch")
-        try:
-            abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
-        except Exception:
-            abi = 1
+        abi = _torch_abi(t)
         tf, tv = (getattr(t, "__file__", None), str(getattr(t, "__version__", ""))) if t is not None else (None, None)
         path = _build.build_fast(tf, tv, abi, warn=None, cached_only=cached_only)
         if path is None:
@@ -392,10 +397,7 @@ class _Starter(threading.Thread):
             if self.mode == "sampled" or _st["forked"] or _st["mode"] != "pending":
                 return
             t = self.torch
-            try:
-                abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
-            except Exception:
-                abi = 1
+            abi = _torch_abi(t)
             variant = os.environ.get("VRAMSCOPE_VARIANT", "")
             lib_path = _build.build(t.__file__, t.__version__, abi, variant, cached_only=True)
             if not lib_path:
@@ -410,10 +412,7 @@ class _Starter(threading.Thread):
         if self.mode == "sampled":
             return None, "VRAMSCOPE_MODE=sampled"
         t = self.torch
-        try:
-            abi = int(bool(t._C._GLIBCXX_USE_CXX11_ABI))
-        except Exception:
-            abi = 1
+        abi = _torch_abi(t)
         variant = os.environ.get("VRAMSCOPE_VARIANT", "")
         try:
             return _build.build(t.__file__, t.__version__, abi, variant, warn=_warn), None

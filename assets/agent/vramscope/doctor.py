@@ -138,8 +138,7 @@ def checks(build=False):
     if build and cxx and pyinc:
         notes = []
         try:
-            if torch is not None:
-                abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+            if torch is not None:  # (abi read with it above)
                 path = _build.build_fast(torch.__file__, torch.__version__, abi, warn=notes.append)
             else:
                 path = _build.build_fast(warn=notes.append)
