@@ -391,6 +391,24 @@ def main():
           "a module whose class calls super().__call__ is attributed%s: %s" % (
               ", through the native path" if native else "", SEEN[-1]))
 
+    # Arguments pass through unchanged, however many (the native path
+    # copies them into an array: on the stack up to 8, else allocated).
+    class Many(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.leaf = Leaf()
+            self.leaf.forward = lambda *xs, **kw: (xs, kw, LIB.now())
+
+        def forward(self):
+            return [self.leaf(*range(n), k=n) for n in (0, 7, 8, 12, 100)]
+
+    many = Many()
+    many()
+    got = many()
+    check([(len(xs), kw) for xs, kw, _ in got] == [(n, {"k": n}) for n in (0, 7, 8, 12, 100)]
+          and all(xs == tuple(range(len(xs))) and now == ("leaf", FORWARD) for xs, _, now in got),
+          "calls with 0 to 100 arguments and a keyword get them all, in the module's context")
+
     # Bounds: ids that run out are counted, never wrapped.
     _attrib.MAX_IDS = len(a.contexts)
     check(a.context(a.string("x.y"), FORWARD) == 0 and LIB.dropped.get(2) == 1,
