@@ -816,9 +816,11 @@ def _module_call(self, *args, **kwargs):
     if attrib is None:
         return _ORIG(self, *args, **kwargs)
     native = attrib.native
-    if native is not None:
-        native.patch(type(self))  # this class's next calls: the native path
-        out = native.call(self, args, kwargs)  # (a class with its own __call__ is here every time)
+    if native is not None and not native.patch(type(self)):
+        # Not patchable: a class with its own __call__ (calling this through
+        # super()) is here every time, so its calls go to C from here. (A
+        # patched class's calls that reach this were already refused there.)
+        out = native.call(self, args, kwargs)
         if out is not attrib.fast_slow:
             return out
     info = attrib.infos.get(id(self))
