@@ -155,8 +155,13 @@ fn demo_quits_on_q_and_restores_the_terminal() {
     s.writer.write_all(b"q").unwrap();
     s.writer.flush().unwrap();
     let status = s.wait_exit(Duration::from_secs(10));
-    assert!(status.success(), "exit status {status:?}");
-    assert_restored(&s.output());
+    let out = s.output();
+    assert!(
+        status.success(),
+        "exit status {status:?}; output ends: {:?}",
+        String::from_utf8_lossy(&out[out.len().saturating_sub(2000)..])
+    );
+    assert_restored(&out);
 }
 
 #[test]
