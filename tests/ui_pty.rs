@@ -162,10 +162,11 @@ fn demo_quits_on_q_and_restores_the_terminal() {
 fn assert_clean_exit(s: &mut Session) {
     let status = s.wait_exit(Duration::from_secs(10));
     let out = s.output();
+    let from = find(&out, b"panicked at").unwrap_or(out.len().saturating_sub(2000));
     assert!(
         status.success(),
-        "exit status {status:?}; output ends: {:?}",
-        String::from_utf8_lossy(&out[out.len().saturating_sub(2000)..])
+        "exit status {status:?}; output from the panic (or its end): {:?}",
+        String::from_utf8_lossy(&out[from..(from + 3000).min(out.len())])
     );
     assert_restored(&out);
 }

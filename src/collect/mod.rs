@@ -182,6 +182,9 @@ impl Collector {
         tokio::pin!(stop);
         loop {
             tokio::select! {
+                // Stop first: a tick polled once the runtime is shutting
+                // down would panic.
+                biased;
                 _ = &mut stop => break,
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
@@ -344,6 +347,32 @@ pub struct Live {
     hub: Arc<Hub>,
     requester: Requester,
     timeout: Duration,
+    /// Ends the background task; dropping `Live` sends it and waits for the
+    /// task (see `Drop`).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How long dropping a [`Live`] waits for its task to finish its step.
+const LIVE_STOP_WAIT: Duration = Duration::from_secs(2);
+
+impl Drop for Live {
+    /// Stops the background task before the runtime goes: a task that is
+    /// inside a blocking step (`off_runtime`) when the runtime shuts down
+    /// would otherwise go on to poll a timer of a runtime being shut down,
+    /// which panics (seen as exit status 101 when quitting under load).
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let Some(task) = self.task.take() else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return; // (dropped inside a runtime: cannot wait here)
+        }
+        let _ = self
+            .rt
+            .block_on(async { tokio::time::timeout(LIVE_STOP_WAIT, task).await });
+    }
 }
 
 impl Live {
@@ -353,12 +382,21 @@ impl Live {
         let mut collector = Collector::new(cfg);
         let hub = collector.hub().clone();
         let requester = collector.requester();
-        rt.spawn(async move { collector.run_until(std::future::pending()).await });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = rt.spawn(async move {
+            collector
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
         Ok(Live {
             rt,
             hub,
             requester,
             timeout: Duration::from_secs(5),
+            stop: Some(stop),
+            task: Some(task),
         })
     }
 
@@ -373,10 +411,17 @@ impl Live {
         let rt = runtime()?;
         let hub = Arc::new(Hub::default());
         let h = hub.clone();
-        rt.spawn(async move {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = rt.spawn(async move {
             let played = replay::play_with(reader, &h, replay::Pace::Live(speed), &progress);
-            if let Err(e) = played.await {
-                eprintln!("vramscope: {e}");
+            tokio::select! {
+                biased;
+                _ = stopped => {}
+                r = played => {
+                    if let Err(e) = r {
+                        eprintln!("vramscope: {e}");
+                    }
+                }
             }
         });
         Ok(Live {
@@ -384,6 +429,8 @@ impl Live {
             hub,
             requester: Requester::none(),
             timeout: Duration::from_secs(5),
+            stop: Some(stop),
+            task: Some(task),
         })
     }
 
