@@ -23,13 +23,20 @@
 // back.
 //
 // The fast path does what the Python wrapper does for a module called inside
-// another one, with its context known: push the module's forward context on
-// the thread's stack (a Python list, shared with the Python code), write it
-// to the thread's native word (read by the allocator callback), call the
-// original Module.__call__, register the backward pre-hook where the module
-// is tracked (in Python), pop. Anything else (the outermost call, a module
-// not named yet, stack capture, a thread seen for the first time) is handed
-// to the Python wrapper, which handles every case.
+// another one: the thread's native word (read by the allocator callback)
+// takes the module's forward context for the call and gets its caller's
+// back after, the backward pre-hook is registered where the module is
+// tracked, and the original Module.__call__ runs in between. It touches
+// little memory, which is what a call costs in a real step (where every
+// cache line is cold): the module's entry in a small table (a copy of what
+// `infos` says, dropped whenever `infos` changes) and the thread's word,
+// through the tracker's own accessor; the caller's context stays in a C
+// local, and the thread's Python stack of contexts holds only the calls
+// the Python wrapper made (the root first). The word's top bit (kInside)
+// says the thread is inside a root module's call. Anything else (the
+// outermost call, a module not named yet, stack capture, a thread seen for
+// the first time) is handed to the Python wrapper, which handles every
+// case.
 //
 // With VS_TORCH, a tracked module whose output is a tensor (or a tuple or
 // list starting with one) gets its backward pre-hook here too: a C++
@@ -50,6 +57,7 @@
 #include <structmember.h>
 
 #include <cstdint>
+#include <cstring>
 
 #ifdef VS_TORCH
 #include <c10/core/GradMode.h>
@@ -69,21 +77,36 @@ static inline PyObject *PyObject_CallOneArg(PyObject *f, PyObject *a) {
 
 namespace {
 
-// The pending exception, taken out while the stack is unwound.
-struct SavedError {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = nullptr;
-    void take() { exc = PyErr_GetRaisedException(); }
-    void restore() { PyErr_SetRaisedException(exc); }
-#else
-    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-    void take() { PyErr_Fetch(&type, &value, &tb); }
-    void restore() { PyErr_Restore(type, value, tb); }
-#endif
-};
-
 // _attrib.py's flag for a leaf module without parameters (its caller's).
 constexpr long kQuiet = 8;
+
+// The native word's top bit (above the 24-bit context id, which is all the
+// tracker reads): this thread is inside a root module's call, so a module
+// called now is an inner one (_attrib.py's _INSIDE).
+constexpr uint32_t kInside = 0x80000000u;
+
+// What the fast path needs of a module, copied from its `infos` entry the
+// first time it is called: one probe of a small open-addressing table, not
+// a dict lookup through an int, a list, a dict and three ints (in a real
+// step those are cache misses: what a module call cost). A copy, so that
+// nothing here can dangle: `Call.changed()` (every change to `infos` and its
+// entries, _attrib.py) drops every entry at once by moving `gen` on.
+struct Entry {
+    PyObject *key;  // the module (its address only: never dereferenced)
+    uint32_t gen;   // valid when the Call's gen
+    uint32_t fwd;   // its forward context
+    uint32_t bwd;   // its backward context (kHasBwd)
+    uint32_t flags;
+};
+constexpr uint32_t kEntryQuiet = 1, kEntryTracked = 2, kEntryHasBwd = 4;
+constexpr unsigned kEntryBits = 12;  // 4096 entries; at most kProbes probes
+constexpr size_t kEntries = size_t{1} << kEntryBits;
+constexpr size_t kProbes = 8;  // (a module that finds no room is not kept)
+
+// Where a module's probes start (Fibonacci hashing of its address).
+inline size_t home(PyObject *module) {
+    return static_cast<size_t>((reinterpret_cast<uintptr_t>(module) * 0x9E3779B97F4A7C15ull) >> (64 - kEntryBits));
+}
 
 struct Call {
     PyObject_HEAD
@@ -94,13 +117,13 @@ struct Call {
     PyObject *local;         // threading.local whose `t` is the thread's _Thread
     PyObject *forward;       // the FORWARD phase key (an int)
     PyObject *hook_backward; // callable(t, module, output, ctx): never raises
-    PyObject *leave;         // callable(t): the thread left its outermost module
     PyObject *grad_enabled;  // torch.is_grad_enabled
     PyTypeObject *thread_type;
-    Py_ssize_t off_stack;    // offsets of _Thread's `stack` and `slot` slots
-    Py_ssize_t off_slot;
-    Py_ssize_t off_last;     // _Thread's `last_fn`: the grad_fn hooked last
+    Py_ssize_t off_slot;     // offsets of _Thread's `slot` and `last_fn` slots
+    Py_ssize_t off_last;     // (last_fn: the grad_fn hooked last)
     PyObject *backward;      // the BACKWARD phase key (an int)
+    Entry *entries;          // kEntries, PyMem_Calloc'd
+    uint32_t gen;            // entries of another gen are free
     int slow;                // 1: every call takes the Python wrapper (capture)
     int native_hooks;        // 1: backward pre-hooks in C++ where they fit
     unsigned long long fast; // calls that took the fast path (for tests)
@@ -157,11 +180,12 @@ bool context_value(PyObject *v, uint32_t *out) {
     return true;
 }
 
-#ifdef VS_TORCH
-// The tracker's vs_agent_context_slot: the calling thread's context word.
+// The tracker's vs_agent_context_slot: the calling thread's context word
+// (set_slot_function; NULL before the tracker is loaded, or without one).
 using SlotFn = uint32_t *(*)();
 SlotFn g_slot_fn = nullptr;
 
+#ifdef VS_TORCH
 // Backward reached the node that made a tracked module's output: the thread
 // running it (an autograd engine thread) now works for that module.
 struct ContextPreHook final : torch::autograd::FunctionPreHook {
@@ -173,9 +197,10 @@ struct ContextPreHook final : torch::autograd::FunctionPreHook {
     uint32_t ctx;
 };
 
-// The module's backward pre-hook in C++. 1: done (hooked, or nothing to
-// hook); 0: not for here (the Python hook decides). Never raises.
-int native_backward_hook(Call *c, PyObject *t, PyObject *info, PyObject *out) {
+// The module's backward pre-hook in C++, for the backward context `bwd`. 1:
+// done (hooked, or nothing to hook); 0: not for here (the Python hook
+// decides). Never raises.
+int native_backward_hook(Call *c, PyObject *t, uint32_t bwd, PyObject *out) {
     if (!c->native_hooks || g_slot_fn == nullptr) {
         return 0;
     }
@@ -185,13 +210,6 @@ int native_backward_hook(Call *c, PyObject *t, PyObject *info, PyObject *out) {
     }
     if (!THPVariable_Check(tensor)) {
         return 0;  // a dict, or a tuple led by something else
-    }
-    PyObject *phases = PyList_GET_ITEM(info, 1);
-    PyObject *ctx = PyDict_CheckExact(phases) ? PyDict_GetItemWithError(phases, c->backward) : nullptr;
-    uint32_t value = 0;
-    if (ctx == nullptr || !context_value(ctx, &value)) {
-        PyErr_Clear();
-        return 0;  // its backward context is not defined yet
     }
     try {
         const auto &fn = THPVariable_Unpack(tensor).grad_fn();
@@ -210,7 +228,7 @@ int native_backward_hook(Call *c, PyObject *t, PyObject *info, PyObject *out) {
             PyErr_Clear();
             return 0;
         }
-        fn->add_pre_hook(std::make_unique<ContextPreHook>(value));
+        fn->add_pre_hook(std::make_unique<ContextPreHook>(bwd));
         // Sound: `t` is exactly of the type the offset was read from.
         PyObject **slot = reinterpret_cast<PyObject **>(reinterpret_cast<char *>(t) + c->off_last);
         PyObject *old = *slot;
@@ -225,7 +243,7 @@ int native_backward_hook(Call *c, PyObject *t, PyObject *info, PyObject *out) {
 
 bool grad_mode_on() { return c10::GradMode::is_enabled(); }
 #else
-int native_backward_hook(Call *, PyObject *, PyObject *, PyObject *) { return 0; }
+int native_backward_hook(Call *, PyObject *, uint32_t, PyObject *) { return 0; }
 bool grad_mode_on() { return true; }  // (the Python side asks torch)
 #endif
 
@@ -245,116 +263,152 @@ PyObject *g_slow_sentinel = nullptr;
         return nullptr;    \
     } while (0)
 
+// The entry of `module` in the table, or NULL (not kept yet).
+Entry *find(Call *c, PyObject *module) {
+    const size_t h = home(module);
+    for (size_t i = 0; i < kProbes; i++) {
+        Entry *e = &c->entries[(h + i) & (kEntries - 1)];
+        if (e->gen != c->gen) {
+            return nullptr;  // (entries are only ever dropped all at once)
+        }
+        if (e->key == module) {
+            return e;
+        }
+    }
+    return nullptr;
+}
+
+// Copies the module's `infos` entry into the table. NULL (no error set):
+// not a module the fast path can take (not named yet, its forward context
+// not defined yet: the Python wrapper does that), or no room.
+Entry *keep(Call *c, PyObject *module) {
+    PyObject *key = PyLong_FromVoidPtr(module);
+    if (key == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject *info = PyDict_GetItemWithError(c->infos, key);  // borrowed
+    Py_DECREF(key);
+    if (info == nullptr || !PyList_CheckExact(info) || PyList_GET_SIZE(info) < 4) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    long flags = PyLong_AsLong(PyList_GET_ITEM(info, 3));
+    PyObject *phases = PyList_GET_ITEM(info, 1);
+    if ((flags == -1 && PyErr_Occurred()) || !PyDict_CheckExact(phases)) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    Entry kept = {module, c->gen, 0, 0, 0};
+    if (flags & kQuiet) {  // a leaf without parameters: its caller's context
+        kept.flags = kEntryQuiet;
+    } else {
+        PyObject *fwd = PyDict_GetItemWithError(phases, c->forward);
+        if (fwd == nullptr || !context_value(fwd, &kept.fwd)) {
+            PyErr_Clear();
+            return nullptr;
+        }
+        PyObject *bwd = PyDict_GetItemWithError(phases, c->backward);
+        if (bwd != nullptr && context_value(bwd, &kept.bwd)) {
+            kept.flags |= kEntryHasBwd;
+        }
+        PyErr_Clear();
+        if (PyList_GET_ITEM(info, 2) == Py_True) {
+            kept.flags |= kEntryTracked;
+        }
+    }
+    const size_t h = home(module);
+    for (size_t i = 0; i < kProbes; i++) {
+        Entry *e = &c->entries[(h + i) & (kEntries - 1)];
+        if (e->gen != c->gen) {
+            *e = kept;
+            return e;
+        }
+    }
+    return nullptr;
+}
+
+// The calling thread's native word: the tracker's own (one call, no
+// Python), else through the thread's _Thread (tests' stand-in library).
+// NULL: none yet.
+uint32_t *thread_word(Call *c) {
+    if (g_slot_fn != nullptr) {
+        return g_slot_fn();
+    }
+    PyObject *t = PyObject_GetAttr(c->local, g_str_t);
+    if (t == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    // The memoryview stays alive with `t`, which the thread-local keeps.
+    uint32_t *word = Py_TYPE(t) == c->thread_type ? word_of(field(t, c->off_slot)) : nullptr;
+    Py_DECREF(t);
+    return word;
+}
+
+// A tracked module's output: its backward pre-hook, in C++ where it fits,
+// else in Python (while grad mode is on). Never raises.
+void hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *out) {
+    if (!grad_mode_on()) {
+        return;
+    }
+    PyObject *t = PyObject_GetAttr(c->local, g_str_t);
+    if (t == nullptr) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_TYPE(t) == c->thread_type && (e.flags & kEntryHasBwd) && native_backward_hook(c, t, e.bwd, out)) {
+        Py_DECREF(t);
+        return;
+    }
+    PyObject *on = PyObject_CallNoArgs(c->grad_enabled);
+    PyObject *ctx = PyLong_FromUnsignedLong(e.fwd);
+    if (on == Py_True && ctx != nullptr) {
+        PyObject *r = PyObject_CallFunctionObjArgs(c->hook_backward, t, module, out, ctx, nullptr);
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(ctx);
+    Py_XDECREF(on);
+    Py_DECREF(t);
+    PyErr_Clear();  // (hook_backward catches its own; grad_enabled cannot fail)
+}
+
 // A module call: args[0] is the module, then its arguments; kwargs a dict
 // or NULL. *handled false (and NULL returned, no error set): the Python
 // wrapper's case (see the top).
+//
+// The common case touches the module's table entry and the thread's word:
+// the word's context goes to the module's for the call and back after
+// (kept in a local here, on the C stack: the Python stack of contexts holds
+// only the calls the Python wrapper made, the root first).
 PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwargs, bool *handled) {
     *handled = true;
     if (c->slow) {
         VS_SLOW();
     }
     PyObject *module = args[0];
-
-    // The module's entry: [path id, {phase: context}, tracked, flags].
-    PyObject *key = PyLong_FromVoidPtr(module);
-    if (key == nullptr) {
-        PyErr_Clear();
+    Entry *found = find(c, module);
+    if (found == nullptr && (found = keep(c, module)) == nullptr) {
         VS_SLOW();
     }
-    PyObject *info = PyDict_GetItemWithError(c->infos, key);  // borrowed
-    Py_DECREF(key);
-    if (info == nullptr || !PyList_CheckExact(info) || PyList_GET_SIZE(info) < 4) {
-        PyErr_Clear();
-        VS_SLOW();
-    }
-    long flags = PyLong_AsLong(PyList_GET_ITEM(info, 3));
-    if (flags == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        VS_SLOW();
-    }
-    if (flags & kQuiet) {  // a leaf without parameters: its caller's context
+    const Entry e = *found;  // (the call may change the table)
+    if (e.flags & kEntryQuiet) {
         return PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
     }
-
-    // The thread's state, its stack of contexts and its native word.
-    PyObject *t = PyObject_GetAttr(c->local, g_str_t);
-    if (t == nullptr) {  // the thread's first module call
-        PyErr_Clear();
-        VS_SLOW();
+    uint32_t *word = thread_word(c);
+    const uint32_t saved = word != nullptr ? *word : 0;
+    if (!(saved & kInside)) {
+        VS_SLOW();  // the outermost call on this thread, or no word yet
     }
-    PyObject *stack = Py_TYPE(t) == c->thread_type ? field(t, c->off_stack) : nullptr;
-    PyObject *slot = Py_TYPE(t) == c->thread_type ? field(t, c->off_slot) : nullptr;
-    uint32_t *word = word_of(slot);
-    PyObject *phases = PyList_GET_ITEM(info, 1);
-    PyObject *ctx = PyDict_CheckExact(phases) ? PyDict_GetItemWithError(phases, c->forward) : nullptr;
-    uint32_t value = 0;
-    if (stack == nullptr || !PyList_CheckExact(stack) || PyList_GET_SIZE(stack) == 0 || word == nullptr ||
-        ctx == nullptr || !context_value(ctx, &value)) {
-        // The outermost call, no native word yet, or a context to define.
-        PyErr_Clear();
-        Py_DECREF(t);
-        VS_SLOW();
-    }
-    // Held across the call: the module's code may rename (replace info's
-    // items), forget (drop info from infos) or replace the thread's state.
-    Py_INCREF(info);
-    Py_INCREF(stack);
-    Py_INCREF(slot);
-    Py_INCREF(ctx);
-    if (PyList_Append(stack, ctx) < 0) {
-        PyErr_Clear();
-        Py_DECREF(ctx);
-        Py_DECREF(slot);
-        Py_DECREF(stack);
-        Py_DECREF(info);
-        Py_DECREF(t);
-        VS_SLOW();
-    }
-    Py_ssize_t depth = PyList_GET_SIZE(stack);
-    *word = value;
+    *word = e.fwd | kInside;
     c->fast++;
 
     PyObject *out = PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
 
-    if (out != nullptr && PyList_GET_SIZE(info) >= 4 && PyList_GET_ITEM(info, 2) == Py_True && grad_mode_on() &&
-        !native_backward_hook(c, t, info, out)) {
-        // A tracked module: its backward pre-hook in Python, while grad
-        // mode is on.
-        PyObject *on = PyObject_CallNoArgs(c->grad_enabled);
-        if (on == Py_True) {
-            PyObject *r = PyObject_CallFunctionObjArgs(c->hook_backward, t, module, out, ctx, nullptr);
-            Py_XDECREF(r);
-        }
-        Py_XDECREF(on);
-        PyErr_Clear();  // (hook_backward catches its own; grad_enabled cannot fail)
+    if (out != nullptr && (e.flags & kEntryTracked)) {
+        hook_backward(c, module, e, out);
     }
-
-    // Unwind (an inner call that left early leaves its entries too), keeping
-    // the module's exception, if any, for the caller.
-    SavedError error;
-    if (out == nullptr) {
-        error.take();
-    }
-    Py_ssize_t now = PyList_GET_SIZE(stack);
-    if (now >= depth && PyList_SetSlice(stack, depth - 1, now, nullptr) < 0) {
-        PyErr_Clear();
-    }
-    uint32_t top = 0;
-    if (PyList_GET_SIZE(stack) > 0 && context_value(PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1), &top)) {
-        *word = top;
-    } else {
-        PyObject *r = PyObject_CallOneArg(c->leave, t);
-        Py_XDECREF(r);
-        PyErr_Clear();
-    }
-    if (out == nullptr) {
-        error.restore();
-    }
-    Py_DECREF(ctx);
-    Py_DECREF(slot);
-    Py_DECREF(stack);
-    Py_DECREF(info);
-    Py_DECREF(t);
+    *word = saved;  // the caller's context (an exception passes through)
     return out;
 }
 
@@ -511,7 +565,26 @@ PyObject *call_hook(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) 
         PyList_GET_SIZE(argv[1]) < 4) {
         Py_RETURN_FALSE;
     }
-    return PyBool_FromLong(native_backward_hook(c, argv[0], argv[1], argv[2]));
+    PyObject *phases = PyList_GET_ITEM(argv[1], 1);
+    PyObject *ctx = PyDict_CheckExact(phases) ? PyDict_GetItemWithError(phases, c->backward) : nullptr;
+    uint32_t bwd = 0;
+    if (ctx == nullptr || !context_value(ctx, &bwd)) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;  // its backward context is not defined yet
+    }
+    return PyBool_FromLong(native_backward_hook(c, argv[0], bwd, argv[2]));
+}
+
+// Call.changed(): `infos` or one of its entries changed (a module named,
+// renamed or gone, a context defined, the tracked set): the table's copies
+// are dropped, and made again at each module's next call.
+PyObject *call_changed(PyObject *self_obj, PyObject *) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    if (++c->gen == 0) {  // (after 2^32 changes: start afresh)
+        memset(c->entries, 0, kEntries * sizeof(Entry));
+        c->gen = 1;
+    }
+    Py_RETURN_NONE;
 }
 
 PyMethodDef call_methods[] = {
@@ -522,6 +595,7 @@ PyMethodDef call_methods[] = {
     {"activate", call_activate, METH_O, "activate(Module): module calls take the fast path"},
     {"deactivate", call_deactivate, METH_NOARGS, "deactivate(): no fast path (then assign Module.__call__)"},
     {"patch", call_patch, METH_O, "patch(cls) -> whether calls of cls take the fast path"},
+    {"changed", call_changed, METH_NOARGS, "changed(): infos changed (the fast path's copies are dropped)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -534,46 +608,51 @@ void call_dealloc(PyObject *self_obj) {
     Py_XDECREF(c->forward);
     Py_XDECREF(c->backward);
     Py_XDECREF(c->hook_backward);
-    Py_XDECREF(c->leave);
     Py_XDECREF(c->grad_enabled);
+    PyMem_Free(c->entries);
     Py_XDECREF(reinterpret_cast<PyObject *>(c->thread_type));
     Py_TYPE(self_obj)->tp_free(self_obj);
 }
 
 PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static const char *names[] = {"orig", "py", "infos", "local", "forward", "backward", "hook_backward",
-                                  "leave", "grad_enabled", "thread_type", nullptr};
-    PyObject *orig, *py, *infos, *local, *forward, *backward, *hook, *leave, *grad;
+    static const char *names[] = {"orig",          "py",           "infos",       "local", "forward", "backward",
+                                  "hook_backward", "grad_enabled", "thread_type", nullptr};
+    PyObject *orig, *py, *infos, *local, *forward, *backward, *hook, *grad;
     PyTypeObject *thread_type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OO!O!OOOO!:Call", const_cast<char **>(names), &orig, &py,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OO!O!OOO!:Call", const_cast<char **>(names), &orig, &py,
                                      &PyDict_Type, &infos, &local, &PyLong_Type, &forward, &PyLong_Type, &backward,
-                                     &hook, &leave, &grad, &PyType_Type, &thread_type)) {
+                                     &hook, &grad, &PyType_Type, &thread_type)) {
         return nullptr;
     }
-    Py_ssize_t off_stack = slot_offset(thread_type, "stack");
     Py_ssize_t off_slot = slot_offset(thread_type, "slot");
     Py_ssize_t off_last = slot_offset(thread_type, "last_fn");
-    if (off_stack < 0 || off_slot < 0 || off_last < 0) {
-        PyErr_SetString(PyExc_TypeError, "thread_type needs __slots__ 'stack', 'slot' and 'last_fn'");
+    if (off_slot < 0 || off_last < 0) {
+        PyErr_SetString(PyExc_TypeError, "thread_type needs __slots__ 'slot' and 'last_fn'");
         return nullptr;
+    }
+    Entry *entries = static_cast<Entry *>(PyMem_Calloc(kEntries, sizeof(Entry)));
+    if (entries == nullptr) {
+        return PyErr_NoMemory();
     }
     Call *c = reinterpret_cast<Call *>(type->tp_alloc(type, 0));
     if (c == nullptr) {
+        PyMem_Free(entries);
         return nullptr;
     }
     c->slot_call = nullptr;
-    PyObject **fields[] = {&c->orig,          &c->py,    &c->infos,        &c->local,   &c->forward,
-                           &c->backward,      &c->hook_backward, &c->leave, &c->grad_enabled};
-    PyObject *values[] = {orig, py, infos, local, forward, backward, hook, leave, grad};
+    PyObject **fields[] = {&c->orig,     &c->py,            &c->infos,        &c->local,
+                           &c->forward, &c->backward, &c->hook_backward, &c->grad_enabled};
+    PyObject *values[] = {orig, py, infos, local, forward, backward, hook, grad};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         Py_INCREF(values[i]);
         *fields[i] = values[i];
     }
     Py_INCREF(thread_type);
     c->thread_type = thread_type;
-    c->off_stack = off_stack;
     c->off_slot = off_slot;
     c->off_last = off_last;
+    c->entries = entries;
+    c->gen = 1;  // (calloc'd entries are of gen 0: free)
     c->slow = 0;
     c->native_hooks = 0;
     c->fast = 0;
@@ -595,14 +674,15 @@ PyMemberDef call_members[] = {
 PyTypeObject CallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // set_slot_function(address of vs_agent_context_slot) -> whether backward
-// pre-hooks can be C++ (a torch build).
+// pre-hooks can be C++ (a torch build). Either way the fast path reads the
+// thread's word through it from now on.
 PyObject *set_slot_function(PyObject *, PyObject *arg) {
     void *p = PyLong_AsVoidPtr(arg);
     if (p == nullptr && PyErr_Occurred()) {
         return nullptr;
     }
-#ifdef VS_TORCH
     g_slot_fn = reinterpret_cast<SlotFn>(p);
+#ifdef VS_TORCH
     return PyBool_FromLong(p != nullptr);
 #else
     Py_RETURN_FALSE;

@@ -73,6 +73,10 @@ class Lib:
     # ---- what the test reads ----
     def word(self):
         """The calling thread's context word."""
+        return self.raw_word() & 0xFFFFFF  # (the context id: what the tracker reads)
+
+    def raw_word(self):
+        """The calling thread's native word, its top bit included."""
         if isinstance(self.vs_agent_context_slot, ctypes._CFuncPtr):  # a real one (--native-torch)
             return ctypes.c_uint32.from_address(self.vs_agent_context_slot()).value
         w = getattr(self.local, "w", None)
@@ -99,6 +103,8 @@ class Lib:
 
 LIB = Lib()
 SEEN = []  # (what, (module, phase)) as the model's code saw them
+INSIDE = []  # the native word's top bit as the leaves saw it
+NODES = []  # the grad_fn of each leaf's output
 
 
 class Leaf(nn.Module):
@@ -109,9 +115,11 @@ class Leaf(nn.Module):
 
     def forward(self, x):
         SEEN.append(("leaf", LIB.now()))
+        INSIDE.append(LIB.raw_word() >> 31)
         if self.fail:
             raise ValueError("planted")
-        return torch.Tensor(torch.Node("leaf"))
+        NODES.append(torch.Node("leaf"))
+        return torch.Tensor(NODES[-1])
 
 
 class Act(nn.Module):  # a leaf without parameters: its caller's
@@ -233,12 +241,15 @@ def main():
     check(got == {("", OTHER)}, "outside every module the main thread is (no module, other): %s" % got)
 
     SEEN.clear()
+    INSIDE.clear()
     out = model(torch.Tensor())
     check(SEEN[0] == ("leaf", ("embed", FORWARD)) and SEEN[1] == ("block", ("blocks.0", FORWARD))
           and SEEN[2] == ("leaf", ("blocks.0.attn", FORWARD)),
           "forward: each module's own context (%s)" % SEEN[:3])
     check(SEEN[3] == ("act", ("blocks.0", FORWARD)), "a leaf without parameters is its caller's: %s" % (SEEN[3],))
     check(LIB.now() == ("", OTHER), "after the forward the thread is back outside every module")
+    check(INSIDE and set(INSIDE) == {1} and LIB.raw_word() >> 31 == 0,
+          "the word's top bit says inside a module (%d calls), and is clear after" % len(INSIDE))
 
     # Backward: the pre-hooks registered on the outputs' grad_fn, run on
     # another thread, as the autograd engine does.
@@ -282,6 +293,22 @@ def main():
     opt.step(lambda: inside.append(LIB.now()))
     check(inside == [("optimizer.Optimizer", OPTIMIZER)] and LIB.now() == ("", OTHER),
           "optimizer step: (optimizer.<class>, optimizer), then back: %s" % inside)
+
+    # The tracked set follows set_backward after calls were made (the native
+    # path drops its copies of what infos says): at "none" only the root's
+    # pre-hook (on the head's output, which the root returns), at "auto"
+    # each leaf's.
+    def leaf_hooks():
+        NODES.clear()
+        model(torch.Tensor())
+        return [len(n.prehooks) for n in NODES]
+
+    a.set_backward("none")
+    none = leaf_hooks()
+    a.set_backward("auto")
+    auto = leaf_hooks()
+    check(none == [0, 0, 0, 1] and auto == [1, 1, 1, 1],
+          "backward pre-hooks follow the tracked set when it changes: none %s, auto %s" % (none, auto))
 
     # A module that raises: the context stack is unwound.
     list(model.blocks)[1].attn.fail = True

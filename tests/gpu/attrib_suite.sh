@@ -8,8 +8,8 @@
 # through the Python wrapper, not the native path) (tests/gpu/test_attrib.py)
 # bench: bench-calls bench-gpt2 bench-resnet (tests/gpu/bench_attrib.py MODEL)
 # Default: every test, then both benchmarks. BENCH_ROUNDS / BENCH_STEPS /
-# BENCH_VARIANTS / BENCH_BATCH override the benchmark's rounds, steps,
-# variants and batch. Logs and JSON go to $OUT (or
+# BENCH_VARIANTS / BENCH_BATCH / BENCH_SETTLE override the benchmark's rounds, steps,
+# variants, batch and untimed steps after a switch. Logs and JSON go to $OUT (or
 # target/gpu-logs); a summary to $OUT/attrib-summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
@@ -37,11 +37,11 @@ for w in "${what[@]}"; do
     bench-*)
         m=${w#bench-}
         VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 400 python3 tests/gpu/bench_attrib.py "$m" \
-            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" ${BENCH_VARIANTS:+--variants "$BENCH_VARIANTS"} ${BENCH_BATCH:+--batch "$BENCH_BATCH"} \
+            --rounds "${BENCH_ROUNDS:-12}" --steps "${BENCH_STEPS:-20}" ${BENCH_VARIANTS:+--variants "$BENCH_VARIANTS"} ${BENCH_BATCH:+--batch "$BENCH_BATCH"} ${BENCH_SETTLE:+--settle "$BENCH_SETTLE"} \
             --out "$LOG/$w.json" > "$LOG/$w.log" 2>&1
         rc=$?
         echo "$w: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
-        grep -E '^(callback|per module|native|variant|bare|hooks|wrapper|tracker|attrib|attrib_py|attrib_all|attrib_nobw|attrib_params|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"
+        grep -E '^(callback|per module|native|variant|bare|hooks|wrapper|tracker|attrib|attrib_py|attrib_all|attrib_nobw|attrib_notag|attrib_params|capture|history) ' "$LOG/$w.log" | tee -a "$SUMMARY"
         ;;
     *)
         policy=auto native=1

@@ -38,6 +38,9 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
                  owns parameters (VRAMSCOPE_ATTRIBUTION_BACKWARD=params)
      attrib_all  the same with a backward pre-hook on every module (=all)
      attrib_nobw the same with backward a phase of the root only (=none)
+     attrib_notag   attribution's Python and native parts with the tracker's
+                 tags off (vs_agent_set_attribution(0)): what the tags and
+                 the block tag table cost is attrib over this
      capture     attribution with stack capture on (command 5's state)
      history     torch.cuda.memory._record_memory_history(stacks="python"),
                  tracker off and no hooks
@@ -142,6 +145,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")
     ap.add_argument("--variants", help="comma-separated subset (bare is always measured)")
+    ap.add_argument("--settle", type=int, default=1, help="untimed steps after each switch (default 1)")
     ap.add_argument("--batch", help="gpt2: BxT (default 8x512); resnet: B (default 64)")
     a = ap.parse_args()
 
@@ -203,9 +207,10 @@ def main():
     def set_variant(v):
         attrib.capture_steps = 0
         attrib.set_backward({"attrib_all": "all", "attrib_nobw": "none", "attrib_params": "params"}.get(v, "auto"))
-        if v in ("attrib", "attrib_py", "attrib_params", "attrib_all", "attrib_nobw", "capture"):
+        if v in ("attrib", "attrib_py", "attrib_params", "attrib_all", "attrib_nobw", "attrib_notag", "capture"):
             attrib.install()
             lib.vs_agent_enable(1)
+            lib.vs_agent_set_attribution(0 if v == "attrib_notag" else 1)
             if v == "attrib_py":
                 attrib.set_native(False)
             if v == "capture":
@@ -232,7 +237,7 @@ def main():
         if v == "history":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib", "attrib_py", "attrib_params", "attrib_all", "capture", "history"]
+    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib_notag", "attrib", "attrib_py", "attrib_params", "attrib_all", "capture", "history"]
     if a.variants:
         want = set(a.variants.split(",")) | {"bare"}
         variants = [v for v in variants if v in want]
@@ -245,7 +250,8 @@ def main():
             # their tables, and a switch that assigns Module.__call__ makes
             # CPython reset every module class's call slot (the native path
             # patches each class again on its first call, once in a real job).
-            step()
+            for _ in range(a.settle):
+                step()
             torch.cuda.synchronize()
             ts = []
             for _ in range(a.steps):
@@ -256,7 +262,8 @@ def main():
             unset(v)
             times[v].append(statistics.median(ts))
     set_variant("attrib")
-    res = {"model": a.model, "batch": BATCH.get(a.model), "rounds": a.rounds, "steps": a.steps, "callback_ns": callback,
+    res = {"model": a.model, "batch": BATCH.get(a.model), "rounds": a.rounds, "steps": a.steps, "settle": a.settle,
+           "callback_ns": callback,
            "callback_ns_all": callback_all,
            "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "variants": {},
            "native": vramscope.status()["attribution_native"],

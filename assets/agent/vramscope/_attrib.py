@@ -6,8 +6,9 @@ current, with no change to the user's code, and defines what they mean
 (src/ring/FORMAT.md, "Contexts, strings, frames and stacks"):
 
 forward    ``Module.__call__`` is wrapped (PyTorch's global module hooks
-           would take every module off its fast path) and keeps a stack of
-           contexts per thread: the innermost module running. Where the
+           would take every module off its fast path): the thread's word
+           holds the innermost module running, and goes back to its
+           caller's when the call returns. Where the
            agent could build it (vramscope/fastcall.cpp: this Python's
            headers and a C++ compiler), the common case runs in C: a module
            call inside another then costs about 0.1 us more, not 2-3 us.
@@ -76,6 +77,11 @@ BACKWARD_HOOKS = 32
 
 _ROOT, _OWNS, _LEVEL, _QUIET = 1, 2, 4, 8
 
+# The native word: a 24-bit context id (all the tracker reads) and, in the
+# top bit, whether the thread is inside a root module's call (the native
+# path takes only calls inside one: fastcall.cpp's kInside).
+_CONTEXT, _INSIDE = 0xFFFFFF, 0x80000000
+
 # Wrapper attributes: (attribute, wrapper class names or () for any).
 _WRAPPERS = (("_orig_mod", ()), ("module", ("DistributedDataParallel", "DataParallel")))
 
@@ -88,7 +94,7 @@ class _Thread:
     __slots__ = ("stack", "slot", "base", "outer", "root", "last_fn", "backward", "__weakref__")
 
     def __init__(self, slot):
-        self.stack = []  # context ids of the modules running, innermost last
+        self.stack = []  # contexts of the calls the Python wrapper made (the root first; the native path's are in C)
         self.slot = slot  # memoryview of the native word, or None
         self.base = 0  # the context outside every module (optimizer, other)
         self.outer = None  # the context when the outermost module was entered
@@ -120,18 +126,18 @@ class Attribution:
         self.orig_call = None
         self.installed = False
         self.failed = False
-        # Which modules' backward is tracked (see _hook_backward): "params"
-        # (default), "all" or "none" (backward is then one phase, no module).
-        self.backward = "auto"
-        self.set_backward(os.environ.get("VRAMSCOPE_ATTRIBUTION_BACKWARD", "auto"))
-        self.renamed = {}  # id(root) -> last walk time
-        # Stack capture (command 5).
         self.native = None  # vramscope._vsfast.Call, once built and loaded
         self.native_off = None  # the same while set_native(False)
         self.native_note = None  # why there is none, when it was tried
         self.native_hooks = False  # backward pre-hooks in C++ (a torch build of it)
         self.fast = None  # the vramscope._vsfast module
         self.fast_slow = None  # its SLOW: what native.call returns for the Python path
+        # Which modules' backward is tracked (see _hook_backward): "params"
+        # (default), "all" or "none" (backward is then one phase, no module).
+        self.backward = "auto"
+        self.set_backward(os.environ.get("VRAMSCOPE_ATTRIBUTION_BACKWARD", "auto"))
+        self.renamed = {}  # id(root) -> last walk time
+        # Stack capture (command 5).
         self.capture_words = None
         self.capture_seen = 0
         self._capture_steps = 0
@@ -207,6 +213,7 @@ class Attribution:
             # initialised by model.cuda()): give it its current context.
             t = self._thread()
             self._set(t, t.stack[-1] if t.stack else t.base)
+            self._wire_native()
             return True
 
     def _write(self, d):
@@ -258,6 +265,10 @@ class Attribution:
         return t
 
     def _set(self, t, ctx):
+        """The thread's word: `ctx`, marked inside a module while its stack
+        is not empty."""
+        if t.stack:
+            ctx |= _INSIDE
         s = t.slot
         if s is None:
             if self.lib is None:
@@ -329,6 +340,13 @@ class Attribution:
 
     def _forget(self, key):
         self.infos.pop(key, None)
+        self._changed()
+
+    def _changed(self):
+        """`infos` or an entry changed: the native path's copies go."""
+        n = self.native
+        if n is not None:
+            n.changed()
 
     def _info_for(self, module, path, root=False, level=False):
         """[path string id, {phase: context id}, whether its backward is
@@ -355,6 +373,7 @@ class Attribution:
         else:
             info[3] |= flags
         info[2] = self._tracked(info[3])
+        self._changed()
         return info
 
     def name_tree(self, root):
@@ -410,6 +429,7 @@ class Attribution:
                     # A tracked module's backward context too: the native
                     # path hooks only modules whose context is defined.
                     info[1][BACKWARD] = self.context(info[0], BACKWARD)
+                self._changed()
         return c
 
     # ---- hooks -----------------------------------------------------------------------
@@ -420,7 +440,7 @@ class Attribution:
             t.root = weakref.ref(module)
             # What the thread goes back to: on an autograd thread (a
             # checkpointing recompute) the backward context a pre-hook set.
-            t.outer = t.slot[0] if t.slot is not None else None
+            t.outer = t.slot[0] & _CONTEXT if t.slot is not None else None
             if phase == FORWARD and not t.backward:  # (a forward inside backward: checkpointing's recompute)
                 self._new_forward()
         info = self.info(module, t)
@@ -472,6 +492,7 @@ class Attribution:
         self.backward = policy if policy in ("auto", "params", "all", "none") else "auto"
         for info in self.infos.values():
             info[2] = self._tracked(info[3])
+        self._changed()
 
     def _tracked(self, flags):
         p = self.backward
@@ -552,7 +573,8 @@ class Attribution:
         try:
             t = self._thread()
             t.base = self.optimizer_ctx(optimizer)
-            self._set(t, t.stack[-1] if t.stack else t.base)
+            if not t.stack:  # (inside a module: the module's)
+                self._set(t, t.base)
         except Exception as e:
             self.fail(e)
 
@@ -560,7 +582,8 @@ class Attribution:
         try:
             t = self._thread()
             t.base = self.none_other
-            self._set(t, t.stack[-1] if t.stack else t.base)
+            if not t.stack:
+                self._set(t, t.base)
         except Exception as e:
             self.fail(e)
 
@@ -674,7 +697,6 @@ class Attribution:
                     FORWARD,
                     BACKWARD,
                     self._hook_backward,
-                    self._leave,
                     self.grad_enabled,
                     _Thread,
                 )
@@ -684,17 +706,27 @@ class Attribution:
                 return False
             self.native.slow = 1 if self._capture_steps else 0
             self.fast, self.fast_slow = fast, fast.SLOW
-            try:
-                slot_fn = getattr(self.lib, "vs_agent_context_slot", None)
-                if getattr(fast, "WITH_TORCH", 0) and isinstance(slot_fn, ctypes._CFuncPtr):
-                    addr = ctypes.cast(slot_fn, ctypes.c_void_p).value
-                    self.native_hooks = bool(fast.set_slot_function(addr))
-            except Exception as e:
-                self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
-            self.native.native_hooks = 1 if self.native_hooks and not _compiled_autograd() else 0
+            self._wire_native()
             if self.installed:
                 self.native.activate(m.Module)
             return True
+
+    def _wire_native(self):
+        """Gives the native path the tracker's vs_agent_context_slot (once
+        both are there): it reads the thread's word through it (with a
+        stand-in library in Python, through the thread's _Thread), and with
+        torch it makes the backward pre-hooks C++."""
+        fast, n = self.fast, self.native
+        if n is None or fast is None:
+            return
+        try:
+            slot_fn = getattr(self.lib, "vs_agent_context_slot", None)
+            if isinstance(slot_fn, ctypes._CFuncPtr):
+                addr = ctypes.cast(slot_fn, ctypes.c_void_p).value
+                self.native_hooks = bool(fast.set_slot_function(addr)) and bool(getattr(fast, "WITH_TORCH", 0))
+        except Exception as e:
+            self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
+        n.native_hooks = 1 if self.native_hooks and not _compiled_autograd() else 0
 
     def set_native(self, on):
         """Module calls through the native path (on) or the Python wrapper
@@ -706,6 +738,7 @@ class Attribution:
                 return
             M = self.torch.nn.Module
             if on:
+                self.native.changed()  # (infos may have changed while it was stashed)
                 self.native.activate(M)
             else:
                 self.native.deactivate()
@@ -829,14 +862,19 @@ def _module_call(self, *args, **kwargs):
     try:
         t = attrib.local.t
         st = t.stack
-        if info is None or not st or attrib._capture_steps or t.slot is None:
+        slot = t.slot
+        # Inside a module, the caller's word: what the thread goes back to
+        # (the caller may be a native call, which is not on the stack).
+        prev = slot[0] if st and slot is not None else None
+        if info is None or not st or attrib._capture_steps or slot is None:
             t, info = attrib._enter(self, FORWARD)
             st = t.stack
         else:
             ctx = info[1].get(FORWARD) or attrib.ctx(info, FORWARD)
             st.append(ctx)
-            t.slot[0] = ctx
+            slot[0] = ctx | _INSIDE
     except AttributeError:  # the thread's first module call
+        prev = None
         try:
             t, info = attrib._enter(self, FORWARD)
             st = t.stack
@@ -858,10 +896,12 @@ def _module_call(self, *args, **kwargs):
                 st.pop()
             else:  # an inner call left early: drop what it left too
                 del st[depth - 1 :]
-            if st:
-                t.slot[0] = st[-1]
-            else:
+            if not st:
                 attrib._leave(t)
+            elif prev is not None:
+                t.slot[0] = prev
+            else:
+                attrib._set(t, st[-1])
         except Exception:
             pass
 
