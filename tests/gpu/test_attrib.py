@@ -220,7 +220,8 @@ def main():
         native = vramscope.status()["attribution_native"]
         a = vramscope._st["attrib"]
         if os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
-            check(native is False and a.native is None, "module calls through the Python wrapper only: %s" % native)
+            check(native == vramscope.NATIVE_OFF and a.native is None,
+                  "module calls through the Python wrapper only, and status() says why: %s" % native)
         else:
             # (A compiled model's modules run inside its graphs: none is called.)
             check(native is True and (compiled or (a.native.fast > 0 and a.native.hooks > 0)),

@@ -73,6 +73,9 @@ __all__ = ["attach", "mark", "new_run", "status", "__version__"]
 
 _lock = threading.RLock()
 _warned = set()
+# status()["attribution_native"] when VRAMSCOPE_ATTRIBUTION_NATIVE=0.
+NATIVE_OFF = "off (VRAMSCOPE_ATTRIBUTION_NATIVE=0)"
+
 _st = {
     "mode": None,  # None, "pending", "exact", "sampled", "off", "failed"
     "reason": "",
@@ -148,8 +151,8 @@ def status():
     """A dict: mode (pending/exact/sampled/off/failed or None), reason, path,
     library, optimizer_steps (whether optimizer steps are seen),
     attribution (whether allocations are tagged with modules and phases) and
-    attribution_native (whether module calls take the native path,
-    fastcall.cpp, or else why not)."""
+    attribution_native (True: module calls take the native path,
+    fastcall.cpp; else why not, or False while it is being built)."""
     a = _st["attrib"]
     return {
         "mode": _st["mode"],
@@ -158,7 +161,7 @@ def status():
         "library": _st["lib_path"],
         "optimizer_steps": bool(_st["step_hook"]),
         "attribution": bool(a is not None and a.installed and a.lib is not None),
-        "attribution_native": (a.native is not None or a.native_note) if a is not None else False,
+        "attribution_native": (True if a.native is not None else a.native_note or False) if a is not None else False,
     }
 
 
@@ -329,7 +332,10 @@ def _native_attribution(cached_only):
     Python and cached like the tracker. Without Python's headers the Python
     wrapper goes on (slower); status() and the doctor say why. Never raises."""
     a = _st["attrib"]
-    if a is None or a.native is not None or os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
+    if a is None or a.native is not None:
+        return
+    if os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") == "0":
+        a.native_note = NATIVE_OFF
         return
     try:
         t = sys.modules.get("torch")
