@@ -428,7 +428,8 @@ void clock_tick() {
 //
 // The context id of the calling thread: Python's module, backward and
 // optimizer hooks store it (through the address vs_agent_context_slot gives
-// each thread) and the callback reads it. Initial-exec TLS: a general-dynamic
+// each thread) and the callback reads its low 24 bits (the agent's native
+// call path keeps a flag in the top bit). Initial-exec TLS: a general-dynamic
 // thread-local of a dlopen'ed library may allocate on a thread's first
 // access, which the callback must never do.
 thread_local uint32_t t_context __attribute__((tls_model("initial-exec"))) = 0;
