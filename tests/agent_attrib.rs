@@ -65,7 +65,7 @@ fn run(mode: Option<&str>) -> Option<String> {
 
 #[test]
 fn attribution_logic_without_torch() {
-    passes(None, "python", 27);
+    passes(None, "python", 26);
 }
 
 /// The same checks with module calls through the native path

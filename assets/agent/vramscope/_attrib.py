@@ -863,16 +863,19 @@ def _module_call(self, *args, **kwargs):
         t = attrib.local.t
         st = t.stack
         slot = t.slot
-        # Inside a module, the caller's word: what the thread goes back to
-        # (the caller may be a native call, which is not on the stack).
-        prev = slot[0] if st and slot is not None else None
+        # With the native path, inside a module, the caller's word: what the
+        # thread goes back to (the caller may be a native call, which is
+        # not on the stack; without it, the caller is the stack's top).
+        prev = slot[0] if native is not None and st and slot is not None else None
         if info is None or not st or attrib._capture_steps or slot is None:
             t, info = attrib._enter(self, FORWARD)
             st = t.stack
         else:
             ctx = info[1].get(FORWARD) or attrib.ctx(info, FORWARD)
             st.append(ctx)
-            slot[0] = ctx | _INSIDE
+            # (The top bit is for the native path only: without it, no int
+            # is made per call.)
+            slot[0] = ctx if native is None else ctx | _INSIDE
     except AttributeError:  # the thread's first module call
         prev = None
         try:
@@ -898,10 +901,8 @@ def _module_call(self, *args, **kwargs):
                 del st[depth - 1 :]
             if not st:
                 attrib._leave(t)
-            elif prev is not None:
-                t.slot[0] = prev
             else:
-                attrib._set(t, st[-1])
+                t.slot[0] = prev if prev is not None else st[-1]
         except Exception:
             pass
 
