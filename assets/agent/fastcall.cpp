@@ -263,41 +263,39 @@ PyObject *g_slow_sentinel = nullptr;
         return nullptr;    \
     } while (0)
 
-// The entry of `module` in the table, or NULL (not kept yet).
-Entry *find(Call *c, PyObject *module) {
+// The entry of `module` in the table, or the free entry where it would go
+// (of another gen); NULL when its probes find neither (it is not kept).
+Entry *probe(Call *c, PyObject *module) {
     const size_t h = home(module);
     for (size_t i = 0; i < kProbes; i++) {
         Entry *e = &c->entries[(h + i) & (kEntries - 1)];
-        if (e->gen != c->gen) {
-            return nullptr;  // (entries are only ever dropped all at once)
-        }
-        if (e->key == module) {
-            return e;
+        if (e->gen != c->gen || e->key == module) {
+            return e;  // (entries are only ever dropped all at once)
         }
     }
     return nullptr;
 }
 
-// Copies the module's `infos` entry into the table. NULL (no error set):
-// not a module the fast path can take (not named yet, its forward context
-// not defined yet: the Python wrapper does that), or no room.
-Entry *keep(Call *c, PyObject *module) {
+// Copies the module's `infos` entry into the free entry `into`. false (no
+// error set): not a module the fast path can take (not named yet, its
+// forward context not defined yet: the Python wrapper does that).
+bool keep(Call *c, PyObject *module, Entry *into) {
     PyObject *key = PyLong_FromVoidPtr(module);
     if (key == nullptr) {
         PyErr_Clear();
-        return nullptr;
+        return false;
     }
     PyObject *info = PyDict_GetItemWithError(c->infos, key);  // borrowed
     Py_DECREF(key);
     if (info == nullptr || !PyList_CheckExact(info) || PyList_GET_SIZE(info) < 4) {
         PyErr_Clear();
-        return nullptr;
+        return false;
     }
     long flags = PyLong_AsLong(PyList_GET_ITEM(info, 3));
     PyObject *phases = PyList_GET_ITEM(info, 1);
     if ((flags == -1 && PyErr_Occurred()) || !PyDict_CheckExact(phases)) {
         PyErr_Clear();
-        return nullptr;
+        return false;
     }
     Entry kept = {module, c->gen, 0, 0, 0};
     if (flags & kQuiet) {  // a leaf without parameters: its caller's context
@@ -306,7 +304,7 @@ Entry *keep(Call *c, PyObject *module) {
         PyObject *fwd = PyDict_GetItemWithError(phases, c->forward);
         if (fwd == nullptr || !context_value(fwd, &kept.fwd)) {
             PyErr_Clear();
-            return nullptr;
+            return false;
         }
         PyObject *bwd = PyDict_GetItemWithError(phases, c->backward);
         if (bwd != nullptr && context_value(bwd, &kept.bwd)) {
@@ -317,15 +315,8 @@ Entry *keep(Call *c, PyObject *module) {
             kept.flags |= kEntryTracked;
         }
     }
-    const size_t h = home(module);
-    for (size_t i = 0; i < kProbes; i++) {
-        Entry *e = &c->entries[(h + i) & (kEntries - 1)];
-        if (e->gen != c->gen) {
-            *e = kept;
-            return e;
-        }
-    }
-    return nullptr;
+    *into = kept;
+    return true;
 }
 
 // The calling thread's native word: the tracker's own (one call, no
@@ -387,9 +378,9 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
         VS_SLOW();
     }
     PyObject *module = args[0];
-    Entry *found = find(c, module);
-    if (found == nullptr && (found = keep(c, module)) == nullptr) {
-        VS_SLOW();
+    Entry *found = probe(c, module);
+    if (found == nullptr || (found->gen != c->gen && !keep(c, module, found))) {
+        VS_SLOW();  // no room, or not a module for here (yet)
     }
     const Entry e = *found;  // (the call may change the table)
     if (e.flags & kEntryQuiet) {

@@ -99,6 +99,17 @@ def phases(name):
     return forward, opt.step
 
 
+def wait_for_agent(timeout=120.0):
+    """Waits (at most `timeout` s) until the agent has attached and its
+    native call path is built or given up; returns (status, the agent's
+    Attribution, its tracker library)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout and (
+            vramscope.status()["mode"] in (None, "pending") or vramscope.status()["attribution_native"] is False):
+        time.sleep(0.05)
+    return vramscope.status(), vramscope._st["attrib"], vramscope._st["lib"]
+
+
 def training_step(name):
     forward, optimizer = phases(name)
 

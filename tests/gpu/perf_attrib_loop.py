@@ -20,13 +20,7 @@ import bench_attrib  # noqa: E402
 def main():
     model, variant, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     step = bench_attrib.training_step(model)
-    t0 = time.time()
-    while vramscope.status()["mode"] in (None, "pending") or vramscope.status()["attribution_native"] is False:
-        time.sleep(0.05)
-        if time.time() - t0 > 120:
-            break
-    st = vramscope._st
-    attrib, lib = st["attrib"], st["lib"]
+    _, attrib, lib = bench_attrib.wait_for_agent()
     if variant == "tracker":
         attrib.remove()
     elif variant == "notag":

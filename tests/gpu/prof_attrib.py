@@ -22,8 +22,6 @@ import time
 
 import torch
 
-import vramscope
-
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import bench_attrib  # noqa: E402
 
@@ -35,14 +33,8 @@ def main():
     a = ap.parse_args()
     forward, optimizer = bench_attrib.phases(a.model)
     backward = lambda loss: loss.backward()  # noqa: E731
-    t0 = time.time()
-    while vramscope.status()["mode"] in (None, "pending") or vramscope.status()["attribution_native"] is False:
-        time.sleep(0.05)
-        if time.time() - t0 > 120:
-            break
-    print("status:", vramscope.status())
-    st = vramscope._st
-    attrib, lib = st["attrib"], st["lib"]
+    status, attrib, lib = bench_attrib.wait_for_agent()
+    print("status:", status)
 
     def step(times=None):
         ts = [time.perf_counter()]
