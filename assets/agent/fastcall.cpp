@@ -101,7 +101,7 @@ struct Entry {
 constexpr uint32_t kEntryQuiet = 1, kEntryTracked = 2, kEntryHasBwd = 4;
 constexpr unsigned kEntryBits = 12;  // 4096 entries; at most kProbes probes
 constexpr size_t kEntries = size_t{1} << kEntryBits;
-constexpr size_t kProbes = 8;  // (a module that finds no room is not kept)
+constexpr size_t kProbes = 8;  // (then an entry is replaced: see probe)
 
 // Where a module's probes start (Fibonacci hashing of its address).
 inline size_t home(PyObject *module) {
@@ -263,8 +263,11 @@ PyObject *g_slow_sentinel = nullptr;
         return nullptr;    \
     } while (0)
 
-// The entry of `module` in the table, or the free entry where it would go
-// (of another gen); NULL when its probes find neither (it is not kept).
+// The entry of `module` in the table; else the free entry where it would go
+// (of another gen); else, when its probes are all taken, the first of them,
+// to be replaced (entries are copies: one more call through `keep`, never
+// a dangling one; so a job with more modules than entries still runs its
+// calls here, not through the Python wrapper).
 Entry *probe(Call *c, PyObject *module) {
     const size_t h = home(module);
     for (size_t i = 0; i < kProbes; i++) {
@@ -273,11 +276,11 @@ Entry *probe(Call *c, PyObject *module) {
             return e;  // (entries are only ever dropped all at once)
         }
     }
-    return nullptr;
+    return &c->entries[h];
 }
 
-// Copies the module's `infos` entry into the free entry `into`. false (no
-// error set): not a module the fast path can take (not named yet, its
+// Copies the module's `infos` entry into `into` (free, or replaced). false
+// (no error set): not a module the fast path can take (not named yet, its
 // forward context not defined yet: the Python wrapper does that).
 bool keep(Call *c, PyObject *module, Entry *into) {
     PyObject *key = PyLong_FromVoidPtr(module);
@@ -379,8 +382,8 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
     }
     PyObject *module = args[0];
     Entry *found = probe(c, module);
-    if (found == nullptr || (found->gen != c->gen && !keep(c, module, found))) {
-        VS_SLOW();  // no room, or not a module for here (yet)
+    if ((found->gen != c->gen || found->key != module) && !keep(c, module, found)) {
+        VS_SLOW();  // not a module for here (yet)
     }
     const Entry e = *found;  // (the call may change the table)
     if (e.flags & kEntryQuiet) {

@@ -437,6 +437,29 @@ def main():
           and all(xs == tuple(range(len(xs))) and now == ("leaf", FORWARD) for xs, _, now in got),
           "calls with 0 to 100 arguments and a keyword get them all, in the module's context")
 
+    # More modules than the native path's table holds (4,096 entries): where
+    # a module's probes are all taken it replaces one, so every call still
+    # takes the native path, each in its own context, and the modules called
+    # after (the model above) are not shut out.
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Leaf() for _ in range(6000)])
+
+        def forward(self, x):
+            for m in self.layers:
+                m(x)
+
+    wide = Wide()
+    wide(torch.Tensor())
+    SEEN.clear()
+    before = a.native.fast if native else 0
+    wide(torch.Tensor())
+    check(SEEN == [("leaf", ("layers.%d" % i, FORWARD)) for i in range(6000)]
+          and (not native or a.native.fast - before == 6000),
+          "6,000 modules, each in its own context%s" % (
+              ", all through the native path" if native else ""))
+
     # Bounds: ids that run out are counted, never wrapped.
     _attrib.MAX_IDS = len(a.contexts)
     check(a.context(a.string("x.y"), FORWARD) == 0 and LIB.dropped.get(2) == 1,
