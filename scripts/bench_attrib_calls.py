@@ -107,11 +107,11 @@ print(best / 2000 / CALLS * 1e9)
 
 def export(rev, into):
     """The tree of `rev` (its agent and the stand-in torch) under `into`."""
-    git = subprocess.Popen(["git", "-C", ROOT, "archive", rev, "assets/agent", "tests/agent_attrib"],
-                           stdout=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "-C", into], stdin=git.stdout, check=True)
-    if git.wait():
-        raise SystemExit("git archive %s failed" % rev)
+    git = subprocess.run(["git", "-C", ROOT, "archive", rev, "assets/agent", "tests/agent_attrib"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if git.returncode:
+        raise SystemExit("--before %s: %s" % (rev, " ".join(git.stderr.decode(errors="replace").split())))
+    subprocess.run(["tar", "-x", "-C", into], input=git.stdout, check=True)
 
 
 def measure(tree, mode, cache):
@@ -129,6 +129,8 @@ def main():
     ap.add_argument("--before", metavar="REV", help="also measure the agent of git revision REV")
     ap.add_argument("--json", metavar="FILE", help="write the results here too")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory(prefix="vs-bench-calls-") as tmp:
         trees = {"now": ROOT}
         if a.before:
