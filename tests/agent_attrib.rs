@@ -83,5 +83,5 @@ fn attribution_native_call_path() {
 /// thread-local word, and a recompute returning to them.
 #[test]
 fn attribution_native_backward_hooks() {
-    passes(Some("--native-torch"), "native with torch", 37);
+    passes(Some("--native-torch"), "native with torch", 40);
 }

@@ -33,10 +33,19 @@
 // through the tracker's own accessor; the caller's context stays in a C
 // local, and the thread's Python stack of contexts holds only the calls
 // the Python wrapper made (the root first). The word's top bit (kInside)
-// says the thread is inside a root module's call. Anything else (the
-// outermost call, a module not named yet, stack capture, a thread seen for
-// the first time) is handed to the Python wrapper, which handles every
-// case.
+// says the thread is inside a root module's call.
+//
+// A root's call (the model's, the loss's: the outermost call on a thread)
+// runs here too once the Python wrapper has run one on that thread
+// (Call.root_ready: a forward thread, its modules named, its contexts
+// defined, no capture request pending): root_call does what the wrapper's
+// _enter and _leave do, with no Python (in a real step the wrapper's root
+// call cost tens of microseconds, most of attribution's cost on a small
+// model). Anything else (a module not named yet, stack capture, a thread
+// seen for the first time, a root after `infos` changed) is handed to the
+// Python wrapper, which handles every case; one that runs inside a native
+// root finds the word marked inside with an empty stack, and the root
+// through Call.current_root().
 //
 // With VS_TORCH, a tracked module whose output is a tensor (or a tuple or
 // list starting with one) gets its backward pre-hook here too: a C++
@@ -58,6 +67,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #ifdef VS_TORCH
 #include <c10/core/GradMode.h>
@@ -77,8 +87,9 @@ static inline PyObject *PyObject_CallOneArg(PyObject *f, PyObject *a) {
 
 namespace {
 
-// _attrib.py's flag for a leaf module without parameters (its caller's).
-constexpr long kQuiet = 8;
+// _attrib.py's flags: a root (named as one: a model, a loss), and a leaf
+// module without parameters (its caller's).
+constexpr long kRoot = 1, kQuiet = 8;
 
 // The native word's top bit (above the 24-bit context id, which is all the
 // tracker reads): this thread is inside a root module's call, so a module
@@ -98,7 +109,7 @@ struct Entry {
     uint32_t bwd;   // its backward context (kHasBwd)
     uint32_t flags;
 };
-constexpr uint32_t kEntryQuiet = 1, kEntryTracked = 2, kEntryHasBwd = 4;
+constexpr uint32_t kEntryQuiet = 1, kEntryTracked = 2, kEntryHasBwd = 4, kEntryRoot = 8;
 constexpr unsigned kEntryBits = 12;  // 4096 entries; at most kProbes probes
 constexpr size_t kEntries = size_t{1} << kEntryBits;
 constexpr size_t kProbes = 8;  // (then an entry is replaced: see probe)
@@ -110,8 +121,19 @@ inline size_t home(PyObject *module) {
 
 struct Call {
     PyObject_HEAD
-    ternaryfunc slot_call;   // CPython's generic tp_call, as Module had it
+    // What every call reads (one cache line with the head).
     PyObject *orig;          // the original Module.__call__ (a function)
+    Entry *entries;          // kEntries, PyMem_Calloc'd
+    uint32_t gen;            // entries of another gen are free
+    int slow;                // 1: every call takes the Python wrapper (capture)
+    unsigned long long fast; // calls that took the fast path (for tests)
+    // What a root call reads too (see root_call).
+    int native_hooks;        // 1: backward pre-hooks in C++ where they fit
+    uint32_t none_backward;  // the context of backward outside every module
+    const volatile uint64_t *capture_word;  // the control block's capture request count, or NULL
+    unsigned long long capture_seen;        // the count the Python side has acted on
+    unsigned long long roots; // root calls that took the native path (for tests)
+    ternaryfunc slot_call;   // CPython's generic tp_call, as Module had it
     PyObject *py;            // the Python wrapper: slow path and __get__
     PyObject *infos;         // dict: id(module) -> [path id, {phase: ctx}, tracked, flags]
     PyObject *local;         // threading.local whose `t` is the thread's _Thread
@@ -122,11 +144,6 @@ struct Call {
     Py_ssize_t off_slot;     // offsets of _Thread's `slot` and `last_fn` slots
     Py_ssize_t off_last;     // (last_fn: the grad_fn hooked last)
     PyObject *backward;      // the BACKWARD phase key (an int)
-    Entry *entries;          // kEntries, PyMem_Calloc'd
-    uint32_t gen;            // entries of another gen are free
-    int slow;                // 1: every call takes the Python wrapper (capture)
-    int native_hooks;        // 1: backward pre-hooks in C++ where they fit
-    unsigned long long fast; // calls that took the fast path (for tests)
     unsigned long long hooks; // C++ backward pre-hooks registered (for tests)
 };
 
@@ -183,7 +200,79 @@ bool context_value(PyObject *v, uint32_t *out) {
 // The tracker's vs_agent_context_slot: the calling thread's context word
 // (set_slot_function; NULL before the tracker is loaded, or without one).
 using SlotFn = uint32_t *(*)();
-SlotFn g_slot_fn = nullptr;
+
+// What module_tp_call reads on every call, in one cache line.
+struct alignas(64) Globals {
+    Call *active = nullptr;    // the Call installed (activate), or NULL
+    SlotFn slot_fn = nullptr;  // vs_agent_context_slot (set_slot_function)
+};
+Globals g;
+
+// What the native path keeps per thread (never read by the allocator
+// callback, so a dlopen'ed library's thread_local is fine here).
+struct ThreadState {
+    PyObject *root = nullptr;    // the root module in root_call now (borrowed: the call holds it)
+    void *last_node = nullptr;   // the grad_fn given a C++ pre-hook last (cleared when the root returns)
+    Call *ready = nullptr;       // root calls may take root_call on this thread (Call.root_ready) ...
+    uint32_t ready_gen = 0;      // ... while the Call's gen is this one
+    bool py_hooked = false;      // a Python pre-hook set the thread's last_fn inside root_call
+    uint32_t *backward = nullptr; // the word, where registered as a backward thread
+    ~ThreadState();
+};
+thread_local ThreadState t_state;
+
+// The words of the threads that ran backward pre-hooks (autograd engine
+// threads): a root's forward puts each back outside every module
+// (Call.none_backward) unless that thread is inside a module itself (a
+// checkpointing recompute). A thread leaves the list as it exits (its
+// ThreadState's destructor runs before its thread-local storage goes).
+constexpr size_t kBackwardThreads = 64;
+std::mutex g_bw_mu;
+uint32_t *g_bw_words[kBackwardThreads];
+size_t g_bw_count = 0;
+
+// The calling thread runs backward: into the list (once), and root calls
+// on it take the Python wrapper from now on (as _attrib.py's t.backward).
+void backward_thread() {
+    ThreadState &ts = t_state;
+    ts.ready = nullptr;
+    if (ts.backward != nullptr || g.slot_fn == nullptr) {
+        return;
+    }
+    uint32_t *w = g.slot_fn();
+    std::lock_guard<std::mutex> lock(g_bw_mu);
+    if (w != nullptr && g_bw_count < kBackwardThreads) {
+        g_bw_words[g_bw_count++] = w;
+        ts.backward = w;
+    }
+}
+
+ThreadState::~ThreadState() {
+    if (backward == nullptr) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(g_bw_mu);
+    for (size_t i = 0; i < g_bw_count; i++) {
+        if (g_bw_words[i] == backward) {
+            g_bw_words[i] = g_bw_words[--g_bw_count];
+            break;
+        }
+    }
+}
+
+// A root's forward begins: every backward thread starts its next backward
+// outside every module (_attrib.py's _new_forward).
+void new_forward(uint32_t none_backward) {
+    std::lock_guard<std::mutex> lock(g_bw_mu);
+    for (size_t i = 0; i < g_bw_count; i++) {
+        // Another thread's word: relaxed atomics (the tracker reads it with
+        // plain loads on its own thread; a 32-bit store is never torn).
+        uint32_t *w = g_bw_words[i];
+        if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & kInside)) {
+            __atomic_store_n(w, none_backward, __ATOMIC_RELAXED);
+        }
+    }
+}
 
 #ifdef VS_TORCH
 // Backward reached the node that made a tracked module's output: the thread
@@ -191,17 +280,29 @@ SlotFn g_slot_fn = nullptr;
 struct ContextPreHook final : torch::autograd::FunctionPreHook {
     explicit ContextPreHook(uint32_t c) : ctx(c) {}
     torch::autograd::variable_list operator()(const torch::autograd::variable_list &grads) override {
-        *g_slot_fn() = ctx;  // the word is this thread's: a plain store
+        if (t_state.backward == nullptr) {
+            backward_thread();  // (once per thread)
+        }
+        *g.slot_fn() = ctx;  // the word is this thread's: a plain store
         return grads;
     }
     uint32_t ctx;
 };
 
+// The grad_fn of `tensor` (a torch tensor), or NULL. Never raises.
+void *node_of(PyObject *tensor) {
+    try {
+        return THPVariable_Unpack(tensor).grad_fn().get();
+    } catch (...) {
+        return nullptr;
+    }
+}
+
 // The module's backward pre-hook in C++, for the backward context `bwd`. 1:
 // done (hooked, or nothing to hook); 0: not for here (the Python hook
 // decides). Never raises.
-int native_backward_hook(Call *c, PyObject *t, uint32_t bwd, PyObject *out) {
-    if (!c->native_hooks || g_slot_fn == nullptr) {
+int native_backward_hook(Call *c, uint32_t bwd, PyObject *out) {
+    if (!c->native_hooks || g.slot_fn == nullptr) {
         return 0;
     }
     PyObject *tensor = out;
@@ -219,21 +320,11 @@ int native_backward_hook(Call *c, PyObject *t, uint32_t bwd, PyObject *out) {
         // The inner module's output already (a module returning its last
         // child's output): the innermost module's hook stands.
         void *node = fn.get();
-        PyObject *last = field(t, c->off_last);
-        if (last != nullptr && PyLong_CheckExact(last) && PyLong_AsVoidPtr(last) == node) {
+        if (node == t_state.last_node) {
             return 1;
         }
-        PyObject *id = PyLong_FromVoidPtr(node);
-        if (id == nullptr) {
-            PyErr_Clear();
-            return 0;
-        }
         fn->add_pre_hook(std::make_unique<ContextPreHook>(bwd));
-        // Sound: `t` is exactly of the type the offset was read from.
-        PyObject **slot = reinterpret_cast<PyObject **>(reinterpret_cast<char *>(t) + c->off_last);
-        PyObject *old = *slot;
-        *slot = id;
-        Py_XDECREF(old);
+        t_state.last_node = node;
         c->hooks++;
         return 1;
     } catch (...) {
@@ -243,14 +334,12 @@ int native_backward_hook(Call *c, PyObject *t, uint32_t bwd, PyObject *out) {
 
 bool grad_mode_on() { return c10::GradMode::is_enabled(); }
 #else
-int native_backward_hook(Call *, PyObject *, uint32_t, PyObject *) { return 0; }
+void *node_of(PyObject *) { return nullptr; }
+int native_backward_hook(Call *, uint32_t, PyObject *) { return 0; }
 bool grad_mode_on() { return true; }  // (the Python side asks torch)
 #endif
 
-// The Call installed (activate), or NULL: read by module_tp_call.
-Call *g_active = nullptr;
-
-PyObject *slow(Call *c, PyObject *const *args, size_t nargs, PyObject *kwargs) {
+__attribute__((noinline)) PyObject *slow(Call *c, PyObject *const *args, size_t nargs, PyObject *kwargs) {
     return PyObject_VectorcallDict(c->py, args, nargs, kwargs);
 }
 
@@ -282,7 +371,7 @@ Entry *probe(Call *c, PyObject *module) {
 // Copies the module's `infos` entry into `into` (free, or replaced). false
 // (no error set): not a module the fast path can take (not named yet, its
 // forward context not defined yet: the Python wrapper does that).
-bool keep(Call *c, PyObject *module, Entry *into) {
+__attribute__((noinline)) bool keep(Call *c, PyObject *module, Entry *into) {
     PyObject *key = PyLong_FromVoidPtr(module);
     if (key == nullptr) {
         PyErr_Clear();
@@ -317,6 +406,9 @@ bool keep(Call *c, PyObject *module, Entry *into) {
         if (PyList_GET_ITEM(info, 2) == Py_True) {
             kept.flags |= kEntryTracked;
         }
+        if (flags & kRoot) {
+            kept.flags |= kEntryRoot;
+        }
     }
     *into = kept;
     return true;
@@ -326,8 +418,8 @@ bool keep(Call *c, PyObject *module, Entry *into) {
 // Python), else through the thread's _Thread (tests' stand-in library).
 // NULL: none yet.
 uint32_t *thread_word(Call *c) {
-    if (g_slot_fn != nullptr) {
-        return g_slot_fn();
+    if (g.slot_fn != nullptr) {
+        return g.slot_fn();
     }
     PyObject *t = PyObject_GetAttr(c->local, g_str_t);
     if (t == nullptr) {
@@ -340,19 +432,11 @@ uint32_t *thread_word(Call *c) {
     return word;
 }
 
-// A tracked module's output: its backward pre-hook, in C++ where it fits,
-// else in Python (while grad mode is on). Never raises.
-void hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *out) {
-    if (!grad_mode_on()) {
-        return;
-    }
+// The Python pre-hook (hook_backward's other case). Never raises.
+__attribute__((noinline)) void py_hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *out) {
     PyObject *t = PyObject_GetAttr(c->local, g_str_t);
     if (t == nullptr) {
         PyErr_Clear();
-        return;
-    }
-    if (Py_TYPE(t) == c->thread_type && (e.flags & kEntryHasBwd) && native_backward_hook(c, t, e.bwd, out)) {
-        Py_DECREF(t);
         return;
     }
     PyObject *on = PyObject_CallNoArgs(c->grad_enabled);
@@ -365,6 +449,76 @@ void hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *out) {
     Py_XDECREF(on);
     Py_DECREF(t);
     PyErr_Clear();  // (hook_backward catches its own; grad_enabled cannot fail)
+}
+
+// A tracked module's output: its backward pre-hook, in C++ where it fits,
+// else in Python (while grad mode is on). Never raises.
+inline void hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *out) {
+    if (!grad_mode_on()) {
+        return;
+    }
+    if ((e.flags & kEntryHasBwd) && native_backward_hook(c, e.bwd, out)) {
+        return;
+    }
+    py_hook_backward(c, module, e, out);
+}
+
+// The thread's _Thread forgets the grad_fn a Python pre-hook was given
+// last (what _attrib.py's _leave does when a root returns). Never raises.
+__attribute__((noinline)) void forget_py_last(Call *c) {
+    PyObject *t = PyObject_GetAttr(c->local, g_str_t);
+    if (t == nullptr) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_TYPE(t) == c->thread_type) {
+        // Sound: `t` is exactly of the type the offset was read from, and
+        // the slot holds a PyObject* or NULL.
+        PyObject **slot = reinterpret_cast<PyObject **>(reinterpret_cast<char *>(t) + c->off_last);
+        PyObject *old = *slot;
+        Py_INCREF(Py_None);
+        *slot = Py_None;
+        Py_XDECREF(old);
+    }
+    Py_DECREF(t);
+}
+
+// A root module called outside every module on a thread the Python wrapper
+// has readied (Call.root_ready: a forward thread, its module named, no
+// capture pending): what the wrapper's _enter and _leave do, here. The
+// backward threads start outside every module, the word takes the root's
+// forward context for the call (marked inside a root), the root's output
+// gets its backward pre-hook, and the caller's word comes back after.
+__attribute__((noinline)) PyObject *root_call(Call *c, const Entry &e, uint32_t *word, uint32_t saved,
+                                              PyObject *const *args, size_t nargs, PyObject *kwargs,
+                                              bool *handled) {
+    ThreadState &ts = t_state;
+    if (ts.ready != c || ts.ready_gen != c->gen || ts.root != nullptr || g.slot_fn == nullptr ||
+        (c->capture_word != nullptr && *c->capture_word != c->capture_seen)) {
+        VS_SLOW();  // the Python wrapper (which readies the thread again)
+    }
+    PyObject *module = args[0];
+    new_forward(c->none_backward);
+    ts.root = module;
+    *word = e.fwd | kInside;
+    c->roots++;
+
+    PyObject *out = PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
+
+    if (out != nullptr && (e.flags & kEntryTracked)) {
+        hook_backward(c, module, e, out);
+    }
+    ts.root = nullptr;
+    ts.last_node = nullptr;
+    if (ts.py_hooked) {
+        ts.py_hooked = false;
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);  // (an exception from the module passes through)
+        forget_py_last(c);
+        PyErr_Restore(type, value, tb);
+    }
+    *word = saved;
+    return out;
 }
 
 // A module call: args[0] is the module, then its arguments; kwargs a dict
@@ -391,8 +545,11 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
     }
     uint32_t *word = thread_word(c);
     const uint32_t saved = word != nullptr ? *word : 0;
-    if (!(saved & kInside)) {
-        VS_SLOW();  // the outermost call on this thread, or no word yet
+    if (!(saved & kInside)) {  // the outermost call on this thread, or no word yet
+        if (word == nullptr || !(e.flags & kEntryRoot)) {
+            VS_SLOW();
+        }
+        return root_call(c, e, word, saved, args, nargs, kwargs, handled);
     }
     *word = e.fwd | kInside;
     c->fast++;
@@ -449,15 +606,15 @@ PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (!stack.ok()) {
         return nullptr;
     }
-    if (g_active == nullptr) {  // deactivated, class not yet reset: the class's own __call__
+    if (g.active == nullptr) {  // deactivated, class not yet reset: the class's own __call__
         PyObject *f = PyObject_GetAttrString(reinterpret_cast<PyObject *>(Py_TYPE(self)), "__call__");
         PyObject *out = f == nullptr ? nullptr : PyObject_VectorcallDict(f, stack.items(), stack.size(), kwargs);
         Py_XDECREF(f);
         return out;
     }
     bool handled;
-    PyObject *out = fast_call(g_active, stack.items(), stack.size(), kwargs, &handled);
-    return handled ? out : slow(g_active, stack.items(), stack.size(), kwargs);
+    PyObject *out = fast_call(g.active, stack.items(), stack.size(), kwargs, &handled);
+    return handled ? out : slow(g.active, stack.items(), stack.size(), kwargs);
 }
 
 // Call.activate(Module): module calls take the fast path from now on
@@ -481,15 +638,15 @@ PyObject *call_activate(PyObject *self_obj, PyObject *arg) {
     }
     c->slot_call = tp->tp_call;  // CPython's generic slot (slot_tp_call)
     Py_INCREF(self_obj);
-    Py_XSETREF(g_active, c);
+    Py_XSETREF(g.active, c);
     Py_RETURN_NONE;
 }
 
 // Call.deactivate(): back to the classes' own __call__ (the caller assigns
 // Module.__call__ next, which resets every patched class).
 PyObject *call_deactivate(PyObject *self_obj, PyObject *) {
-    if (g_active == reinterpret_cast<Call *>(self_obj)) {
-        Py_CLEAR(g_active);
+    if (g.active == reinterpret_cast<Call *>(self_obj)) {
+        Py_CLEAR(g.active);
     }
     Py_RETURN_NONE;
 }
@@ -506,7 +663,7 @@ PyObject *call_patch(PyObject *self_obj, PyObject *arg) {
     if (tp->tp_call == module_tp_call) {
         Py_RETURN_TRUE;
     }
-    if (g_active != c || c->slot_call == nullptr || tp->tp_call != c->slot_call ||
+    if (g.active != c || c->slot_call == nullptr || tp->tp_call != c->slot_call ||
         !PyType_HasFeature(tp, Py_TPFLAGS_HEAPTYPE)) {
         Py_RETURN_FALSE;
     }
@@ -566,7 +723,43 @@ PyObject *call_hook(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) 
         PyErr_Clear();
         Py_RETURN_FALSE;  // its backward context is not defined yet
     }
-    return PyBool_FromLong(native_backward_hook(c, argv[0], bwd, argv[2]));
+    return PyBool_FromLong(native_backward_hook(c, bwd, argv[2]));
+}
+
+// Call.root_ready(): the Python wrapper has just entered a root's forward
+// on this thread (a forward thread: not one that runs backward), its
+// module named and its contexts defined: later root calls on this thread
+// may take root_call, until anything in `infos` changes.
+PyObject *call_root_ready(PyObject *self_obj, PyObject *) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    ThreadState &ts = t_state;
+    if (ts.backward == nullptr) {
+        ts.ready = c;
+        ts.ready_gen = c->gen;
+    }
+    Py_RETURN_NONE;
+}
+
+// Call.current_root() -> the root module root_call is running on this
+// thread, or None (the Python wrapper names new modules under it).
+PyObject *call_current_root(PyObject *, PyObject *) {
+    PyObject *r = t_state.root != nullptr ? t_state.root : Py_None;
+    Py_INCREF(r);
+    return r;
+}
+
+// Call.set_capture(address): where the control block's capture request
+// count is (a uint64 the collector writes; 0: none). A root call whose
+// count differs from capture_seen takes the Python wrapper, which picks
+// the request up.
+PyObject *call_set_capture(PyObject *self_obj, PyObject *arg) {
+    Call *c = reinterpret_cast<Call *>(self_obj);
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == nullptr && PyErr_Occurred()) {
+        return nullptr;
+    }
+    c->capture_word = static_cast<const volatile uint64_t *>(p);
+    Py_RETURN_NONE;
 }
 
 // Call.changed(): `infos` or one of its entries changed (a module named,
@@ -590,6 +783,9 @@ PyMethodDef call_methods[] = {
     {"deactivate", call_deactivate, METH_NOARGS, "deactivate(): no fast path (then assign Module.__call__)"},
     {"patch", call_patch, METH_O, "patch(cls) -> whether calls of cls take the fast path"},
     {"changed", call_changed, METH_NOARGS, "changed(): infos changed (the fast path's copies are dropped)"},
+    {"root_ready", call_root_ready, METH_NOARGS, "root_ready(): root calls on this thread may take the native path"},
+    {"current_root", call_current_root, METH_NOARGS, "current_root() -> the root module the native path runs, or None"},
+    {"set_capture", call_set_capture, METH_O, "set_capture(address of the capture request count, or 0)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -649,6 +845,10 @@ PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     c->gen = 1;  // (calloc'd entries are of gen 0: free)
     c->slow = 0;
     c->native_hooks = 0;
+    c->none_backward = 0;
+    c->capture_word = nullptr;
+    c->capture_seen = 0;
+    c->roots = 0;
     c->fast = 0;
     c->hooks = 0;
     return reinterpret_cast<PyObject *>(c);
@@ -659,6 +859,9 @@ PyMemberDef call_members[] = {
     {"native_hooks", T_INT, offsetof(Call, native_hooks), 0,
      "1: backward pre-hooks in C++ where they fit (needs a torch build and set_slot_function)"},
     {"fast", T_ULONGLONG, offsetof(Call, fast), READONLY, "calls that took the fast path"},
+    {"roots", T_ULONGLONG, offsetof(Call, roots), READONLY, "root calls that took the native path"},
+    {"none_backward", T_UINT, offsetof(Call, none_backward), 0, "the context of backward outside every module"},
+    {"capture_seen", T_ULONGLONG, offsetof(Call, capture_seen), 0, "the capture request count acted on"},
     {"hooks", T_ULONGLONG, offsetof(Call, hooks), READONLY, "C++ backward pre-hooks registered"},
     {"orig", T_OBJECT, offsetof(Call, orig), READONLY, "the original Module.__call__"},
     {"py", T_OBJECT, offsetof(Call, py), READONLY, "the Python wrapper"},
@@ -675,7 +878,7 @@ PyObject *set_slot_function(PyObject *, PyObject *arg) {
     if (p == nullptr && PyErr_Occurred()) {
         return nullptr;
     }
-    g_slot_fn = reinterpret_cast<SlotFn>(p);
+    g.slot_fn = reinterpret_cast<SlotFn>(p);
 #ifdef VS_TORCH
     return PyBool_FromLong(p != nullptr);
 #else
@@ -683,24 +886,46 @@ PyObject *set_slot_function(PyObject *, PyObject *arg) {
 #endif
 }
 
-// grad_fn_id(tensor) -> the address of its grad_fn (what a C++ pre-hook
-// records as the thread's last_fn), 0 when none or not a tensor.
-PyObject *grad_fn_id(PyObject *, PyObject *arg) {
+// hooked_last(tensor) -> whether its grad_fn is the one this thread gave a
+// C++ pre-hook last (an inner module's output, returned by its caller).
+PyObject *hooked_last(PyObject *, PyObject *arg) {
 #ifdef VS_TORCH
     if (THPVariable_Check(arg)) {
-        try {
-            return PyLong_FromVoidPtr(THPVariable_Unpack(arg).grad_fn().get());
-        } catch (...) {
-        }
+        void *node = node_of(arg);
+        return PyBool_FromLong(node != nullptr && node == t_state.last_node);
     }
 #else
     (void)arg;
 #endif
-    return PyLong_FromLong(0);
+    Py_RETURN_FALSE;
+}
+
+// clear_last(): a root the Python wrapper ran has returned (its _leave).
+PyObject *clear_last(PyObject *, PyObject *) {
+    t_state.last_node = nullptr;
+    Py_RETURN_NONE;
+}
+
+// py_hooked(): a Python pre-hook set this thread's last_fn inside a root
+// the native path runs (which clears it when the root returns).
+PyObject *py_hooked(PyObject *, PyObject *) {
+    t_state.py_hooked = true;
+    Py_RETURN_NONE;
+}
+
+// backward_thread(): this thread runs backward pre-hooks (Python's): a
+// root's forward puts its word outside every module, and root calls on it
+// take the Python wrapper.
+PyObject *py_backward_thread(PyObject *, PyObject *) {
+    backward_thread();
+    Py_RETURN_NONE;
 }
 
 PyMethodDef module_methods[] = {
-    {"grad_fn_id", grad_fn_id, METH_O, "grad_fn_id(tensor) -> the address of its grad_fn, or 0"},
+    {"hooked_last", hooked_last, METH_O, "hooked_last(tensor) -> whether its grad_fn got this thread's last C++ pre-hook"},
+    {"clear_last", clear_last, METH_NOARGS, "clear_last(): a root run by the Python wrapper returned"},
+    {"py_hooked", py_hooked, METH_NOARGS, "py_hooked(): a Python pre-hook set last_fn inside a native root call"},
+    {"backward_thread", py_backward_thread, METH_NOARGS, "backward_thread(): this thread runs backward"},
     {"set_slot_function", set_slot_function, METH_O,
      "set_slot_function(address of vs_agent_context_slot) -> whether backward pre-hooks can be C++"},
     {nullptr, nullptr, 0, nullptr},

@@ -252,6 +252,20 @@ def main():
         check(INSIDE and set(INSIDE) == {1} and LIB.raw_word() >> 31 == 0,
               "native: the word's top bit says inside a module (%d calls), and is clear after" % len(INSIDE))
 
+    if native_torch:
+        # The root's later calls run natively (fastcall.cpp's root_call, once
+        # the Python wrapper has readied the thread and nothing changed):
+        # the same contexts, the word back after, no Python stack.
+        model(torch.Tensor())
+        roots = a.native.roots
+        SEEN.clear()
+        model(torch.Tensor())
+        check(a.native.roots == roots + 1 and SEEN[:4] == [
+            ("leaf", ("embed", FORWARD)), ("block", ("blocks.0", FORWARD)), ("leaf", ("blocks.0.attn", FORWARD)),
+            ("act", ("blocks.0", FORWARD))] and LIB.now() == ("", OTHER) and LIB.raw_word() >> 31 == 0,
+              "native: a root's call runs natively, with the same contexts (%d): %s" % (a.native.roots - roots, SEEN[:4]))
+        out = model(torch.Tensor())
+
     # Backward: the pre-hooks registered on the outputs' grad_fn, run on
     # another thread, as the autograd engine does.
     tracked = set(a.backward_modules())
@@ -284,6 +298,30 @@ def main():
           % seen_bw)
     check(len(out.grad_fn.prehooks) == 1,
           "the root returns the head's output: one pre-hook (the innermost module's), not two")
+    if native_torch:
+        # A thread that ran backward (and lives on, as the engine's do) is
+        # put outside every module by the next root forward, run natively.
+        out = model(torch.Tensor())
+        hooked, go, words = threading.Event(), threading.Event(), []
+
+        def engine_thread():
+            for hook in out.grad_fn.prehooks:
+                hook(())
+            words.append(LIB.now())
+            hooked.set()
+            go.wait(10)
+            words.append(LIB.now())
+
+        th = threading.Thread(target=engine_thread)
+        th.start()
+        hooked.wait(10)
+        roots = a.native.roots
+        model(torch.Tensor())
+        go.set()
+        th.join()
+        check(words == [("head", BACKWARD), ("", BACKWARD)] and a.native.roots == roots + 1,
+              "native: a root forward run natively puts a backward thread outside every module: %s" % words)
+        model(torch.Tensor())  # (that thread has ended: it is no longer in the list)
     if native_torch:
         check(type(out.grad_fn.prehooks[0]).__name__ == "builtin_function_or_method" and a.native.hooks >= 3,
               "native with torch: that pre-hook is C++ (%d registered)" % a.native.hooks)
@@ -459,6 +497,32 @@ def main():
           and (not native or a.native.fast - before == 6000),
           "6,000 modules, each in its own context%s" % (
               ", all through the native path" if native else ""))
+
+    if native_torch:
+        # A module added to a root that runs natively: the Python wrapper
+        # (the module is not in the table yet) names it under that root.
+        class Late(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = Leaf()
+
+            def forward(self, x):
+                x = self.head(x)
+                late = getattr(self, "late", None)
+                return late(x) if late is not None else x
+
+        net3 = Late()
+        for _ in range(3):
+            net3(torch.Tensor())
+        net3.late = Leaf()
+        interval, _attrib.RENAME_INTERVAL = _attrib.RENAME_INTERVAL, 0.0
+        roots = a.native.roots
+        SEEN.clear()
+        net3(torch.Tensor())
+        _attrib.RENAME_INTERVAL = interval
+        check(a.native.roots == roots + 1 and SEEN == [("leaf", ("head", FORWARD)), ("leaf", ("late", FORWARD))]
+              and LIB.now() == ("", OTHER) and LIB.raw_word() >> 31 == 0 and not a.local.t.stack,
+              "native: a module added to a root running natively is named under that root: %s" % SEEN)
 
     # Bounds: ids that run out are counted, never wrapped.
     _attrib.MAX_IDS = len(a.contexts)

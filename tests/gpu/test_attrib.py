@@ -224,9 +224,10 @@ def main():
                   "module calls through the Python wrapper only, and status() says why: %s" % native)
         else:
             # (A compiled model's modules run inside its graphs: none is called.)
-            check(native is True and (compiled or (a.native.fast > 0 and a.native.hooks > 0)),
-                  "module calls through the native path: %s, %d fast calls, %d C++ backward pre-hooks" % (
-                      native, a.native.fast if a.native else 0, a.native.hooks if a.native else 0))
+            check(native is True and (compiled or (a.native.fast > 0 and a.native.hooks > 0 and a.native.roots > 0)),
+                  "module calls through the native path: %s, %d fast calls, %d root calls, %d C++ backward pre-hooks" % (
+                      native, a.native.fast if a.native else 0, a.native.roots if a.native else 0,
+                      a.native.hooks if a.native else 0))
     check(
         capture is not None and capture.get("outcome", {}).get("status") == "Ok",
         "command 5 (capture stacks for 1 step) answered ok: %s" % capture,

@@ -139,6 +139,8 @@ class Attribution:
         self.renamed = {}  # id(root) -> last walk time
         # Stack capture (command 5).
         self.capture_words = None
+        self.capture_addr = 0  # its address, for the native path
+        self.compiled_autograd_next = 0.0  # when step() asks again whether compiled autograd is on
         self.capture_seen = 0
         self._capture_steps = 0
         self.capture_depth = DEFAULT_DEPTH
@@ -200,6 +202,7 @@ class Attribution:
             lib.vs_agent_count_dropped.argtypes = [ctypes.c_uint32, ctypes.c_uint64]
             lib.vs_agent_capture_request.restype = ctypes.c_void_p
             addr = lib.vs_agent_capture_request()
+            self.capture_addr = addr
             self.capture_words = memoryview((ctypes.c_uint64 * 3).from_address(addr)).cast("B").cast("Q")
             self.capture_seen = self.capture_words[0]
             self.lib = lib
@@ -260,6 +263,8 @@ class Attribution:
             # resets it, and its forward calls are recomputes.
             t.backward = True
             self.backward_threads.add(t)
+            if self.fast is not None:
+                self.fast.backward_thread()
         if slot is not None and slot[0] == 0:  # (else a C++ pre-hook set it already)
             slot[0] = t.base
         return t
@@ -407,6 +412,8 @@ class Attribution:
         if info is not None:
             return info
         root = t.root() if t.root is not None else None
+        if root is None and self.native is not None:
+            root = self.native.current_root()  # a root the native path runs
         if root is None or root is module:
             self.name_tree(module)
         elif time.monotonic() - self.renamed.get(id(root), 0.0) >= RENAME_INTERVAL:
@@ -434,22 +441,32 @@ class Attribution:
 
     # ---- hooks -----------------------------------------------------------------------
 
-    def _enter(self, module, phase):
+    def _enter(self, module, phase, nested=False):
+        """`module` is entered on this thread in `phase`: a root (the
+        thread's first) unless there is a stack or `nested` (inside a root
+        the native path runs)."""
         t = self._thread()
-        if not t.stack:
+        ready = False
+        if not t.stack and not nested:
             t.root = weakref.ref(module)
             # What the thread goes back to: on an autograd thread (a
             # checkpointing recompute) the backward context a pre-hook set.
             t.outer = t.slot[0] & _CONTEXT if t.slot is not None else None
             if phase == FORWARD and not t.backward:  # (a forward inside backward: checkpointing's recompute)
                 self._new_forward()
+                ready = self.native is not None
         info = self.info(module, t)
         if self.capture_steps:
             ctx = self._captured(info, phase, sys._getframe(2))
+            ready = False
         else:
             ctx = info[1].get(phase) or self.ctx(info, phase)
         t.stack.append(ctx)
         self._set(t, ctx)
+        if ready:
+            # This thread's next root calls may run natively (fastcall.cpp's
+            # root_call), until anything here changes.
+            self.native.root_ready()
         return t, info
 
     def _leave(self, t):
@@ -459,6 +476,8 @@ class Attribution:
         if not st:
             t.root = None
             t.last_fn = None
+            if self.fast is not None:
+                self.fast.clear_last()
         self._set(t, st[-1] if st else (t.outer if t.outer is not None else t.base))
 
     def _captured(self, info, phase, frame):
@@ -477,10 +496,13 @@ class Attribution:
                 b.slot[0] = self.none_backward
         self.poll_capture()
         n = self.native
-        if n is not None and self.native_hooks:
-            # Compiled autograd traces the backward graph: its hooks must be
-            # Python's (a C++ pre-hook would stop it).
-            n.native_hooks = 0 if _compiled_autograd() else 1
+        if n is not None:
+            n.none_backward = self.none_backward
+            n.capture_seen = self.capture_seen
+            if self.native_hooks:
+                # Compiled autograd traces the backward graph: its hooks must
+                # be Python's (a C++ pre-hook would stop it).
+                n.native_hooks = 0 if _compiled_autograd() else 1
 
     def set_backward(self, policy):
         """Which modules' backward is tracked: "auto" (default: the deepest
@@ -531,10 +553,12 @@ class Attribution:
         fn = out.grad_fn
         if fn is None or fn is t.last_fn:  # the inner module's output already
             return
-        last = t.last_fn
-        if type(last) is int and last == self.fast.grad_fn_id(out):  # hooked in C++ (fastcall.cpp)
+        fast = self.fast
+        if fast is not None and fast.hooked_last(out):  # hooked in C++ (fastcall.cpp)
             return
         t.last_fn = fn  # cleared when the outermost module returns
+        if fast is not None and not t.stack:
+            fast.py_hooked()  # (the outermost module is a native root call: it clears it)
         if self.capture_steps:
             with self.lock:
                 ctx = self.context(info[0], BACKWARD, self.stack_of.get(fwd_ctx, 0))
@@ -558,6 +582,8 @@ class Attribution:
                 if not t.backward:
                     t.backward = True
                     self.backward_threads.add(t)
+                    if self.fast is not None:
+                        self.fast.backward_thread()
                 t.base = ctx
                 if t.stack:
                     t.outer = ctx  # what the module running returns to
@@ -596,10 +622,21 @@ class Attribution:
         return c
 
     def step(self):
-        """A step boundary (optimizer step or mark()): counts capture down."""
+        """A step boundary (optimizer step or mark()): counts capture down,
+        and (at most once a second) asks again whether compiled autograd is
+        on: root calls that run natively do not ask."""
         if self.capture_steps:
             self.capture_steps -= 1
         self.poll_capture()
+        n = self.native
+        if n is not None and self.native_hooks and time.monotonic() >= self.compiled_autograd_next:
+            # (The question costs tens of microseconds in a real step, where
+            # torch's config module is cold.)
+            self.compiled_autograd_next = time.monotonic() + 1.0
+            on = 0 if _compiled_autograd() else 1
+            if on != n.native_hooks:
+                n.native_hooks = on
+                n.changed()  # (root calls take the Python wrapper once, which asks)
 
     def poll_capture(self):
         w = self.capture_words
@@ -727,6 +764,10 @@ class Attribution:
         except Exception as e:
             self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
         n.native_hooks = 1 if self.native_hooks and not _compiled_autograd() else 0
+        n.none_backward = self.none_backward
+        if self.capture_addr:
+            n.set_capture(self.capture_addr)
+            n.capture_seen = self.capture_seen
 
     def set_native(self, on):
         """Module calls through the native path (on) or the Python wrapper
@@ -863,12 +904,16 @@ def _module_call(self, *args, **kwargs):
         t = attrib.local.t
         st = t.stack
         slot = t.slot
-        # With the native path, inside a module, the caller's word: what the
-        # thread goes back to (the caller may be a native call, which is
-        # not on the stack; without it, the caller is the stack's top).
-        prev = slot[0] if native is not None and st and slot is not None else None
-        if info is None or not st or attrib._capture_steps or slot is None:
-            t, info = attrib._enter(self, FORWARD)
+        # With the native path, the caller's word: what the thread goes back
+        # to (the caller may be a native call, which is not on the stack;
+        # without it, the caller is the stack's top). With an empty stack
+        # and the word marked inside, this call is inside a root the native
+        # path runs (fastcall.cpp's root_call).
+        prev = slot[0] if native is not None and slot is not None else None
+        if prev is not None and not st and not prev & _INSIDE:
+            prev = None  # the outermost call: _leave restores
+        if info is None or prev is None and not st or attrib._capture_steps or slot is None:
+            t, info = attrib._enter(self, FORWARD, nested=prev is not None)
             st = t.stack
         else:
             ctx = info[1].get(FORWARD) or attrib.ctx(info, FORWARD)
@@ -899,10 +944,12 @@ def _module_call(self, *args, **kwargs):
                 st.pop()
             else:  # an inner call left early: drop what it left too
                 del st[depth - 1 :]
-            if not st:
+            if prev is not None:
+                t.slot[0] = prev  # (inside a native call, or a native root's)
+            elif not st:
                 attrib._leave(t)
             else:
-                t.slot[0] = prev if prev is not None else st[-1]
+                t.slot[0] = st[-1]
         except Exception:
             pass
 

@@ -406,7 +406,7 @@ def python_include():
 def fast_build_command(cxx, cpp, pyinc, out, torch_file=None, torch_version=None, abi=None):
     cmd = [cxx, "-O2", "-shared", "-fPIC"]
     if torch_file is None:
-        return cmd + ["-std=c++17", "-isystem", pyinc, cpp, "-o", out]
+        return cmd + ["-std=c++17", "-isystem", pyinc, cpp, "-o", out, "-pthread"]
     incs, lib = torch_dirs(torch_file)
     cmd += ["-std=" + cxx_std(torch_version), "-D_GLIBCXX_USE_CXX11_ABI=%d" % int(abi), "-DVS_TORCH", "-isystem", pyinc]
     for i in incs:
