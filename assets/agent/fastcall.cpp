@@ -65,9 +65,11 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 
 #ifdef VS_TORCH
 #include <c10/core/GradMode.h>
@@ -225,11 +227,30 @@ thread_local ThreadState t_state;
 // threads): a root's forward puts each back outside every module
 // (Call.none_backward) unless that thread is inside a module itself (a
 // checkpointing recompute). A thread leaves the list as it exits (its
-// ThreadState's destructor runs before its thread-local storage goes).
+// ThreadState's destructor runs before its thread-local storage goes); a
+// forked child starts with an empty list (its other threads are gone).
+// The lock is held for a few stores at a time: a spin lock, which the
+// child's fork handler can simply clear.
 constexpr size_t kBackwardThreads = 64;
-std::mutex g_bw_mu;
+std::atomic_flag g_bw_lock = ATOMIC_FLAG_INIT;
 uint32_t *g_bw_words[kBackwardThreads];
 size_t g_bw_count = 0;
+
+class BackwardLock {
+  public:
+    BackwardLock() {
+        while (g_bw_lock.test_and_set(std::memory_order_acquire)) {
+        }
+    }
+    ~BackwardLock() { g_bw_lock.clear(std::memory_order_release); }
+    BackwardLock(const BackwardLock &) = delete;
+    BackwardLock &operator=(const BackwardLock &) = delete;
+};
+
+void after_fork_child() {
+    g_bw_count = 0;
+    g_bw_lock.clear();
+}
 
 // The calling thread runs backward: into the list (once), and root calls
 // on it take the Python wrapper from now on (as _attrib.py's t.backward).
@@ -240,7 +261,7 @@ void backward_thread() {
         return;
     }
     uint32_t *w = g.slot_fn();
-    std::lock_guard<std::mutex> lock(g_bw_mu);
+    BackwardLock lock;
     if (w != nullptr && g_bw_count < kBackwardThreads) {
         g_bw_words[g_bw_count++] = w;
         ts.backward = w;
@@ -251,7 +272,7 @@ ThreadState::~ThreadState() {
     if (backward == nullptr) {
         return;
     }
-    std::lock_guard<std::mutex> lock(g_bw_mu);
+    BackwardLock lock;
     for (size_t i = 0; i < g_bw_count; i++) {
         if (g_bw_words[i] == backward) {
             g_bw_words[i] = g_bw_words[--g_bw_count];
@@ -263,7 +284,7 @@ ThreadState::~ThreadState() {
 // A root's forward begins: every backward thread starts its next backward
 // outside every module (_attrib.py's _new_forward).
 void new_forward(uint32_t none_backward) {
-    std::lock_guard<std::mutex> lock(g_bw_mu);
+    BackwardLock lock;
     for (size_t i = 0; i < g_bw_count; i++) {
         // Another thread's word: relaxed atomics (the tracker reads it with
         // plain loads on its own thread; a 32-bit store is never torn).
@@ -947,6 +968,7 @@ PyMODINIT_FUNC PyInit__vsfast(void) {
     if (PyType_Ready(&CallType) < 0) {
         return nullptr;
     }
+    pthread_atfork(nullptr, nullptr, after_fork_child);
     g_str_t = PyUnicode_InternFromString("t");
     if (g_str_t == nullptr) {
         return nullptr;
