@@ -104,15 +104,22 @@ constexpr uint32_t kInside = 0x80000000u;
 // step those are cache misses: what a module call cost). A copy, so that
 // nothing here can dangle: `Call.changed()` (every change to `infos` and its
 // entries, _attrib.py) drops every entry at once by moving `gen` on.
+// Sixteen bytes, and 2,048 of them (32 KiB): in a real step each call's
+// entry is a cold line, often on a page the TLB has lost too, so the table
+// is kept as small as it can be.
+constexpr uint32_t kContextMask = 0xFFFFFFu;  // a context id (what the tracker reads)
 struct Entry {
-    PyObject *key;  // the module (its address only: never dereferenced)
-    uint32_t gen;   // valid when the Call's gen
-    uint32_t fwd;   // its forward context
-    uint32_t bwd;   // its backward context (kHasBwd)
-    uint32_t flags;
+    PyObject *key;       // the module (its address only: never dereferenced)
+    uint32_t fwd_flags;  // its forward context, the flags above it
+    uint32_t bwd_gen;    // its backward context (kEntryHasBwd), the entry's gen above it
+    uint32_t fwd() const { return fwd_flags & kContextMask; }
+    uint32_t flags() const { return fwd_flags >> 24; }
+    uint32_t bwd() const { return bwd_gen & kContextMask; }
+    uint32_t gen() const { return bwd_gen >> 24; }  // valid when the Call's gen
 };
 constexpr uint32_t kEntryQuiet = 1, kEntryTracked = 2, kEntryHasBwd = 4, kEntryRoot = 8;
-constexpr unsigned kEntryBits = 12;  // 4096 entries; at most kProbes probes
+constexpr uint32_t kGens = 256;       // gen is 8 bits; 0 is never current (calloc'd: free)
+constexpr unsigned kEntryBits = 11;  // 2,048 entries; at most kProbes probes
 constexpr size_t kEntries = size_t{1} << kEntryBits;
 constexpr size_t kProbes = 8;  // (then an entry is replaced: see probe)
 
@@ -126,11 +133,12 @@ struct Call {
     // What every call reads (one cache line with the head).
     PyObject *orig;          // the original Module.__call__ (a function)
     Entry *entries;          // kEntries, PyMem_Calloc'd
-    uint32_t gen;            // entries of another gen are free
+    uint32_t gen;            // entries of another gen are free (1 to kGens - 1)
     int slow;                // 1: every call takes the Python wrapper (capture)
     unsigned long long fast; // calls that took the fast path (for tests)
     // What a root call reads too (see root_call).
     int native_hooks;        // 1: backward pre-hooks in C++ where they fit
+    uint32_t epoch;          // moves on with every change (gen wraps): root_ready's mark
     uint32_t none_backward;  // the context of backward outside every module
     const volatile uint64_t *capture_word;  // the control block's capture request count, or NULL
     unsigned long long capture_seen;        // the count the Python side has acted on
@@ -207,8 +215,41 @@ using SlotFn = uint32_t *(*)();
 struct alignas(64) Globals {
     Call *active = nullptr;    // the Call installed (activate), or NULL
     SlotFn slot_fn = nullptr;  // vs_agent_context_slot (set_slot_function)
+    // The word's address less the thread pointer, or 0: call slot_fn.
+    // (Atomic: any thread may find it wrong and clear it.)
+    std::atomic<intptr_t> word_offset{0};
 };
 Globals g;
+
+// The thread pointer. The tracker's word is an initial-exec thread-local,
+// which lives in the static TLS area at the same offset from every
+// thread's pointer: so the fast path finds it with one register read and an
+// add, instead of a call into the tracker's code (in a real step its page
+// is often out of the TLB). Where this cannot be had, slot_fn is called.
+#if defined(__x86_64__)
+inline char *thread_pointer() {
+    char *tp;
+    asm("mov %%fs:0, %0" : "=r"(tp));  // the TCB's pointer to itself (x86-64 TLS ABI)
+    return tp;
+}
+#define VS_THREAD_POINTER 1
+#elif defined(__aarch64__)
+inline char *thread_pointer() { return static_cast<char *>(__builtin_thread_pointer()); }
+#define VS_THREAD_POINTER 1
+#endif
+
+// Checks, on the calling thread, that the offset finds what slot_fn gives
+// (set_slot_function learns it on one thread; each thread that readies a
+// root or runs backward checks it on its own); on a mismatch the fast path
+// calls slot_fn from then on.
+void check_word_offset() {
+#ifdef VS_THREAD_POINTER
+    const intptr_t off = g.word_offset.load(std::memory_order_relaxed);
+    if (off != 0 && g.slot_fn != nullptr && reinterpret_cast<char *>(g.slot_fn()) != thread_pointer() + off) {
+        g.word_offset.store(0, std::memory_order_relaxed);
+    }
+#endif
+}
 
 // What the native path keeps per thread (never read by the allocator
 // callback, so a dlopen'ed library's thread_local is fine here).
@@ -216,7 +257,7 @@ struct ThreadState {
     PyObject *root = nullptr;    // the root module in root_call now (borrowed: the call holds it)
     void *last_node = nullptr;   // the grad_fn given a C++ pre-hook last (cleared when the root returns)
     Call *ready = nullptr;       // root calls may take root_call on this thread (Call.root_ready) ...
-    uint32_t ready_gen = 0;      // ... while the Call's gen is this one
+    uint32_t ready_epoch = 0;    // ... while the Call's epoch is this one
     bool py_hooked = false;      // a Python pre-hook set the thread's last_fn inside root_call
     uint32_t *backward = nullptr; // the word, where registered as a backward thread
     ~ThreadState();
@@ -257,6 +298,7 @@ void after_fork_child() {
 void backward_thread() {
     ThreadState &ts = t_state;
     ts.ready = nullptr;
+    check_word_offset();
     if (ts.backward != nullptr || g.slot_fn == nullptr) {
         return;
     }
@@ -382,7 +424,7 @@ Entry *probe(Call *c, PyObject *module) {
     const size_t h = home(module);
     for (size_t i = 0; i < kProbes; i++) {
         Entry *e = &c->entries[(h + i) & (kEntries - 1)];
-        if (e->gen != c->gen || e->key == module) {
+        if (e->gen() != c->gen || e->key == module) {
             return e;  // (entries are only ever dropped all at once)
         }
     }
@@ -410,28 +452,30 @@ __attribute__((noinline)) bool keep(Call *c, PyObject *module, Entry *into) {
         PyErr_Clear();
         return false;
     }
-    Entry kept = {module, c->gen, 0, 0, 0};
+    uint32_t fwd_ctx = 0, bwd_ctx = 0, kept_flags = 0;
     if (flags & kQuiet) {  // a leaf without parameters: its caller's context
-        kept.flags = kEntryQuiet;
+        kept_flags = kEntryQuiet;
     } else {
         PyObject *fwd = PyDict_GetItemWithError(phases, c->forward);
-        if (fwd == nullptr || !context_value(fwd, &kept.fwd)) {
+        if (fwd == nullptr || !context_value(fwd, &fwd_ctx) || fwd_ctx > kContextMask) {
             PyErr_Clear();
             return false;
         }
         PyObject *bwd = PyDict_GetItemWithError(phases, c->backward);
-        if (bwd != nullptr && context_value(bwd, &kept.bwd)) {
-            kept.flags |= kEntryHasBwd;
+        if (bwd != nullptr && context_value(bwd, &bwd_ctx) && bwd_ctx <= kContextMask) {
+            kept_flags |= kEntryHasBwd;
+        } else {
+            bwd_ctx = 0;
         }
         PyErr_Clear();
         if (PyList_GET_ITEM(info, 2) == Py_True) {
-            kept.flags |= kEntryTracked;
+            kept_flags |= kEntryTracked;
         }
         if (flags & kRoot) {
-            kept.flags |= kEntryRoot;
+            kept_flags |= kEntryRoot;
         }
     }
-    *into = kept;
+    *into = Entry{module, fwd_ctx | (kept_flags << 24), bwd_ctx | (c->gen << 24)};
     return true;
 }
 
@@ -439,6 +483,12 @@ __attribute__((noinline)) bool keep(Call *c, PyObject *module, Entry *into) {
 // Python), else through the thread's _Thread (tests' stand-in library).
 // NULL: none yet.
 uint32_t *thread_word(Call *c) {
+#ifdef VS_THREAD_POINTER
+    const intptr_t off = g.word_offset.load(std::memory_order_relaxed);
+    if (off != 0) {
+        return reinterpret_cast<uint32_t *>(thread_pointer() + off);
+    }
+#endif
     if (g.slot_fn != nullptr) {
         return g.slot_fn();
     }
@@ -461,7 +511,7 @@ __attribute__((noinline)) void py_hook_backward(Call *c, PyObject *module, const
         return;
     }
     PyObject *on = PyObject_CallNoArgs(c->grad_enabled);
-    PyObject *ctx = PyLong_FromUnsignedLong(e.fwd);
+    PyObject *ctx = PyLong_FromUnsignedLong(e.fwd());
     if (on == Py_True && ctx != nullptr) {
         PyObject *r = PyObject_CallFunctionObjArgs(c->hook_backward, t, module, out, ctx, nullptr);
         Py_XDECREF(r);
@@ -478,7 +528,7 @@ inline void hook_backward(Call *c, PyObject *module, const Entry &e, PyObject *o
     if (!grad_mode_on()) {
         return;
     }
-    if ((e.flags & kEntryHasBwd) && native_backward_hook(c, e.bwd, out)) {
+    if ((e.flags() & kEntryHasBwd) && native_backward_hook(c, e.bwd(), out)) {
         return;
     }
     py_hook_backward(c, module, e, out);
@@ -514,19 +564,19 @@ __attribute__((noinline)) PyObject *root_call(Call *c, const Entry &e, uint32_t 
                                               PyObject *const *args, size_t nargs, PyObject *kwargs,
                                               bool *handled) {
     ThreadState &ts = t_state;
-    if (ts.ready != c || ts.ready_gen != c->gen || ts.root != nullptr || g.slot_fn == nullptr ||
+    if (ts.ready != c || ts.ready_epoch != c->epoch || ts.root != nullptr || g.slot_fn == nullptr ||
         (c->capture_word != nullptr && *c->capture_word != c->capture_seen)) {
         VS_SLOW();  // the Python wrapper (which readies the thread again)
     }
     PyObject *module = args[0];
     new_forward(c->none_backward);
     ts.root = module;
-    *word = e.fwd | kInside;
+    *word = e.fwd() | kInside;
     c->roots++;
 
     PyObject *out = PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
 
-    if (out != nullptr && (e.flags & kEntryTracked)) {
+    if (out != nullptr && (e.flags() & kEntryTracked)) {
         hook_backward(c, module, e, out);
     }
     ts.root = nullptr;
@@ -557,27 +607,27 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
     }
     PyObject *module = args[0];
     Entry *found = probe(c, module);
-    if ((found->gen != c->gen || found->key != module) && !keep(c, module, found)) {
+    if ((found->gen() != c->gen || found->key != module) && !keep(c, module, found)) {
         VS_SLOW();  // not a module for here (yet)
     }
     const Entry e = *found;  // (the call may change the table)
-    if (e.flags & kEntryQuiet) {
+    if (e.flags() & kEntryQuiet) {
         return PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
     }
     uint32_t *word = thread_word(c);
     const uint32_t saved = word != nullptr ? *word : 0;
     if (!(saved & kInside)) {  // the outermost call on this thread, or no word yet
-        if (word == nullptr || !(e.flags & kEntryRoot)) {
+        if (word == nullptr || !(e.flags() & kEntryRoot)) {
             VS_SLOW();
         }
         return root_call(c, e, word, saved, args, nargs, kwargs, handled);
     }
-    *word = e.fwd | kInside;
+    *word = e.fwd() | kInside;
     c->fast++;
 
     PyObject *out = PyObject_VectorcallDict(c->orig, args, nargs, kwargs);
 
-    if (out != nullptr && (e.flags & kEntryTracked)) {
+    if (out != nullptr && (e.flags() & kEntryTracked)) {
         hook_backward(c, module, e, out);
     }
     *word = saved;  // the caller's context (an exception passes through)
@@ -754,9 +804,10 @@ PyObject *call_hook(PyObject *self_obj, PyObject *const *argv, Py_ssize_t argc) 
 PyObject *call_root_ready(PyObject *self_obj, PyObject *) {
     Call *c = reinterpret_cast<Call *>(self_obj);
     ThreadState &ts = t_state;
+    check_word_offset();
     if (ts.backward == nullptr) {
         ts.ready = c;
-        ts.ready_gen = c->gen;
+        ts.ready_epoch = c->epoch;
     }
     Py_RETURN_NONE;
 }
@@ -788,7 +839,8 @@ PyObject *call_set_capture(PyObject *self_obj, PyObject *arg) {
 // are dropped, and made again at each module's next call.
 PyObject *call_changed(PyObject *self_obj, PyObject *) {
     Call *c = reinterpret_cast<Call *>(self_obj);
-    if (++c->gen == 0) {  // (after 2^32 changes: start afresh)
+    c->epoch++;
+    if (++c->gen == kGens) {  // (every 255 changes: start afresh)
         memset(c->entries, 0, kEntries * sizeof(Entry));
         c->gen = 1;
     }
@@ -864,6 +916,7 @@ PyObject *call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     c->off_last = off_last;
     c->entries = entries;
     c->gen = 1;  // (calloc'd entries are of gen 0: free)
+    c->epoch = 0;
     c->slow = 0;
     c->native_hooks = 0;
     c->none_backward = 0;
@@ -900,6 +953,12 @@ PyObject *set_slot_function(PyObject *, PyObject *arg) {
         return nullptr;
     }
     g.slot_fn = reinterpret_cast<SlotFn>(p);
+    g.word_offset.store(0, std::memory_order_relaxed);
+#ifdef VS_THREAD_POINTER
+    if (g.slot_fn != nullptr) {
+        g.word_offset.store(reinterpret_cast<char *>(g.slot_fn()) - thread_pointer(), std::memory_order_relaxed);
+    }
+#endif
 #ifdef VS_TORCH
     return PyBool_FromLong(p != nullptr);
 #else
