@@ -261,13 +261,18 @@ class Attribution:
             # A thread Python did not start: an autograd engine thread (its
             # pre-hooks may be C++, which cannot say so): each root forward
             # resets it, and its forward calls are recomputes.
-            t.backward = True
-            self.backward_threads.add(t)
-            if self.fast is not None:
-                self.fast.backward_thread()
+            self._runs_backward(t)
         if slot is not None and slot[0] == 0:  # (else a C++ pre-hook set it already)
             slot[0] = t.base
         return t
+
+    def _runs_backward(self, t):
+        """The thread of `t` runs backward: each root forward puts it
+        outside every module (here, and the native path's list)."""
+        t.backward = True
+        self.backward_threads.add(t)
+        if self.fast is not None:
+            self.fast.backward_thread()
 
     def _set(self, t, ctx):
         """The thread's word: `ctx`, marked inside a module while its stack
@@ -580,10 +585,7 @@ class Attribution:
             try:
                 t = self._thread()
                 if not t.backward:
-                    t.backward = True
-                    self.backward_threads.add(t)
-                    if self.fast is not None:
-                        self.fast.backward_thread()
+                    self._runs_backward(t)
                 t.base = ctx
                 if t.stack:
                     t.outer = ctx  # what the module running returns to
@@ -629,10 +631,11 @@ class Attribution:
             self.capture_steps -= 1
         self.poll_capture()
         n = self.native
-        if n is not None and self.native_hooks and time.monotonic() >= self.compiled_autograd_next:
+        now = time.monotonic()
+        if n is not None and self.native_hooks and now >= self.compiled_autograd_next:
             # (The question costs tens of microseconds in a real step, where
             # torch's config module is cold.)
-            self.compiled_autograd_next = time.monotonic() + 1.0
+            self.compiled_autograd_next = now + 1.0
             on = 0 if _compiled_autograd() else 1
             if on != n.native_hooks:
                 n.native_hooks = on
@@ -764,10 +767,8 @@ class Attribution:
         except Exception as e:
             self.native_note = "backward pre-hooks in Python: %s: %s" % (type(e).__name__, e)
         n.native_hooks = 1 if self.native_hooks and not _compiled_autograd() else 0
-        n.none_backward = self.none_backward
-        if self.capture_addr:
+        if self.capture_addr:  # (none_backward and capture_seen: at each Python root)
             n.set_capture(self.capture_addr)
-            n.capture_seen = self.capture_seen
 
     def set_native(self, on):
         """Module calls through the native path (on) or the Python wrapper
