@@ -165,7 +165,8 @@ pub enum DropWhat {
     Strings,
     /// Definitions not re-sent with a snapshot (re-send bound).
     Definitions,
-    /// Live blocks whose context tag was not kept (tag table full).
+    /// Live blocks whose context tag was not kept (tag table full, or events
+    /// the producer's table missed).
     BlockTags,
     /// A code this build does not know.
     Other(u32),

@@ -52,7 +52,7 @@ fn tracker_logic_without_a_gpu() {
     );
     assert_eq!(
         text.lines().filter(|l| l.starts_with("ok ")).count(),
-        5,
+        6,
         "{text}"
     );
     // The tracker closed and removed its segment.

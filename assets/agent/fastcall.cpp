@@ -672,7 +672,10 @@ class ArgStack {
     PyObject **items_ = small_;
 };
 
-PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+// Every case of a module call (module_tp_call's when its short path does
+// not apply): the class's own __call__ once deactivated, else fast_call and,
+// where it declines, the Python wrapper.
+__attribute__((noinline, cold)) PyObject *module_call_general(PyObject *self, PyObject *args, PyObject *kwargs) {
     ArgStack stack(self, args);
     if (!stack.ok()) {
         return nullptr;
@@ -686,6 +689,49 @@ PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     bool handled;
     PyObject *out = fast_call(g.active, stack.items(), stack.size(), kwargs, &handled);
     return handled ? out : slow(g.active, stack.items(), stack.size(), kwargs);
+}
+
+#define VS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// The tp_call of a patched module class (see the top). Its short path is
+// fast_call's common case, written so that it is a few straight cache lines
+// of code (in a real step each call finds them cold): a module found at its
+// entry's first probe, neither tracked nor a root, called inside a root
+// (or quiet), with the thread's word at the thread pointer's offset and a
+// few arguments. Anything else goes to module_call_general.
+PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    constexpr Py_ssize_t kShortArgs = 6;
+#ifdef VS_THREAD_POINTER
+    Call *const c = g.active;
+    const intptr_t off = g.word_offset.load(std::memory_order_relaxed);
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (VS_UNLIKELY(c == nullptr || c->slow || off == 0 || n > kShortArgs)) {
+        return module_call_general(self, args, kwargs);
+    }
+    const Entry *e = &c->entries[home(self)];
+    const uint32_t flags = e->flags();
+    uint32_t *const word = reinterpret_cast<uint32_t *>(thread_pointer() + off);
+    const uint32_t saved = *word;
+    if (VS_UNLIKELY(e->key != self || e->gen() != c->gen || (flags & (kEntryTracked | kEntryRoot)) ||
+                    (!(saved & kInside) && !(flags & kEntryQuiet)))) {
+        return module_call_general(self, args, kwargs);
+    }
+    PyObject *stack[kShortArgs + 1];
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    }
+    if (flags & kEntryQuiet) {
+        return PyObject_VectorcallDict(c->orig, stack, static_cast<size_t>(n + 1), kwargs);
+    }
+    *word = e->fwd() | kInside;
+    c->fast++;
+    PyObject *out = PyObject_VectorcallDict(c->orig, stack, static_cast<size_t>(n + 1), kwargs);
+    *word = saved;  // the caller's context (an exception passes through)
+    return out;
+#else
+    return module_call_general(self, args, kwargs);
+#endif
 }
 
 // Call.activate(Module): module calls take the fast path from now on

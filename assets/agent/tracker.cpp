@@ -435,26 +435,30 @@ void clock_tick() {
 thread_local uint32_t t_context __attribute__((tls_model("initial-exec"))) = 0;
 
 // The tag of each live block, per device, for SNAP_BLOCK: an open-addressing
-// table (linear probing, backward-shift deletion) written only by the
-// callback, under that device's allocator lock. Preallocated at start;
-// when 3/4 full a new block's tag is not kept and is counted (DROPPED 6).
+// table (linear probing, backward-shift deletion). The callback never
+// touches it: its events already carry their tags in the ring, and the
+// agent thread applies them (ALLOC puts, FREE_COMPLETED erases) every pass,
+// and a snapshot up to exactly the position its state reflects (see
+// follow_tags). Preallocated at start; when 3/4 full a new block's tag is
+// not kept and is counted (DROPPED 6).
 // An entry is one word: the key (bits 9..40 of the block's address; blocks
 // are 512-byte aligned) above the tag; 0 is empty. Two live blocks of one
 // device share a key only when their addresses differ by a multiple of
 // 2 TiB; the one found then lends its tag (an attribution slip, nothing
-// else). One word per entry keeps the table (256 KiB) and its cache
-// footprint small: the callback pays for it on every ALLOC and free.
+// else). (Kept in the callback, one cold line per ALLOC and free cost a
+// host-bound ResNet-50 step about 0.4 % of its CPU time.)
 constexpr uint64_t kTagBits = 15;
 constexpr uint64_t kTagSlots = 1u << kTagBits;  // per device: 32,768
 constexpr uint64_t kTagMask = kTagSlots - 1;
 constexpr uint64_t kTagLimit = kTagSlots / 4 * 3;
 struct TagTable {
   std::atomic<uint64_t>* slots = nullptr;  // kTagSlots entries
-  uint64_t used = 0;                       // written only under the device's allocator lock
+  uint64_t used = 0;
+  uint64_t pos = 0;      // the device ring's next position to apply
+  uint64_t waited = 0;   // 1 + a position found unwritten at the last pass (0: none)
 };
-TagTable g_tags[kMaxDevices];
-std::atomic<uint64_t>* g_snap_tags[kMaxDevices];  // copies taken at our snapshot's SNAPSHOT entry
-std::atomic<int> g_snap_tags_copied[kMaxDevices];
+TagTable g_tags[kMaxDevices];  // under g_tags_mu (never taken by the callback)
+std::mutex g_tags_mu;
 
 // Counts for DROPPED records (FORMAT.md, DROPPED `what`), written by the
 // agent thread when they change.
@@ -524,6 +528,62 @@ inline uint32_t tag_get(const std::atomic<uint64_t>* slots, uint64_t addr) noexc
   return 0;
 }
 
+// Applies device d's ring events from the table's position up to `until`
+// (exclusive) to its tag table: ALLOC puts its block's tag, FREE_COMPLETED
+// erases it. A slot is read as any reader does (FORMAT.md, "Slots": its
+// sequence word before and after the words). `settled`: every position
+// below `until` was written or lost for good (a snapshot's exact position,
+// taken under the allocator's lock), so an unwritten slot is lost; else
+// an unwritten slot is waited for one pass (a writer between its claim and
+// its stores), then counted lost (the any-writer path drops a record when
+// its slot is still held). An event overwritten before it was read (the
+// ring went round between two passes) is lost too. Lost events are counted
+// in DROPPED 6: a block whose ALLOC was lost has no tag. g_tags_mu held.
+void follow_tags(int d, uint64_t until, bool settled) noexcept {
+  TagTable& t = g_tags[d];
+  const vs_ring& r = g_dev_rings[d];
+  if (t.slots == nullptr || r.slots == nullptr) return;
+  uint64_t p = t.pos, lost = 0;
+  if (until > p + r.mask + 1) {  // already overwritten
+    lost += until - (r.mask + 1) - p;
+    p = until - (r.mask + 1);
+  }
+  for (; p < until; p++) {
+    const uint64_t* slot = r.slots + 8 * (p & r.mask);
+    const uint64_t want = 2 * p + 2;
+    const uint64_t s = __atomic_load_n(&slot[0], __ATOMIC_ACQUIRE);
+    if (s < want && !settled && t.waited != p + 1) {
+      t.waited = p + 1;  // not written yet: again next pass
+      break;
+    }
+    if (s != want) {
+      lost++;
+      continue;
+    }
+    const uint64_t head = __atomic_load_n(&slot[1], __ATOMIC_RELAXED);
+    const uint64_t addr = __atomic_load_n(&slot[3], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&slot[0], __ATOMIC_RELAXED) != s) {  // overwritten while read
+      lost++;
+      continue;
+    }
+    const uint16_t kind = static_cast<uint16_t>(head);
+    if (kind == VS_K_ALLOC) {
+      tag_put(t, addr, static_cast<uint32_t>(head >> 32));
+    } else if (kind == VS_K_FREE_COMPLETED) {
+      tag_erase(t, addr);
+    }
+  }
+  t.pos = p;
+  if (lost != 0) g_drop[VS_DROP_BLOCK_TAGS].fetch_add(lost, std::memory_order_relaxed);
+}
+
+// The agent thread's pass: every device's table up to its ring's head.
+void follow_all_tags() noexcept {
+  std::lock_guard<std::mutex> lock(g_tags_mu);
+  for (int d = 0; d < g_hot.devices; d++) follow_tags(d, __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), false);
+}
+
 // ---- the allocator callback ----------------------------------------------
 
 // Where each device's part of our own snapshot() ended in its ring.
@@ -545,14 +605,6 @@ inline void note_snapshot_position() noexcept {
   if (k < static_cast<uint64_t>(g_hot.devices)) {
     g_snap_marks.head[k].store(__atomic_load_n(g_dev_rings[k].head, __ATOMIC_ACQUIRE),
                                std::memory_order_relaxed);
-    // The live blocks' tags as the state was read (a bounded copy, once per
-    // snapshot we take, still under device k's allocator lock).
-    const std::atomic<uint64_t>* from = g_tags[k].slots;
-    std::atomic<uint64_t>* to = g_snap_tags[k];
-    if (from != nullptr && to != nullptr) {
-      for (uint64_t i = 0; i < kTagSlots; i++) to[i].store(from[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
-      g_snap_tags_copied[k].store(1, std::memory_order_release);
-    }
   }
 }
 
@@ -565,15 +617,10 @@ inline void emit(int action, int device, uint64_t addr, uint64_t size, uint64_t 
   // the next events do not wait for its cache line (a 4 MiB ring does not
   // stay in cache). A prefetch is only a hint: no ordering, no fault.
   __builtin_prefetch(ring->slots + 8 * ((__atomic_load_n(ring->head, __ATOMIC_RELAXED) + 4) & ring->mask), 1, 3);
-  uint32_t tag = 0;
-  if (g_hot.attrib.load(std::memory_order_relaxed) != 0) {
-    tag = (t_context & VS_CONTEXT_MAX) | (g_hot.step_tag.load(std::memory_order_relaxed) << 24);
-    if (action == static_cast<int>(Entry::ALLOC)) {
-      tag_put(g_tags[device], addr, tag);
-    } else if (action == static_cast<int>(Entry::FREE_COMPLETED)) {
-      tag_erase(g_tags[device], addr);
-    }
-  }
+  // (The block tag table learns this tag from the ring: follow_tags.)
+  const uint32_t tag = g_hot.attrib.load(std::memory_order_relaxed) != 0
+                           ? (t_context & VS_CONTEXT_MAX) | (g_hot.step_tag.load(std::memory_order_relaxed) << 24)
+                           : 0;
   uint64_t w[7] = {
       vs_head_word(static_cast<uint16_t>(action + 1), static_cast<uint16_t>(device), tag),
       stamp(raw_time, device),
@@ -744,10 +791,11 @@ std::mutex g_snapshot_mu;  // one write_snapshot at a time (agent thread, start)
 
 uint32_t write_snapshot(int only) {
   std::lock_guard<std::mutex> one(g_snapshot_mu);
+  // Held from before the state is read: no pass moves a table past it.
+  std::lock_guard<std::mutex> tags_lock(g_tags_mu);
   const uint32_t id = g_snapshot_id.fetch_add(1, std::memory_order_relaxed) + 1;
   uint64_t before[kMaxDevices];
   for (int d = 0; d < g_devices; d++) before[d] = __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE);
-  for (int d = 0; d < g_devices; d++) g_snap_tags_copied[d].store(0, std::memory_order_relaxed);
   g_snap_marks.seen.store(0, std::memory_order_relaxed);
   g_snap_marks.taking.store(1, std::memory_order_release);
   const auto info = take_snapshot(0);
@@ -759,13 +807,15 @@ uint32_t write_snapshot(int only) {
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
-    // Tags as they were when the state was read; without that copy (another
-    // snapshot() raced with ours) the live table, which may be a little newer.
+    const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), exact);
+    // Tags as they were when the state was read: the table brought up to
+    // exactly that position; where the position is a window (another
+    // snapshot() raced with ours), up to its end, which may be a little newer.
     const std::atomic<uint64_t>* tags = nullptr;
     if (g_hot.attrib.load(std::memory_order_relaxed) != 0) {
-      tags = exact && g_snap_tags_copied[d].load(std::memory_order_acquire) ? g_snap_tags[d] : g_tags[d].slots;
+      follow_tags(d, at.after, (at.flags & VS_SPAN_EXACT) != 0);
+      tags = g_tags[d].slots;
     }
-    const Span at = span_of(d, before[d], __atomic_load_n(g_dev_rings[d].head, __ATOMIC_ACQUIRE), exact);
     uint64_t nseg = 0, nblk = 0;
     for (const auto& seg : info.segments) {
       if (static_cast<int>(seg.device) != d) continue;
@@ -946,6 +996,7 @@ void agent_loop() noexcept {
       clock_tick();
       vs_request req;
       if (vs_command_poll(&g_seg, &req)) handle(req);
+      follow_all_tags();
       const uint64_t now = vs_monotonic_ns();
       if (now >= next_stats) {
         write_all_stats();
@@ -963,12 +1014,19 @@ void agent_loop() noexcept {
   g_thread_done.store(1, std::memory_order_release);
 }
 
-// The clock mutex is held around fork so that a child never inherits it
-// locked by the agent thread (which does not exist in the child).
-void atfork_prepare() { g_clock_mu.lock(); }
-void atfork_parent() { g_clock_mu.unlock(); }
+// The clock and tag mutexes are held around fork so that a child never
+// inherits one locked by the agent thread (which does not exist in the child).
+void atfork_prepare() {
+  g_clock_mu.lock();
+  g_tags_mu.lock();
+}
+void atfork_parent() {
+  g_tags_mu.unlock();
+  g_clock_mu.unlock();
+}
 
 void atfork_child() {
+  g_tags_mu.unlock();
   g_clock_mu.unlock();
   // The child shares the parent's mapping but must never write into it:
   // silence the callback, then drop the mapping without unlinking.
@@ -1050,14 +1108,16 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
       const vs_ring& r = g_seg.rings[i];
       for (uint64_t w = 0; w < 8 * (r.mask + 1); w += 4096 / 8) __atomic_fetch_or(r.slots + w, 0, __ATOMIC_RELAXED);
     }
-    for (int d = 0; d < n; d++) g_dev_rings[d] = g_seg.rings[1 + d];
     if (tagging) {
-      // Block tag tables, allocated and touched now, never in the callback.
+      // Block tag tables, allocated now, following the new rings from their start.
+      std::lock_guard<std::mutex> tags_lock(g_tags_mu);
       for (int d = 0; d < n; d++) {
         if (g_tags[d].slots == nullptr) g_tags[d].slots = new std::atomic<uint64_t>[kTagSlots]();
-        if (g_snap_tags[d] == nullptr) g_snap_tags[d] = new std::atomic<uint64_t>[kTagSlots]();
+        g_tags[d].pos = 0;
+        g_tags[d].waited = 0;
       }
     }
+    for (int d = 0; d < n; d++) g_dev_rings[d] = g_seg.rings[1 + d];
     if constexpr (kApproxClock) {
       std::lock_guard<std::mutex> clock_lock(g_clock_mu);
       const char* mode = std::getenv("VRAMSCOPE_CLOCK");
@@ -1290,9 +1350,10 @@ const uint64_t* vs_agent_capture_request(void) {
 // The benchmark of the callback's own work (emit): `n` synthetic events,
 // ALLOCs and FREE_COMPLETEDs of 1,024 addresses in turn, into device 0's
 // ring (about 512 live), timed with CLOCK_MONOTONIC. `mode`: bit 0 the exclusive write path
-// (else the any-writer one), bit 1 attribution on (tags and the block tag
-// table). Only for a quiescent benchmark process: it writes into the real
-// ring, from this thread. Returns ns per event, or -1.
+// (else the any-writer one), bit 1 attribution on (context and step tags;
+// the block tag table is the agent thread's: follow_tags). Only for a
+// quiescent benchmark process: it writes into the real ring, from this
+// thread. Returns ns per event, or -1.
 double vs_agent_bench_callback(uint64_t n, int mode) {
   if (!live() || g_hot.devices < 1 || n == 0) return -1;
   if ((mode & 2) && g_tags[0].slots == nullptr) return -1;

@@ -152,6 +152,7 @@ class Net(nn.Module):
         x = self.embed(x)
         for b in self.blocks:
             x = b(x)
+        SEEN.append(("net", LIB.now()))  # its own context again after its children's
         return self.head(x)
 
 
@@ -247,6 +248,8 @@ def main():
           and SEEN[2] == ("leaf", ("blocks.0.attn", FORWARD)),
           "forward: each module's own context (%s)" % SEEN[:3])
     check(SEEN[3] == ("act", ("blocks.0", FORWARD)), "a leaf without parameters is its caller's: %s" % (SEEN[3],))
+    check(SEEN[-2] == ("net", ("Net", FORWARD)), "after its children's calls a module is in its own context again: %s"
+          % (SEEN[-2],))
     check(LIB.now() == ("", OTHER), "after the forward the thread is back outside every module")
     if native:  # (the top bit is the native path's: the Python wrapper alone leaves it out)
         check(INSIDE and set(INSIDE) == {1} and LIB.raw_word() >> 31 == 0,
@@ -262,7 +265,8 @@ def main():
         model(torch.Tensor())
         check(a.native.roots == roots + 1 and SEEN[:4] == [
             ("leaf", ("embed", FORWARD)), ("block", ("blocks.0", FORWARD)), ("leaf", ("blocks.0.attn", FORWARD)),
-            ("act", ("blocks.0", FORWARD))] and LIB.now() == ("", OTHER) and LIB.raw_word() >> 31 == 0,
+            ("act", ("blocks.0", FORWARD))] and SEEN[-2] == ("net", ("Net", FORWARD))
+              and LIB.now() == ("", OTHER) and LIB.raw_word() >> 31 == 0,
               "native: a root's call runs natively, with the same contexts (%d): %s" % (a.native.roots - roots, SEEN[:4]))
         out = model(torch.Tensor())
 

@@ -10,7 +10,9 @@
 //      step source (FORMAT.md "Contexts"), take the exclusive path, and a
 //      snapshot carries each live block's tag and is preceded by the
 //      definitions (FORMAT.md "Attaching mid-run");
-//   3. command 5 is answered with the steps granted and the current step.
+//   3. the agent thread's passes keep the block tag table from the ring,
+//      counting what it lost;
+//   4. command 5 is answered with the steps granted and the current step.
 // Prints "ok ..." lines, exits non-zero on the first failure.
 
 #include "tracker.cpp"
@@ -23,6 +25,7 @@ namespace fake {
 c10::cuda::CUDACachingAllocator::AllocatorTraceTracker tracker;
 c10::cuda::CUDACachingAllocator::SnapshotInfo state;
 c10::cuda::CUDACachingAllocator::Allocator instance;
+void (*after_snapshot_entry)() = nullptr;  // an event racing with the snapshot, after its state
 }  // namespace fake
 
 namespace c10::cuda::CUDACachingAllocator {
@@ -37,6 +40,7 @@ SnapshotInfo snapshot(MempoolId_t, bool) {
   e.action_ = TraceEntry::SNAPSHOT;
   e.device_ = 0;
   fake::tracker(e);
+  if (fake::after_snapshot_entry) fake::after_snapshot_entry();
   return fake::state;
 }
 void attachAllocatorTraceTracker(AllocatorTraceTracker t) { fake::tracker = std::move(t); }
@@ -127,6 +131,58 @@ static void alloc_event(int action, uint64_t addr) {
   fake::tracker(e);
 }
 
+static uint32_t tag_now(uint64_t addr) {
+  std::lock_guard<std::mutex> lock(g_tags_mu);
+  return tag_get(g_tags[0].slots, addr);
+}
+
+// The block tag table follows the device ring on the agent thread: events
+// reach it within a pass; events the ring lost before a pass read them are
+// counted (DROPPED 6), and a position claimed but not yet written is
+// waited for one pass, then counted.
+static void follower(const vs_ring& dev) {
+  *vs_agent_context_slot() = 21;
+  alloc_event(Entry::ALLOC, 0x60000);
+  const uint32_t want = 21 | (46u << 24);
+  for (int i = 0; i < 100 && tag_now(0x60000) != want; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(tag_now(0x60000) == want, "the agent's pass did not tag 0x60000: 0x%x", tag_now(0x60000));
+  alloc_event(Entry::FREE_COMPLETED, 0x60000);
+  for (int i = 0; i < 100 && tag_now(0x60000) != 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(tag_now(0x60000) == 0, "the agent's pass did not erase 0x60000's tag");
+
+  std::unique_lock<std::mutex> lock(g_tags_mu);  // no pass while the ring goes round
+  const uint64_t cap = dev.mask + 1, dropped0 = g_drop[VS_DROP_BLOCK_TAGS].load();
+  const uint64_t p0 = g_tags[0].pos;
+  alloc_event(Entry::ALLOC, 0x70000);
+  for (uint64_t i = 0; i < cap + 99; i++) alloc_event(Entry::FREE_REQUESTED, 0x90000);
+  alloc_event(Entry::ALLOC, 0x80000);
+  const uint64_t head = __atomic_load_n(dev.head, __ATOMIC_ACQUIRE);
+  follow_tags(0, head, false);
+  CHECK(head - p0 == cap + 101, "head moved %llu", (unsigned long long)(head - p0));
+  CHECK(g_tags[0].pos == head, "the pass stopped at %llu of %llu", (unsigned long long)g_tags[0].pos,
+        (unsigned long long)head);
+  CHECK(g_drop[VS_DROP_BLOCK_TAGS].load() == dropped0 + 101, "%llu counted lost, want 101",
+        (unsigned long long)(g_drop[VS_DROP_BLOCK_TAGS].load() - dropped0));
+  CHECK(tag_get(g_tags[0].slots, 0x70000) == 0 && tag_get(g_tags[0].slots, 0x80000) == want,
+        "tags after the ring went round: 0x%x, 0x%x", tag_get(g_tags[0].slots, 0x70000),
+        tag_get(g_tags[0].slots, 0x80000));
+
+  // A position claimed and not written (a writer between its claim and its
+  // stores), then an ALLOC after it.
+  __atomic_fetch_add(dev.head, 1, __ATOMIC_ACQ_REL);
+  alloc_event(Entry::ALLOC, 0xa0000);
+  const uint64_t head2 = __atomic_load_n(dev.head, __ATOMIC_ACQUIRE);
+  follow_tags(0, head2, false);
+  CHECK(g_tags[0].pos == head, "the first pass went past the unwritten position");
+  follow_tags(0, head2, false);
+  CHECK(g_tags[0].pos == head2 && tag_get(g_tags[0].slots, 0xa0000) == want &&
+            g_drop[VS_DROP_BLOCK_TAGS].load() == dropped0 + 102,
+        "the second pass: at %llu of %llu, tag 0x%x", (unsigned long long)g_tags[0].pos,
+        (unsigned long long)head2, tag_get(g_tags[0].slots, 0xa0000));
+  std::printf("ok   the agent thread's passes keep the block tag table; what the ring lost is counted (%llu)\n",
+              (unsigned long long)(g_drop[VS_DROP_BLOCK_TAGS].load() - dropped0));
+}
+
 static void callback_path(const char* dir) {
   char err[256] = {0};
   vs_agent_set_stats_period_ms(3600000);  // the agent thread writes statistics once, at its start
@@ -182,7 +238,11 @@ static void callback_path(const char* dir) {
   }
   fake::state.segments = {seg};
   const uint64_t a0 = __atomic_load_n(agent.head, __ATOMIC_ACQUIRE);
+  // 0x20000 is freed just after the state was read: its snapshot still
+  // has its tag (the table is brought up to the snapshot's position only).
+  fake::after_snapshot_entry = [] { alloc_event(Entry::FREE_COMPLETED, 0x20000); };
   write_snapshot(-1);
+  fake::after_snapshot_entry = nullptr;
   const auto snap = records(agent, a0);
   size_t begin = snap.size(), strings = 0, contexts = 0;
   std::vector<uint64_t> tags;
@@ -202,7 +262,7 @@ static void callback_path(const char* dir) {
           (unsigned long long)want_tags[i]);
   }
   CHECK(snap[begin][6] & VS_SPAN_EXACT, "the snapshot's position is not exact");
-  std::printf("ok   a snapshot sends the definitions first and each live block's tag (5 of 5)\n");
+  std::printf("ok   a snapshot sends the definitions first and each live block's tag as of its state (5 of 5)\n");
 
   // A statistics sample is placed in the device ring: STATS_C after
   // STATS_B, exact (no event raced with the read), at the ring's head.
@@ -218,6 +278,8 @@ static void callback_path(const char* dir) {
         "STATS_C %llu..%llu flags 0x%llx, head %llu", (unsigned long long)stats[2][2],
         (unsigned long long)stats[2][3], (unsigned long long)stats[2][4], (unsigned long long)dh);
   std::printf("ok   a statistics sample is placed exactly in the device ring (STATS_C)\n");
+
+  follower(dev);
 
   // Command 5: granted steps (bounded) and the step it began at.
   const uint64_t seq = vs_agent_capture_request()[0];
