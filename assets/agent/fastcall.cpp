@@ -693,12 +693,18 @@ __attribute__((noinline, cold)) PyObject *module_call_general(PyObject *self, Py
 
 #define VS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+// A tracked module's output gets its backward pre-hook (out of line: about
+// one call in eight is tracked).
+__attribute__((noinline)) void track_output(Call *c, PyObject *module, const Entry &e, PyObject *out) {
+    hook_backward(c, module, e, out);
+}
+
 // The tp_call of a patched module class (see the top). Its short path is
 // fast_call's common case, written so that it is a few straight cache lines
 // of code (in a real step each call finds them cold): a module found at its
-// entry's first probe, neither tracked nor a root, called inside a root
-// (or quiet), with the thread's word at the thread pointer's offset and a
-// few arguments. Anything else goes to module_call_general.
+// entry's first probe, not a root, called inside a root (or quiet), with
+// the thread's word at the thread pointer's offset and a few arguments.
+// Anything else goes to module_call_general.
 PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     constexpr Py_ssize_t kShortArgs = 6;
 #ifdef VS_THREAD_POINTER
@@ -712,10 +718,11 @@ PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     const uint32_t flags = e->flags();
     uint32_t *const word = reinterpret_cast<uint32_t *>(thread_pointer() + off);
     const uint32_t saved = *word;
-    if (VS_UNLIKELY(e->key != self || e->gen() != c->gen || (flags & (kEntryTracked | kEntryRoot)) ||
+    if (VS_UNLIKELY(e->key != self || e->gen() != c->gen || (flags & kEntryRoot) ||
                     (!(saved & kInside) && !(flags & kEntryQuiet)))) {
         return module_call_general(self, args, kwargs);
     }
+    const Entry entry = *e;  // (the call may change the table)
     PyObject *stack[kShortArgs + 1];
     stack[0] = self;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -724,9 +731,12 @@ PyObject *module_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (flags & kEntryQuiet) {
         return PyObject_VectorcallDict(c->orig, stack, static_cast<size_t>(n + 1), kwargs);
     }
-    *word = e->fwd() | kInside;
+    *word = entry.fwd() | kInside;
     c->fast++;
     PyObject *out = PyObject_VectorcallDict(c->orig, stack, static_cast<size_t>(n + 1), kwargs);
+    if (VS_UNLIKELY(flags & kEntryTracked) && out != nullptr) {
+        track_output(c, self, entry, out);
+    }
     *word = saved;  // the caller's context (an exception passes through)
     return out;
 #else
