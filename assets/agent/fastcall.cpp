@@ -30,7 +30,8 @@
 // little memory, which is what a call costs in a real step (where every
 // cache line is cold): the module's entry in a small table (a copy of what
 // `infos` says, dropped whenever `infos` changes) and the thread's word,
-// through the tracker's own accessor; the caller's context stays in a C
+// found from the thread pointer (module_tp_call's short path is a few
+// straight cache lines of code); the caller's context stays in a C
 // local, and the thread's Python stack of contexts holds only the calls
 // the Python wrapper made (the root first). The word's top bit (kInside)
 // says the thread is inside a root module's call.
@@ -634,8 +635,6 @@ PyObject *fast_call(Call *c, PyObject *const *args, size_t nargs, PyObject *kwar
     return out;
 }
 
-// The tp_call of a patched module class (see the top): the module first,
-// then its arguments, to the fast path.
 // The module followed by the items of an args tuple, as one vectorcall
 // argument array (borrowed references: the caller holds the module, the
 // tuple the rest). ok() false: out of memory, error set.
