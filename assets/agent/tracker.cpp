@@ -534,11 +534,14 @@ inline uint32_t tag_get(const std::atomic<uint64_t>* slots, uint64_t addr) noexc
 // sequence word before and after the words). `settled`: every position
 // below `until` was written or lost for good (a snapshot's exact position,
 // taken under the allocator's lock), so an unwritten slot is lost; else
-// an unwritten slot is waited for one pass (a writer between its claim and
-// its stores), then counted lost (the any-writer path drops a record when
-// its slot is still held). An event overwritten before it was read (the
+// an unwritten slot among the last kWaitSlots is waited for one pass (a
+// writer between its claim and its stores), then counted lost (the
+// any-writer path drops a record when its slot is still held), and one
+// further back is lost at once (no writer is that far behind the head:
+// only a head moved by another process puts it there). An event overwritten before it was read (the
 // ring went round between two passes) is lost too. Lost events are counted
 // in DROPPED 6: a block whose ALLOC was lost has no tag. g_tags_mu held.
+constexpr uint64_t kWaitSlots = 64;
 void follow_tags(int d, uint64_t until, bool settled) noexcept {
   TagTable& t = g_tags[d];
   const vs_ring& r = g_dev_rings[d];
@@ -552,7 +555,7 @@ void follow_tags(int d, uint64_t until, bool settled) noexcept {
     const uint64_t* slot = r.slots + 8 * (p & r.mask);
     const uint64_t want = 2 * p + 2;
     const uint64_t s = __atomic_load_n(&slot[0], __ATOMIC_ACQUIRE);
-    if (s < want && !settled && t.waited != p + 1) {
+    if (s < want && !settled && until - p <= kWaitSlots && t.waited != p + 1) {
       t.waited = p + 1;  // not written yet: again next pass
       break;
     }

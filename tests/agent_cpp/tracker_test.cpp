@@ -179,8 +179,28 @@ static void follower(const vs_ring& dev) {
             g_drop[VS_DROP_BLOCK_TAGS].load() == dropped0 + 102,
         "the second pass: at %llu of %llu, tag 0x%x", (unsigned long long)g_tags[0].pos,
         (unsigned long long)head2, tag_get(g_tags[0].slots, 0xa0000));
-  std::printf("ok   the agent thread's passes keep the block tag table; what the ring lost is counted (%llu)\n",
-              (unsigned long long)(g_drop[VS_DROP_BLOCK_TAGS].load() - dropped0));
+
+  // A head another process of this user moved far ahead (the segment is
+  // writable by its owner): a pass reads at most one ring's worth of slots
+  // and counts the rest, waits only near the head (at most kWaitSlots
+  // passes), and a head moved back makes the pass wait.
+  const uint64_t dropped1 = g_drop[VS_DROP_BLOCK_TAGS].load();
+  const uint64_t far = head2 + (1ull << 40);
+  __atomic_store_n(dev.head, far, __ATOMIC_RELEASE);
+  follow_tags(0, far, false);
+  CHECK(g_tags[0].pos == far - kWaitSlots, "the first pass stopped %llu below the head",
+        (unsigned long long)(far - g_tags[0].pos));
+  for (uint64_t i = 0; i < kWaitSlots && g_tags[0].pos != far; i++) follow_tags(0, far, false);
+  CHECK(g_tags[0].pos == far && g_drop[VS_DROP_BLOCK_TAGS].load() - dropped1 == far - head2,
+        "a head moved far ahead: at %llu, %llu counted", (unsigned long long)(g_tags[0].pos - head2),
+        (unsigned long long)(g_drop[VS_DROP_BLOCK_TAGS].load() - dropped1));
+  __atomic_store_n(dev.head, head2, __ATOMIC_RELEASE);
+  follow_tags(0, head2, false);
+  CHECK(g_tags[0].pos == far, "a head moved back moved the pass back");
+  g_tags[0].pos = head2;
+  std::printf("ok   the agent thread's passes keep the block tag table; what the ring lost is counted (%llu), "
+              "and a head moved by another process bounds a pass\n",
+              (unsigned long long)(dropped1 - dropped0));
 }
 
 static void callback_path(const char* dir) {
