@@ -190,8 +190,20 @@ pub fn start(
     speed: f64,
     gpu: Option<GpuBacking>,
 ) -> Result<Arc<DemoControl>> {
+    start_with_slots(scenario, shm_dir, speed, gpu, 1 << 16)
+}
+
+/// [`start`] with a ring of `slots` slots (a power of two): a small one
+/// wraps within a run, as a long job's does (tests of watching mid-run).
+pub fn start_with_slots(
+    scenario: Scenario,
+    shm_dir: &Path,
+    speed: f64,
+    gpu: Option<GpuBacking>,
+    slots: u64,
+) -> Result<Arc<DemoControl>> {
     let name = scenario.name.to_string();
-    let mut cfg = SegmentConfig::new(shm_dir, Producer::Simulator, 1, 1 << 16);
+    let mut cfg = SegmentConfig::new(shm_dir, Producer::Simulator, 1, slots);
     cfg.tag = Some("demo".into());
     // Events, statistics, simulated memory, and snapshots placed by ring
     // positions (FORMAT.md header flags bits 0–3).

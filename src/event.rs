@@ -71,6 +71,34 @@ impl CtxTag {
 }
 
 impl EventKind {
+    /// A new run of the job begins here (MARKER source 5: a demo starting
+    /// its scenario over): what comes after starts from an empty allocator.
+    pub fn starts_run(&self) -> bool {
+        matches!(
+            self,
+            EventKind::Marker {
+                source: MarkSource::Run,
+                ..
+            }
+        )
+    }
+
+    /// The device and stream of an allocator event (ALLOC through OOM);
+    /// `None` for every other kind.
+    pub fn place(&self) -> Option<Place> {
+        match *self {
+            EventKind::Alloc { place, .. }
+            | EventKind::FreeRequested { place, .. }
+            | EventKind::FreeCompleted { place, .. }
+            | EventKind::SegmentAlloc { place, .. }
+            | EventKind::SegmentFree { place, .. }
+            | EventKind::SegmentMap { place, .. }
+            | EventKind::SegmentUnmap { place, .. }
+            | EventKind::Oom { place, .. } => Some(place),
+            _ => None,
+        }
+    }
+
     /// The STRING records defining string `id` as `text` (FORMAT.md: cut
     /// at 4096 bytes on a character boundary, chunks of 32 bytes).
     pub fn string_chunks(id: u32, text: &str) -> Vec<EventKind> {

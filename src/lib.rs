@@ -3,6 +3,7 @@
 //! Module map (data flows one way: sources → model → view, and one narrow
 //! channel back: commands to a process):
 //!
+//! - [`text`]: text that reaches a terminal (made printable); the floor.
 //! - [`event`]: decoded allocator events, shared by every part.
 //! - [`ring`]: the shared-memory wire (format, writer, reader, control block,
 //!   discovery). The only module with `unsafe`.
@@ -37,4 +38,5 @@ pub mod ring;
 pub mod serve;
 pub mod sim;
 pub mod snapfile;
+pub mod text;
 pub mod ui;

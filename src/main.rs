@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if cmd::out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("vramscope: {}", message(&e));
+            vramscope::text::stderr_line(format_args!("vramscope: {}", message(&e)));
             ExitCode::FAILURE
         }
     }
@@ -65,7 +65,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .collect()
         }
     };
-    eprintln!("vramscope: {line} (see `{} --help`)", command.join(" "));
+    vramscope::text::stderr_line(format_args!(
+        "vramscope: {line} (see `{} --help`)",
+        command.join(" ")
+    ));
     ExitCode::from(2)
 }
 

@@ -35,6 +35,11 @@ fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 impl Session {
     fn start() -> Session {
+        Session::start_in(None)
+    }
+
+    /// The demo, started in `cwd` (where `S` writes) when given.
+    fn start_in(cwd: Option<&std::path::Path>) -> Session {
         let shm = tempfile::tempdir().unwrap();
         let pty = native_pty_system();
         let pair = pty
@@ -51,6 +56,9 @@ impl Session {
         cmd.arg(shm.path());
         cmd.env("TERM", "xterm-256color");
         cmd.env_remove("NO_COLOR");
+        if let Some(d) = cwd {
+            cmd.cwd(d);
+        }
         let child = pair.slave.spawn_command(cmd).expect("spawn vramscope");
         drop(pair.slave);
         let writer = pair.master.take_writer().unwrap();
@@ -284,4 +292,36 @@ fn capture_stacks_key_in_the_demo_shows_code_locations() {
     let status = s.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "exit status {status:?}");
     assert_restored(&s.output());
+}
+
+/// Issue 25 item 14: `S` wrote the screenshot by following a link another
+/// user planted under the next free name in a shared directory (root made
+/// a file where only root may write). The file is made new now
+/// (`O_EXCL|O_NOFOLLOW`): a planted name is skipped, never followed.
+#[test]
+fn item14_s_never_follows_a_planted_link() {
+    let shared = tempfile::tempdir().unwrap();
+    let target = shared.path().join("victim");
+    std::os::unix::fs::symlink(&target, shared.path().join("vramscope-001.svg")).unwrap();
+    let mut s = Session::start_in(Some(shared.path()));
+    if s.first_frame().is_none() {
+        return;
+    }
+    s.writer.write_all(b"S").unwrap();
+    s.writer.flush().unwrap();
+    let written = shared.path().join("vramscope-002.svg");
+    let start = Instant::now();
+    while !written.exists() && !target.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    s.writer.write_all(b"q").unwrap();
+    s.writer.flush().unwrap();
+    assert_clean_exit(&mut s);
+    assert!(!target.exists(), "the planted link was followed");
+    let meta = std::fs::symlink_metadata(&written).unwrap();
+    assert!(meta.file_type().is_file());
+    assert!(std::fs::read_to_string(&written)
+        .unwrap()
+        .starts_with("<svg"));
 }

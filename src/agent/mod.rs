@@ -128,10 +128,10 @@ pub fn extract() -> Result<PathBuf> {
         Ok(dir) => Ok(dir),
         Err(e) => {
             let dir = extract_fresh().with_context(|| format!("{e:#}"))?;
-            eprintln!(
+            crate::text::stderr_line(format_args!(
                 "vramscope: not using the agent cache ({e:#}); using a fresh private copy in {}",
                 dir.display()
-            );
+            ));
             Ok(dir)
         }
     }

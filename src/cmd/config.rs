@@ -62,7 +62,7 @@ pub fn load() -> Result<Config> {
     let Some(p) = path() else {
         return Ok(Config::default());
     };
-    match std::fs::read_to_string(&p) {
+    match read_bounded(&p) {
         Ok(text) => parse(&text, &p),
         Err(e)
             if e.kind() == std::io::ErrorKind::NotFound
@@ -72,6 +72,37 @@ pub fn load() -> Result<Config> {
         }
         Err(e) => Err(anyhow!("{}: {e}", p.display())),
     }
+}
+
+/// The most a settings file may hold (every key of the sample fits in a
+/// tenth of it).
+pub const MAX_SIZE: u64 = 64 * 1024;
+
+/// Reads the settings file: a regular file (a FIFO, a device or a
+/// directory is refused before a byte is read, and opening never waits on
+/// one) of at most [`MAX_SIZE`] bytes.
+fn read_bounded(p: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(p)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a settings file must be one)",
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_SIZE + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SIZE {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {} KiB: not a settings file", MAX_SIZE / 1024),
+        ));
+    }
+    Ok(text)
 }
 
 /// `text` (read from `path`) as settings; an error is one line: `FILE:LINE:

@@ -23,9 +23,11 @@ pub struct Args {
 /// How the dashboard looks and what it may do.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UiFlags {
-    /// No actions from the dashboard: its empty-cache, peak reset and
-    /// snapshot requests are disabled. (A dashboard flag: `vramscope
-    /// empty-cache` is a separate command, which sends its one request.)
+    /// A dashboard that sends nothing to any process: no empty-cache, peak
+    /// reset, snapshot or stack capture from its keys, and no resync
+    /// snapshots either.
+    /// (`vramscope empty-cache` is a separate command, which sends its one
+    /// request.)
     #[arg(long)]
     pub readonly: bool,
     /// ASCII only: no braille, box-drawing or block glyphs.
@@ -117,6 +119,8 @@ pub fn open(
     demo: Option<Arc<dyn DemoHandle>>,
     opts: vramscope::ui::UiOptions,
 ) -> Result<()> {
+    let mut cfg = cfg;
+    cfg.readonly = opts.readonly;
     let live = Arc::new(Live::start(cfg).context("starting the collector")?);
     vramscope::ui::run(live.hub().clone(), live, demo, opts)
 }

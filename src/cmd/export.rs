@@ -14,7 +14,9 @@ use anyhow::{bail, Context, Result};
 
 use vramscope::event::Event;
 use vramscope::input::Input;
-use vramscope::model::{Model, ProcessKey};
+use vramscope::input::RingPos;
+use vramscope::model::device::AnchoredFrom;
+use vramscope::model::{Model, Process, ProcessKey};
 use vramscope::recording::Replayer;
 use vramscope::snapfile::write;
 
@@ -39,30 +41,62 @@ pub struct Args {
 /// An allocator event, with the process's step when it was read.
 type Stepped = (Event, Option<u64>);
 
+/// An allocator event, where it was in its ring (when the recording says),
+/// and the process's step when it was read.
+type Kept = (Event, Option<RingPos>, Option<u64>);
+
 pub fn run(args: Args) -> Result<()> {
     let mut reader = Replayer::open(&args.file)?;
     let max = args.max_entries.get() as usize;
     let mut model = Model::default();
     // Per process: events seen, and the newest `max` with the process's
     // step when each was read (what its step tag resolves against).
-    let mut events: HashMap<ProcessKey, (u64, VecDeque<Stepped>)> = HashMap::new();
+    let mut events: HashMap<ProcessKey, (u64, VecDeque<Kept>)> = HashMap::new();
     while let Some((_, input)) = reader.next_input()? {
         match input {
-            Input::Attach { key, source, .. } => {
+            Input::Attach {
+                key, source, watch, ..
+            } => {
                 model.set_mode(key, source.mode);
+                // A process already running when the recording began: its
+                // state starts at an anchor snapshot, as in `replay`.
+                model.watch(key, &watch);
             }
             Input::Events {
-                key, events: ev, ..
+                key,
+                events: ev,
+                at,
+                lost_now,
+                ..
             } => {
-                model.apply_all(key, ev.iter());
+                model.apply_all_at(key, ev.iter(), &at);
+                if lost_now > 0 {
+                    model.note_loss(key, lost_now);
+                }
                 let step = model.process(key).and_then(|p| p.step());
                 let (n, kept) = events.entry(key).or_default();
-                for e in ev.into_iter().filter(is_allocator_event) {
+                let at: Vec<Option<RingPos>> = if at.len() == ev.len() {
+                    at.into_iter().map(Some).collect()
+                } else {
+                    vec![None; ev.len()]
+                };
+                for (e, pos) in ev.into_iter().zip(at) {
+                    if e.kind.starts_run() {
+                        // A new run of the job (a demo starting its
+                        // scenario over) starts from an empty allocator:
+                        // the state exported is the last run's, and so
+                        // is the trace.
+                        kept.clear();
+                        continue;
+                    }
+                    if !is_allocator_event(&e) {
+                        continue;
+                    }
                     *n += 1;
                     if kept.len() >= max {
                         kept.pop_front();
                     }
-                    kept.push_back((e, step));
+                    kept.push_back((e, pos, step));
                 }
             }
             Input::Forget { key } => {
@@ -98,16 +132,18 @@ pub fn run(args: Args) -> Result<()> {
     let Some(process) = model.process(key) else {
         bail!("{}: process {} has no state", args.file.display(), key.pid);
     };
-    let trace: Vec<Stepped> = events
+    let kept: Vec<Kept> = events
         .remove(&key)
         .map(|(_, v)| v.into())
         .unwrap_or_default();
+    let trace = from_anchor(process, kept)
+        .map_err(|why| anyhow::anyhow!("{}: process {}: {why}", args.file.display(), key.pid))?;
     let snap = write::from_model(process, &trace, 0);
     let out = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     write::write(&snap, out).with_context(|| format!("writing {}", args.output.display()))?;
     let t = &snap.totals();
-    eprintln!(
+    vramscope::text::stderr_line(format_args!(
         "wrote {}: process {}, {} segments, {} blocks, {} trace events, {} frames",
         args.output.display(),
         key.pid,
@@ -115,8 +151,43 @@ pub fn run(args: Args) -> Result<()> {
         t.iter().map(|t| t.blocks).sum::<u64>(),
         trace.len(),
         snap.frames.len()
-    );
+    ));
     Ok(())
+}
+
+/// The trace of a process: every event it kept, or, for a process that was
+/// already running when the recording began, only the events after each
+/// device's anchor snapshot (the state they are applied on). Events from
+/// the rings' backlog before it would land on blocks the state already
+/// holds. A device never anchored has no state to start from: an error.
+fn from_anchor(process: &Process, kept: Vec<Kept>) -> Result<Vec<Stepped>, String> {
+    if !process.watching().mid_run {
+        return Ok(kept.into_iter().map(|(e, _, s)| (e, s)).collect());
+    }
+    let mut anchors: HashMap<u16, AnchoredFrom> = HashMap::new();
+    for d in process.devices() {
+        match d.anchored_from() {
+            Some(a) => {
+                anchors.insert(d.device(), a);
+            }
+            None => {
+                return Err(format!(
+                    "it was already running when the recording began, and no snapshot of GPU {}'s state followed (the agent answers one when asked: record with a live collector, not a copied ring)",
+                    d.device()
+                ))
+            }
+        }
+    }
+    Ok(kept
+        .into_iter()
+        .filter(|(e, at, _)| {
+            e.kind
+                .place()
+                .and_then(|p| anchors.get(&p.device))
+                .is_some_and(|a| a.keeps(*at, e.time_ns))
+        })
+        .map(|(e, _, s)| (e, s))
+        .collect())
 }
 
 fn is_allocator_event(e: &Event) -> bool {

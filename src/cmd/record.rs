@@ -30,32 +30,47 @@ pub fn run(args: Args) -> Result<()> {
     let hub = collector.hub().clone();
     hub.record_to(Recorder::create(&args.output)?);
     let start = Instant::now();
-    eprintln!("recording to {} (Ctrl-C to stop)", args.output.display());
+    vramscope::text::stderr_line(format_args!(
+        "recording to {} (Ctrl-C to stop)",
+        args.output.display()
+    ));
     let limit = args.duration.map(super::value::Seconds::duration);
     super::runtime()?.block_on(async {
+        let failed = async {
+            // A write that failed (a full disk) ends the recording: stop
+            // at once rather than collect what nothing will keep.
+            while !hub.recording_failed() {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
         let stop = async {
             match limit {
                 Some(d) => tokio::select! {
                     _ = signals::stopped() => {}
                     _ = tokio::time::sleep(d) => {}
+                    _ = failed => {}
                 },
-                None => signals::stopped().await,
+                None => tokio::select! {
+                    _ = signals::stopped() => {}
+                    _ = failed => {}
+                },
             }
         };
         collector.run_until(stop).await;
     });
-    hub.stop_recording().context("finishing the recording")?;
+    hub.stop_recording()
+        .with_context(|| format!("writing the recording {}", args.output.display()))?;
     let snap = hub.snapshot(&ViewOptions {
         block_map: false,
         recent_events: 0,
         timeline: None,
     });
     let events: u64 = snap.processes.iter().map(|p| p.source.delivered).sum();
-    eprintln!(
+    vramscope::text::stderr_line(format_args!(
         "recorded {:.1} s, {} process(es), {events} events to {}",
         start.elapsed().as_secs_f64(),
         snap.processes.len(),
         args.output.display()
-    );
+    ));
     Ok(())
 }

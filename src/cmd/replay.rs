@@ -140,11 +140,11 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         out::line(&serde_json::to_string_pretty(&snap)?)
     } else {
-        eprintln!(
+        vramscope::text::stderr_line(format_args!(
             "replayed {} inputs from {}",
             played.inputs,
             args.file.display()
-        );
+        ));
         out::print(&super::snapshot::table(&snap))
     }
 }

@@ -40,7 +40,7 @@ pub fn run(args: Args) -> Result<()> {
     let dir = args.shm.dir();
     if args.clean {
         for p in discover::remove_stale(&dir)? {
-            eprintln!("removed stale {}", p.display());
+            vramscope::text::stderr_line(format_args!("removed stale {}", p.display()));
         }
     }
     let (found, others) = discover::list(&dir)?;

@@ -103,10 +103,10 @@ pub fn run(args: Args) -> Result<()> {
         capacity,
     } = from_recording(path, args.pid, args.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
-        eprintln!(
+        vramscope::text::stderr_line(format_args!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
             bytes(b)
-        );
+        ));
         cfg.capacity = b;
     }
     let mut replay = sim::Replay::new(&cfg);
@@ -214,14 +214,23 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
     let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
     let mut seen_on: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
     let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
+    let mut mid_run: std::collections::BTreeSet<ProcessKey> = Default::default();
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
         match input {
             Input::Events { key, events, .. } => {
                 *counts.entry(key).or_default() += events.len() as u64;
             }
-            Input::Attach { key, identity, .. } => {
+            Input::Attach {
+                key,
+                identity,
+                watch,
+                ..
+            } => {
                 host_pid.insert(key, identity.host_pid);
+                if watch.mid_run {
+                    mid_run.insert(key);
+                }
             }
             Input::Machine { machine, .. } => {
                 for g in &machine.gpus {
@@ -248,8 +257,11 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
         );
     };
     // In the order read (each ring's records in ring order), with their
-    // ring positions where the recording has them.
+    // ring positions where the recording has them. A new run of the job (a
+    // demo restarting its scenario: MARKER source 5) starts from an empty
+    // allocator: the replay is of the last run.
     let mut events: Vec<(Event, Option<RingPos>)> = Vec::new();
+    let mut runs = 1u64;
     let mut lost = 0;
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
@@ -261,33 +273,57 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
             ..
         } = input
         {
-            if k == key {
-                lost = lost.max(l);
-                if at.len() == e.len() {
-                    events.extend(e.into_iter().zip(at.into_iter().map(Some)));
-                } else {
-                    events.extend(e.into_iter().map(|e| (e, None)));
+            if k != key {
+                continue;
+            }
+            lost = lost.max(l);
+            let at: Vec<Option<RingPos>> = if at.len() == e.len() {
+                at.into_iter().map(Some).collect()
+            } else {
+                vec![None; e.len()]
+            };
+            for (e, at) in e.into_iter().zip(at) {
+                if e.kind.starts_run() {
+                    events.clear();
+                    runs += 1;
                 }
+                events.push((e, at));
             }
         }
     }
+    if runs > 1 {
+        vramscope::text::stderr_line(format_args!(
+            "note: the recording holds {runs} runs of process {} (its scenario started over): the replay is of the last, from an empty allocator",
+            key.pid
+        ));
+    } else if mid_run.contains(&key) {
+        // The simulator starts from an empty allocator: the requests of a
+        // job watched from mid-run would land on a state it never saw
+        // (tensors freed that it never allocated, a peak that is not the
+        // job's).
+        bail!(
+            "{}: process {} was already running when the recording began: the simulator starts from an empty allocator, so its replay would not be the job's; record from before the job starts (`vramscope record` first), or see this recording with `vramscope replay`",
+            path.display(),
+            key.pid
+        );
+    }
     let got = sim::from_events::recover(events, device);
     if lost > 0 {
-        eprintln!(
+        vramscope::text::stderr_line(format_args!(
             "note: {lost} records of this process were lost on the wire: their requests are missing from the replay, so samples after them may differ"
-        );
+        ));
     }
     if got.unplaceable > 0 {
-        eprintln!(
+        vramscope::text::stderr_line(format_args!(
             "note: {} statistics samples carry ring positions that this process's events do not (events without positions, or not in ring order); they are placed by time",
             got.unplaceable
-        );
+        ));
     }
     if got.unknown_frees > 0 {
-        eprintln!(
+        vramscope::text::stderr_line(format_args!(
             "note: {} frees of tensors allocated before the recording started were skipped",
             got.unknown_frees
-        );
+        ));
     }
     let host = host_pid.get(&key).copied().unwrap_or(key.pid);
     let gpu = match seen_on.get(&host) {
@@ -343,7 +379,7 @@ impl Compare {
             format!("--conf {c}")
         });
         for line in self.placed.lines(&under) {
-            eprintln!("{line}");
+            vramscope::text::stderr_line(format_args!("{line}"));
         }
         let placed = self.placed.compared + self.placed.ambiguous;
         if self.total > 0 || placed == 0 {
@@ -352,19 +388,22 @@ impl Compare {
             } else {
                 ""
             };
-            eprintln!(
+            vramscope::text::stderr_line(format_args!(
                 "under {under}: {} of {} recorded statistics samples match the replay exactly ({}){by_time}",
                 self.same,
                 self.total,
                 samples::names(&samples::TIME_FIGURES)
-            );
+            ));
         }
         if let Some((step, diffs)) = &self.first_diff {
-            eprintln!(
+            vramscope::text::stderr_line(format_args!(
                 "first difference of a sample placed by time, at request {step}: {}",
                 samples::describe_all(diffs)
-            );
+            ));
         }
-        eprintln!("out-of-memory requests in the replay: {}", self.ooms);
+        vramscope::text::stderr_line(format_args!(
+            "out-of-memory requests in the replay: {}",
+            self.ooms
+        ));
     }
 }

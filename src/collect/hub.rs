@@ -183,7 +183,18 @@ impl Inner {
 pub struct Hub {
     inner: Mutex<Inner>,
     listener: Mutex<Option<Listener>>,
-    recorder: Mutex<Option<Recorder>>,
+    recorder: Mutex<Recording>,
+}
+
+/// The recording the hub writes into, if any. A write that fails ends the
+/// recording and keeps its error for whoever started it (the hub never
+/// prints: a dashboard's screen is not its to write over).
+#[derive(Default)]
+enum Recording {
+    #[default]
+    Off,
+    On(Recorder),
+    Failed(std::io::Error),
 }
 
 impl Default for Hub {
@@ -200,7 +211,7 @@ impl Hub {
                 ..Inner::default()
             }),
             listener: Mutex::new(None),
-            recorder: Mutex::new(None),
+            recorder: Mutex::new(Recording::Off),
         }
     }
 
@@ -305,14 +316,20 @@ impl Hub {
     /// Applies one input from a source (live or replayed), records it if a
     /// recording is running, and tells the views.
     pub fn apply(&self, input: Input) {
-        if let Some(rec) = self.recorder.lock().expect("recorder lock").as_mut() {
-            if let Err(e) = rec.write(monotonic_ns(), &input) {
-                eprintln!("vramscope: recording stopped: {e}");
-                *self.recorder.lock().expect("recorder lock") = None;
-            }
-        }
+        self.record(&input);
         self.with(|inner| inner.apply(input));
         self.changed();
+    }
+
+    /// Writes `input` into the recording, if one runs. The lock is taken
+    /// once: a failed write ends the recording under the same guard.
+    fn record(&self, input: &Input) {
+        let mut slot = self.recorder.lock().unwrap_or_else(|p| p.into_inner());
+        if let Recording::On(rec) = &mut *slot {
+            if let Err(e) = rec.write(monotonic_ns(), input) {
+                *slot = Recording::Failed(e);
+            }
+        }
     }
 
     /// The processes to ask for a fresh state snapshot now: the model wants
@@ -336,14 +353,26 @@ impl Hub {
 
     /// Writes every input from now on into `rec` as well.
     pub fn record_to(&self, rec: Recorder) {
-        *self.recorder.lock().expect("recorder lock") = Some(rec);
+        *self.recorder.lock().unwrap_or_else(|p| p.into_inner()) = Recording::On(rec);
     }
 
-    /// Flushes and closes the recording, if any.
+    /// Whether the recording stopped on a failed write (a full disk, a
+    /// closed pipe): its owner stops waiting and says so.
+    pub fn recording_failed(&self) -> bool {
+        matches!(
+            *self.recorder.lock().unwrap_or_else(|p| p.into_inner()),
+            Recording::Failed(_)
+        )
+    }
+
+    /// Flushes and closes the recording, if any; the error of a write that
+    /// failed earlier, if one did.
     pub fn stop_recording(&self) -> std::io::Result<()> {
-        match self.recorder.lock().expect("recorder lock").take() {
-            Some(r) => r.finish(),
-            None => Ok(()),
+        let taken = std::mem::take(&mut *self.recorder.lock().unwrap_or_else(|p| p.into_inner()));
+        match taken {
+            Recording::On(r) => r.finish(),
+            Recording::Failed(e) => Err(e),
+            Recording::Off => Ok(()),
         }
     }
 

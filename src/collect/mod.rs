@@ -42,10 +42,10 @@ pub mod rings;
 pub mod signals;
 pub mod state;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::model::ProcessKey;
@@ -71,6 +71,9 @@ pub struct Config {
     pub nvml: bool,
     /// Remove segments left by dead processes of this user.
     pub clean_stale: bool,
+    /// Send nothing to any process (`--readonly`): no resync snapshots,
+    /// and a [`Requester`] that refuses every command.
+    pub readonly: bool,
 }
 
 impl Config {
@@ -83,6 +86,7 @@ impl Config {
             exited_linger: Duration::from_secs(60),
             nvml: true,
             clean_stale: true,
+            readonly: false,
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct Collector {
     host_pids: HashMap<u32, ProcessKey>,
     /// CPU, memory and age of the processes shown (`/proc`).
     host: procfs::HostSampler,
+    /// Processes whose agent answered a snapshot request "unsupported":
+    /// never asked for one again.
+    no_snapshots: Arc<Mutex<HashSet<ProcessKey>>>,
 }
 
 impl Collector {
@@ -118,6 +125,7 @@ impl Collector {
             nvml: None,
             host_pids: HashMap::new(),
             host: procfs::HostSampler::default(),
+            no_snapshots: Arc::default(),
         }
     }
 
@@ -128,8 +136,45 @@ impl Collector {
     /// The one channel back to processes, detached from the collector (it
     /// needs only the hub, to find a process's segment).
     pub fn requester(&self) -> Requester {
+        if self.cfg.readonly {
+            return Requester::refusing(READONLY);
+        }
         Requester {
             hub: Some(self.hub.clone()),
+            refusal: "",
+        }
+    }
+
+    /// Asks the processes the model wants a state snapshot of for one
+    /// (never under `readonly`, nor a process that answered "unsupported").
+    fn ask_resyncs(&self) {
+        if self.cfg.readonly {
+            return;
+        }
+        for key in self.hub.take_resyncs(monotonic_ns()) {
+            let refused = self.no_snapshots.clone();
+            if refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&key)
+            {
+                continue;
+            }
+            let ask =
+                self.requester()
+                    .request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
+            tokio::spawn(async move {
+                if let Ok(Outcome {
+                    status: Status::Unsupported,
+                    ..
+                }) = ask.await
+                {
+                    refused
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key);
+                }
+            });
         }
     }
 
@@ -188,10 +233,7 @@ impl Collector {
                 _ = &mut stop => break,
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
-                    for key in self.hub.take_resyncs(monotonic_ns()) {
-                        let ask = self.requester().request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
-                        tokio::spawn(ask);
-                    }
+                    self.ask_resyncs();
                 }
                 _ = nvml_tick.tick() => {
                     let source = self.nvml_source();
@@ -222,9 +264,12 @@ impl Collector {
         {
             self.apply_machine(machine);
         }
-        let asks: Vec<_> = self
-            .hub
-            .commandable()
+        let commandable = if self.cfg.readonly {
+            Vec::new()
+        } else {
+            self.hub.commandable()
+        };
+        let asks: Vec<_> = commandable
             .into_iter()
             .map(|k| {
                 let ask = self
@@ -250,15 +295,26 @@ impl Collector {
 /// control block, answered by its agent.
 #[derive(Clone)]
 pub struct Requester {
-    /// `None`: nothing can be commanded (a recording played back).
+    /// `None`: nothing can be commanded, for the reason in `refusal`.
     hub: Option<Arc<Hub>>,
+    refusal: &'static str,
 }
+
+/// Why a read-only collector's requester refuses.
+const READONLY: &str = "read-only (--readonly): no command is sent to any process";
 
 impl Requester {
     /// A requester that refuses every command (the processes of a replayed
     /// recording are not here to answer).
     pub fn none() -> Self {
-        Requester { hub: None }
+        Requester::refusing("a recording is played back: its processes cannot be sent commands")
+    }
+
+    fn refusing(why: &'static str) -> Self {
+        Requester {
+            hub: None,
+            refusal: why,
+        }
     }
 
     /// Posts `command` to `target` and waits up to `timeout` for the answer,
@@ -271,11 +327,10 @@ impl Requester {
         timeout: Duration,
     ) -> impl Future<Output = Result<Outcome, RingError>> + Send + 'static {
         let hub = self.hub.clone();
+        let refusal = self.refusal;
         async move {
             let Some(hub) = hub else {
-                return Err(RingError::Invalid(
-                    "a recording is played back: its processes cannot be sent commands".into(),
-                ));
+                return Err(RingError::Invalid(refusal.into()));
             };
             let path = hub.segment_of(target).ok_or_else(|| {
                 RingError::Invalid(format!("process {} has no agent segment", target.pid))
@@ -419,7 +474,7 @@ impl Live {
                 _ = stopped => {}
                 r = played => {
                     if let Err(e) = r {
-                        eprintln!("vramscope: {e}");
+                        crate::text::stderr_line(format_args!("vramscope: {e}"));
                     }
                 }
             }

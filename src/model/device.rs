@@ -40,6 +40,7 @@ mod install;
 mod placed;
 mod snapshot;
 
+pub use placed::AnchoredFrom;
 pub(crate) use placed::Placement;
 
 use snapshot::Pending;

@@ -154,29 +154,7 @@ fn text_at(b: &[u8], off: usize, len: usize) -> String {
     printable(&String::from_utf8_lossy(&raw[..end]))
 }
 
-/// Untrusted text (a segment's label and framework, a command line from
-/// `/proc`, the strings of a recording) made safe to print: every control
-/// character (C0, DEL, C1: escapes, carriage returns, line feeds), the line
-/// and paragraph separators and the bidirectional overrides become U+FFFD,
-/// so no terminal escape, line break or reordering survives. Applied where
-/// such text enters the program, so every output is safe.
-pub fn printable(s: &str) -> String {
-    let unsafe_char = |c: char| {
-        c.is_control()
-            || matches!(
-                c,
-                '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
-            )
-            || ('\u{202a}'..='\u{202e}').contains(&c)
-            || ('\u{2066}'..='\u{2069}').contains(&c)
-    };
-    if !s.chars().any(unsafe_char) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c })
-        .collect()
-}
+pub use crate::text::printable;
 
 /// The number of bytes a reader must copy to parse a header with `ring_count`
 /// rings (the header, the ring table and the control block).

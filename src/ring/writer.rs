@@ -112,7 +112,7 @@ impl SegmentWriter {
         };
         let (file, path, notice) = create_named(&cfg.dir, uid, pid, cfg.tag.as_deref(), path)?;
         if let Some(n) = &notice {
-            eprintln!("vramscope: {n}");
+            crate::text::stderr_line(format_args!("vramscope: {n}"));
         }
         let result = (|| {
             file.set_len(size as u64)?;

@@ -383,3 +383,10 @@ pub fn render_buffer(app: &App, width: u16, height: u16) -> Buffer {
 pub fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
     std::fs::write(path, svg::render(buf)).with_context(|| format!("writing {}", path.display()))
 }
+
+/// Writes `buf` as SVG into `file`, just made at `path`.
+pub(crate) fn write_svg_into(buf: &Buffer, mut file: std::fs::File, path: &Path) -> Result<()> {
+    use std::io::Write;
+    file.write_all(svg::render(buf).as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}

@@ -222,10 +222,12 @@ impl Dashboard {
     fn draw(&mut self, app: &mut App) -> Result<()> {
         let (dir, n) = (&self.shots_dir, &mut self.shots);
         let mut write = |buf: &Buffer, shot: Shot| {
-            let path = shot.path.unwrap_or_else(|| next_screenshot_path(dir, n));
-            write_svg(buf, &path)
-                .map(|()| path)
-                .map_err(|e| format!("{e:#}"))
+            match shot.path {
+                // A file the user named on the command line.
+                Some(path) => write_svg(buf, &path).map(|()| path),
+                None => write_new_screenshot(buf, dir, n),
+            }
+            .map_err(|e| format!("{e:#}"))
         };
         let written = match &mut self.out {
             Output::Tty { term, .. } => {
@@ -255,13 +257,34 @@ impl Dashboard {
     }
 }
 
-/// `dir/vramscope-NNN.svg`, the first that does not exist yet.
-fn next_screenshot_path(dir: &Path, n: &mut u32) -> PathBuf {
-    loop {
+/// Writes `buf` to `dir/vramscope-NNN.svg`, the first name not taken. The
+/// file is made new (`O_EXCL|O_NOFOLLOW`): in a directory other users can
+/// write (`/tmp`, a shared project folder), a link planted under the next
+/// name is taken as a taken name, never followed.
+fn write_new_screenshot(buf: &Buffer, dir: &Path, n: &mut u32) -> Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Enough names for any session; a directory full of them is an error,
+    // not an endless search.
+    for _ in 0..10_000 {
         *n += 1;
-        let p = dir.join(format!("vramscope-{:03}.svg", *n));
-        if !p.exists() {
-            return p;
+        let path = dir.join(format!("vramscope-{:03}.svg", *n));
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path);
+        match made {
+            Ok(file) => {
+                super::write_svg_into(buf, file, &path)?;
+                return Ok(path);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
         }
     }
+    anyhow::bail!(
+        "{}: no free screenshot name (vramscope-NNN.svg)",
+        dir.display()
+    )
 }

@@ -14,3 +14,4 @@ mod memory;
 mod names;
 mod numbers;
 mod reader;
+mod reliability;

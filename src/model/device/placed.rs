@@ -60,6 +60,37 @@ pub(crate) struct Placement {
     pub(crate) reflected: u64,
     /// Snapshots refused as anchors (records after them were missing).
     pub(crate) refused: u64,
+    /// Where the first anchor of a reader that began mid-run put the
+    /// start of what it watched (see [`DeviceState::anchored_from`]).
+    first_anchor: Option<AnchoredFrom>,
+}
+
+/// Where the state of a device watched from mid-run begins: the events
+/// from here on are applied on the anchor snapshot; those before it are in
+/// the snapshot or were never seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnchoredFrom {
+    /// Events of ring `ring` at positions from `position` on (the anchor's
+    /// `after`: the first position it surely does not reflect).
+    Position { ring: u32, position: u64 },
+    /// Events timed after `time_ns` (a producer that gives no positions).
+    Time { time_ns: u64 },
+}
+
+impl AnchoredFrom {
+    /// Whether an event read at `at` (when known) at `time_ns` comes after
+    /// the anchor: what a trace that starts from the anchor keeps.
+    pub fn keeps(&self, at: Option<RingPos>, time_ns: u64) -> bool {
+        match (*self, at) {
+            (AnchoredFrom::Position { ring, position }, Some(at)) => {
+                at.ring != ring || at.position >= position
+            }
+            // Without its position an event is placed by time: kept only
+            // when it is surely later than any anchor could reflect.
+            (AnchoredFrom::Position { .. }, None) => false,
+            (AnchoredFrom::Time { time_ns: t }, _) => time_ns > t,
+        }
+    }
 }
 
 /// Events kept per device for placing the next snapshot. A snapshot is
@@ -105,6 +136,13 @@ impl DeviceState {
     /// Waiting for an anchor snapshot (see [`hold_until_anchored`](Self::hold_until_anchored)).
     pub fn holding(&self) -> bool {
         self.placement.holding
+    }
+
+    /// For a device watched from mid-run, once anchored: where what the
+    /// state was built from begins (`export` and `sim` start there). `None`
+    /// while still holding, or when watching began at the start.
+    pub fn anchored_from(&self) -> Option<AnchoredFrom> {
+        self.placement.first_anchor
     }
 
     /// Events dropped because an installed snapshot already reflected them.
@@ -181,6 +219,12 @@ impl DeviceState {
             return SnapshotOutcome::Discarded;
         }
         let pl = &mut self.placement;
+        if pl.holding && pl.first_anchor.is_none() {
+            pl.first_anchor = Some(AnchoredFrom::Position {
+                ring: u32::from(span.ring),
+                position: span.after.max(span.before),
+            });
+        }
         pl.ring.get_or_insert(u32::from(span.ring));
         pl.log.retain(|k| k.pos >= span.before);
         pl.log.make_contiguous().sort_by_key(|k| k.pos);
@@ -205,6 +249,9 @@ impl DeviceState {
     ) -> SnapshotOutcome {
         let pl = &mut self.placement;
         let begun = p.time_ns;
+        if pl.holding && pl.first_anchor.is_none() {
+            pl.first_anchor = Some(AnchoredFrom::Time { time_ns: begun });
+        }
         let later: Vec<(u64, EventKind, Option<u64>)> = (pl.log.iter())
             .filter(|k| k.t > begun)
             .map(|k| (k.t, k.kind.clone(), None))
