@@ -21,8 +21,17 @@ FORMAT.md says (cmd_seq before and after).
 There is a single writer thread per segment, so positions are claimed by
 bumping ``head`` (a plain pwrite) before the slot is written: the slot
 protocol is honoured without compare-and-swap.
+
+The mapping
+-----------
+The segment is also mapped shared, read-write, for as long as it is open,
+although nothing is written through the mapping: readers show a segment's
+figures under its producer only if that process maps the file (FORMAT.md,
+"Liveness and hygiene"), which is how they tell the producer from any other
+process of the user that a header could name.
 """
 
+import mmap
 import os
 import struct
 import time
@@ -224,6 +233,9 @@ class Segment:
             # tmpfs allocates lazily: reserve now so a full /dev/shm is an
             # error here, not a SIGBUS for a reader later.
             os.posix_fallocate(fd, 0, size)
+            # Mapped for life: what makes this process the segment's producer
+            # in a reader's eyes (see "The mapping" above).
+            self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             try:
@@ -298,8 +310,15 @@ class Segment:
         self.forget()
 
     def forget(self):
-        """Drops the descriptor without unlinking (forked children)."""
+        """Drops the mapping and the descriptor without unlinking (forked
+        children)."""
         self.closed = True
+        m, self.map = self.map, None
+        if m is not None:
+            try:
+                m.close()
+            except Exception:
+                pass
         fd, self.fd = self.fd, -1
         if fd >= 0:
             try:
