@@ -174,7 +174,7 @@ impl RingSet {
         let located = if reader.state() == crate::ring::layout::STATE_CLOSED {
             Located::Dead
         } else {
-            discover::locate(h.pid, h.start_time)
+            discover::locate_producer(h.pid, h.start_time, id)
         };
         match located {
             Located::Here(host) => {
@@ -199,6 +199,20 @@ impl RingSet {
                         self.refused.insert(path, why);
                     }
                     Some(uid) if uid == me => {
+                        if let Some(other) = self.twin_of(h.pid, h.start_time, host) {
+                            // Two processes of different pid namespaces that
+                            // call themselves the same and started in the
+                            // same clock tick: the model keys processes by
+                            // (pid, start time), so only the first is shown.
+                            let why = format!(
+                                "pid {} with start time {} is already shown from {} (another process, host pid {other}, that started in the same clock tick in another pid namespace); not shown",
+                                h.pid,
+                                h.start_time,
+                                self.path_of(h.pid, h.start_time).unwrap_or_default()
+                            );
+                            self.refused.insert(path, why);
+                            return;
+                        }
                         self.refused.remove(&path);
                         self.attach(path, id, host, reader, hub);
                     }
@@ -238,6 +252,23 @@ impl RingSet {
                 );
             }
         }
+    }
+
+    /// The host pid of an attached producer with the key (`pid`,
+    /// `start_time`) that is not `host`.
+    fn twin_of(&self, pid: u32, start_time: u64, host: u32) -> Option<u32> {
+        self.attached
+            .values()
+            .filter(|a| a.key.pid == pid && a.key.start_time == start_time)
+            .find_map(|a| a.host_pid.filter(|&h| h != host))
+    }
+
+    /// The segment an attached producer with that key is read from.
+    fn path_of(&self, pid: u32, start_time: u64) -> Option<String> {
+        self.attached
+            .iter()
+            .find(|(_, a)| a.key.pid == pid && a.key.start_time == start_time)
+            .map(|((p, _), _)| p.display().to_string())
     }
 
     /// Tells the hub about a live producer and starts draining its segment.

@@ -223,6 +223,29 @@ pub fn locate(ns_pid: u32, start_time: u64) -> Located {
     }
 }
 
+/// [`locate`] for a segment that was opened as `file`: when the process
+/// found does not map it, another process that also calls itself `ns_pid`
+/// and started at `start_time` and maps it is its producer. (Two pid-1
+/// processes of their own pid namespaces that started in the same clock
+/// tick share both; only the mapping tells them apart.)
+pub fn locate_producer(ns_pid: u32, start_time: u64, file: FileId) -> Located {
+    let found = locate(ns_pid, start_time);
+    let Located::Here(host) = found else {
+        return found;
+    };
+    if maps_file(host, file) != Some(false) {
+        return found;
+    }
+    let other = std::fs::read_dir("/proc").ok().and_then(|dir| {
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+            .find(|&p| {
+                p != host && is_producer(p, ns_pid, start_time) && maps_file(p, file) == Some(true)
+            })
+    });
+    other.map_or(found, Located::Here)
+}
+
 pub fn liveness(pid: u32, start_time: u64) -> Liveness {
     locate(pid, start_time).liveness()
 }
@@ -257,6 +280,29 @@ impl FileId {
 /// The file `path` names now (not following a symlink).
 pub fn file_id(path: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
+}
+
+/// Whether process `pid` (a pid here) has the file `file` mapped, from
+/// `/proc/<pid>/maps`: a producer keeps its segment mapped (FORMAT.md,
+/// "Liveness and hygiene"), so a process that does not map it is not its
+/// producer. None if the maps cannot be read.
+pub fn maps_file(pid: u32, file: FileId) -> Option<bool> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let (major, minor) = (
+        ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
+        (file.dev & 0xff) | ((file.dev >> 12) & !0xff),
+    );
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some(maps.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (Some(dev), Some(ino)) = (f.nth(3), f.next()) else {
+            return false;
+        };
+        let dev_ok = dev
+            .split_once(':')
+            .is_some_and(|(a, b)| hex(a) == Some(major) && hex(b) == Some(minor));
+        dev_ok && ino.parse::<u64>().ok() == Some(file.ino)
+    }))
 }
 
 /// Removes `path` only if it still names the file `id`: the path is first
