@@ -252,10 +252,11 @@ fn item8_a_container_segment_dir_linking_out_of_its_root_is_neither_read_nor_cle
     }
 }
 
-/// Item 8, the FIFO, in a container's own segment directory: seen through
-/// `/proc/<pid>/root`, refused in one line, never opened.
+/// Item 8, a FIFO and a device node in a container's own segment
+/// directory: seen through `/proc/<pid>/root`, each refused in one line;
+/// the FIFO is never opened (its writer stays blocked).
 #[test]
-fn item8_a_fifo_in_a_containers_segment_dir_is_refused_unopened() {
+fn item8_a_fifo_or_device_in_a_containers_segment_dir_is_refused_unopened() {
     let Some(py) = container_or_skip("item 8, FIFO in a container") else {
         return;
     };
@@ -267,25 +268,36 @@ fn item8_a_fifo_in_a_containers_segment_dir_is_refused_unopened() {
     let fifo = theirs.join(segment_name(current_uid(), 4_000_003, None).unwrap());
     let mark = t.join("opened");
     let _watcher = watched_fifo(&fifo, &mark);
+    // And a device node (root may make one in its container): /dev/null's.
+    let device = theirs.join(segment_name(current_uid(), 4_000_004, None).unwrap());
+    let made = Command::new("mknod")
+        .args(["-m", "600"])
+        .arg(&device)
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap();
+    assert!(made.success(), "mknod");
     let c = container(&py, &root);
     let t0 = Instant::now();
     let snap = collect(&shm);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
-    let seen = Path::new("/proc")
-        .join(c.0.id().to_string())
-        .join("root")
-        .join(fifo.strip_prefix(&root).unwrap());
-    let about: Vec<_> = snap
-        .problems
-        .iter()
-        .filter(|p| Path::new(&p.path) == seen)
-        .collect();
-    assert_eq!(about.len(), 1, "{:?}", snap.problems);
-    assert!(
-        about[0].message.contains("is not a regular file"),
-        "{}",
-        about[0].message
-    );
+    for planted in [&fifo, &device] {
+        let seen = Path::new("/proc")
+            .join(c.0.id().to_string())
+            .join("root")
+            .join(planted.strip_prefix(&root).unwrap());
+        let about: Vec<_> = snap
+            .problems
+            .iter()
+            .filter(|p| Path::new(&p.path) == seen)
+            .collect();
+        assert_eq!(about.len(), 1, "{:?}", snap.problems);
+        assert!(
+            about[0].message.contains("is not a regular file"),
+            "{}",
+            about[0].message
+        );
+    }
     std::thread::sleep(Duration::from_millis(200));
     assert!(!mark.exists(), "the reader opened the container's FIFO");
     assert!(fifo.exists());
