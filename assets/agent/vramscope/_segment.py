@@ -35,6 +35,7 @@ import mmap
 import os
 import struct
 import time
+from stat import S_ISREG
 
 MAGIC = 0x3165706F63534D56
 MAJOR = 1
@@ -204,11 +205,9 @@ def _stale_segment(path):
     this user (a regular file of ours, mode 0600, holding a segment whose
     state is closed or whose producer is gone), else None. Only that very
     file may be removed. No device, FIFO or link is ever opened."""
-    import stat as st_
-
     try:
         st = os.lstat(path)
-        if not st_.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        if not S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
@@ -232,7 +231,8 @@ def _stale_segment(path):
 
 def _remove_if_same(path, ident):
     """Removes `path` only if it still names the file `ident`: renamed to a
-    private name in its directory first, checked there, then unlinked, or
+    private name in its directory first (fresh and random: Python has no
+    rename that refuses to replace), checked there, then unlinked, or
     renamed back. A newer producer given the name meanwhile keeps its file."""
     tmp = os.path.join(os.path.dirname(path), ".vramscope-unlink-%d-p%s" % (os.getpid(), os.urandom(8).hex()))
     try:
