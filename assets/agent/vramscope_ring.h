@@ -547,12 +547,14 @@ static inline int vs__is_producer(const char *p, uint32_t ns_pid, uint64_t start
     return vs__proc_start_time(p) == start && vs__proc_ns_pid(p, strtoll(p, NULL, 10)) == (long long)ns_pid;
 }
 
-/* Clock ticks since boot, the clock of start times (0 if unknown). */
+/* Clock ticks since boot, the clock of start times, rounded up to the next
+   second (whole seconds: no strtod, whose decimal point is the locale's);
+   0 if unknown. */
 static inline uint64_t vs__ticks_now(void) {
     char buf[128];
     long hz = sysconf(_SC_CLK_TCK);
     if (vs__read_text("/proc/uptime", buf, sizeof buf) <= 0 || hz <= 0) return 0;
-    return (uint64_t)(strtod(buf, NULL) * (double)hz);
+    return (strtoull(buf, NULL, 10) + 1) * (uint64_t)hz;
 }
 
 /* Whether the producer (pid, start time) of a segment is gone, by the rule
