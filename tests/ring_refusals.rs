@@ -164,13 +164,24 @@ fn stale_segments_are_told_apart_and_removed() {
     assert_eq!(reader.liveness(), Liveness::Dead);
 }
 
+/// A writer takes its name back from a stale segment of its own; a live
+/// one, even of this very process, is never replaced (item 9 of the
+/// reliability issue): the second writer takes a tagged name beside it.
 #[test]
 fn a_writer_replaces_its_own_stale_name() {
+    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let first = writer(dir.path(), "again");
     let path = first.path().to_path_buf();
-    std::mem::forget(first); // as if the process had died without cleaning up
+    std::mem::forget(first); // not cleaned up, and still alive
+    let beside = writer(dir.path(), "again");
+    assert_ne!(beside.path(), path);
+    assert!(beside.notice().is_some_and(|n| n.contains("is taken")));
+    // Closed (state 2), as a producer that died after closing it leaves it.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&2u32.to_le_bytes(), 80).unwrap();
     let second = writer(dir.path(), "again");
     assert_eq!(second.path(), path);
+    assert!(second.notice().is_none());
     assert!(SegmentReader::open(&path).is_ok());
 }

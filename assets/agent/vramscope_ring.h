@@ -26,6 +26,7 @@
 #ifndef VRAMSCOPE_RING_H
 #define VRAMSCOPE_RING_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -420,14 +422,29 @@ static inline void vs__text(uint8_t *b, size_t off, size_t cap, const char *s) {
     memcpy(b + off, s, n);
 }
 
-/* Field 22 of /proc/self/stat: process start time in clock ticks. */
-static inline uint64_t vs__start_time(void) {
-    char buf[1024];
-    FILE *f = fopen("/proc/self/stat", "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
+/* Up to `cap - 1` bytes of the file at `path`, NUL-terminated; the length,
+   or -1 if it cannot be read. */
+static inline ssize_t vs__read_text(const char *path, char *buf, size_t cap) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t n = 0;
+    while (n + 1 < cap) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
     buf[n] = 0;
+    return (ssize_t)n;
+}
+
+/* Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot
+   (0 if unreadable). `pid` names a /proc entry: a number, or "self". */
+static inline uint64_t vs__proc_start_time(const char *pid) {
+    char path[288], buf[1024]; /* a /proc entry name is at most 255 bytes */
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    if (vs__read_text(path, buf, sizeof buf) <= 0) return 0;
     char *p = strrchr(buf, ')');
     if (!p) return 0;
     p++; /* the space before field 3 */
@@ -436,6 +453,9 @@ static inline uint64_t vs__start_time(void) {
     }
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
+
+/* This process's start time (the header's `start_time`). */
+static inline uint64_t vs__start_time(void) { return vs__proc_start_time("self"); }
 
 static inline int vs__valid_tag(const char *t) {
     size_t n = strlen(t);
@@ -482,31 +502,6 @@ static inline size_t vs__layout(const vs_config *cfg, size_t *control, size_t of
     return at;
 }
 
-/* A new file at `path` (O_EXCL), or -1 with errno. A file of ours already
-   there is a leftover (the name carries our own pid: an earlier process with
-   this pid, or an earlier attach of ours) and is replaced. Sets `*taken`
-   (and returns -1) when the name is held by a file this process may not
-   remove: another user's (planted in the sticky directory), or one that
-   will not go. */
-static inline int vs__open_new(const char *path, int *taken) {
-    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    *taken = 0;
-    int fd = open(path, flags, 0600);
-    if (fd >= 0 || errno != EEXIST) return fd;
-    struct stat st;
-    if (lstat(path, &st) == 0 && st.st_uid != geteuid()) {
-        *taken = 1;
-        return -1;
-    }
-    if (unlink(path) != 0 && errno != ENOENT) {
-        *taken = 1;
-        return -1;
-    }
-    fd = open(path, flags, 0600);
-    if (fd < 0 && errno == EEXIST) *taken = 1;
-    return fd;
-}
-
 /* Random bits for a tag: /dev/urandom, else the clock and the pid. */
 static inline uint64_t vs__random(void) {
     uint64_t v = 0;
@@ -518,19 +513,168 @@ static inline uint64_t vs__random(void) {
     return v ^ vs_monotonic_ns() ^ ((uint64_t)getpid() << 40);
 }
 
+/* The pid process `pid` (a /proc entry) calls itself: the last entry of
+   the NSpid line of its status; `fallback` on a kernel without that line
+   (before 4.1); -1 if unreadable. */
+static inline long long vs__proc_ns_pid(const char *pid, long long fallback) {
+    char path[288];
+    snprintf(path, sizeof path, "/proc/%s/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    long long last = fallback;
+    while (getline(&line, &cap, f) > 0) {
+        if (strncmp(line, "NSpid:", 6) != 0) continue;
+        last = -1;
+        char *p = line + 6, *end;
+        for (;;) {
+            long long v = strtoll(p, &end, 10);
+            if (end == p) break;
+            last = v;
+            p = end;
+        }
+        break;
+    }
+    free(line);
+    fclose(f);
+    return last;
+}
+
+/* Whether process `p` (a /proc entry) is the one that calls itself
+   `ns_pid` and started at `start`. */
+static inline int vs__is_producer(const char *p, uint32_t ns_pid, uint64_t start) {
+    return vs__proc_start_time(p) == start && vs__proc_ns_pid(p, strtoll(p, NULL, 10)) == (long long)ns_pid;
+}
+
+/* Clock ticks since boot, the clock of start times, rounded up to the next
+   second (whole seconds: no strtod, whose decimal point is the locale's);
+   0 if unknown. */
+static inline uint64_t vs__ticks_now(void) {
+    char buf[128];
+    long hz = sysconf(_SC_CLK_TCK);
+    if (vs__read_text("/proc/uptime", buf, sizeof buf) <= 0 || hz <= 0) return 0;
+    return (strtoull(buf, NULL, 10) + 1) * (uint64_t)hz;
+}
+
+/* Whether the producer (pid, start time) of a segment is gone, by the rule
+   of FORMAT.md ("Liveness and hygiene"): no process here is pid `pid` of
+   its own namespace with that start time (found by the NSpid lines of
+   /proc, so a producer in a container is found from the host too), and
+   this process sees every process (it runs in the root pid namespace).
+   A producer that cannot be told (start time 0 or in the future, or not
+   found from inside a pid namespace, where it may run unseen) is not gone. */
+static inline int vs__producer_gone(uint32_t pid, uint64_t start) {
+    uint64_t now = vs__ticks_now();
+    if (start == 0 || now == 0 || start > now + 100) return 0;
+    struct stat ns;
+    if (stat("/proc/self/ns/pid", &ns) != 0 || ns.st_ino != 0xEFFFFFFCu) return 0;
+    char name[16];
+    snprintf(name, sizeof name, "%u", pid);
+    if (vs__is_producer(name, pid, start)) return 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') found = vs__is_producer(e->d_name, pid, start);
+    }
+    closedir(d);
+    return !found;
+}
+
+/* Whether the file at `path` is a stale segment of this user: a regular
+   file of ours, mode 0600, holding a segment (magic, major, uid and size
+   as readers check them) that is closed or whose producer is gone. `*id`
+   gets the file that was checked: only that file may be removed. Anything
+   else is kept: a live segment, one whose producer cannot be told,
+   another user's file, a file that is not a segment (FORMAT.md, "Naming
+   and creation"). No device, FIFO or link is ever opened. */
+static inline int vs__stale_segment(const char *path, struct stat *id) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint8_t h[VS_HEADER_SIZE];
+    int ok = fstat(fd, id) == 0 && id->st_dev == st.st_dev && id->st_ino == st.st_ino && S_ISREG(id->st_mode) &&
+             pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h;
+    close(fd);
+    if (!ok) return 0;
+    uint64_t magic, size, start;
+    uint32_t pid, uid, state;
+    uint16_t major;
+    memcpy(&magic, h, 8);
+    memcpy(&major, h + 8, 2);
+    memcpy(&size, h + 16, 8);
+    memcpy(&pid, h + 24, 4);
+    memcpy(&uid, h + 28, 4);
+    memcpy(&start, h + 32, 8);
+    memcpy(&state, h + VS_OFF_STATE, 4);
+    if (magic != VS_MAGIC || major != VS_MAJOR || uid != (uint32_t)geteuid() || size != (uint64_t)id->st_size)
+        return 0;
+    return state == 2 || vs__producer_gone(pid, start);
+}
+
+/* Removes `path` only if it still names the file `id`: renamed to a
+   private name in its directory (never replacing anything), checked
+   there, then unlinked, or renamed back. A newer producer given the same
+   name meanwhile keeps its file. Returns 1 if removed. */
+static inline int vs__remove_if_same(const char *path, const struct stat *id) {
+#ifdef SYS_renameat2
+    const char *slash = strrchr(path, '/');
+    if (!slash) return 0;
+    char tmp[640];
+    int n = snprintf(tmp, sizeof tmp, "%.*s/.vramscope-unlink-%u-c%016llx", (int)(slash - path), path,
+                     (unsigned)getpid(), (unsigned long long)vs__random());
+    if (n < 0 || (size_t)n >= sizeof tmp) return 0;
+    const unsigned noreplace = 1; /* RENAME_NOREPLACE */
+    if (syscall(SYS_renameat2, AT_FDCWD, path, AT_FDCWD, tmp, noreplace) != 0) return 0;
+    struct stat st;
+    if (lstat(tmp, &st) == 0 && st.st_dev == id->st_dev && st.st_ino == id->st_ino) return unlink(tmp) == 0;
+    syscall(SYS_renameat2, AT_FDCWD, tmp, AT_FDCWD, path, noreplace);
+    return 0;
+#else
+    (void)path;
+    (void)id;
+    return 0; /* no rename without replacing: never remove */
+#endif
+}
+
+/* A new file at `path` (O_EXCL), or -1 with errno. A stale segment of ours
+   at that name is replaced (that very file only); anything else holding it
+   is kept, and `held` (NUL-terminated, else empty) says what it is: the
+   caller then takes a tagged name. */
+static inline int vs__open_new(const char *path, char *held, size_t heldlen) {
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    held[0] = 0;
+    int fd = open(path, flags, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+    struct stat id;
+    if (vs__stale_segment(path, &id) && vs__remove_if_same(path, &id)) {
+        fd = open(path, flags, 0600);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0 && st.st_uid != geteuid())
+        snprintf(held, heldlen, "a file of uid %ld that this process cannot remove", (long)st.st_uid);
+    else
+        snprintf(held, heldlen, "a file of ours that is not a stale segment (a live producer's, or one that cannot be told)");
+    errno = EEXIST;
+    return -1;
+}
+
 /* Opens the segment's file, new, at `seg->path`. When that name is held by
-   a file this process cannot remove, takes a tagged name of its own instead
+   anything but a stale segment of ours (another user's file, a live
+   segment, one whose producer cannot be told), takes a tagged name instead
    (DIR/vramscope-UID-PID-[TAG_]rXXXXXXXXXX, FORMAT.md "Naming and
    creation"), updates `seg->path` and says so in one line on stderr.
    Returns the descriptor, or -1 with a message in `err`. */
 static inline int vs__create_file(vs_segment *seg, const vs_config *cfg, char *err, size_t errlen) {
-    int taken = 0;
-    int fd = vs__open_new(seg->path, &taken);
-    if (fd < 0 && taken) {
+    char held[128];
+    int fd = vs__open_new(seg->path, held, sizeof held);
+    if (fd < 0 && held[0]) {
         char first[sizeof seg->path];
         memcpy(first, seg->path, sizeof first);
-        struct stat st;
-        long owner = lstat(first, &st) == 0 ? (long)st.st_uid : -1;
         const char *dir = cfg->dir;
         if (!dir || !*dir) dir = getenv("VRAMSCOPE_SHM_DIR");
         if (!dir || !*dir) dir = "/dev/shm";
@@ -549,8 +693,7 @@ static inline int vs__create_file(vs_segment *seg, const vs_config *cfg, char *e
         }
         if (fd >= 0) {
             const char *base = strrchr(seg->path, '/');
-            fprintf(stderr, "vramscope: %s is taken by a file this process cannot remove (owner uid %ld); using %s\n",
-                    first, owner, base ? base + 1 : seg->path);
+            fprintf(stderr, "vramscope: %s is taken by %s; using %s\n", first, held, base ? base + 1 : seg->path);
             fflush(stderr);
         }
     }

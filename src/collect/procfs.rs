@@ -68,27 +68,10 @@ pub fn owner(pid: u32) -> Option<u32> {
     uids.split_whitespace().next()?.parse().ok()
 }
 
-/// Whether process `pid` (a pid here) has the file `file` mapped, from
-/// `/proc/<pid>/maps`: a producer writes its segment through a mapping, so
-/// a process that does not map it is not its producer. None if the maps
-/// cannot be read.
+/// Whether process `pid` (a pid here) has the file `file` mapped (see
+/// [`discover::maps_file`]).
 pub fn maps_file(pid: u32, file: discover::FileId) -> Option<bool> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let (major, minor) = (
-        ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
-        (file.dev & 0xff) | ((file.dev >> 12) & !0xff),
-    );
-    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-    Some(maps.lines().any(|l| {
-        let mut f = l.split_whitespace();
-        let (Some(dev), Some(ino)) = (f.nth(3), f.next()) else {
-            return false;
-        };
-        let dev_ok = dev
-            .split_once(':')
-            .is_some_and(|(a, b)| hex(a) == Some(major) && hex(b) == Some(minor));
-        dev_ok && ino.parse::<u64>().ok() == Some(file.ino)
-    }))
+    discover::maps_file(pid, file)
 }
 
 /// The pid in our namespace of a process that calls itself `ns_pid` and

@@ -7,12 +7,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::event::Event;
 use crate::model::{Mode, ProcessKey};
-use crate::ring::discover::{self, FileId, Liveness, Located};
-use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader};
+use crate::ring::discover::{self, FileId, Found, Liveness, Located, SegmentDir};
+use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader, Start};
 
 use super::{procfs, Config, Hub};
 use crate::input::Input;
@@ -20,6 +21,10 @@ use crate::input::{Identity, RingPos, Source, SourceProblem, Watch};
 
 struct Attached {
     reader: SegmentReader,
+    /// The directory it was found in, opened, and its name there: it is
+    /// removed through them, never by path.
+    dir: Arc<SegmentDir>,
+    name: String,
     /// The file that was validated: the linger cleanup removes only it.
     file: FileId,
     key: ProcessKey,
@@ -109,7 +114,7 @@ impl RingSet {
         // their processes' roots (what this reader has the rights to see).
         let mut found = found;
         for dir in discover::container_dirs(&self.cfg.shm_dir) {
-            if let Ok((more, _)) = discover::list(&dir) {
+            if let Ok((more, _)) = discover::list_in(Arc::new(dir)) {
                 found.extend(more);
             }
         }
@@ -125,11 +130,11 @@ impl RingSet {
         let mut reading: std::collections::HashSet<FileId> =
             self.attached.keys().map(|(_, id)| *id).collect();
         for f in found {
-            let Some(id) = discover::file_id(&f.path) else {
+            let Some(id) = f.dir.file_id(&f.file) else {
                 continue;
             };
             if !self.attached.contains_key(&(f.path.clone(), id)) && reading.insert(id) {
-                self.open(f.path, id, hub);
+                self.open(f, id, hub);
             }
         }
         if self.refused != before {
@@ -143,8 +148,9 @@ impl RingSet {
     /// named when listed): attached when its producer is alive and ours,
     /// tidied away when dead, reported when refused, reused, unverifiable or
     /// still initialising after 5 s.
-    fn open(&mut self, path: PathBuf, id: FileId, hub: &Hub) {
-        let reader = match SegmentReader::open(&path) {
+    fn open(&mut self, f: Found, id: FileId, hub: &Hub) {
+        let path = f.path.clone();
+        let reader = match SegmentReader::open_in(&f.dir, &f.file, Start::Oldest) {
             Ok(r) => r,
             Err(RingError::Initialising(_)) => {
                 let since = *self
@@ -167,14 +173,14 @@ impl RingSet {
         self.initialising.remove(&path);
         // The file validated must be the one listed (and still at its path):
         // else it changed meanwhile, and the next scan looks again.
-        if discover::file_id(&path) != Some(id) {
+        if f.dir.file_id(&f.file) != Some(id) {
             return;
         }
         let h = reader.header();
         let located = if reader.state() == crate::ring::layout::STATE_CLOSED {
             Located::Dead
         } else {
-            discover::locate(h.pid, h.start_time)
+            discover::locate_producer(h.pid, h.start_time, id)
         };
         match located {
             Located::Here(host) => {
@@ -199,8 +205,22 @@ impl RingSet {
                         self.refused.insert(path, why);
                     }
                     Some(uid) if uid == me => {
+                        if let Some(other) = self.twin_of(h.pid, h.start_time, host) {
+                            // Two processes of different pid namespaces that
+                            // call themselves the same and started in the
+                            // same clock tick: the model keys processes by
+                            // (pid, start time), so only the first is shown.
+                            let why = format!(
+                                "pid {} with start time {} is already shown from {} (another process, host pid {other}, that started in the same clock tick in another pid namespace); not shown",
+                                h.pid,
+                                h.start_time,
+                                self.path_of(h.pid, h.start_time).unwrap_or_default()
+                            );
+                            self.refused.insert(path, why);
+                            return;
+                        }
                         self.refused.remove(&path);
-                        self.attach(path, id, host, reader, hub);
+                        self.attach(f, id, host, reader, hub);
                     }
                     Some(uid) => {
                         let why = format!(
@@ -216,7 +236,7 @@ impl RingSet {
                 // Left behind by a process that is gone (or closed):
                 // nothing to show; tidy it away (that very file only).
                 if self.cfg.clean_stale {
-                    discover::remove_if_same(&path, id);
+                    f.dir.remove_if_same(&f.file, id);
                 }
             }
             Located::Reused => {
@@ -240,8 +260,26 @@ impl RingSet {
         }
     }
 
+    /// The host pid of an attached producer with the key (`pid`,
+    /// `start_time`) that is not `host`.
+    fn twin_of(&self, pid: u32, start_time: u64, host: u32) -> Option<u32> {
+        self.attached
+            .values()
+            .filter(|a| a.key.pid == pid && a.key.start_time == start_time)
+            .find_map(|a| a.host_pid.filter(|&h| h != host))
+    }
+
+    /// The segment an attached producer with that key is read from.
+    fn path_of(&self, pid: u32, start_time: u64) -> Option<String> {
+        self.attached
+            .iter()
+            .find(|(_, a)| a.key.pid == pid && a.key.start_time == start_time)
+            .map(|((p, _), _)| p.display().to_string())
+    }
+
     /// Tells the hub about a live producer and starts draining its segment.
-    fn attach(&mut self, path: PathBuf, file: FileId, host: u32, reader: SegmentReader, hub: &Hub) {
+    fn attach(&mut self, f: Found, file: FileId, host: u32, reader: SegmentReader, hub: &Hub) {
+        let path = f.path;
         let h = reader.header();
         let key = ProcessKey {
             pid: h.pid,
@@ -273,6 +311,8 @@ impl RingSet {
         });
         let attached = Attached {
             reader,
+            dir: f.dir,
+            name: f.file,
             file,
             key,
             host_pid,
@@ -361,7 +401,7 @@ impl RingSet {
                 // Only the file that was read, never whatever now has its
                 // path (a new producer that got the same pid).
                 if self.cfg.clean_stale && stale {
-                    discover::remove_if_same(&at.0, a.file);
+                    a.dir.remove_if_same(&a.name, a.file);
                 }
             }
         }

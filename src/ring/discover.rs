@@ -223,6 +223,29 @@ pub fn locate(ns_pid: u32, start_time: u64) -> Located {
     }
 }
 
+/// [`locate`] for a segment that was opened as `file`: when the process
+/// found does not map it, another process that also calls itself `ns_pid`
+/// and started at `start_time` and maps it is its producer. (Two pid-1
+/// processes of their own pid namespaces that started in the same clock
+/// tick share both; only the mapping tells them apart.)
+pub fn locate_producer(ns_pid: u32, start_time: u64, file: FileId) -> Located {
+    let found = locate(ns_pid, start_time);
+    let Located::Here(host) = found else {
+        return found;
+    };
+    if maps_file(host, file) != Some(false) {
+        return found;
+    }
+    let other = std::fs::read_dir("/proc").ok().and_then(|dir| {
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+            .find(|&p| {
+                p != host && is_producer(p, ns_pid, start_time) && maps_file(p, file) == Some(true)
+            })
+    });
+    other.map_or(found, Located::Here)
+}
+
 pub fn liveness(pid: u32, start_time: u64) -> Liveness {
     locate(pid, start_time).liveness()
 }
@@ -259,91 +282,310 @@ pub fn file_id(path: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
 }
 
+/// Whether process `pid` (a pid here) has the file `file` mapped, from
+/// `/proc/<pid>/maps`: a producer keeps its segment mapped (FORMAT.md,
+/// "Liveness and hygiene"), so a process that does not map it is not its
+/// producer. None if the maps cannot be read.
+pub fn maps_file(pid: u32, file: FileId) -> Option<bool> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let (major, minor) = (
+        ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
+        (file.dev & 0xff) | ((file.dev >> 12) & !0xff),
+    );
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some(maps.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let (Some(dev), Some(ino)) = (f.nth(3), f.next()) else {
+            return false;
+        };
+        let dev_ok = dev
+            .split_once(':')
+            .is_some_and(|(a, b)| hex(a) == Some(major) && hex(b) == Some(minor));
+        dev_ok && ino.parse::<u64>().ok() == Some(file.ino)
+    }))
+}
+
 /// Removes `path` only if it still names the file `id`: the path is first
 /// renamed to a private name in the same directory (never replacing
 /// anything), its inode checked there, then unlinked, or renamed back if a
 /// different file had taken the path. Returns whether it was removed.
 pub fn remove_if_same(path: &Path, id: FileId) -> bool {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    if file_id(path) != Some(id) {
-        return false;
+    SegmentDir::of(path).is_ok_and(|(dir, name)| dir.remove_if_same(&name, id))
+}
+
+/// A segment directory, opened once. Every file in it is then reached
+/// relative to this descriptor (`openat`, `renameat`, `unlinkat`), never by
+/// resolving a path again: a container can change its own directories
+/// while a reader looks at them, so a path that led into the container a
+/// moment ago may lead out of it now.
+#[derive(Debug)]
+pub struct SegmentDir {
+    /// Open for reading entries (`O_RDONLY | O_DIRECTORY`).
+    fd: std::os::fd::OwnedFd,
+    /// What it is called, for messages.
+    path: PathBuf,
+}
+
+impl SegmentDir {
+    /// A directory of the host (`--shm-dir`, `$VRAMSCOPE_SHM_DIR`,
+    /// `/dev/shm`, the parent of a segment path given by the user), as its
+    /// path resolves.
+    pub fn open(path: &Path) -> std::io::Result<SegmentDir> {
+        use rustix::fs::{openat, Mode, OFlags, CWD};
+        let fd = openat(
+            CWD,
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(SegmentDir {
+            fd,
+            path: path.to_path_buf(),
+        })
     }
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".vramscope-unlink-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let rename = |from: &Path, to: &Path| {
-        let (Ok(a), Ok(b)) = (
-            CString::new(from.as_os_str().as_bytes()),
-            CString::new(to.as_os_str().as_bytes()),
-        ) else {
-            return false;
+
+    /// The directory `rel` inside `root` (a container's root,
+    /// `/proc/<pid>/root`), resolved as the container itself sees it and
+    /// never out of it: a symbolic link on the way, absolute or with `..`,
+    /// stays inside `root` (`openat2` with `RESOLVE_IN_ROOT`), and no
+    /// magic link (`/proc/<pid>/...`) is followed. Where the kernel has no
+    /// `openat2` (before 5.6, or a seccomp filter refuses it), every
+    /// component is opened with `O_NOFOLLOW` instead: a link on the way is
+    /// refused.
+    pub fn open_in_root(root: &Path, rel: &Path) -> std::io::Result<SegmentDir> {
+        use rustix::fs::{openat, openat2, Mode, OFlags, ResolveFlags, CWD};
+        // Following the magic link `/proc/<pid>/root` itself is the point:
+        // it is the container's root.
+        let root_fd = openat(
+            CWD,
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        let fd = match openat2(&root_fd, rel, flags, Mode::empty(), resolve) {
+            Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
+                open_without_links(&root_fd, rel)?
+            }
+            other => other?,
         };
-        // SAFETY: both are NUL-terminated paths that outlive the call.
-        unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                a.as_ptr(),
-                libc::AT_FDCWD,
-                b.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            ) == 0
+        Ok(SegmentDir {
+            fd,
+            path: root.join(rel),
+        })
+    }
+
+    /// A segment path's directory, opened, and its file name.
+    pub fn of(path: &Path) -> Result<(SegmentDir, String), RingError> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| RingError::invalid(path, "not a segment file name"))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = SegmentDir::open(parent).map_err(|e| RingError::io(path, e))?;
+        Ok((dir, name.to_string()))
+    }
+
+    /// What the directory is called.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` in it, for messages.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Which directory this is (device and inode).
+    pub fn id(&self) -> Option<FileId> {
+        rustix::fs::fstat(&self.fd).ok().map(|st| FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        })
+    }
+
+    /// The UTF-8 names of its entries (never `.` and `..`).
+    pub fn names(&self) -> std::io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in rustix::fs::Dir::read_from(&self.fd)? {
+            let e = e?;
+            if let Ok(n) = e.file_name().to_str() {
+                if n != "." && n != ".." {
+                    out.push(n.to_string());
+                }
+            }
         }
-    };
-    if !rename(path, &tmp) {
-        return false;
+        Ok(out)
     }
-    if file_id(&tmp) == Some(id) {
-        return std::fs::remove_file(&tmp).is_ok();
+
+    fn stat(&self, name: &str) -> Option<rustix::fs::Stat> {
+        rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()
     }
-    // Another file took the path between the check and the rename: put it back.
-    let _ = rename(&tmp, path);
-    false
+
+    /// The file `name` names now (not following a symlink).
+    pub fn file_id(&self, name: &str) -> Option<FileId> {
+        self.stat(name).map(|st| FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        })
+    }
+
+    /// Opens `name` for mapping after the hygiene checks of FORMAT.md: no
+    /// symlinks, a regular file, owned by us, no group or world
+    /// permissions. The checks come first, on a descriptor that opens
+    /// nothing (`O_PATH`): a device, a FIFO or a socket named like a
+    /// segment is refused without ever being opened; only a file that
+    /// passed is then opened read-write, through that very descriptor.
+    pub fn open_file(&self, name: &str) -> Result<(File, u64), RingError> {
+        use rustix::fs::{fstat, openat, FileType, Mode, OFlags};
+        use std::os::fd::AsRawFd;
+        let path = self.join(name);
+        let handle = openat(
+            &self.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| RingError::io(&path, e.into()))?;
+        let st = fstat(&handle).map_err(|e| RingError::io(&path, e.into()))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Symlink => return Err(RingError::refused(&path, "is a symbolic link")),
+            _ => return Err(RingError::refused(&path, "is not a regular file")),
+        }
+        let me = current_uid();
+        if st.st_uid != me {
+            return Err(RingError::refused(
+                &path,
+                format!("is owned by uid {}, not by this user (uid {me})", st.st_uid),
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(RingError::refused(
+                &path,
+                format!(
+                    "has mode {:o}: group or others may access it (want 600)",
+                    st.st_mode & 0o777
+                ),
+            ));
+        }
+        // Reopened through the descriptor's own entry in /proc: the inode
+        // that was checked, whatever the name is by now.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+            .map_err(|e| RingError::io(&path, e))?;
+        let meta = file.metadata().map_err(|e| RingError::io(&path, e))?;
+        if FileId::of(&meta)
+            != (FileId {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            })
+        {
+            return Err(RingError::refused(&path, "changed while it was opened"));
+        }
+        Ok((file, meta.len()))
+    }
+
+    /// [`open_mapped_id`] of `name`.
+    pub fn open_mapped(&self, name: &str) -> Result<(Shared, Header, FileId), RingError> {
+        let (file, size) = self.open_file(name)?;
+        map_checked(&self.join(name), file, size)
+    }
+
+    /// [`remove_if_same`] of `name`: renamed to a private name in this
+    /// directory (never replacing anything), checked there, then unlinked,
+    /// or renamed back.
+    pub fn remove_if_same(&self, name: &str, id: FileId) -> bool {
+        use rustix::fs::{renameat_with, unlinkat, AtFlags, RenameFlags};
+        if self.file_id(name) != Some(id) {
+            return false;
+        }
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = format!(
+            ".vramscope-unlink-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        if renameat_with(&self.fd, name, &self.fd, &tmp, RenameFlags::NOREPLACE).is_err() {
+            return false;
+        }
+        if self.file_id(&tmp) == Some(id) {
+            return unlinkat(&self.fd, &tmp, AtFlags::empty()).is_ok();
+        }
+        // Another file took the name between the check and the rename: put it back.
+        let _ = renameat_with(&self.fd, &tmp, &self.fd, name, RenameFlags::NOREPLACE);
+        false
+    }
+
+    /// Files [`remove_if_same`](Self::remove_if_same) renamed away and did
+    /// not get to unlink because its process died in between
+    /// (`.vramscope-unlink-<pid>-<n>`): removed when they are ours, regular
+    /// files, and that process is gone.
+    fn remove_abandoned_unlinks(&self) -> Vec<PathBuf> {
+        use rustix::fs::{unlinkat, AtFlags, FileType};
+        let uid = current_uid();
+        let mut removed = Vec::new();
+        for name in self.names().unwrap_or_default() {
+            let Some(pid) = name
+                .strip_prefix(".vramscope-unlink-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let ours = self.stat(&name).is_some_and(|st| {
+                FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == uid
+            });
+            if ours
+                && proc_start_time(pid).is_none()
+                && unlinkat(&self.fd, name.as_str(), AtFlags::empty()).is_ok()
+            {
+                removed.push(self.join(&name));
+            }
+        }
+        removed
+    }
+}
+
+/// `rel` beneath `root`, each component opened with `O_NOFOLLOW`: a
+/// symbolic link on the way (or a `..`) is refused.
+fn open_without_links(
+    root: &std::os::fd::OwnedFd,
+    rel: &Path,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{openat, Mode, OFlags};
+    use std::path::Component;
+    let step = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = openat(root, ".", step, Mode::empty())?;
+    for c in rel.components() {
+        match c {
+            Component::Normal(name) => fd = openat(&fd, name, step, Mode::empty())?,
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(std::io::Error::other(
+                    "`..` in a container's segment directory",
+                ))
+            }
+        }
+    }
+    let last = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(openat(&fd, ".", last, Mode::empty())?)
 }
 
 /// Opens a segment file for mapping after the hygiene checks of FORMAT.md:
-/// no symlinks, a regular file, owned by us, no group or world permissions.
+/// no symlinks, a regular file, owned by us, no group or world permissions
+/// (see [`SegmentDir::open_file`]).
 pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                RingError::refused(path, "is a symbolic link")
-            } else {
-                RingError::io(path, e)
-            }
-        })?;
-    let meta = file.metadata().map_err(|e| RingError::io(path, e))?;
-    if !meta.file_type().is_file() {
-        return Err(RingError::refused(path, "is not a regular file"));
-    }
-    let me = current_uid();
-    if meta.uid() != me {
-        return Err(RingError::refused(
-            path,
-            format!(
-                "is owned by uid {}, not by this user (uid {me})",
-                meta.uid()
-            ),
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(RingError::refused(
-            path,
-            format!(
-                "has mode {:o}: group or others may access it (want 600)",
-                meta.mode() & 0o777
-            ),
-        ));
-    }
-    Ok((file, meta.len()))
+    let (dir, name) = SegmentDir::of(path)?;
+    dir.open_file(&name)
 }
 
 /// Opens `path` after the hygiene checks, maps it, and validates a private
@@ -356,6 +598,12 @@ pub fn open_mapped(path: &Path) -> Result<(Shared, Header), RingError> {
 /// [`open_mapped`], and which file was validated.
 pub fn open_mapped_id(path: &Path) -> Result<(Shared, Header, FileId), RingError> {
     let (file, size) = open_checked(path)?;
+    map_checked(path, file, size)
+}
+
+/// Maps `file` (`size` bytes, opened after the hygiene checks as `path`)
+/// and validates a private copy of its header and ring table.
+fn map_checked(path: &Path, file: File, size: u64) -> Result<(Shared, Header, FileId), RingError> {
     let id = file
         .metadata()
         .map(|m| FileId::of(&m))
@@ -412,7 +660,13 @@ pub struct SegmentInfo {
 
 /// Opens, validates and closes a segment: what is it, is its producer alive.
 pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
-    let (shared, h, file) = open_mapped_id(path)?;
+    let (dir, name) = SegmentDir::of(path)?;
+    inspect_in(&dir, &name)
+}
+
+/// [`inspect`] of `name` in `dir`.
+pub fn inspect_in(dir: &SegmentDir, name: &str) -> Result<SegmentInfo, RingError> {
+    let (shared, h, file) = dir.open_mapped(name)?;
     let state = shared.u32_at(OFF_STATE).load(Ordering::Acquire);
     let located = if state == layout::STATE_CLOSED {
         Located::Dead
@@ -420,7 +674,7 @@ pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
         locate(h.pid, h.start_time)
     };
     Ok(SegmentInfo {
-        path: path.to_path_buf(),
+        path: dir.join(name),
         pid: h.pid,
         liveness: located.liveness(),
         state,
@@ -434,21 +688,33 @@ pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
 }
 
 /// One directory entry that looks like a segment of this user.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Found {
+    /// What it is called (its directory's path and its name), for messages
+    /// and as a key; it is opened, checked and removed through `dir`.
     pub path: PathBuf,
     pub name: SegmentName,
+    /// The directory it was found in, opened.
+    pub dir: std::sync::Arc<SegmentDir>,
+    /// Its file name in `dir`.
+    pub file: String,
 }
 
 /// Lists this user's segment files in `dir` (by name; nothing is opened).
 /// Segments named for other users are not listed: their count is returned.
 pub fn list(dir: &Path) -> Result<(Vec<Found>, usize), RingError> {
+    let opened = SegmentDir::open(dir).map_err(|e| RingError::io(dir, e))?;
+    list_in(std::sync::Arc::new(opened))
+}
+
+/// [`list`] of a directory already opened.
+pub fn list_in(dir: std::sync::Arc<SegmentDir>) -> Result<(Vec<Found>, usize), RingError> {
     let me = current_uid();
     let mut found = Vec::new();
     let mut others = 0;
-    let entries = std::fs::read_dir(dir).map_err(|e| RingError::io(dir, e))?;
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().and_then(parse_name) else {
+    let names = dir.names().map_err(|e| RingError::io(dir.path(), e))?;
+    for file in names {
+        let Some(name) = parse_name(&file) else {
             continue;
         };
         if name.uid != me {
@@ -456,8 +722,10 @@ pub fn list(dir: &Path) -> Result<(Vec<Found>, usize), RingError> {
             continue;
         }
         found.push(Found {
-            path: entry.path(),
+            path: dir.join(&file),
             name,
+            dir: dir.clone(),
+            file,
         });
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));
@@ -469,26 +737,30 @@ pub const MAX_CONTAINER_DIRS: usize = 256;
 
 /// The segment directories of containers: for each mount namespace other
 /// than ours that a process of this user runs in, `dir` as that process
-/// sees it, `/proc/<pid>/root/<dir>` (a container with its own `/dev/shm`).
-/// Only what this reader has the rights to see (the same user, or root):
-/// a process whose root or namespace cannot be read is passed over. A
+/// sees it, `/proc/<pid>/root/<dir>` (a container with its own `/dev/shm`),
+/// opened without ever leaving that root ([`SegmentDir::open_in_root`]: a
+/// container's links lead into the container, never into the host). Only
+/// what this reader has the rights to see (the same user, or root): a
+/// process whose root or namespace cannot be read is passed over. A
 /// directory that is `dir` itself (a container given the host's
 /// `/dev/shm`) is left out, and so is one seen twice. At most
 /// [`MAX_CONTAINER_DIRS`].
-pub fn container_dirs(dir: &Path) -> Vec<PathBuf> {
+pub fn container_dirs(dir: &Path) -> Vec<SegmentDir> {
     let ns_of = |pid: &str| std::fs::metadata(format!("/proc/{pid}/ns/mnt")).map(|m| m.ino());
     let Ok(ours) = ns_of("self") else {
         return Vec::new();
     };
-    let dir_id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
-    let mut seen_dirs: Vec<(u64, u64)> = dir_id(dir).into_iter().collect();
+    let mut seen_dirs: Vec<FileId> = SegmentDir::open(dir)
+        .ok()
+        .and_then(|d| d.id())
+        .into_iter()
+        .collect();
     let mut seen_ns = std::collections::HashSet::from([ours]);
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;
     };
     let me = current_uid();
-    let rel = dir.strip_prefix("/").unwrap_or(dir);
     for e in procs.flatten() {
         let name = e.file_name();
         let Some(pid) = name
@@ -504,8 +776,11 @@ pub fn container_dirs(dir: &Path) -> Vec<PathBuf> {
         if !seen_ns.insert(ns) {
             continue;
         }
-        let candidate = Path::new("/proc").join(pid).join("root").join(rel);
-        let Some(id) = dir_id(&candidate) else {
+        let root = Path::new("/proc").join(pid).join("root");
+        let Ok(candidate) = SegmentDir::open_in_root(&root, dir) else {
+            continue;
+        };
+        let Some(id) = candidate.id() else {
             continue;
         };
         if seen_dirs.contains(&id) {
@@ -526,50 +801,21 @@ pub fn container_dirs(dir: &Path) -> Vec<PathBuf> {
 /// producer that cannot be checked ([`Liveness::CannotTell`]) is left alone,
 /// and so is anything unreadable. Returns what was removed.
 pub fn remove_stale(dir: &Path) -> Result<Vec<PathBuf>, RingError> {
-    let (found, _) = list(dir)?;
+    let opened = std::sync::Arc::new(SegmentDir::open(dir).map_err(|e| RingError::io(dir, e))?);
+    let (found, _) = list_in(opened.clone())?;
     let mut removed = Vec::new();
     for f in found {
-        let Ok(info) = inspect(&f.path) else {
+        let Ok(info) = inspect_in(&f.dir, &f.file) else {
             continue;
         };
         if matches!(info.liveness, Liveness::Dead | Liveness::Reused)
-            && remove_if_same(&f.path, info.file)
+            && f.dir.remove_if_same(&f.file, info.file)
         {
             removed.push(f.path);
         }
     }
-    removed.extend(remove_abandoned_unlinks(dir));
+    removed.extend(opened.remove_abandoned_unlinks());
     Ok(removed)
-}
-
-/// Files [`remove_if_same`] renamed away and did not get to unlink because
-/// its process died in between (`.vramscope-unlink-<pid>-<n>`): removed
-/// when they are ours, regular files, and that process is gone.
-fn remove_abandoned_unlinks(dir: &Path) -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let uid = current_uid();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut removed = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(".vramscope-unlink-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let path = e.path();
-        let ours = std::fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.file_type().is_file() && m.uid() == uid);
-        if ours && proc_start_time(pid).is_none() && std::fs::remove_file(&path).is_ok() {
-            removed.push(path);
-        }
-    }
-    removed
 }
 
 #[cfg(test)]
@@ -655,6 +901,57 @@ mod tests {
         assert!(!a.exists());
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "no private name left behind");
+    }
+
+    /// A container's segment directory is resolved inside its root: an
+    /// absolute link, or one climbing with `..`, leads to the root's own
+    /// directory of that name, never to the host's; without `openat2`
+    /// every link on the way is refused.
+    #[test]
+    fn a_containers_links_stay_inside_its_root() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        std::fs::create_dir(&host).unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        symlink(&host, root.join("dev/shm")).unwrap();
+        symlink("../../../../../../../host", root.join("dev/up")).unwrap();
+        for rel in ["dev/shm", "/dev/shm", "dev/up"] {
+            assert!(
+                SegmentDir::open_in_root(&root, Path::new(rel)).is_err(),
+                "{rel}"
+            );
+        }
+        // The root's own directory of that name is what it leads to.
+        let decoy = root.join(host.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(&decoy).unwrap();
+        let host_id = SegmentDir::open(&host).unwrap().id();
+        let decoy_id = SegmentDir::open(&decoy).unwrap().id();
+        let d = SegmentDir::open_in_root(&root, Path::new("/dev/shm")).unwrap();
+        assert_eq!(d.id(), decoy_id);
+        assert_ne!(d.id(), host_id);
+        assert_eq!(d.path(), root.join("dev/shm"));
+        // The fallback without openat2: no link followed at all.
+        let root_fd = rustix::fs::openat(
+            rustix::fs::CWD,
+            &root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        for rel in ["dev/shm", "dev/up", "dev/../dev"] {
+            assert!(
+                open_without_links(&root_fd, Path::new(rel)).is_err(),
+                "{rel}"
+            );
+        }
+        std::fs::create_dir(root.join("dev/real")).unwrap();
+        let fd = open_without_links(&root_fd, Path::new("/dev/real")).unwrap();
+        assert_eq!(
+            rustix::fs::fstat(&fd).unwrap().st_ino,
+            std::fs::metadata(root.join("dev/real")).unwrap().ino()
+        );
     }
 
     #[test]

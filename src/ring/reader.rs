@@ -84,6 +84,26 @@ impl SegmentReader {
 
     pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
         let (shared, header) = discover::open_mapped(path)?;
+        Self::from_mapped(path, shared, header, start)
+    }
+
+    /// Opens `name` in the directory `dir`, already opened (the files of a
+    /// container's directory are reached through it, never by path).
+    pub fn open_in(
+        dir: &discover::SegmentDir,
+        name: &str,
+        start: Start,
+    ) -> Result<Self, RingError> {
+        let (shared, header, _) = dir.open_mapped(name)?;
+        Self::from_mapped(&dir.join(name), shared, header, start)
+    }
+
+    fn from_mapped(
+        path: &Path,
+        shared: super::shm::Shared,
+        header: super::layout::Header,
+        start: Start,
+    ) -> Result<Self, RingError> {
         if header.segment_size > MAX_READER_SEGMENT {
             return Err(RingError::refused(
                 path,

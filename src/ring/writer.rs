@@ -207,18 +207,19 @@ fn create_named(
     let held = match create_exclusive(&path) {
         Ok(f) => return Ok((f, path, None)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.uid() == uid);
-            // Only a stale segment of ours may be replaced.
-            // (Never one whose producer cannot be told: it may live in a
-            // pid namespace this process cannot see.) Only the file that
-            // was checked is removed, never whatever the path names now.
+            // Only a stale segment of ours may be replaced (`inspect`
+            // refuses any other file): never a live one, not even one
+            // naming this process, and never one whose producer cannot be
+            // told (it may live in a pid namespace this process cannot
+            // see, as pid 1 of a container sharing the directory does).
+            // Only the file that was checked is removed, never whatever
+            // the path names now.
             let stale = match discover::inspect(&path) {
-                Ok(info) if ours => match info.liveness {
+                Ok(info) => match info.liveness {
                     Liveness::Dead | Liveness::Reused => Some(info.file),
-                    Liveness::Alive if info.pid == pid => Some(info.file),
-                    _ => None,
+                    Liveness::Alive | Liveness::CannotTell => None,
                 },
-                _ => None,
+                Err(_) => None,
             };
             if stale.is_some_and(|id| discover::remove_if_same(&path, id)) {
                 match create_exclusive(&path) {
@@ -228,8 +229,10 @@ fn create_named(
                 }
             }
             match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.uid() != uid => format!("a file of uid {}", m.uid()),
-                Ok(_) => "a file of ours that is not a stale segment".to_string(),
+                Ok(m) if m.uid() != uid => {
+                    format!("a file of uid {} that this process cannot remove", m.uid())
+                }
+                Ok(_) => "a file of ours that is not a stale segment (a live producer's, or one that cannot be told)".to_string(),
                 Err(e) => e.to_string(),
             }
         }
@@ -248,7 +251,7 @@ fn create_named(
         match create_exclusive(&alt_path) {
             Ok(f) => {
                 let note = format!(
-                    "{} is taken by {held} that this process cannot remove; using {}",
+                    "{} is taken by {held}; using {}",
                     path.display(),
                     alt_path.file_name().unwrap_or_default().to_string_lossy()
                 );

@@ -7,7 +7,7 @@ use ratatui::widgets::{Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 
 use super::app::App;
-use super::rows::{mode_name, Row};
+use super::rows::{mode_word, Row};
 use super::state::Pane;
 use super::theme::Theme;
 use super::{blockmap, diagnosis, events, format, layout, stats, timeline};
@@ -138,7 +138,7 @@ fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
         l1.push(Span::raw(e.identity.user.clone()));
     }
     l1.push(sep());
-    l1.push(Span::styled(mode_name(r.mode), t.key()));
+    l1.push(Span::styled(mode_word(r.mode), t.key()));
     if let Some(fw) = e.source.framework.as_ref().or(e.source.producer.as_ref()) {
         l1.push(sep());
         l1.push(Span::styled(fw.clone(), t.dim()));

@@ -185,6 +185,16 @@ pub fn display_name(e: &ProcessEntry) -> String {
     }
 }
 
+/// The mode in full, where there is room (the process view).
+pub fn mode_word(m: Mode) -> &'static str {
+    match m {
+        Mode::Exact => "exact",
+        Mode::Sampled => "sampled",
+        Mode::NvmlOnly => "nvml",
+    }
+}
+
+/// The mode in the overview's narrow column.
 pub fn mode_name(m: Mode) -> &'static str {
     match m {
         Mode::Exact => "exact",

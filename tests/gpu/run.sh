@@ -67,6 +67,9 @@ run_one sampled_path_without_cxx 1 env PATH="$NOCXX" CXX= "$PY" tests/gpu/test_s
 run_one sampled_forced 1 env VRAMSCOPE_MODE=sampled "$PY" tests/gpu/test_sampled.py
 run_one sampled_cudaMallocAsync 1 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "$PY" tests/gpu/test_sampled.py
 rm -rf "$NOCXX"
+# Sampled mode through the collector: `snapshot`, `empty-cache PID` and the
+# dashboard see a transformers job under `vramscope run` (needs transformers).
+run_one sampled_e2e 0 env VRAMSCOPE_BIN="$ROOT/target/release/vramscope" bash tests/gpu/sampled_e2e.sh
 # Attribution on real models, as `vramscope run` attaches (the tracker is
 # cached by now, so it starts inside CUDA's initialisation).
 ATTRIB="env VRAMSCOPE_AUTO=1 PYTHONPATH=$VRAMSCOPE_AGENT_DIR VRAMSCOPE_BIN=$ROOT/target/release/vramscope"

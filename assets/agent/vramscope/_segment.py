@@ -21,11 +21,21 @@ FORMAT.md says (cmd_seq before and after).
 There is a single writer thread per segment, so positions are claimed by
 bumping ``head`` (a plain pwrite) before the slot is written: the slot
 protocol is honoured without compare-and-swap.
+
+The mapping
+-----------
+The segment is also mapped shared, read-write, for as long as it is open,
+although nothing is written through the mapping: readers show a segment's
+figures under its producer only if that process maps the file (FORMAT.md,
+"Liveness and hygiene"), which is how they tell the producer from any other
+process of the user that a header could name.
 """
 
+import mmap
 import os
 import struct
 import time
+from stat import S_ISREG
 
 MAGIC = 0x3165706F63534D56
 MAJOR = 1
@@ -101,12 +111,7 @@ def _align(v, a):
 
 def _start_time():
     """Field 22 of /proc/self/stat (start time in clock ticks)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return int(stat[stat.rindex(")") + 1 :].split()[19])
-    except Exception:
-        return 0
+    return _proc_start_time("self")
 
 
 def _text(s, cap):
@@ -143,34 +148,135 @@ class Ring:
         os.pwrite(fd, struct.pack("<Q", (2 * p + 2) & MASK64), slot)
 
 
-def _owner(path):
+def _proc_start_time(pid):
+    """Field 22 of /proc/<pid>/stat (`pid` a /proc entry: a number or
+    "self"), or 0."""
     try:
-        return "owner uid %d" % os.lstat(path).st_uid
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat[stat.rindex(")") + 1 :].split()[19])
+    except Exception:
+        return 0
+
+
+def _proc_ns_pid(pid):
+    """The pid process `pid` calls itself: the last entry of its NSpid
+    line (its own pid on a kernel without one); None if unreadable."""
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+        return int(pid)
+    except Exception:
+        return None
+
+
+def _is_producer(p, ns_pid, start):
+    return _proc_start_time(p) == start and _proc_ns_pid(p) == ns_pid
+
+
+def _producer_gone(pid, start):
+    """FORMAT.md's liveness, "Liveness and hygiene": True only when no process
+    here is pid `pid` of its own namespace with that start time (found by
+    the NSpid lines of /proc, so a producer in a container is found from the
+    host too) and this process sees every process (root pid namespace). A
+    producer that cannot be told (start time 0 or in the future, or not
+    found from inside a pid namespace, where it may run unseen) is not gone."""
+    try:
+        with open("/proc/uptime") as f:
+            now = float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+        if start == 0 or start > now + 100:
+            return False
+        if os.stat("/proc/self/ns/pid").st_ino != 0xEFFFFFFC:
+            return False
+        if _is_producer(pid, pid, start):
+            return False
+        for e in os.listdir("/proc"):
+            if e.isdigit() and _is_producer(e, pid, start):
+                return False
+        return True
+    except Exception:
+        return False
+
+
+def _stale_segment(path):
+    """The (device, inode) of the file at `path` if it is a stale segment of
+    this user (a regular file of ours, mode 0600, holding a segment whose
+    state is closed or whose producer is gone), else None. Only that very
+    file may be removed. No device, FIFO or link is ever opened."""
+    try:
+        st = os.lstat(path)
+        if not S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fst = os.fstat(fd)
+            h = os.pread(fd, HEADER_SIZE, 0)
+        finally:
+            os.close(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or len(h) < HEADER_SIZE:
+            return None
+        magic, major = struct.unpack_from("<QH", h, 0)
+        size, pid, uid, start = struct.unpack_from("<QIIQ", h, 16)
+        state, = struct.unpack_from("<I", h, OFF_STATE)
+        if magic != MAGIC or major != MAJOR or uid != os.geteuid() or size != fst.st_size:
+            return None
+        if state == 2 or _producer_gone(pid, start):
+            return (fst.st_dev, fst.st_ino)
+    except OSError:
+        pass
+    return None
+
+
+def _remove_if_same(path, ident):
+    """Removes `path` only if it still names the file `ident`: renamed to a
+    private name in its directory first (fresh and random: Python has no
+    rename that refuses to replace), checked there, then unlinked, or
+    renamed back. A newer producer given the name meanwhile keeps its file."""
+    tmp = os.path.join(os.path.dirname(path), ".vramscope-unlink-%d-p%s" % (os.getpid(), os.urandom(8).hex()))
+    try:
+        os.rename(path, tmp)
+    except OSError:
+        return False
+    try:
+        st = os.lstat(tmp)
+        if (st.st_dev, st.st_ino) == ident:
+            os.unlink(tmp)
+            return True
+        os.rename(tmp, path)
+    except OSError:
+        pass
+    return False
+
+
+def _held(path):
+    """What holds `path`, for the notice."""
+    try:
+        uid = os.lstat(path).st_uid
     except OSError as e:
         return str(e)
+    if uid != os.geteuid():
+        return "a file of uid %d that this process cannot remove" % uid
+    return "a file of ours that is not a stale segment (a live producer's, or one that cannot be told)"
 
 
 def _open_new(path, flags):
-    """A descriptor of a new file at `path`. A file of ours already there is
-    a leftover (the name carries our pid: an earlier process with this pid,
-    or an earlier attach of ours) and is replaced. None when the name is held
-    by a file we may not remove: another user's, or one that will not go."""
+    """A descriptor of a new file at `path`. A stale segment of ours there
+    is replaced (that very file only); None when the name is held by
+    anything else: another user's file, a live segment, one whose producer
+    cannot be told (FORMAT.md, "Naming and creation")."""
     try:
         return os.open(path, flags, 0o600)
     except FileExistsError:
         pass
-    try:
-        if os.lstat(path).st_uid != os.geteuid():
-            return None
-        os.unlink(path)
-        return os.open(path, flags, 0o600)
-    except FileNotFoundError:
+    ident = _stale_segment(path)
+    if ident is not None and _remove_if_same(path, ident):
         try:
             return os.open(path, flags, 0o600)
         except FileExistsError:
-            return None
-    except (FileExistsError, PermissionError):
-        return None
+            pass
+    return None
 
 
 class Segment:
@@ -200,7 +306,8 @@ class Segment:
         fd = _open_new(self.path, flags_open)
         if fd is None:
             # The name is held by a file we may not remove (another user's,
-            # planted in the sticky directory): a tagged name of our own.
+            # planted in the sticky directory, or another producer's live
+            # segment): a tagged name of our own.
             taken = self.path
             for _ in range(16):
                 alt = (tag[:20] + "_" if tag else "") + "r" + os.urandom(5).hex()
@@ -213,17 +320,16 @@ class Segment:
                 break
             else:
                 raise FileExistsError("no free segment name for %s in %s" % (base, d))
-            self.notice = "%s is taken by a file this process cannot remove (%s); using %s" % (
-                taken,
-                _owner(taken),
-                os.path.basename(self.path),
-            )
+            self.notice = "%s is taken by %s; using %s" % (taken, _held(taken), os.path.basename(self.path))
         try:
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, size)
             # tmpfs allocates lazily: reserve now so a full /dev/shm is an
             # error here, not a SIGBUS for a reader later.
             os.posix_fallocate(fd, 0, size)
+            # Mapped for life: what makes this process the segment's producer
+            # in a reader's eyes (see "The mapping" above).
+            self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             try:
@@ -298,8 +404,15 @@ class Segment:
         self.forget()
 
     def forget(self):
-        """Drops the descriptor without unlinking (forked children)."""
+        """Drops the mapping and the descriptor without unlinking (forked
+        children)."""
         self.closed = True
+        m, self.map = self.map, None
+        if m is not None:
+            try:
+                m.close()
+            except Exception:
+                pass
         fd, self.fd = self.fd, -1
         if fd >= 0:
             try:
