@@ -81,6 +81,15 @@ for step in range(30):
 print("loss", float(loss), flush=True)
 del ids, loss
 torch.cuda.synchronize(dev)
+# The agent settles (exact or sampled) within seconds of CUDA's start.
+try:
+    import vramscope
+    for _ in range(600):
+        if vramscope.status().get("mode") != "pending":
+            break
+        time.sleep(0.1)
+except Exception:
+    pass
 time.sleep(1.5)  # quiescent: the agent's statistics (every 250 ms) catch up
 report("state.json")
 wait("go")

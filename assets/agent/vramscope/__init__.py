@@ -418,6 +418,15 @@ class _Starter(threading.Thread):
         if self.mode == "sampled":
             return None, "VRAMSCOPE_MODE=sampled"
         t = self.torch
+        # An allocator other than the native one (cudaMallocAsync, a
+        # pluggable one) refuses trackers: say so at once, without the
+        # seconds a first build takes.
+        try:
+            backend = t.cuda.get_allocator_backend()
+        except Exception:
+            backend = "native"
+        if backend != "native":
+            return None, "the allocator (%s) refuses trackers" % backend
         abi = _torch_abi(t)
         variant = os.environ.get("VRAMSCOPE_VARIANT", "")
         try:
