@@ -203,7 +203,8 @@ async fn fetch(
     }
 }
 
-/// One refresh: the three instant queries, at once.
+/// One refresh: the three instant queries, at once, then the fleet built
+/// on a blocking thread (the runtime's worker stays free for signals).
 async fn refresh(client: &Client, job: &str) -> Result<Fleet, String> {
     let [up, figures, rates] = queries(job);
     let (up, figures, rates) = tokio::join!(
@@ -211,7 +212,10 @@ async fn refresh(client: &Client, job: &str) -> Result<Fleet, String> {
         client.query(&figures),
         client.query(&rates)
     );
-    Ok(Fleet::build(&up?, &figures?, &rates?))
+    let (up, figures, rates) = (up?, figures?, rates?);
+    tokio::task::spawn_blocking(move || Fleet::build(&up, &figures, &rates))
+        .await
+        .map_err(|e| format!("building the fleet failed: {e}"))
 }
 
 async fn series(

@@ -4,6 +4,16 @@
 //! (Prometheus's own message), an answer that is not what the API
 //! documents. Answers are bounded ([`MAX_ANSWER`]) and so is each query's
 //! time.
+//!
+//! The boundary for what comes from another machine (an exporter, through
+//! Prometheus, or Prometheus itself): an answer holds at most
+//! [`MAX_SERIES`] series of at most [`MAX_LABELS`] labels and
+//! [`MAX_POINTS`] points (else it is refused, one line), so reading one
+//! takes memory and time in proportion to its size; and every value and
+//! timestamp past it is finite and within ±[`LARGEST`]: a point or sample
+//! with `NaN`, `±Inf` or a larger value is dropped here, as if absent, so
+//! that nothing downstream (sums, sorting, the chart's scaling) meets one.
+//! The answer is read off the runtime's worker thread.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,6 +26,26 @@ use serde::Deserialize;
 
 /// The largest answer read (256 nodes × 8 GPUs × a few jobs is a few MiB).
 pub const MAX_ANSWER: usize = 64 << 20;
+
+/// The most series an answer may hold (a fleet of 256 nodes of 8 GPUs and 8
+/// jobs each is about 33,000 in the figures query).
+pub const MAX_SERIES: usize = 250_000;
+
+/// The most labels a series may have (an exporter's have at most 15).
+pub const MAX_LABELS: usize = 64;
+
+/// The most points a series of a range query may have (Prometheus's own
+/// limit for one query; the fleet view asks for about 240).
+pub const MAX_POINTS: usize = 11_000;
+
+/// The largest magnitude kept of a value or timestamp: 2^64, past every
+/// figure an exporter writes (its figures are u64).
+pub const LARGEST: f64 = 18_446_744_073_709_551_616.0;
+
+/// `v` if it is finite and within ±[`LARGEST`], else nothing.
+pub fn usable(v: f64) -> Option<f64> {
+    (v.is_finite() && v.abs() <= LARGEST).then_some(v)
+}
 
 /// One series' labels and one value (an instant query's answer).
 #[derive(Debug, Clone, PartialEq)]
@@ -115,31 +145,193 @@ struct Data {
     result_type: String,
     /// A vector's or a matrix's series (read in one pass; a scalar or a
     /// string answer is not a list of series, and is refused as such).
-    result: Vec<RawSeries>,
+    result: Capped<RawSeries>,
 }
 
 /// One series of a vector (`value`) or a matrix (`values`).
 #[derive(Deserialize)]
 struct RawSeries {
-    metric: BTreeMap<String, String>,
+    metric: LabelMap,
     #[serde(default)]
     value: Option<(f64, String)>,
     #[serde(default)]
-    values: Vec<(f64, String)>,
+    values: Capped<(f64, String)>,
 }
 
-/// Prometheus writes values as strings ("NaN", "+Inf" included).
-fn number(s: &str) -> Result<f64, String> {
-    match s {
-        "+Inf" => Ok(f64::INFINITY),
-        "-Inf" => Ok(f64::NEG_INFINITY),
+/// What a [`Capped`] list holds, and how many at most.
+trait Listed {
+    const MAX: usize;
+    const WHAT: &'static str;
+}
+
+impl Listed for RawSeries {
+    const MAX: usize = MAX_SERIES;
+    const WHAT: &'static str = "series";
+}
+
+impl Listed for (f64, String) {
+    const MAX: usize = MAX_POINTS;
+    const WHAT: &'static str = "points in a series";
+}
+
+/// A JSON list of at most `T::MAX` entries: reading stops at the next one.
+struct Capped<T>(Vec<T>);
+
+impl<T> Default for Capped<T> {
+    fn default() -> Self {
+        Capped(Vec::new())
+    }
+}
+
+impl<'de, T: Listed + Deserialize<'de>> Deserialize<'de> for Capped<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Listed + Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Capped<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a list of at most {} {}", T::MAX, T::WHAT)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = seq.next_element()? {
+                    if v.len() == T::MAX {
+                        return Err(serde::de::Error::custom(format!(
+                            "more than {} {}, the most the fleet view reads",
+                            T::MAX,
+                            T::WHAT
+                        )));
+                    }
+                    v.push(x);
+                }
+                Ok(Capped(v))
+            }
+        }
+        d.deserialize_seq(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A series' labels: at most [`MAX_LABELS`], made printable.
+struct LabelMap(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for LabelMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = LabelMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a map of at most {MAX_LABELS} labels")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut m = BTreeMap::new();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    if m.len() == MAX_LABELS {
+                        return Err(serde::de::Error::custom(format!(
+                            "a series with more than {MAX_LABELS} labels"
+                        )));
+                    }
+                    m.insert(
+                        crate::ring::layout::printable(&k),
+                        crate::ring::layout::printable(&v),
+                    );
+                }
+                Ok(LabelMap(m))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// Prometheus writes values as strings ("NaN", "+Inf" included); one that
+/// is not a number is an error, one that is not [`usable`] is nothing.
+fn number(s: &str) -> Result<Option<f64>, String> {
+    let v = match s {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
         _ => s.parse::<f64>().map_err(|_| {
             format!(
                 "a value is not a number: {:?}",
                 crate::ring::layout::printable(s)
             )
-        }),
+        })?,
+    };
+    Ok(usable(v))
+}
+
+/// The API's `data` from an answer's bytes; `from` names the answer in
+/// messages (`Prometheus at URL`).
+fn data(body: &[u8], from: &str) -> Result<Data, String> {
+    let answer: Answer = serde_json::from_slice(body)
+        .map_err(|e| format!("{from} answered something that is not its API's JSON ({e})"))?;
+    if answer.status != "success" {
+        return Err(format!(
+            "Prometheus refused a query: {}{}",
+            answer
+                .error_type
+                .map(|t| format!("{}: ", crate::ring::layout::printable(&t)))
+                .unwrap_or_default(),
+            crate::ring::layout::printable(&answer.error.unwrap_or_default())
+        ));
     }
+    answer
+        .data
+        .ok_or_else(|| format!("{from}: a successful answer without data"))
+}
+
+/// An instant query's answer (a vector): one value per series; a series
+/// whose value is not [`usable`] is left out.
+pub fn vector(body: &[u8], from: &str) -> Result<Vec<Sample>, String> {
+    let data = data(body, from)?;
+    if data.result_type != "vector" {
+        return Err(format!(
+            "{from} answered a {} where a vector was asked for",
+            crate::ring::layout::printable(&data.result_type)
+        ));
+    }
+    let mut out = Vec::with_capacity(data.result.0.len());
+    for r in data.result.0 {
+        let (t, v) = r
+            .value
+            .ok_or_else(|| format!("{from}: a series of its vector has no value"))?;
+        if let (Some(_), Some(value)) = (usable(t), number(&v)?) {
+            out.push(Sample {
+                labels: r.metric.0,
+                value,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A range query's answer (a matrix): every series with its [`usable`]
+/// points.
+pub fn matrix(body: &[u8], from: &str) -> Result<Vec<Series>, String> {
+    let data = data(body, from)?;
+    if data.result_type != "matrix" {
+        return Err(format!(
+            "{from} answered a {} where a matrix was asked for",
+            crate::ring::layout::printable(&data.result_type)
+        ));
+    }
+    let mut out = Vec::with_capacity(data.result.0.len());
+    for r in data.result.0 {
+        let mut points = Vec::with_capacity(r.values.0.len());
+        for (t, v) in &r.values.0 {
+            if let (Some(t), Some(v)) = (usable(*t), number(v)?) {
+                points.push((t, v));
+            }
+        }
+        out.push(Series {
+            labels: r.metric.0,
+            points,
+        });
+    }
+    Ok(out)
 }
 
 impl Client {
@@ -161,8 +353,14 @@ impl Client {
         &self.endpoint
     }
 
-    /// GET `path?params` and the API's `data`.
-    async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Data, String> {
+    /// GET `path?params`, and the answer read by `read` on a blocking
+    /// thread (a large answer does not hold up the runtime's worker).
+    async fn get<T: Send + 'static>(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+        read: fn(&[u8], &str) -> Result<T, String>,
+    ) -> Result<T, String> {
         let q: Vec<String> = params
             .iter()
             .map(|(k, v)| format!("{k}={}", encode(v)))
@@ -191,53 +389,24 @@ impl Client {
                     self.timeout.as_secs()
                 )
             })??;
-        let answer: Answer = serde_json::from_slice(&body).map_err(|e| {
-            format!(
-                "Prometheus at {base} answered HTTP {} with something that is not its API's JSON ({e})",
-                status.as_u16()
-            )
-        })?;
-        if answer.status != "success" {
-            return Err(format!(
-                "Prometheus refused a query: {}{}",
-                answer
-                    .error_type
-                    .map(|t| format!("{t}: "))
-                    .unwrap_or_default(),
-                crate::ring::layout::printable(&answer.error.unwrap_or_default())
-            ));
-        }
-        answer
-            .data
-            .ok_or_else(|| format!("Prometheus at {base}: a successful answer without data"))
+        let from = if status.is_success() {
+            format!("Prometheus at {base}")
+        } else {
+            format!("Prometheus at {base} (HTTP {})", status.as_u16())
+        };
+        tokio::task::spawn_blocking(move || read(&body, &from))
+            .await
+            .map_err(|e| format!("Prometheus at {base}: reading its answer failed: {e}"))?
     }
 
-    /// An instant query: one value per series.
+    /// An instant query: one value per series (see [`vector`]).
     pub async fn query(&self, promql: &str) -> Result<Vec<Sample>, String> {
-        let data = self
-            .get("/api/v1/query", &[("query", promql.to_string())])
-            .await?;
-        if data.result_type != "vector" {
-            return Err(format!(
-                "Prometheus answered a {} where a vector was asked for",
-                data.result_type
-            ));
-        }
-        data.result
-            .into_iter()
-            .map(|r| {
-                let (_, v) = r
-                    .value
-                    .ok_or("Prometheus's vector has a series without a value")?;
-                Ok(Sample {
-                    labels: printable_labels(r.metric),
-                    value: number(&v)?,
-                })
-            })
-            .collect()
+        self.get("/api/v1/query", &[("query", promql.to_string())], vector)
+            .await
     }
 
-    /// A range query from `start` to `end` (unix seconds) every `step` s.
+    /// A range query from `start` to `end` (unix seconds) every `step` s
+    /// (see [`matrix`]).
     pub async fn query_range(
         &self,
         promql: &str,
@@ -245,50 +414,18 @@ impl Client {
         end: f64,
         step: f64,
     ) -> Result<Vec<Series>, String> {
-        let data = self
-            .get(
-                "/api/v1/query_range",
-                &[
-                    ("query", promql.to_string()),
-                    ("start", format!("{start:.3}")),
-                    ("end", format!("{end:.3}")),
-                    ("step", format!("{step:.3}")),
-                ],
-            )
-            .await?;
-        if data.result_type != "matrix" {
-            return Err(format!(
-                "Prometheus answered a {} where a matrix was asked for",
-                data.result_type
-            ));
-        }
-        data.result
-            .into_iter()
-            .map(|r| {
-                let points = r
-                    .values
-                    .iter()
-                    .map(|(t, v)| Ok((*t, number(v)?)))
-                    .collect::<Result<_, String>>()?;
-                Ok(Series {
-                    labels: printable_labels(r.metric),
-                    points,
-                })
-            })
-            .collect()
+        self.get(
+            "/api/v1/query_range",
+            &[
+                ("query", promql.to_string()),
+                ("start", format!("{start:.3}")),
+                ("end", format!("{end:.3}")),
+                ("step", format!("{step:.3}")),
+            ],
+            matrix,
+        )
+        .await
     }
-}
-
-/// Labels from another machine, made safe to show.
-fn printable_labels(m: BTreeMap<String, String>) -> BTreeMap<String, String> {
-    m.into_iter()
-        .map(|(k, v)| {
-            (
-                crate::ring::layout::printable(&k),
-                crate::ring::layout::printable(&v),
-            )
-        })
-        .collect()
 }
 
 /// The innermost cause of a client error (hyper's outer text is generic).
@@ -327,8 +464,73 @@ mod tests {
     #[test]
     fn queries_are_percent_encoded() {
         assert_eq!(encode("up{job=\"a b\"}"), "up%7Bjob%3D%22a%20b%22%7D");
-        assert_eq!(number("+Inf").unwrap(), f64::INFINITY);
-        assert!(number("NaN").unwrap().is_nan());
+    }
+
+    /// Values past the boundary are finite and within ±2^64; the rest is
+    /// dropped, and what is not a number is an error.
+    #[test]
+    fn unusable_values_are_dropped_at_the_boundary() {
+        assert_eq!(number("1.5e9").unwrap(), Some(1.5e9));
+        assert_eq!(number("-1e19").unwrap(), Some(-1e19));
+        for v in ["+Inf", "-Inf", "NaN", "1e308", "-1e308", "inf", "1e20"] {
+            assert_eq!(number(v).unwrap(), None, "{v}");
+        }
         assert!(number("x").is_err());
+        let body = br#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"a":"1"},"value":[1.5,"7"]},
+            {"metric":{"a":"2"},"value":[1.5,"NaN"]},
+            {"metric":{"a":"3"},"value":[1e308,"7"]},
+            {"metric":{"a":"4\u0007"},"value":[1.5,"-1e308"]}]}}"#;
+        let v = vector(body, "P").unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].label("a"), v[0].value), ("1", 7.0));
+        let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"b":"\u0007"},"values":[[1,"1"],[2,"+Inf"],[3,"1e308"],[4,"2"],[-1e300,"3"]]}]}}"#;
+        let m = matrix(body, "P").unwrap();
+        assert_eq!(m[0].points, [(1.0, 1.0), (4.0, 2.0)]);
+        assert_eq!(m[0].labels["b"], "\u{fffd}");
+        assert!(vector(body, "P")
+            .unwrap_err()
+            .contains("a matrix where a vector"));
+        assert!(matrix(b"[1", "P")
+            .unwrap_err()
+            .starts_with("P answered something that is not"));
+        let refused = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
+        assert_eq!(
+            vector(refused, "P").unwrap_err(),
+            "Prometheus refused a query: bad_data: parse error"
+        );
+    }
+
+    /// More series, points or labels than the bounds: one line, whatever
+    /// the rest of the answer holds.
+    #[test]
+    fn answers_past_the_bounds_are_refused() {
+        let series = |n: usize| {
+            let one = r#"{"metric":{},"value":[1,"1"]}"#;
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+                vec![one; n].join(",")
+            )
+        };
+        assert_eq!(
+            vector(series(MAX_SERIES).as_bytes(), "P").unwrap().len(),
+            MAX_SERIES
+        );
+        let e = vector(series(MAX_SERIES + 1).as_bytes(), "P").unwrap_err();
+        assert!(e.contains("more than 250000 series"), "{e}");
+        let points = vec![r#"[1,"1"]"#; MAX_POINTS + 1].join(",");
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{}},"values":[{points}]}}]}}}}"#
+        );
+        let e = matrix(body.as_bytes(), "P").unwrap_err();
+        assert!(e.contains("more than 11000 points in a series"), "{e}");
+        let labels: Vec<String> = (0..=MAX_LABELS).map(|i| format!(r#""l{i}":"v""#)).collect();
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{{}}},"value":[1,"1"]}}]}}}}"#,
+            labels.join(",")
+        );
+        let e = vector(body.as_bytes(), "P").unwrap_err();
+        assert!(e.contains("more than 64 labels"), "{e}");
     }
 }

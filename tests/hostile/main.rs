@@ -10,6 +10,7 @@
 mod common;
 
 mod agent;
+mod fleet;
 mod memory;
 mod names;
 mod numbers;
