@@ -15,7 +15,6 @@
 //! that nothing downstream (sums, sorting, the chart's scaling) meets one.
 //! The answer is read off the runtime's worker thread.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Empty, Limited};
@@ -47,24 +46,81 @@ pub fn usable(v: f64) -> Option<f64> {
     (v.is_finite() && v.abs() <= LARGEST).then_some(v)
 }
 
+/// A series' labels, made printable, in one string (`name\0value\0…`,
+/// sorted by name): they take about the room of their text, however many
+/// series there are (a map per series took ten times an answer's size).
+/// `printable` leaves no NUL in a name or value, so the separator is
+/// unambiguous.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Labels(Box<str>);
+
+impl Labels {
+    /// The value of label `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+
+    /// (name, value), by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.0.split('\0');
+        std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
+    /// Names and values made printable; of a name given twice, the last.
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Labels {
+        let printable = crate::ring::layout::printable;
+        let mut pairs: Vec<(String, String)> = iter
+            .into_iter()
+            .map(|(k, v)| (printable(k.as_ref()), printable(v.as_ref())))
+            .collect();
+        pairs.reverse();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        let mut text = String::new();
+        for (k, v) in &pairs {
+            for part in [k, v] {
+                text.push_str(part);
+                text.push('\0');
+            }
+        }
+        Labels(text.into())
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
 /// One series' labels and one value (an instant query's answer).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub value: f64,
 }
 
 impl Sample {
     /// A label's value, "" when absent (as Prometheus treats it).
     pub fn label(&self, name: &str) -> &str {
-        self.labels.get(name).map(String::as_str).unwrap_or("")
+        self.labels.get(name).unwrap_or("")
     }
 }
 
 /// One series over time (a range query's answer): (unix seconds, value).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub points: Vec<(f64, f64)>,
 }
 
@@ -145,7 +201,7 @@ struct Data {
     result_type: String,
     /// A vector's or a matrix's series (read in one pass; a scalar or a
     /// string answer is not a list of series, and is refused as such).
-    result: Capped<RawSeries>,
+    result: SeriesList,
 }
 
 /// One series of a vector (`value`) or a matrix (`values`).
@@ -153,43 +209,33 @@ struct Data {
 struct RawSeries {
     metric: LabelMap,
     #[serde(default)]
-    value: Option<(f64, String)>,
+    value: Option<Point>,
     #[serde(default)]
-    values: Capped<(f64, String)>,
+    values: Points,
 }
 
-/// What a [`Capped`] list holds, and how many at most.
-trait Listed {
-    const MAX: usize;
-    const WHAT: &'static str;
-}
+/// A `[timestamp, "value"]` pair read as numbers: nothing when either is
+/// not [`usable`]; an error when the value is not a number.
+struct Point(Option<(f64, f64)>);
 
-impl Listed for RawSeries {
-    const MAX: usize = MAX_SERIES;
-    const WHAT: &'static str = "series";
-}
-
-impl Listed for (f64, String) {
-    const MAX: usize = MAX_POINTS;
-    const WHAT: &'static str = "points in a series";
-}
-
-/// A JSON list of at most `T::MAX` entries: reading stops at the next one.
-struct Capped<T>(Vec<T>);
-
-impl<T> Default for Capped<T> {
-    fn default() -> Self {
-        Capped(Vec::new())
+impl<'de> Deserialize<'de> for Point {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (t, v) = <(f64, String)>::deserialize(d)?;
+        let v = number(&v).map_err(serde::de::Error::custom)?;
+        Ok(Point(usable(t).zip(v)))
     }
 }
 
-impl<'de, T: Listed + Deserialize<'de>> Deserialize<'de> for Capped<T> {
+/// A list of at most [`MAX_SERIES`] series: reading stops at the next one.
+struct SeriesList(Vec<RawSeries>);
+
+impl<'de> Deserialize<'de> for SeriesList {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Listed + Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
-            type Value = Capped<T>;
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = SeriesList;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                write!(f, "a list of at most {} {}", T::MAX, T::WHAT)
+                write!(f, "a list of at most {MAX_SERIES} series")
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -197,24 +243,55 @@ impl<'de, T: Listed + Deserialize<'de>> Deserialize<'de> for Capped<T> {
             ) -> Result<Self::Value, A::Error> {
                 let mut v = Vec::new();
                 while let Some(x) = seq.next_element()? {
-                    if v.len() == T::MAX {
+                    if v.len() == MAX_SERIES {
                         return Err(serde::de::Error::custom(format!(
-                            "more than {} {}, the most the fleet view reads",
-                            T::MAX,
-                            T::WHAT
+                            "more than {MAX_SERIES} series, the most the fleet view reads"
                         )));
                     }
                     v.push(x);
                 }
-                Ok(Capped(v))
+                Ok(SeriesList(v))
             }
         }
-        d.deserialize_seq(Visit(std::marker::PhantomData))
+        d.deserialize_seq(Visit)
     }
 }
 
-/// A series' labels: at most [`MAX_LABELS`], made printable.
-struct LabelMap(BTreeMap<String, String>);
+/// A series' points: at most [`MAX_POINTS`], those [`usable`] kept.
+#[derive(Default)]
+struct Points(Vec<(f64, f64)>);
+
+impl<'de> Deserialize<'de> for Points {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Points;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a list of at most {MAX_POINTS} points")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let (mut kept, mut read) = (Vec::new(), 0);
+                while let Some(Point(p)) = seq.next_element()? {
+                    read += 1;
+                    if read > MAX_POINTS {
+                        return Err(serde::de::Error::custom(format!(
+                            "more than {MAX_POINTS} points in a series, the most the fleet view reads"
+                        )));
+                    }
+                    kept.extend(p);
+                }
+                Ok(Points(kept))
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
+/// A series' labels: at most [`MAX_LABELS`].
+struct LabelMap(Labels);
 
 impl<'de> Deserialize<'de> for LabelMap {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -228,19 +305,16 @@ impl<'de> Deserialize<'de> for LabelMap {
                 self,
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
-                let mut m = BTreeMap::new();
-                while let Some((k, v)) = map.next_entry::<String, String>()? {
-                    if m.len() == MAX_LABELS {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry::<String, String>()? {
+                    if pairs.len() == MAX_LABELS {
                         return Err(serde::de::Error::custom(format!(
                             "a series with more than {MAX_LABELS} labels"
                         )));
                     }
-                    m.insert(
-                        crate::ring::layout::printable(&k),
-                        crate::ring::layout::printable(&v),
-                    );
+                    pairs.push(pair);
                 }
-                Ok(LabelMap(m))
+                Ok(LabelMap(pairs.into_iter().collect()))
             }
         }
         d.deserialize_map(Visit)
@@ -295,10 +369,10 @@ pub fn vector(body: &[u8], from: &str) -> Result<Vec<Sample>, String> {
     }
     let mut out = Vec::with_capacity(data.result.0.len());
     for r in data.result.0 {
-        let (t, v) = r
+        let Point(point) = r
             .value
             .ok_or_else(|| format!("{from}: a series of its vector has no value"))?;
-        if let (Some(_), Some(value)) = (usable(t), number(&v)?) {
+        if let Some((_, value)) = point {
             out.push(Sample {
                 labels: r.metric.0,
                 value,
@@ -318,20 +392,12 @@ pub fn matrix(body: &[u8], from: &str) -> Result<Vec<Series>, String> {
             crate::ring::layout::printable(&data.result_type)
         ));
     }
-    let mut out = Vec::with_capacity(data.result.0.len());
-    for r in data.result.0 {
-        let mut points = Vec::with_capacity(r.values.0.len());
-        for (t, v) in &r.values.0 {
-            if let (Some(t), Some(v)) = (usable(*t), number(v)?) {
-                points.push((t, v));
-            }
-        }
-        out.push(Series {
+    Ok((data.result.0.into_iter())
+        .map(|r| Series {
             labels: r.metric.0,
-            points,
-        });
-    }
-    Ok(out)
+            points: r.values.0,
+        })
+        .collect())
 }
 
 impl Client {
@@ -488,7 +554,7 @@ mod tests {
             {"metric":{"b":"\u0007"},"values":[[1,"1"],[2,"+Inf"],[3,"1e308"],[4,"2"],[-1e300,"3"]]}]}}"#;
         let m = matrix(body, "P").unwrap();
         assert_eq!(m[0].points, [(1.0, 1.0), (4.0, 2.0)]);
-        assert_eq!(m[0].labels["b"], "\u{fffd}");
+        assert_eq!(m[0].labels.get("b"), Some("\u{fffd}"));
         assert!(vector(body, "P")
             .unwrap_err()
             .contains("a matrix where a vector"));
@@ -499,6 +565,24 @@ mod tests {
         assert_eq!(
             vector(refused, "P").unwrap_err(),
             "Prometheus refused a query: bad_data: parse error"
+        );
+    }
+
+    /// Labels in one string: by name, the last of a name given twice,
+    /// made printable (a NUL too, so it cannot split a pair).
+    #[test]
+    fn labels_are_one_printable_string() {
+        let l: Labels = [("b", "2"), ("a", "1\0x"), ("b", "3"), ("", "")]
+            .into_iter()
+            .collect();
+        let pairs: Vec<(&str, &str)> = l.iter().collect();
+        assert_eq!(pairs, [("", ""), ("a", "1\u{fffd}x"), ("b", "3")]);
+        assert_eq!((l.get("b"), l.get("c"), l.len()), (Some("3"), None, 3));
+        let none: Labels = Vec::<(String, String)>::new().into_iter().collect();
+        assert!(none.is_empty() && none.iter().next().is_none());
+        assert_eq!(
+            format!("{l:?}"),
+            "{\"\": \"\", \"a\": \"1\u{fffd}x\", \"b\": \"3\"}"
         );
     }
 

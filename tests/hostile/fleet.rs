@@ -2,7 +2,6 @@
 //! that are not finite or absurdly large (an exporter of the job, or the
 //! server itself, may write anything), and answers of very many series.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -238,10 +237,7 @@ fn item7_extreme_values_from_prometheus_and_sigterm_quits() {
 
 fn sample(labels: &[(&str, String)], value: f64) -> Sample {
     Sample {
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
+        labels: labels.iter().map(|(k, v)| (k, v)).collect(),
         value,
     }
 }
