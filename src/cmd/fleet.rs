@@ -2,8 +2,9 @@
 //! that a Prometheus scrapes from `vramscope serve` exporters, in the
 //! terminal. One loop on this thread (keys, answers, signals through one
 //! channel, a frame only when something changed); the queries run on a
-//! small runtime of their own thread; [`FleetView`] decides, the pane
-//! (`ui::fleet`) draws.
+//! small runtime of their own thread, and answers are read and the fleet
+//! built on its blocking threads, so that neither holds up the signals it
+//! forwards; [`FleetView`] decides, the pane (`ui::fleet`) draws.
 use std::io::{self, BufWriter};
 use std::sync::mpsc;
 use std::time::Duration;
