@@ -237,7 +237,10 @@ fn item7_extreme_values_from_prometheus_and_sigterm_quits() {
 
 fn sample(labels: &[(&str, String)], value: f64) -> Sample {
     Sample {
-        labels: labels.iter().map(|(k, v)| (k, v)).collect(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
         value,
     }
 }
