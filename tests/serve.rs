@@ -1,6 +1,7 @@
 //! `vramscope serve` on its own: what a scrape holds (values, labels,
 //! escaping, both formats), and what is not a scrape (404, 405), and that
-//! idle clients holding every connection do not keep scrapes out for long.
+//! idle or dribbling clients are closed, and that 1,000 idle connections
+//! of one client keep no scrape out (item 6).
 //! The series through a real Prometheus: `tests/fleet_prometheus.rs`.
 
 mod stand_in;
