@@ -3,7 +3,8 @@
 #
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #
-# TARGET: header, reader, recording, trace, control or snapshot (fuzz/fuzz_targets/).
+# TARGET: header, reader, recording, trace, control, snapshot or fleet_json
+# (fuzz/fuzz_targets/).
 # The build is a release build of the fuzz package only, instrumented the way
 # cargo-fuzz does it (SanitizerCoverage, `--cfg fuzzing`, debug assertions);
 # the binaries land in fuzz/target/x86_64-unknown-linux-gnu/release/TARGET.

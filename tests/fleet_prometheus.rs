@@ -448,3 +448,108 @@ fn top_modules_per_process_reach_prometheus() {
     );
     demo.stop();
 }
+
+/// The module label values of `pid`'s rows in a scrape of `addr`, and the
+/// scrape.
+fn module_rows(addr: &str, pid: u32) -> (Vec<String>, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
+    let me = format!("pid=\"{pid}\"");
+    let values = body
+        .lines()
+        .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{") && l.contains(&me))
+        .filter_map(|l| Some(l.split("module=\"").nth(1)?.split('"').next()?.to_string()))
+        .collect();
+    (values, body)
+}
+
+/// Item 11: a producer whose modules are named `(other)` and `(none)`,
+/// among its largest, beside the aggregate rows of those names (modules
+/// past the ten largest, allocations outside every module): every row is
+/// a series of its own in a scrape, `promtool check metrics` accepts it,
+/// and Prometheus keeps all of them (the producer's as `((other)` and
+/// `((none)`).
+#[test]
+fn item11_modules_named_like_the_aggregates_are_series_of_their_own() {
+    if !have("prometheus") || !have("promtool") {
+        eprintln!("SKIPPED: item11: `prometheus` and `promtool` are needed (Debian package prometheus; scripts/test installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shm");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The demo's leak scenario with two of its twelve layers (as large as
+    // the others, and first among equals by name) named like the
+    // aggregates; it has thirteen modules and allocations outside them.
+    let mut sc = vramscope::demo::scenario("leak", None).unwrap();
+    for (from, to) in [("model.layers.0", "(other)"), ("model.layers.1", "(none)")] {
+        let i = sc.modules.iter().position(|m| m == from).unwrap();
+        sc.modules[i] = to.to_string();
+    }
+    let demo = vramscope::demo::start(sc, &dir, 20.0, None).unwrap();
+    let ex = exporter(&dir, "node-m");
+    let me = std::process::id();
+    let wanted = ["(other)", "(none)", "((other)", "((none)"];
+    let start = Instant::now();
+    let (values, scrape) = loop {
+        let (v, body) = module_rows(&ex.addr, me);
+        if wanted.iter().all(|w| v.iter().any(|x| x == w))
+            || start.elapsed() > Duration::from_secs(40)
+        {
+            break (v, body);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let distinct: std::collections::BTreeSet<&String> = values.iter().collect();
+    assert_eq!(values.len(), 11, "{values:?}");
+    assert_eq!(distinct.len(), values.len(), "{values:?}");
+    for w in wanted {
+        assert!(values.iter().any(|x| x == w), "{w} missing: {values:?}");
+    }
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Through Prometheus: the four values, each its own series.
+    let (_prom, url) = prometheus(tmp.path(), &[&ex.addr]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = Client::new(Endpoint::parse(&url).unwrap(), Duration::from_secs(5));
+    let q = format!("vramscope_process_module_allocated_bytes{{pid=\"{me}\"}}");
+    let rows = until(&rt, &c, &q, Duration::from_secs(30), |s| {
+        wanted
+            .iter()
+            .all(|w| s.iter().filter(|x| x.label("module") == *w).count() == 1)
+    });
+    let modules: Vec<&str> = rows.iter().map(|s| s.label("module")).collect();
+    for w in wanted {
+        assert_eq!(
+            modules.iter().filter(|m| **m == w).count(),
+            1,
+            "{w} in Prometheus: {modules:?}"
+        );
+    }
+    demo.stop();
+}

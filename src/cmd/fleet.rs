@@ -2,8 +2,9 @@
 //! that a Prometheus scrapes from `vramscope serve` exporters, in the
 //! terminal. One loop on this thread (keys, answers, signals through one
 //! channel, a frame only when something changed); the queries run on a
-//! small runtime of their own thread; [`FleetView`] decides, the pane
-//! (`ui::fleet`) draws.
+//! small runtime of their own thread, and answers are read and the fleet
+//! built on its blocking threads, so that neither holds up the signals it
+//! forwards; [`FleetView`] decides, the pane (`ui::fleet`) draws.
 use std::io::{self, BufWriter};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -203,7 +204,8 @@ async fn fetch(
     }
 }
 
-/// One refresh: the three instant queries, at once.
+/// One refresh: the three instant queries, at once, then the fleet built
+/// on a blocking thread (the runtime's worker stays free for signals).
 async fn refresh(client: &Client, job: &str) -> Result<Fleet, String> {
     let [up, figures, rates] = queries(job);
     let (up, figures, rates) = tokio::join!(
@@ -211,7 +213,10 @@ async fn refresh(client: &Client, job: &str) -> Result<Fleet, String> {
         client.query(&figures),
         client.query(&rates)
     );
-    Ok(Fleet::build(&up?, &figures?, &rates?))
+    let (up, figures, rates) = (up?, figures?, rates?);
+    tokio::task::spawn_blocking(move || Fleet::build(&up, &figures, &rates))
+        .await
+        .map_err(|e| format!("building the fleet failed: {e}"))
 }
 
 async fn series(

@@ -8,8 +8,11 @@
 //! ```
 //!
 //! - [`prom`]: the client of Prometheus's HTTP API (instant and range
-//!   queries), every failure one line.
-//! - [`model`]: nodes, GPUs and processes from the answers (pure).
+//!   queries), every failure one line; the boundary: answers bounded in
+//!   size, series, labels and points, and every value past it finite and
+//!   within ±2^64.
+//! - [`model`]: nodes, GPUs and processes from the answers (pure, by key:
+//!   O(n log n) in the series).
 //! - [`view`]: what the person looks at (screen, sort, filter, selection)
 //!   and what each key does (pure).
 

@@ -1,8 +1,12 @@
 //! The fleet as Prometheus knows it: nodes (scrape targets), their GPUs and
 //! their instrumented processes, built from instant-query answers. Pure: no
 //! I/O, no clock.
+//!
+//! Building is O(n log n) in the answers' series: every node, GPU and
+//! process is found by its key in a map, never by a scan. Values are those
+//! [`prom`](super::prom) let through: finite and bounded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::prom::Sample;
 
@@ -143,26 +147,21 @@ impl Node {
     }
     /// Processes flagged as leaking (each counted once).
     pub fn leaks(&self) -> usize {
-        let mut pids: Vec<&str> = self
+        let pids: BTreeSet<&str> = self
             .procs
             .iter()
             .filter(|p| p.leak == Some(true))
             .map(|p| p.pid.as_str())
             .collect();
-        pids.dedup();
         pids.len()
     }
     /// OOMs of its processes (each process counted once).
     pub fn ooms(&self) -> f64 {
-        let mut seen: Vec<&str> = Vec::new();
-        let mut n = 0.0;
+        let mut by_pid: BTreeMap<&str, f64> = BTreeMap::new();
         for p in &self.procs {
-            if !seen.contains(&p.pid.as_str()) {
-                seen.push(&p.pid);
-                n += p.ooms.unwrap_or(0.0);
-            }
+            by_pid.entry(&p.pid).or_insert(p.ooms.unwrap_or(0.0));
         }
-        n
+        by_pid.values().sum()
     }
     /// Distinct processes.
     pub fn jobs(&self) -> usize {
@@ -191,36 +190,35 @@ impl Fleet {
             n.instance = inst;
             n.up = s.value == 1.0;
         }
-        // Per-process figures (no device label) first, to copy onto each
-        // of the process's devices.
-        type Key = (String, String);
-        let mut per_proc: BTreeMap<Key, Proc> = BTreeMap::new();
+        // GPUs by (instance, index); per-process figures (no device label),
+        // to copy onto each of the process's devices, by (instance, pid);
+        // device rows by (instance, pid, device).
+        let mut gpus: BTreeMap<(String, String), Gpu> = BTreeMap::new();
+        let mut per_proc: BTreeMap<(String, String), Proc> = BTreeMap::new();
         let mut per_dev: BTreeMap<(String, String, String), Proc> = BTreeMap::new();
         for s in figures {
-            let inst = s.label("instance").to_string();
-            let node = nodes.entry(inst.clone()).or_insert_with(|| Node {
-                instance: inst.clone(),
-                up: true,
-                ..Node::default()
-            });
+            let inst = s.label("instance");
+            let node = match nodes.get_mut(inst) {
+                Some(n) => n,
+                None => nodes.entry(inst.to_string()).or_insert_with(|| Node {
+                    instance: inst.to_string(),
+                    up: true,
+                    ..Node::default()
+                }),
+            };
             if node.host.is_empty() {
                 node.host = s.label("host").to_string();
             }
             let name = s.label("__name__");
             if let Some(field) = name.strip_prefix("vramscope_gpu_") {
-                let idx = s.label("gpu").to_string();
-                let g = match node.gpus.iter().position(|g| g.index == idx) {
-                    Some(i) => &mut node.gpus[i],
-                    None => {
-                        node.gpus.push(Gpu {
-                            index: idx,
-                            name: s.label("name").to_string(),
-                            uuid: s.label("uuid").to_string(),
-                            ..Gpu::default()
-                        });
-                        node.gpus.last_mut().expect("just pushed")
-                    }
-                };
+                let g = gpus
+                    .entry((inst.to_string(), s.label("gpu").to_string()))
+                    .or_insert_with(|| Gpu {
+                        index: s.label("gpu").to_string(),
+                        name: s.label("name").to_string(),
+                        uuid: s.label("uuid").to_string(),
+                        ..Gpu::default()
+                    });
                 match field {
                     "memory_total_bytes" => g.total = Some(s.value),
                     "memory_used_bytes" => g.used = Some(s.value),
@@ -232,9 +230,8 @@ impl Fleet {
             let Some(field) = name.strip_prefix("vramscope_process_") else {
                 continue;
             };
-            let pid = s.label("pid").to_string();
             let base = |s: &Sample| Proc {
-                instance: inst.clone(),
+                instance: inst.to_string(),
                 host: s.label("host").to_string(),
                 pid: s.label("pid").to_string(),
                 user: s.label("user").to_string(),
@@ -243,10 +240,11 @@ impl Fleet {
                 running: true,
                 ..Proc::default()
             };
+            let pid = s.label("pid").to_string();
             let device = s.label("device");
             if device.is_empty() {
                 let p = per_proc
-                    .entry((inst.clone(), pid))
+                    .entry((inst.to_string(), pid))
                     .or_insert_with(|| base(s));
                 match field {
                     "running" => p.running = s.value == 1.0,
@@ -259,7 +257,7 @@ impl Fleet {
                 }
             } else {
                 let p = per_dev
-                    .entry((inst.clone(), pid, device.to_string()))
+                    .entry((inst.to_string(), pid, device.to_string()))
                     .or_insert_with(|| {
                         let mut p = base(s);
                         p.device = device.to_string();
@@ -277,13 +275,20 @@ impl Fleet {
         for s in rates {
             let key = (s.label("instance").to_string(), s.label("pid").to_string());
             if let Some(p) = per_proc.get_mut(&key) {
-                p.steps_per_sec = Some(s.value).filter(|v| v.is_finite());
+                p.steps_per_sec = Some(s.value);
+            }
+        }
+        for ((inst, _), g) in gpus {
+            if let Some(n) = nodes.get_mut(&inst) {
+                n.gpus.push(g);
             }
         }
         // Each device row carries its process's figures; a process without
         // device rows (NVML only) is one row of its own.
+        let mut with_devices: BTreeSet<(String, String)> = BTreeSet::new();
         for ((inst, pid, _), mut d) in per_dev {
-            if let Some(p) = per_proc.get(&(inst.clone(), pid)) {
+            let key = (inst, pid);
+            if let Some(p) = per_proc.get(&key) {
                 d.running = p.running;
                 d.nvml_used = p.nvml_used;
                 d.leak = p.leak;
@@ -292,15 +297,16 @@ impl Fleet {
                 d.lost = p.lost;
                 d.steps_per_sec = p.steps_per_sec;
             }
-            if let Some(n) = nodes.get_mut(&inst) {
+            if let Some(n) = nodes.get_mut(&key.0) {
                 n.procs.push(d);
             }
+            with_devices.insert(key);
         }
-        for ((inst, pid), p) in per_proc {
-            let Some(n) = nodes.get_mut(&inst) else {
+        for (key, p) in per_proc {
+            if with_devices.contains(&key) {
                 continue;
-            };
-            if !n.procs.iter().any(|d| d.pid == pid) {
+            }
+            if let Some(n) = nodes.get_mut(&key.0) {
                 n.procs.push(p);
             }
         }

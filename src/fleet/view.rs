@@ -154,7 +154,7 @@ impl FleetView {
         let Some(f) = &self.fleet else {
             return Vec::new();
         };
-        let mut v: Vec<&Node> = f
+        let v: Vec<&Node> = f
             .nodes
             .iter()
             .filter(|n| {
@@ -172,12 +172,14 @@ impl FleetView {
                 SortKey::Ooms => n.ooms(),
             }
         };
-        v.sort_by(|a, b| {
+        // Each node's key once (it sums over the node's processes).
+        let mut keyed: Vec<(f64, &Node)> = v.into_iter().map(|n| (key(n), n)).collect();
+        keyed.sort_by(|(ka, a), (kb, b)| {
             let o = if self.sort == SortKey::Name {
                 natural(a.name(), b.name())
             } else {
                 // Largest first unless reversed.
-                key(b).total_cmp(&key(a))
+                kb.total_cmp(ka)
             };
             let o = o.then_with(|| natural(a.name(), b.name()));
             if self.descending {
@@ -186,7 +188,7 @@ impl FleetView {
                 o
             }
         });
-        v
+        keyed.into_iter().map(|(_, n)| n).collect()
     }
 
     /// Every process of every node (one row per device), filtered, sorted.

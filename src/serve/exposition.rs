@@ -19,6 +19,12 @@
 //! modules and one `(other)` row for the rest (`(none)`: outside every
 //! module), so a model with thousands of modules adds at most 11 series
 //! per process; and by `phase` (five values at most).
+//!
+//! Label values are unambiguous: those the exporter makes up, `(other)`
+//! and `(none)`, are never a producer's. A module path is the producer's
+//! text, so one that begins with `(` is written with one more `(` in front
+//! (`(other)` → `((other)`, `((x` → `(((x`): a value that begins with
+//! exactly one `(` is always one of the exporter's ([`module_label`]).
 
 use std::fmt::Write;
 
@@ -164,7 +170,7 @@ const P_LEAK_GROWTH: Def = gauge(
 );
 const P_MODULE: Def = gauge(
     "vramscope_process_module_allocated_bytes",
-    "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\".",
+    "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\"; a path that begins with ( has one more ( in front.",
 );
 const P_PHASE: Def = gauge(
     "vramscope_process_phase_allocated_bytes",
@@ -454,6 +460,25 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
     }
 }
 
+/// The `module` label of the modules past the [`TOP_MODULES`] largest.
+pub const OTHER_MODULES: &str = "(other)";
+/// The `module` label of allocations made outside every module.
+pub const NO_MODULE: &str = "(none)";
+
+/// The `module` label value of module path `path` (the producer's text):
+/// [`NO_MODULE`] for none (""), else the path, with one more `(` in front
+/// when it begins with `(`. So no path's value is [`OTHER_MODULES`] or
+/// [`NO_MODULE`], and two paths never share one.
+pub fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
+    if path.is_empty() {
+        NO_MODULE.into()
+    } else if path.starts_with('(') {
+        format!("({path}").into()
+    } else {
+        path.into()
+    }
+}
+
 /// Live bytes by module (the largest [`TOP_MODULES`], then `(other)`) and
 /// by phase, when the producer tags its allocations.
 fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution) {
@@ -462,16 +487,12 @@ fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution)
     }
     // `by_module` is sorted, most bytes first.
     for m in a.by_module.iter().take(TOP_MODULES) {
-        let name = if m.module.is_empty() {
-            "(none)"
-        } else {
-            &m.module
-        };
+        let name = module_label(&m.module);
         out.put(&P_MODULE, &l.with("module", name), Value::U(m.bytes));
     }
     if a.by_module.len() > TOP_MODULES {
         let rest = (a.by_module[TOP_MODULES..].iter()).fold(0u64, |s, m| s.saturating_add(m.bytes));
-        out.put(&P_MODULE, &l.with("module", "(other)"), Value::U(rest));
+        out.put(&P_MODULE, &l.with("module", OTHER_MODULES), Value::U(rest));
     }
     for p in &a.by_phase {
         out.put(
@@ -582,5 +603,79 @@ mod tests {
         let mut out = Out::default();
         attribution(&mut out, &Labels::default(), &a);
         assert_eq!(out.finish(Format::Prometheus), "");
+    }
+
+    /// Item 11: modules a producer names `(other)` and `(none)` (and any
+    /// path beginning with `(`) are series of their own, never the
+    /// aggregates': every module row of a process has its own value.
+    #[test]
+    fn item11_module_label_values_are_unambiguous() {
+        use crate::model::attrib::{Attribution, ContextView, ModuleBytes, PhaseKey};
+        let tricky = [
+            "",
+            "(none)",
+            "(other)",
+            "((other)",
+            "(((other)",
+            "(",
+            "((",
+            "a",
+            "(a",
+            "((a",
+            "(none",
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for path in tricky {
+            let v = module_label(path).into_owned();
+            assert!(seen.insert(v.clone()), "{path:?} shares {v:?}");
+            if !path.is_empty() {
+                assert!(v != NO_MODULE && v != OTHER_MODULES, "{path:?} is {v:?}");
+            }
+        }
+        assert_eq!(module_label("(other)"), "((other)");
+        assert_eq!(module_label("model.layers.0"), "model.layers.0");
+        // A process whose largest modules are named like the aggregates,
+        // with allocations outside every module and more than ten modules.
+        let mut names = vec!["(other)".to_string(), "(none)".to_string(), String::new()];
+        names.extend((0..12).map(|i| format!("m.{i}")));
+        let a = Attribution {
+            by_module: (names.iter().enumerate())
+                .map(|(i, m)| ModuleBytes {
+                    module: m.clone(),
+                    bytes: 1000 - i as u64,
+                    blocks: 1,
+                })
+                .collect(),
+            contexts: vec![ContextView {
+                id: 1,
+                module: "(other)".into(),
+                phase: PhaseKey::Forward,
+                step: None,
+                stack: vec![],
+            }],
+            ..Attribution::default()
+        };
+        let mut out = Out::default();
+        attribution(&mut out, &Labels::default().with("pid", 7), &a);
+        let text = out.finish(Format::Prometheus);
+        let values: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{"))
+            .map(|l| {
+                l.split("module=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+            })
+            .collect();
+        let distinct: std::collections::BTreeSet<&str> = values.iter().copied().collect();
+        assert_eq!((values.len(), distinct.len()), (11, 11), "{text}");
+        for v in ["((other)", "((none)", "(none)", "(other)"] {
+            assert!(distinct.contains(v), "{v} missing: {text}");
+        }
+        assert!(text.contains("module=\"(none)\"} 998"), "{text}");
+        assert!(text.contains("module=\"((none)\"} 999"), "{text}");
     }
 }

@@ -2,11 +2,26 @@
 //! any other path is 404, any other method on `/metrics` is 405. There is
 //! nothing else: no action endpoint, nothing that writes.
 //!
-//! Bounds, so that slow or many clients cannot exhaust it: at most
-//! [`Limits::connections`] connections at once (one more is closed at
-//! once), request headers within [`Limits::header_timeout`], and every
-//! connection closed after [`Limits::lifetime`] whatever it does (a client
-//! that never reads its answer included). HTTP/1.1 through hyper.
+//! Bounds, so that slow or many clients cannot exhaust it nor keep a
+//! scrape out:
+//!
+//! - at most [`Limits::connections`] connections at once. A newcomer that
+//!   finds every slot taken takes the slot of the connection that has
+//!   waited longest for a request (it never sent a complete one, or sits
+//!   idle between two), chosen among those of the peer address holding the
+//!   most connections; that one is closed. Only when every connection is
+//!   in the middle of a scrape is the newcomer closed at once. So a client
+//!   holding hundreds of idle connections (from any address, this
+//!   machine's included) delays no scrape: each scrape takes one of its
+//!   slots, and a scraper's request, sent as soon as it connects, is read
+//!   before the next connection is accepted.
+//! - request headers complete within [`Limits::header_timeout`] of the
+//!   connection's start or of its previous answer (a deadline for the whole
+//!   headers: a client sending one byte a second is closed by it too);
+//! - every connection closed after [`Limits::lifetime`] whatever it does
+//!   (a client that never reads its answer included).
+//!
+//! HTTP/1.1 through hyper.
 //!
 //! A scrape never waits on the collector beyond the hub's short lock: the
 //! picture is copied (at most once per [`Limits::max_age`], shared by the
@@ -15,6 +30,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +40,7 @@ use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 use super::exposition::{render, Format};
 use crate::collect::{Hub, Snapshot};
@@ -33,7 +49,8 @@ use crate::model::ViewOptions;
 /// The exporter's bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once.
+    /// Connections open at once (see the module's doc for a newcomer past
+    /// it).
     pub connections: usize,
     /// Time a client has to send its request headers.
     pub header_timeout: Duration,
@@ -144,6 +161,87 @@ async fn answer(metrics: Arc<Metrics>, req: Request<Incoming>) -> Response<Full<
     r
 }
 
+/// One open connection, as [`Slots`] sees it.
+struct Conn {
+    id: u64,
+    peer: IpAddr,
+    /// Answering a request (not to be closed for a newcomer).
+    busy: bool,
+    /// Since when it has waited for a request: its start, or its last
+    /// answer.
+    waiting_since: Instant,
+    /// Dropping it closes the connection.
+    _close: oneshot::Sender<()>,
+}
+
+/// The open connections, at most `max`.
+struct Slots {
+    max: usize,
+    next_id: u64,
+    open: Vec<Conn>,
+}
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            max: max.max(1),
+            next_id: 0,
+            open: Vec::new(),
+        }
+    }
+
+    /// A slot for a newcomer from `peer`: its id and what completes when it
+    /// must close; None when every connection is answering a request.
+    /// When every slot is taken, the connection that has waited longest for
+    /// a request, among those of the peer holding the most, is closed.
+    fn admit(&mut self, peer: IpAddr) -> Option<(u64, oneshot::Receiver<()>)> {
+        if self.open.len() >= self.max {
+            let held = |ip: IpAddr| self.open.iter().filter(|c| c.peer == ip).count();
+            let victim = (self.open.iter().enumerate())
+                .filter(|(_, c)| !c.busy)
+                .max_by_key(|(_, c)| (held(c.peer), std::cmp::Reverse(c.waiting_since)))
+                .map(|(i, _)| i)?;
+            // Dropping its sender closes it.
+            self.open.swap_remove(victim);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.next_id += 1;
+        self.open.push(Conn {
+            id: self.next_id,
+            peer,
+            busy: false,
+            waiting_since: Instant::now(),
+            _close: tx,
+        });
+        Some((self.next_id, rx))
+    }
+
+    /// Connection `id` started (true) or finished (false) answering.
+    fn busy(&mut self, id: u64, busy: bool) {
+        if let Some(c) = self.open.iter_mut().find(|c| c.id == id) {
+            c.busy = busy;
+            c.waiting_since = Instant::now();
+        }
+    }
+
+    fn close(&mut self, id: u64) {
+        self.open.retain(|c| c.id != id);
+    }
+}
+
+fn lock(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Gives connection `id`'s slot back when dropped.
+struct Held(Arc<Mutex<Slots>>, u64);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        lock(&self.0).close(self.1);
+    }
+}
+
 /// Serves scrapes on `listener` until `stop` completes.
 pub async fn serve(
     listener: TcpListener,
@@ -151,13 +249,13 @@ pub async fn serve(
     limits: Limits,
     stop: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let slots = Arc::new(Mutex::new(Slots::new(limits.connections)));
     tokio::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut stop => return,
             accepted = listener.accept() => match accepted {
-                Ok((s, _)) => s,
+                Ok((s, a)) => (s, a.ip()),
                 // Out of file descriptors, say: wait a little rather than spin.
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -165,25 +263,88 @@ pub async fn serve(
                 }
             },
         };
-        // Past the bound, the newcomer is closed at once.
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        // Every connection answering: the newcomer is closed at once.
+        let Some((id, closed)) = lock(&slots).admit(peer) else {
             drop(stream);
             continue;
         };
+        let held = Held(slots.clone(), id);
         let _ = stream.set_nodelay(true);
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let m = metrics.clone();
-                async move { Ok::<_, Infallible>(answer(m, req).await) }
+                let slots = held.0.clone();
+                async move {
+                    lock(&slots).busy(id, true);
+                    let r = answer(m, req).await;
+                    lock(&slots).busy(id, false);
+                    Ok::<_, Infallible>(r)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .max_buf_size(16 * 1024)
                 .serve_connection(TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(limits.lifetime, conn).await;
-            drop(slot);
+            tokio::select! {
+                _ = conn => {}
+                _ = closed => {}
+                _ = tokio::time::sleep(limits.lifetime) => {}
+            }
         });
+        // The newcomer's request, already sent, is read before the next
+        // accept (else a burst of connections could take its slot first).
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the bound, a newcomer closes the connection that has waited
+    /// longest, from the peer holding the most; never one answering.
+    #[test]
+    fn a_newcomer_takes_the_slot_of_the_longest_idle_one() {
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let mut s = Slots::new(4);
+        let (b1, mut b1_closed) = s.admit(b).unwrap();
+        let (a1, mut a1_closed) = s.admit(a).unwrap();
+        let (_, mut a2_closed) = s.admit(a).unwrap();
+        let (a3, _) = s.admit(a).unwrap();
+        s.busy(a1, true);
+        // a holds 3 of 4: its longest waiting one that is not answering (a2)
+        // goes, though b's has waited longer.
+        let (_, _) = s.admit(b).unwrap();
+        assert!(a2_closed
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Closed));
+        assert_eq!(
+            b1_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        assert_eq!(
+            a1_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        // a and b hold 2 each now: the longest waiting of all, b1.
+        s.admit(a).unwrap();
+        assert_eq!(
+            b1_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(s.open.len(), 4);
+        // Every one answering: the newcomer is refused.
+        let ids: Vec<u64> = s.open.iter().map(|c| c.id).collect();
+        for id in ids {
+            s.busy(id, true);
+        }
+        assert!(s.admit(b).is_none());
+        // A connection that ends gives its slot back.
+        s.close(a3);
+        s.close(b1);
+        assert_eq!(s.open.len(), 3);
+        assert!(s.admit(b).is_some());
     }
 }

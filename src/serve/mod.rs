@@ -7,8 +7,10 @@
 //!
 //! - [`exposition`]: a [`Snapshot`](crate::collect::Snapshot) as the text
 //!   format or OpenMetrics (pure).
-//! - [`http`]: the read-only HTTP server (bounded connections, timeouts,
-//!   404/405 for anything that is not a scrape).
+//! - [`http`]: the read-only HTTP server (bounded connections, a newcomer
+//!   taking the slot of the longest idle one so that idle clients cannot
+//!   keep a scrape out, timeouts, 404/405 for anything that is not a
+//!   scrape).
 
 pub mod exposition;
 pub mod http;

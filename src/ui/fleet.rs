@@ -385,7 +385,9 @@ fn node(frame: &mut Frame, area: Rect, v: &FleetView, instance: &str, t: &Theme)
             t.dim(),
         ));
     }
-    for g in &n.gpus {
+    // As many as the pane shows (a node may report thousands).
+    let room = (inner.height as usize).saturating_sub(lines.len());
+    for g in n.gpus.iter().take(room) {
         lines.push(Line::raw(format!(
             "GPU {:>2} {:<24} {:>6} / {:<6} util {}",
             g.index,
@@ -448,14 +450,7 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
         }
         Some(Ok(s)) => s,
     };
-    let all = s.allocated.iter().chain(&s.reserved);
-    let (mut x0, mut x1, mut top) = (f64::MAX, f64::MIN, 0.0f64);
-    for &(x, y) in all {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        top = top.max(y);
-    }
-    if x0 > x1 {
+    let Some(p) = plot(s) else {
         frame.render_widget(
             Paragraph::new(Line::styled(
                 "Prometheus holds no samples of it yet",
@@ -464,9 +459,7 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
             inner,
         );
         return;
-    }
-    let top = if top > 0.0 { top * 1.1 } else { 1.0 };
-    let span = (x1 - x0).max(1.0);
+    };
     // Braille is not ASCII (dots become ASCII in `asciify`).
     let marker = if ascii(t) {
         Marker::Dot
@@ -479,27 +472,85 @@ fn series(frame: &mut Frame, area: Rect, v: &FleetView, t: &Theme) {
             .marker(marker)
             .graph_type(GraphType::Line)
             .style(t.reserved())
-            .data(&s.reserved),
+            .data(&p.reserved),
         Dataset::default()
             .name("allocated")
             .marker(marker)
             .graph_type(GraphType::Line)
             .style(t.allocated())
-            .data(&s.allocated),
+            .data(&p.allocated),
     ];
-    let ago = format!("-{}", format::span((span * 1e9) as u64));
+    let ago = format!("-{}", format::span((p.span_s * 1e9) as u64));
     let chart = Chart::new(data.to_vec())
         .x_axis(
             Axis::default()
-                .bounds([x0, x0 + span])
+                .bounds([0.0, 1.0])
                 .labels([Line::raw(ago), Line::raw("now")]),
         )
         .y_axis(
             Axis::default()
-                .bounds([0.0, top])
-                .labels([Line::raw("0"), Line::raw(format::bytes_short(top as u64))]),
+                .bounds([0.0, 1.0])
+                .labels([Line::raw("0"), Line::raw(format::bytes_short(p.top as u64))]),
         );
     frame.render_widget(chart, inner);
+}
+
+/// Steps of the chart's grid on each axis (finer than any terminal's).
+const GRID: f64 = 4096.0;
+
+/// A process's series as the chart draws them.
+#[derive(Debug, Clone, PartialEq)]
+struct Plot {
+    /// Seconds from the first point to the last (at least 1).
+    span_s: f64,
+    /// Bytes at the top of the chart.
+    top: f64,
+    /// Points scaled into 0..=1 on both axes, in steps of 1/[`GRID`].
+    reserved: Vec<(f64, f64)>,
+    allocated: Vec<(f64, f64)>,
+}
+
+/// The series scaled for the chart, None without a finite point. Every
+/// point lies within the chart's bounds (0..=1), on a grid of [`GRID`]
+/// steps: the chart widget's own arithmetic then stays small whatever the
+/// values were (a point far outside its bounds, or one whose scaling
+/// overflows, makes it draw a line of 2^64 cells: for ever). Points that
+/// are not finite are left out (`prom` already dropped them; this holds
+/// for any input).
+fn plot(s: &ProcSeries) -> Option<Plot> {
+    let finite = |&&(x, y): &&(f64, f64)| x.is_finite() && y.is_finite();
+    let (mut x0, mut x1, mut top) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for &(x, y) in s.allocated.iter().chain(&s.reserved).filter(finite) {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        top = top.max(y);
+    }
+    if x0 > x1 {
+        return None;
+    }
+    // Halves, so that neither the span nor the headroom overflows.
+    let half_span = (x1 / 2.0 - x0 / 2.0).max(0.5);
+    let half_top = if top > 0.0 { top / 2.0 * 1.1 } else { 0.5 };
+    let unit = |v: f64| {
+        let u = if v.is_nan() { 0.0 } else { v.clamp(0.0, 1.0) };
+        (u * GRID).round() / GRID
+    };
+    let scale = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        pts.iter()
+            .filter(finite)
+            .map(|&(x, y)| {
+                let u = (x / 2.0 - x0 / 2.0) / half_span;
+                let w = (y / 2.0) / half_top;
+                (unit(u), unit(w))
+            })
+            .collect()
+    };
+    Some(Plot {
+        span_s: (half_span * 2.0).min(f64::MAX),
+        top: (half_top * 2.0).min(f64::MAX),
+        reserved: scale(&s.reserved),
+        allocated: scale(&s.allocated),
+    })
 }
 
 #[cfg(test)]
@@ -617,5 +668,65 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("node-a"), "{s}");
+    }
+
+    /// Item 7: whatever the series hold (the extremes of f64, NaN, a single
+    /// point, only negatives), every point handed to the chart lies within
+    /// its bounds on the grid, the axis labels are finite, and a frame is
+    /// drawn (the widget drew a line of 2^64 cells for `1e308` then `NaN`).
+    #[test]
+    fn item7_the_chart_scales_extreme_ranges_into_its_bounds() {
+        let (nan, inf, max) = (f64::NAN, f64::INFINITY, f64::MAX);
+        let cases: [&[(f64, f64)]; 9] = [
+            &[(0.0, 1e308), (60.0, nan)],
+            &[(0.0, 1e308), (60.0, -1e308), (120.0, 1.0)],
+            &[(-1e308, 1.0), (1e308, 1e308)],
+            &[(-max, max), (max, -max), (0.0, max)],
+            &[(0.0, 1e18), (1e-300, -1e18), (2e-300, 5e-324)],
+            &[(0.0, inf), (inf, 1.0), (-inf, -inf), (1.0, 2.0)],
+            &[(7.0, 5.0)],
+            &[(0.0, -5.0), (1.0, -1.0)],
+            &[(nan, 1.0), (1.0, nan), (inf, inf)],
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let s = ProcSeries {
+                instance: "10.0.0.1:9420".into(),
+                pid: "4242".into(),
+                allocated: c.to_vec(),
+                reserved: c.iter().rev().copied().collect(),
+            };
+            let Some(p) = plot(&s) else {
+                assert_eq!(i, 8, "case {i}: only the last has no finite point");
+                continue;
+            };
+            assert!(p.span_s.is_finite() && p.span_s >= 1.0, "case {i}: {p:?}");
+            assert!(p.top.is_finite() && p.top > 0.0, "case {i}: {p:?}");
+            for &(x, y) in p.allocated.iter().chain(&p.reserved) {
+                for v in [x, y] {
+                    assert!((0.0..=1.0).contains(&v), "case {i}: {p:?}");
+                    assert_eq!(v * GRID, (v * GRID).round(), "case {i}: {p:?}");
+                }
+            }
+            let finite = c.iter().filter(|(x, y)| x.is_finite() && y.is_finite());
+            assert_eq!(p.allocated.len(), finite.count(), "case {i}");
+            // Drawn, on the node screen of a fleet with that process.
+            let mut v = FleetView::new("http://prom:9090".into());
+            v.refreshed(Ok(fleet()));
+            v.key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
+            v.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+            v.series_loaded(Ok(s), "10.0.0.1:9420", "4242");
+            let screen = text(&v, 100, 24);
+            assert!(screen.contains("now"), "case {i}:\n{screen}");
+        }
+        // The ordinary case: a minute, 1 to 3 GB, top a tenth above.
+        let s = ProcSeries {
+            allocated: vec![(100.0, 1e9), (160.0, 3e9)],
+            ..ProcSeries::default()
+        };
+        let p = plot(&s).unwrap();
+        assert_eq!(p.span_s, 60.0);
+        assert!((p.top - 3.3e9).abs() < 1.0, "{p:?}");
+        let g = |v: f64| (v * GRID).round() / GRID;
+        assert_eq!(p.allocated, [(0.0, g(1.0 / 3.3)), (1.0, g(3.0 / 3.3))]);
     }
 }

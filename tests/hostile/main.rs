@@ -4,13 +4,17 @@
 //! process, a sparse file, a flood of orphan allocations. A test that needs
 //! what this machine lacks prints `SKIPPED: …` and returns.
 //!
-//! One module per area; each test is named after the item it pins.
+//! One module per area; each test is named after the item it pins
+//! (`item_NN_…`: the adversarial review; `itemN_…` in `fleet`: the
+//! reliability issue, whose other items are pinned in `tests/serve.rs` and
+//! `tests/fleet_prometheus.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod agent;
 mod containers;
+mod fleet;
 mod memory;
 mod names;
 mod numbers;
