@@ -19,4 +19,3 @@ mod memory;
 mod names;
 mod numbers;
 mod reader;
-mod reliability;

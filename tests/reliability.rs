@@ -1,7 +1,9 @@
 //! Reliability (issue 25, items 2, 3, 10, 12, 13): a recording on a full
 //! disk, a recording begun mid-run, `--readonly`, text from outside on
 //! standard error, and the settings file. Each test reproduces the review's
-//! case through the real binary.
+//! case through the real binary. (A binary of its own: these tests run
+//! demos inside the test process, which would disturb the RSS checks of
+//! `tests/hostile/memory.rs`.)
 
 use std::io::Read;
 use std::path::Path;
@@ -11,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use vramscope::ring::{Producer, SegmentConfig, SegmentWriter, Status};
 
-use crate::common::answering;
+mod common;
+use common::answering;
 
 fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
