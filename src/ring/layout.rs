@@ -161,6 +161,13 @@ fn text_at(b: &[u8], off: usize, len: usize) -> String {
 /// so no terminal escape, line break or reordering survives. Applied where
 /// such text enters the program, so every output is safe.
 pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push_printable(&mut out, s);
+    out
+}
+
+/// [`printable`] text appended to `out` (no copy made on the way).
+pub fn push_printable(out: &mut String, s: &str) {
     let unsafe_char = |c: char| {
         c.is_control()
             || matches!(
@@ -171,11 +178,13 @@ pub fn printable(s: &str) -> String {
             || ('\u{2066}'..='\u{2069}').contains(&c)
     };
     if !s.chars().any(unsafe_char) {
-        return s.to_string();
+        out.push_str(s);
+        return;
     }
-    s.chars()
-        .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c })
-        .collect()
+    out.extend(
+        s.chars()
+            .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c }),
+    );
 }
 
 /// The number of bytes a reader must copy to parse a header with `ring_count`

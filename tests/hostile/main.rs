@@ -13,4 +13,5 @@ mod agent;
 mod memory;
 mod names;
 mod numbers;
+mod pickles;
 mod reader;
