@@ -34,7 +34,7 @@
 //! the opcode then consumes; and what a batch of values taken needs to
 //! know of the marks under it (whether anything older was changed) is kept
 //! on the topmost mark and handed down as marks are popped, never walked
-//! for ([`Mark::hit`]).
+//! for (`Mark::hit`).
 //!
 //! Errors ([`PickleError`]) carry the byte offset of the opcode at fault.
 //!
@@ -625,7 +625,7 @@ impl<R: Read> Parser<'_, R> {
     /// of elements, before it is added).
     fn held(&self) -> usize {
         use std::mem::size_of;
-        fn next<T>(v: &Vec<T>) -> usize {
+        fn doubled_soon<T>(v: &Vec<T>) -> usize {
             let free = v.capacity() - v.len();
             if free < 64 {
                 v.capacity() * size_of::<T>()
@@ -634,12 +634,12 @@ impl<R: Read> Parser<'_, R> {
             }
         }
         self.doc.memory_bytes()
-            + next(&self.doc.nodes)
-            + next(&self.doc.offsets)
+            + doubled_soon(&self.doc.nodes)
+            + doubled_soon(&self.doc.offsets)
             + self.stack.capacity() * size_of::<Slot>()
-            + next(&self.stack)
+            + doubled_soon(&self.stack)
             + self.memo.capacity() * size_of::<Id>()
-            + next(&self.memo)
+            + doubled_soon(&self.memo)
             + self.marks.capacity() * size_of::<Mark>()
             + BUF
     }

@@ -672,7 +672,7 @@ impl<'a> Reader<'a, '_> {
                     .unwrap_or_default()
                     .iter()
                     .take(8)
-                    .map(|(k, _)| d.as_str(*k).map_or("?".into(), printable))
+                    .map(|(k, _)| d.as_str(*k).map_or("?".into(), for_message))
                     .collect();
                 shape(
                     root,
@@ -1082,7 +1082,7 @@ impl<'a> Reader<'a, '_> {
                     return Err(shape(
                         b,
                         at,
-                        format!("unknown block state '{}'", printable(s)),
+                        format!("unknown block state '{}'", for_message(s)),
                     ))
                 }
                 None => return Err(shape(b, at, "no 'state'")),
@@ -1144,8 +1144,23 @@ fn taken_where(id: Id, at: String, what: &str) -> ShapeError {
     )
 }
 
-fn printable(s: &str) -> String {
-    crate::ring::layout::printable(s)
+/// A string of the file, for a message: printable, and its first 64 bytes
+/// only (then `…`).
+fn for_message(s: &str) -> String {
+    let mut out = crate::ring::layout::printable(head(s, 64));
+    if s.len() > 64 {
+        out.push('…');
+    }
+    out
+}
+
+/// The longest start of `s` of at most `n` bytes.
+pub(crate) fn head(s: &str, n: usize) -> &str {
+    let mut end = n.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The figures PyTorch reports for a snapshot, per device: what

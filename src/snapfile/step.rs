@@ -10,7 +10,7 @@ use crate::input::Input;
 use crate::ui::format::bytes;
 
 use super::inputs::{self, DeviceStateOf, Plan, KEY};
-use super::{Action, SnapshotFile};
+use super::{head, Action, SnapshotFile};
 
 /// Where the dashboard is in a file's trace, and what it shows of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -183,13 +183,4 @@ pub fn stack_line_iter(
             line
         })
         .chain((more > 0).then(|| format!("… {more} more frames")))
-}
-
-/// The longest start of `s` of at most `n` bytes.
-fn head(s: &str, n: usize) -> &str {
-    let mut end = n.min(s.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
