@@ -438,6 +438,43 @@ fn item4_oom_events_share_a_1000_frame_stack() {
     });
     let o = check("ooms.pickle", &bytes, &["--json"], Duration::from_secs(120));
     assert_eq!(o.code, Some(0), "{}", o.stderr);
+    // Every OOM names the stack; its lines are given once, cut at 128.
+    let out = printed("ooms.pickle", &bytes, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let ooms = v["trace"]["ooms"].as_array().expect("ooms");
+    assert_eq!(ooms.len(), 1500);
+    assert!(ooms.iter().all(|o| o["stack"] == ooms[0]["stack"]));
+    let stacks = v["trace"]["oom_stacks"].as_object().expect("oom_stacks");
+    assert_eq!(stacks.len(), 1);
+    let lines = stacks
+        .values()
+        .next()
+        .and_then(|l| l.as_array())
+        .expect("lines");
+    assert_eq!(lines.len(), 129);
+    assert!(lines[0]
+        .as_str()
+        .is_some_and(|l| l.len() <= 515 && l.ends_with('…')));
+    assert_eq!(lines[128], "… 872 more frames");
+}
+
+/// What `vramscope open FILE ARGS…` prints (it must succeed).
+fn printed(name: &str, bytes: &[u8], args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).expect("write");
+    let out = vramscope()
+        .arg("open")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
 }
 
 #[test]
@@ -456,6 +493,16 @@ fn item4_events_share_a_1000_frame_stack_under_frames() {
         Duration::from_secs(120),
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
+    // The stack once (cut at 128 frames), then named for each event.
+    let out = printed("frames.pickle", &bytes, &["--frames", "0x10000"]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("event ")).count(),
+        1500
+    );
+    assert_eq!(out.matches("(the same stack as event 0)").count(), 1499);
+    let frames = out.lines().filter(|l| l.starts_with("    xxx"));
+    assert_eq!(frames.count(), 128);
+    assert!(out.contains("    … 872 more frames\n"), "{out}");
 }
 
 #[test]
