@@ -3,8 +3,9 @@
 #
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #
-# TARGET: header, reader, recording, trace, control, snapshot or fleet_json
-# (fuzz/fuzz_targets/).
+# TARGET: header, reader, recording, trace, control, snapshot, snapshot_shared
+# or fleet_json (fuzz/fuzz_targets/). A target with a dictionary,
+# fuzz/TARGET.dict, is given it (-dict=).
 # The build is a release build of the fuzz package only, instrumented the way
 # cargo-fuzz does it (SanitizerCoverage, `--cfg fuzzing`, debug assertions);
 # the binaries land in fuzz/target/x86_64-unknown-linux-gnu/release/TARGET.
@@ -34,7 +35,10 @@ seeds=()
 case $target in
   recording) seeds+=("$root/tests/fixtures/recordings") ;;
   trace) seeds+=("$root/tests/fixtures/sim") ;;
-  snapshot) seeds+=("$root/tests/fixtures/snapshots/releases") ;;
+  snapshot|snapshot_shared) seeds+=("$root/tests/fixtures/snapshots/releases") ;;
 esac
+options=()
+[ -f "$root/fuzz/$target.dict" ] && options+=(-dict="$root/fuzz/$target.dict")
 exec "$bin" "$corpus" "${seeds[@]}" -artifact_prefix="$artifacts/" \
-  -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$@"
+  -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  ${options[@]+"${options[@]}"} "$@"

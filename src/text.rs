@@ -16,12 +16,18 @@ use std::io::Write;
 /// bidirectional overrides become U+FFFD, so no terminal escape, line break
 /// or reordering survives.
 pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push_printable(&mut out, s);
+    out
+}
+
+/// [`printable`] text appended to `out` (no copy made on the way).
+pub fn push_printable(out: &mut String, s: &str) {
     if !s.chars().any(unsafe_char) {
-        return s.to_string();
+        out.push_str(s);
+        return;
     }
-    s.chars()
-        .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c })
-        .collect()
+    out.extend(s.chars().map(|c| if unsafe_char(c) { '\u{fffd}' } else { c }));
 }
 
 fn unsafe_char(c: char) -> bool {

@@ -5,6 +5,8 @@
 //! with its stack); with `--at N`, the state after the trace's first N
 //! events, rebuilt by the model; with `--frames ADDR`, the stacks that
 //! allocated and freed the block at ADDR.
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +16,7 @@ use serde::Serialize;
 use vramscope::collect::Hub;
 use vramscope::model::{ProcessKey, ViewOptions};
 use vramscope::ring::{Command, Outcome};
-use vramscope::snapfile::inputs::{self, Plan};
+use vramscope::snapfile::inputs::{self, Plan, Timed};
 use vramscope::snapfile::step::{self, Stepper, TraceStatus};
 use vramscope::snapfile::{self, Action, SnapshotFile, Totals};
 
@@ -59,22 +61,37 @@ pub fn run(args: Args) -> Result<()> {
         upto: args.at.map(|n| n.get() as usize),
     };
     if let Some(addr) = args.frames {
-        return out::print(&frames_text(&file, addr));
+        let mut o = out::stream();
+        write_frames(&mut o, &file, addr)
+            .and_then(|()| o.flush())
+            .map_err(out::wrap)?;
+        return Ok(());
     }
     if args.json {
         let hub = Hub::default();
         let mut last = 0;
-        for (t, input) in inputs::inputs(&file, &name, plan) {
+        let start = inputs::starting_state(&file);
+        inputs::feed(&file, &name, plan, &start, &mut |t, input| {
             last = t;
             hub.apply(input);
-        }
+        });
+        drop(start);
         let view = ViewOptions {
             block_map: true,
             recent_events: 0,
             timeline: None,
         };
-        let report = Report::new(&file, &name, plan, hub.snapshot_at(last, &view), args.trace);
-        return out::line(&serde_json::to_string_pretty(&report)?);
+        let timeline = inputs::timeline(&file);
+        let state = hub.snapshot_at(last, &view);
+        let report = Report::new(&file, &name, plan, &timeline, state, args.trace);
+        // Written as it is made: a trace of millions of events is never
+        // one string in memory.
+        let mut o = out::stream();
+        return serde_json::to_writer_pretty(&mut o, &report)
+            .map_err(std::io::Error::from)
+            .and_then(|()| o.write_all(b"\n"))
+            .and_then(|()| o.flush())
+            .map_err(out::wrap);
     }
     // The dashboard, at event N (--at) or the file's state; the trace is
     // stepped through with keys, each step rebuilding the state.
@@ -129,19 +146,21 @@ impl vramscope::ui::Driver for FileDriver {
     }
 }
 
-/// What `open --json` prints.
+/// What `open --json` prints. The parts that grow with the trace (the
+/// events, the OOMs, their stacks) are written as they are serialized,
+/// never held whole.
 #[derive(Serialize)]
 struct Report<'a> {
     file: &'a str,
     format: &'a str,
     /// The figures PyTorch reports for the file's state, per device.
     devices: Vec<Totals>,
-    allocator_settings: serde_json::Map<String, serde_json::Value>,
-    trace: TraceSummary,
+    allocator_settings: Settings<'a>,
+    trace: TraceSummary<'a>,
     /// The model's state: the file's own, or after `--at N` events.
     state: vramscope::collect::Snapshot,
     #[serde(skip_serializing_if = "Option::is_none")]
-    events: Option<Vec<EventOut<'a>>>,
+    events: Option<Events<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stacks: Option<&'a snapfile::Stacks>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,7 +168,7 @@ struct Report<'a> {
 }
 
 #[derive(Serialize)]
-struct TraceSummary {
+struct TraceSummary<'a> {
     /// Trace entries per device.
     entries: Vec<usize>,
     /// Events the state was rebuilt to (`--at`), if not the whole trace.
@@ -158,10 +177,22 @@ struct TraceSummary {
     unknown_actions: u64,
     annotations: usize,
     /// The OOMs the trace records, the last one last.
-    ooms: Vec<OomOut>,
+    ooms: Ooms<'a>,
+    /// The stacks the OOMs name, by id, each once: `file:line name` lines,
+    /// innermost first (at most 128, each at most 512 bytes).
+    oom_stacks: OomStacks<'a>,
     /// The trace ends in an OOM, `snapshot` entries after it aside (the
     /// file is an OOM observer's dump).
     ends_in_oom: bool,
+}
+
+/// `allocator_settings`, as a JSON object of strings, in the file's order.
+struct Settings<'a>(&'a [(String, String)]);
+
+impl Serialize for Settings<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
 }
 
 #[derive(Serialize)]
@@ -171,7 +202,58 @@ struct OomOut {
     requested: u64,
     device_free: u64,
     time_us: Option<i64>,
-    stack: Vec<String>,
+    /// Its stack in `oom_stacks`.
+    stack: Option<u32>,
+}
+
+/// The OOMs of a timeline.
+struct Ooms<'a>(&'a [Timed<'a>]);
+
+impl Serialize for Ooms<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let ooms = self.0.iter().enumerate();
+        ser.collect_seq(
+            ooms.filter(|(_, t)| t.entry.action == Action::Oom)
+                .map(|(i, t)| OomOut {
+                    device: t.device,
+                    index: i,
+                    requested: t.entry.size,
+                    device_free: t.entry.addr,
+                    time_us: t.entry.time_us,
+                    stack: t.entry.stack,
+                }),
+        )
+    }
+}
+
+/// The lines of each stack an OOM names, by id.
+struct OomStacks<'a> {
+    file: &'a SnapshotFile,
+    ids: BTreeSet<u32>,
+}
+
+impl Serialize for OomStacks<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_map(self.ids.iter().map(|&id| {
+            let lines = StackLines {
+                file: self.file,
+                stack: Some(id),
+            };
+            (id.to_string(), lines)
+        }))
+    }
+}
+
+/// A stack's lines, made as they are written.
+struct StackLines<'a> {
+    file: &'a SnapshotFile,
+    stack: Option<u32>,
+}
+
+impl Serialize for StackLines<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(step::stack_line_iter(self.file, self.stack))
+    }
 }
 
 #[derive(Serialize)]
@@ -182,28 +264,35 @@ struct EventOut<'a> {
     entry: &'a snapfile::TraceEntry,
 }
 
+/// Every event of a timeline (`--trace`).
+struct Events<'a>(&'a [Timed<'a>]);
+
+impl Serialize for Events<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(self.0.iter().map(|t| EventOut {
+            device: t.device,
+            time_ns: t.time_ns,
+            entry: t.entry,
+        }))
+    }
+}
+
 impl<'a> Report<'a> {
     fn new(
         file: &'a SnapshotFile,
         name: &'a str,
         plan: Plan,
+        timeline: &'a [Timed<'a>],
         state: vramscope::collect::Snapshot,
         trace: bool,
     ) -> Self {
-        let timeline = inputs::timeline(file);
-        let ooms = timeline
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.entry.action == Action::Oom)
-            .map(|(i, t)| OomOut {
-                device: t.device,
-                index: i,
-                requested: t.entry.size,
-                device_free: t.entry.addr,
-                time_us: t.entry.time_us,
-                stack: step::stack_lines(file, t.entry.stack),
-            })
-            .collect();
+        let oom_stacks = OomStacks {
+            file,
+            ids: (timeline.iter())
+                .filter(|t| t.entry.action == Action::Oom)
+                .filter_map(|t| t.entry.stack)
+                .collect(),
+        };
         // `snapshot` entries (each `memory_snapshot()` call, the dump's own
         // included, records one) come after the OOM in an observer's dump.
         let ends_in_oom = file.traces.iter().any(|t| {
@@ -216,30 +305,18 @@ impl<'a> Report<'a> {
             file: name,
             format: &file.format,
             devices: file.totals(),
-            allocator_settings: file
-                .allocator_settings
-                .iter()
-                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-                .collect(),
+            allocator_settings: Settings(&file.allocator_settings),
             trace: TraceSummary {
                 entries: file.traces.iter().map(Vec::len).collect(),
                 at: plan.upto,
                 unknown_actions: file.unknown_actions,
                 annotations: file.annotations,
-                ooms,
+                ooms: Ooms(timeline),
+                oom_stacks,
                 ends_in_oom,
             },
             state,
-            events: trace.then(|| {
-                timeline
-                    .iter()
-                    .map(|t| EventOut {
-                        device: t.device,
-                        time_ns: t.time_ns,
-                        entry: t.entry,
-                    })
-                    .collect()
-            }),
+            events: trace.then_some(Events(timeline)),
             stacks: trace.then_some(&file.stacks),
             frames: trace.then_some(&file.frames[..]),
         }
@@ -247,10 +324,12 @@ impl<'a> Report<'a> {
 }
 
 /// `--frames ADDR`: the block's stack in the state, then every trace event
-/// at that address with its stack.
-fn frames_text(file: &SnapshotFile, addr: u64) -> String {
+/// at that address with its stack; a stack shown already is named, not
+/// shown again.
+fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io::Result<()> {
     use vramscope::ui::format::bytes;
-    let mut out = String::new();
+    // Where each stack shown was first shown.
+    let mut shown: HashMap<u32, String> = HashMap::new();
     let block = file.segments.iter().find_map(|s| {
         s.blocks
             .iter()
@@ -259,41 +338,52 @@ fn frames_text(file: &SnapshotFile, addr: u64) -> String {
     });
     match block {
         Some((s, b)) => {
-            out.push_str(&format!(
-                "block 0x{:x} ({}, {:?}) in segment 0x{:x} of device {}\n",
+            writeln!(
+                out,
+                "block 0x{:x} ({}, {:?}) in segment 0x{:x} of device {}",
                 b.address,
                 bytes(b.size),
                 b.state,
                 s.address,
                 s.device
-            ));
-            push_stack(&mut out, file, b.stack.or(s.stack));
+            )?;
+            write_stack(out, file, b.stack.or(s.stack), "the block", &mut shown)?;
         }
-        None => out.push_str(&format!("no block at 0x{addr:x} in the file's state\n")),
+        None => writeln!(out, "no block at 0x{addr:x} in the file's state")?,
     }
     let at = block.map_or(addr, |(_, b)| b.address);
     for (i, t) in inputs::timeline(file).iter().enumerate() {
         if t.entry.addr == at && t.entry.action != Action::Oom {
-            out.push_str(&format!(
-                "event {i}: {} of {} on device {}\n",
+            writeln!(
+                out,
+                "event {i}: {} of {} on device {}",
                 t.entry.action.name(),
                 bytes(t.entry.size),
                 t.device
-            ));
-            push_stack(&mut out, file, t.entry.stack);
+            )?;
+            write_stack(out, file, t.entry.stack, &format!("event {i}"), &mut shown)?;
         }
     }
-    out
+    Ok(())
 }
 
-fn push_stack(out: &mut String, file: &SnapshotFile, stack: Option<u32>) {
-    let lines = step::stack_lines(file, stack);
-    if lines.is_empty() {
-        out.push_str("    (no stack recorded)\n");
+/// A stack's lines, indented; or, when `shown` has it, where it was.
+fn write_stack(
+    out: &mut impl Write,
+    file: &SnapshotFile,
+    stack: Option<u32>,
+    here: &str,
+    shown: &mut HashMap<u32, String>,
+) -> std::io::Result<()> {
+    let Some(id) = stack.filter(|&s| file.stacks.get(s).is_some_and(|f| !f.is_empty())) else {
+        return writeln!(out, "    (no stack recorded)");
+    };
+    if let Some(first) = shown.get(&id) {
+        return writeln!(out, "    (the same stack as {first})");
     }
-    for l in lines {
-        out.push_str("    ");
-        out.push_str(&l);
-        out.push('\n');
+    for line in step::stack_line_iter(file, Some(id)) {
+        writeln!(out, "    {line}")?;
     }
+    shown.insert(id, here.to_string());
+    Ok(())
 }

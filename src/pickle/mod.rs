@@ -17,14 +17,24 @@
 //!
 //! Bounds, so that no file can make memory grow faster than its own size:
 //!
+//! - everything the parse holds (the arena, its stack, its memo, and what a
+//!   [`Take`] made of the values it took) stays within [`bound`] of the
+//!   input's length, 4 × it + 64 MiB: checked every 64 opcodes (no opcode
+//!   adds more than a few bytes) and before each opcode that adds many (a
+//!   string, the elements of an `APPENDS`), so a file past it is refused
+//!   before it is allocated;
 //! - a string or bytes object longer than what is left of the input is
 //!   refused before anything is allocated;
-//! - every node costs at least one byte of input (an opcode), every list
-//!   element at least one byte (a `BINGET` is two): the arena is a small
-//!   multiple of the input;
 //! - the memo only grows by one at a time (a `BINPUT` past its end is
 //!   refused), and nesting (marks and containers being filled) is bounded by
 //!   [`MAX_DEPTH`].
+//!
+//! Time is linear in the input: a memo reference is one push, whatever it
+//! names; finding the topmost mark walks only the values above it, which
+//! the opcode then consumes; and what a batch of values taken needs to
+//! know of the marks under it (whether anything older was changed) is kept
+//! on the topmost mark and handed down as marks are popped, never walked
+//! for (`Mark::hit`).
 //!
 //! Errors ([`PickleError`]) carry the byte offset of the opcode at fault.
 //!
@@ -61,7 +71,9 @@ pub const TAKEN: Id = 1 << 31;
 pub trait Take {
     /// Dict `item`, just appended to a list: a token (< 2^31) for it, to
     /// stand for it from now on, or `None` to leave it in the parse.
-    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32>;
+    /// `parse_bytes`: what the parse holds besides the taker (its share of
+    /// the [`bound`]).
+    fn take(&mut self, doc: &Doc, item: Id, parse_bytes: usize) -> Option<u32>;
     /// The token of a value inside a dict taken, which the taker converted
     /// and may meet again through the memo (a stack, a frame).
     fn token_of(&self, id: Id) -> Option<u32>;
@@ -70,6 +82,25 @@ pub trait Take {
     fn forget(&mut self, from: Id);
     /// Heap bytes held (counted in the parse's bound).
     fn memory_bytes(&self) -> usize;
+}
+
+/// The most memory reading an input of `len` bytes may take: 4 × `len` +
+/// 64 MiB (the parse, and whatever is made of its values).
+pub fn bound(len: u64) -> usize {
+    usize::try_from(len)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(4)
+        .saturating_add(64 << 20)
+}
+
+/// A size in words (`12.3 MiB`), for messages about the bound.
+pub fn size_text(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} bytes"),
+    }
 }
 
 /// How deeply marks may nest. Snapshot files nest six deep.
@@ -125,6 +156,8 @@ pub struct Doc {
     own_elems: Vec<Vec<Id>>,
     pairs: Vec<(Id, Id)>,
     own_pairs: Vec<Vec<(Id, Id)>>,
+    /// Heap bytes of `own_elems` and `own_pairs`, kept as they change.
+    own_bytes: usize,
     root: Id,
     /// The offset of each value's opcode, when asked for
     /// ([`parse_with_offsets`]: to say where a value that does not fit is).
@@ -159,23 +192,16 @@ impl Doc {
         self.offsets.get(id as usize).copied()
     }
 
-    /// Heap bytes held.
+    /// Heap bytes held (without a walk: asked after every few opcodes).
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
         self.nodes.capacity() * size_of::<Node>()
             + self.text.capacity()
             + self.elems.capacity() * 4
             + self.pairs.capacity() * 8
-            + self
-                .own_elems
-                .iter()
-                .map(|v| v.capacity() * 4 + 24)
-                .sum::<usize>()
-            + self
-                .own_pairs
-                .iter()
-                .map(|v| v.capacity() * 8 + 24)
-                .sum::<usize>()
+            + (self.own_elems.capacity() + self.own_pairs.capacity()) * 24
+            + self.own_bytes
+            + self.offsets.capacity() * 8
     }
 
     fn seq(&self, r: Run) -> &[Id] {
@@ -398,24 +424,38 @@ impl<R: Read> Source<R> {
         }
     }
 
-    /// `n` bytes, refused before any allocation when more than what is left.
-    fn bytes(&mut self, n: u64) -> Result<Vec<u8>, String> {
+    /// Refuses an object of `n` bytes when more than what is left.
+    fn check_left(&self, n: u64) -> Result<(), String> {
         if n > self.remaining() {
             return Err(format!(
                 "an object of {n} bytes, but only {} bytes are left (truncated or corrupt)",
                 self.remaining()
             ));
         }
-        let n = n as usize;
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
+        Ok(())
+    }
+
+    /// `n` bytes (no more than what is left: [`Source::check_left`])
+    /// appended to `out`.
+    fn read_into(&mut self, n: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        let end = out.len() + n;
+        out.reserve(n);
+        while out.len() < end {
             if self.pos == self.end && !self.fill(1)? {
                 return Err("the file ends inside a string (truncated)".into());
             }
-            let k = (n - out.len()).min(self.end - self.pos);
+            let k = (end - out.len()).min(self.end - self.pos);
             out.extend_from_slice(&self.buf[self.pos..self.pos + k]);
             self.pos += k;
         }
+        Ok(())
+    }
+
+    /// `n` bytes, refused before any allocation when more than what is left.
+    fn bytes(&mut self, n: u64) -> Result<Vec<u8>, String> {
+        self.check_left(n)?;
+        let mut out = Vec::new();
+        self.read_into(n as usize, &mut out)?;
         Ok(out)
     }
 }
@@ -438,9 +478,16 @@ struct Mark {
     pairs: usize,
     own_pairs: usize,
     memo: usize,
-    /// No container older than the mark changed since, no older memo
-    /// entry was overwritten.
-    clean: bool,
+    /// The lowest index (in `Parser::marks`) of the marks that something
+    /// done while this mark was on top made unclean (`usize::MAX`: none).
+    /// A mark is clean, no container older than it changed since it was
+    /// pushed and no older memo entry overwritten, when its `hit` (with
+    /// those of the marks popped from above it, handed down) is above its
+    /// own index. A change reaches every mark newer than what it changed:
+    /// the marks from some index up; so one number per mark says it, set
+    /// in O(1) (the index found by binary search: `nodes` and `memo` only
+    /// grow from mark to mark).
+    hit: usize,
 }
 
 struct Parser<'t, R> {
@@ -451,8 +498,10 @@ struct Parser<'t, R> {
     marks: Vec<Mark>,
     taker: Option<&'t mut dyn Take>,
     memo: Vec<Id>,
-    /// The most heap the values may take: a small multiple of the input.
+    /// The most heap the parse may take ([`bound`]).
     budget: usize,
+    /// Opcodes run.
+    ops: u64,
     keep_offsets: bool,
     /// The offset of the opcode being run.
     op_at: u64,
@@ -484,6 +533,17 @@ fn value_id(n: usize) -> Result<Id, String> {
     }
 }
 
+/// The bytes `v`'s buffer grows by to take `more` elements (it doubles).
+fn growth<T>(v: &Vec<T>, more: usize) -> usize {
+    let (len, cap) = (v.len(), v.capacity());
+    let new = if len + more <= cap {
+        cap
+    } else {
+        (2 * cap).max(len + more)
+    };
+    (new - cap) * std::mem::size_of::<T>()
+}
+
 /// A length that must fit the 32-bit runs of the pools.
 fn small(n: usize, what: &str) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("more than 2^32 {what}"))
@@ -505,10 +565,8 @@ impl<R: Read> Parser<'_, R> {
             marks: Vec::new(),
             taker: None,
             memo: Vec::new(),
-            budget: usize::try_from(len)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(4)
-                .saturating_add(64 << 20),
+            budget: bound(len),
+            ops: 0,
             keep_offsets: false,
             op_at: 0,
         }
@@ -534,7 +592,12 @@ impl<R: Read> Parser<'_, R> {
                 }
                 Err(why) => return Err(PickleError { offset: at, why }),
             };
-            match self.step(op) {
+            self.ops += 1;
+            let step = match self.ops % 64 {
+                0 => self.room(0).and_then(|()| self.step(op)),
+                _ => self.step(op),
+            };
+            match step {
                 Ok(true) => {}
                 Ok(false) => return self.finish(at),
                 Err(why) => return Err(PickleError { offset: at, why }),
@@ -556,17 +619,49 @@ impl<R: Read> Parser<'_, R> {
         Ok(self.doc)
     }
 
+    /// Heap bytes the parse holds besides the taker, counting the
+    /// vectors that grow by one an opcode as doubled when they are nearly
+    /// full (the bound is checked every 64 opcodes; a string or a batch
+    /// of elements, before it is added).
+    fn held(&self) -> usize {
+        use std::mem::size_of;
+        fn doubled_soon<T>(v: &Vec<T>) -> usize {
+            let free = v.capacity() - v.len();
+            if free < 64 {
+                v.capacity() * size_of::<T>()
+            } else {
+                0
+            }
+        }
+        self.doc.memory_bytes()
+            + doubled_soon(&self.doc.nodes)
+            + doubled_soon(&self.doc.offsets)
+            + self.stack.capacity() * size_of::<Slot>()
+            + doubled_soon(&self.stack)
+            + self.memo.capacity() * size_of::<Id>()
+            + doubled_soon(&self.memo)
+            + self.marks.capacity() * size_of::<Mark>()
+            + BUF
+    }
+
+    /// Whether `more` bytes still fit the bound, with what the parse and
+    /// the taker hold; refused otherwise.
+    fn room(&self, more: usize) -> Result<(), String> {
+        let taker = self.taker.as_ref().map_or(0, |t| t.memory_bytes());
+        let need = (self.held() + taker).saturating_add(more);
+        if need <= self.budget {
+            return Ok(());
+        }
+        Err(format!(
+            "its values would take more than {} of memory, over the bound of {} for a file of {} (4 × its size + 64 MiB; a bomb?)",
+            size_text(need as u64),
+            size_text(self.budget as u64),
+            size_text(self.src.len)
+        ))
+    }
+
     fn push_node(&mut self, n: Node) -> Result<(), String> {
         let id = value_id(self.doc.nodes.len())?;
-        if id % 4096 == 0
-            && self.doc.memory_bytes() + self.taker.as_ref().map_or(0, |t| t.memory_bytes())
-                > self.budget
-        {
-            return Err(format!(
-                "its values would take more than {} MiB of memory, four times the file's size (a bomb?)",
-                self.budget >> 20
-            ));
-        }
         self.doc.nodes.push(n);
         if self.keep_offsets {
             self.doc.offsets.push(self.op_at);
@@ -592,7 +687,8 @@ impl<R: Read> Parser<'_, R> {
         }
     }
 
-    /// Where the topmost mark is; the values above it are the caller's.
+    /// Where the topmost mark is; the values above it are the caller's
+    /// (every caller consumes them: the walk costs what they cost).
     fn mark_at(&self) -> Result<usize, String> {
         self.stack
             .iter()
@@ -610,20 +706,43 @@ impl<R: Read> Parser<'_, R> {
             Slot::Mark => None,
         }));
         self.stack.truncate(at);
-        self.marks.pop();
+        self.pop_mark();
         Ok(())
+    }
+
+    /// Pops the topmost mark (its MARK already off the stack), handing
+    /// what made marks unclean down to the mark under it.
+    fn pop_mark(&mut self) {
+        if let Some(m) = self.marks.pop() {
+            if let Some(under) = self.marks.last_mut() {
+                under.hit = under.hit.min(m.hit);
+            }
+        }
+    }
+
+    /// Marks from index `from` up are no longer clean; all but the topmost
+    /// when `skip_top` (the mark its opcode is about to pop).
+    fn unclean_from(&mut self, from: usize, skip_top: bool) {
+        let n = self.marks.len() - skip_top as usize;
+        if from < n {
+            let m = &mut self.marks[n - 1];
+            m.hit = m.hit.min(from);
+        }
+    }
+
+    /// Whether no container older than the topmost mark changed since it
+    /// was pushed, and no older memo entry was overwritten.
+    fn top_clean(&self) -> bool {
+        self.marks.last().is_some_and(|m| m.hit >= self.marks.len())
     }
 
     /// Container `target` (older than the mark on top when `skip_top`, its
     /// own) is being changed: the marks pushed after it was made are no
     /// longer clean.
     fn touch(&mut self, target: Id, skip_top: bool) {
-        for m in self.marks.iter_mut().rev().skip(skip_top as usize) {
-            if m.nodes <= target as usize {
-                break;
-            }
-            m.clean = false;
-        }
+        let n = self.marks.len() - skip_top as usize;
+        let from = self.marks[..n].partition_point(|m| m.nodes <= target as usize);
+        self.unclean_from(from, skip_top);
     }
 
     /// A new sequence run holding `items`.
@@ -640,6 +759,8 @@ impl<R: Read> Parser<'_, R> {
     /// Moves the stack's values above the topmost mark into a new list or
     /// tuple node.
     fn seq_from_mark(&mut self, tuple: bool) -> Result<(), String> {
+        let at = self.mark_at()?;
+        self.room((self.stack.len() - at) * 2 * std::mem::size_of::<Id>())?;
         let mut items = Vec::new();
         self.pop_mark_into(&mut items)?;
         let run = self.new_run(&items)?;
@@ -660,19 +781,20 @@ impl<R: Read> Parser<'_, R> {
     }
 
     fn text(&mut self, n: u64, utf8: bool) -> Result<(), String> {
-        let bytes = self.src.bytes(n)?;
+        self.src.check_left(n)?;
+        self.room(growth(&self.doc.text, n as usize))?;
+        let start = self.doc.text.len();
+        small(start + n as usize, "bytes of strings")?;
+        self.src.read_into(n as usize, &mut self.doc.text)?;
         if utf8 {
-            if let Err(e) = std::str::from_utf8(&bytes) {
+            if let Err(e) = std::str::from_utf8(&self.doc.text[start..]) {
                 return Err(format!(
                     "a string that is not UTF-8 (invalid byte at {} of it)",
                     e.valid_up_to()
                 ));
             }
         }
-        let start = small(self.doc.text.len(), "bytes of strings")?;
-        self.doc.text.extend_from_slice(&bytes);
-        small(self.doc.text.len(), "bytes of strings")?;
-        let len = bytes.len() as u32;
+        let (start, len) = (start as u32, n as u32);
         self.push_node(if utf8 {
             Node::Str { start, len }
         } else {
@@ -705,9 +827,8 @@ impl<R: Read> Parser<'_, R> {
             self.memo[index as usize] = id;
             // What the batches being read made may now be reached from an
             // older entry.
-            for m in &mut self.marks {
-                m.clean &= (index as usize) >= m.memo;
-            }
+            let from = self.marks.partition_point(|m| m.memo <= index as usize);
+            self.unclean_from(from, false);
         } else if index == len {
             self.memo.push(id);
         } else {
@@ -758,14 +879,24 @@ impl<R: Read> Parser<'_, R> {
         if self.taker.is_some() {
             self.take_items(first, list, marked);
         }
-        let items = self.stack[first..].iter().filter_map(|s| match s {
-            Slot::Value(id) => Some(*id),
-            Slot::Mark => None,
+        // Taking may have cut the pool back: where the run can grow is
+        // known now.
+        let end = self.doc.elems.len();
+        let in_place = |start: u32, len: u32| start as usize + len as usize == end || len == 0;
+        let n = self.stack.len() - first;
+        self.room(match run {
+            Run::Pool { start, len } if in_place(start, len) => growth(&self.doc.elems, n),
+            Run::Pool { len, .. } => 2 * (len as usize + n) * 4,
+            Run::Own(i) => growth(&self.doc.own_elems[i as usize], n),
+        })?;
+        // No MARK among them (checked above).
+        let items = self.stack[first..].iter().map(|s| match s {
+            Slot::Value(id) => *id,
+            Slot::Mark => 0,
         });
         let doc = &mut self.doc;
-        let end = doc.elems.len();
         match run {
-            Run::Pool { start, len } if start as usize + len as usize == end || len == 0 => {
+            Run::Pool { start, len } if in_place(start, len) => {
                 let start = if len == 0 { end } else { start as usize };
                 doc.elems.extend(items);
                 let len = small(doc.elems.len() - start, "list elements")?;
@@ -779,14 +910,20 @@ impl<R: Read> Parser<'_, R> {
                 let mut own = doc.elems[start as usize..(start + len) as usize].to_vec();
                 own.extend(items);
                 let i = small(doc.own_elems.len(), "lists")?;
+                doc.own_bytes += own.capacity() * 4;
                 doc.own_elems.push(own);
                 doc.nodes[list as usize] = Node::List(Run::Own(i));
             }
-            Run::Own(i) => doc.own_elems[i as usize].extend(items),
+            Run::Own(i) => {
+                let own = &mut doc.own_elems[i as usize];
+                let before = own.capacity();
+                own.extend(items);
+                doc.own_bytes += (own.capacity() - before) * 4;
+            }
         }
         self.stack.truncate(first - marked as usize);
         if marked {
-            self.marks.pop();
+            self.pop_mark();
         }
         Ok(())
     }
@@ -796,6 +933,8 @@ impl<R: Read> Parser<'_, R> {
     /// its tokens in their place; then, where nothing else can reach what
     /// they were built from, cuts the arena back to the mark.
     fn take_items(&mut self, first: usize, list: Id, marked: bool) {
+        let held = self.held();
+        let clean = self.top_clean();
         let Some(taker) = self.taker.as_deref_mut() else {
             return;
         };
@@ -818,7 +957,7 @@ impl<R: Read> Parser<'_, R> {
                     .ok()
                     .map(|i| taken[i].1),
                 _ if matches!(self.doc.nodes[id as usize], Node::Dict(_)) => {
-                    match taker.take(&self.doc, id) {
+                    match taker.take(&self.doc, id, held) {
                         Some(t) if t & TAKEN == 0 => {
                             taken.push((id, t | TAKEN));
                             Some(t | TAKEN)
@@ -835,7 +974,7 @@ impl<R: Read> Parser<'_, R> {
         let Some(mark) = mark.filter(|_| !taken.is_empty()) else {
             return;
         };
-        let mut cut = mark.clean
+        let mut cut = clean
             && (list as usize) < mark.nodes
             && !self.keep_offsets
             && self.stack[first..].iter().all(
@@ -879,6 +1018,15 @@ impl<R: Read> Parser<'_, R> {
                 (n, text)
             })
             .collect();
+        let own: usize = (d.own_elems[mark.own_elems..].iter())
+            .map(|v| v.capacity() * 4)
+            .chain(
+                d.own_pairs[mark.own_pairs..]
+                    .iter()
+                    .map(|v| v.capacity() * 8),
+            )
+            .sum();
+        d.own_bytes -= own;
         d.nodes.truncate(mark.nodes);
         d.text.truncate(mark.text);
         d.elems.truncate(mark.elems);
@@ -931,6 +1079,16 @@ impl<R: Read> Parser<'_, R> {
                 self.doc.type_name(dict)
             ));
         };
+        let n = (self.stack.len() - first) / 2;
+        let end = self.doc.pairs.len();
+        let in_place = |start: u32, len: u32| start as usize + len as usize == end || len == 0;
+        self.room(
+            match run {
+                Run::Pool { start, len } if in_place(start, len) => growth(&self.doc.pairs, n),
+                Run::Pool { len, .. } => 2 * (len as usize + n) * 8,
+                Run::Own(i) => growth(&self.doc.own_pairs[i as usize], n),
+            } + n * 8,
+        )?;
         self.touch(dict, marked);
         let mut values = Vec::with_capacity(self.stack.len() - first);
         for s in &self.stack[first..] {
@@ -941,9 +1099,8 @@ impl<R: Read> Parser<'_, R> {
         }
         let items = values.chunks_exact(2).map(|p| (p[0], p[1]));
         let doc = &mut self.doc;
-        let end = doc.pairs.len();
         match run {
-            Run::Pool { start, len } if start as usize + len as usize == end || len == 0 => {
+            Run::Pool { start, len } if in_place(start, len) => {
                 let start = if len == 0 { end } else { start as usize };
                 doc.pairs.extend(items);
                 let len = small(doc.pairs.len() - start, "dict entries")?;
@@ -957,14 +1114,20 @@ impl<R: Read> Parser<'_, R> {
                 let mut own = doc.pairs[start as usize..(start + len) as usize].to_vec();
                 own.extend(items);
                 let i = small(doc.own_pairs.len(), "dicts")?;
+                doc.own_bytes += own.capacity() * 8;
                 doc.own_pairs.push(own);
                 doc.nodes[dict as usize] = Node::Dict(Run::Own(i));
             }
-            Run::Own(i) => doc.own_pairs[i as usize].extend(items),
+            Run::Own(i) => {
+                let own = &mut doc.own_pairs[i as usize];
+                let before = own.capacity();
+                own.extend(items);
+                doc.own_bytes += (own.capacity() - before) * 8;
+            }
         }
         self.stack.truncate(first - marked as usize);
         if marked {
-            self.marks.pop();
+            self.pop_mark();
         }
         Ok(())
     }
@@ -998,7 +1161,7 @@ impl<R: Read> Parser<'_, R> {
                     pairs: d.pairs.len(),
                     own_pairs: d.own_pairs.len(),
                     memo: self.memo.len(),
-                    clean: true,
+                    hit: usize::MAX,
                 });
                 self.stack.push(Slot::Mark);
             }
@@ -1008,7 +1171,7 @@ impl<R: Read> Parser<'_, R> {
             b'1' => {
                 let at = self.mark_at()?;
                 self.stack.truncate(at);
-                self.marks.pop();
+                self.pop_mark();
             }
             b'}' => self.push_node(Node::Dict(Run::Pool { start: 0, len: 0 }))?,
             b']' => self.push_node(Node::List(Run::Pool { start: 0, len: 0 }))?,

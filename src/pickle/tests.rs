@@ -155,7 +155,7 @@ struct TakeK {
 }
 
 impl Take for TakeK {
-    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32> {
+    fn take(&mut self, doc: &Doc, item: Id, _: usize) -> Option<u32> {
         doc.as_int(doc.get(item, "k")?).map(|k| k as u32)
     }
     fn token_of(&self, _: Id) -> Option<u32> {
@@ -227,4 +227,37 @@ fn an_append_to_a_value_taken_is_refused() {
     let e = parse_taking(&p[..], p.len() as u64, &mut t).expect_err("refused");
     assert!(e.why.contains("APPEND to a value taken"), "{e}");
     assert_eq!(e.offset, 20);
+}
+
+#[test]
+fn a_change_made_under_an_inner_mark_keeps_the_batch_whole() {
+    // O = [], L = [], then in L's batch: D = {'k': 1}, and under a mark
+    // of its own (popped with POP_MARK) a new list M appended to O; the
+    // root is (O, L). The change to O is handed down to the batch's mark
+    // when the inner one is popped: nothing is cut, O keeps M.
+    let mut p = vec![0x80, 4, b']', 0x94, b']', 0x94, b'('];
+    p.extend([b'}', 0x94, 0x8c, 1, b'k', 0x94, b'K', 1, b's']);
+    p.extend([b'(', b'h', 0, b']', b'a', b'1', b'e', 0x86, b'.']);
+    let (d, t) = taking(&p);
+    assert!(t.forgotten.is_empty(), "nothing cut");
+    let root = d.as_seq(d.root()).unwrap();
+    let l = d.as_seq(root[1]).unwrap();
+    assert_eq!(d.value(l[0]), Value::Taken(1));
+    let o = d.as_seq(root[0]).unwrap();
+    assert_eq!(d.value(o[0]), Value::List(&[]));
+}
+
+#[test]
+fn an_older_memo_entry_overwritten_in_a_batch_keeps_it_whole() {
+    // L = [], X = None (memo 1), then in L's batch, under an outer mark
+    // that stays: D = {'k': 1}, stored over memo 1. Memo 1 must still
+    // name D whole after the batch.
+    let mut p = vec![0x80, 4, b'(', b']', 0x94, b'N', 0x94, b'0', b'('];
+    p.extend([b'}', 0x94, 0x8c, 1, b'k', 0x94, b'K', 1, b's', b'q', 1]);
+    p.extend([b'e', b'h', 1, b't', b'.']);
+    let (d, t) = taking(&p);
+    assert!(t.forgotten.is_empty(), "nothing cut");
+    let root = d.as_seq(d.root()).unwrap();
+    assert_eq!(d.value(d.as_seq(root[0]).unwrap()[0]), Value::Taken(1));
+    assert_eq!(d.as_int(d.get(root[1], "k").unwrap()), Some(1));
 }

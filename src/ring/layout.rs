@@ -154,7 +154,7 @@ fn text_at(b: &[u8], off: usize, len: usize) -> String {
     printable(&String::from_utf8_lossy(&raw[..end]))
 }
 
-pub use crate::text::printable;
+pub use crate::text::{printable, push_printable};
 
 /// The number of bytes a reader must copy to parse a header with `ring_count`
 /// rings (the header, the ring table and the control block).

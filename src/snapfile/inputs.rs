@@ -17,6 +17,13 @@
 //! that whatever the replay inferred, the figures at the end are the file's
 //! own. Stopping after `n` events ([`Plan::upto`]) gives the state at any
 //! event, rebuilt by the model.
+//!
+//! Cost: undoing an event finds the segments it touches through the map
+//! of segments by address (a range and the nearest below), never by
+//! walking them all, so the starting state costs O(n log n) in the trace;
+//! the dashboard's stepper finds it once and keeps it ([`feed`] takes it),
+//! and the inputs are fed as they are made, a chunk at a time, never held
+//! whole.
 
 use std::collections::BTreeMap;
 
@@ -84,68 +91,108 @@ pub fn timeline(file: &SnapshotFile) -> Vec<Timed<'_>> {
 }
 
 /// The inputs that show `file` (named `name`) in the model, with the time
-/// each is applied at.
+/// each is applied at ([`feed`], collected).
 pub fn inputs(file: &SnapshotFile, name: &str, plan: Plan) -> Vec<(u64, Input)> {
+    let mut out = Vec::new();
+    let start = starting_state(file);
+    feed(file, name, plan, &start, &mut |t, input| {
+        out.push((t, input))
+    });
+    out
+}
+
+/// Gives `apply` the inputs that show `file` (named `name`) in the model,
+/// in order, with the time each is applied at; `start` is the file's
+/// [`starting_state`].
+pub fn feed(
+    file: &SnapshotFile,
+    name: &str,
+    plan: Plan,
+    start: &BTreeMap<u16, DeviceStateOf>,
+    apply: &mut dyn FnMut(u64, Input),
+) {
     let events = timeline(file);
     let first = events.first().map_or(BASE_NS, |e| e.time_ns);
     let dumped = events
         .last()
         .map_or(BASE_NS, |e| e.time_ns.saturating_add(1000));
-    let mut out = vec![(first.saturating_sub(1000), attach(file, name))];
-    let mut batch: Vec<Event> = Vec::new();
+    apply(first.saturating_sub(1000), attach(file, name));
+    let mut out = Batch {
+        events: Vec::new(),
+        apply,
+    };
     let mut snapshot_id = 1u32;
     if !events.is_empty() {
-        let start = starting_state(file);
-        for (dev, segs) in &start {
-            snapshot_events(
-                &mut batch,
-                first.saturating_sub(1000),
-                *dev,
-                snapshot_id,
-                segs,
-            );
+        for (dev, segs) in start {
+            let t = first.saturating_sub(1000);
+            snapshot_events(&mut out, t, *dev, snapshot_id, segs);
             snapshot_id += 1;
         }
     }
     let n = plan.upto.unwrap_or(usize::MAX).min(events.len());
     for e in &events[..n] {
         if let Some(kind) = event_kind(e) {
-            batch.push(Event {
+            out.push(Event {
                 time_ns: e.time_ns,
                 kind,
             });
         }
-        if batch.len() >= CHUNK {
-            flush(&mut out, &mut batch);
-        }
     }
     if plan.upto.is_none() {
         for (dev, segs) in &final_state(file) {
-            snapshot_events(&mut batch, dumped, *dev, snapshot_id, segs);
+            snapshot_events(&mut out, dumped, *dev, snapshot_id, segs);
             snapshot_id += 1;
         }
     }
-    flush(&mut out, &mut batch);
-    out
+    out.flush();
 }
 
-fn flush(out: &mut Vec<(u64, Input)>, batch: &mut Vec<Event>) {
-    if batch.is_empty() {
-        return;
+/// The time of the last input [`feed`] gives for `plan` (or, when the
+/// last events it names are `snapshot` entries, a little after it).
+pub fn end_ns(events: &[Timed], plan: Plan) -> u64 {
+    let first = events.first().map_or(BASE_NS, |e| e.time_ns);
+    match plan.upto {
+        None => events
+            .last()
+            .map_or(BASE_NS, |e| e.time_ns.saturating_add(1000)),
+        Some(0) => first.saturating_sub(1000),
+        Some(n) => events
+            .get(n.min(events.len()).saturating_sub(1))
+            .map_or(first, |e| e.time_ns),
     }
-    let events = std::mem::take(batch);
-    let t = events.last().map_or(0, |e| e.time_ns);
-    out.push((
-        t,
-        Input::Events {
-            key: KEY,
-            events,
-            delivered: 0,
-            lost: 0,
-            lost_now: 0,
-            at: Vec::new(),
-        },
-    ));
+}
+
+/// Events on their way to the model, a chunk at a time.
+struct Batch<'f> {
+    events: Vec<Event>,
+    apply: &'f mut dyn FnMut(u64, Input),
+}
+
+impl Batch<'_> {
+    fn push(&mut self, e: Event) {
+        self.events.push(e);
+        if self.events.len() >= CHUNK {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let Some(t) = self.events.last().map(|e| e.time_ns) else {
+            return;
+        };
+        let events = std::mem::replace(&mut self.events, Vec::with_capacity(CHUNK));
+        (self.apply)(
+            t,
+            Input::Events {
+                key: KEY,
+                events,
+                delivered: 0,
+                lost: 0,
+                lost_now: 0,
+                at: Vec::new(),
+            },
+        );
+    }
 }
 
 fn attach(file: &SnapshotFile, name: &str) -> Input {
@@ -316,16 +363,25 @@ fn fit(d: &DeviceStateOf, addr: u64, want: u64) -> u64 {
     end.saturating_sub(addr)
 }
 
+/// The segments that `[addr, end)` overlaps, by address: those that
+/// start in it, and the nearest below it if it reaches in. (Segments do
+/// not overlap in a real file; where a damaged one's do, a segment
+/// reaching in from further below is not found, as everywhere else the
+/// state is read: each address belongs to the nearest segment below.)
+/// Costs the segments found, not the segments there are.
+fn overlapping(d: &DeviceStateOf, addr: u64, end: u64) -> Vec<u64> {
+    let below = d.segments.range(..addr).next_back();
+    let below = below.filter(|(&s, seg)| s.saturating_add(seg.size) > addr);
+    (below.into_iter())
+        .chain(d.segments.range(addr..end))
+        .map(|(&s, _)| s)
+        .collect()
+}
+
 /// Takes `[addr, addr + size)` out of the mapped ranges (undoing a map).
 fn cut(d: &mut DeviceStateOf, addr: u64, size: u64) {
     let end = addr.saturating_add(size);
-    let hit: Vec<u64> = d
-        .segments
-        .range(..end)
-        .filter(|(&s, seg)| s.saturating_add(seg.size) > addr)
-        .map(|(&s, _)| s)
-        .collect();
-    for s in hit {
+    for s in overlapping(d, addr, end) {
         let Some(seg) = d.segments.remove(&s) else {
             continue;
         };
@@ -375,19 +431,42 @@ fn join(d: &mut DeviceStateOf, addr: u64, size: u64, stream: u64) {
             end = end.saturating_add(seg.size);
         }
     }
-    d.segments
-        .retain(|&s, seg| !(s >= start && s < end && seg.expandable));
+    // What starts there gives way (in a real file, only the expandable
+    // ranges just joined: nothing else lies in a range being mapped).
+    let inside: Vec<u64> = d.segments.range(start..end).map(|(&s, _)| s).collect();
+    for s in inside {
+        d.segments.remove(&s);
+    }
     like.size = end - start;
     d.segments.insert(start, like);
 }
 
+/// Each segment of `d` with the live blocks it holds: those from its start
+/// to its end or the next segment's start (so that no block is in two,
+/// however a damaged file's segments overlap).
+fn segments_with_blocks(
+    d: &DeviceStateOf,
+) -> impl Iterator<
+    Item = (
+        u64,
+        &StateSegment,
+        std::collections::btree_map::Range<'_, u64, Live>,
+    ),
+> {
+    let mut segs = d.segments.iter().peekable();
+    std::iter::from_fn(move || {
+        let (&s, seg) = segs.next()?;
+        let next = segs.peek().map_or(u64::MAX, |(&n, _)| n);
+        let end = s.saturating_add(seg.size).min(next);
+        Some((s, seg, d.live.range(s..end)))
+    })
+}
+
 /// A state snapshot of one device as events.
-fn snapshot_events(out: &mut Vec<Event>, t: u64, device: u16, id: u32, d: &DeviceStateOf) {
+fn snapshot_events(out: &mut Batch, t: u64, device: u16, id: u32, d: &DeviceStateOf) {
     let ev = |kind| Event { time_ns: t, kind };
-    let blocks = d
-        .segments
-        .iter()
-        .map(|(&s, seg)| d.live.range(s..s.saturating_add(seg.size)).count() as u64)
+    let blocks = segments_with_blocks(d)
+        .map(|(_, _, blocks)| blocks.count() as u64)
         .sum();
     out.push(ev(EventKind::SnapshotBegin {
         device,
@@ -396,7 +475,7 @@ fn snapshot_events(out: &mut Vec<Event>, t: u64, device: u16, id: u32, d: &Devic
         blocks,
         at: None,
     }));
-    for (&s, seg) in &d.segments {
+    for (s, seg, blocks) in segments_with_blocks(d) {
         out.push(ev(EventKind::SnapshotSegment {
             id,
             place: crate::event::Place {
@@ -414,7 +493,7 @@ fn snapshot_events(out: &mut Vec<Event>, t: u64, device: u16, id: u32, d: &Devic
             },
             expandable: seg.expandable,
         }));
-        for (&a, &(size, requested, state)) in d.live.range(s..s.saturating_add(seg.size)) {
+        for (&a, &(size, requested, state)) in blocks {
             out.push(ev(EventKind::SnapshotBlock {
                 id,
                 device,

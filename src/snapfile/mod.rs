@@ -35,6 +35,20 @@
 //! shares (the C++ side builds each unique frame and each unique traceback
 //! once) is one entry of [`SnapshotFile::frames`] / [`SnapshotFile::stacks`],
 //! named by index everywhere else.
+//!
+//! # Memory: counted per reference
+//!
+//! A value the memo shares is one value in the parse, however often the
+//! file names it; what reading makes of it is not: a segment listed twice
+//! is two segments, a string that two frames name is copied into each. So
+//! everything reading makes (segments, blocks, trace entries, frames,
+//! stacks, settings' text) is charged as it is made, once per reference,
+//! against the same bound as the parse ([`pickle::bound`]: 4 × the file +
+//! 64 MiB, less what the parse holds), with what showing the file builds
+//! from it (a trace entry's place in the timeline, a block's entries in
+//! the states the trace is undone in: [`ENTRY_COST`], [`BLOCK_COST`]). A
+//! file past it is refused with one line naming where, before the memory
+//! is taken.
 
 pub mod inputs;
 pub mod step;
@@ -55,6 +69,25 @@ use crate::pickle::{self, Doc, Id, Value};
 pub const MAX_SEGMENTS: usize = 1 << 16;
 pub const MAX_BLOCKS: usize = 1 << 20;
 pub const MAX_TRACE: usize = 1 << 24;
+
+/// What reading one value costs against the bound, counted per
+/// reference: the value, and what showing the file builds from it.
+/// A segment's or block's entry in a map of a rebuilt state (B-tree
+/// entries with their share of a node), of which the stepper keeps the
+/// starting state and builds the dumped one.
+const STATE_ENTRY: usize = 64;
+/// A trace entry, and its place in the timeline.
+pub const ENTRY_COST: usize =
+    std::mem::size_of::<TraceEntry>() + std::mem::size_of::<inputs::Timed>();
+/// A block, and its entries in the two states.
+pub const BLOCK_COST: usize = std::mem::size_of::<Block>() + 2 * STATE_ENTRY;
+/// A segment (its blocks apart), and its entries in the two states.
+pub const SEGMENT_COST: usize = std::mem::size_of::<Segment>() + 2 * STATE_ENTRY;
+/// A stack (its frame indices apart, 4 bytes each) or a frame (its
+/// strings apart), with their entries in the maps that intern them and
+/// what numbering them again takes.
+const STACK_COST: usize = 8 + 48;
+const FRAME_COST: usize = std::mem::size_of::<Frame>() + 48;
 
 /// One source line of a stack.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -293,13 +326,18 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
-    let mut st = State::streaming();
-    if let Ok(doc) = pickle::parse_taking(file, len, &mut st) {
-        if let Ok(read) = st.walk(&doc) {
-            return Ok(read);
+    let taking = {
+        let mut st = State::streaming(len);
+        match pickle::parse_taking(file, len, &mut st) {
+            Ok(doc) => st.walk(&doc).ok(),
+            Err(_) => None,
         }
+    };
+    // What that reading made is gone before the plain one begins.
+    match taking {
+        Some(read) => Ok(read),
+        None => read_plain(path, len),
     }
-    read_plain(path, len)
 }
 
 /// [`read`] without taking anything while parsing: the whole pickle as
@@ -314,7 +352,7 @@ fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    if let Ok(read) = State::default().walk(&doc) {
+    if let Ok(read) = State::plain(len).walk(&doc) {
         return Ok(read);
     }
     drop(doc);
@@ -324,7 +362,7 @@ fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let (at, why, node) = match State::default().walk(&doc) {
+    let (at, why, node) = match State::plain(len).walk(&doc) {
         Ok(read) => return Ok(read),
         Err(e) => e,
     };
@@ -346,7 +384,7 @@ pub fn read_slice(bytes: &[u8]) -> Result<SnapshotFile, String> {
 /// second reading when that does not fit): what the tests and the fuzz
 /// target hold against [`read_slice_plain`].
 pub fn read_slice_taking(bytes: &[u8]) -> Result<SnapshotFile, String> {
-    let mut st = State::streaming();
+    let mut st = State::streaming(bytes.len() as u64);
     let doc =
         pickle::parse_taking(bytes, bytes.len() as u64, &mut st).map_err(|e| e.to_string())?;
     st.walk(&doc)
@@ -357,7 +395,7 @@ pub fn read_slice_taking(bytes: &[u8]) -> Result<SnapshotFile, String> {
 /// the fuzz target and the tests compare the usual reading with.
 pub fn read_slice_plain(bytes: &[u8]) -> Result<SnapshotFile, String> {
     let doc = pickle::parse_slice(bytes).map_err(|e| e.to_string())?;
-    State::default()
+    State::plain(bytes.len() as u64)
         .walk(&doc)
         .map_err(|(at, why, _)| format!("at {at}: {why}"))
 }
@@ -442,25 +480,64 @@ struct State {
     /// reading decides.
     reads: IdMap,
     parsing: bool,
+    /// Blocks read, counted per reference.
     blocks: usize,
     /// Segments and trace entries taken while parsing, by token.
     segments: Vec<Segment>,
     entries: Vec<TraceEntry>,
     scratch: Vec<u32>,
+    /// The file's size, and the bound on memory it gives
+    /// ([`pickle::bound`]).
+    len: u64,
+    bound: usize,
+    /// What the parse holds besides this state, as last told.
+    parse_bytes: usize,
+    /// Bytes charged for what reading made, each value once per reference
+    /// (see the module's notes).
+    charged: usize,
 }
 
 impl State {
-    fn streaming() -> State {
+    /// A state for taking values while parsing a file of `len` bytes.
+    fn streaming(len: u64) -> State {
         State {
             recent: Some(BTreeSet::new()),
             parsing: true,
+            ..State::plain(len)
+        }
+    }
+
+    /// A state for walking the plain values of a file of `len` bytes.
+    fn plain(len: u64) -> State {
+        State {
+            len,
+            bound: pickle::bound(len),
             ..State::default()
         }
+    }
+
+    /// Charges `bytes` about to be taken by what reading makes; refused
+    /// (why, in words) when they would not fit the bound with what the
+    /// parse and this state hold.
+    fn charge(&mut self, bytes: usize) -> Result<(), String> {
+        use pickle::size_text;
+        let need = (self.parse_bytes + pickle::Take::memory_bytes(self)).saturating_add(bytes);
+        if need > self.bound {
+            return Err(format!(
+                "reading it would take more than {} of memory, a value the memo shares counted once per reference: over the bound of {} for a file of {} (4 × its size + 64 MiB)",
+                size_text(need as u64),
+                size_text(self.bound as u64),
+                size_text(self.len)
+            ));
+        }
+        self.charged += bytes;
+        Ok(())
     }
 
     /// The snapshot the parsed values (and those taken) hold.
     fn walk(mut self, doc: &Doc) -> Result<SnapshotFile, ShapeError> {
         self.parsing = false;
+        self.parse_bytes = doc.memory_bytes();
         if let Some((&id, _)) = (self.reads.iter()).find(|(&id, &n)| doc.elements(id) != n as usize)
         {
             return Err(shape(
@@ -496,7 +573,8 @@ impl State {
 }
 
 impl pickle::Take for State {
-    fn take(&mut self, doc: &Doc, item: Id) -> Option<u32> {
+    fn take(&mut self, doc: &Doc, item: Id, parse_bytes: usize) -> Option<u32> {
+        self.parse_bytes = parse_bytes;
         let has = |k| doc.get(item, k).is_some();
         let token = if has("action") {
             if self.entries.len() >= MAX_TRACE {
@@ -541,27 +619,12 @@ impl pickle::Take for State {
         }
     }
 
+    /// What was charged, and the maps of what was read (without a walk:
+    /// asked after every few opcodes).
     fn memory_bytes(&self) -> usize {
-        use std::mem::size_of;
-        let strings: usize = self
-            .out
-            .frames
-            .iter()
-            .map(|f| f.filename.len() + f.name.len())
-            .sum();
-        let blocks: usize = self
-            .segments
-            .iter()
-            .map(|s| s.blocks.capacity() * size_of::<Block>())
-            .sum();
-        self.entries.capacity() * size_of::<TraceEntry>()
-            + self.segments.capacity() * size_of::<Segment>()
-            + blocks
-            + self.out.frames.capacity() * size_of::<Frame>()
-            + strings
-            + self.out.stacks.memory_bytes()
-            + (self.frames.capacity() + self.stacks.capacity()) * 12
-            + self.recent.as_ref().map_or(0, |r| r.len() * 16)
+        self.charged
+            + (self.frames.capacity() + self.stacks.capacity() + self.reads.capacity()) * 16
+            + self.recent.as_ref().map_or(0, |r| r.len() * 32)
     }
 }
 
@@ -609,7 +672,7 @@ impl<'a> Reader<'a, '_> {
                     .unwrap_or_default()
                     .iter()
                     .take(8)
-                    .map(|(k, _)| d.as_str(*k).map_or("?".into(), printable))
+                    .map(|(k, _)| d.as_str(*k).map_or("?".into(), for_message))
                     .collect();
                 shape(
                     root,
@@ -648,6 +711,10 @@ impl<'a> Reader<'a, '_> {
                 let seg = match d.value(s) {
                     Value::Taken(t) => match Token::decode(t) {
                         Some(Token::Segment(k)) if (k as usize) < total => {
+                            // A copy, for a segment the list names again.
+                            let blocks = self.st.segments[k as usize].blocks.len();
+                            self.charge(s, &at(), SEGMENT_COST)?;
+                            self.blocks_read(blocks, s, &at())?;
                             self.st.segments[k as usize].clone()
                         }
                         _ => return Err(taken_where(s, at(), "a segment")),
@@ -695,6 +762,7 @@ impl<'a> Reader<'a, '_> {
                     let entry = match d.value(e) {
                         Value::Taken(t) => match Token::decode(t) {
                             Some(Token::Entry(k)) if (k as usize) < total => {
+                                self.charge(e, &format!("{at}[{i}]"), ENTRY_COST)?;
                                 Some(self.st.entries[k as usize].clone())
                             }
                             Some(Token::Unknown) => None,
@@ -711,9 +779,13 @@ impl<'a> Reader<'a, '_> {
             }
         }
         if let Some(s) = d.get(root, "allocator_settings") {
-            for (k, v) in self.dict(s, "allocator_settings")? {
-                let key = d.as_str(*k).map_or_else(|| "?".into(), printable);
-                let text = self.text(*v, 0)?;
+            let at = "allocator_settings";
+            for (k, v) in self.dict(s, at)? {
+                self.charge(*k, at, std::mem::size_of::<(String, String)>())?;
+                let mut key = String::new();
+                self.push_text(*k, at, &mut key, d.as_str(*k).unwrap_or("?"))?;
+                let mut text = String::new();
+                self.text(*v, at, 0, &mut text)?;
                 self.st.out.allocator_settings.push((key, text));
             }
         }
@@ -793,38 +865,72 @@ impl<'a> Reader<'a, '_> {
         self.doc.get(id, key).and_then(|v| self.doc.as_str(v))
     }
 
-    /// A value as one line of text (settings), nested at most a few deep.
-    fn text(&self, id: Id, depth: usize) -> Result<String, ShapeError> {
-        let d = self.doc;
-        Ok(match d.value(id) {
-            Value::None => "None".into(),
-            Value::Bool(b) => if b { "True" } else { "False" }.into(),
+    /// Charges `bytes` for value `id` (at `at`): see [`State::charge`].
+    fn charge(&mut self, id: Id, at: &str, bytes: usize) -> Result<(), ShapeError> {
+        self.st.charge(bytes).map_err(|why| shape(id, at, why))
+    }
+
+    /// Blocks of a segment read (once per reference to it): counted
+    /// against [`MAX_BLOCKS`] and charged.
+    fn blocks_read(&mut self, n: usize, id: Id, at: &str) -> Result<(), ShapeError> {
+        self.st.blocks = self.st.blocks.saturating_add(n);
+        if self.st.blocks > MAX_BLOCKS {
+            return Err(shape(id, at, format!("more than {MAX_BLOCKS} blocks")));
+        }
+        self.charge(id, at, n.saturating_mul(BLOCK_COST))
+    }
+
+    /// Appends string `s` (of value `id`, at `at`) to `out`, made
+    /// printable, charged for what it adds (the most it could add, 3 bytes
+    /// a byte where a control character becomes U+FFFD, before; then less
+    /// what it did not).
+    fn push_text(&mut self, id: Id, at: &str, out: &mut String, s: &str) -> Result<(), ShapeError> {
+        let most = s.len().saturating_mul(3);
+        self.charge(id, at, most)?;
+        let before = out.len();
+        crate::ring::layout::push_printable(out, s);
+        self.st.charged -= most - (out.len() - before);
+        Ok(())
+    }
+
+    /// A value as one line of text (settings), nested at most a few deep
+    /// and 16 items wide, appended to `out` (each piece charged as it is
+    /// added: a value the memo shares is charged each time it is shown).
+    fn text(&mut self, id: Id, at: &str, depth: usize, out: &mut String) -> Result<(), ShapeError> {
+        let scalar = match self.doc.value(id) {
+            Value::None => "None".to_string(),
+            Value::Bool(b) => if b { "True" } else { "False" }.to_string(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => f.to_string(),
-            Value::Str(s) => printable(s),
             Value::Bytes(b) => format!("<{} bytes>", b.len()),
+            Value::Str(s) => return self.push_text(id, at, out, s),
             // A dict, shown as "…" this deep.
-            _ if depth >= 2 => "…".into(),
-            Value::Taken(_) => return Err(taken_where(id, "allocator_settings".into(), "text")),
+            _ if depth >= 2 => "…".to_string(),
+            Value::Taken(_) => return Err(taken_where(id, at.into(), "text")),
             Value::List(v) | Value::Tuple(v) => {
-                let parts = (v.iter().take(16))
-                    .map(|x| self.text(*x, depth + 1))
-                    .collect::<Result<Vec<_>, _>>()?;
-                format!("[{}]", parts.join(", "))
+                self.push_text(id, at, out, "[")?;
+                for (i, x) in v.iter().take(16).enumerate() {
+                    if i > 0 {
+                        self.push_text(id, at, out, ", ")?;
+                    }
+                    self.text(*x, at, depth + 1, out)?;
+                }
+                return self.push_text(id, at, out, "]");
             }
             Value::Dict(v) => {
-                let parts = (v.iter().take(16))
-                    .map(|(k, x)| {
-                        Ok(format!(
-                            "{}: {}",
-                            self.text(*k, depth + 1)?,
-                            self.text(*x, depth + 1)?
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, ShapeError>>()?;
-                format!("{{{}}}", parts.join(", "))
+                self.push_text(id, at, out, "{")?;
+                for (i, (k, x)) in v.iter().take(16).enumerate() {
+                    if i > 0 {
+                        self.push_text(id, at, out, ", ")?;
+                    }
+                    self.text(*k, at, depth + 1, out)?;
+                    self.push_text(id, at, out, ": ")?;
+                    self.text(*x, at, depth + 1, out)?;
+                }
+                return self.push_text(id, at, out, "}");
             }
-        })
+        };
+        self.push_text(id, at, out, &scalar)
     }
 
     /// The stack of a value's `frames` (or, in 2.0's blocks, its last
@@ -868,6 +974,8 @@ impl<'a> Reader<'a, '_> {
         if list.is_empty() {
             return Ok(None);
         }
+        let cost = STACK_COST.saturating_add(list.len().saturating_mul(4));
+        self.charge(frames, &format!("{at}['frames']"), cost)?;
         let mut scratch = std::mem::take(&mut self.st.scratch);
         scratch.clear();
         for (i, &f) in list.iter().enumerate() {
@@ -894,13 +1002,18 @@ impl<'a> Reader<'a, '_> {
         // Named only for a frame not seen before (a handful per file).
         let at = &format!("{at}['frames'][{i}]");
         self.dict(id, at)?;
-        let frame = Frame {
-            filename: self
-                .str_of(id, "filename")
-                .map_or_else(String::new, printable),
+        self.charge(id, at, FRAME_COST)?;
+        let mut frame = Frame {
             line: self.int_opt(id, "line", at)?.unwrap_or(0),
-            name: self.str_of(id, "name").map_or_else(String::new, printable),
+            ..Frame::empty()
         };
+        // Each frame its own copy: charged per frame that names a string.
+        if let Some(s) = self.str_of(id, "filename") {
+            self.push_text(id, at, &mut frame.filename, s)?;
+        }
+        if let Some(s) = self.str_of(id, "name") {
+            self.push_text(id, at, &mut frame.name, s)?;
+        }
         let n = self.st.out.frames.len() as u32;
         self.st.out.frames.push(frame);
         self.st.frames.insert(id, n);
@@ -911,6 +1024,7 @@ impl<'a> Reader<'a, '_> {
     fn segment(&mut self, id: Id, at: &str) -> Result<Segment, ShapeError> {
         let d = self.doc;
         self.dict(id, at)?;
+        self.charge(id, at, SEGMENT_COST)?;
         let address = self.uint(id, "address", at)?;
         let total_size = self.uint(id, "total_size", at)?;
         let device = self.int_opt(id, "device", at)?.unwrap_or(0);
@@ -953,10 +1067,8 @@ impl<'a> Reader<'a, '_> {
             return Ok(seg);
         };
         let list = self.seq(blocks, &format!("{at}['blocks']"))?;
-        self.st.blocks = self.st.blocks.saturating_add(list.len());
-        if self.st.blocks > MAX_BLOCKS {
-            return Err(shape(blocks, at, format!("more than {MAX_BLOCKS} blocks")));
-        }
+        self.blocks_read(list.len(), blocks, at)?;
+        seg.blocks.reserve_exact(list.len());
         let mut next = address;
         for (i, &b) in list.iter().enumerate() {
             let at = format!("{at}['blocks'][{i}]");
@@ -970,7 +1082,7 @@ impl<'a> Reader<'a, '_> {
                     return Err(shape(
                         b,
                         at,
-                        format!("unknown block state '{}'", printable(s)),
+                        format!("unknown block state '{}'", for_message(s)),
                     ))
                 }
                 None => return Err(shape(b, at, "no 'state'")),
@@ -1003,6 +1115,7 @@ impl<'a> Reader<'a, '_> {
         let Some(action) = Action::from_name(action) else {
             return Ok(None);
         };
+        self.charge(id, at, ENTRY_COST)?;
         let addr = if action == Action::Oom {
             self.int_opt(id, "device_free", at)?
                 .or(self.int_opt(id, "addr", at)?)
@@ -1031,8 +1144,23 @@ fn taken_where(id: Id, at: String, what: &str) -> ShapeError {
     )
 }
 
-fn printable(s: &str) -> String {
-    crate::ring::layout::printable(s)
+/// A string of the file, for a message: printable, and its first 64 bytes
+/// only (then `…`).
+fn for_message(s: &str) -> String {
+    let mut out = crate::ring::layout::printable(head(s, 64));
+    if s.len() > 64 {
+        out.push('…');
+    }
+    out
+}
+
+/// The longest start of `s` of at most `n` bytes.
+pub(crate) fn head(s: &str, n: usize) -> &str {
+    let mut end = n.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The figures PyTorch reports for a snapshot, per device: what

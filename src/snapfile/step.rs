@@ -3,12 +3,14 @@
 //! to a fresh process in the hub), and what the dashboard shows of where it
 //! is ([`TraceStatus`]: the position, the event, its stacks).
 
+use std::collections::BTreeMap;
+
 use crate::collect::Hub;
 use crate::input::Input;
 use crate::ui::format::bytes;
 
-use super::inputs::{self, Plan, KEY};
-use super::{Action, SnapshotFile};
+use super::inputs::{self, DeviceStateOf, Plan, KEY};
+use super::{head, Action, SnapshotFile};
 
 /// Where the dashboard is in a file's trace, and what it shows of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,12 +33,16 @@ pub struct Stepper {
     name: String,
     at: usize,
     total: usize,
+    /// The state before the trace (the trace undone), found once: each
+    /// step replays the trace from it.
+    start: BTreeMap<u16, DeviceStateOf>,
 }
 
 impl Stepper {
     pub fn new(file: SnapshotFile, name: &str) -> Stepper {
         let total = inputs::timeline(&file).len();
         Stepper {
+            start: inputs::starting_state(&file),
             file,
             name: name.to_string(),
             at: total,
@@ -56,15 +62,19 @@ impl Stepper {
         let plan = Plan {
             upto: (self.at < self.total).then_some(self.at),
         };
-        let mut fed = inputs::inputs(&self.file, &self.name, plan);
-        let end = fed.last().map_or(0, |(t, _)| *t);
+        let end = inputs::end_ns(&inputs::timeline(&self.file), plan);
+        let retime = |x: u64| now_ns.saturating_sub(end.saturating_sub(x));
         hub.apply(Input::Forget { key: KEY });
-        for (_, input) in &mut fed {
-            crate::recording::retime(input, &|x| now_ns.saturating_sub(end.saturating_sub(x)));
-        }
-        for (_, input) in fed {
-            hub.apply(input);
-        }
+        inputs::feed(
+            &self.file,
+            &self.name,
+            plan,
+            &self.start,
+            &mut |_, mut input| {
+                crate::recording::retime(&mut input, &retime);
+                hub.apply(input);
+            },
+        );
         self.status()
     }
 
@@ -136,13 +146,41 @@ impl Stepper {
     }
 }
 
-/// A stack as `file:line name` lines, innermost first.
+/// The most frames of a stack shown (then one line saying how many more),
+/// and the most bytes of a frame's line: a stack can name one frame of a
+/// long filename thousands of times, which shown whole would be far larger
+/// than the file.
+pub const MAX_STACK_LINES: usize = 128;
+pub const MAX_LINE: usize = 512;
+
+/// A stack as `file:line name` lines, innermost first ([`stack_line_iter`]).
 pub fn stack_lines(file: &SnapshotFile, stack: Option<u32>) -> Vec<String> {
-    stack
-        .map(|s| {
-            file.stack_frames(s)
-                .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
-                .collect()
+    stack_line_iter(file, stack).collect()
+}
+
+/// A stack as `file:line name` lines, innermost first, made as they are
+/// taken: at most [`MAX_STACK_LINES`] frames (and a line counting the rest),
+/// each line at most [`MAX_LINE`] bytes (and `…`).
+pub fn stack_line_iter(
+    file: &SnapshotFile,
+    stack: Option<u32>,
+) -> impl Iterator<Item = String> + '_ {
+    let frames = stack.and_then(|s| file.stacks.get(s)).unwrap_or_default();
+    let more = frames.len().saturating_sub(MAX_STACK_LINES);
+    (frames.iter().take(MAX_STACK_LINES))
+        .filter_map(|&f| file.frames.get(f as usize))
+        .map(|f| {
+            let mut line = format!(
+                "{}:{} {}",
+                head(&f.filename, MAX_LINE),
+                f.line,
+                head(&f.name, MAX_LINE)
+            );
+            if line.len() > MAX_LINE {
+                line.truncate(head(&line, MAX_LINE).len());
+                line.push('…');
+            }
+            line
         })
-        .unwrap_or_default()
+        .chain((more > 0).then(|| format!("… {more} more frames")))
 }

@@ -18,4 +18,5 @@ mod fleet;
 mod memory;
 mod names;
 mod numbers;
+mod pickles;
 mod reader;
