@@ -27,7 +27,10 @@ pub fn push_printable(out: &mut String, s: &str) {
         out.push_str(s);
         return;
     }
-    out.extend(s.chars().map(|c| if unsafe_char(c) { '\u{fffd}' } else { c }));
+    out.extend(
+        s.chars()
+            .map(|c| if unsafe_char(c) { '\u{fffd}' } else { c }),
+    );
 }
 
 fn unsafe_char(c: char) -> bool {
