@@ -363,3 +363,12 @@ pub enum EventKind {
     /// A record kind this build does not know; readers skip it.
     Unknown { kind: u16 },
 }
+
+/// Where an event's record was in its segment: the ring (index in the ring
+/// table) and the position of the event's last record (a statistics sample's
+/// STATS_B; its STATS_A is at `position - 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RingPos {
+    pub ring: u32,
+    pub position: u64,
+}

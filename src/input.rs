@@ -6,17 +6,18 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::event::Event;
-use crate::model::{Mode, ProcessKey};
+use crate::event::RingPos;
+use crate::model::{Mode, ProcessKey, Watch};
 
 /// Text from a recording (names, command lines, labels, messages) is made
 /// printable as it is read: a crafted recording cannot put terminal escapes
-/// on the screen (see [`crate::ring::layout::printable`]).
+/// on the screen (see [`crate::text::printable`]).
 fn printable<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    String::deserialize(d).map(|s| crate::ring::layout::printable(&s))
+    String::deserialize(d).map(|s| crate::text::printable(&s))
 }
 
 fn printable_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Option::<String>::deserialize(d).map(|s| s.map(|s| crate::ring::layout::printable(&s)))
+    Option::<String>::deserialize(d).map(|s| s.map(|s| crate::text::printable(&s)))
 }
 
 /// One GPU as NVML sees it. A value NVML could not read is `None`, never 0.
@@ -149,36 +150,6 @@ pub struct SourceProblem {
     pub path: String,
     #[serde(deserialize_with = "printable")]
     pub message: String,
-}
-
-/// How and where watching a process began (recording format 1.1; every
-/// field is "not given" in an `Attach` of a 1.0 recording).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Watch {
-    /// The collector's monotonic ns when watching began.
-    #[serde(default)]
-    pub began_ns: Option<u64>,
-    /// The process was already running: records written before watching
-    /// began were skipped, and the state comes from an anchor snapshot.
-    #[serde(default)]
-    pub mid_run: bool,
-    /// Per ring (index in the segment's ring table): the position the
-    /// reader started at. Empty: not given.
-    #[serde(default)]
-    pub ring_starts: Vec<u64>,
-    /// The snapshot the state is anchored on (FORMAT.md, "Attaching
-    /// mid-run"), once known.
-    #[serde(default)]
-    pub anchor_snapshot: Option<u32>,
-}
-
-/// Where an event's record was in its segment: the ring (index in the ring
-/// table) and the position of the event's last record (a statistics sample's
-/// STATS_B; its STATS_A is at `position - 1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RingPos {
-    pub ring: u32,
-    pub position: u64,
 }
 
 /// Everything a source tells the hub. A recording is a sequence of these.

@@ -84,8 +84,9 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::event::RingPos;
 use crate::event::{Event, EventKind};
-use crate::input::{Input, RingPos};
+use crate::input::Input;
 use crate::model::ProcessKey;
 use crate::ring::codec::{encode, Decoder, Words};
 
@@ -566,10 +567,11 @@ impl Replayer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::Machine;
     use crate::event::{EventKind, Place, RingSpan, Stats};
-    use crate::input::{Identity, Source, Watch};
+    use crate::input::Machine;
+    use crate::input::{Identity, Source};
     use crate::model::Mode;
+    use crate::model::Watch;
 
     fn key() -> ProcessKey {
         ProcessKey {

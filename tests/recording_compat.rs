@@ -16,11 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 
 use serde_json::Value;
+use vramscope::event::RingPos;
 use vramscope::event::{
     BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
     SegmentPool, Stats,
 };
-use vramscope::input::{Identity, Input, RingPos, Source, Watch};
+use vramscope::input::{Identity, Input, Source};
+use vramscope::model::Watch;
 use vramscope::model::{Mode, ProcessKey};
 use vramscope::recording::{Recorder, Replayer};
 

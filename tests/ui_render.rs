@@ -390,7 +390,7 @@ fn the_timeline_marks_where_watching_began_mid_run() {
     let began = fx.now_ns - 20_000_000_000;
     fx.model.watch(
         key,
-        &vramscope::input::Watch {
+        &vramscope::model::Watch {
             began_ns: Some(began),
             mid_run: true,
             ring_starts: vec![0, 4096],
@@ -409,7 +409,7 @@ fn the_timeline_marks_where_watching_began_mid_run() {
     let key = fx.key_of("leak").unwrap();
     fx.model.watch(
         key,
-        &vramscope::input::Watch {
+        &vramscope::model::Watch {
             began_ns: Some(1),
             ..Default::default()
         },
@@ -610,7 +610,10 @@ fn step_diff_overlay() {
             )),
             "{f}"
         );
-        assert!(f.contains(&vramscope::ui::format::bytes(diff.bytes)), "{f}");
+        assert!(
+            f.contains(&vramscope::text::format::bytes(diff.bytes)),
+            "{f}"
+        );
         insta::assert_snapshot!(format!("step_diff_{w}x{h}"), f);
         press(&mut app, Char('+'));
         let f = frame(&app);

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use anyhow::Result;
 
 use vramscope::demo::HeadlessReport;
+use vramscope::text::format::bytes;
 use vramscope::ui::diagnosis;
-use vramscope::ui::format::bytes;
 
 use super::dashboard::UiFlags;
 use super::out;
@@ -149,7 +149,7 @@ pub fn text(r: &HeadlessReport) -> String {
         let fr = &d.figures.fragmentation;
         let share = fr
             .share_of_reserved
-            .map(|s| format!("{} of reserved", vramscope::ui::format::percent(s)))
+            .map(|s| format!("{} of reserved", vramscope::text::format::percent(s)))
             .unwrap_or_else(|| "—".into());
         let largest = fr.largest_free_large.max(fr.largest_free_small);
         let _ = writeln!(

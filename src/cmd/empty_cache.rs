@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 
 use vramscope::collect::Collector;
 use vramscope::ring::{Command, Outcome, Status};
-use vramscope::ui::format::bytes;
+use vramscope::text::format::bytes;
 
 use super::value::Seconds;
 use super::ShmFlag;

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use vramscope::event::Event;
+use vramscope::event::RingPos;
 use vramscope::input::Input;
-use vramscope::input::RingPos;
 use vramscope::model::device::AnchoredFrom;
 use vramscope::model::{Model, Process, ProcessKey};
 use vramscope::recording::Replayer;

@@ -327,7 +327,7 @@ impl<'a> Report<'a> {
 /// at that address with its stack; a stack shown already is named, not
 /// shown again.
 fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io::Result<()> {
-    use vramscope::ui::format::bytes;
+    use vramscope::text::format::bytes;
     // Where each stack shown was first shown.
     let mut shown: HashMap<u32, String> = HashMap::new();
     let block = file.segments.iter().find_map(|s| {

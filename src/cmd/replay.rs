@@ -61,7 +61,7 @@ impl ReplayStatus {
             |f| f.to_string_lossy().into(),
         );
         Ok(ReplayStatus {
-            file: vramscope::ring::layout::printable(&file),
+            file: vramscope::text::printable(&file),
             speed,
             total_inputs: n,
             total_ns: last.saturating_sub(first.unwrap_or(last)),
@@ -75,7 +75,7 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
         use std::sync::atomic::Ordering::Relaxed;
         let inputs = self.progress.inputs.load(Relaxed);
         let at = self.progress.recorded_ns.load(Relaxed);
-        let span = vramscope::ui::format::duration;
+        let span = vramscope::text::format::duration;
         let ended = inputs >= self.total_inputs || self.progress.done.load(Relaxed);
         let caption = if ended {
             format!(
@@ -163,7 +163,7 @@ mod diff {
     use vramscope::model::attrib::{step_diff, StepDiff};
     use vramscope::model::{ProcessKey, ViewOptions};
     use vramscope::recording::Replayer;
-    use vramscope::ui::format::bytes;
+    use vramscope::text::format::bytes;
 
     use super::super::out;
     use super::StepRange;

@@ -30,7 +30,7 @@ pub fn run(args: Args) -> Result<()> {
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let host = match args.host {
-        Some(h) => vramscope::ring::layout::printable(&h),
+        Some(h) => vramscope::text::printable(&h),
         None => vramscope::serve::hostname(),
     };
     let live = Live::start(args.collect.config()).context("starting the collector")?;

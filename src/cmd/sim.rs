@@ -19,14 +19,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use vramscope::event::RingPos;
 use vramscope::event::{Event, Stats};
-use vramscope::input::{Input, RingPos};
+use vramscope::input::Input;
 use vramscope::model::ProcessKey;
 use vramscope::recording::{Replayer, MAGIC};
 use vramscope::sim::from_events::PlacedSample;
 use vramscope::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
 use vramscope::sim::{self, NullSink, Request, StepReport};
-use vramscope::ui::format::bytes;
+use vramscope::text::format::bytes;
 
 use super::out;
 use super::value::{Fraction, Gib};

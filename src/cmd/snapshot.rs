@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 
 use vramscope::collect::{Collector, Snapshot};
 use vramscope::model::ViewOptions;
+use vramscope::text::format::{self, bytes};
 use vramscope::ui::diagnosis;
-use vramscope::ui::format::{self, bytes};
 use vramscope::ui::rows::{mode_name, Row};
 
 use super::value::{Seconds, TermSize};
@@ -133,7 +133,7 @@ pub fn table(s: &Snapshot) -> String {
     );
     for p in &s.processes {
         let r = Row::new(s, p);
-        let name = format::truncate(&vramscope::ring::layout::printable(&r.name), 20, "…");
+        let name = format::truncate(&vramscope::text::printable(&r.name), 20, "…");
         let _ = writeln!(
             o,
             "{:>7} {:<20} {:<5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>4}  {}",

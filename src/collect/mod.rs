@@ -34,6 +34,7 @@
 //! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
 //! [`replay`] (a recording played back at any speed), [`signals`].
 
+pub mod fixtures;
 pub mod hub;
 pub mod nvml;
 pub mod procfs;

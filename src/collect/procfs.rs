@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::ring::discover;
-use crate::ring::layout::printable;
+use crate::text::printable;
 
 use crate::input::Identity;
 

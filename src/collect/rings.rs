@@ -16,8 +16,10 @@ use crate::ring::discover::{self, FileId, Found, Liveness, Located, SegmentDir};
 use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader, Start};
 
 use super::{procfs, Config, Hub};
+use crate::event::RingPos;
 use crate::input::Input;
-use crate::input::{Identity, RingPos, Source, SourceProblem, Watch};
+use crate::input::{Identity, Source, SourceProblem};
+use crate::model::Watch;
 
 struct Attached {
     reader: SegmentReader,

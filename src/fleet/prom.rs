@@ -78,7 +78,7 @@ impl Labels {
 impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
     /// Names and values made printable; of a name given twice, the last.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Labels {
-        let printable = crate::ring::layout::printable;
+        let printable = crate::text::printable;
         let mut pairs: Vec<(String, String)> = iter
             .into_iter()
             .map(|(k, v)| (printable(k.as_ref()), printable(v.as_ref())))
@@ -327,12 +327,9 @@ fn number(s: &str) -> Result<Option<f64>, String> {
     let v = match s {
         "+Inf" => f64::INFINITY,
         "-Inf" => f64::NEG_INFINITY,
-        _ => s.parse::<f64>().map_err(|_| {
-            format!(
-                "a value is not a number: {:?}",
-                crate::ring::layout::printable(s)
-            )
-        })?,
+        _ => s
+            .parse::<f64>()
+            .map_err(|_| format!("a value is not a number: {:?}", crate::text::printable(s)))?,
     };
     Ok(usable(v))
 }
@@ -347,9 +344,9 @@ fn data(body: &[u8], from: &str) -> Result<Data, String> {
             "Prometheus refused a query: {}{}",
             answer
                 .error_type
-                .map(|t| format!("{}: ", crate::ring::layout::printable(&t)))
+                .map(|t| format!("{}: ", crate::text::printable(&t)))
                 .unwrap_or_default(),
-            crate::ring::layout::printable(&answer.error.unwrap_or_default())
+            crate::text::printable(&answer.error.unwrap_or_default())
         ));
     }
     answer
@@ -364,7 +361,7 @@ pub fn vector(body: &[u8], from: &str) -> Result<Vec<Sample>, String> {
     if data.result_type != "vector" {
         return Err(format!(
             "{from} answered a {} where a vector was asked for",
-            crate::ring::layout::printable(&data.result_type)
+            crate::text::printable(&data.result_type)
         ));
     }
     let mut out = Vec::with_capacity(data.result.0.len());
@@ -389,7 +386,7 @@ pub fn matrix(body: &[u8], from: &str) -> Result<Vec<Series>, String> {
     if data.result_type != "matrix" {
         return Err(format!(
             "{from} answered a {} where a matrix was asked for",
-            crate::ring::layout::printable(&data.result_type)
+            crate::text::printable(&data.result_type)
         ));
     }
     Ok((data.result.0.into_iter())

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::view::{BlockView, ProcessView};
 use super::Bounds;
 use crate::event::{BlockState, CtxTag, DropWhat, MarkSource, Phase};
-use crate::ring::layout::printable;
+use crate::text::printable;
 
 /// The longest string a producer sends (FORMAT.md: at most 4096 bytes).
 pub const MAX_STRING: u32 = 4096;

@@ -65,8 +65,28 @@ pub use view::{
     Dropped, Implausible, ModelView, ProcessView, TimelineRequest, ViewOptions, WatchView,
 };
 
-use crate::event::Event;
-use crate::input::{RingPos, Watch};
+use crate::event::{Event, RingPos};
+
+/// How and where watching a process began (recording format 1.1; every
+/// field is "not given" in an `Attach` of a 1.0 recording).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Watch {
+    /// The collector's monotonic ns when watching began.
+    #[serde(default)]
+    pub began_ns: Option<u64>,
+    /// The process was already running: records written before watching
+    /// began were skipped, and the state comes from an anchor snapshot.
+    #[serde(default)]
+    pub mid_run: bool,
+    /// Per ring (index in the segment's ring table): the position the
+    /// reader started at. Empty: not given.
+    #[serde(default)]
+    pub ring_starts: Vec<u64>,
+    /// The snapshot the state is anchored on (FORMAT.md, "Attaching
+    /// mid-run"), once known.
+    #[serde(default)]
+    pub anchor_snapshot: Option<u32>,
+}
 
 /// Identifies a process across pid reuse: pid plus its start time (e.g.
 /// `/proc/<pid>/stat` field 22).

@@ -14,8 +14,9 @@ use super::view::{
     WatchView,
 };
 use super::{Mode, ModelConfig, ProcessKey};
+use crate::event::RingPos;
 use crate::event::{Event, EventKind, SegmentPool};
-use crate::input::{RingPos, Watch};
+use crate::model::Watch;
 
 /// Events per second over a sliding window of event timestamps, in O(1)
 /// per event: counts in fixed slots of `window / SLOTS`.

@@ -1,14 +1,14 @@
 //! PyTorch's block rules, as far as the model needs them to infer block
 //! boundaries from events that only carry the caller's request. The rules
-//! themselves live in `sim::rules` (one implementation, pinned by the
+//! themselves live in `crate::pytorch` (one implementation, pinned by the
 //! simulator's tests); this is the one place where the model guesses.
 
 use serde::{Deserialize, Serialize};
 
 use crate::event::SegmentPool;
-use crate::sim::rules::{self as pt, K_SMALL_BUFFER};
+use crate::pytorch::{self as pt, K_SMALL_BUFFER};
 
-pub use crate::sim::rules::{K_MIN_BLOCK_SIZE as MIN_BLOCK, K_SMALL_SIZE as SMALL_SIZE};
+pub use crate::pytorch::{K_MIN_BLOCK_SIZE as MIN_BLOCK, K_SMALL_SIZE as SMALL_SIZE};
 
 /// The allocator settings the inference depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1284,7 +1284,7 @@ impl<R: Read> Parser<'_, R> {
                     }
                 }
                 let name = String::from_utf8_lossy(&name);
-                let name = crate::ring::layout::printable(name.trim_end_matches('.'));
+                let name = crate::text::printable(name.trim_end_matches('.'));
                 return Err(format!(
                     "refused: GLOBAL {name} (snapshot files hold plain data; this file asks to import and run code)"
                 ));
@@ -1316,7 +1316,7 @@ impl<R: Read> Parser<'_, R> {
                 .len()
                 .checked_sub(i)
                 .and_then(|k| match self.stack[k] {
-                    Slot::Value(id) => self.doc.as_str(id).map(crate::ring::layout::printable),
+                    Slot::Value(id) => self.doc.as_str(id).map(crate::text::printable),
                     Slot::Mark => None,
                 })
                 .unwrap_or_else(|| "?".into())

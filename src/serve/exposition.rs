@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn fixture_exposition_has_help_type_and_labels() {
-        let snap = crate::ui::fixtures::Fixture::new(3).snapshot(&Default::default());
+        let snap = crate::collect::fixtures::Fixture::new(3).snapshot(&Default::default());
         let text = render(&snap, "node\"1", Format::Prometheus);
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();

@@ -19,6 +19,6 @@ pub mod http;
 /// when it cannot be read.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| crate::ring::layout::printable(h.trim()))
+        .map(|h| crate::text::printable(h.trim()))
         .unwrap_or_default()
 }

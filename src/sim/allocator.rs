@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::conf::AllocConf;
-use super::rules::{self, UNLIMITED_SPLIT_SIZE};
 use crate::event::{BlockState, CtxTag, Event, EventKind, Place, PoolId, SegmentPool, Stats};
+use crate::pytorch::{self as rules, UNLIMITED_SPLIT_SIZE};
 
 /// Where the simulator sends the trace events it produces.
 pub trait EventSink {

@@ -20,9 +20,9 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::rules::{
-    self, RoundupDivisions, K_LARGE_BUFFER, NO_ROUNDUP_DIVISIONS, ROUNDUP_POWER2_INTERVALS,
-    UNLIMITED_SPLIT_SIZE,
+use crate::pytorch::{
+    self as rules, RoundupDivisions, K_LARGE_BUFFER, NO_ROUNDUP_DIVISIONS,
+    ROUNDUP_POWER2_INTERVALS, UNLIMITED_SPLIT_SIZE,
 };
 
 const MIB: u64 = 1 << 20;

@@ -18,9 +18,9 @@ use std::io::BufRead;
 
 use serde::Deserialize;
 
-use super::rules::pool_for_size;
 use super::{AllocConf, NullSink, SimAllocator, SimConfig};
 use crate::event::SegmentPool;
+use crate::pytorch::pool_for_size;
 
 /// The figures compared at every step, in the order a step records them.
 pub const FIGURES: [&str; 6] = [

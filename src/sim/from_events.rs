@@ -20,8 +20,8 @@
 
 use std::collections::HashMap;
 
+use crate::event::RingPos;
 use crate::event::{Event, EventKind, RingSpan, Stats};
-use crate::input::RingPos;
 
 use super::trace::Request;
 

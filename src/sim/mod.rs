@@ -53,7 +53,6 @@ pub mod conf;
 pub mod diff;
 pub mod from_events;
 pub mod gpu;
-pub mod rules;
 pub mod samples;
 pub mod scenario;
 pub mod trace;

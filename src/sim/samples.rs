@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::from_events::PlacedSample;
 use crate::event::Stats;
-use crate::ui::format::{bytes_exact, grouped};
+use crate::text::format::{bytes_exact, grouped};
 
 /// A figure of a sample: its name, whether it is bytes, and its value.
 type Figure = (&'static str, bool, fn(&Stats) -> u64);

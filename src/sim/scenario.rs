@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
 use super::conf::AllocConf;
 use crate::event::{CtxTag, Event, EventKind, Phase};
-use crate::ui::format::bytes;
+use crate::text::format::bytes;
 
 const MIB: u64 = 1 << 20;
 /// Simulated time between two operations.

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::allocator::{EventSink, NullSink, OomError, SimAllocator, SimConfig};
-use crate::ui::format::{bytes, percent};
+use crate::text::format::{bytes, percent};
 
 /// One request of a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -475,11 +475,11 @@ mod tests {
             "{header}"
         );
         let last = reports.last().unwrap();
-        let share = crate::ui::format::percent(last.inactive_split as f64 / last.reserved as f64);
+        let share = crate::text::format::percent(last.inactive_split as f64 / last.reserved as f64);
         let row = t.lines().nth(3).unwrap();
         assert!(row.contains(&share), "{share} in {row}");
         assert!(
-            row.contains(&crate::ui::format::bytes(last.inactive_split)),
+            row.contains(&crate::text::format::bytes(last.inactive_split)),
             "{row}"
         );
         assert!(!t.contains("bytes") && !t.contains(".00 KiB"), "{t}");

@@ -28,7 +28,8 @@
 use std::collections::BTreeMap;
 
 use crate::event::{BlockState, Event, EventKind, PoolId, SegmentPool};
-use crate::input::{Identity, Input, Source, Watch};
+use crate::input::{Identity, Input, Source};
+use crate::model::Watch;
 use crate::model::{rules, Mode, ProcessKey};
 
 use super::{Action, SnapshotFile, TraceEntry};
@@ -200,8 +201,8 @@ fn attach(file: &SnapshotFile, name: &str) -> Input {
         key: KEY,
         identity: Identity {
             name: "snapshot".into(),
-            cmdline: crate::ring::layout::printable(name),
-            label: crate::ring::layout::printable(name),
+            cmdline: crate::text::printable(name),
+            label: crate::text::printable(name),
             alive: true,
             ..Identity::default()
         },

@@ -888,7 +888,7 @@ impl<'a> Reader<'a, '_> {
         let most = s.len().saturating_mul(3);
         self.charge(id, at, most)?;
         let before = out.len();
-        crate::ring::layout::push_printable(out, s);
+        crate::text::push_printable(out, s);
         self.st.charged -= most - (out.len() - before);
         Ok(())
     }
@@ -1147,7 +1147,7 @@ fn taken_where(id: Id, at: String, what: &str) -> ShapeError {
 /// A string of the file, for a message: printable, and its first 64 bytes
 /// only (then `…`).
 fn for_message(s: &str) -> String {
-    let mut out = crate::ring::layout::printable(head(s, 64));
+    let mut out = crate::text::printable(head(s, 64));
     if s.len() > 64 {
         out.push('…');
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::collect::Hub;
 use crate::input::Input;
-use crate::ui::format::bytes;
+use crate::text::format::bytes;
 
 use super::inputs::{self, DeviceStateOf, Plan, KEY};
 use super::{head, Action, SnapshotFile};
@@ -83,7 +83,7 @@ impl Stepper {
     pub fn status(&self) -> TraceStatus {
         let f = &self.file;
         let mut status = TraceStatus {
-            file: crate::ring::layout::printable(&self.name),
+            file: crate::text::printable(&self.name),
             at: self.at,
             total: self.total,
             ..TraceStatus::default()

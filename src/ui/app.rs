@@ -23,7 +23,6 @@ use crate::ring::{Command, Outcome};
 use crate::snapfile::step::TraceStatus;
 
 use super::blockmap;
-use super::format;
 use super::history;
 use super::keys::{self, Action, Context};
 use super::layout;
@@ -33,6 +32,7 @@ pub use super::state::{
     SPEEDS,
 };
 use super::theme::Theme;
+use crate::text::format;
 
 /// Everything the loop waits for, in one channel.
 #[derive(Debug)]

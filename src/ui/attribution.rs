@@ -10,9 +10,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::format;
 use super::theme::Theme;
 use crate::model::attrib::{natural_cmp, Attribution, ModuleBytes};
+use crate::text::format;
 
 /// What the table is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

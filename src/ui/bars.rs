@@ -165,7 +165,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         ];
     } else if let Some(m) = &app.message {
         left.push(Span::styled(
-            super::format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
+            crate::text::format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
             t.warn(),
         ));
     } else {

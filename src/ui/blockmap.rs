@@ -22,13 +22,13 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{BlockState, SegmentPool};
 use crate::model::attrib::{Attribution, PhaseKey};
 use crate::model::view::{BlockView, DeviceView, SegmentView};
 use crate::model::Mode;
+use crate::text::format;
 
 /// What the allocated blocks' colours say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

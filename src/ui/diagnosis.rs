@@ -10,11 +10,11 @@ use ratatui::Frame;
 
 use super::blockmap::stream_label;
 use super::events::event_line;
-use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::model::leak::{LeakConfig, LeakOrigin, LeakReport, StepSource};
 use crate::model::view::OomRecord;
+use crate::text::format;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
 /// snapshot's time).

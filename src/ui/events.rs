@@ -7,10 +7,10 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::blockmap::stream_label;
-use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{Event, EventKind, MarkSource, Place};
+use crate::text::format;
 
 /// The events of `e` the pane lists, newest first: those whose line
 /// (name and details, lower case) contains `filter` (lower case).

@@ -21,10 +21,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, Wrap};
 use ratatui::Frame;
 
-use super::format;
 use super::theme::Theme;
 use crate::fleet::model::{Node, Proc};
 use crate::fleet::view::{FleetView, ProcSeries, Screen};
+use crate::text::format;
 
 fn b(v: Option<f64>, absent: &str) -> String {
     format::opt(v.filter(|x| x.is_finite() && *x >= 0.0), absent, |x| {

@@ -20,12 +20,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::format;
 use super::layout::AXIS_WIDTH;
 use super::rows::gpus_of;
 use super::theme::Theme;
 use super::timeline::{self, Col};
 use crate::collect::{ProcessEntry, Snapshot};
+use crate::text::format;
 
 /// How far back the overview's history goes.
 pub const WINDOW_NS: u64 = 300_000_000_000;

@@ -48,7 +48,6 @@ pub mod diagnosis;
 pub mod events;
 pub mod fixtures;
 pub mod fleet;
-pub mod format;
 pub mod help;
 pub mod history;
 pub mod keys;

@@ -14,13 +14,13 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row as TRow, Table};
 use ratatui::Frame;
 
-use super::format;
 use super::history;
 use super::layout;
 use super::rows::{fit_columns, mode_name, Col, Columns, Row};
 use super::state::OverviewState;
 use super::theme::Theme;
 use crate::collect::{Machine, Snapshot};
+use crate::text::format;
 
 pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
     let rows = state.rows(snap);

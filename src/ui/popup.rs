@@ -7,10 +7,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::format;
 use super::state::{ActionReport, ActionState};
 use super::theme::Theme;
 use crate::ring::{Command, Status};
+use crate::text::format;
 
 fn command_name(c: Command) -> &'static str {
     match c {

@@ -10,7 +10,8 @@ use super::app::App;
 use super::rows::{mode_word, Row};
 use super::state::Pane;
 use super::theme::Theme;
-use super::{blockmap, diagnosis, events, format, layout, stats, timeline};
+use super::{blockmap, diagnosis, events, layout, stats, timeline};
+use crate::text::format;
 
 /// The view of the selected process; each pane gets what it draws.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {

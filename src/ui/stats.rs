@@ -7,11 +7,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::format;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::model::view::{DeviceFigures, FigureSource, Implausible};
 use crate::model::{Bounds, Dropped, Mode};
+use crate::text::format;
 
 /// The summary of `e`; `scroll` rows skipped when it does not fit (on a
 /// small terminal, where it is a tab of its own).

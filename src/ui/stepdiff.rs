@@ -9,10 +9,10 @@ use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
 use super::blockmap::module_label;
-use super::format;
 use super::theme::Theme;
 use crate::model::attrib::step_diff;
 use crate::model::ProcessView;
+use crate::text::format;
 
 /// The overlay's state: how many steps back k is, and the scroll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,11 +11,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::format;
 use super::layout::{plot_area, AXIS_WIDTH};
 use super::state::ProcessState;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
+use crate::text::format;
 
 /// One plot column, summed over devices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

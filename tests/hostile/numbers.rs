@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use vramscope::event::{Event, EventKind, Stats};
-use vramscope::input::{Identity, Input, Source, Watch};
+use vramscope::input::{Identity, Input, Source};
+use vramscope::model::Watch;
 use vramscope::model::{Mode, ProcessKey};
 use vramscope::recording::Recorder;
 

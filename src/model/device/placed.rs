@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 
 use super::snapshot::{Pending, SnapshotOutcome};
 use super::{Applied, DeviceState};
+use crate::event::RingPos;
 use crate::event::{BlockState, EventKind, RingSpan};
-use crate::input::RingPos;
 use crate::model::rules::BlockRules;
 
 /// A device event kept with its ring position.

@@ -1,8 +1,9 @@
 //! Snapshots placed by ring positions, and attaching mid-run (FORMAT.md,
 //! "Positions" and "Attaching mid-run").
 use super::*;
+use crate::event::RingPos;
 use crate::event::RingSpan;
-use crate::input::{RingPos, Watch};
+use crate::model::Watch;
 
 /// The device ring of device 0 (ring 0 is the agent's).
 const RING: u32 = 1;

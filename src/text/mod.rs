@@ -1,6 +1,7 @@
 //! Text that reaches a terminal. The bottom floor: it imports nothing from
 //! the crate, and every layer may use it.
 //!
+//! - [`format`]: the one formatter for bytes, counts and durations.
 //! - [`printable`]: untrusted text made safe to print (no escapes, no line
 //!   breaks, no reordering).
 //! - [`stderr_line`]: the one way a line reaches standard error; it goes
@@ -8,6 +9,8 @@
 //!   that quotes either cannot drive the terminal. `tests/hostile/names.rs`
 //!   checks that nothing under `src/` writes to standard error otherwise.
 use std::io::Write;
+
+pub mod format;
 
 /// Untrusted text (a segment's label and framework, a command line from
 /// `/proc`, the strings of a recording, a file name in an error) made safe
