@@ -257,7 +257,7 @@ impl Strings {
         if entry.2.iter().all(|&b| b) {
             let (_, b, _) = self.partial.remove(&id).expect("present");
             // Text from a producer: printable before anything shows it.
-            let text = super::layout::printable(&String::from_utf8_lossy(&b));
+            let text = crate::text::printable(&String::from_utf8_lossy(&b));
             self.done.insert(id, text);
             return true;
         }

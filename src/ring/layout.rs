@@ -3,6 +3,7 @@
 //! the bytes, never the shared mapping itself.
 
 use super::RingError;
+use crate::text::printable;
 
 /// `VMScope1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VMScope1");
@@ -153,8 +154,6 @@ fn text_at(b: &[u8], off: usize, len: usize) -> String {
     let end = raw.iter().position(|&c| c == 0).unwrap_or(len);
     printable(&String::from_utf8_lossy(&raw[..end]))
 }
-
-pub use crate::text::{printable, push_printable};
 
 /// The number of bytes a reader must copy to parse a header with `ring_count`
 /// rings (the header, the ring table and the control block).
