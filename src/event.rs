@@ -48,13 +48,13 @@ impl CtxTag {
         step_tag: 0,
     };
     /// The largest context id a tag can carry.
-    pub const MAX_CONTEXT: u32 = (1 << 24) - 1;
+    pub(crate) const MAX_CONTEXT: u32 = (1 << 24) - 1;
 
     pub fn is_none(&self) -> bool {
         *self == CtxTag::NONE
     }
     /// From a record header's `aux`.
-    pub fn from_aux(aux: u32) -> Self {
+    pub(crate) fn from_aux(aux: u32) -> Self {
         CtxTag {
             context: aux & CtxTag::MAX_CONTEXT,
             step_tag: (aux >> 24) as u8,

@@ -202,13 +202,13 @@ pub enum Input {
 impl Input {
     /// The names of every variant, as they appear in JSON: a reader skips
     /// (and counts) an input whose name is not among them (a later minor's).
-    pub const VARIANTS: &'static [&'static str] = &[
+    pub(crate) const VARIANTS: &'static [&'static str] = &[
         "Attach", "Events", "Gone", "Forget", "Machine", "Problems", "Dropped",
     ];
 
     /// Whether recording format 1.0 knew this variant (it goes into an
     /// input frame of kind 1; later ones into kind 4, which 1.0 skips).
-    pub fn known_to_1_0(&self) -> bool {
+    pub(crate) fn known_to_1_0(&self) -> bool {
         !matches!(self, Input::Dropped { .. })
     }
 }

@@ -15,35 +15,35 @@
 use crate::event::SegmentPool;
 
 /// All sizes are rounded to at least 512 bytes (`kMinBlockSize`).
-pub const K_MIN_BLOCK_SIZE: u64 = 512;
+pub(crate) const K_MIN_BLOCK_SIZE: u64 = 512;
 /// The largest "small" request: 1 MiB (`kSmallSize`). Rounded sizes `<=` this
 /// go to the small pool.
-pub const K_SMALL_SIZE: u64 = 1 << 20;
+pub(crate) const K_SMALL_SIZE: u64 = 1 << 20;
 /// Small requests are packed into 2 MiB segments (`kSmallBuffer`); also the
 /// page size of small-pool expandable segments.
-pub const K_SMALL_BUFFER: u64 = 2 << 20;
+pub(crate) const K_SMALL_BUFFER: u64 = 2 << 20;
 /// Large requests below `kMinLargeAlloc` get a 20 MiB segment (`kLargeBuffer`);
 /// also the page size of large-pool expandable segments and the default
 /// `max_non_split_rounding_size`.
-pub const K_LARGE_BUFFER: u64 = 20 << 20;
+pub(crate) const K_LARGE_BUFFER: u64 = 20 << 20;
 /// Requests between 1 and 10 MiB may use a `kLargeBuffer` segment (`kMinLargeAlloc`).
-pub const K_MIN_LARGE_ALLOC: u64 = 10 << 20;
+pub(crate) const K_MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Larger requests are rounded up to 2 MiB for `cudaMalloc` (`kRoundLarge`).
-pub const K_ROUND_LARGE: u64 = 2 << 20;
+pub(crate) const K_ROUND_LARGE: u64 = 2 << 20;
 
 /// Number of `roundup_power2_divisions` intervals: one per power of two from
 /// 1 MiB up to 64 GiB (`kRoundUpPowerOfTwoIntervals`).
-pub const ROUNDUP_POWER2_INTERVALS: usize = 16;
+pub(crate) const ROUNDUP_POWER2_INTERVALS: usize = 16;
 /// Per-interval division counts; index `i` covers sizes in
 /// `[2^i MiB, 2^(i+1) MiB)`, sizes below 1 MiB use index 0 and sizes from
 /// 32 GiB up use index 15. A value `0` or `1` disables power-of-two rounding.
-pub type RoundupDivisions = [u64; ROUNDUP_POWER2_INTERVALS];
+pub(crate) type RoundupDivisions = [u64; ROUNDUP_POWER2_INTERVALS];
 
 /// The default: no power-of-two rounding anywhere.
-pub const NO_ROUNDUP_DIVISIONS: RoundupDivisions = [0; ROUNDUP_POWER2_INTERVALS];
+pub(crate) const NO_ROUNDUP_DIVISIONS: RoundupDivisions = [0; ROUNDUP_POWER2_INTERVALS];
 
 /// The default `max_split_size` ("unlimited", `std::numeric_limits<size_t>::max()`).
-pub const UNLIMITED_SPLIT_SIZE: u64 = u64::MAX;
+pub(crate) const UNLIMITED_SPLIT_SIZE: u64 = u64::MAX;
 
 fn floor_log2(x: u64) -> u32 {
     debug_assert!(x > 0);
@@ -52,7 +52,7 @@ fn floor_log2(x: u64) -> u32 {
 
 /// The index into [`RoundupDivisions`] for a size
 /// (`AllocatorConfig::roundup_power2_divisions(size)`).
-pub fn roundup_power2_index(size: u64) -> usize {
+pub(crate) fn roundup_power2_index(size: u64) -> usize {
     let log_size = floor_log2(size.max(1)) as i64;
     let start = floor_log2(1 << 20) as i64; // 1 MiB
     (log_size - start).clamp(0, ROUNDUP_POWER2_INTERVALS as i64 - 1) as usize
@@ -64,7 +64,7 @@ pub fn roundup_power2_index(size: u64) -> usize {
 /// 1536, 1792: the result is 1280. Powers of two are returned unchanged.
 ///
 /// `divisions` must be a power of two `>= 2` (the config parser guarantees it).
-pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+pub(crate) fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;
     }
@@ -86,7 +86,7 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 /// 512 bytes, a multiple of 512, or the next power-of-two division when
 /// `roundup_power2_divisions` asks for it for this size's interval (and the
 /// size exceeds `512 * divisions`).
-pub fn round_size(size: u64, divisions: &RoundupDivisions) -> u64 {
+pub(crate) fn round_size(size: u64, divisions: &RoundupDivisions) -> u64 {
     if size < K_MIN_BLOCK_SIZE {
         return K_MIN_BLOCK_SIZE;
     }
@@ -101,12 +101,12 @@ pub fn round_size(size: u64, divisions: &RoundupDivisions) -> u64 {
 }
 
 /// [`round_size`] with the default configuration (no power-of-two rounding).
-pub fn round_size_default(size: u64) -> u64 {
+pub(crate) fn round_size_default(size: u64) -> u64 {
     round_size(size, &NO_ROUNDUP_DIVISIONS)
 }
 
 /// The pool a rounded size is served from (`get_pool`): small for `<= 1 MiB`.
-pub fn pool_for_size(rounded_size: u64) -> SegmentPool {
+pub(crate) fn pool_for_size(rounded_size: u64) -> SegmentPool {
     if rounded_size <= K_SMALL_SIZE {
         SegmentPool::Small
     } else {
@@ -117,7 +117,7 @@ pub fn pool_for_size(rounded_size: u64) -> SegmentPool {
 /// The size of the segment `cudaMalloc`ed for a rounded size when no cached
 /// block fits (`get_allocation_size`): 2 MiB for small, 20 MiB for requests
 /// below 10 MiB, else the size rounded up to 2 MiB.
-pub fn get_allocation_size(rounded_size: u64) -> u64 {
+pub(crate) fn get_allocation_size(rounded_size: u64) -> u64 {
     if rounded_size <= K_SMALL_SIZE {
         K_SMALL_BUFFER
     } else if rounded_size < K_MIN_LARGE_ALLOC {
@@ -135,7 +135,7 @@ pub fn get_allocation_size(rounded_size: u64) -> u64 {
 /// `expandable_segments` is on, split when at least 512 bytes remain; other
 /// large blocks split only when the request is below `max_split_size` and
 /// more than 1 MiB remains.
-pub fn should_split(
+pub(crate) fn should_split(
     block_size: u64,
     size: u64,
     pool: SegmentPool,
@@ -155,7 +155,7 @@ pub fn should_split(
 /// `>= max_split_size`), and an oversize request only takes a block less than
 /// `max_non_split_rounding_size` (default `kLargeBuffer`, 20 MiB) larger than
 /// itself. Without `max_split_size` every candidate is acceptable.
-pub fn oversize_block_acceptable(
+pub(crate) fn oversize_block_acceptable(
     size: u64,
     block_size: u64,
     max_split_size: u64,
@@ -173,7 +173,7 @@ pub fn oversize_block_acceptable(
 /// Page size of an expandable segment (`ExpandableSegment::segment_size_`,
 /// chosen in `find_expandable_block`): 2 MiB for the small pool, 20 MiB for
 /// the large pool.
-pub fn expandable_page_size(pool: SegmentPool) -> u64 {
+pub(crate) fn expandable_page_size(pool: SegmentPool) -> u64 {
     match pool {
         SegmentPool::Small => K_SMALL_BUFFER,
         SegmentPool::Large => K_LARGE_BUFFER,
@@ -183,7 +183,7 @@ pub fn expandable_page_size(pool: SegmentPool) -> u64 {
 /// Virtual address space reserved for one expandable segment of a device with
 /// `total_memory` bytes: 1 1/8 of the device memory in whole pages (the
 /// `ExpandableSegment` constructor).
-pub fn expandable_address_space(total_memory: u64, pool: SegmentPool) -> u64 {
+pub(crate) fn expandable_address_space(total_memory: u64, pool: SegmentPool) -> u64 {
     let page = expandable_page_size(pool);
     let want = total_memory.saturating_add(total_memory / 8);
     want.div_ceil(page).saturating_mul(page)

@@ -253,7 +253,7 @@ impl Recorder {
 /// times, the NVML sample time, when watching began) goes through `map`.
 /// `replay --ui` maps the recording onto this machine's monotonic clock at
 /// the playback speed.
-pub fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
+pub(crate) fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
     match input {
         Input::Events { events, .. } => {
             for e in events {

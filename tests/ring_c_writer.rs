@@ -76,12 +76,21 @@ fn drain_checked(reader: &mut SegmentReader, threads: u64, per_thread: u64) -> u
         next[t as usize] = i + 1;
         delivered += 1;
     };
+    // Until the reader has passed every position: the head alone can be
+    // reached while a writer thread that claimed a slot has not yet
+    // written it (seen under load).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let done = reader.drain_ring_raw(1, 4096, false, &mut check);
         if done.delivered == 0 && done.lost == 0 {
-            if reader.head(1) == threads * per_thread {
+            let c = reader.counts(1);
+            if c.skipped + c.delivered + c.lost == threads * per_thread {
                 break;
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the reader did not pass every position: {c:?}"
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
     }

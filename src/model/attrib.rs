@@ -23,9 +23,9 @@ use crate::event::{BlockState, CtxTag, DropWhat, MarkSource, Phase};
 use crate::text::printable;
 
 /// The longest string a producer sends (FORMAT.md: at most 4096 bytes).
-pub const MAX_STRING: u32 = 4096;
+pub(crate) const MAX_STRING: u32 = 4096;
 /// Frames shown of one stack (a longer or looping chain is cut).
-pub const MAX_STACK_FRAMES: usize = 64;
+pub(crate) const MAX_STACK_FRAMES: usize = 64;
 
 /// Where a block came from: the context of the allocation that made it and
 /// the step it was born in (resolved from the step tag when it was made).
@@ -47,7 +47,7 @@ impl Origin {
     /// The origin of an allocation tagged `tag` while the reader's current
     /// step is `now`.
     #[inline]
-    pub fn of(tag: CtxTag, now: Option<u64>) -> Origin {
+    pub(crate) fn of(tag: CtxTag, now: Option<u64>) -> Origin {
         if tag.is_none() {
             return Origin::default();
         }
@@ -57,7 +57,7 @@ impl Origin {
         }
     }
 
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         *self == Origin::default()
     }
 }
@@ -66,7 +66,7 @@ impl Origin {
 /// itself, the step after it (its boundary not read yet: rings are merged
 /// by time), or one of the 253 before it. FORMAT.md: the latest step
 /// boundary whose tag matches; steps last far longer than clock skew.
-pub fn resolve_step(tag: u8, now: Option<u64>) -> Option<u64> {
+pub(crate) fn resolve_step(tag: u8, now: Option<u64>) -> Option<u64> {
     let now = now?;
     if tag == 0 {
         return None;
@@ -93,7 +93,7 @@ pub enum PhaseKey {
 }
 
 impl PhaseKey {
-    pub const ALL: [PhaseKey; 5] = [
+    pub(crate) const ALL: [PhaseKey; 5] = [
         PhaseKey::Forward,
         PhaseKey::Backward,
         PhaseKey::Optimizer,
@@ -101,7 +101,7 @@ impl PhaseKey {
         PhaseKey::Unknown,
     ];
 
-    pub fn of(p: Phase) -> PhaseKey {
+    pub(crate) fn of(p: Phase) -> PhaseKey {
         match p {
             Phase::NotGiven => PhaseKey::Unknown,
             Phase::Forward => PhaseKey::Forward,
@@ -169,12 +169,19 @@ impl Definitions {
     }
 
     /// Definitions not kept (a bound, or a malformed record).
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// A chunk of string `id` (`len` bytes in all) at `offset`.
-    pub fn string_chunk(&mut self, b: &Bounds, id: u32, len: u32, offset: u32, chunk: &[u8; 32]) {
+    pub(crate) fn string_chunk(
+        &mut self,
+        b: &Bounds,
+        id: u32,
+        len: u32,
+        offset: u32,
+        chunk: &[u8; 32],
+    ) {
         let valid = id != 0
             && len <= MAX_STRING
             && offset % 32 == 0
@@ -234,19 +241,19 @@ impl Definitions {
         true
     }
 
-    pub fn frame(&mut self, b: &Bounds, id: u32, file: u32, function: u32, line: u32) {
+    pub(crate) fn frame(&mut self, b: &Bounds, id: u32, file: u32, function: u32, line: u32) {
         if !Self::insert(&mut self.frames, b, id, (file, function, line)) {
             self.drop_one();
         }
     }
 
-    pub fn stack(&mut self, b: &Bounds, id: u32, frame: u32, parent: u32) {
+    pub(crate) fn stack(&mut self, b: &Bounds, id: u32, frame: u32, parent: u32) {
         if !Self::insert(&mut self.stacks, b, id, (frame, parent)) {
             self.drop_one();
         }
     }
 
-    pub fn context(
+    pub(crate) fn context(
         &mut self,
         b: &Bounds,
         id: u32,
@@ -267,7 +274,7 @@ impl Definitions {
     }
 
     /// String `id` as shown: its text, or `string #id` while unknown.
-    pub fn string(&self, id: u32) -> String {
+    pub(crate) fn string(&self, id: u32) -> String {
         match self.strings.get(&id) {
             Some(Str::Done(s)) => s.to_string(),
             _ => format!("string #{id}"),
@@ -275,7 +282,7 @@ impl Definitions {
     }
 
     /// Context `id` resolved for a view.
-    pub fn context_view(&self, id: u32) -> ContextView {
+    pub(crate) fn context_view(&self, id: u32) -> ContextView {
         let Some(c) = self.contexts.get(&id) else {
             return ContextView {
                 id,
@@ -347,7 +354,7 @@ impl Definitions {
     }
 
     /// Heap bytes held (estimate).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         const ENTRY: usize = 48; // hash map slot and control overhead
         self.strings.len() * (ENTRY + std::mem::size_of::<Str>())
             + self.string_bytes
@@ -360,7 +367,7 @@ impl Definitions {
 /// one source a reader counts (FORMAT.md, MARKER: the user's markers, else
 /// the first optimizer's, else inferred ones).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StepClock {
+pub(crate) struct StepClock {
     /// (rank of the source counted, its optimizer number) and its step.
     source: Option<(u8, u32)>,
     step: Option<u64>,
@@ -368,7 +375,7 @@ pub struct StepClock {
 
 impl StepClock {
     /// A step boundary; returns whether the current step changed.
-    pub fn on_marker(&mut self, source: MarkSource, value: u64) -> bool {
+    pub(crate) fn on_marker(&mut self, source: MarkSource, value: u64) -> bool {
         let key = match source {
             MarkSource::Unknown | MarkSource::User => (3, 0),
             // Lower optimizer numbers rank higher.
@@ -391,7 +398,7 @@ impl StepClock {
     }
 
     /// The current step (None before the first boundary).
-    pub fn step(&self) -> Option<u64> {
+    pub(crate) fn step(&self) -> Option<u64> {
         self.step
     }
 }
@@ -453,12 +460,12 @@ pub struct Attribution {
 
 impl Attribution {
     /// Whether any live block carries a context.
-    pub fn tagged(&self) -> bool {
+    pub(crate) fn tagged(&self) -> bool {
         self.contexts.iter().any(|c| c.id != 0)
     }
 
     /// The context of a block (`origin.context`), resolved.
-    pub fn context(&self, id: u32) -> Option<&ContextView> {
+    pub(crate) fn context(&self, id: u32) -> Option<&ContextView> {
         self.contexts
             .binary_search_by_key(&id, |c| c.id)
             .ok()
@@ -472,7 +479,7 @@ impl Attribution {
     }
 
     /// The phase of context `id`.
-    pub fn phase_of(&self, id: u32) -> PhaseKey {
+    pub(crate) fn phase_of(&self, id: u32) -> PhaseKey {
         self.context(id).map_or(PhaseKey::Unknown, |c| c.phase)
     }
 
@@ -487,7 +494,7 @@ impl Attribution {
 
 /// Text order with runs of digits compared as numbers, so that
 /// `model.layers.2` comes before `model.layers.10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     fn chunks(s: &str) -> impl Iterator<Item = &str> {
         let mut rest = s;
         std::iter::from_fn(move || {
@@ -524,7 +531,7 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 }
 
 /// The name of a producer drop kind in [`Attribution::producer_dropped`].
-pub fn drop_name(w: DropWhat) -> Option<&'static str> {
+pub(crate) fn drop_name(w: DropWhat) -> Option<&'static str> {
     Some(match w {
         DropWhat::Records => return None, // not attribution's
         DropWhat::ContextIds => "context_ids",
@@ -537,7 +544,7 @@ pub fn drop_name(w: DropWhat) -> Option<&'static str> {
 }
 
 /// Live bytes by context over `blocks` (allocated ones only).
-pub fn live_by_context<'a>(
+pub(crate) fn live_by_context<'a>(
     blocks: impl Iterator<Item = &'a super::Block>,
 ) -> BTreeMap<u32, (u64, u64)> {
     let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
@@ -550,7 +557,7 @@ pub fn live_by_context<'a>(
 }
 
 /// The attribution view from live bytes by context.
-pub fn attribution(
+pub(crate) fn attribution(
     defs: &Definitions,
     step: Option<u64>,
     by_context: &BTreeMap<u32, (u64, u64)>,

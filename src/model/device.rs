@@ -130,7 +130,7 @@ fn weigh<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> (u64, u64) {
 
 /// What the bounds of one device dropped (see [`Bounds`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct DeviceDropped {
+pub struct DeviceDropped {
     pub orphans: u64,
     pub blocks: u64,
     pub segments: u64,
@@ -246,9 +246,9 @@ pub struct DeviceState {
     totals_pos: usize,
     drift: u32,
     peaks: Derived,
-    pub(crate) series: DeviceSeries,
+    pub series: DeviceSeries,
     bounds: Bounds,
-    pub(crate) dropped: DeviceDropped,
+    pub dropped: DeviceDropped,
     /// A total or a range had to be saturated at `u64::MAX` since the last
     /// installed snapshot.
     saturated: bool,
@@ -315,15 +315,18 @@ impl DeviceState {
         self.blocks.iter().map(|(a, b)| (*a, b))
     }
     /// The blocks of one segment, in address order.
-    pub fn blocks_of<'a>(&'a self, seg: &Segment) -> impl Iterator<Item = (u64, &'a Block)> + 'a {
+    pub(crate) fn blocks_of<'a>(
+        &'a self,
+        seg: &Segment,
+    ) -> impl Iterator<Item = (u64, &'a Block)> + 'a {
         self.blocks.range(seg.addr..seg.end()).map(|(a, b)| (*a, b))
     }
     /// Allocated blocks seen outside every known segment.
-    pub fn orphans(&self) -> impl Iterator<Item = (u64, &Block)> {
+    pub(crate) fn orphans(&self) -> impl Iterator<Item = (u64, &Block)> {
         self.orphans.iter().map(|(a, b)| (*a, b))
     }
     /// Totals over the block map.
-    pub fn derived(&self) -> Derived {
+    pub(crate) fn derived(&self) -> Derived {
         Derived {
             allocated: self.allocated,
             active: self.active,
@@ -331,15 +334,15 @@ impl DeviceState {
         }
     }
     /// Peaks of the derived totals since the last reset.
-    pub fn derived_peaks(&self) -> Derived {
+    pub(crate) fn derived_peaks(&self) -> Derived {
         self.peaks
     }
     /// The last statistics sample and its time.
-    pub fn stats(&self) -> Option<(u64, &Stats)> {
+    pub(crate) fn stats(&self) -> Option<(u64, &Stats)> {
         self.stats.as_ref().map(|(t, s)| (*t, s))
     }
     /// True when a complete snapshot was installed and nothing contradicted it since.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.synced
     }
     pub fn snapshot_in_progress(&self) -> bool {

@@ -39,7 +39,7 @@ use super::rules;
 use crate::event::{BlockState, MarkSource};
 
 /// Boundaries of live-count history kept per size.
-pub const SIZE_HISTORY: usize = 32;
+pub(crate) const SIZE_HISTORY: usize = 32;
 /// Distinct sizes tracked by default (`Bounds::leak_sizes`).
 const MAX_SIZES: usize = 4096;
 
@@ -86,7 +86,7 @@ pub enum StepSource {
 
 impl StepSource {
     /// How it reads in a sentence ("12 steps from …").
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StepSource::None => "no source",
             StepSource::AllocationPeriod => "the allocation pattern",
@@ -259,7 +259,7 @@ pub struct LeakOrigin {
 }
 
 /// Finished steps [`growing_origins`] looks at.
-pub const ORIGIN_WINDOW: u64 = 16;
+pub(crate) const ORIGIN_WINDOW: u64 = 16;
 
 /// The groups (module, stack) of live allocated blocks, each given as
 /// (module, stack, step born, bytes), whose blocks born in at least three
@@ -269,7 +269,7 @@ pub const ORIGIN_WINDOW: u64 = 16;
 /// at most `top`; and how many more there were. A step's
 /// temporaries die within it, parameters and optimizer state are born once:
 /// neither is named.
-pub fn growing_origins<'a>(
+pub(crate) fn growing_origins<'a>(
     blocks: impl Iterator<Item = (&'a str, &'a [String], u64, u64)>,
     now: u64,
     min_steps: usize,
@@ -389,7 +389,7 @@ pub struct LeakDetector {
 }
 
 impl LeakDetector {
-    pub fn new(cfg: LeakConfig) -> Self {
+    pub(crate) fn new(cfg: LeakConfig) -> Self {
         Self {
             floors: VecDeque::with_capacity(cfg.window_steps.min(4096)),
             cfg,
@@ -415,7 +415,7 @@ impl LeakDetector {
     /// Track at most `max` distinct sizes (`Bounds::leak_sizes`): a new
     /// size beyond is not tracked (and counted); idle sizes are pruned at
     /// step boundaries.
-    pub fn with_max_sizes(mut self, max: usize) -> Self {
+    pub(crate) fn with_max_sizes(mut self, max: usize) -> Self {
         self.max_sizes = max.max(1);
         self
     }
@@ -448,7 +448,7 @@ impl LeakDetector {
 
     /// A tensor of `requested` bytes came to life.
     #[inline]
-    pub fn on_alloc(&mut self, requested: u64) {
+    pub(crate) fn on_alloc(&mut self, requested: u64) {
         self.pending_alloc = Some(requested);
         let full = self.sizes.len() >= self.max_sizes;
         if let Some(e) = self.sizes.get_mut(&requested) {
@@ -469,14 +469,14 @@ impl LeakDetector {
 
     /// A tensor of `requested` bytes was released.
     #[inline]
-    pub fn on_release(&mut self, requested: u64) {
+    pub(crate) fn on_release(&mut self, requested: u64) {
         if let Some(e) = self.sizes.get_mut(&requested) {
             e.live = e.live.saturating_sub(1);
         }
     }
 
     /// Replace live counts by a recount (after a snapshot).
-    pub fn recount<'a>(&mut self, allocated: impl Iterator<Item = &'a Block>) {
+    pub(crate) fn recount<'a>(&mut self, allocated: impl Iterator<Item = &'a Block>) {
         for e in self.sizes.values_mut() {
             e.live = 0;
         }
@@ -492,7 +492,7 @@ impl LeakDetector {
 
     /// The process's allocated total changed to `value` at `t`.
     #[inline]
-    pub fn on_value(&mut self, value: u64, t: u64) {
+    pub(crate) fn on_value(&mut self, value: u64, t: u64) {
         self.current = value;
         self.now_ns = self.now_ns.max(t);
         self.step_min = Some(self.step_min.map_or(value, |m| m.min(value)));
@@ -524,7 +524,7 @@ impl LeakDetector {
     }
 
     /// A step boundary (MARKER) from `source`, at `t`.
-    pub fn on_marker(&mut self, source: MarkSource, t: u64) {
+    pub(crate) fn on_marker(&mut self, source: MarkSource, t: u64) {
         self.now_ns = self.now_ns.max(t);
         let from = match source {
             MarkSource::Unknown | MarkSource::User => StepSource::Markers,
@@ -632,7 +632,7 @@ impl LeakDetector {
     }
 
     /// Heap bytes held.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.floors.capacity() * 8
             + self.sizes.capacity() * (std::mem::size_of::<(u64, SizeEntry)>() + 1)
             + self.period.memory_bytes()
@@ -679,7 +679,11 @@ impl LeakDetector {
 
     /// The verdict. `blocks` are the process's blocks (for ages), `now_ns`
     /// the caller's clock in the writer's time base.
-    pub fn report<'a>(&self, now_ns: u64, blocks: impl Iterator<Item = &'a Block>) -> LeakReport {
+    pub(crate) fn report<'a>(
+        &self,
+        now_ns: u64,
+        blocks: impl Iterator<Item = &'a Block>,
+    ) -> LeakReport {
         let FloorTrend {
             n,
             slope,
@@ -785,7 +789,7 @@ fn sign(a: u64, b: u64) -> i64 {
 }
 
 /// Median of pairwise slopes `(y_j − y_i) / (j − i)`.
-pub fn theil_sen(ys: &[f64]) -> f64 {
+pub(crate) fn theil_sen(ys: &[f64]) -> f64 {
     let n = ys.len();
     if n < 2 {
         return 0.0;
@@ -812,7 +816,7 @@ pub fn theil_sen(ys: &[f64]) -> f64 {
 }
 
 /// Kendall's τ-a between index and value: +1 when every later value is higher.
-pub fn kendall_tau(ys: &[f64]) -> f64 {
+pub(crate) fn kendall_tau(ys: &[f64]) -> f64 {
     let n = ys.len();
     if n < 2 {
         return 0.0;

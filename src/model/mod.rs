@@ -41,11 +41,11 @@
 
 pub mod attrib;
 pub mod device;
-pub mod leak;
-pub mod period;
-pub mod process;
-pub mod rules;
-pub mod series;
+pub(crate) mod leak;
+pub(crate) mod period;
+pub(crate) mod process;
+pub(crate) mod rules;
+pub(crate) mod series;
 pub mod view;
 
 #[cfg(test)]
@@ -251,7 +251,7 @@ impl Model {
         }
     }
 
-    pub fn config(&self) -> &ModelConfig {
+    pub(crate) fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -274,7 +274,7 @@ impl Model {
     }
 
     /// Whether `key` is followed (created if the bound allows).
-    pub fn admit(&mut self, key: ProcessKey) -> bool {
+    pub(crate) fn admit(&mut self, key: ProcessKey) -> bool {
         self.process_mut(key).is_some()
     }
 
@@ -292,7 +292,7 @@ impl Model {
     }
 
     /// Forget a process (it exited and the view no longer shows it).
-    pub fn remove(&mut self, key: ProcessKey) -> Option<Process> {
+    pub(crate) fn remove(&mut self, key: ProcessKey) -> Option<Process> {
         self.processes.remove(&key)
     }
 
@@ -344,7 +344,7 @@ impl Model {
     }
 
     /// NVML's used memory for `key` at `time_ns`.
-    pub fn note_nvml(&mut self, key: ProcessKey, time_ns: u64, bytes: u64) {
+    pub(crate) fn note_nvml(&mut self, key: ProcessKey, time_ns: u64, bytes: u64) {
         if let Some(p) = self.process_mut(key) {
             p.note_nvml(time_ns, bytes);
         }
@@ -356,7 +356,7 @@ impl Model {
         }
     }
 
-    pub fn reset_peaks(&mut self, key: ProcessKey) {
+    pub(crate) fn reset_peaks(&mut self, key: ProcessKey) {
         if let Some(p) = self.processes.get_mut(&key) {
             p.reset_peaks();
         }
@@ -381,7 +381,7 @@ impl Model {
     /// [`resync_wanted`](Self::resync_wanted) not asked within
     /// [`ModelConfig::resync_interval_ns`]. The caller records each request
     /// it makes with [`resync_requested`](Self::resync_requested).
-    pub fn resync_due(&self, now_ns: u64) -> Vec<ProcessKey> {
+    pub(crate) fn resync_due(&self, now_ns: u64) -> Vec<ProcessKey> {
         self.processes
             .values()
             .filter(|p| p.resync_due(now_ns))
@@ -391,7 +391,7 @@ impl Model {
 
     /// The caller asked `key` for a snapshot at `now_ns` (a process the
     /// model does not know is ignored).
-    pub fn resync_requested(&mut self, key: ProcessKey, now_ns: u64) {
+    pub(crate) fn resync_requested(&mut self, key: ProcessKey, now_ns: u64) {
         if let Some(p) = self.processes.get_mut(&key) {
             p.resync_requested(now_ns);
         }
@@ -412,7 +412,7 @@ impl Model {
     /// The collector dropped `count` things named `what` for `key` so far
     /// (an `Input::Dropped`; the latest count replaces earlier ones). Unknown
     /// processes are not created for it.
-    pub fn note_collector_drop(&mut self, key: ProcessKey, what: &str, count: u64) {
+    pub(crate) fn note_collector_drop(&mut self, key: ProcessKey, what: &str, count: u64) {
         if let Some(p) = self.processes.get_mut(&key) {
             p.note_collector_drop(what, count);
         }

@@ -37,7 +37,7 @@ const MAX_SIZES: usize = 4096;
 
 /// A period found in the allocation stream.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Period {
+pub(crate) struct Period {
     /// Allocations per step.
     pub allocations: u64,
     /// The size allocated once per step, whose allocation starts a step.
@@ -48,7 +48,7 @@ pub struct Period {
 
 /// What an allocation told about steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     /// These steps ended (usually none or one).
     Steps(Vec<FoundStep>),
     /// A period was found or replaced: the steps so far are these.
@@ -57,12 +57,12 @@ pub enum Found {
 
 /// A step that ended: the lowest allocated total seen during it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FoundStep {
+pub(crate) struct FoundStep {
     pub floor: u64,
 }
 
 #[derive(Debug, Clone)]
-pub struct PeriodFinder {
+pub(crate) struct PeriodFinder {
     /// (requested size, allocated total after the allocation), newest last.
     window: VecDeque<(u64, u64)>,
     /// Allocations seen.
@@ -91,12 +91,12 @@ impl Default for PeriodFinder {
 }
 
 impl PeriodFinder {
-    pub fn period(&self) -> Option<Period> {
+    pub(crate) fn period(&self) -> Option<Period> {
         self.period
     }
 
     /// Heap bytes held (the window; the analysis's tables are temporary).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.window.capacity() * std::mem::size_of::<(u64, u64)>()
     }
 
@@ -106,7 +106,7 @@ impl PeriodFinder {
     /// an anchor allocation; when a period is found, or replaced by a
     /// different one (a sub-step pattern is often seen first), every step
     /// in the window so far, to be counted instead of the earlier ones.
-    pub fn on_alloc(&mut self, size: u64, allocated: u64) -> Found {
+    pub(crate) fn on_alloc(&mut self, size: u64, allocated: u64) -> Found {
         if self.window.len() >= WINDOW {
             self.window.pop_front();
         }
@@ -155,7 +155,7 @@ impl PeriodFinder {
     }
 
     /// The allocated total changed (a free, or any event).
-    pub fn on_value(&mut self, allocated: u64) {
+    pub(crate) fn on_value(&mut self, allocated: u64) {
         self.low = Some(self.low.map_or(allocated, |l| l.min(allocated)));
     }
 

@@ -21,7 +21,7 @@ use crate::model::Watch;
 /// Events per second over a sliding window of event timestamps, in O(1)
 /// per event: counts in fixed slots of `window / SLOTS`.
 #[derive(Debug, Clone)]
-pub struct EventRate {
+pub(crate) struct EventRate {
     slot_ns: u64,
     counts: [u32; Self::SLOTS],
     /// Absolute index of the newest slot, and its time range.
@@ -34,7 +34,7 @@ pub struct EventRate {
 impl EventRate {
     const SLOTS: usize = 20;
 
-    pub fn new(window_ns: u64) -> Self {
+    pub(crate) fn new(window_ns: u64) -> Self {
         let slot_ns = (window_ns / Self::SLOTS as u64).max(1);
         Self {
             slot_ns,
@@ -47,7 +47,7 @@ impl EventRate {
     }
 
     #[inline]
-    pub fn note(&mut self, t: u64) {
+    pub(crate) fn note(&mut self, t: u64) {
         if t >= self.head_start && t < self.head_end {
             let c = &mut self.counts[(self.head % Self::SLOTS as u64) as usize];
             *c = c.saturating_add(1);
@@ -81,7 +81,7 @@ impl EventRate {
 
     /// Events per second over the window ending at `now_ns` (absent before
     /// the first event).
-    pub fn per_sec(&self, now_ns: u64) -> Option<f64> {
+    pub(crate) fn per_sec(&self, now_ns: u64) -> Option<f64> {
         let first = self.first_ns?;
         let now_slot = now_ns / self.slot_ns;
         let n = Self::SLOTS as u64;
@@ -145,7 +145,7 @@ pub struct Process {
 }
 
 impl Process {
-    pub fn new(key: ProcessKey, cfg: ModelConfig) -> Self {
+    pub(crate) fn new(key: ProcessKey, cfg: ModelConfig) -> Self {
         Self {
             key,
             mode: Mode::Exact,
@@ -230,7 +230,7 @@ impl Process {
     /// requested: at start (state from before attach is unknown), after loss,
     /// after a contradiction, while the last snapshot was incomplete.
     /// Only in exact mode; in other modes the collector decides.
-    pub fn needs_resync(&self) -> bool {
+    pub(crate) fn needs_resync(&self) -> bool {
         self.mode == Mode::Exact
             && (self.loss_unsynced
                 || self.devices.is_empty()
@@ -238,19 +238,19 @@ impl Process {
     }
 
     /// A snapshot is being received on some device.
-    pub fn snapshot_in_progress(&self) -> bool {
+    pub(crate) fn snapshot_in_progress(&self) -> bool {
         self.devices.iter().any(|d| d.snapshot_in_progress())
     }
 
     /// A snapshot is needed and none is in flight.
-    pub fn resync_wanted(&self) -> bool {
+    pub(crate) fn resync_wanted(&self) -> bool {
         self.needs_resync() && !self.snapshot_in_progress()
     }
 
     /// A snapshot is wanted and was not asked for within the configured
     /// interval before `now_ns` (a `now_ns` before the last request, i.e. a
     /// clock that went back, does not hold the request back).
-    pub fn resync_due(&self, now_ns: u64) -> bool {
+    pub(crate) fn resync_due(&self, now_ns: u64) -> bool {
         self.resync_wanted()
             && self
                 .resync_asked_ns
@@ -311,7 +311,7 @@ impl Process {
     /// The collector dropped `count` things named `what` so far (the
     /// latest count replaces earlier ones). Beyond
     /// `Bounds::collector_drop_names` names, new names add to `"other"`.
-    pub fn note_collector_drop(&mut self, what: &str, count: u64) {
+    pub(crate) fn note_collector_drop(&mut self, what: &str, count: u64) {
         if let Some(c) = self.collector_drops.get_mut(what) {
             *c = count;
         } else if self.collector_drops.len() < self.cfg.bounds.collector_drop_names.max(1) {
@@ -358,7 +358,7 @@ impl Process {
 
     /// How watching began: a reader that began mid-run holds each device's
     /// events until an anchor snapshot is installed.
-    pub fn watch(&mut self, watch: &Watch) {
+    pub(crate) fn watch(&mut self, watch: &Watch) {
         self.watch = watch.clone();
         // A ring is named by a byte (FORMAT.md, position flags bits 8–15):
         // more starts than that say nothing (a hostile recording).
@@ -388,7 +388,7 @@ impl Process {
     }
 
     /// Apply one event read at ring position `at` (when given).
-    pub fn apply_at(&mut self, ev: &Event, at: Option<RingPos>) {
+    pub(crate) fn apply_at(&mut self, ev: &Event, at: Option<RingPos>) {
         let t = ev.time_ns;
         match &ev.kind {
             EventKind::Alloc { place, .. }
@@ -571,7 +571,7 @@ impl Process {
 
     /// `count` events were lost on the wire: the block map can no longer be
     /// trusted, and a snapshot in flight is no longer complete.
-    pub fn note_loss(&mut self, count: u64) {
+    pub(crate) fn note_loss(&mut self, count: u64) {
         if count == 0 {
             return;
         }
@@ -585,7 +585,7 @@ impl Process {
     }
 
     /// NVML's used memory for this process at `time_ns`.
-    pub fn note_nvml(&mut self, time_ns: u64, bytes: u64) {
+    pub(crate) fn note_nvml(&mut self, time_ns: u64, bytes: u64) {
         // The remainder (used − reserved) pairs NVML's reading with the
         // reserved bytes of the same instant, not of whenever it is shown.
         let reserved = self.figures(time_ns).reserved;
@@ -596,7 +596,7 @@ impl Process {
 
     /// Reset the peaks the model tracks (the process resets its own stats
     /// peaks on the matching command).
-    pub fn reset_peaks(&mut self) {
+    pub(crate) fn reset_peaks(&mut self) {
         for d in &mut self.devices {
             d.reset_peaks();
         }
@@ -604,7 +604,7 @@ impl Process {
     }
 
     /// Figures of one device (Stats first, block map otherwise).
-    pub fn device_figures(&self, d: &DeviceState) -> DeviceFigures {
+    pub(crate) fn device_figures(&self, d: &DeviceState) -> DeviceFigures {
         let summary = d.block_summary();
         let derived = d.derived();
         let peaks = d.derived_peaks();
@@ -663,7 +663,7 @@ impl Process {
     }
 
     /// Process-wide figures at `now_ns` (for events/s).
-    pub fn figures(&self, now_ns: u64) -> ProcessFigures {
+    pub(crate) fn figures(&self, now_ns: u64) -> ProcessFigures {
         let devs: Vec<DeviceFigures> = self
             .devices
             .iter()
@@ -794,7 +794,7 @@ impl Process {
     }
 
     /// Who holds the live memory: bytes by module and phase.
-    pub fn attribution(&self) -> attrib::Attribution {
+    pub(crate) fn attribution(&self) -> attrib::Attribution {
         let blocks = self.devices.iter().flat_map(|d| {
             d.blocks()
                 .map(|(_, b)| b)

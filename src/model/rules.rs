@@ -8,8 +8,6 @@ use serde::{Deserialize, Serialize};
 use crate::event::SegmentPool;
 use crate::pytorch::{self as pt, K_SMALL_BUFFER};
 
-pub use crate::pytorch::{K_MIN_BLOCK_SIZE as MIN_BLOCK, K_SMALL_SIZE as SMALL_SIZE};
-
 /// The allocator settings the inference depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRules {
@@ -28,19 +26,19 @@ impl Default for BlockRules {
 
 /// `round_size` with the default configuration (no power-of-two rounding,
 /// which the model cannot see from events).
-pub fn round_size(request: u64) -> u64 {
+pub(crate) fn round_size(request: u64) -> u64 {
     pt::round_size_default(request)
 }
 
 /// The pool a rounded request is served from.
-pub fn pool_for(rounded: u64) -> SegmentPool {
+pub(crate) fn pool_for(rounded: u64) -> SegmentPool {
     pt::pool_for_size(rounded)
 }
 
 /// Best guess of the pool of a freshly `cudaMalloc`ed segment from its size
 /// alone (small-pool segments are exactly 2 MiB; large ones never are). The
 /// first allocation that lands in it confirms or corrects the guess.
-pub fn segment_pool_guess(segment_size: u64) -> SegmentPool {
+pub(crate) fn segment_pool_guess(segment_size: u64) -> SegmentPool {
     if segment_size == K_SMALL_BUFFER {
         SegmentPool::Small
     } else {
@@ -53,7 +51,7 @@ impl BlockRules {
     /// served from the start of a free block of `free` bytes
     /// (`should_split`): the rounded size when the remainder is split off,
     /// else the whole free block. Never more than `free`.
-    pub fn carve(&self, request: u64, free: u64, expandable: bool) -> u64 {
+    pub(crate) fn carve(&self, request: u64, free: u64, expandable: bool) -> u64 {
         let rounded = round_size(request);
         if rounded >= free {
             return free;

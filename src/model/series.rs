@@ -138,7 +138,7 @@ impl Series {
         self.tiers.iter().map(|t| t.buckets.len()).sum()
     }
     /// Heap bytes held (bucket storage).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.tiers
             .iter()
             .map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket>())
@@ -148,7 +148,7 @@ impl Series {
 
     /// Add a point. Times that go backwards are treated as the newest time.
     #[inline]
-    pub fn push(&mut self, time_ns: u64, value: u64) {
+    pub(crate) fn push(&mut self, time_ns: u64, value: u64) {
         let t = time_ns.max(self.last_time);
         self.last_time = t;
         self.points += 1;
@@ -229,7 +229,7 @@ impl Series {
     /// `[from_ns, to_ns)`. Columns without points carry the previous value
     /// forward (the series is a step function); columns before the first
     /// point are `None`.
-    pub fn query(&self, from_ns: u64, to_ns: u64, columns: usize) -> Vec<Option<Column>> {
+    pub(crate) fn query(&self, from_ns: u64, to_ns: u64, columns: usize) -> Vec<Option<Column>> {
         let mut out: Vec<Option<Column>> = vec![None; columns];
         if columns == 0 || to_ns <= from_ns || self.points == 0 {
             return out;

@@ -107,12 +107,12 @@ pub struct Implausible {
 
 impl Implausible {
     /// Whether any figure is flagged.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.saturated || self.peak_below_current || self.above_reserved || self.share_above_100
     }
 
     /// Both flags together.
-    pub fn or(self, o: Implausible) -> Implausible {
+    pub(crate) fn or(self, o: Implausible) -> Implausible {
         Implausible {
             saturated: self.saturated || o.saturated,
             peak_below_current: self.peak_below_current || o.peak_below_current,
@@ -122,7 +122,7 @@ impl Implausible {
     }
 
     /// What is flagged, in words.
-    pub fn describe(&self) -> Vec<&'static str> {
+    pub(crate) fn describe(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
         if self.saturated {
             out.push("sum past 2^64");

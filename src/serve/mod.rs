@@ -12,7 +12,7 @@
 //!   keep a scrape out, timeouts, 404/405 for anything that is not a
 //!   scrape).
 
-pub mod exposition;
+pub(crate) mod exposition;
 pub mod http;
 
 /// This machine's name (`/proc/sys/kernel/hostname`), made printable; empty

@@ -133,7 +133,7 @@ pub enum SimError {
 }
 
 /// Formats a byte count like PyTorch's `format_size`.
-pub fn format_size(size: u64) -> String {
+pub(crate) fn format_size(size: u64) -> String {
     let s = size as f64;
     if size <= 1024 {
         format!("{size} bytes")
@@ -1321,7 +1321,7 @@ impl SimAllocator {
     /// Every segment with its blocks, sorted by address, as `snapshot()`
     /// reports them (an expandable segment shows one entry per contiguous
     /// mapped range).
-    pub fn segments(&self) -> Vec<SegmentInfo> {
+    pub(crate) fn segments(&self) -> Vec<SegmentInfo> {
         let heads = self
             .pools
             .iter()

@@ -28,11 +28,11 @@ use crate::text::format::bytes;
 
 const MIB: u64 = 1 << 20;
 /// Simulated time between two operations.
-pub const OP_DT_NS: u64 = 5_000_000;
+pub(crate) const OP_DT_NS: u64 = 5_000_000;
 /// Extra simulated time at each training-step boundary.
-pub const STEP_GAP_NS: u64 = 50_000_000;
+pub(crate) const STEP_GAP_NS: u64 = 50_000_000;
 /// Minimum simulated time between two `Stats` events from the runner.
-pub const STATS_INTERVAL_NS: u64 = 10_000_000;
+pub(crate) const STATS_INTERVAL_NS: u64 = 10_000_000;
 
 /// One operation of a scenario script.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,7 +168,7 @@ impl Scenario {
 
     /// The scenario `name` on a given device / allocator configuration (for
     /// example `fragmentation` with `expandable_segments:True`).
-    pub fn with_config(name: &str, config: SimConfig) -> Option<Scenario> {
+    pub(crate) fn with_config(name: &str, config: SimConfig) -> Option<Scenario> {
         let (name, description) = *LIST.iter().find(|(n, _)| *n == name)?;
         let script: fn(&mut Gen) -> &'static str = match name {
             "healthy" => healthy,
@@ -647,7 +647,7 @@ pub struct StepStats {
 
 /// What applying one operation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub op: Op,
     pub time_ns: u64,
     pub oom: Option<OomError>,
@@ -876,7 +876,7 @@ impl ScenarioRunner {
     }
 
     /// Applies every operation due at or before `time_ns`; returns how many.
-    pub fn advance_to(&mut self, time_ns: u64, sink: &mut dyn EventSink) -> usize {
+    pub(crate) fn advance_to(&mut self, time_ns: u64, sink: &mut dyn EventSink) -> usize {
         let mut n = 0;
         while self
             .scenario
@@ -891,7 +891,7 @@ impl ScenarioRunner {
     }
 
     /// Applies the next operation (None when finished).
-    pub fn step(&mut self, sink: &mut dyn EventSink) -> Option<Applied> {
+    pub(crate) fn step(&mut self, sink: &mut dyn EventSink) -> Option<Applied> {
         let TimedOp {
             time_ns,
             op,
@@ -1069,7 +1069,7 @@ impl ScenarioRunner {
     /// Emits a full state snapshot now, after the definitions made so far
     /// (a reader that attached late may have missed them; FORMAT.md,
     /// "Attaching mid-run").
-    pub fn snapshot(&mut self, sink: &mut dyn EventSink) -> u32 {
+    pub(crate) fn snapshot(&mut self, sink: &mut dyn EventSink) -> u32 {
         let t = self.alloc.now();
         for i in 0..self.defined.len() {
             if self.defined[i] {

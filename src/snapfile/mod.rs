@@ -1155,7 +1155,7 @@ fn for_message(s: &str) -> String {
 }
 
 /// The longest start of `s` of at most `n` bytes.
-pub(crate) fn head(s: &str, n: usize) -> &str {
+pub fn head(s: &str, n: usize) -> &str {
     let mut end = n.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -30,7 +30,7 @@ pub fn bytes(b: u64) -> String {
 }
 
 /// Compact: `1.23G`, `512M`, `0B`.
-pub fn bytes_short(b: u64) -> String {
+pub(crate) fn bytes_short(b: u64) -> String {
     bytes_in(b, &SHORT)
 }
 
@@ -51,12 +51,12 @@ fn bytes_in(b: u64, units: &Units) -> String {
 }
 
 /// Bytes that may be negative, no sign when not: `-12.0 MiB`, `3.00 GiB`.
-pub fn bytes_i64(b: i64) -> String {
+pub(crate) fn bytes_i64(b: i64) -> String {
     minus(b, bytes)
 }
 
 /// Signed compact bytes (`-12M`).
-pub fn bytes_signed_short(b: i64) -> String {
+pub(crate) fn bytes_signed_short(b: i64) -> String {
     minus(b, bytes_short)
 }
 
@@ -70,7 +70,7 @@ fn minus(b: i64, f: fn(u64) -> String) -> String {
 }
 
 /// Signed bytes (`+1.5 MiB`).
-pub fn bytes_signed(b: f64) -> String {
+pub(crate) fn bytes_signed(b: f64) -> String {
     let s = bytes(b.abs().round() as u64);
     if b < 0.0 {
         format!("-{s}")
@@ -91,7 +91,7 @@ fn sig3(v: f64) -> String {
 }
 
 /// `Some(x)` through `f`, `None` as `absent`.
-pub fn opt<T>(v: Option<T>, absent: &str, f: impl FnOnce(T) -> String) -> String {
+pub(crate) fn opt<T>(v: Option<T>, absent: &str, f: impl FnOnce(T) -> String) -> String {
     v.map_or_else(|| absent.to_string(), f)
 }
 
@@ -111,7 +111,7 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// A time span for axis labels: `500ms`, `30s`, `2m`, `1h`.
-pub fn span(ns: u64) -> String {
+pub(crate) fn span(ns: u64) -> String {
     let ms = ns / 1_000_000;
     if ms < 1_000 {
         format!("{ms}ms")
@@ -174,7 +174,7 @@ pub fn bytes_exact(b: u64) -> String {
 }
 
 /// A count: `12`, `1.2k`, `3.4M`.
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     if n < 10_000 {
         n.to_string()
     } else {
@@ -209,7 +209,7 @@ pub fn truncate(s: &str, width: usize, ellipsis: &str) -> String {
 /// Cuts `s` to `width` display columns at a word boundary (a space, or
 /// after `/`, `,` or `:`), ending in `ellipsis` when cut; a first word
 /// longer than `width` is cut inside it.
-pub fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
+pub(crate) fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
     use unicode_width::UnicodeWidthStr;
     if s.width() <= width {
         return s.to_string();
@@ -230,7 +230,7 @@ pub fn fit_words(s: &str, width: usize, ellipsis: &str) -> String {
 
 /// `line` cut to `width` columns at a word boundary ([`fit_words`]), each
 /// span keeping its style; spans past the cut are left out.
-pub fn fit_line(
+pub(crate) fn fit_line(
     line: ratatui::text::Line<'static>,
     width: usize,
     ellipsis: &str,

@@ -25,7 +25,7 @@ pub fn printable(s: &str) -> String {
 }
 
 /// [`printable`] text appended to `out` (no copy made on the way).
-pub fn push_printable(out: &mut String, s: &str) {
+pub(crate) fn push_printable(out: &mut String, s: &str) {
     if !s.chars().any(unsafe_char) {
         out.push_str(s);
         return;

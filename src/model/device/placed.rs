@@ -57,9 +57,9 @@ pub(crate) struct Placement {
     /// prefix of the window: once one is not, none after it is).
     in_prefix: bool,
     /// Events dropped as already reflected in an installed state.
-    pub(crate) reflected: u64,
+    pub reflected: u64,
     /// Snapshots refused as anchors (records after them were missing).
-    pub(crate) refused: u64,
+    pub refused: u64,
     /// Where the first anchor of a reader that began mid-run put the
     /// start of what it watched (see [`DeviceState::anchored_from`]).
     first_anchor: Option<AnchoredFrom>,
@@ -96,7 +96,7 @@ impl AnchoredFrom {
 /// Events kept per device for placing the next snapshot. A snapshot is
 /// asked for and answered within a few collector ticks, so this covers
 /// hundreds of thousands of events per second.
-pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
+pub const PLACEMENT_LOG: usize = 1 << 16;
 
 impl Placement {
     fn keep(&mut self, pos: u64, t: u64, kind: &EventKind, bound: usize) {
@@ -127,7 +127,7 @@ impl DeviceState {
     /// Watching began mid-run (the reader skipped earlier records, it
     /// started at `ring_starts` in each ring): hold this device's events
     /// until an anchor snapshot is installed.
-    pub(crate) fn hold_until_anchored(&mut self, ring_starts: &[u64]) {
+    pub fn hold_until_anchored(&mut self, ring_starts: &[u64]) {
         self.placement.starts = ring_starts.to_vec();
         self.placement.holding = true;
         self.synced = false;
@@ -146,7 +146,7 @@ impl DeviceState {
     }
 
     /// Events dropped because an installed snapshot already reflected them.
-    pub fn reflected_events(&self) -> u64 {
+    pub(crate) fn reflected_events(&self) -> u64 {
         self.placement.reflected
     }
 

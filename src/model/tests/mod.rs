@@ -38,13 +38,13 @@ pub(super) struct Ev {
 }
 
 impl Ev {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             t: 1_000,
             place: place(0, 0),
         }
     }
-    pub fn at(&mut self, kind: EventKind) -> Event {
+    pub(crate) fn at(&mut self, kind: EventKind) -> Event {
         self.t += 1_000;
         Event {
             time_ns: self.t,
@@ -52,7 +52,7 @@ impl Ev {
         }
     }
     /// A statistics sample of this place's device.
-    pub fn stats(&mut self, stats: Stats) -> Event {
+    pub(crate) fn stats(&mut self, stats: Stats) -> Event {
         let device = self.place.device;
         self.at(EventKind::Stats { device, stats })
     }
@@ -63,7 +63,7 @@ macro_rules! placed_events {
     ($($method:ident => $kind:ident),* $(,)?) => {
         impl Ev {
             $(
-                pub fn $method(&mut self, addr: u64, size: u64) -> Event {
+                pub(crate) fn $method(&mut self, addr: u64, size: u64) -> Event {
                     let place = self.place;
                     self.at(EventKind::$kind { place, addr, size })
                 }
@@ -138,7 +138,7 @@ pub(super) struct RefAlloc {
 }
 
 impl RefAlloc {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             segs: Vec::new(),
             next: BASE,
@@ -148,7 +148,7 @@ impl RefAlloc {
         }
     }
 
-    pub fn take(&mut self) -> Vec<Event> {
+    pub(crate) fn take(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.out)
     }
 
@@ -161,7 +161,7 @@ impl RefAlloc {
     }
 
     /// Serve a request on the current stream; returns the block address.
-    pub fn alloc(&mut self, req: u64) -> u64 {
+    pub(crate) fn alloc(&mut self, req: u64) -> u64 {
         let rounded = Self::round(req);
         let small = rounded <= MIB;
         let stream = self.ev.place.stream;
@@ -259,7 +259,7 @@ impl RefAlloc {
     }
 
     /// The tensor at `addr` is released (pending until `complete`).
-    pub fn free_request(&mut self, addr: u64) {
+    pub(crate) fn free_request(&mut self, addr: u64) {
         let (si, bi) = self.find(addr);
         let b = &mut self.segs[si].blocks[bi];
         assert_eq!(b.state, BlockState::Allocated);
@@ -269,7 +269,7 @@ impl RefAlloc {
         self.out.push(e);
     }
 
-    pub fn complete(&mut self, addr: u64) {
+    pub(crate) fn complete(&mut self, addr: u64) {
         let (si, bi) = self.find(addr);
         let req = self.segs[si].blocks[bi].requested;
         assert_eq!(self.segs[si].blocks[bi].state, BlockState::PendingFree);
@@ -292,13 +292,13 @@ impl RefAlloc {
     }
 
     /// Free immediately (no stream uses).
-    pub fn free(&mut self, addr: u64) {
+    pub(crate) fn free(&mut self, addr: u64) {
         self.free_request(addr);
         self.complete(addr);
     }
 
     /// Release every fully free segment.
-    pub fn empty_cache(&mut self) {
+    pub(crate) fn empty_cache(&mut self) {
         let mut keep = Vec::new();
         for s in std::mem::take(&mut self.segs) {
             if s.blocks.len() == 1 && s.blocks[0].state == BlockState::Inactive {
@@ -311,25 +311,25 @@ impl RefAlloc {
         self.segs = keep;
     }
 
-    pub fn allocated(&self) -> u64 {
+    pub(crate) fn allocated(&self) -> u64 {
         self.blocks()
             .filter(|b| b.state == BlockState::Allocated)
             .map(|b| b.size)
             .sum()
     }
-    pub fn active(&self) -> u64 {
+    pub(crate) fn active(&self) -> u64 {
         self.blocks()
             .filter(|b| b.state != BlockState::Inactive)
             .map(|b| b.size)
             .sum()
     }
-    pub fn reserved(&self) -> u64 {
+    pub(crate) fn reserved(&self) -> u64 {
         self.segs.iter().map(|s| s.size).sum()
     }
-    pub fn blocks(&self) -> impl Iterator<Item = &RefBlock> {
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = &RefBlock> {
         self.segs.iter().flat_map(|s| s.blocks.iter())
     }
-    pub fn rows(&self) -> Vec<BlockRow> {
+    pub(crate) fn rows(&self) -> Vec<BlockRow> {
         let mut v: Vec<BlockRow> = self
             .blocks()
             .map(|b| (b.addr, b.size, b.state, b.requested))
@@ -339,7 +339,7 @@ impl RefAlloc {
     }
 
     /// The snapshot the agent would send for this state.
-    pub fn snapshot(&mut self, id: u32) -> Vec<Event> {
+    pub(crate) fn snapshot(&mut self, id: u32) -> Vec<Event> {
         let nblocks = self.blocks().count() as u64;
         let mut out = Vec::new();
         let mut segs = self.segs.clone();
