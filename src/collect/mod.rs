@@ -34,6 +34,7 @@
 //! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
 //! [`replay`] (a recording played back at any speed), [`signals`].
 
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod hub;
 pub mod nvml;

@@ -46,6 +46,7 @@ pub mod bars;
 pub mod blockmap;
 pub mod diagnosis;
 pub mod events;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fleet;
 pub mod help;
