@@ -24,9 +24,10 @@
 //!   segment opened once, a command posted on its control block, the answer
 //!   waited for). The collector sends its own requests (resync snapshots,
 //!   `snapshot`'s fresh states) through it, on the runtime's blocking
-//!   threads, to the segment it reads the process from; the dashboard sends
-//!   its users' commands through it to the segment its snapshot shows; the
-//!   subcommands find the segment by pid. None of them goes through here.
+//!   threads, to the segment it reads the process from. The dashboard sends
+//!   its users' commands through it to the segment its snapshot shows, and
+//!   the subcommands to the segment they find by pid: neither goes through
+//!   the collector.
 //! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
 //!   thread is not async. The dashboard reads the hub (`snapshot`,
 //!   `on_change`), asks [`Live::refusal`] whether its processes may be sent
