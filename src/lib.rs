@@ -10,7 +10,8 @@
 //! - [`pytorch`]: the size rules of PyTorch's caching allocator, which the
 //!   model and the simulator both stand on.
 //! - [`ring`]: the shared-memory wire (format, writer, reader, control block,
-//!   discovery). The only module with `unsafe`.
+//!   discovery), and the one channel back: [`ring::client`] sends a command
+//!   to the producer of a segment. The only module with `unsafe`.
 //! - [`model`]: pure allocator state rebuilt from events; no I/O.
 //! - [`input`]: what sources tell the hub ([`input::Input`]), the one
 //!   recordable way in.

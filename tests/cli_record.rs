@@ -169,6 +169,72 @@ fn empty_cache_pid_prints_what_was_released() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no vramscope agent segment"));
 }
 
+/// A copy of `seg` at `name` in `dir` whose header names `pid` and
+/// `start_time`: the segment of a producer that is gone.
+fn left_behind(seg: &SegmentWriter, dir: &std::path::Path, name: &str, pid: u32, start_time: u64) {
+    use std::os::unix::fs::PermissionsExt;
+    use vramscope::ring::layout::{OFF_PID, OFF_START_TIME};
+    let mut bytes = std::fs::read(seg.path()).unwrap();
+    bytes[OFF_PID..OFF_PID + 4].copy_from_slice(&pid.to_le_bytes());
+    bytes[OFF_START_TIME..OFF_START_TIME + 8].copy_from_slice(&start_time.to_le_bytes());
+    let path = dir.join(name);
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// `empty-cache PID` in a directory of 50 other segments (49 left by
+/// processes that are gone, and one of an earlier process with this pid,
+/// listed first): the segment whose producer runs as PID gets the command,
+/// once, and its answer is printed; nothing else is read or changed.
+#[test]
+fn empty_cache_pid_finds_its_segment_among_many() {
+    use vramscope::ring::discover::{current_uid, segment_name};
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::process::id();
+    let mut cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
+    cfg.tag = Some("z".into());
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    for i in 0..49 {
+        let pid = 999_999_000 + i;
+        let name = segment_name(current_uid(), pid, None).unwrap();
+        left_behind(&seg, dir.path(), &name, pid, seg.header().start_time);
+    }
+    let earlier = segment_name(current_uid(), me, Some("a")).unwrap();
+    left_behind(&seg, dir.path(), &earlier, me, 1);
+    let files = || {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files();
+    assert_eq!(before.len(), 51);
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let started = std::time::Instant::now();
+    let out = answering(
+        &seg,
+        |_| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (Status::Ok, 3 << 30, 1 << 30)
+        },
+        || {
+            bin()
+                .args(["empty-cache", &me.to_string(), "--shm-dir"])
+                .arg(dir.path())
+                .output()
+                .unwrap()
+        },
+    );
+    let out = succeeded(out);
+    eprintln!("empty-cache among 51 segments: {:?}", started.elapsed());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("released 2.00 GiB"), "{text}");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(files(), before, "no segment was removed or added");
+}
+
 #[test]
 fn sim_replays_a_recorded_process_and_matches_its_figures() {
     use vramscope::sim::{SimAllocator, SimConfig};

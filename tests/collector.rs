@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use vramscope::collect::{Collector, Config};
 use vramscope::event::{Event, EventKind, Place};
 use vramscope::model::{ProcessKey, ViewOptions};
+use vramscope::ring::client::{self, Expect};
 use vramscope::ring::codec::encode;
 use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
@@ -106,16 +107,25 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
     let key = collector
         .find_pid(me)
         .expect("the writer's process is attached");
-    let rt = vramscope::collect::runtime().unwrap();
-    let ask = collector.requester().request(
-        key,
-        Command::EmptyCache { device: None },
-        Duration::from_secs(5),
-    );
+    // The segment the snapshot shows for it, as the dashboard sends to it.
+    let snap = collector.hub().snapshot(&ViewOptions::default());
+    let entry = snap.processes.iter().find(|p| p.key() == key).unwrap();
+    let path = std::path::PathBuf::from(entry.source.segment.clone().unwrap());
+    let expect = |key: ProcessKey| Expect {
+        pid: key.pid,
+        start_time: key.start_time,
+    };
     let out = common::answering(
         &seg,
         |_| (Status::Ok, 7 << 20, 3 << 20),
-        || rt.block_on(ask),
+        || {
+            client::command(
+                &path,
+                Some(expect(key)),
+                Command::EmptyCache { device: None },
+                Duration::from_secs(5),
+            )
+        },
     );
     let out = out.unwrap();
     assert_eq!(
@@ -127,13 +137,13 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
         pid: 999_999_999,
         start_time: 1,
     };
-    let err = rt
-        .block_on(collector.requester().request(
-            ghost,
-            Command::Ping { value: 1 },
-            Duration::from_secs(1),
-        ))
-        .unwrap_err();
+    let err = client::command(
+        &path,
+        Some(expect(ghost)),
+        Command::Ping { value: 1 },
+        Duration::from_secs(1),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("999999999"), "{err}");
     // A replayed recording's processes cannot be sent commands.
     let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -145,9 +155,11 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
     )
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    live.request(key, Command::Ping { value: 1 }, move |r| {
-        tx.send(r).unwrap()
-    });
-    let r = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert!(r.unwrap_err().contains("cannot be sent commands"));
+    let ping = Command::Ping { value: 1 };
+    vramscope::ui::send_command(&live, live.hub(), &tx, key, me, path, ping);
+    let vramscope::ui::AppEvent::CommandDone(r) = rx.recv_timeout(Duration::from_secs(5)).unwrap()
+    else {
+        panic!("not an answer")
+    };
+    assert!(r.result.unwrap_err().contains("cannot be sent commands"));
 }

@@ -12,6 +12,8 @@ use vramscope::ring::{
     Command, Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter, Status,
 };
 
+mod common;
+
 fn segment(dir: &std::path::Path, slots: u64) -> SegmentWriter {
     SegmentWriter::create(&SegmentConfig::new(dir, Producer::Test, 1, slots)).unwrap()
 }
@@ -208,4 +210,44 @@ fn records_written_before_a_reader_opened_are_skipped_not_lost() {
     // 0..84 were gone at open, 84..100 were written before it: skipped.
     // 100..104 were written after it and overwritten: lost.
     assert_eq!((c.skipped, c.delivered, c.lost), (100, 16, 4));
+}
+
+/// The one way to a process: `ring::client::command` opens the segment,
+/// posts the command once and returns the producer's answer; meant for
+/// another producer than the header names (a path taken over by a newer
+/// process), it is refused and nothing reaches the producer.
+#[test]
+fn the_client_gets_the_answer_of_the_producer_it_was_meant_for() {
+    use vramscope::ring::client::{command, Expect};
+    let dir = tempfile::tempdir().unwrap();
+    let seg = segment(dir.path(), 16);
+    let h = seg.header();
+    let (pid, start_time) = (h.pid, h.start_time);
+    let asked = std::sync::Mutex::new(Vec::new());
+    let ask = |start_time| {
+        command(
+            seg.path(),
+            Some(Expect { pid, start_time }),
+            Command::EmptyCache { device: None },
+            Duration::from_secs(5),
+        )
+    };
+    let (ours, newer) = common::answering(
+        &seg,
+        |req| {
+            asked.lock().unwrap().push(req.command);
+            (Status::Ok, 7 << 20, 3 << 20)
+        },
+        || (ask(start_time), ask(start_time + 1)),
+    );
+    let out = ours.unwrap();
+    assert_eq!(
+        (out.status, out.result0, out.result1),
+        (Status::Ok, 7 << 20, 3 << 20)
+    );
+    assert!(matches!(newer, Err(RingError::Refused { .. })), "{newer:?}");
+    assert_eq!(
+        *asked.lock().unwrap(),
+        vec![Command::EmptyCache { device: None }]
+    );
 }

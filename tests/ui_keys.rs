@@ -1,10 +1,11 @@
 //! The state machine driven by injected events, no terminal: navigation,
 //! sorting, filtering, the process view, zoom and scroll, the empty-cache
-//! dialogue through a fake driver, read-only mode, help, pause,
+//! dialogue to a real segment that answers, read-only mode, help, pause,
 //! demo controls, mouse, and Press-only keys.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crossterm::event::{
@@ -12,13 +13,15 @@ use crossterm::event::{
 };
 use vramscope::demo::DemoStatus;
 use vramscope::model::ProcessKey;
-use vramscope::ring::{Command, Outcome, Status};
+use vramscope::ring::{Command, Outcome, Producer, SegmentConfig, SegmentWriter, Status};
 use vramscope::ui::app::{ActionState, SPANS_NS};
 use vramscope::ui::fixtures::{app_with, refresh, Fixture};
 use vramscope::ui::rows::Col;
 use vramscope::ui::{
     layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Screen, Theme,
 };
+
+mod common;
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 
@@ -320,30 +323,29 @@ fn a_scroll_set_small_never_empties_a_pane_when_enlarged() {
     }
 }
 
-/// Answers like a process that released 2 GiB, from a thread of its own.
-struct FakeDriver {
-    calls: Mutex<Vec<(ProcessKey, Command)>>,
+/// A driver whose processes may be sent commands.
+struct Sends;
+
+impl Driver for Sends {
+    fn refusal(&self) -> Option<&str> {
+        None
+    }
+    fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {}
 }
 
-impl Driver for FakeDriver {
-    fn request(
-        &self,
-        key: ProcessKey,
-        command: Command,
-        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
-    ) {
-        self.calls.lock().unwrap().push((key, command));
-        std::thread::spawn(move || {
-            done(Ok(Outcome {
-                status: Status::Ok,
-                result0: 3 << 30,
-                result1: 1 << 30,
-                result2: 0,
-            }))
-        });
-    }
-
-    fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {}
+/// Makes `seg`'s header name the process `key` (pid and start time), as
+/// the segment of a fixture's process would.
+fn name_the_process(seg: &SegmentWriter, key: ProcessKey) {
+    use std::os::unix::fs::FileExt;
+    use vramscope::ring::layout::{OFF_PID, OFF_START_TIME};
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(seg.path())
+        .unwrap();
+    f.write_all_at(&key.pid.to_le_bytes(), OFF_PID as u64)
+        .unwrap();
+    f.write_all_at(&key.start_time.to_le_bytes(), OFF_START_TIME as u64)
+        .unwrap();
 }
 
 #[test]
@@ -365,6 +367,7 @@ fn empty_cache_confirm_cancel_and_run() {
     let [Effect::RunCommand {
         key: k,
         pid,
+        segment,
         command,
     }] = fx.as_slice()
     else {
@@ -372,18 +375,34 @@ fn empty_cache_confirm_cancel_and_run() {
     };
     assert_eq!(*k, key_);
     assert_eq!(*command, Command::EmptyCache { device: None });
+    let shown = a.selected_entry().unwrap().source.segment.clone();
+    assert_eq!(Some(segment.display().to_string()), shown);
     assert!(matches!(a.action, Some(ActionState::Running { .. })));
     let nvml_before = a.selected_entry().unwrap().view.figures.nvml_used;
-    // Send it as the loop does, through the fake driver (it answers from
-    // another thread).
-    let driver = FakeDriver {
-        calls: Mutex::new(Vec::new()),
-    };
+    // Send it as the loop does, to a real segment of that process whose
+    // producer answers from another thread, releasing 2 GiB.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 16);
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    name_the_process(&seg, *k);
+    let calls = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel();
-    send_command(&driver, &tx, *k, *pid, *command);
-    let done = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let hub = Arc::new(vramscope::collect::Hub::default());
+    let done = common::answering(
+        &seg,
+        |req| {
+            assert_eq!(req.command, *command);
+            calls.fetch_add(1, Ordering::SeqCst);
+            (Status::Ok, 3 << 30, 1 << 30)
+        },
+        || {
+            let segment = seg.path().to_path_buf();
+            send_command(&Sends, &hub, &tx, *k, *pid, segment, *command);
+            rx.recv_timeout(Duration::from_secs(5)).unwrap()
+        },
+    );
     assert!(matches!(done, AppEvent::CommandDone(_)));
-    assert_eq!(driver.calls.lock().unwrap().len(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(a.handle(done), vec![Effect::Refresh]);
     let Some(ActionState::Done(r)) = &a.action else {
         panic!("{:?}", a.action)
@@ -657,7 +676,10 @@ fn capture_stacks_key_posts_command_5_and_reports_the_answer() {
     a.open();
     refresh(&mut a, &FX);
     let fx = a.handle(ch('C'));
-    let [Effect::RunCommand { key, pid, command }] = fx.as_slice() else {
+    let [Effect::RunCommand {
+        key, pid, command, ..
+    }] = fx.as_slice()
+    else {
         panic!("{fx:?}")
     };
     assert_eq!(

@@ -2,7 +2,7 @@
 //! `torch.cuda.empty_cache()` and prints what was released.
 use anyhow::{bail, Context, Result};
 
-use vramscope::collect::Collector;
+use vramscope::ring::client::Client;
 use vramscope::ring::{Command, Outcome, Status};
 use vramscope::text::format::bytes;
 
@@ -54,27 +54,18 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Sends `command` to the instrumented process `pid` through its segment's
-/// control block and waits for the answer (`empty-cache`, `stacks`).
+/// control block and waits for the answer (`empty-cache`, `stacks`): the
+/// segment is found in the directory by its producer's pid and mapped
+/// once; nothing else is read.
 pub(super) fn ask(pid: u32, shm: &ShmFlag, command: Command, timeout: Seconds) -> Result<Outcome> {
     let dir = shm.dir();
-    let mut cfg = vramscope::collect::Config::new(dir.clone());
-    cfg.nvml = false;
-    cfg.clean_stale = false;
-    let mut collector = Collector::new(cfg);
-    collector.step();
-    let Some(key) = collector
-        .find_pid(pid)
-        .filter(|k| collector.hub().segment_of(*k).is_some())
-    else {
+    let Some(client) = Client::find(&dir, pid)? else {
         bail!(
             "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
             dir.display()
         )
     };
-    let ask = collector
-        .requester()
-        .request(key, command, timeout.duration());
-    Ok(super::runtime()?.block_on(ask)?)
+    Ok(client.send(command, timeout.duration())?)
 }
 
 /// More reserved memory than any device has (1 PiB).

@@ -14,8 +14,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use vramscope::collect::Hub;
-use vramscope::model::{ProcessKey, ViewOptions};
-use vramscope::ring::{Command, Outcome};
+use vramscope::model::ViewOptions;
 use vramscope::snapfile::inputs::{self, Plan, Timed};
 use vramscope::snapfile::step::{self, Stepper, TraceStatus};
 use vramscope::snapfile::{self, Action, SnapshotFile, Totals};
@@ -125,13 +124,8 @@ impl FileDriver {
 }
 
 impl vramscope::ui::Driver for FileDriver {
-    fn request(
-        &self,
-        _key: ProcessKey,
-        _command: Command,
-        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
-    ) {
-        done(Err("a snapshot file cannot be sent commands".into()));
+    fn refusal(&self) -> Option<&str> {
+        Some("a snapshot file cannot be sent commands")
     }
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _guard = self.rt.enter();

@@ -4,7 +4,6 @@
 //! besides writing the inputs into a recording when one is running.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::input::{Identity, Input, Machine, Source, SourceProblem};
@@ -300,16 +299,6 @@ impl Hub {
                 .collect();
             found.sort_by_key(|k| (i.sources.get(k).is_none_or(|s| s.segment.is_none()), *k));
             found.first().copied()
-        })
-    }
-
-    /// The segment of an instrumented process, if it has one.
-    pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
-        self.with(|i| {
-            i.sources
-                .get(&key)
-                .and_then(|s| s.segment.clone())
-                .map(PathBuf::from)
         })
     }
 

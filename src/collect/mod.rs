@@ -7,8 +7,9 @@
 //! ```text
 //!  rings::RingSet ──events──▶┐
 //!  nvml::NvmlSource ─Machine─▶ Collector::{step, poll_nvml} ──Input──▶ Hub ──snapshot()──▶ views
-//!  procfs ─────identities───▶┘        ▲                               │
-//!                                     └──── request(target, command) ◀┘ resync_wanted()
+//!  procfs ─────identities───▶┘        │                               │
+//!                                     └─ ring::client::command ◀──────┘ take_resyncs()
+//!                                        (the segment RingSet reads)
 //! ```
 //!
 //! - [`Collector::step`] scans the segment directory when due, drains every
@@ -18,17 +19,22 @@
 //! - [`Collector::run_until`] is the live loop, on tokio: a ring tick and an
 //!   NVML tick (`MissedTickBehavior::Skip`); NVML runs off the runtime
 //!   (`spawn_blocking`). After each step it reads what the model wants
-//!   ([`Hub::resync_wanted`]) and asks those processes for a state snapshot.
-//! - [`Requester::request`]`(target, command, timeout)` is the one channel
-//!   back to a process (get one with [`Collector::requester`]): it posts a
-//!   command on the process's control block and waits for the answer off the
-//!   runtime.
+//!   ([`Hub::take_resyncs`]) and asks those processes for a state snapshot.
+//! - Commands: the one way to a process is [`crate::ring::client`] (a
+//!   segment opened once, a command posted on its control block, the answer
+//!   waited for). The collector sends its own requests (resync snapshots,
+//!   `snapshot`'s fresh states) through it, on the runtime's blocking
+//!   threads, to the segment it reads the process from. The dashboard sends
+//!   its users' commands through it to the segment its snapshot shows, and
+//!   the subcommands to the segment they find by pid: neither goes through
+//!   the collector.
 //! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
 //!   thread is not async. The dashboard reads the hub (`snapshot`,
-//!   `on_change`), sends commands with [`Live::request`] and hears signals
-//!   through [`Live::on_signal`]; answers and signals come back as calls
-//!   from the runtime's threads, which the dashboard turns into events on its
-//!   own channel. No other threads.
+//!   `on_change`), asks [`Live::refusal`] whether its processes may be sent
+//!   commands (not under `--readonly`, nor a replay's) and hears signals
+//!   through [`Live::on_signal`]; signals come back as calls from the
+//!   runtime's threads, which the dashboard turns into events on its own
+//!   channel.
 //!
 //! Files: [`hub`] (the shared state), [`state`] (the published picture),
 //! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
@@ -51,7 +57,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::model::ProcessKey;
-use crate::ring::{monotonic_ns, Command, Outcome, RingError, SegmentReader, Start, Status};
+use crate::ring::client::{self, Expect};
+use crate::ring::{monotonic_ns, Command, Outcome, RingError, Status};
 
 pub use crate::input::{Identity, Input, Machine, Source, SourceProblem};
 pub use hub::Hub;
@@ -74,7 +81,7 @@ pub struct Config {
     /// Remove segments left by dead processes of this user.
     pub clean_stale: bool,
     /// Send nothing to any process (`--readonly`): no resync snapshots,
-    /// and a [`Requester`] that refuses every command.
+    /// and a [`Live`] whose [`Live::refusal`] refuses every command.
     pub readonly: bool,
 }
 
@@ -135,16 +142,23 @@ impl Collector {
         &self.hub
     }
 
-    /// The one channel back to processes, detached from the collector (it
-    /// needs only the hub, to find a process's segment).
-    pub fn requester(&self) -> Requester {
-        if self.cfg.readonly {
-            return Requester::refusing(READONLY);
-        }
-        Requester {
-            hub: Some(self.hub.clone()),
-            refusal: "",
-        }
+    /// Sends `command` to the attached process `key` through the segment
+    /// it is read from ([`client::command`]), on one of the runtime's
+    /// blocking threads. None when no segment of it is read.
+    fn ask(
+        &self,
+        key: ProcessKey,
+        command: Command,
+        timeout: Duration,
+    ) -> Option<tokio::task::JoinHandle<Result<Outcome, RingError>>> {
+        let path = self.rings.segment_of(key)?;
+        let expect = Expect {
+            pid: key.pid,
+            start_time: key.start_time,
+        };
+        Some(tokio::task::spawn_blocking(move || {
+            client::command(&path, Some(expect), command, timeout)
+        }))
     }
 
     /// Asks the processes the model wants a state snapshot of for one
@@ -162,14 +176,15 @@ impl Collector {
             {
                 continue;
             }
-            let ask =
-                self.requester()
-                    .request(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT);
+            let Some(ask) = self.ask(key, Command::Snapshot { device: None }, RESYNC_TIMEOUT)
+            else {
+                continue;
+            };
             tokio::spawn(async move {
-                if let Ok(Outcome {
+                if let Ok(Ok(Outcome {
                     status: Status::Unsupported,
                     ..
-                }) = ask.await
+                })) = ask.await
                 {
                     refused
                         .lock()
@@ -273,12 +288,7 @@ impl Collector {
         };
         let asks: Vec<_> = commandable
             .into_iter()
-            .map(|k| {
-                let ask = self
-                    .requester()
-                    .request(k, Command::Snapshot { device: None }, wait);
-                tokio::spawn(ask)
-            })
+            .filter_map(|k| self.ask(k, Command::Snapshot { device: None }, wait))
             .collect();
         for a in asks {
             let _ = a.await;
@@ -293,62 +303,11 @@ impl Collector {
     }
 }
 
-/// The one channel back to processes: a command posted on a process's
-/// control block, answered by its agent.
-#[derive(Clone)]
-pub struct Requester {
-    /// `None`: nothing can be commanded, for the reason in `refusal`.
-    hub: Option<Arc<Hub>>,
-    refusal: &'static str,
-}
-
-/// Why a read-only collector's requester refuses.
+/// Why a read-only collector's processes are sent nothing.
 const READONLY: &str = "read-only (--readonly): no command is sent to any process";
 
-impl Requester {
-    /// A requester that refuses every command (the processes of a replayed
-    /// recording are not here to answer).
-    pub fn none() -> Self {
-        Requester::refusing("a recording is played back: its processes cannot be sent commands")
-    }
-
-    fn refusing(why: &'static str) -> Self {
-        Requester {
-            hub: None,
-            refusal: why,
-        }
-    }
-
-    /// Posts `command` to `target` and waits up to `timeout` for the answer,
-    /// off the async runtime. A successful peak reset is applied to the
-    /// model at once.
-    pub fn request(
-        &self,
-        target: ProcessKey,
-        command: Command,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<Outcome, RingError>> + Send + 'static {
-        let hub = self.hub.clone();
-        let refusal = self.refusal;
-        async move {
-            let Some(hub) = hub else {
-                return Err(RingError::Invalid(refusal.into()));
-            };
-            let path = hub.segment_of(target).ok_or_else(|| {
-                RingError::Invalid(format!("process {} has no agent segment", target.pid))
-            })?;
-            let out = tokio::task::spawn_blocking(move || {
-                SegmentReader::open_at(&path, Start::Now)?.command(command, timeout)
-            })
-            .await
-            .map_err(|e| RingError::Invalid(format!("the command task failed: {e}")))??;
-            if matches!(command, Command::ResetPeaks { .. }) && out.status == Status::Ok {
-                hub.reset_peaks(target);
-            }
-            Ok(out)
-        }
-    }
-}
+/// Why a replayed recording's processes are sent nothing.
+const REPLAYED: &str = "a recording is played back: its processes cannot be sent commands";
 
 /// NVML's processes that no instrumented segment covers, read from `/proc`:
 /// their model key and identity.
@@ -386,8 +345,7 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// A multi-threaded tokio runtime for the collector: one worker for the
-/// loop and the requests, a few blocking threads for NVML and the control
-/// block.
+/// loop, a few blocking threads for NVML and the control block.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -402,8 +360,8 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub struct Live {
     rt: tokio::runtime::Runtime,
     hub: Arc<Hub>,
-    requester: Requester,
-    timeout: Duration,
+    /// Why its processes are sent no command ([`Live::refusal`]).
+    refusal: Option<&'static str>,
     /// Ends the background task; dropping `Live` sends it and waits for the
     /// task (see `Drop`).
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -436,9 +394,9 @@ impl Live {
     /// Starts the collector's live loop in the background and returns at once.
     pub fn start(cfg: Config) -> std::io::Result<Live> {
         let rt = runtime()?;
+        let refusal = cfg.readonly.then_some(READONLY);
         let mut collector = Collector::new(cfg);
         let hub = collector.hub().clone();
-        let requester = collector.requester();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = rt.spawn(async move {
             collector
@@ -450,8 +408,7 @@ impl Live {
         Ok(Live {
             rt,
             hub,
-            requester,
-            timeout: Duration::from_secs(5),
+            refusal,
             stop: Some(stop),
             task: Some(task),
         })
@@ -484,8 +441,7 @@ impl Live {
         Ok(Live {
             rt,
             hub,
-            requester: Requester::none(),
-            timeout: Duration::from_secs(5),
+            refusal: Some(REPLAYED),
             stop: Some(stop),
             task: Some(task),
         })
@@ -495,17 +451,11 @@ impl Live {
         &self.hub
     }
 
-    /// Sends `command` to `target` and returns at once; `done` is called
-    /// from the runtime with the answer or a one-line error.
-    pub fn request(
-        &self,
-        target: ProcessKey,
-        command: Command,
-        done: impl FnOnce(Result<Outcome, String>) + Send + 'static,
-    ) {
-        let ask = self.requester.request(target, command, self.timeout);
-        self.rt
-            .spawn(async move { done(ask.await.map_err(|e| e.to_string())) });
+    /// Why the processes it shows must be sent no command: `--readonly`,
+    /// or a recording played back (its processes are not here to answer).
+    /// None: a command may go to a process's segment ([`client`]).
+    pub fn refusal(&self) -> Option<&'static str> {
+        self.refusal
     }
 
     /// Calls `f` (from the runtime) on every SIGINT, SIGTERM and SIGHUP.

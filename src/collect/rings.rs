@@ -216,7 +216,9 @@ impl RingSet {
                                 "pid {} with start time {} is already shown from {} (another process, host pid {other}, that started in the same clock tick in another pid namespace); not shown",
                                 h.pid,
                                 h.start_time,
-                                self.path_of(h.pid, h.start_time).unwrap_or_default()
+                                self.segment_of(ProcessKey { pid: h.pid, start_time: h.start_time })
+                                    .unwrap_or_default()
+                                    .display()
                             );
                             self.refused.insert(path, why);
                             return;
@@ -271,12 +273,12 @@ impl RingSet {
             .find_map(|a| a.host_pid.filter(|&h| h != host))
     }
 
-    /// The segment an attached producer with that key is read from.
-    fn path_of(&self, pid: u32, start_time: u64) -> Option<String> {
+    /// The segment the attached producer `key` is read from.
+    pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
         self.attached
             .iter()
-            .find(|(_, a)| a.key.pid == pid && a.key.start_time == start_time)
-            .map(|((p, _), _)| p.display().to_string())
+            .find(|(_, a)| a.key == key)
+            .map(|((p, _), _)| p.clone())
     }
 
     /// Tells the hub about a live producer and starts draining its segment.

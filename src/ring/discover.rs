@@ -590,12 +590,8 @@ pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
 
 /// Opens `path` after the hygiene checks, maps it, and validates a private
 /// copy of its header and ring table: everything FORMAT.md says a reader
-/// refuses is refused here, with the file named.
-pub fn open_mapped(path: &Path) -> Result<(Shared, Header), RingError> {
-    open_mapped_id(path).map(|(s, h, _)| (s, h))
-}
-
-/// [`open_mapped`], and which file was validated.
+/// refuses is refused here, with the file named. Also says which file was
+/// validated.
 pub fn open_mapped_id(path: &Path) -> Result<(Shared, Header, FileId), RingError> {
     let (file, size) = open_checked(path)?;
     map_checked(path, file, size)

@@ -11,11 +11,16 @@
 //! - [`reader`]: open and validate a segment, drain with exact loss counts
 //!   and bounded work (FORMAT.md, "Reader limits").
 //! - [`control`]: the command protocol, both ends.
+//! - [`client`]: the one way to a process: a segment (named, or found by
+//!   pid) opened once, a command posted on its control block, the answer
+//!   waited for. The dashboard, the subcommands and the collector's resync
+//!   requests all send through it.
 //! - [`discover`]: names, hygiene checks, liveness, stale cleanup.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod client;
 pub mod codec;
 pub mod control;
 pub mod discover;

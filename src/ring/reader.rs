@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::codec::{Decoder, Words};
 use super::control::{Command, CommandClient, Outcome};
-use super::discover::{self, Liveness};
+use super::discover::{self, FileId, Liveness};
 use super::layout::{self, Header, OFF_HEARTBEAT, OFF_STATE};
 use super::shm::Shared;
 use super::RingError;
@@ -66,6 +66,8 @@ struct Cursor {
 /// An open, validated segment.
 pub struct SegmentReader {
     path: PathBuf,
+    /// The file that was validated and mapped (device and inode).
+    file: FileId,
     shared: Shared,
     header: Header,
     cursors: Vec<Cursor>,
@@ -83,8 +85,8 @@ impl SegmentReader {
     }
 
     pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
-        let (shared, header) = discover::open_mapped(path)?;
-        Self::from_mapped(path, shared, header, start)
+        let (shared, header, file) = discover::open_mapped_id(path)?;
+        Self::from_mapped(path, file, shared, header, start)
     }
 
     /// Opens `name` in the directory `dir`, already opened (the files of a
@@ -94,12 +96,13 @@ impl SegmentReader {
         name: &str,
         start: Start,
     ) -> Result<Self, RingError> {
-        let (shared, header, _) = dir.open_mapped(name)?;
-        Self::from_mapped(&dir.join(name), shared, header, start)
+        let (shared, header, file) = dir.open_mapped(name)?;
+        Self::from_mapped(&dir.join(name), file, shared, header, start)
     }
 
     fn from_mapped(
         path: &Path,
+        file: FileId,
         shared: super::shm::Shared,
         header: super::layout::Header,
         start: Start,
@@ -140,6 +143,7 @@ impl SegmentReader {
             .collect();
         Ok(SegmentReader {
             path: path.to_path_buf(),
+            file,
             shared,
             header,
             cursors,
@@ -150,6 +154,11 @@ impl SegmentReader {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file that was validated and mapped.
+    pub fn file(&self) -> FileId {
+        self.file
     }
 
     pub fn header(&self) -> &Header {

@@ -47,7 +47,7 @@ pub enum AppEvent {
     },
     /// SIGTERM / SIGHUP / SIGINT.
     Signal,
-    /// A command sent through the driver was answered.
+    /// A command sent to a process was answered ([`super::send_command`]).
     CommandDone(CommandDone),
     /// The snapshot App asked for with [`Effect::Refresh`].
     Snapshot(Box<Snapshot>),
@@ -70,10 +70,13 @@ pub enum Effect {
     Quit,
     /// Take a new snapshot and hand it back as [`AppEvent::Snapshot`].
     Refresh,
-    /// Send a command through the driver; answer with `CommandDone`.
+    /// Send `command` to the process `key` (shown as `pid`) through
+    /// `segment`, the segment the snapshot shows for it
+    /// ([`super::send_command`]); answer with `CommandDone`.
     RunCommand {
         key: ProcessKey,
         pid: u32,
+        segment: PathBuf,
         command: Command,
     },
     DemoSpeed(f64),
@@ -1269,15 +1272,33 @@ impl App {
         self.start_command(key, pid, Command::EmptyCache { device: None })
     }
 
-    /// `command` goes to `pid`; the action box shows it running.
+    /// `command` goes to `pid`, through the segment the latest snapshot
+    /// shows for it; the action box shows it running.
     fn start_command(&mut self, key: ProcessKey, pid: u32, command: Command) -> Vec<Effect> {
+        let segment = self
+            .snap
+            .processes
+            .iter()
+            .find(|p| p.key() == key)
+            .and_then(|p| p.source.segment.as_deref())
+            .map(PathBuf::from);
+        let Some(segment) = segment else {
+            self.action = None;
+            self.say(format!("pid {pid} has no agent segment: no command sent"));
+            return vec![];
+        };
         let nvml_before = self.nvml_of(key);
         self.action = Some(ActionState::Running {
             pid,
             command,
             nvml_before,
         });
-        vec![Effect::RunCommand { key, pid, command }]
+        vec![Effect::RunCommand {
+            key,
+            pid,
+            segment,
+            command,
+        }]
     }
 
     fn toggle_pause(&mut self) -> Vec<Effect> {

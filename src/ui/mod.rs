@@ -5,9 +5,14 @@
 //!
 //! - the hub: [`Hub::on_change`] sends `Changed`, coalesced (at most one
 //!   queued until the next snapshot is taken);
-//! - the collector's [`Driver`]: a command's answer comes back through its
-//!   `done` callback as `CommandDone`; its [`Driver::on_signal`] callback
-//!   sends `Signal` (SIGINT, SIGTERM, SIGHUP);
+//! - a process: a command App asks for ([`Effect::RunCommand`], with the
+//!   segment the snapshot shows for the process) goes through the ring's
+//!   command client ([`crate::ring::client`]) on a thread of its own, and
+//!   its answer comes back as `CommandDone` ([`send_command`]); unless the
+//!   [`Driver`] refuses every command ([`Driver::refusal`]: `--readonly`, a
+//!   recording played back, a snapshot file), when that is the answer;
+//! - the [`Driver`]'s [`Driver::on_signal`] callback sends `Signal`
+//!   (SIGINT, SIGTERM, SIGHUP);
 //! - the keyboard and mouse: a thread of ours blocked in crossterm's reader
 //!   sends `Input`;
 //! - time: the loop sends `Tick { now_ns }` on every wake-up.
@@ -23,8 +28,8 @@
 //! ```text
 //!  crossterm thread ─Input──┐
 //!  Hub::on_change ───Changed┤                      ┌ Refresh ─▶ hub.snapshot ─▶ Snapshot
-//!  Driver::on_signal ─Signal┼─▶ mpsc ─▶ App::handle ┼ RunCommand ─▶ Driver::request ─▶ CommandDone
-//!  Driver answers ────Done──┤                      └ DemoSpeed…, Quit
+//!  Driver::on_signal ─Signal┼─▶ mpsc ─▶ App::handle ┼ RunCommand{segment} ─▶ thread: ring::client::command
+//!  command thread ────Done──┤                      └ DemoSpeed…, Quit
 //!  loop ──Tick{now_ns}──────┘        draw(frame, &App) ─▶ one pane file each
 //! ```
 //!
@@ -86,7 +91,8 @@ pub use theme::Theme;
 use crate::collect::Hub;
 use crate::demo::{DemoControl, DemoStatus};
 use crate::model::ProcessKey;
-use crate::ring::{Command, Outcome};
+use crate::ring::client::{self, Expect};
+use crate::ring::{Command, Outcome, Status};
 use crate::snapfile::step::TraceStatus;
 
 /// How the dashboard runs (the CLI fills this in).
@@ -158,17 +164,12 @@ pub fn app_config(opts: &UiOptions, no_color: bool) -> AppConfig {
 }
 
 /// What the dashboard needs from whatever feeds it, besides the hub's
-/// snapshots: the one channel back to processes, and the signals. Both
-/// answer from another thread; neither blocks the caller.
+/// snapshots: whether its processes may be sent commands, and the signals.
 pub trait Driver: Send + Sync {
-    /// Sends `command` to the process `key`; returns at once. `done` is
-    /// called later, from another thread, with the answer or a one-line error.
-    fn request(
-        &self,
-        key: ProcessKey,
-        command: Command,
-        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
-    );
+    /// Why the processes shown must be sent no command (`--readonly`, a
+    /// recording played back, a snapshot file); None: a command goes to the
+    /// segment the snapshot shows for its process ([`send_command`]).
+    fn refusal(&self) -> Option<&str>;
     /// Calls `f` on every SIGINT, SIGTERM and SIGHUP from now on.
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>);
     /// A snapshot file's trace: where the hub's state is in it (None: the
@@ -185,41 +186,63 @@ pub trait Driver: Send + Sync {
 
 /// The real driver: the collector running on its own runtime.
 impl Driver for crate::collect::Live {
-    fn request(
-        &self,
-        key: ProcessKey,
-        command: Command,
-        done: Box<dyn FnOnce(Result<Outcome, String>) + Send>,
-    ) {
-        crate::collect::Live::request(self, key, command, done)
+    fn refusal(&self) -> Option<&str> {
+        crate::collect::Live::refusal(self)
     }
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>) {
         crate::collect::Live::on_signal(self, f)
     }
 }
 
-/// Sends `command` through `driver`; the answer comes back on `tx` as
-/// [`AppEvent::CommandDone`] (the dashboard never blocks on a process).
+/// How long the dashboard waits for a process to answer a command.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends `command` to the process `key` (shown as `pid`) through
+/// `segment`, the segment the snapshot shows for it ([`client::command`],
+/// refusing a segment that names another process by now), on a thread of
+/// its own: the dashboard never blocks on a process. The answer comes back
+/// on `tx` as [`AppEvent::CommandDone`]; a successful peak reset is applied
+/// to `hub`'s model first. When `driver` refuses commands, nothing is sent
+/// and its reason is the answer.
 pub fn send_command(
     driver: &dyn Driver,
+    hub: &Arc<Hub>,
     tx: &Sender<AppEvent>,
     key: ProcessKey,
     pid: u32,
+    segment: PathBuf,
     command: Command,
 ) {
-    let tx = tx.clone();
-    driver.request(
-        key,
-        command,
-        Box::new(move |result| {
-            let _ = tx.send(AppEvent::CommandDone(CommandDone {
-                key,
-                pid,
-                command,
-                result,
-            }));
-        }),
-    );
+    let reply = move |tx: &Sender<AppEvent>, result: Result<Outcome, String>| {
+        let _ = tx.send(AppEvent::CommandDone(CommandDone {
+            key,
+            pid,
+            command,
+            result,
+        }));
+    };
+    if let Some(why) = driver.refusal() {
+        return reply(tx, Err(why.to_string()));
+    }
+    let (hub, answers) = (hub.clone(), tx.clone());
+    let expect = Expect {
+        pid: key.pid,
+        start_time: key.start_time,
+    };
+    let sent = std::thread::Builder::new()
+        .name("vramscope-command".into())
+        .spawn(move || {
+            let out = client::command(&segment, Some(expect), command, COMMAND_TIMEOUT);
+            if let (Command::ResetPeaks { .. }, Ok(o)) = (command, &out) {
+                if o.status == Status::Ok {
+                    hub.reset_peaks(key);
+                }
+            }
+            reply(&answers, out.map_err(|e| e.to_string()))
+        });
+    if let Err(e) = sent {
+        reply(tx, Err(format!("starting a thread for the command: {e}")));
+    }
 }
 
 /// What the dashboard reads from and changes in a running demo.

@@ -184,9 +184,20 @@ impl Dashboard {
             match fx {
                 Effect::Quit => {}
                 Effect::Refresh => refresh = true,
-                Effect::RunCommand { key, pid, command } => {
-                    send_command(&*self.driver, &self.tx, key, pid, command)
-                }
+                Effect::RunCommand {
+                    key,
+                    pid,
+                    segment,
+                    command,
+                } => send_command(
+                    &*self.driver,
+                    &self.hub,
+                    &self.tx,
+                    key,
+                    pid,
+                    segment,
+                    command,
+                ),
                 Effect::DemoSpeed(speed) => {
                     if let Some(d) = &self.demo {
                         d.set_speed(speed);

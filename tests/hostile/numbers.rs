@@ -203,12 +203,8 @@ fn item_04_huge_figure_does_not_hang_the_timeline() {
 struct PanickingDriver;
 
 impl vramscope::ui::Driver for PanickingDriver {
-    fn request(
-        &self,
-        _key: ProcessKey,
-        _command: vramscope::ring::Command,
-        _done: Box<dyn FnOnce(Result<vramscope::ring::Outcome, String>) + Send>,
-    ) {
+    fn refusal(&self) -> Option<&str> {
+        Some("a test: nothing is sent")
     }
     fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {
         std::thread::spawn(|| {
