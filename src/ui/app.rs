@@ -28,8 +28,8 @@ use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::{self, Col, Row};
 pub use super::state::{
-    ActionReport, ActionState, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN, SPANS_NS,
-    SPEEDS,
+    ActionReport, ActionState, Overlay, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN,
+    SPANS_NS, SPEEDS,
 };
 use super::theme::Theme;
 use crate::text::format;
@@ -173,14 +173,8 @@ pub struct App {
     pub config: AppConfig,
     pub snap: Arc<Snapshot>,
     pub screen: Screen,
-    /// The help overlay is up.
-    pub help: bool,
-    /// The legend overlay is up, scrolled this many lines.
-    pub legend: Option<usize>,
-    /// The "By module" overlay is up (process view).
-    pub modules: Option<super::attribution::ModulesView>,
-    /// The step diff overlay is up (process view).
-    pub step_diff: Option<super::stepdiff::StepDiffView>,
+    /// What is drawn over the screen and takes its keys.
+    pub overlay: Option<Overlay>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -189,8 +183,6 @@ pub struct App {
     pub demo: Option<DemoStatus>,
     /// The snapshot file's trace, where the state is in it (`open FILE`).
     pub trace: Option<TraceStatus>,
-    /// The stack overlay of the trace's event is up.
-    pub trace_stacks: bool,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
     /// One line for the footer (errors, hints), shown until
@@ -213,16 +205,12 @@ impl App {
             config: config.clone(),
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
-            help: false,
-            legend: None,
-            modules: None,
-            step_diff: None,
+            overlay: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
             demo: None,
             trace: None,
-            trace_stacks: false,
             paused: false,
             message: None,
             message_until_ns: 0,
@@ -728,26 +716,19 @@ impl App {
     /// every key; otherwise a finished command's report, the global keys,
     /// then the screen's.
     fn key_contexts(&self) -> Vec<Context> {
-        if self.overview.filter_editing {
+        if self.typing() {
             return vec![Context::Always, Context::Filter];
         }
         if matches!(self.action, Some(ActionState::Confirm { .. })) {
             return vec![Context::Always, Context::Confirm];
         }
-        if self.help {
-            return vec![Context::Always, Context::Help];
-        }
-        if self.legend.is_some() {
-            return vec![Context::Always, Context::Legend];
-        }
-        if self.modules.is_some() {
-            return vec![Context::Always, Context::Modules];
-        }
-        if self.step_diff.is_some() {
-            return vec![Context::Always, Context::StepDiff];
-        }
-        if self.trace_stacks {
-            return vec![Context::Always, Context::Stacks, Context::Trace];
+        match self.overlay {
+            Some(Overlay::Help) => return vec![Context::Always, Context::Help],
+            Some(Overlay::Legend(_)) => return vec![Context::Always, Context::Legend],
+            Some(Overlay::Modules(_)) => return vec![Context::Always, Context::Modules],
+            Some(Overlay::StepDiff(_)) => return vec![Context::Always, Context::StepDiff],
+            Some(Overlay::Stacks) => return vec![Context::Always, Context::Stacks, Context::Trace],
+            Some(Overlay::Prompt) | None => {}
         }
         let mut c = vec![Context::Always];
         if matches!(self.action, Some(ActionState::Done(_))) {
@@ -766,7 +747,7 @@ impl App {
 
     fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
         let action = keys::action(&k, &self.key_contexts());
-        if !self.overview.filter_editing {
+        if !self.typing() {
             return action.map_or_else(Vec::new, |a| self.act(a));
         }
         // Typing a filter: characters are text, not commands.
@@ -802,6 +783,11 @@ impl App {
         fx
     }
 
+    /// A filter is being typed (keys are text).
+    pub fn typing(&self) -> bool {
+        self.overlay == Some(Overlay::Prompt)
+    }
+
     /// The filter being typed: the overview's (processes), or the process
     /// view's (events).
     pub fn filter(&self) -> &str {
@@ -826,16 +812,17 @@ impl App {
                 self.quit = true;
                 return vec![Effect::Quit];
             }
-            A::Help => self.help = true,
-            A::CloseHelp => self.help = false,
-            A::Legend => self.legend = Some(0),
-            A::CloseLegend => self.legend = None,
-            A::Modules => self.modules = Some(Default::default()),
-            A::CloseModules => self.modules = None,
+            A::Help => self.overlay = Some(Overlay::Help),
+            A::Legend => self.overlay = Some(Overlay::Legend(0)),
+            A::Modules => self.overlay = Some(Overlay::Modules(Default::default())),
+            A::StepDiff => self.overlay = Some(Overlay::StepDiff(Default::default())),
+            A::CloseHelp | A::CloseLegend | A::CloseModules | A::CloseStepDiff | A::CloseStacks => {
+                self.overlay = None
+            }
             A::ModulesSort | A::ModulesReverse | A::ModulesUp | A::ModulesDown => {
                 let rows =
                     (self.selected_entry()).map_or(0, |e| e.view.attribution.by_module.len());
-                if let Some(m) = self.modules.as_mut() {
+                if let Some(Overlay::Modules(m)) = self.overlay.as_mut() {
                     match action {
                         A::ModulesSort => m.sort_next(),
                         A::ModulesReverse => m.reverse(),
@@ -845,13 +832,15 @@ impl App {
             }
             A::ModulesOnly => {
                 let module = self.selected_entry().and_then(|e| {
-                    let m = self.modules?;
+                    let Some(Overlay::Modules(m)) = self.overlay else {
+                        return None;
+                    };
                     let rows = super::attribution::sorted(&e.view.attribution, &m);
                     rows.get(m.scroll.min(rows.len().saturating_sub(1)))
                         .map(|r| r.module.clone())
                 });
                 if let Some(module) = module {
-                    self.modules = None;
+                    self.overlay = None;
                     self.show_only(blockmap::Only::Module(module));
                 }
             }
@@ -864,21 +853,20 @@ impl App {
                 ));
             }
             A::BlockOnly => self.next_only(),
-            A::StepDiff => self.step_diff = Some(Default::default()),
-            A::CloseStepDiff => self.step_diff = None,
             A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
+                let Some(Overlay::StepDiff(mut d)) = self.overlay else {
+                    return vec![];
+                };
                 let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
-                    let rows = (self.step_diff.as_ref())
-                        .map_or(0, |d| super::stepdiff::row_count(&e.view, d));
+                    let rows = super::stepdiff::row_count(&e.view, &d);
                     (e.view.attribution.step, rows)
                 });
-                if let Some(d) = self.step_diff.as_mut() {
-                    match action {
-                        A::StepDiffOlder => d.older(now),
-                        A::StepDiffNewer => d.newer(),
-                        _ => d.scroll_by(action == A::StepDiffDown, rows),
-                    }
+                match action {
+                    A::StepDiffOlder => d.older(now),
+                    A::StepDiffNewer => d.newer(),
+                    _ => d.scroll_by(action == A::StepDiffDown, rows),
                 }
+                self.overlay = Some(Overlay::StepDiff(d));
             }
             A::BlockNext | A::BlockPrev => self.select_block(action == A::BlockNext),
             A::BlockClear => {
@@ -894,13 +882,13 @@ impl App {
             A::LegendUp | A::LegendDown => {
                 let up = action == A::LegendUp;
                 let n = super::legend::lines(&self.config.theme).len();
-                self.legend = self.legend.map(|v| {
-                    if up {
+                if let Some(Overlay::Legend(v)) = &mut self.overlay {
+                    *v = if up {
                         v.saturating_sub(1)
                     } else {
-                        (v + 1).min(n)
-                    }
-                });
+                        (*v + 1).min(n)
+                    };
+                }
             }
             A::Pause => return self.toggle_pause(),
             A::PauseSim if self.demo.as_ref().is_some_and(|d| !d.replay) => {
@@ -931,8 +919,12 @@ impl App {
             }
             A::TraceFirst => return self.seek(|_| 0),
             A::TraceLast => return self.seek(|s| s.total),
-            A::TraceStacks => self.trace_stacks = !self.trace_stacks,
-            A::CloseStacks => self.trace_stacks = false,
+            A::TraceStacks => {
+                self.overlay = match self.overlay {
+                    Some(Overlay::Stacks) => None,
+                    _ => Some(Overlay::Stacks),
+                }
+            }
             A::SelectUp
             | A::SelectDown
             | A::SelectPageUp
@@ -950,7 +942,7 @@ impl App {
             A::SearchEvents => {
                 // The search is over the Events pane: show it (focus it).
                 self.process.pane = Pane::Events;
-                self.overview.filter_editing = true;
+                self.overlay = Some(Overlay::Prompt);
             }
             A::Back
             | A::NextPane
@@ -1101,7 +1093,7 @@ impl App {
             A::SelectFirst => return self.move_selection(isize::MIN / 2),
             A::SelectLast => return self.move_selection(isize::MAX / 2),
             A::Open => return self.open(),
-            A::EditFilter => self.overview.filter_editing = true,
+            A::EditFilter => self.overlay = Some(Overlay::Prompt),
             A::ClearFilter => {
                 if !self.overview.filter.is_empty() {
                     self.overview.filter.clear();
@@ -1120,10 +1112,10 @@ impl App {
                 self.overview.descending = !self.overview.descending;
                 self.fix_selection();
             }
-            A::FilterKeep => self.overview.filter_editing = false,
+            A::FilterKeep => self.overlay = None,
             A::FilterClear => {
                 self.filter_mut().clear();
-                self.overview.filter_editing = false;
+                self.overlay = None;
             }
             A::FilterBackspace => {
                 self.filter_mut().pop();

@@ -79,7 +79,7 @@ use ratatui::layout::Rect;
 use ratatui::{Frame, Terminal};
 
 pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Shot};
-pub use state::{Pane, Screen};
+pub use state::{Overlay, Pane, Screen};
 pub use theme::Theme;
 
 use crate::collect::Hub;
@@ -267,34 +267,40 @@ pub fn draw(frame: &mut Frame, app: &App) {
         _ => {}
     }
     match app.screen {
-        Screen::Overview => overview::render(frame, areas.body, &app.snap, &app.overview, t),
+        Screen::Overview => {
+            overview::render(frame, areas.body, &app.snap, &app.overview, app.typing(), t)
+        }
         Screen::Process => process::render(frame, areas.body, app),
     }
     bars::render_footer(frame, areas.footer, app);
     if let Some(action) = &app.action {
         popup::render(frame, areas.body, action, t);
     }
-    if app.help {
-        help::render(
+    match (app.overlay, app.screen) {
+        (Some(Overlay::Help), _) => help::render(
             frame,
             frame.area(),
             app.config.readonly,
             app.trace.is_some(),
             t,
-        );
-    }
-    if let (true, Some(s)) = (app.trace_stacks, &app.trace) {
-        trace::render_stacks(frame, areas.body, s, t);
-    }
-    if let Some(scroll) = app.legend {
-        legend::render(frame, frame.area(), scroll, t);
-    }
-    if let (Some(m), Some(e), Screen::Process) = (&app.modules, app.selected_entry(), app.screen) {
-        attribution::render(frame, areas.body, &e.view.attribution, m, t);
-    }
-    if let (Some(d), Some(e), Screen::Process) = (&app.step_diff, app.selected_entry(), app.screen)
-    {
-        stepdiff::render(frame, areas.body, &e.view, d, t);
+        ),
+        (Some(Overlay::Stacks), _) => {
+            if let Some(s) = &app.trace {
+                trace::render_stacks(frame, areas.body, s, t);
+            }
+        }
+        (Some(Overlay::Legend(scroll)), _) => legend::render(frame, frame.area(), scroll, t),
+        (Some(Overlay::Modules(m)), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                attribution::render(frame, areas.body, &e.view.attribution, &m, t);
+            }
+        }
+        (Some(Overlay::StepDiff(d)), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                stepdiff::render(frame, areas.body, &e.view, &d, t);
+            }
+        }
+        _ => {}
     }
     if t.ascii {
         theme::asciify(frame.buffer_mut());
