@@ -8,12 +8,12 @@
 //! [`App::should_draw`], [`App::frame_drawn`]).
 //!
 //! Here: the events, the effects, the state and the dispatch of keys
-//! ([`App::key_contexts`] into [`super::keys`]'s table). Each screen's keys
-//! beside it: [`overview`] (the process table), [`process`] (panes, the
-//! timeline's window, the block map), [`overlays`] (help, legend, By
-//! module, step diff, stacks), [`prompt`] (a filter being typed),
-//! [`commands`] (what is sent to a process), and [`clock`] (time and
-//! frames).
+//! (`App::key_contexts` into [`super::keys`]'s table). Each screen's keys
+//! beside it, in `ui/app/`: `overview.rs` (the process table),
+//! `process.rs` (panes, the timeline's window, the block map),
+//! `overlays.rs` (help, legend, By module, step diff, stacks), `prompt.rs`
+//! (a filter being typed), `commands.rs` (what is sent to a process), and
+//! `clock.rs` (time and frames).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use crate::snapfile::step::TraceStatus;
 use super::keys::{self, Action, Context};
 use super::layout;
 use super::rows::Col;
+pub use super::shell::Shot;
 pub use super::state::{
     ActionReport, ActionState, Overlay, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN,
     SPANS_NS, SPEEDS,
@@ -98,14 +99,6 @@ pub enum Effect {
 pub struct ScreenshotAfter {
     pub path: PathBuf,
     pub after: Duration,
-}
-
-/// A frame to write as SVG: to `path`, or the next free numbered file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shot {
-    pub path: Option<PathBuf>,
-    /// Quit once written (automation).
-    pub then_quit: bool,
 }
 
 /// At least this long between two frames.
