@@ -18,7 +18,7 @@ use vramscope::ui::app::{ActionState, SPANS_NS};
 use vramscope::ui::fixtures::{app_with, refresh, Fixture};
 use vramscope::ui::rows::Col;
 use vramscope::ui::{
-    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Screen, Theme,
+    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Overlay, Screen, Theme,
 };
 
 mod common;
@@ -160,7 +160,7 @@ fn clicking_a_column_header_sorts_by_it() {
 fn filtering() {
     let mut a = app();
     a.handle(ch('/'));
-    assert!(a.overview.filter_editing);
+    assert!(a.typing());
     // While typing, letters are text, not commands ('q' does not quit).
     let fx = type_str(&mut a, "seq");
     assert!(fx.is_empty());
@@ -172,7 +172,7 @@ fn filtering() {
     a.handle(key(KeyCode::Backspace));
     assert_eq!(a.overview.filter, "se");
     a.handle(key(KeyCode::Enter));
-    assert!(!a.overview.filter_editing);
+    assert!(!a.typing());
     assert_eq!(a.overview.filter, "se");
     // By pid and by command line.
     a.overview.filter = "4242".into();
@@ -518,14 +518,14 @@ fn readonly_blocks_actions() {
 fn help_overlay() {
     let mut a = app();
     a.handle(ch('?'));
-    assert!(a.help);
+    assert_eq!(a.overlay, Some(Overlay::Help));
     let sel = a.overview.selected;
     a.handle(ch('j'));
     assert_eq!(a.overview.selected, sel);
     assert!(a.handle(ch('e')).is_empty());
     assert!(a.action.is_none());
     a.handle(key(KeyCode::Esc));
-    assert!(!a.help);
+    assert_ne!(a.overlay, Some(Overlay::Help));
     // Every key the footer names is in the help.
     let all: Vec<&str> = vramscope::ui::keys::KEYS
         .iter()

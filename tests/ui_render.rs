@@ -11,7 +11,7 @@ use ratatui::Terminal;
 use vramscope::demo::DemoStatus;
 use vramscope::ui::app::ActionState;
 use vramscope::ui::fixtures::{app_with, refresh, Fixture};
-use vramscope::ui::{render_buffer, App, AppConfig, Pane, Theme};
+use vramscope::ui::{render_buffer, App, AppConfig, Overlay, Pane, Theme};
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 static FX8: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(8));
@@ -206,7 +206,7 @@ fn nvml_only_process() {
 #[test]
 fn help_overlay() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.help = true;
+    app.overlay = Some(Overlay::Help);
     insta::assert_snapshot!("help_80x24", frame(&app));
     app.size = ratatui::layout::Rect::new(0, 0, 200, 60);
     insta::assert_snapshot!("help_200x60", frame(&app));
@@ -219,7 +219,7 @@ fn help_overlay() {
         80,
         24,
     );
-    ro.help = true;
+    ro.overlay = Some(Overlay::Help);
     snapshot_showing("help_readonly_80x24", &ro, "Read-only");
 }
 
@@ -232,7 +232,7 @@ fn legend_overlay() {
             crossterm::event::KeyCode::Char('L'),
         )),
     ));
-    assert_eq!(app.legend, Some(0));
+    assert_eq!(app.overlay, Some(Overlay::Legend(0)));
     let f = frame(&app);
     for c in vramscope::ui::rows::Col::ALL {
         assert!(f.contains(c.meaning()), "{:?} {f}", c);
@@ -240,10 +240,10 @@ fn legend_overlay() {
     insta::assert_snapshot!("legend_120x40", f);
     // At 80x24 it scrolls: the words at the end come into view.
     let mut small = app_with(&FX, cfg(), 80, 24);
-    small.legend = Some(0);
+    small.overlay = Some(Overlay::Legend(0));
     assert!(!frame(&small).contains("s#b0c0"));
     insta::assert_snapshot!("legend_80x24", frame(&small));
-    small.legend = Some(100);
+    small.overlay = Some(Overlay::Legend(100));
     snapshot_showing("legend_80x24_scrolled", &small, "s#b0c0");
 }
 
@@ -359,7 +359,7 @@ fn ascii_has_only_ascii() {
     let mut o = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
     o.config.theme = theme;
     frames.push(render_buffer(&o, 80, 24));
-    o.help = true;
+    o.overlay = Some(Overlay::Help);
     frames.push(render_buffer(&o, 80, 24));
     for buf in &frames {
         for c in &buf.content {
@@ -550,7 +550,7 @@ fn by_module_enter_filters_and_a_selected_block_says_where_it_came_from() {
             e.view.attribution.by_module[1].module.clone()
         };
         press(&mut app, Enter);
-        assert!(app.modules.is_none());
+        assert!(!matches!(app.overlay, Some(Overlay::Modules(_))));
         assert_eq!(app.process.pane, Pane::Blocks);
         let f = frame(&app);
         assert!(f.contains(&format!("only {second}")), "{f}");
@@ -619,7 +619,7 @@ fn step_diff_overlay() {
         let f = frame(&app);
         assert!(f.contains(&format!("born in step {}", now - 2)), "{f}");
         press(&mut app, Esc);
-        assert!(app.step_diff.is_none());
+        assert!(!matches!(app.overlay, Some(Overlay::Modules(_))));
     }
 }
 

@@ -6,33 +6,44 @@
 //! is made here: the freshness label, the data-rate gate, the `--pid` wait,
 //! the automatic screenshot, the frame gap ([`App::deadline_ns`],
 //! [`App::should_draw`], [`App::frame_drawn`]).
+//!
+//! Here: the events, the effects, the state and the dispatch of keys
+//! (`App::key_contexts` into [`super::keys`]'s table). Each screen's keys
+//! beside it, in `ui/app/`: `overview.rs` (the process table),
+//! `process.rs` (panes, the timeline's window, the block map),
+//! `overlays.rs` (help, legend, By module, step diff, stacks), `prompt.rs`
+//! (a filter being typed), `commands.rs` (what is sent to a process), and
+//! `clock.rs` (time and frames).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossterm::event::{
-    Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
-};
+use crossterm::event::{Event, KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
 use crate::collect::{ProcessEntry, Snapshot};
 use crate::demo::DemoStatus;
-use crate::model::{Mode, ProcessKey, TimelineRequest, ViewOptions};
+use crate::model::{ProcessKey, TimelineRequest, ViewOptions};
 use crate::ring::{Command, Outcome};
 use crate::snapfile::step::TraceStatus;
 
-use super::blockmap;
-use super::history;
 use super::keys::{self, Action, Context};
 use super::layout;
-use super::rows::{self, Col, Row};
+use super::rows::Col;
+pub use super::shell::Shot;
 pub use super::state::{
-    ActionReport, ActionState, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN, SPANS_NS,
-    SPEEDS,
+    ActionReport, ActionState, Overlay, OverviewState, Pane, ProcessState, Screen, DEFAULT_SPAN,
+    SPANS_NS, SPEEDS,
 };
 use super::theme::Theme;
-use crate::text::format;
+
+mod clock;
+mod commands;
+mod overlays;
+mod overview;
+mod process;
+mod prompt;
 
 /// Everything the loop waits for, in one channel.
 #[derive(Debug)]
@@ -93,20 +104,12 @@ pub struct ScreenshotAfter {
     pub after: Duration,
 }
 
-/// A frame to write as SVG: to `path`, or the next free numbered file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shot {
-    pub path: Option<PathBuf>,
-    /// Quit once written (automation).
-    pub then_quit: bool,
-}
-
 /// At least this long between two frames.
 pub const MIN_FRAME_NS: u64 = 10_000_000;
 /// The slow tick (the freshness label), and when idle for a minute.
 pub const TICK_NS: u64 = 1_000_000_000;
 pub const IDLE_TICK_NS: u64 = 5_000_000_000;
-const IDLE_AFTER_NS: u64 = 60_000_000_000;
+pub(super) const IDLE_AFTER_NS: u64 = 60_000_000_000;
 /// How long `--pid` waits for its process.
 pub const PID_WAIT_NS: u64 = 10_000_000_000;
 /// Steps `C` asks a process to capture stacks for (command 5).
@@ -176,14 +179,8 @@ pub struct App {
     pub config: AppConfig,
     pub snap: Arc<Snapshot>,
     pub screen: Screen,
-    /// The help overlay is up.
-    pub help: bool,
-    /// The legend overlay is up, scrolled this many lines.
-    pub legend: Option<usize>,
-    /// The "By module" overlay is up (process view).
-    pub modules: Option<super::attribution::ModulesView>,
-    /// The step diff overlay is up (process view).
-    pub step_diff: Option<super::stepdiff::StepDiffView>,
+    /// What is drawn over the screen and takes its keys.
+    pub overlay: Option<Overlay>,
     pub overview: OverviewState,
     pub process: ProcessState,
     /// The process action asked, running or answered.
@@ -192,8 +189,6 @@ pub struct App {
     pub demo: Option<DemoStatus>,
     /// The snapshot file's trace, where the state is in it (`open FILE`).
     pub trace: Option<TraceStatus>,
-    /// The stack overlay of the trace's event is up.
-    pub trace_stacks: bool,
     /// The view is frozen: no new snapshots.
     pub paused: bool,
     /// One line for the footer (errors, hints), shown until
@@ -216,16 +211,12 @@ impl App {
             config: config.clone(),
             snap: Arc::new(Snapshot::default()),
             screen: Screen::Overview,
-            help: false,
-            legend: None,
-            modules: None,
-            step_diff: None,
+            overlay: None,
             overview: OverviewState::default(),
             process: ProcessState::default(),
             action: None,
             demo: None,
             trace: None,
-            trace_stacks: false,
             paused: false,
             message: None,
             message_until_ns: 0,
@@ -248,54 +239,9 @@ impl App {
         app
     }
 
-    /// The rows of the overview, filtered and sorted.
-    pub fn rows(&self) -> Vec<Row<'_>> {
-        self.overview.rows(&self.snap)
-    }
-
-    pub fn span_ns(&self) -> u64 {
-        self.process.span_ns()
-    }
-
     /// Now: the newer of the clock and the snapshot.
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns.max(self.snap.taken_ns)
-    }
-
-    /// The timeline window `[from, to)` in collector ns.
-    pub fn window(&self) -> (u64, u64) {
-        self.process.window(self.now_ns())
-    }
-
-    /// How fresh the data is (the header's right end).
-    pub fn age_label(&self) -> String {
-        if self.clock.changed_ns == 0 {
-            return "waiting for data".into();
-        }
-        let age = self.clock.now_ns.saturating_sub(self.clock.changed_ns);
-        const S: u64 = 1_000_000_000;
-        if age < 2 * S {
-            "live".into()
-        } else if age < 60 * S {
-            format!("updated {}s ago", age / S)
-        } else {
-            // Minutes only: the idle tick is slow.
-            format!("updated {} ago", format::span(age / (60 * S) * 60 * S))
-        }
-    }
-
-    /// The overview table's data rows (for clicks).
-    pub fn table_body(&self) -> Rect {
-        let rows = self.rows().len();
-        layout::table_body(self.size, self.caption(), &self.snap.machine, rows)
-    }
-
-    /// Data rows the overview table shows at once.
-    pub fn table_rows(&self) -> usize {
-        if self.screen != Screen::Overview && self.size.height == 0 {
-            return 1;
-        }
-        self.table_body().height as usize
     }
 
     /// What the next snapshot must contain for the current screen.
@@ -327,26 +273,6 @@ impl App {
             recent_events,
             timeline,
         }
-    }
-
-    /// The overview's history band and sparklines, when it shows either:
-    /// the last [`history::WINDOW_NS`], one column per plot cell.
-    fn overview_timeline(&self) -> Option<TimelineRequest> {
-        let rows = self.rows().len();
-        let body = layout::screen(self.size, self.caption()).body;
-        let band = layout::overview(body, &self.snap.machine, rows).history;
-        let spark = self.columns().cols().any(|c| c == Col::History);
-        if band.is_none() && !spark {
-            return None;
-        }
-        let to_ns = self.now_ns();
-        Some(TimelineRequest {
-            from_ns: to_ns.saturating_sub(history::WINDOW_NS),
-            to_ns,
-            columns: band
-                .map_or(64, |b| history::plot_width(b.width))
-                .clamp(16, 1000),
-        })
     }
 
     /// The selected process in the current snapshot.
@@ -394,97 +320,6 @@ impl App {
         }
     }
 
-    fn fix_selection(&mut self) {
-        if self.screen == Screen::Process {
-            return; // keep showing the chosen process, even once it is gone
-        }
-        let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
-        if keys.is_empty() {
-            self.overview.selected = None;
-            self.overview.offset = 0;
-            return;
-        }
-        if self.overview.selected.is_none_or(|k| !keys.contains(&k)) {
-            self.overview.selected = Some(keys[0]);
-        }
-        self.scroll_to_selection(&keys);
-    }
-
-    fn scroll_to_selection(&mut self, keys: &[ProcessKey]) {
-        let visible = self.table_rows().max(1);
-        let idx = self
-            .overview
-            .selected
-            .and_then(|k| keys.iter().position(|x| *x == k))
-            .unwrap_or(0);
-        if idx < self.overview.offset {
-            self.overview.offset = idx;
-        } else if idx >= self.overview.offset + visible {
-            self.overview.offset = idx + 1 - visible;
-        }
-        let max_off = keys.len().saturating_sub(visible);
-        self.overview.offset = self.overview.offset.min(max_off);
-    }
-
-    fn note_nvml_after(&mut self) {
-        let Some(ActionState::Done(r)) = &self.action else {
-            return;
-        };
-        if r.nvml_after.is_some() || r.outcome.is_none() {
-            return;
-        }
-        let newer = match (self.snap.machine.sampled_ns, r.nvml_sampled_at_done) {
-            (Some(now), Some(then)) => now > then,
-            (Some(_), None) => true,
-            _ => false,
-        };
-        if !newer {
-            return;
-        }
-        let key = r.key;
-        let used = self
-            .snap
-            .processes
-            .iter()
-            .find(|p| p.key() == key)
-            .and_then(|p| p.view.figures.nvml_used);
-        if let Some(ActionState::Done(r)) = &mut self.action {
-            r.nvml_after = used;
-        }
-    }
-
-    /// The y/n question quotes the figures of the latest snapshot, not
-    /// those of the moment `e` was pressed.
-    fn update_confirm(&mut self) {
-        let Some(ActionState::Confirm { key, .. }) = &self.action else {
-            return;
-        };
-        let key = *key;
-        let live = self
-            .snap
-            .processes
-            .iter()
-            .find(|p| p.key() == key)
-            .map(|p| (p.view.figures.reserved, p.view.figures.allocated));
-        if let Some(ActionState::Confirm {
-            reserved,
-            allocated,
-            ..
-        }) = &mut self.action
-        {
-            *reserved = live.map(|l| l.0);
-            *allocated = live.map(|l| l.1);
-        }
-    }
-
-    fn nvml_of(&self, key: ProcessKey) -> Option<u64> {
-        self.snap
-            .processes
-            .iter()
-            .find(|p| p.key() == key)
-            .and_then(|p| p.view.figures.nvml_used)
-    }
-
     /// Shows `text` in the footer for [`MESSAGE_NS`].
     pub fn say(&mut self, text: impl Into<String>) {
         self.message = Some(text.into());
@@ -516,195 +351,6 @@ impl App {
         fx
     }
 
-    fn data_interval_ns(&self) -> u64 {
-        self.config.data_interval.as_nanos() as u64
-    }
-
-    /// The data interval has passed since data was last taken.
-    fn data_due(&self) -> bool {
-        self.clock
-            .data_ns
-            .is_none_or(|t| self.clock.now_ns >= t + self.data_interval_ns())
-    }
-
-    /// New hub data is taken at most every data interval: a busy job
-    /// changes the model every 50 ms, and redrawing that often costs CPU
-    /// and ssh bandwidth for nothing a person can read.
-    fn changed(&mut self) -> Vec<Effect> {
-        self.clock.changed_ns = self.clock.now_ns;
-        if self.paused {
-            return vec![];
-        }
-        if self.data_due() {
-            vec![Effect::Refresh]
-        } else {
-            self.clock.data_pending = true;
-            vec![]
-        }
-    }
-
-    /// Time passed: start, the slow tick (a redraw only when the freshness
-    /// label moved), data held back by the gate, the automatic screenshot.
-    fn tick(&mut self, now: u64) -> Vec<Effect> {
-        self.clock.now_ns = now;
-        let Some(started) = self.clock.started_ns else {
-            self.clock.started_ns = Some(now);
-            self.clock.next_tick_ns = now + TICK_NS;
-            return vec![Effect::Refresh];
-        };
-        let mut fx = Vec::new();
-        if now >= self.clock.next_tick_ns {
-            let idle = now.saturating_sub(self.clock.changed_ns) > IDLE_AFTER_NS;
-            self.clock.next_tick_ns = now + if idle { IDLE_TICK_NS } else { TICK_NS };
-            if self.age_label() != self.redraw.label {
-                self.dirty = true;
-            }
-        }
-        if self.message.is_some() && now >= self.message_until_ns {
-            self.message = None;
-            self.dirty = true;
-        }
-        if self.startup.wanted_pid.is_some() {
-            // The wait ends on time even when no data arrives at all.
-            fx.extend(self.open_wanted());
-        }
-        if self.clock.data_pending && self.data_due() {
-            self.clock.data_pending = false;
-            fx.push(Effect::Refresh);
-        }
-        if let Some(s) = &self.startup.screenshot {
-            if now >= started + s.after.as_nanos() as u64 {
-                self.redraw.shot = Some(Shot {
-                    path: Some(s.path.clone()),
-                    then_quit: true,
-                });
-                self.startup.screenshot = None;
-                self.dirty = true;
-            }
-        }
-        fx
-    }
-
-    /// The snapshot asked for arrived; `--pid` opens its view once it shows.
-    fn snapshot_taken(&mut self, snap: Snapshot) -> Vec<Effect> {
-        self.clock.data_ns = Some(self.clock.now_ns);
-        self.clock.data_pending = false;
-        self.set_snapshot(snap);
-        if self.clock.changed_ns == 0 {
-            self.clock.changed_ns = self.clock.now_ns;
-        }
-        self.open_wanted()
-    }
-
-    fn open_wanted(&mut self) -> Vec<Effect> {
-        let Some(pid) = self.startup.wanted_pid else {
-            return vec![];
-        };
-        if self.screen != Screen::Overview {
-            return vec![];
-        }
-        if self.open_pid(pid) {
-            self.startup.wanted_pid = None;
-            self.message = None;
-            return vec![Effect::Refresh];
-        }
-        let waited = self
-            .clock
-            .now_ns
-            .saturating_sub(self.clock.started_ns.unwrap_or(self.clock.now_ns));
-        if waited > PID_WAIT_NS {
-            self.startup.wanted_pid = None;
-            self.say(format!("pid {pid} is not an instrumented or GPU process"));
-        } else {
-            self.say(format!("waiting for pid {pid} to appear..."));
-        }
-        vec![]
-    }
-
-    fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
-        let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
-        self.say(match result {
-            Ok(path) => format!("screenshot written to {}", path.display()),
-            Err(e) => format!("screenshot failed: {e}"),
-        });
-        // The message shows in the next frame (unless quitting).
-        self.dirty = true;
-        if then_quit {
-            self.quit = true;
-            return vec![Effect::Quit];
-        }
-        vec![]
-    }
-
-    /// When the loop must wake up even if nothing arrives (collector ns):
-    /// the slow tick, the frame gap, held-back data, the automatic
-    /// screenshot. Before the first tick: at once.
-    pub fn deadline_ns(&self) -> u64 {
-        let Some(started) = self.clock.started_ns else {
-            return 0;
-        };
-        let mut d = self.clock.next_tick_ns;
-        if self.dirty {
-            d = d.min(self.redraw.last_ns.map_or(0, |t| t + MIN_FRAME_NS));
-        }
-        if self.clock.data_pending {
-            if let Some(t) = self.clock.data_ns {
-                d = d.min(t + self.data_interval_ns());
-            }
-        }
-        if let Some(s) = &self.startup.screenshot {
-            d = d.min(started + s.after.as_nanos() as u64);
-        }
-        if self.message.is_some() {
-            d = d.min(self.message_until_ns);
-        }
-        d
-    }
-
-    /// Draw now: something changed, and the last frame is at least
-    /// [`MIN_FRAME_NS`] old.
-    pub fn should_draw(&self, now_ns: u64) -> bool {
-        self.dirty
-            && self
-                .redraw
-                .last_ns
-                .is_none_or(|t| now_ns >= t + MIN_FRAME_NS)
-    }
-
-    /// The loop drew a frame at `now_ns`. Returns the screenshot this frame
-    /// is to be written as, if one was asked for; the loop answers with
-    /// [`AppEvent::ScreenshotWritten`].
-    pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
-        self.dirty = false;
-        self.redraw.last_ns = Some(now_ns);
-        self.redraw.label = self.age_label();
-        let shot = self.redraw.shot.take();
-        self.redraw.writing = shot.clone();
-        shot
-    }
-
-    fn command_done(&mut self, done: CommandDone) {
-        let nvml_before = match &self.action {
-            Some(ActionState::Running { nvml_before, .. }) => *nvml_before,
-            _ => None,
-        };
-        let (status, outcome) = match done.result {
-            Ok(o) => (Ok(o.status), Some(o)),
-            Err(e) => (Err(e), None),
-        };
-        self.action = Some(ActionState::Done(ActionReport {
-            pid: done.pid,
-            key: done.key,
-            command: done.command,
-            status,
-            outcome,
-            nvml_before,
-            nvml_after: None,
-            nvml_sampled_at_done: self.snap.machine.sampled_ns,
-        }));
-        self.dirty = true;
-    }
-
     fn input(&mut self, ev: Event) -> Vec<Effect> {
         match ev {
             Event::Key(k) => {
@@ -731,26 +377,19 @@ impl App {
     /// every key; otherwise a finished command's report, the global keys,
     /// then the screen's.
     fn key_contexts(&self) -> Vec<Context> {
-        if self.overview.filter_editing {
+        if self.typing() {
             return vec![Context::Always, Context::Filter];
         }
         if matches!(self.action, Some(ActionState::Confirm { .. })) {
             return vec![Context::Always, Context::Confirm];
         }
-        if self.help {
-            return vec![Context::Always, Context::Help];
-        }
-        if self.legend.is_some() {
-            return vec![Context::Always, Context::Legend];
-        }
-        if self.modules.is_some() {
-            return vec![Context::Always, Context::Modules];
-        }
-        if self.step_diff.is_some() {
-            return vec![Context::Always, Context::StepDiff];
-        }
-        if self.trace_stacks {
-            return vec![Context::Always, Context::Stacks, Context::Trace];
+        match self.overlay {
+            Some(Overlay::Help) => return vec![Context::Always, Context::Help],
+            Some(Overlay::Legend(_)) => return vec![Context::Always, Context::Legend],
+            Some(Overlay::Modules(_)) => return vec![Context::Always, Context::Modules],
+            Some(Overlay::StepDiff(_)) => return vec![Context::Always, Context::StepDiff],
+            Some(Overlay::Stacks) => return vec![Context::Always, Context::Stacks, Context::Trace],
+            Some(Overlay::Prompt) | None => {}
         }
         let mut c = vec![Context::Always];
         if matches!(self.action, Some(ActionState::Done(_))) {
@@ -769,147 +408,28 @@ impl App {
 
     fn key(&mut self, k: KeyEvent) -> Vec<Effect> {
         let action = keys::action(&k, &self.key_contexts());
-        if !self.overview.filter_editing {
-            return action.map_or_else(Vec::new, |a| self.act(a));
+        if self.typing() {
+            return self.type_key(k, action);
         }
-        // Typing a filter: characters are text, not commands.
-        let mut fx = Vec::new();
-        match action {
-            Some(a @ (Action::Quit | Action::SelectUp | Action::SelectDown))
-                if self.screen == Screen::Overview =>
-            {
-                return self.act(a)
-            }
-            Some(Action::SelectUp | Action::SelectDown) => {}
-            Some(a) => fx = self.act(a),
-            None => {
-                if let KeyCode::Char(c) = k.code {
-                    let f = self.filter_mut();
-                    if !k.modifiers.contains(KeyModifiers::CONTROL) && f.chars().count() < 64 {
-                        f.push(c);
-                    }
-                }
-            }
-        }
-        match self.screen {
-            Screen::Overview => {
-                self.overview.offset = 0;
-                self.fix_selection();
-            }
-            // The event search runs over the whole history: a new snapshot.
-            Screen::Process => {
-                self.process.event_scroll = 0;
-                fx.push(Effect::Refresh);
-            }
-        }
-        fx
+        action.map_or_else(Vec::new, |a| self.act(a))
     }
 
-    /// The filter being typed: the overview's (processes), or the process
-    /// view's (events).
-    pub fn filter(&self) -> &str {
-        match self.screen {
-            Screen::Overview => &self.overview.filter,
-            Screen::Process => &self.process.event_filter,
-        }
-    }
-
-    fn filter_mut(&mut self) -> &mut String {
-        match self.screen {
-            Screen::Overview => &mut self.overview.filter,
-            Screen::Process => &mut self.process.event_filter,
-        }
-    }
-
-    /// Carries out what a key asked for.
+    /// Carries out what a key asked for: the quit, pause, demo, screenshot
+    /// and trace keys here; the rest beside their screen or overlay
+    /// (`app/overview.rs`, `app/process.rs`, `app/overlays.rs`,
+    /// `app/commands.rs`, `app/prompt.rs`).
     fn act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
         match action {
             A::Quit => {
                 self.quit = true;
-                return vec![Effect::Quit];
+                vec![Effect::Quit]
             }
-            A::Help => self.help = true,
-            A::CloseHelp => self.help = false,
-            A::Legend => self.legend = Some(0),
-            A::CloseLegend => self.legend = None,
-            A::Modules => self.modules = Some(Default::default()),
-            A::CloseModules => self.modules = None,
-            A::ModulesSort | A::ModulesReverse | A::ModulesUp | A::ModulesDown => {
-                let rows =
-                    (self.selected_entry()).map_or(0, |e| e.view.attribution.by_module.len());
-                if let Some(m) = self.modules.as_mut() {
-                    match action {
-                        A::ModulesSort => m.sort_next(),
-                        A::ModulesReverse => m.reverse(),
-                        _ => m.scroll_by(action == A::ModulesDown, rows),
-                    }
-                }
-            }
-            A::ModulesOnly => {
-                let module = self.selected_entry().and_then(|e| {
-                    let m = self.modules?;
-                    let rows = super::attribution::sorted(&e.view.attribution, &m);
-                    rows.get(m.scroll.min(rows.len().saturating_sub(1)))
-                        .map(|r| r.module.clone())
-                });
-                if let Some(module) = module {
-                    self.modules = None;
-                    self.show_only(blockmap::Only::Module(module));
-                }
-            }
-            A::BlockColouring => {
-                self.process.colouring = self.process.colouring.next();
-                self.process.only = None;
-                self.say(format!(
-                    "block map coloured by {}",
-                    self.process.colouring.name()
-                ));
-            }
-            A::BlockOnly => self.next_only(),
-            A::StepDiff => self.step_diff = Some(Default::default()),
-            A::CloseStepDiff => self.step_diff = None,
-            A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
-                let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
-                    let rows = (self.step_diff.as_ref())
-                        .map_or(0, |d| super::stepdiff::row_count(&e.view, d));
-                    (e.view.attribution.step, rows)
-                });
-                if let Some(d) = self.step_diff.as_mut() {
-                    match action {
-                        A::StepDiffOlder => d.older(now),
-                        A::StepDiffNewer => d.newer(),
-                        _ => d.scroll_by(action == A::StepDiffDown, rows),
-                    }
-                }
-            }
-            A::BlockNext | A::BlockPrev => self.select_block(action == A::BlockNext),
-            A::BlockClear => {
-                self.process.selected_block = None;
-                self.process.only = None;
-            }
-            A::CaptureStacks => {
-                return self.simple_command(Command::CaptureStacks {
-                    steps: CAPTURE_STEPS,
-                    depth: 0,
-                })
-            }
-            A::LegendUp | A::LegendDown => {
-                let up = action == A::LegendUp;
-                let n = super::legend::lines(&self.config.theme).len();
-                self.legend = self.legend.map(|v| {
-                    if up {
-                        v.saturating_sub(1)
-                    } else {
-                        (v + 1).min(n)
-                    }
-                });
-            }
-            A::Pause => return self.toggle_pause(),
+            A::Pause => self.toggle_pause(),
             A::PauseSim if self.demo.as_ref().is_some_and(|d| !d.replay) => {
-                return vec![Effect::DemoTogglePause]
+                vec![Effect::DemoTogglePause]
             }
-            A::PauseSim => return self.toggle_pause(),
+            A::PauseSim => self.toggle_pause(),
             A::Screenshot => {
                 // An automatic screenshot already asked for goes first.
                 if self.redraw.shot.is_none() {
@@ -918,24 +438,41 @@ impl App {
                         then_quit: false,
                     });
                 }
+                vec![]
             }
-            A::DemoSlower | A::DemoFaster => return self.demo_speed(action == A::DemoFaster),
-            A::EmptyCache => return self.ask_empty_cache(),
-            A::ResetPeaks => return self.simple_command(Command::ResetPeaks { device: None }),
-            A::RequestSnapshot => return self.simple_command(Command::Snapshot { device: None }),
-            A::ConfirmYes => return self.confirm_empty_cache(),
-            A::ConfirmNo => {
-                self.action = None;
-                self.say("empty_cache cancelled");
-            }
-            A::CloseReport => self.action = None,
-            A::TraceStep(d) => {
-                return self.seek(|s| s.at.saturating_add_signed(d as isize));
-            }
-            A::TraceFirst => return self.seek(|_| 0),
-            A::TraceLast => return self.seek(|s| s.total),
-            A::TraceStacks => self.trace_stacks = !self.trace_stacks,
-            A::CloseStacks => self.trace_stacks = false,
+            A::DemoSlower | A::DemoFaster => self.demo_speed(action == A::DemoFaster),
+            A::TraceStep(d) => self.seek(|s| s.at.saturating_add_signed(d as isize)),
+            A::TraceFirst => self.seek(|_| 0),
+            A::TraceLast => self.seek(|s| s.total),
+            A::EmptyCache
+            | A::ResetPeaks
+            | A::RequestSnapshot
+            | A::CaptureStacks
+            | A::ConfirmYes
+            | A::ConfirmNo
+            | A::CloseReport => self.command_act(action),
+            A::Help
+            | A::CloseHelp
+            | A::Legend
+            | A::CloseLegend
+            | A::LegendUp
+            | A::LegendDown
+            | A::Modules
+            | A::CloseModules
+            | A::ModulesSort
+            | A::ModulesReverse
+            | A::ModulesUp
+            | A::ModulesDown
+            | A::ModulesOnly
+            | A::StepDiff
+            | A::CloseStepDiff
+            | A::StepDiffOlder
+            | A::StepDiffNewer
+            | A::StepDiffUp
+            | A::StepDiffDown
+            | A::TraceStacks
+            | A::CloseStacks => self.overlay_act(action),
+            A::FilterKeep | A::FilterClear | A::FilterBackspace => self.prompt_act(action),
             A::SelectUp
             | A::SelectDown
             | A::SelectPageUp
@@ -946,301 +483,28 @@ impl App {
             | A::EditFilter
             | A::ClearFilter
             | A::SortNext
-            | A::SortReverse
-            | A::FilterKeep
-            | A::FilterClear
-            | A::FilterBackspace => return self.overview_act(action),
-            A::SearchEvents => {
-                // The search is over the Events pane: show it (focus it).
-                self.process.pane = Pane::Events;
-                self.overview.filter_editing = true;
-            }
+            | A::SortReverse => self.overview_act(action),
             A::Back
+            | A::SearchEvents
             | A::NextPane
             | A::PrevPane
             | A::ShowPane(_)
-            | A::ZoomIn
-            | A::ZoomOut
-            | A::TimeBack
-            | A::TimeForward
-            | A::FollowToggle
-            | A::FollowOn
             | A::ScrollUp
             | A::ScrollDown
             | A::ScrollPageUp
             | A::ScrollPageDown
-            | A::ScrollTop => return self.process_act(action),
-        }
-        vec![]
-    }
-
-    /// The block map shows only `only` (its colouring follows), on screen.
-    fn show_only(&mut self, only: blockmap::Only) {
-        self.process.colouring = match only {
-            blockmap::Only::Module(_) => blockmap::Colouring::Module,
-            blockmap::Only::Phase(_) => blockmap::Colouring::Phase,
-        };
-        self.say(format!("block map: only {} (x clears)", only.label()));
-        self.process.only = Some(only);
-        self.process.pane = Pane::Blocks;
-        if self
-            .process
-            .selected_block
-            .is_some_and(|addr| !self.block_shown(addr))
-        {
-            self.process.selected_block = None;
-        }
-    }
-
-    /// Whether block `addr` is allocated and passes the map's filter.
-    fn block_shown(&self, addr: u64) -> bool {
-        let Some(e) = self.selected_entry() else {
-            return false;
-        };
-        blockmap::find_block(e, addr).is_some_and(|(_, b)| {
-            b.block.state == crate::event::BlockState::Allocated
-                && (self.process.only.as_ref()).is_none_or(|o| o.matches(&e.view.attribution, b))
-        })
-    }
-
-    /// `v`: the next module or phase of the legend (modules by live bytes,
-    /// phases in order), then none.
-    fn next_only(&mut self) {
-        let Some(e) = self.selected_entry() else {
-            return;
-        };
-        let a = &e.view.attribution;
-        let items: Vec<blockmap::Only> = match self.process.colouring {
-            blockmap::Colouring::State => {
-                self.say("c first: colour the block map by module or phase");
-                return;
-            }
-            blockmap::Colouring::Module => (blockmap::module_keys(a).into_iter())
-                .map(|m| blockmap::Only::Module(m.to_string()))
-                .collect(),
-            blockmap::Colouring::Phase => (a.by_phase.iter())
-                .map(|p| blockmap::Only::Phase(p.phase))
-                .collect(),
-        };
-        let next = match &self.process.only {
-            None => items.first().cloned(),
-            Some(cur) => items
-                .iter()
-                .position(|i| i == cur)
-                .and_then(|i| items.get(i + 1).cloned()),
-        };
-        match next {
-            Some(o) => self.show_only(o),
-            None => {
-                self.process.only = None;
-                self.say("block map: every block");
+            | A::ScrollTop => self.process_act(action),
+            A::ZoomIn
+            | A::ZoomOut
+            | A::TimeBack
+            | A::TimeForward
+            | A::FollowToggle
+            | A::FollowOn => self.window_act(action),
+            A::BlockColouring | A::BlockOnly | A::BlockNext | A::BlockPrev | A::BlockClear => {
+                self.block_act(action);
+                vec![]
             }
         }
-    }
-
-    /// `n`/`N`: the next or previous allocated block the map shows, in map
-    /// order (wrapping); the map scrolls to it.
-    fn select_block(&mut self, forward: bool) {
-        let Some(e) = self.selected_entry() else {
-            return;
-        };
-        let a = &e.view.attribution;
-        let only = self.process.only.as_ref();
-        let blocks: Vec<(usize, u64)> = blockmap::blocks_in_order(e)
-            .into_iter()
-            .filter(|(_, b)| {
-                b.block.state == crate::event::BlockState::Allocated
-                    && only.is_none_or(|o| o.matches(a, b))
-            })
-            .map(|(row, b)| (row, b.addr))
-            .collect();
-        if blocks.is_empty() {
-            self.say("no allocated block to select");
-            return;
-        }
-        let cur = (self.process.selected_block)
-            .and_then(|addr| blocks.iter().position(|(_, b)| *b == addr));
-        let i = match (cur, forward) {
-            (None, true) => 0,
-            (None, false) => blocks.len() - 1,
-            (Some(i), true) => (i + 1) % blocks.len(),
-            (Some(i), false) => (i + blocks.len() - 1) % blocks.len(),
-        };
-        let (row, addr) = blocks[i];
-        self.process.selected_block = Some(addr);
-        self.process.pane = Pane::Blocks;
-        // The row in view, a third of the way down.
-        let page = layout::pane_rows(self.size, self.caption(), Pane::Blocks).max(1);
-        let s = self.process.block_scroll;
-        if row < s || row >= s + page * 2 / 3 {
-            self.process.block_scroll = row.saturating_sub(page / 3);
-        }
-    }
-
-    /// A click on the block map selects the block under it.
-    fn click_block(&mut self, x: u16, y: u16) {
-        let Some(e) = self.selected_entry() else {
-            return;
-        };
-        let body = layout::screen(self.size, self.caption()).body;
-        let Some(area) = layout::process(self.size, self.process.pane, body).blocks else {
-            return;
-        };
-        let v = self.process.map_view(self.snap.taken_ns);
-        if let Some(addr) = blockmap::block_at(e, area, &v, x, y) {
-            self.process.selected_block = Some(addr);
-            self.dirty = true;
-        }
-    }
-
-    /// The overview's actions: the selection, sorting and the filter.
-    fn overview_act(&mut self, action: Action) -> Vec<Effect> {
-        use Action as A;
-        match action {
-            A::SelectUp => return self.move_selection(-1),
-            A::SelectDown => return self.move_selection(1),
-            A::SelectPageUp => return self.move_selection(-self.page()),
-            A::SelectPageDown => return self.move_selection(self.page()),
-            A::SelectFirst => return self.move_selection(isize::MIN / 2),
-            A::SelectLast => return self.move_selection(isize::MAX / 2),
-            A::Open => return self.open(),
-            A::EditFilter => self.overview.filter_editing = true,
-            A::ClearFilter => {
-                if !self.overview.filter.is_empty() {
-                    self.overview.filter.clear();
-                    self.fix_selection();
-                }
-                self.message = None;
-            }
-            A::SortNext => {
-                // The columns on screen, left to right.
-                let shown: Vec<Col> = self.columns().cols().collect();
-                let i = shown.iter().position(|c| *c == self.overview.sort);
-                let next = shown[i.map_or(0, |i| (i + 1) % shown.len())];
-                self.sort_by(next, false);
-            }
-            A::SortReverse => {
-                self.overview.descending = !self.overview.descending;
-                self.fix_selection();
-            }
-            A::FilterKeep => self.overview.filter_editing = false,
-            A::FilterClear => {
-                self.filter_mut().clear();
-                self.overview.filter_editing = false;
-            }
-            A::FilterBackspace => {
-                self.filter_mut().pop();
-            }
-            _ => {}
-        }
-        vec![]
-    }
-
-    /// The overview table's columns as drawn now.
-    pub fn columns(&self) -> rows::Columns {
-        super::overview::table_columns(self.table_body().width, &self.rows())
-    }
-
-    /// Sorts by `col` in its natural order (numbers largest first, text
-    /// A to Z); `toggle`: the same column again reverses it (a click on
-    /// its header).
-    fn sort_by(&mut self, col: Col, toggle: bool) {
-        if toggle && self.overview.sort == col {
-            self.overview.descending = !self.overview.descending;
-        } else {
-            self.overview.sort = col;
-            self.overview.descending = !matches!(
-                col,
-                Col::Pid | Col::Name | Col::User | Col::Mode | Col::Gpus | Col::Flags
-            );
-        }
-        self.fix_selection();
-    }
-
-    /// The process view's actions: panes, the time window, scrolling.
-    fn process_act(&mut self, action: Action) -> Vec<Effect> {
-        use Action as A;
-        match action {
-            A::Back => return self.back(),
-            A::NextPane => self.process.pane = self.next_pane(1),
-            A::PrevPane => self.process.pane = self.next_pane(-1),
-            A::ShowPane(p) => self.process.pane = p,
-            A::ZoomIn => {
-                self.process.span_index = self.process.span_index.saturating_sub(1);
-                return self.refresh_timeline();
-            }
-            A::ZoomOut => {
-                self.process.span_index = (self.process.span_index + 1).min(SPANS_NS.len() - 1);
-                return self.refresh_timeline();
-            }
-            A::TimeBack => {
-                if self.process.follow {
-                    self.process.end_ns = self.now_ns();
-                    self.process.follow = false;
-                }
-                self.process.end_ns = self
-                    .process
-                    .end_ns
-                    .saturating_sub(self.span_ns() / 2)
-                    .max(self.span_ns());
-                return self.refresh_timeline();
-            }
-            A::TimeForward => {
-                if !self.process.follow {
-                    self.process.end_ns = self.process.end_ns.saturating_add(self.span_ns() / 2);
-                    if self.process.end_ns >= self.now_ns() {
-                        self.process.follow = true;
-                    }
-                }
-                return self.refresh_timeline();
-            }
-            A::FollowToggle | A::FollowOn => {
-                self.process.follow = !self.process.follow || action == A::FollowOn;
-                if !self.process.follow {
-                    self.process.end_ns = self.now_ns();
-                }
-                return self.refresh_timeline();
-            }
-            A::ScrollUp => return self.scroll(-1),
-            A::ScrollDown => return self.scroll(1),
-            A::ScrollPageUp => return self.scroll(-(self.pane_page() as isize)),
-            A::ScrollPageDown => return self.scroll(self.pane_page() as isize),
-            A::ScrollTop => {
-                self.process.block_scroll = 0;
-                self.process.event_scroll = 0;
-                self.process.stats_scroll = 0;
-            }
-            _ => {}
-        }
-        vec![]
-    }
-
-    /// The pane `step` Tabs away: every tab on a small terminal; on a large
-    /// one, where all panes show, the ones that scroll (the focus).
-    fn next_pane(&self, step: isize) -> Pane {
-        let panes: &[Pane] = if layout::compact(self.size) {
-            &Pane::ALL
-        } else {
-            &Pane::FOCUSABLE
-        };
-        let i = panes.iter().position(|p| *p == self.process.pane);
-        let n = panes.len() as isize;
-        let next = match i {
-            Some(i) => (i as isize + step).rem_euclid(n),
-            None if step > 0 => 0,
-            None => n - 1,
-        };
-        panes[next as usize]
-    }
-
-    /// Rows a page key scrolls in the process view.
-    fn pane_page(&self) -> usize {
-        layout::pane_rows(self.size, self.caption(), self.process.pane).max(1)
-    }
-
-    /// Rows a page key moves the overview's selection.
-    fn page(&self) -> isize {
-        self.table_rows().max(1) as isize
     }
 
     fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
@@ -1264,43 +528,6 @@ impl App {
         vec![Effect::DemoSpeed(SPEEDS[j])]
     }
 
-    fn confirm_empty_cache(&mut self) -> Vec<Effect> {
-        let Some(ActionState::Confirm { key, pid, .. }) = &self.action else {
-            return vec![];
-        };
-        let (key, pid) = (*key, *pid);
-        self.start_command(key, pid, Command::EmptyCache { device: None })
-    }
-
-    /// `command` goes to `pid`, through the segment the latest snapshot
-    /// shows for it; the action box shows it running.
-    fn start_command(&mut self, key: ProcessKey, pid: u32, command: Command) -> Vec<Effect> {
-        let segment = self
-            .snap
-            .processes
-            .iter()
-            .find(|p| p.key() == key)
-            .and_then(|p| p.source.segment.as_deref())
-            .map(PathBuf::from);
-        let Some(segment) = segment else {
-            self.action = None;
-            self.say(format!("pid {pid} has no agent segment: no command sent"));
-            return vec![];
-        };
-        let nvml_before = self.nvml_of(key);
-        self.action = Some(ActionState::Running {
-            pid,
-            command,
-            nvml_before,
-        });
-        vec![Effect::RunCommand {
-            key,
-            pid,
-            segment,
-            command,
-        }]
-    }
-
     fn toggle_pause(&mut self) -> Vec<Effect> {
         self.paused = !self.paused;
         if self.paused {
@@ -1310,197 +537,27 @@ impl App {
         }
     }
 
-    /// The selected process if it answers commands (`allocator`: and has
-    /// allocator figures); otherwise the footer's reason why not.
-    fn command_target(&self, allocator: bool) -> Result<&ProcessEntry, String> {
-        let e = self
-            .selected_entry()
-            .ok_or_else(|| "no process selected".to_string())?;
-        if !e.source.commands || (allocator && e.view.mode == Mode::NvmlOnly) {
-            return Err(format!(
-                "pid {} does not answer commands (no vramscope agent)",
-                e.identity.host_pid
-            ));
-        }
-        Ok(e)
-    }
-
-    fn ask_empty_cache(&mut self) -> Vec<Effect> {
-        if self.config.readonly {
-            return vec![];
-        }
-        let e = match self.command_target(true) {
-            Ok(e) => e,
-            Err(why) => {
-                self.say(why);
-                return vec![];
-            }
-        };
-        self.action = Some(ActionState::Confirm {
-            key: e.key(),
-            pid: e.identity.host_pid,
-            name: rows::display_name(e),
-            reserved: Some(e.view.figures.reserved),
-            allocated: Some(e.view.figures.allocated),
-        });
-        vec![]
-    }
-
-    fn simple_command(&mut self, command: Command) -> Vec<Effect> {
-        if self.config.readonly {
-            return vec![];
-        }
-        if matches!(self.action, Some(ActionState::Running { .. })) {
-            self.say("a command is still running");
-            return vec![];
-        }
-        match self.command_target(false) {
-            Ok(e) => {
-                let (key, pid) = (e.key(), e.identity.host_pid);
-                self.start_command(key, pid, command)
-            }
-            Err(why) => {
-                self.say(why);
-                vec![]
-            }
-        }
-    }
-
-    fn back(&mut self) -> Vec<Effect> {
-        self.screen = Screen::Overview;
-        self.fix_selection();
-        vec![Effect::Refresh]
-    }
-
-    fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
-        let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
-        if keys.is_empty() {
-            return vec![];
-        }
-        let cur = self
-            .overview
-            .selected
-            .and_then(|k| keys.iter().position(|x| *x == k))
-            .unwrap_or(0);
-        let next = (cur as isize + delta).clamp(0, keys.len() as isize - 1) as usize;
-        self.overview.selected = Some(keys[next]);
-        self.scroll_to_selection(&keys);
-        vec![]
-    }
-
-    /// Opens the process view of the selected process.
-    pub fn open(&mut self) -> Vec<Effect> {
-        if self.selected_entry().is_none() {
-            return vec![];
-        }
-        self.screen = Screen::Process;
-        self.process.block_scroll = 0;
-        self.process.event_scroll = 0;
-        self.process.stats_scroll = 0;
-        self.process.follow = true;
-        vec![Effect::Refresh]
-    }
-
-    /// Opens the process view of `pid` (the `--pid` start option).
-    pub fn open_pid(&mut self, pid: u32) -> bool {
-        let key = self
-            .snap
-            .processes
-            .iter()
-            .find(|p| p.identity.host_pid == pid || p.key().pid == pid)
-            .map(|p| p.key());
-        match key {
-            Some(k) => {
-                self.overview.selected = Some(k);
-                self.open();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn refresh_timeline(&mut self) -> Vec<Effect> {
-        if self.paused {
-            self.say("paused: the timeline moves again after p");
-            return vec![];
-        }
-        vec![Effect::Refresh]
-    }
-
-    /// Scrolls the pane in focus (the tab shown, or on a large terminal the
-    /// pane Tab moved to), never past its last full page. Scrolling back
-    /// through the event history asks for a snapshot holding further.
-    fn scroll(&mut self, delta: isize) -> Vec<Effect> {
-        let pane = self.process.pane;
-        let filter = self.process.event_filter.to_lowercase();
-        let rows = self.selected_entry().map_or(0, |e| match pane {
-            Pane::Events => super::events::shown(e, &filter).count(),
-            Pane::Blocks => blockmap::row_count(e),
-            Pane::Stats => super::stats::row_count(e),
-            Pane::Timeline | Pane::Diagnosis => 0,
-        });
-        let max = rows.saturating_sub(self.pane_page());
-        let v = match pane {
-            Pane::Events => &mut self.process.event_scroll,
-            Pane::Blocks => &mut self.process.block_scroll,
-            Pane::Stats => &mut self.process.stats_scroll,
-            Pane::Timeline | Pane::Diagnosis => return vec![],
-        };
-        *v = (*v as isize + delta).clamp(0, max as isize) as usize;
-        if pane == Pane::Events && delta > 0 && filter.is_empty() {
-            vec![Effect::Refresh]
-        } else {
-            vec![]
-        }
-    }
-
+    /// The wheel scrolls (the selection, or the pane in focus); a click
+    /// goes to the screen's own handling.
     fn mouse(&mut self, m: MouseEvent) -> Vec<Effect> {
-        match m.kind {
-            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
-                let d = if m.kind == MouseEventKind::ScrollDown {
-                    1
-                } else {
-                    -1
+        let wheel = match m.kind {
+            MouseEventKind::ScrollDown => 1,
+            MouseEventKind::ScrollUp => -1,
+            MouseEventKind::Down(MouseButton::Left) => {
+                return match self.screen {
+                    Screen::Overview => self.click_table(m.column, m.row),
+                    Screen::Process => {
+                        self.click_block(m.column, m.row);
+                        vec![]
+                    }
                 };
-                self.dirty = true;
-                match self.screen {
-                    Screen::Overview => self.move_selection(d),
-                    Screen::Process => self.scroll(d * 3),
-                }
             }
-            MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Process => {
-                self.click_block(m.column, m.row);
-                vec![]
-            }
-            MouseEventKind::Down(MouseButton::Left) if self.screen == Screen::Overview => {
-                let body = self.table_body();
-                // The header row: sort by the column clicked (again: reverse).
-                if m.row + 1 == body.y && m.column >= body.x && m.column < body.x + body.width {
-                    if let Some(col) = self.columns().at(m.column - body.x) {
-                        self.sort_by(col, true);
-                        self.dirty = true;
-                    }
-                    return vec![];
-                }
-                if m.row >= body.y
-                    && m.row < body.y + body.height
-                    && m.column >= body.x
-                    && m.column < body.x + body.width
-                {
-                    let idx = self.overview.offset + (m.row - body.y) as usize;
-                    let key = self.rows().get(idx).map(|r| r.entry.key());
-                    if let Some(key) = key {
-                        if self.overview.selected == Some(key) {
-                            self.dirty = true;
-                            return self.open();
-                        }
-                        self.overview.selected = Some(key);
-                        self.dirty = true;
-                    }
-                }
-                vec![]
-            }
-            _ => vec![],
+            _ => return vec![],
+        };
+        self.dirty = true;
+        match self.screen {
+            Screen::Overview => self.move_selection(wheel),
+            Screen::Process => self.scroll(wheel * 3),
         }
     }
 }

@@ -137,7 +137,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let (pinned, rest): (Vec<_>, Vec<_>) = hints.into_iter().partition(|h| h.pinned);
     let mut right: Vec<Span> = Vec::new();
     let mut right_w = 0;
-    if !app.overview.filter_editing {
+    if !app.typing() {
         for h in &pinned {
             right_w += hint_w(h);
             right.extend(hint_spans(h));
@@ -145,7 +145,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     }
     let room = width.saturating_sub(right_w + 1);
     let mut left = vec![Span::raw(" ")];
-    if app.overview.filter_editing {
+    if app.typing() {
         let hints = keys::footer(&[Context::Filter], false, false)
             .iter()
             .map(|h| format!("{} {}", h.key, h.text))

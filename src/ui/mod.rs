@@ -1,7 +1,11 @@
-//! The dashboard: a ratatui view of the hub's snapshots.
+//! The terminal screens: the dashboard (a ratatui view of the hub's
+//! snapshots) and the fleet view, both run by one shell.
 //!
-//! One thread, one loop ([`run::Dashboard`]), one channel of [`AppEvent`]s.
-//! How the dashboard's thread meets the rest, all through that channel:
+//! One thread, one loop ([`shell::Shell`]), one channel of events. The
+//! shell owns the terminal (set up and restored in [`terminal`]), the
+//! thread reading keys, the colours ([`ShellOptions::theme`]) and the frame
+//! loop; a [`shell::Screen`] decides the rest. The dashboard's, in
+//! [`run::Dashboard`], meets the rest of the program through the channel:
 //!
 //! - the hub: [`Hub::on_change`] sends `Changed`, coalesced (at most one
 //!   queued until the next snapshot is taken);
@@ -13,37 +17,38 @@
 //!   recording played back, a snapshot file), when that is the answer;
 //! - the [`Driver`]'s [`Driver::on_signal`] callback sends `Signal`
 //!   (SIGINT, SIGTERM, SIGHUP);
-//! - the keyboard and mouse: a thread of ours blocked in crossterm's reader
+//! - the keyboard and mouse: the shell's thread blocked in crossterm's reader
 //!   sends `Input`;
-//! - time: the loop sends `Tick { now_ns }` on every wake-up.
+//! - time: the shell sends `Tick { now_ns }` on every wake-up.
 //!
 //! The pure [`App`] state machine turns each event into state and
 //! [`Effect`]s and makes every decision (what to draw, when to take a
-//! snapshot, when to wake up); the loop carries them out, takes at most one
-//! snapshot per request (snapshot-then-render: the hub's lock is never held
-//! while drawing), and draws at most one frame per wake-up — only when App
-//! says so, at least 10 ms after the previous one, bracketed by a
-//! synchronized update.
+//! snapshot, when to wake up); [`run::Dashboard`] carries them out, takes
+//! at most one snapshot per request (snapshot-then-render: the hub's lock
+//! is never held while drawing), and the shell draws at most one frame per
+//! wake-up — only when App says so, at least 10 ms after the previous one,
+//! bracketed by a synchronized update.
 //!
 //! ```text
 //!  crossterm thread ─Input──┐
 //!  Hub::on_change ───Changed┤                      ┌ Refresh ─▶ hub.snapshot ─▶ Snapshot
 //!  Driver::on_signal ─Signal┼─▶ mpsc ─▶ App::handle ┼ RunCommand{segment} ─▶ thread: ring::client::command
 //!  command thread ────Done──┤                      └ DemoSpeed…, Quit
-//!  loop ──Tick{now_ns}──────┘        draw(frame, &App) ─▶ one pane file each
+//!  shell ──Tick{now_ns}─────┘        draw(frame, &App) ─▶ one pane file each
 //! ```
 //!
-//! Modules: [`run`] the frame loop; [`app`] the state machine, with its
-//! state grouped by screen in [`state`]; [`keys`] the one key table
-//! (dispatch, help, footer). Panes, one file each, each given what it draws:
-//! [`overview`], [`process`] (with [`timeline`], [`blockmap`], [`stats`],
-//! [`events`], [`diagnosis`]), [`bars`] (header, demo caption, footer),
-//! [`help`], [`legend`], [`popup`], [`attribution`] (the "By module"
-//! overlay), [`stepdiff`] (the step diff overlay). [`layout`] places them (pure geometry); [`rows`] the
-//! overview's rows; [`format`] numbers as text (the one byte and duration
-//! formatter); [`theme`] owns colours and glyphs; [`svg`] writes
-//! screenshots; [`terminal`] sets up and restores the terminal; [`fixtures`]
-//! builds deterministic snapshots for tests.
+//! Modules: [`shell`] the frame loop every screen runs in; [`run`] the
+//! dashboard's effects; [`app`] the state machine, with its state grouped
+//! by screen in [`state`]; [`keys`] the one key table (dispatch, help,
+//! footer) of every screen, the fleet's included; [`fleet`] the fleet view
+//! (its keys in the same table). Panes, one file each, each given
+//! what it draws: [`overview`], [`process`] (with [`timeline`],
+//! [`blockmap`], [`stats`], [`events`], [`diagnosis`]), [`bars`] (header,
+//! demo caption, footer), [`help`], [`legend`], [`popup`], [`attribution`]
+//! (the "By module" overlay), [`stepdiff`] (the step diff overlay).
+//! [`layout`] places them (pure geometry); [`rows`] the overview's rows;
+//! [`theme`] owns colours and glyphs; [`svg`] writes screenshots;
+//! [`fixtures`] builds deterministic snapshots for tests.
 
 pub mod app;
 pub mod attribution;
@@ -64,6 +69,7 @@ pub mod popup;
 pub mod process;
 pub mod rows;
 pub mod run;
+pub mod shell;
 pub mod state;
 pub mod stats;
 pub mod stepdiff;
@@ -85,7 +91,8 @@ use ratatui::layout::Rect;
 use ratatui::{Frame, Terminal};
 
 pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Shot};
-pub use state::{Pane, Screen};
+pub use shell::{Shell, ShellOptions};
+pub use state::{Overlay, Pane, Screen};
 pub use theme::Theme;
 
 use crate::collect::Hub;
@@ -103,7 +110,7 @@ pub struct UiOptions {
     /// No braille, box-drawing or block glyphs.
     pub ascii: bool,
     /// No colours, as asked on the command line. `NO_COLOR` (set and not
-    /// empty) is applied by the dashboard itself, in [`run`].
+    /// empty) is applied by the shell ([`shell::theme`]).
     pub monochrome: bool,
     /// Report mouse clicks and the wheel (on by default).
     pub mouse: bool,
@@ -127,6 +134,19 @@ pub struct UiOptions {
     pub keys: String,
 }
 
+impl UiOptions {
+    /// How the shell runs the dashboard.
+    pub fn shell(&self) -> ShellOptions {
+        ShellOptions {
+            mouse: self.mouse,
+            size: self.size,
+            monochrome: self.monochrome,
+            ascii: self.ascii,
+            shots_dir: (self.screenshot_dir.clone()).unwrap_or_else(|| PathBuf::from(".")),
+        }
+    }
+}
+
 impl Default for UiOptions {
     fn default() -> Self {
         UiOptions {
@@ -145,17 +165,12 @@ impl Default for UiOptions {
     }
 }
 
-/// `NO_COLOR` set to anything but the empty string (no-color.org).
-fn no_color_env() -> bool {
-    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
-}
-
 /// What App needs of `opts`, with `no_color` (the environment's
-/// `NO_COLOR`) applied: the one place colour is decided.
+/// `NO_COLOR`) applied by the shell's [`shell::theme`], as every screen's.
 pub fn app_config(opts: &UiOptions, no_color: bool) -> AppConfig {
     AppConfig {
         readonly: opts.readonly,
-        theme: Theme::new(!(opts.monochrome || no_color), opts.ascii),
+        theme: shell::theme(opts.monochrome, opts.ascii, no_color),
         data_interval: opts.data_interval,
         initial_process: opts.initial_process,
         screenshot: opts.screenshot.clone(),
@@ -274,10 +289,11 @@ pub fn run(
     demo: Option<Arc<dyn DemoHandle>>,
     opts: UiOptions,
 ) -> Result<()> {
-    let mut app = App::new(app_config(&opts, no_color_env()));
+    let mut app = App::new(app_config(&opts, shell::no_color_env()));
     app.set_trace(driver.trace());
-    let shots_dir = opts.screenshot_dir.unwrap_or_else(|| PathBuf::from("."));
-    run::Dashboard::new(hub, driver, demo, opts.mouse, shots_dir, opts.size)?.run(app)
+    let shell = Shell::new(opts.shell());
+    let mut dashboard = run::Dashboard::new(app, hub, driver, demo, &shell);
+    shell.run(&mut dashboard)
 }
 
 /// Draws the whole screen for `app`.
@@ -291,34 +307,40 @@ pub fn draw(frame: &mut Frame, app: &App) {
         _ => {}
     }
     match app.screen {
-        Screen::Overview => overview::render(frame, areas.body, &app.snap, &app.overview, t),
+        Screen::Overview => {
+            overview::render(frame, areas.body, &app.snap, &app.overview, app.typing(), t)
+        }
         Screen::Process => process::render(frame, areas.body, app),
     }
     bars::render_footer(frame, areas.footer, app);
     if let Some(action) = &app.action {
         popup::render(frame, areas.body, action, t);
     }
-    if app.help {
-        help::render(
+    match (app.overlay, app.screen) {
+        (Some(Overlay::Help), _) => help::render(
             frame,
             frame.area(),
             app.config.readonly,
             app.trace.is_some(),
             t,
-        );
-    }
-    if let (true, Some(s)) = (app.trace_stacks, &app.trace) {
-        trace::render_stacks(frame, areas.body, s, t);
-    }
-    if let Some(scroll) = app.legend {
-        legend::render(frame, frame.area(), scroll, t);
-    }
-    if let (Some(m), Some(e), Screen::Process) = (&app.modules, app.selected_entry(), app.screen) {
-        attribution::render(frame, areas.body, &e.view.attribution, m, t);
-    }
-    if let (Some(d), Some(e), Screen::Process) = (&app.step_diff, app.selected_entry(), app.screen)
-    {
-        stepdiff::render(frame, areas.body, &e.view, d, t);
+        ),
+        (Some(Overlay::Stacks), _) => {
+            if let Some(s) = &app.trace {
+                trace::render_stacks(frame, areas.body, s, t);
+            }
+        }
+        (Some(Overlay::Legend(scroll)), _) => legend::render(frame, frame.area(), scroll, t),
+        (Some(Overlay::Modules(m)), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                attribution::render(frame, areas.body, &e.view.attribution, &m, t);
+            }
+        }
+        (Some(Overlay::StepDiff(d)), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                stepdiff::render(frame, areas.body, &e.view, &d, t);
+            }
+        }
+        _ => {}
     }
     if t.ascii {
         theme::asciify(frame.buffer_mut());
@@ -348,7 +370,7 @@ pub fn screenshot_now(
     still: Still,
 ) -> Result<()> {
     let (size, now) = (still.size, still.now_ns);
-    let mut app = App::new(app_config(opts, no_color_env()));
+    let mut app = App::new(app_config(opts, shell::no_color_env()));
     app.size = Rect::new(0, 0, size.0, size.1);
     app.set_demo_status(demo);
     if let Some(w) = still.window_ns {

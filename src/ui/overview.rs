@@ -22,11 +22,19 @@ use super::theme::Theme;
 use crate::collect::{Machine, Snapshot};
 use crate::text::format;
 
-pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &OverviewState, t: &Theme) {
+/// The overview; `typing`: its filter is being typed.
+pub fn render(
+    frame: &mut Frame,
+    area: Rect,
+    snap: &Snapshot,
+    state: &OverviewState,
+    typing: bool,
+    t: &Theme,
+) {
     let rows = state.rows(snap);
     let a = layout::overview(area, &snap.machine, rows.len());
     render_gpus(frame, a.gpus, &snap.machine, t);
-    render_table(frame, a.table, snap, (state, rows), t);
+    render_table(frame, a.table, snap, (state, rows), typing, t);
     if let Some(h) = a.history {
         history::render(frame, h, snap, t);
     }
@@ -127,9 +135,10 @@ fn render_table(
     area: Rect,
     snap: &Snapshot,
     (state, rows): (&OverviewState, Vec<Row>),
+    typing: bool,
     t: &Theme,
 ) {
-    let block = t.block(table_title(rows.len(), state, t));
+    let block = t.block(table_title(rows.len(), state, typing, t));
     let mut inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.height == 0 {
@@ -182,7 +191,7 @@ fn render_table(
 }
 
 /// ` Processes (3) · sort RESV ▼ `, then the filter when there is one.
-fn table_title(count: usize, state: &OverviewState, t: &Theme) -> Line<'static> {
+fn table_title(count: usize, state: &OverviewState, typing: bool, t: &Theme) -> Line<'static> {
     let g = t.glyphs();
     let mut title = vec![
         Span::styled(format!(" Processes ({count}) "), t.title()),
@@ -196,7 +205,7 @@ fn table_title(count: usize, state: &OverviewState, t: &Theme) -> Line<'static> 
             t.dim(),
         ),
     ];
-    if !state.filter.is_empty() || state.filter_editing {
+    if !state.filter.is_empty() || typing {
         title.push(Span::styled(format!("{} filter ", g.dot), t.dim()));
         title.push(Span::styled(format!("{} ", state.filter), t.key()));
     }

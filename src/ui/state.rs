@@ -70,6 +70,25 @@ pub const DEFAULT_SPAN: usize = 4;
 /// Demo speeds `[` and `]` step through.
 pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
+/// What is drawn over the screen and takes its keys: one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// The keys (`?`).
+    Help,
+    /// The legend (`L`), scrolled this many lines.
+    Legend(usize),
+    /// The "By module" table of the selected process (`M`).
+    Modules(super::attribution::ModulesView),
+    /// What an earlier step left alive (`d`).
+    StepDiff(super::stepdiff::StepDiffView),
+    /// The stacks of a snapshot file's event (`t`; its stepping keys still
+    /// count).
+    Stacks,
+    /// A filter being typed (keys are text): the overview's, or the
+    /// process view's search of the events.
+    Prompt,
+}
+
 /// A process action's life: asked, running, answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionState {
@@ -124,8 +143,6 @@ pub struct OverviewState {
     pub sort: Col,
     pub descending: bool,
     pub filter: String,
-    /// The filter is being typed (keys are text).
-    pub filter_editing: bool,
 }
 
 impl Default for OverviewState {
@@ -136,7 +153,6 @@ impl Default for OverviewState {
             sort: Col::Reserved,
             descending: true,
             filter: String::new(),
-            filter_editing: false,
         }
     }
 }

@@ -327,7 +327,7 @@ fn overview_text(s: &Snapshot) -> String {
     let mut t = ratatui::Terminal::new(TestBackend::new(160, 16)).unwrap();
     let state = vramscope::ui::state::OverviewState::default();
     let theme = vramscope::ui::Theme::new(true, false);
-    t.draw(|f| vramscope::ui::overview::render(f, f.area(), s, &state, &theme))
+    t.draw(|f| vramscope::ui::overview::render(f, f.area(), s, &state, false, &theme))
         .unwrap();
     t.backend().to_string()
 }
