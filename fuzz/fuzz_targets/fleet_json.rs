@@ -8,27 +8,34 @@
 //! timeout (`-timeout`) or a crash here. Past the reader, every value and
 //! timestamp must be finite and within ±2^64.
 #![no_main]
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use libfuzzer_sys::fuzz_target;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use vramscope::fleet::model::{Fleet, Node, Proc};
 use vramscope::fleet::prom::{self, LARGEST};
 use vramscope::fleet::view::{FleetView, ProcSeries};
+use vramscope::ui::fleet::{FleetApp, FleetEvent};
+use vramscope::ui::shell::Wake;
 use vramscope::ui::theme::Theme;
 
 fn usable(v: f64) -> bool {
     v.is_finite() && v.abs() <= LARGEST
 }
 
-fn draw(v: &FleetView) {
+fn draw(v: &FleetApp) {
     let mut term = Terminal::new(TestBackend::new(100, 30)).expect("a test terminal");
-    term.draw(|f| vramscope::ui::fleet::render(f, v, &Theme::new(true, false)))
+    term.draw(|f| vramscope::ui::fleet::render(f, v))
         .expect("drawing to memory");
 }
 
-fn key(v: &mut FleetView, c: KeyCode) {
-    v.key(KeyEvent::new(c, KeyModifiers::NONE));
+fn key(v: &mut FleetApp, c: KeyCode) {
+    let k = Event::Key(KeyEvent::new(c, KeyModifiers::NONE));
+    v.handle(FleetEvent::Shell(Wake::Input(k)));
+}
+
+fn app() -> FleetApp {
+    FleetApp::new(FleetView::new("fuzz".into()), Theme::new(true, false))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -40,12 +47,12 @@ fuzz_target!(|data: &[u8]| {
         }
         // The same answer as each of the three queries of a refresh.
         let fleet = Fleet::build(&samples, &samples, &samples);
-        let mut v = FleetView::new("fuzz".into());
-        v.refreshed(Ok(fleet));
+        let mut v = app();
+        v.handle(FleetEvent::Fleet(Ok(fleet)));
         // Every sort on the nodes screen, then the jobs, then one node.
         for _ in 0..6 {
             draw(&v);
-            key(&mut v, KeyCode::Char('s'));
+            key(&mut v, KeyCode::Char('o'));
         }
         key(&mut v, KeyCode::Tab);
         draw(&v);
@@ -79,19 +86,19 @@ fuzz_target!(|data: &[u8]| {
                 ..Node::default()
             }],
         };
-        let mut v = FleetView::new("fuzz".into());
-        v.refreshed(Ok(fleet));
+        let mut v = app();
+        v.handle(FleetEvent::Fleet(Ok(fleet)));
         key(&mut v, KeyCode::Enter);
-        v.series_loaded(
-            Ok(ProcSeries {
+        v.handle(FleetEvent::Series {
+            instance: "n:1".into(),
+            pid: "1".into(),
+            result: Ok(ProcSeries {
                 instance: "n:1".into(),
                 pid: "1".into(),
                 allocated: points(0),
                 reserved: points(1),
             }),
-            "n:1",
-            "1",
-        );
+        });
         draw(&v);
     }
 });

@@ -1,24 +1,22 @@
 //! `vramscope fleet --prometheus URL`: every node, GPU and instrumented job
 //! that a Prometheus scrapes from `vramscope serve` exporters, in the
-//! terminal. One loop on this thread (keys, answers, signals through one
-//! channel, a frame only when something changed); the queries run on a
-//! small runtime of their own thread, and answers are read and the fleet
-//! built on its blocking threads, so that neither holds up the signals it
-//! forwards; [`FleetView`] decides, the pane (`ui::fleet`) draws.
-use std::io::{self, BufWriter};
+//! terminal. The view runs in the dashboard's shell (`ui::shell`: one loop
+//! on this thread, keys, answers and signals through one channel, a frame
+//! only when something changed) with the dashboard's keys, help and
+//! legend; the queries run on a small runtime of their own thread, and
+//! answers are read and the fleet built on its blocking threads, so that
+//! neither holds up the signals it forwards. `ui::fleet::app` decides, the
+//! pane (`ui::fleet`) draws.
 use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use crossterm::event::Event;
-use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
-use ratatui::backend::CrosstermBackend;
-use ratatui::Terminal;
 
 use vramscope::fleet::model::{queries, series_queries, Fleet};
 use vramscope::fleet::prom::{Client, Endpoint};
-use vramscope::fleet::view::{Action, FleetView, ProcSeries};
-use vramscope::ui::theme::Theme;
+use vramscope::fleet::view::{FleetView, ProcSeries};
+use vramscope::ui::fleet::{Ask, FleetApp, FleetEvent};
+use vramscope::ui::{Shell, ShellOptions};
 
 use super::value::{Millis, Seconds};
 
@@ -54,31 +52,20 @@ pub struct Args {
     no_color: bool,
 }
 
-enum Msg {
-    Input(Event),
-    Fleet(Result<Fleet, String>),
-    Series {
-        instance: String,
-        pid: String,
-        result: Result<ProcSeries, String>,
-    },
-    Quit,
-}
-
-enum Ask {
-    Refresh,
-    Series { instance: String, pid: String },
-}
-
 /// Longest a query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn run(args: Args) -> Result<()> {
     let endpoint =
         Endpoint::parse(&args.prometheus).map_err(|e| anyhow::anyhow!("--prometheus {e}"))?;
-    let mut view = FleetView::new(endpoint.url().to_string());
+    let view = FleetView::new(endpoint.url().to_string());
     let client = Client::new(endpoint, QUERY_TIMEOUT);
-    let (tx, rx) = mpsc::channel::<Msg>();
+    let shell = Shell::new(ShellOptions {
+        mouse: false,
+        monochrome: args.no_color,
+        ascii: args.ascii,
+        ..ShellOptions::default()
+    });
     let (ask_tx, ask_rx) = tokio::sync::mpsc::unbounded_channel::<Ask>();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -88,10 +75,7 @@ pub fn run(args: Args) -> Result<()> {
         .context("starting the query runtime")?;
     {
         let _g = rt.enter();
-        let tx = tx.clone();
-        vramscope::collect::signals::forward(move || {
-            let _ = tx.send(Msg::Quit);
-        });
+        vramscope::collect::signals::forward(shell.signal());
     }
     rt.spawn(fetch(
         client,
@@ -99,72 +83,14 @@ pub fn run(args: Args) -> Result<()> {
         args.refresh.duration(),
         args.range.secs(),
         ask_rx,
-        tx.clone(),
+        shell.sender(),
     ));
-    let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let theme = Theme::new(color, args.ascii);
-    let _guard = vramscope::ui::terminal::enter(false).context("setting up the terminal")?;
-    let out = BufWriter::with_capacity(1 << 16, io::stdout());
-    let mut term = Terminal::new(CrosstermBackend::new(out)).context("creating the terminal")?;
-    let input = tx.clone();
-    std::thread::Builder::new()
-        .name("vramscope-input".into())
-        .spawn(move || {
-            while let Ok(ev) = crossterm::event::read() {
-                if input.send(Msg::Input(ev)).is_err() {
-                    break;
-                }
-            }
-        })
-        .context("starting the input thread")?;
-    drop(tx);
-    let mut dirty = true;
-    loop {
-        if dirty {
-            crossterm::queue!(term.backend_mut(), BeginSynchronizedUpdate)?;
-            term.draw(|f| vramscope::ui::fleet::render(f, &view, &theme))?;
-            crossterm::execute!(term.backend_mut(), EndSynchronizedUpdate)?;
-            dirty = false;
-        }
-        // Everything queued, then one frame.
-        let Ok(first) = rx.recv() else { break };
-        let mut quit = false;
-        for msg in std::iter::once(first).chain(rx.try_iter()) {
-            let action = match msg {
-                Msg::Input(Event::Key(k)) => view.key(k),
-                Msg::Input(Event::Resize(..)) => Action::Redraw,
-                Msg::Input(_) => Action::Nothing,
-                Msg::Fleet(r) => view.refreshed(r),
-                Msg::Series {
-                    instance,
-                    pid,
-                    result,
-                } => {
-                    view.series_loaded(result, &instance, &pid);
-                    Action::Redraw
-                }
-                Msg::Quit => Action::Quit,
-            };
-            match action {
-                Action::Nothing => {}
-                Action::Redraw => dirty = true,
-                Action::Refresh => {
-                    let _ = ask_tx.send(Ask::Refresh);
-                }
-                Action::LoadSeries { instance, pid } => {
-                    dirty = true;
-                    let _ = ask_tx.send(Ask::Series { instance, pid });
-                }
-                Action::Quit => quit = true,
-            }
-        }
-        if quit {
-            break;
-        }
-    }
-    drop(term);
+    let app = FleetApp::new(view, shell.options().theme());
+    let ran = vramscope::ui::fleet::run::run(shell, app, move |ask| {
+        let _ = ask_tx.send(ask);
+    });
     rt.shutdown_timeout(Duration::from_millis(100));
-    Ok(())
+    ran
 }
 
 /// The query side: a refresh every `period` (and on request), a process's
@@ -175,7 +101,7 @@ async fn fetch(
     period: Duration,
     range_s: f64,
     mut asks: tokio::sync::mpsc::UnboundedReceiver<Ask>,
-    tx: mpsc::Sender<Msg>,
+    tx: mpsc::Sender<FleetEvent>,
 ) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -188,10 +114,10 @@ async fn fetch(
             },
         };
         let msg = match ask {
-            Ask::Refresh => Msg::Fleet(refresh(&client, &job).await),
+            Ask::Refresh => FleetEvent::Fleet(refresh(&client, &job).await),
             Ask::Series { instance, pid } => {
                 let result = series(&client, &job, &instance, &pid, range_s).await;
-                Msg::Series {
+                FleetEvent::Series {
                     instance,
                     pid,
                     result,

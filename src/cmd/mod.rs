@@ -93,6 +93,11 @@ pub enum Command {
     Man(completions::ManArgs),
     /// Watch many machines through a Prometheus that scrapes their
     /// `vramscope serve` exporters: nodes, GPUs, jobs, one node's history.
+    ///
+    /// The keys are the dashboard's for the same things (`?` lists them):
+    /// Tab nodes/jobs, Up/Down (j/k) select, Enter open, Esc back, o/O sort
+    /// column/reverse, / filter, r refresh now, L legend, S screenshot, q
+    /// quit.
     Fleet(fleet::Args),
     /// Serve every GPU's and instrumented process's figures as Prometheus
     /// metrics (read-only; loopback unless --listen says otherwise).

@@ -1,12 +1,8 @@
-//! What the person looks at in `vramscope fleet`, and what each key does:
-//! the screen (all nodes, all jobs, one node), the sort, the filter, the
-//! selection. Pure: keys in, [`Action`]s out; the loop does the I/O.
-//!
-//! Keys: `Tab` nodes ⇄ jobs, `↑↓`/`jk` move, `Enter` open a node (from a
-//! job: its node), `Esc`/`←`/`h` back, `s` next sort column, `S` reverse,
-//! `/` filter (type, `Enter` keep, `Esc` clear), `r` refresh now, `q` quit.
-
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+//! What the person looks at in `vramscope fleet`: the screen (all nodes,
+//! all jobs, one node), the sort, the filter, the selection, and what
+//! each step there needs from Prometheus. Pure: steps in, [`Action`]s out.
+//! Which key takes which step is the key table's (`ui::keys`), where the
+//! dashboard's keys are; `ui::fleet::app` dispatches.
 
 use super::model::{natural, Fleet, Node, Proc};
 
@@ -63,18 +59,16 @@ impl SortKey {
     }
 }
 
-/// What the loop must do after a key or an answer.
+/// What must happen after a step or an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Nothing,
     Redraw,
-    Refresh,
     /// Load this process's time series.
     LoadSeries {
         instance: String,
         pid: String,
     },
-    Quit,
 }
 
 /// The fleet view's state.
@@ -92,7 +86,6 @@ pub struct FleetView {
     pub sort: SortKey,
     pub descending: bool,
     pub filter: String,
-    pub editing_filter: bool,
     pub selected: usize,
     /// The selected process's series (node screen), or why they failed.
     pub series: Option<Result<ProcSeries, String>>,
@@ -109,7 +102,6 @@ impl FleetView {
             sort: SortKey::Name,
             descending: false,
             filter: String::new(),
-            editing_filter: false,
             selected: 0,
             series: None,
         }
@@ -291,7 +283,9 @@ impl FleetView {
         Some(Action::LoadSeries { instance, pid })
     }
 
-    fn moved(&mut self, to: usize) -> Action {
+    /// Selects row `to` (clamped) of the screen's list; on the node
+    /// screen a new process's series are asked for.
+    pub fn select(&mut self, to: usize) -> Action {
         let before = self.selected;
         self.selected = to;
         self.clamp();
@@ -302,88 +296,58 @@ impl FleetView {
         self.wanted_series().unwrap_or(Action::Redraw)
     }
 
-    /// What a key does.
-    pub fn key(&mut self, k: KeyEvent) -> Action {
-        if k.kind != KeyEventKind::Press {
+    /// The next sort column (from the first row).
+    pub fn sort_next(&mut self) -> Action {
+        let i = SortKey::ALL
+            .iter()
+            .position(|s| *s == self.sort)
+            .unwrap_or(0);
+        self.sort = SortKey::ALL[(i + 1) % SortKey::ALL.len()];
+        self.select(0);
+        Action::Redraw
+    }
+
+    /// The other way round.
+    pub fn reverse(&mut self) -> Action {
+        self.descending = !self.descending;
+        Action::Redraw
+    }
+
+    /// Every node ⇄ every job (from a node: every job).
+    pub fn switch_list(&mut self) -> Action {
+        self.screen = match self.screen {
+            Screen::Jobs => Screen::Nodes,
+            _ => Screen::Jobs,
+        };
+        self.selected = 0;
+        self.series = None;
+        Action::Redraw
+    }
+
+    /// The filter was edited: from the first row again.
+    pub fn filter_changed(&mut self) -> Action {
+        self.selected = 0;
+        self.clamp();
+        Action::Redraw
+    }
+
+    /// From a node back to the list it was opened from.
+    pub fn back(&mut self) -> Action {
+        let Screen::Node { from_jobs, .. } = self.screen else {
             return Action::Nothing;
-        }
-        if k.modifiers.contains(KeyModifiers::CONTROL) && k.code == KeyCode::Char('c') {
-            return Action::Quit;
-        }
-        if self.editing_filter {
-            match k.code {
-                KeyCode::Enter => self.editing_filter = false,
-                KeyCode::Esc => {
-                    self.editing_filter = false;
-                    self.filter.clear();
-                }
-                KeyCode::Backspace => {
-                    self.filter.pop();
-                }
-                KeyCode::Char(c) if !c.is_control() && self.filter.chars().count() < 64 => {
-                    self.filter.push(c)
-                }
-                _ => return Action::Nothing,
-            }
-            self.selected = 0;
-            self.clamp();
-            return Action::Redraw;
-        }
-        match k.code {
-            KeyCode::Char('q') => Action::Quit,
-            KeyCode::Char('r') => Action::Refresh,
-            KeyCode::Char('/') => {
-                self.editing_filter = true;
-                Action::Redraw
-            }
-            KeyCode::Char('s') => {
-                let i = SortKey::ALL
-                    .iter()
-                    .position(|s| *s == self.sort)
-                    .unwrap_or(0);
-                self.sort = SortKey::ALL[(i + 1) % SortKey::ALL.len()];
-                self.moved(0);
-                Action::Redraw
-            }
-            KeyCode::Char('S') => {
-                self.descending = !self.descending;
-                Action::Redraw
-            }
-            KeyCode::Tab => {
-                self.screen = match self.screen {
-                    Screen::Jobs => Screen::Nodes,
-                    _ => Screen::Jobs,
-                };
-                self.selected = 0;
-                self.series = None;
-                Action::Redraw
-            }
-            KeyCode::Down | KeyCode::Char('j') => self.moved(self.selected.saturating_add(1)),
-            KeyCode::Up | KeyCode::Char('k') => self.moved(self.selected.saturating_sub(1)),
-            KeyCode::PageDown => self.moved(self.selected.saturating_add(10)),
-            KeyCode::PageUp => self.moved(self.selected.saturating_sub(10)),
-            KeyCode::Home | KeyCode::Char('g') => self.moved(0),
-            KeyCode::End | KeyCode::Char('G') => self.moved(usize::MAX),
-            KeyCode::Enter | KeyCode::Right | KeyCode::Char('l') => self.open(),
-            KeyCode::Esc | KeyCode::Left | KeyCode::Char('h') | KeyCode::Backspace => {
-                let Screen::Node { from_jobs, .. } = self.screen else {
-                    return Action::Nothing;
-                };
-                self.screen = if from_jobs {
-                    Screen::Jobs
-                } else {
-                    Screen::Nodes
-                };
-                self.selected = 0;
-                self.series = None;
-                Action::Redraw
-            }
-            _ => Action::Nothing,
-        }
+        };
+        self.screen = if from_jobs {
+            Screen::Jobs
+        } else {
+            Screen::Nodes
+        };
+        self.selected = 0;
+        self.series = None;
+        Action::Redraw
     }
 
     /// Opens the selected node (from a job: its node, that job selected).
-    fn open(&mut self) -> Action {
+    pub fn open(&mut self) -> Action {
         let (instance, pid, from_jobs) = match self.screen {
             Screen::Nodes => match self.nodes().get(self.selected) {
                 Some(n) => (n.instance.clone(), None, false),
@@ -419,10 +383,6 @@ impl FleetView {
 mod tests {
     use super::*;
     use crate::fleet::model::Gpu;
-
-    fn key(c: KeyCode) -> KeyEvent {
-        KeyEvent::new(c, KeyModifiers::NONE)
-    }
 
     fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
         Proc {
@@ -467,62 +427,6 @@ mod tests {
                 node("c:1", "", vec![], false),
             ],
         }
-    }
-
-    #[test]
-    fn sort_filter_and_drill_in() {
-        let mut v = FleetView::new("http://p".into());
-        assert_eq!(v.refreshed(Ok(fleet())), Action::Redraw);
-        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
-        assert_eq!(names, ["alpha", "beta", "c:1"]);
-        v.key(key(KeyCode::Char('s')));
-        assert_eq!(v.sort, SortKey::Reserved);
-        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
-        assert_eq!(names, ["beta", "alpha", "c:1"]);
-        // Open beta: its biggest process is selected and its series asked for.
-        let a = v.key(key(KeyCode::Enter));
-        assert_eq!(
-            a,
-            Action::LoadSeries {
-                instance: "b:1".into(),
-                pid: "20".into()
-            }
-        );
-        assert_eq!(v.node().unwrap().host, "beta");
-        assert_eq!(
-            v.key(key(KeyCode::Down)),
-            Action::LoadSeries {
-                instance: "b:1".into(),
-                pid: "21".into()
-            }
-        );
-        // An answer for a process no longer selected is dropped.
-        v.series_loaded(Ok(ProcSeries::default()), "b:1", "20");
-        assert!(v.series.is_none());
-        v.series_loaded(Ok(ProcSeries::default()), "b:1", "21");
-        assert!(v.series.is_some());
-        v.key(key(KeyCode::Esc));
-        assert_eq!(v.screen, Screen::Nodes);
-        // Filter by a process name.
-        v.key(key(KeyCode::Char('/')));
-        for c in "train10".chars() {
-            v.key(key(KeyCode::Char(c)));
-        }
-        v.key(key(KeyCode::Enter));
-        let names: Vec<&str> = v.nodes().iter().map(|n| n.name()).collect();
-        assert_eq!(names, ["alpha"]);
-        // Jobs, fleet-wide, then into a job's node.
-        v.key(key(KeyCode::Esc));
-        v.filter.clear();
-        v.key(key(KeyCode::Tab));
-        assert_eq!(v.jobs().len(), 3);
-        assert_eq!(v.jobs()[0].pid, "20");
-        v.key(key(KeyCode::Down));
-        v.key(key(KeyCode::Enter));
-        assert_eq!(v.selected_proc().unwrap().pid, "10");
-        v.key(key(KeyCode::Esc));
-        assert_eq!(v.screen, Screen::Jobs);
-        assert_eq!(v.key(key(KeyCode::Char('q'))), Action::Quit);
     }
 
     #[test]

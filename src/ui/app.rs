@@ -444,6 +444,8 @@ impl App {
             A::TraceStep(d) => self.seek(|s| s.at.saturating_add_signed(d as isize)),
             A::TraceFirst => self.seek(|_| 0),
             A::TraceLast => self.seek(|s| s.total),
+            // The fleet view's (the dashboard takes every change at once).
+            A::Refresh => vec![],
             A::EmptyCache
             | A::ResetPeaks
             | A::RequestSnapshot

@@ -1,4 +1,5 @@
-//! The header, the demo caption and the footer (one line each).
+//! The header, the demo caption and the footer (one line each); the
+//! footer's line ([`render_line`]) is every screen's.
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -109,11 +110,9 @@ fn trim_speed(s: f64) -> String {
     }
 }
 
-/// Key hints, the filter being typed, or the last message; `? help` and
-/// `q quit` always at the right end.
+/// The dashboard's footer: its screen's key hints, the filter being
+/// typed, or the last message.
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
-    let t = &app.config.theme;
-    let width = area.width as usize;
     let screen = match app.screen {
         Screen::Overview => Context::Overview,
         Screen::Process => Context::Process,
@@ -127,6 +126,33 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         app.config.readonly,
         app.demo.as_ref().is_some_and(|d| !d.replay),
     );
+    let label = match app.screen {
+        Screen::Overview => " filter: ",
+        Screen::Process => " search events: ",
+    };
+    let footer = Footer {
+        hints,
+        prompt: app.typing().then(|| (label, app.filter())),
+        message: app.message.as_deref(),
+    };
+    render_line(frame, area, &footer, &app.config.theme);
+}
+
+/// What a footer shows.
+pub struct Footer<'a> {
+    /// The screen's key hints ([`keys::footer`]).
+    pub hints: Vec<keys::Hint>,
+    /// A filter being typed: its label (` filter: `) and the text so far.
+    pub prompt: Option<(&'a str, &'a str)>,
+    /// One line for the person (errors, what a key did).
+    pub message: Option<&'a str>,
+}
+
+/// Key hints, the filter being typed, or the message; `? help` and `q
+/// quit` always at the right end (except while typing). Every screen's
+/// footer.
+pub fn render_line(frame: &mut Frame, area: Rect, footer: &Footer, t: &Theme) {
+    let width = area.width as usize;
     let hint_w = |h: &keys::Hint| h.key.chars().count() + h.text.chars().count() + 3;
     let hint_spans = |h: &keys::Hint| {
         [
@@ -134,10 +160,10 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
             Span::raw(format!(" {}  ", h.text)),
         ]
     };
-    let (pinned, rest): (Vec<_>, Vec<_>) = hints.into_iter().partition(|h| h.pinned);
+    let (pinned, rest): (Vec<_>, Vec<_>) = footer.hints.iter().partition(|h| h.pinned);
     let mut right: Vec<Span> = Vec::new();
     let mut right_w = 0;
-    if !app.typing() {
+    if footer.prompt.is_none() {
         for h in &pinned {
             right_w += hint_w(h);
             right.extend(hint_spans(h));
@@ -145,25 +171,19 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     }
     let room = width.saturating_sub(right_w + 1);
     let mut left = vec![Span::raw(" ")];
-    if app.typing() {
+    if let Some((label, text)) = footer.prompt {
         let hints = keys::footer(&[Context::Filter], false, false)
             .iter()
             .map(|h| format!("{} {}", h.key, h.text))
             .collect::<Vec<_>>()
             .join(" · ");
         left = vec![
-            Span::styled(
-                match app.screen {
-                    Screen::Overview => " filter: ",
-                    Screen::Process => " search events: ",
-                },
-                t.key(),
-            ),
-            Span::raw(app.filter().to_string()),
+            Span::styled(label, t.key()),
+            Span::raw(text.to_string()),
             Span::styled("_", t.key()),
             Span::styled(format!("   {hints}"), t.dim()),
         ];
-    } else if let Some(m) = &app.message {
+    } else if let Some(m) = footer.message {
         left.push(Span::styled(
             crate::text::format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
             t.warn(),

@@ -1,5 +1,7 @@
 //! The fleet view (`vramscope fleet`): nodes, jobs, or one node, drawn from
-//! a [`FleetView`]. Renders only.
+//! a [`FleetApp`] (its [`FleetView`]), with the dashboard's footer, help and
+//! legend. Renders only; [`app`] decides, [`run`] carries it out in the
+//! shell ([`super::shell`]).
 //!
 //! ```text
 //!  ┌ fleet · http://prom:9090 · 256 nodes · 2 down · sort RESV ▼ ──────────┐
@@ -7,12 +9,15 @@
 //!  │ node-017    up       8   412G / 640G        8  301G  390G  12%    1   0│
 //!  │ node-233    DOWN     -                                               │
 //!  └───────────────────────────────────────────────────────────────────────┘
-//!   Tab nodes/jobs  Enter open  s sort  / filter  r refresh  q quit
+//!   ↑↓ select  Enter open  Tab nodes/jobs  / filter  o/O sort  r refresh   L legend  ? help  q quit
 //! ```
 //!
 //! The node screen: its GPUs, its processes, and the selected process's
 //! allocated and reserved bytes over time from Prometheus. A failed refresh
 //! or query is a message in its pane; the last data stays shown.
+
+pub mod app;
+pub mod run;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -21,7 +26,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table, Wrap};
 use ratatui::Frame;
 
+pub use app::{Ask, FleetApp, FleetEvent};
+
+use super::bars::{self, Footer};
+use super::state::Overlay;
 use super::theme::Theme;
+use super::{help, keys, legend};
 use crate::fleet::model::{Node, Proc};
 use crate::fleet::view::{FleetView, ProcSeries, Screen};
 use crate::text::format;
@@ -36,8 +46,10 @@ fn pct(v: Option<f64>, absent: &str) -> String {
     format::opt(v.filter(|x| x.is_finite()), absent, format::percent)
 }
 
-/// The whole frame.
-pub fn render(frame: &mut Frame, v: &FleetView, t: &Theme) {
+/// The whole frame: the screen, the footer (the key table's hints, the
+/// filter being typed, or the message), and the help or legend over them.
+pub fn render(frame: &mut Frame, app: &FleetApp) {
+    let (v, t) = (&app.view, &app.theme);
     let [body, footer] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(frame.area());
     match &v.screen {
@@ -45,17 +57,19 @@ pub fn render(frame: &mut Frame, v: &FleetView, t: &Theme) {
         Screen::Jobs => jobs(frame, body, v, t),
         Screen::Node { instance, .. } => node(frame, body, v, instance, t),
     }
-    let keys = if v.editing_filter {
-        format!(" filter: {}_   Enter keep  Esc clear", v.filter)
-    } else {
-        let back = if matches!(v.screen, Screen::Node { .. }) {
-            "Esc back  "
-        } else {
-            "Enter open  "
-        };
-        format!(" Tab nodes/jobs  {back}s sort  S reverse  / filter  r refresh  q quit")
+    let footer_line = Footer {
+        hints: keys::footer(&app.screen_contexts(), false, false),
+        prompt: app.typing().then_some((" filter: ", v.filter.as_str())),
+        message: app.message.as_deref(),
     };
-    frame.render_widget(Paragraph::new(Line::styled(keys, t.dim())), footer);
+    bars::render_line(frame, footer, &footer_line, t);
+    match app.overlay {
+        Some(Overlay::Help) => help::render_fleet(frame, frame.area(), t),
+        Some(Overlay::Legend(scroll)) => {
+            legend::render_lines(frame, frame.area(), legend::fleet_lines(t), scroll, t)
+        }
+        _ => {}
+    }
     if ascii(t) {
         super::theme::asciify(frame.buffer_mut());
     }
@@ -557,13 +571,27 @@ fn plot(s: &ProcSeries) -> Option<Plot> {
 mod tests {
     use super::*;
     use crate::fleet::model::{Fleet, Gpu};
-    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use crate::ui::shell::Wake;
+    use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
     use ratatui::backend::TestBackend;
 
-    fn text(v: &FleetView, w: u16, h: u16) -> String {
+    fn app() -> FleetApp {
+        FleetApp::new(
+            FleetView::new("http://prom:9090".into()),
+            Theme::new(false, false),
+        )
+    }
+
+    fn key(c: KeyCode) -> FleetEvent {
+        FleetEvent::Shell(Wake::Input(Event::Key(KeyEvent::new(
+            c,
+            KeyModifiers::NONE,
+        ))))
+    }
+
+    fn text(v: &FleetApp, w: u16, h: u16) -> String {
         let mut term = ratatui::Terminal::new(TestBackend::new(w, h)).unwrap();
-        term.draw(|f| render(f, v, &Theme::new(false, false)))
-            .unwrap();
+        term.draw(|f| render(f, v)).unwrap();
         let buf = term.backend().buffer().clone();
         (0..h)
             .map(|y| {
@@ -622,8 +650,8 @@ mod tests {
 
     #[test]
     fn nodes_a_down_node_and_one_node_are_drawn() {
-        let mut v = FleetView::new("http://prom:9090".into());
-        v.refreshed(Ok(fleet()));
+        let mut v = app();
+        v.view.refreshed(Ok(fleet()));
         let s = text(&v, 100, 12);
         assert!(s.contains("2 nodes · 1 down"), "{s}");
         assert!(s.contains("node-a"), "{s}");
@@ -631,9 +659,9 @@ mod tests {
         assert!(down.contains("DOWN"), "{s}");
         assert!(s.contains("sort NAME ▲"), "{s}");
         assert!(s.contains("6.00G / 80.0G"), "{s}");
-        v.key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
-        v.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
-        v.series_loaded(
+        v.handle(key(KeyCode::Down));
+        v.handle(key(KeyCode::Enter));
+        v.view.series_loaded(
             Ok(ProcSeries {
                 instance: "10.0.0.1:9420".into(),
                 pid: "4242".into(),
@@ -654,14 +682,15 @@ mod tests {
 
     #[test]
     fn a_failure_is_a_message_in_the_pane() {
-        let mut v = FleetView::new("http://prom:9090".into());
-        v.refreshed(Err(
+        let mut v = app();
+        v.view.refreshed(Err(
             "Prometheus at http://prom:9090 cannot be reached: connection refused".into(),
         ));
         let s = text(&v, 80, 10);
         assert!(s.contains("cannot be reached"), "{s}");
-        v.refreshed(Ok(fleet()));
-        v.refreshed(Err("Prometheus refused a query: bad_data: x".into()));
+        v.view.refreshed(Ok(fleet()));
+        v.view
+            .refreshed(Err("Prometheus refused a query: bad_data: x".into()));
         let s = text(&v, 80, 10);
         assert!(
             s.contains("refused a query") && s.contains("showing the last answer"),
@@ -710,11 +739,11 @@ mod tests {
             let finite = c.iter().filter(|(x, y)| x.is_finite() && y.is_finite());
             assert_eq!(p.allocated.len(), finite.count(), "case {i}");
             // Drawn, on the node screen of a fleet with that process.
-            let mut v = FleetView::new("http://prom:9090".into());
-            v.refreshed(Ok(fleet()));
-            v.key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
-            v.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
-            v.series_loaded(Ok(s), "10.0.0.1:9420", "4242");
+            let mut v = app();
+            v.view.refreshed(Ok(fleet()));
+            v.handle(key(KeyCode::Down));
+            v.handle(key(KeyCode::Enter));
+            v.view.series_loaded(Ok(s), "10.0.0.1:9420", "4242");
             let screen = text(&v, 100, 24);
             assert!(screen.contains("now"), "case {i}:\n{screen}");
         }

@@ -1,5 +1,7 @@
 //! The help overlay: every key of [`super::keys::KEYS`] that has a help
-//! line, by section, the mouse, and the read-only note.
+//! line, by section, the mouse, and two lines of notes. The dashboard's
+//! ([`render`]: its sections, the read-only note) and the fleet view's
+//! ([`render_fleet`]) are one overlay ([`render_page`]).
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -9,18 +11,76 @@ use ratatui::Frame;
 use super::keys;
 use super::theme::Theme;
 
-/// The overlay; `readonly` marks the process actions as off; `trace`
-/// adds the keys of a snapshot file's trace.
+/// What one screen's overlay lists.
+pub struct Page<'a> {
+    /// The key table's sections, in order.
+    pub sections: &'a [keys::Context],
+    /// The mouse's lines (none: no Mouse section).
+    pub mouse: &'static [(&'static str, &'static str)],
+    /// The process actions are off (shown dimmed, "(off)").
+    pub readonly: bool,
+    /// The notes under the keys.
+    pub notes: [Line<'static>; 2],
+}
+
+/// The dashboard's overlay; `readonly` marks the process actions as off;
+/// `trace` adds the keys of a snapshot file's trace.
 pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Theme) {
-    let ro = readonly;
+    let mut sections = keys::HELP_SECTIONS.to_vec();
+    sections.extend(trace.then_some(keys::Context::Trace));
+    let note = if readonly {
+        Line::styled(
+            " Read-only: e, r, s and C do nothing; nothing is sent anywhere.",
+            t.warn(),
+        )
+    } else {
+        Line::styled(
+            " e, r, s and C act on the selected process through its agent.",
+            t.dim(),
+        )
+    };
+    let page = Page {
+        sections: &sections,
+        mouse: keys::MOUSE,
+        readonly,
+        notes: [note, absent(t)],
+    };
+    render_page(frame, area, &page, t);
+}
+
+/// The fleet view's overlay.
+pub fn render_fleet(frame: &mut Frame, area: Rect, t: &Theme) {
+    let page = Page {
+        sections: &keys::FLEET_HELP_SECTIONS,
+        mouse: &[],
+        readonly: false,
+        notes: [
+            Line::styled(
+                " Figures are Prometheus's, asked every --refresh; nothing is sent.",
+                t.dim(),
+            ),
+            absent(t),
+        ],
+    };
+    render_page(frame, area, &page, t);
+}
+
+fn absent(t: &Theme) -> Line<'static> {
+    Line::styled(" Absent figures show as a dash, never as 0.", t.dim())
+}
+
+/// The overlay of `page`, centred in `area`.
+pub fn render_page(frame: &mut Frame, area: Rect, page: &Page, t: &Theme) {
+    let ro = page.readonly;
     let mut rows: Vec<(&str, &str, bool)> = Vec::new();
-    let extra = trace.then_some(keys::Context::Trace);
-    for section in keys::HELP_SECTIONS.into_iter().chain(extra) {
+    for section in page.sections {
         rows.push((section.title(), "", false));
-        rows.extend(keys::help(section));
+        rows.extend(keys::help(*section));
     }
-    rows.push(("Mouse", "", false));
-    rows.extend(keys::MOUSE.iter().map(|(k, d)| (*k, *d, false)));
+    if !page.mouse.is_empty() {
+        rows.push(("Mouse", "", false));
+        rows.extend(page.mouse.iter().map(|(k, d)| (*k, *d, false)));
+    }
     let items: Vec<Line> = rows
         .iter()
         .map(|(k, d, action)| {
@@ -65,22 +125,5 @@ pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Th
     } else {
         frame.render_widget(Paragraph::new(items), body);
     }
-    let note = if ro {
-        Line::styled(
-            " Read-only: e, r, s and C do nothing; nothing is sent anywhere.",
-            t.warn(),
-        )
-    } else {
-        Line::styled(
-            " e, r, s and C act on the selected process through its agent.",
-            t.dim(),
-        )
-    };
-    frame.render_widget(
-        Paragraph::new(vec![
-            note,
-            Line::styled(" Absent figures show as a dash, never as 0.", t.dim()),
-        ]),
-        foot,
-    );
+    frame.render_widget(Paragraph::new(page.notes.to_vec()), foot);
 }

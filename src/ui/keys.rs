@@ -1,8 +1,10 @@
-//! The one key table: every key, the [`Action`] it stands for, where it
-//! counts ([`Context`]), its line in the help overlay and its hint in the
-//! footer. [`super::App`] dispatches through [`action`], [`super::help`]
-//! lists [`KEYS`], and [`super::bars`] builds the footer from [`footer`], so
-//! the three never disagree.
+//! The one key table: every key of every screen (the dashboard's and the
+//! fleet view's), the [`Action`] it stands for, where it counts
+//! ([`Context`]), its line in the help overlay and its hint in the footer.
+//! [`super::App`] and [`super::fleet::app::FleetApp`] dispatch through
+//! [`action`], [`super::help`] lists [`KEYS`], and [`super::bars`] builds
+//! the footer from [`footer`], so the three never disagree. An action
+//! both screens have is bound to the same keys in both (a test checks).
 //!
 //! A binding matches on the key code alone (a shifted `S` arrives as `S`
 //! with SHIFT), except `ctrl` bindings, which need CONTROL. Only
@@ -110,6 +112,8 @@ pub enum Action {
     /// The stack overlay of the event (toggle).
     TraceStacks,
     CloseStacks,
+    /// The fleet view: ask Prometheus now.
+    Refresh,
 }
 
 impl Action {
@@ -149,6 +153,12 @@ pub enum Context {
     Global,
     Overview,
     Process,
+    /// Every screen of the fleet view.
+    Fleet,
+    /// The fleet's lists: every node, every job.
+    FleetList,
+    /// The fleet's node screen: one node's GPUs and processes.
+    FleetNode,
 }
 
 impl Context {
@@ -168,6 +178,9 @@ impl Context {
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
+            Context::Fleet => "Fleet",
+            Context::FleetList => "Nodes and jobs",
+            Context::FleetNode => "One node",
         }
     }
 }
@@ -282,8 +295,8 @@ impl Binding {
 
 use Action as A;
 use Context::{
-    Always, Confirm, Filter, Global, Help, Legend, Modules, Overview, Process, Report, Stacks,
-    StepDiff, Trace,
+    Always, Confirm, Filter, Fleet, FleetList, FleetNode, Global, Help, Legend, Modules, Overview,
+    Process, Report, Stacks, StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -439,6 +452,51 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[k(Down), c('j')], A::ScrollDown),
     bind(Process, &[k(Up), c('k')], A::ScrollUp),
     bind(Process, &[k(Home), c('g')], A::ScrollTop),
+    // The fleet view, every screen: the dashboard's keys for the same
+    // actions.
+    bind(Fleet, &[c('q')], A::Quit)
+        .help("q Ctrl-C", "quit")
+        .hint("q", "quit", 46)
+        .pinned(),
+    bind(Fleet, &[c('?'), k(F(1))], A::Help)
+        .help("?", "this help (Esc closes)")
+        .hint("?", "help", 45)
+        .pinned(),
+    bind(Fleet, &[c('L'), k(F(2))], A::Legend)
+        .help("L F2", "legend of the screen")
+        .hint("L", "legend", 44)
+        .pinned(),
+    bind(Fleet, &[c('S')], A::Screenshot).help("S", "save the screen as SVG"),
+    bind(Fleet, &[k(Up), c('k')], A::SelectUp)
+        .help("Up Down j k", "select a row")
+        .hint("↑↓", "select", 1),
+    bind(Fleet, &[k(Down), c('j')], A::SelectDown),
+    bind(Fleet, &[k(PageUp)], A::SelectPageUp).help("PgUp/Dn g G", "page / first / last"),
+    bind(Fleet, &[k(PageDown)], A::SelectPageDown),
+    bind(Fleet, &[k(Home), c('g')], A::SelectFirst),
+    bind(Fleet, &[k(End), c('G')], A::SelectLast),
+    bind(Fleet, &[k(Tab)], A::NextPane)
+        .help("Tab", "every node / every job")
+        .hint("Tab", "nodes/jobs", 3),
+    bind(Fleet, &[c('/')], A::EditFilter)
+        .help("/", "filter node/process/user")
+        .hint("/", "filter", 4),
+    bind(Fleet, &[c('o')], A::SortNext)
+        .help("o  O", "sort column / reverse")
+        .hint("o/O", "sort", 5),
+    bind(Fleet, &[c('O')], A::SortReverse),
+    bind(Fleet, &[c('r')], A::Refresh)
+        .help("r", "ask Prometheus now")
+        .hint("r", "refresh", 6),
+    // The fleet's lists.
+    bind(FleetList, &[k(Enter), k(Right), c('l')], A::Open)
+        .help("Enter", "open the node (of the job)")
+        .hint("Enter", "open", 2),
+    bind(FleetList, &[k(Esc)], A::ClearFilter).help("Esc", "clear the filter"),
+    // One node.
+    bind(FleetNode, &[k(Esc), k(Backspace), c('h')], A::Back)
+        .help("Esc Bksp", "back to the list")
+        .hint("Esc", "back", 2),
 ];
 
 /// The mouse, for the help overlay (not keys, so not in [`KEYS`]).
@@ -446,6 +504,9 @@ pub const MOUSE: &[(&str, &str)] = &[("click", "select (again: open)"), ("wheel"
 
 /// The help overlay's sections, in order.
 pub const HELP_SECTIONS: [Context; 3] = [Global, Overview, Process];
+
+/// The fleet view's help sections, in order.
+pub const FLEET_HELP_SECTIONS: [Context; 3] = [Fleet, FleetList, FleetNode];
 
 /// The action `key` stands for in the first of `contexts` that binds it.
 pub fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
@@ -529,6 +590,42 @@ mod tests {
                     assert!(!b.keys.contains(ka), "{ka:?} twice in {:?}", a.context);
                 }
             }
+        }
+    }
+
+    /// The dashboard and the fleet view: an action both have is bound to
+    /// the same keys in both (Tab, Enter, Esc, `o`/`O`, `/`, `q`, `?`, `L`,
+    /// `S`, the selection keys).
+    #[test]
+    fn the_same_action_has_the_same_keys_on_every_screen() {
+        let keys_of = |contexts: &[Context], a: Action| -> Vec<Key> {
+            let mut v: Vec<Key> = KEYS
+                .iter()
+                .filter(|b| contexts.contains(&b.context) && b.action == a)
+                .flat_map(|b| b.keys.iter().copied())
+                .collect();
+            v.sort_by_key(|k| format!("{k:?}"));
+            v
+        };
+        let dashboard = [Global, Overview, Process];
+        let fleet = [Fleet, FleetList, FleetNode];
+        let mut shared = 0;
+        for b in KEYS.iter().filter(|b| fleet.contains(&b.context)) {
+            let theirs = keys_of(&dashboard, b.action);
+            if theirs.is_empty() {
+                continue;
+            }
+            shared += 1;
+            assert_eq!(keys_of(&fleet, b.action), theirs, "{:?}", b.action);
+        }
+        assert!(shared >= 15, "{shared}");
+        // Only Refresh is the fleet's own.
+        for b in KEYS.iter().filter(|b| fleet.contains(&b.context)) {
+            assert!(
+                b.action == A::Refresh || !keys_of(&dashboard, b.action).is_empty(),
+                "{:?}",
+                b.action
+            );
         }
     }
 

@@ -1,7 +1,8 @@
 //! The legend overlay (`L`): what every column, glyph and word on screen
 //! means, btop-style. Column meanings come from [`Col::meaning`], glyphs
 //! from the theme (so the ASCII legend shows the ASCII marks), words from
-//! [`WORDS`]. Scrolls with j/k when the terminal is short.
+//! [`WORDS`]. Scrolls with j/k when the terminal is short. The fleet
+//! view's legend ([`fleet_lines`]) is the same overlay with its own lines.
 
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -140,6 +141,81 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
     l
 }
 
+/// The fleet view's legend: its tables' columns, the chart's marks, its
+/// words.
+pub fn fleet_lines(t: &Theme) -> Vec<Line<'static>> {
+    let g = t.glyphs();
+    let mut l = vec![Line::styled("Columns (nodes)", t.header())];
+    let nodes: [(&str, &str); 10] = [
+        (
+            "NODE",
+            "the exporter's host label, else Prometheus's instance",
+        ),
+        (
+            "STATE",
+            "up, or DOWN: Prometheus's last scrape of it failed",
+        ),
+        ("GPUS", "GPUs its exporter reports"),
+        (
+            "USED/TOTAL",
+            "NVML: GPU memory in use / installed, all its GPUs",
+        ),
+        ("JOBS", "instrumented processes on the node"),
+        (
+            "ALLOC",
+            "allocated to live tensors, summed over its processes",
+        ),
+        ("RESV", "reserved by the caching allocators, summed"),
+        ("FRAG", "the largest fragmentation of any of its processes"),
+        ("LEAKS", "processes whose step floors rise (LEAK suspected)"),
+        ("OOMS", "out-of-memory errors its processes saw"),
+    ];
+    for (c, d) in nodes {
+        l.push(item(c, Style::new(), d));
+    }
+    l.push(Line::styled(
+        "Columns (jobs, a node's processes)",
+        t.header(),
+    ));
+    let procs: [(&str, &str); 9] = [
+        ("NODE", "the node the job runs on (jobs only)"),
+        ("PID USER", "process id and owner on its node"),
+        ("PROCESS", "producer label or process name (dim: exited)"),
+        ("DEV", "CUDA device ordinal (one row per device)"),
+        (
+            "ALLOC RESV",
+            "allocated to live tensors / reserved by its allocator",
+        ),
+        ("FRAG", Col::Frag.meaning()),
+        ("LEAK", "LEAK: step floors rise; no: they do not"),
+        ("OOMS", "out-of-memory errors seen"),
+        ("STEP/s", "training steps a second"),
+    ];
+    for (c, d) in procs {
+        l.push(item(c, Style::new(), d));
+    }
+    l.push(Line::styled("Chart", t.header()));
+    l.push(item(g.reserved, t.reserved(), "reserved, over --range"));
+    l.push(item(g.allocated, t.allocated(), "allocated, over --range"));
+    l.push(Line::styled("Words", t.header()));
+    let words: [(&str, &str); 4] = [
+        (
+            "DOWN",
+            "the node's last scrape failed: its figures are gone",
+        ),
+        (
+            "last answer",
+            "a refresh failed: the figures shown are the last good ones",
+        ),
+        (g.absent, "absent: not measured, never zero"),
+        ("G M K B", "GiB, MiB, KiB, bytes (powers of 1024)"),
+    ];
+    for (w, d) in words {
+        l.push(item(w, t.key(), d));
+    }
+    l
+}
+
 /// ` mark            meaning`: at most 78 columns (a test checks), so the
 /// legend needs no wrapping at 80 columns.
 fn item(mark: &str, style: Style, meaning: &str) -> Line<'static> {
@@ -149,9 +225,19 @@ fn item(mark: &str, style: Style, meaning: &str) -> Line<'static> {
     ])
 }
 
-/// The overlay over `area`, from line `scroll` on.
+/// The dashboard's legend over `area`, from line `scroll` on.
 pub fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
-    let lines = lines(t);
+    render_lines(frame, area, lines(t), scroll, t);
+}
+
+/// The overlay of `lines` over `area`, from line `scroll` on.
+pub fn render_lines(
+    frame: &mut Frame,
+    area: Rect,
+    lines: Vec<Line<'static>>,
+    scroll: usize,
+    t: &Theme,
+) {
     let w = 96.min(area.width);
     let h = (lines.len() as u16 + 2).min(area.height);
     let popup = super::popup::centered(area, w, h);
@@ -183,7 +269,7 @@ mod tests {
     #[test]
     fn every_line_fits_80_columns() {
         for t in [Theme::new(true, false), Theme::new(false, true)] {
-            for l in lines(&t) {
+            for l in lines(&t).into_iter().chain(fleet_lines(&t)) {
                 assert!(l.width() <= 78, "{l:?}");
             }
         }

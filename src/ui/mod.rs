@@ -37,7 +37,7 @@
 //!  shell ──Tick{now_ns}─────┘        draw(frame, &App) ─▶ one pane file each
 //! ```
 //!
-//! Modules: [`shell`] the frame loop every screen runs in; [`run`] the
+//! Modules: [`shell`] the frame loop every screen runs in; [`run`](mod@run) the
 //! dashboard's effects; [`app`] the state machine, with its state grouped
 //! by screen in [`state`]; [`keys`] the one key table (dispatch, help,
 //! footer) of every screen, the fleet's included; [`fleet`] the fleet view

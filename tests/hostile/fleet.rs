@@ -142,7 +142,8 @@ fn serve_one(stream: TcpStream) {
 }
 
 /// `vramscope fleet` on `url` in a pty: the node opened, pid 7's chart
-/// drawn, then pid 8's; then `stop` (a key, or a signal to the child's
+/// drawn, then pid 8's, the footer's keys, the help overlay opened and
+/// closed with `?`; then `stop` (a key, or a signal to the child's
 /// pid). Its exit status (None: still running 10 s after `stop`), and
 /// whether it gave the terminal back (main screen, cursor shown).
 fn fleet_then(url: &str, stop: impl FnOnce(&mut dyn Write, u32)) -> (Option<bool>, bool) {
@@ -185,6 +186,22 @@ fn fleet_then(url: &str, stop: impl FnOnce(&mut dyn Write, u32)) -> (Option<bool
     wait(&["(pid 7) over time", "-1m", "2.05G"], "pid 7's chart");
     keys.write_all(b"j").unwrap();
     wait(&["(pid 8) over time", "4.10G"], "pid 8's chart");
+    // The dashboard's footer and help overlay, from the key table.
+    wait(&["o/O sort", "Esc back", "? help", "q quit"], "the footer");
+    keys.write_all(b"?").unwrap();
+    wait(
+        &["ask Prometheus now", "back to the list"],
+        "the help overlay",
+    );
+    keys.write_all(b"?").unwrap();
+    let start = Instant::now();
+    while text().contains("ask Prometheus now") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "help never closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop(&mut keys, child.process_id().unwrap());
     let start = Instant::now();
     let status = loop {

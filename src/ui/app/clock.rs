@@ -185,7 +185,7 @@ impl App {
 
     /// The loop drew a frame at `now_ns`. Returns the screenshot this frame
     /// is to be written as, if one was asked for; the loop answers with
-    /// [`AppEvent::ScreenshotWritten`].
+    /// [`AppEvent::ScreenshotWritten`](super::AppEvent::ScreenshotWritten).
     pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
         self.dirty = false;
         self.redraw.last_ns = Some(now_ns);
