@@ -41,14 +41,14 @@
 //! [`replay`] (a recording played back at any speed), [`signals`].
 
 #[cfg(any(test, feature = "fixtures"))]
-pub mod fixtures;
-pub mod hub;
-pub mod nvml;
+pub(crate) mod fixtures;
+pub(crate) mod hub;
+pub(crate) mod nvml;
 pub mod procfs;
 pub mod replay;
-pub mod rings;
+pub(crate) mod rings;
 pub mod signals;
-pub mod state;
+pub(crate) mod state;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -126,7 +126,7 @@ impl Collector {
     }
 
     /// A collector feeding `hub`.
-    pub fn with_hub(cfg: Config, hub: Arc<Hub>) -> Self {
+    pub(crate) fn with_hub(cfg: Config, hub: Arc<Hub>) -> Self {
         Collector {
             rings: rings::RingSet::new(cfg.clone()),
             cfg,
@@ -203,7 +203,7 @@ impl Collector {
     }
 
     /// One NVML reading applied to the hub (blocking: NVML calls the driver).
-    pub fn poll_nvml(&mut self) {
+    pub(crate) fn poll_nvml(&mut self) {
         let source = self.nvml_source();
         let machine = source.poll(monotonic_ns());
         self.apply_machine(machine);

@@ -14,7 +14,7 @@ pub struct NvmlSource {
 }
 
 impl NvmlSource {
-    pub fn init() -> Self {
+    pub(crate) fn init() -> Self {
         let nvml = Nvml::init().map_err(|e| {
             let why = match e {
                 nvml_wrapper::error::NvmlError::LibloadingError(_) => {
@@ -28,7 +28,7 @@ impl NvmlSource {
     }
 
     /// NVML when `enabled`, else a source that says it was disabled.
-    pub fn new(enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool) -> Self {
         if enabled {
             NvmlSource::init()
         } else {
@@ -37,7 +37,7 @@ impl NvmlSource {
     }
 
     /// A source that never reads NVML (tests, `--no-nvml`).
-    pub fn disabled(why: &str) -> Self {
+    pub(crate) fn disabled(why: &str) -> Self {
         NvmlSource {
             nvml: Err(why.to_string()),
         }
@@ -48,7 +48,7 @@ impl NvmlSource {
     }
 
     /// Reads every device and its compute processes.
-    pub fn poll(&self, now_ns: u64) -> Machine {
+    pub(crate) fn poll(&self, now_ns: u64) -> Machine {
         let nvml = match &self.nvml {
             Ok(n) => n,
             Err(why) => {

@@ -47,7 +47,7 @@ pub fn identity(pid: u32) -> Option<Identity> {
 }
 
 /// The user name for `uid` from `/etc/passwd`, else the number.
-pub fn user_name(uid: u32) -> String {
+pub(crate) fn user_name(uid: u32) -> String {
     std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|p| {
@@ -144,7 +144,7 @@ mod tests {
 /// Reads the host figures of processes (CPU use between two readings,
 /// resident memory, age) from `/proc/PID/stat`, through the procfs crate.
 #[derive(Debug, Default)]
-pub struct HostSampler {
+pub(crate) struct HostSampler {
     /// Per pid: (its start time, its CPU ticks so far, when read (ns)).
     prev: HashMap<u32, (u64, u64, u64)>,
 }
@@ -152,7 +152,7 @@ pub struct HostSampler {
 impl HostSampler {
     /// The figures of `pids` at `now_ns` (collector clock). CPU use is
     /// absent at a process's first reading.
-    pub fn sample(&mut self, pids: &[u32], now_ns: u64) -> Vec<crate::input::HostProcess> {
+    pub(crate) fn sample(&mut self, pids: &[u32], now_ns: u64) -> Vec<crate::input::HostProcess> {
         let ticks = procfs::ticks_per_second().max(1);
         let page = procfs::page_size();
         use procfs::Current;

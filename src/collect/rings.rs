@@ -36,7 +36,7 @@ struct Attached {
 }
 
 /// All segments being read.
-pub struct RingSet {
+pub(crate) struct RingSet {
     cfg: Config,
     /// By path and file: a new producer's segment at the path of one that
     /// still lingers is a different file, attached beside it.
@@ -55,7 +55,7 @@ fn mode_of(p: Producer) -> Mode {
 }
 
 impl RingSet {
-    pub fn new(cfg: Config) -> Self {
+    pub(crate) fn new(cfg: Config) -> Self {
         RingSet {
             cfg,
             attached: HashMap::new(),
@@ -66,7 +66,7 @@ impl RingSet {
     }
 
     /// Host pid → model key of every attached process (for NVML's figures).
-    pub fn host_pids(&self) -> HashMap<u32, ProcessKey> {
+    pub(crate) fn host_pids(&self) -> HashMap<u32, ProcessKey> {
         self.attached
             .values()
             .filter_map(|a| a.host_pid.map(|p| (p, a.key)))
@@ -74,7 +74,7 @@ impl RingSet {
     }
 
     /// One tick: scan the directory if due, drain every segment, apply.
-    pub fn step(&mut self, hub: &Hub) {
+    pub(crate) fn step(&mut self, hub: &Hub) {
         let due = self
             .last_scan
             .is_none_or(|t| t.elapsed() >= self.cfg.discover_interval);
@@ -274,7 +274,7 @@ impl RingSet {
     }
 
     /// The segment the attached producer `key` is read from.
-    pub fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
+    pub(crate) fn segment_of(&self, key: ProcessKey) -> Option<PathBuf> {
         self.attached
             .iter()
             .find(|(_, a)| a.key == key)

@@ -24,7 +24,7 @@ impl ProcessEntry {
 }
 
 /// The version of the `Snapshot` JSON shape.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub(crate) const SNAPSHOT_VERSION: u32 = 1;
 
 /// The whole picture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

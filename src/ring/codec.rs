@@ -11,21 +11,21 @@ use super::layout::PAYLOAD_WORDS;
 /// The seven payload words of one slot.
 pub type Words = [u64; PAYLOAD_WORDS];
 
-pub const K_ALLOC: u16 = 1;
-pub const K_FREE_REQUESTED: u16 = 2;
-pub const K_FREE_COMPLETED: u16 = 3;
-pub const K_SEGMENT_ALLOC: u16 = 4;
-pub const K_SEGMENT_FREE: u16 = 5;
-pub const K_SEGMENT_MAP: u16 = 6;
-pub const K_SEGMENT_UNMAP: u16 = 7;
-pub const K_OOM: u16 = 9;
-pub const K_STATS_A: u16 = 16;
-pub const K_STATS_B: u16 = 17;
-pub const K_SNAP_BEGIN: u16 = 32;
-pub const K_SNAP_SEGMENT: u16 = 33;
-pub const K_SNAP_BLOCK: u16 = 34;
-pub const K_SNAP_END: u16 = 35;
-pub const K_MARKER: u16 = 48;
+pub(crate) const K_ALLOC: u16 = 1;
+pub(crate) const K_FREE_REQUESTED: u16 = 2;
+pub(crate) const K_FREE_COMPLETED: u16 = 3;
+pub(crate) const K_SEGMENT_ALLOC: u16 = 4;
+pub(crate) const K_SEGMENT_FREE: u16 = 5;
+pub(crate) const K_SEGMENT_MAP: u16 = 6;
+pub(crate) const K_SEGMENT_UNMAP: u16 = 7;
+pub(crate) const K_OOM: u16 = 9;
+pub(crate) const K_STATS_A: u16 = 16;
+pub(crate) const K_STATS_B: u16 = 17;
+pub(crate) const K_SNAP_BEGIN: u16 = 32;
+pub(crate) const K_SNAP_SEGMENT: u16 = 33;
+pub(crate) const K_SNAP_BLOCK: u16 = 34;
+pub(crate) const K_SNAP_END: u16 = 35;
+pub(crate) const K_MARKER: u16 = 48;
 // Added in 1.1 (FORMAT.md, "Changelog").
 pub const K_STATS_C: u16 = 18;
 pub const K_DROPPED: u16 = 49;
@@ -36,11 +36,11 @@ pub const K_CONTEXT: u16 = 67;
 
 /// Position-span flags (SNAP_BEGIN w6, STATS_C w4): bit 0 given, bit 1
 /// exact, bit 2 ambiguous, bits 8–15 the ring index.
-pub const SPAN_GIVEN: u64 = 1;
-pub const SPAN_EXACT: u64 = 2;
-pub const SPAN_AMBIGUOUS: u64 = 4;
+pub(crate) const SPAN_GIVEN: u64 = 1;
+pub(crate) const SPAN_EXACT: u64 = 2;
+pub(crate) const SPAN_AMBIGUOUS: u64 = 4;
 /// CONTEXT w6 bit 0: w4 holds the step.
-pub const CONTEXT_STEP_GIVEN: u64 = 1;
+pub(crate) const CONTEXT_STEP_GIVEN: u64 = 1;
 /// STRING: bytes of a string one record carries.
 pub const STRING_CHUNK: usize = 32;
 /// STRING: the longest string a producer may define (longer ones are cut at
@@ -54,7 +54,7 @@ fn head(kind: u16, device: u16, aux: u32) -> u64 {
 }
 
 /// Splits a record header word into `(kind, device, aux)`.
-pub fn split_head(w0: u64) -> (u16, u16, u32) {
+pub(crate) fn split_head(w0: u64) -> (u16, u16, u32) {
     (w0 as u16, (w0 >> 16) as u16, (w0 >> 32) as u32)
 }
 
@@ -94,7 +94,7 @@ fn span_words(at: &Option<RingSpan>) -> [u64; 3] {
 }
 
 /// The flags word of a position span (`None`: 0, "not given").
-pub fn span_flags(at: &Option<RingSpan>) -> u64 {
+pub(crate) fn span_flags(at: &Option<RingSpan>) -> u64 {
     match at {
         None => 0,
         Some(a) => {
@@ -107,7 +107,7 @@ pub fn span_flags(at: &Option<RingSpan>) -> u64 {
 }
 
 /// A position span from its `before`, `after` and flags words.
-pub fn span_of(before: u64, after: u64, flags: u64) -> Option<RingSpan> {
+pub(crate) fn span_of(before: u64, after: u64, flags: u64) -> Option<RingSpan> {
     (flags & SPAN_GIVEN != 0).then_some(RingSpan {
         ring: (flags >> 8) as u8,
         before,

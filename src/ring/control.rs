@@ -54,7 +54,7 @@ impl Command {
             Command::Unknown { kind, arg } => (kind, arg),
         }
     }
-    pub fn decode(kind: u64, arg: u64) -> Self {
+    pub(crate) fn decode(kind: u64, arg: u64) -> Self {
         match kind {
             1 => Command::EmptyCache {
                 device: arg_dev(arg),
@@ -86,7 +86,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_u64(self) -> u64 {
+    pub(crate) fn as_u64(self) -> u64 {
         match self {
             Status::Ok => 0,
             Status::Unsupported => 1,

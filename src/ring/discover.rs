@@ -16,8 +16,8 @@ use super::shm::Shared;
 use super::RingError;
 
 /// The environment variable that moves the segment directory.
-pub const DIR_ENV: &str = "VRAMSCOPE_SHM_DIR";
-pub const DEFAULT_DIR: &str = "/dev/shm";
+pub(crate) const DIR_ENV: &str = "VRAMSCOPE_SHM_DIR";
+pub(crate) const DEFAULT_DIR: &str = "/dev/shm";
 const PREFIX: &str = "vramscope-";
 
 /// The segment directory: the flag if given, else `$VRAMSCOPE_SHM_DIR`, else `/dev/shm`.
@@ -228,7 +228,7 @@ pub fn locate(ns_pid: u32, start_time: u64) -> Located {
 /// and started at `start_time` and maps it is its producer. (Two pid-1
 /// processes of their own pid namespaces that started in the same clock
 /// tick share both; only the mapping tells them apart.)
-pub fn locate_producer(ns_pid: u32, start_time: u64, file: FileId) -> Located {
+pub(crate) fn locate_producer(ns_pid: u32, start_time: u64, file: FileId) -> Located {
     let found = locate(ns_pid, start_time);
     let Located::Here(host) = found else {
         return found;
@@ -246,14 +246,14 @@ pub fn locate_producer(ns_pid: u32, start_time: u64, file: FileId) -> Located {
     other.map_or(found, Located::Here)
 }
 
-pub fn liveness(pid: u32, start_time: u64) -> Liveness {
+pub(crate) fn liveness(pid: u32, start_time: u64) -> Liveness {
     locate(pid, start_time).liveness()
 }
 
 /// Whether the producer of a segment still runs, given the segment's header
 /// `state`: the one place of the rule "a closed segment counts as dead"
 /// (FORMAT.md, "Liveness and hygiene").
-pub fn segment_liveness(pid: u32, start_time: u64, state: u32) -> Liveness {
+pub(crate) fn segment_liveness(pid: u32, start_time: u64, state: u32) -> Liveness {
     if state == layout::STATE_CLOSED {
         return Liveness::Dead;
     }
@@ -286,7 +286,7 @@ pub fn file_id(path: &Path) -> Option<FileId> {
 /// `/proc/<pid>/maps`: a producer keeps its segment mapped (FORMAT.md,
 /// "Liveness and hygiene"), so a process that does not map it is not its
 /// producer. None if the maps cannot be read.
-pub fn maps_file(pid: u32, file: FileId) -> Option<bool> {
+pub(crate) fn maps_file(pid: u32, file: FileId) -> Option<bool> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     let (major, minor) = (
         ((file.dev >> 8) & 0xfff) | ((file.dev >> 32) & !0xfff),
@@ -352,7 +352,7 @@ impl SegmentDir {
     /// `openat2` (before 5.6, or a seccomp filter refuses it), every
     /// component is opened with `O_NOFOLLOW` instead: a link on the way is
     /// refused.
-    pub fn open_in_root(root: &Path, rel: &Path) -> std::io::Result<SegmentDir> {
+    pub(crate) fn open_in_root(root: &Path, rel: &Path) -> std::io::Result<SegmentDir> {
         use rustix::fs::{openat, openat2, Mode, OFlags, ResolveFlags, CWD};
         // Following the magic link `/proc/<pid>/root` itself is the point:
         // it is the container's root.
@@ -378,7 +378,7 @@ impl SegmentDir {
     }
 
     /// A segment path's directory, opened, and its file name.
-    pub fn of(path: &Path) -> Result<(SegmentDir, String), RingError> {
+    pub(crate) fn of(path: &Path) -> Result<(SegmentDir, String), RingError> {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -397,7 +397,7 @@ impl SegmentDir {
     }
 
     /// The path of `name` in it, for messages.
-    pub fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
 
@@ -410,7 +410,7 @@ impl SegmentDir {
     }
 
     /// The UTF-8 names of its entries (never `.` and `..`).
-    pub fn names(&self) -> std::io::Result<Vec<String>> {
+    pub(crate) fn names(&self) -> std::io::Result<Vec<String>> {
         let mut out = Vec::new();
         for e in rustix::fs::Dir::read_from(&self.fd)? {
             let e = e?;
@@ -428,7 +428,7 @@ impl SegmentDir {
     }
 
     /// The file `name` names now (not following a symlink).
-    pub fn file_id(&self, name: &str) -> Option<FileId> {
+    pub(crate) fn file_id(&self, name: &str) -> Option<FileId> {
         self.stat(name).map(|st| FileId {
             dev: st.st_dev,
             ino: st.st_ino,
@@ -441,7 +441,7 @@ impl SegmentDir {
     /// nothing (`O_PATH`): a device, a FIFO or a socket named like a
     /// segment is refused without ever being opened; only a file that
     /// passed is then opened read-write, through that very descriptor.
-    pub fn open_file(&self, name: &str) -> Result<(File, u64), RingError> {
+    pub(crate) fn open_file(&self, name: &str) -> Result<(File, u64), RingError> {
         use rustix::fs::{fstat, openat, FileType, Mode, OFlags};
         use std::os::fd::AsRawFd;
         let path = self.join(name);
@@ -704,7 +704,7 @@ pub fn list(dir: &Path) -> Result<(Vec<Found>, usize), RingError> {
 }
 
 /// [`list`] of a directory already opened.
-pub fn list_in(dir: std::sync::Arc<SegmentDir>) -> Result<(Vec<Found>, usize), RingError> {
+pub(crate) fn list_in(dir: std::sync::Arc<SegmentDir>) -> Result<(Vec<Found>, usize), RingError> {
     let me = current_uid();
     let mut found = Vec::new();
     let mut others = 0;
@@ -729,7 +729,7 @@ pub fn list_in(dir: std::sync::Arc<SegmentDir>) -> Result<(Vec<Found>, usize), R
 }
 
 /// At most this many other mount namespaces' segment directories are read.
-pub const MAX_CONTAINER_DIRS: usize = 256;
+pub(crate) const MAX_CONTAINER_DIRS: usize = 256;
 
 /// The segment directories of containers: for each mount namespace other
 /// than ours that a process of this user runs in, `dir` as that process

@@ -7,53 +7,53 @@ use crate::text::printable;
 
 /// `VMScope1` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VMScope1");
-pub const MAJOR: u16 = 1;
+pub(crate) const MAJOR: u16 = 1;
 /// The minor this build writes; it reads every minor of [`MAJOR`]
 /// (FORMAT.md, "Versions").
 pub const MINOR: u16 = 1;
 pub const HEADER_SIZE: usize = 256;
-pub const RING_ENTRY_SIZE: usize = 32;
-pub const RING_HEADER_SIZE: usize = 128;
-pub const SLOT_SIZE: usize = 64;
+pub(crate) const RING_ENTRY_SIZE: usize = 32;
+pub(crate) const RING_HEADER_SIZE: usize = 128;
+pub(crate) const SLOT_SIZE: usize = 64;
 pub const CONTROL_SIZE: usize = 128;
-pub const MAX_RINGS: usize = 64;
-pub const MAX_SLOTS: u64 = 1 << 24;
+pub(crate) const MAX_RINGS: usize = 64;
+pub(crate) const MAX_SLOTS: u64 = 1 << 24;
 /// Payload words per slot (the eighth word is the sequence word).
-pub const PAYLOAD_WORDS: usize = 7;
+pub(crate) const PAYLOAD_WORDS: usize = 7;
 
 // Header field offsets.
 pub const OFF_MAGIC: usize = 0;
 pub const OFF_MAJOR: usize = 8;
-pub const OFF_HEADER_SIZE: usize = 12;
-pub const OFF_SEGMENT_SIZE: usize = 16;
+pub(crate) const OFF_HEADER_SIZE: usize = 12;
+pub(crate) const OFF_SEGMENT_SIZE: usize = 16;
 pub const OFF_PID: usize = 24;
 pub const OFF_START_TIME: usize = 32;
-pub const OFF_PRODUCER: usize = 40;
-pub const OFF_CREATED_NS: usize = 48;
-pub const OFF_RING_COUNT: usize = 56;
-pub const OFF_CONTROL_OFFSET: usize = 64;
-pub const OFF_HEARTBEAT: usize = 72;
+pub(crate) const OFF_PRODUCER: usize = 40;
+pub(crate) const OFF_CREATED_NS: usize = 48;
+pub(crate) const OFF_RING_COUNT: usize = 56;
+pub(crate) const OFF_CONTROL_OFFSET: usize = 64;
+pub(crate) const OFF_HEARTBEAT: usize = 72;
 pub const OFF_STATE: usize = 80;
-pub const OFF_FRAMEWORK: usize = 88;
-pub const FRAMEWORK_LEN: usize = 32;
+pub(crate) const OFF_FRAMEWORK: usize = 88;
+pub(crate) const FRAMEWORK_LEN: usize = 32;
 pub const OFF_LABEL: usize = 120;
-pub const LABEL_LEN: usize = 64;
+pub(crate) const LABEL_LEN: usize = 64;
 
 // Ring header offsets (relative to the ring's offset).
 pub const RING_OFF_HEAD: usize = 0;
-pub const RING_OFF_DROPPED: usize = 8;
+pub(crate) const RING_OFF_DROPPED: usize = 8;
 
 // Control block offsets (relative to the control offset).
 pub const CTL_LOCK: usize = 0;
 pub const CTL_LOCK_NS: usize = 8;
-pub const CTL_CMD_SEQ: usize = 16;
-pub const CTL_CMD_KIND: usize = 24;
-pub const CTL_CMD_ARG: usize = 32;
+pub(crate) const CTL_CMD_SEQ: usize = 16;
+pub(crate) const CTL_CMD_KIND: usize = 24;
+pub(crate) const CTL_CMD_ARG: usize = 32;
 pub const CTL_POSTED_NS: usize = 40;
-pub const CTL_ACK_SEQ: usize = 64;
-pub const CTL_STATUS: usize = 72;
-pub const CTL_RESULT0: usize = 80;
-pub const CTL_RESULT1: usize = 88;
+pub(crate) const CTL_ACK_SEQ: usize = 64;
+pub(crate) const CTL_STATUS: usize = 72;
+pub(crate) const CTL_RESULT0: usize = 80;
+pub(crate) const CTL_RESULT1: usize = 88;
 pub const CTL_RESULT2: usize = 96;
 
 /// Header `flags` (bits 3 and 4 added in 1.1; a reader ignores bits it does
@@ -68,7 +68,7 @@ pub const FLAG_CONTEXTS: u32 = 16;
 
 /// Segment states (header `state`).
 pub const STATE_INITIALISING: u32 = 0;
-pub const STATE_LIVE: u32 = 1;
+pub(crate) const STATE_LIVE: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
 
 /// Who writes a segment (header `producer`).
@@ -82,7 +82,7 @@ pub enum Producer {
 }
 
 impl Producer {
-    pub fn from_u32(v: u32) -> Self {
+    pub(crate) fn from_u32(v: u32) -> Self {
         match v {
             1 => Producer::TorchExact,
             2 => Producer::TorchSampled,
@@ -91,7 +91,7 @@ impl Producer {
             v => Producer::Other(v),
         }
     }
-    pub fn as_u32(self) -> u32 {
+    pub(crate) fn as_u32(self) -> u32 {
         match self {
             Producer::TorchExact => 1,
             Producer::TorchSampled => 2,
@@ -103,7 +103,7 @@ impl Producer {
 }
 
 /// Ring roles (ring table `role`).
-pub const ROLE_AGENT: u32 = 0;
+pub(crate) const ROLE_AGENT: u32 = 0;
 pub const ROLE_DEVICE: u32 = 1;
 
 /// One ring table entry, validated.

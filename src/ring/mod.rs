@@ -25,7 +25,7 @@ pub mod codec;
 pub mod control;
 pub mod discover;
 pub mod layout;
-pub mod reader;
+pub(crate) mod reader;
 pub mod shm;
 pub mod writer;
 
@@ -63,19 +63,19 @@ pub enum RingError {
 }
 
 impl RingError {
-    pub fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         RingError::Io {
             path: path.to_path_buf(),
             source,
         }
     }
-    pub fn refused(path: &Path, why: impl Into<String>) -> Self {
+    pub(crate) fn refused(path: &Path, why: impl Into<String>) -> Self {
         RingError::Refused {
             path: path.to_path_buf(),
             why: why.into(),
         }
     }
-    pub fn invalid(path: &Path, why: impl Into<String>) -> Self {
+    pub(crate) fn invalid(path: &Path, why: impl Into<String>) -> Self {
         RingError::InvalidFile {
             path: path.to_path_buf(),
             why: why.into(),

@@ -17,12 +17,12 @@ use crate::event::Event;
 
 /// How long a claimed but incomplete position may hold up a ring before the
 /// reader counts it lost (a writer preempted mid-write, or one that died).
-pub const DEFAULT_STALL_LIMIT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_STALL_LIMIT: Duration = Duration::from_millis(100);
 
 /// The largest segment a reader maps (FORMAT.md, "Reader limits"): 4 GiB,
 /// e.g. nine rings of 2^22 slots, far above the 4 MiB rings producers make
 /// by default. Larger files are refused before a ring is touched.
-pub const MAX_READER_SEGMENT: usize = 4 << 30;
+pub(crate) const MAX_READER_SEGMENT: usize = 4 << 30;
 
 /// Where a new reader starts in each ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl SegmentReader {
 
     /// Opens `name` in the directory `dir`, already opened (the files of a
     /// container's directory are reached through it, never by path).
-    pub fn open_in(
+    pub(crate) fn open_in(
         dir: &discover::SegmentDir,
         name: &str,
         start: Start,
@@ -209,12 +209,12 @@ impl SegmentReader {
     /// Accounting for ring `i`.
     /// Where this reader started in ring `i` (positions before it were
     /// skipped: written before the reader came).
-    pub fn start(&self, i: usize) -> u64 {
+    pub(crate) fn start(&self, i: usize) -> u64 {
         self.cursors[i].start
     }
 
     /// The rings in the segment's ring table.
-    pub fn ring_count(&self) -> usize {
+    pub(crate) fn ring_count(&self) -> usize {
         self.cursors.len()
     }
 
@@ -349,7 +349,7 @@ impl SegmentReader {
 
     /// [`drain`](Self::drain), with each event's position in its ring (the
     /// position of its last record: a statistics sample's STATS_B).
-    pub fn drain_at(
+    pub(crate) fn drain_at(
         &mut self,
         max_per_ring: usize,
         mut f: impl FnMut(usize, u64, Event),

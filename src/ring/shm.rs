@@ -61,7 +61,7 @@ const CLAIMED: u8 = 1;
 const ACTIVE: u8 = 2;
 
 /// At most this many segments mapped at once by one process.
-pub const MAX_MAPPINGS: usize = 1024;
+pub(crate) const MAX_MAPPINGS: usize = 1024;
 
 struct Entry {
     state: AtomicU8,
@@ -276,7 +276,7 @@ impl Shared {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
@@ -391,7 +391,7 @@ impl Shared {
 
     /// A private copy of the first `n` bytes, read word by word with atomic
     /// loads, for parsing and validation away from the shared memory.
-    pub fn copy_prefix(&self, n: usize) -> Vec<u8> {
+    pub(crate) fn copy_prefix(&self, n: usize) -> Vec<u8> {
         let n = n.min(self.len()) / 8 * 8;
         let mut out = Vec::with_capacity(n);
         for off in (0..n).step_by(8) {
@@ -402,7 +402,7 @@ impl Shared {
 
     /// Stores `bytes` (a multiple of 8 long) at offset 0 with relaxed atomic
     /// stores; used by a writer before it publishes the magic word.
-    pub fn store_prefix(&self, bytes: &[u8]) {
+    pub(crate) fn store_prefix(&self, bytes: &[u8]) {
         for (i, chunk) in bytes.chunks_exact(8).enumerate() {
             let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
             self.u64_at(i * 8).store(v, Ordering::Relaxed);
@@ -422,7 +422,7 @@ pub struct RingView<'a> {
 
 impl<'a> RingView<'a> {
     /// The next position to claim.
-    pub fn head(&self) -> &'a AtomicU64 {
+    pub(crate) fn head(&self) -> &'a AtomicU64 {
         self.head
     }
 
@@ -464,7 +464,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// Reserves `len` bytes of backing store for `file` now, so that a full
 /// tmpfs is an error here rather than a SIGBUS on a later write.
-pub fn reserve(file: &File, len: usize) -> std::io::Result<()> {
+pub(crate) fn reserve(file: &File, len: usize) -> std::io::Result<()> {
     // SAFETY: the descriptor is open and owned by `file` for the whole call;
     // posix_fallocate only reads its arguments.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };

@@ -51,32 +51,32 @@
 //! [`fixtures`] builds deterministic snapshots for tests.
 
 pub mod app;
-pub mod attribution;
-pub mod bars;
+pub(crate) mod attribution;
+pub(crate) mod bars;
 pub mod blockmap;
 pub mod diagnosis;
-pub mod events;
+pub(crate) mod events;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fleet;
-pub mod help;
-pub mod history;
+pub(crate) mod help;
+pub(crate) mod history;
 pub mod keys;
 pub mod layout;
-pub mod legend;
+pub(crate) mod legend;
 pub mod overview;
 pub mod popup;
-pub mod process;
+pub(crate) mod process;
 pub mod rows;
 pub mod run;
 pub mod shell;
 pub mod state;
 pub mod stats;
-pub mod stepdiff;
-pub mod svg;
-pub mod terminal;
-pub mod theme;
-pub mod timeline;
+pub(crate) mod stepdiff;
+pub(crate) mod svg;
+pub(crate) mod terminal;
+pub(crate) mod theme;
+pub(crate) mod timeline;
 pub mod trace;
 
 use std::path::{Path, PathBuf};
