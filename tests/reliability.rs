@@ -88,6 +88,27 @@ fn open_at(file: &Path, at: usize) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Runs the leak demo at `speed` on a 1,024-slot ring (it wraps within a
+/// run), waits `after` seconds, records it for `secs` seconds into `rec`;
+/// the scenario's restarts while it ran.
+fn record_leak_demo_mid_run(rec: &Path, speed: f64, after: u64, secs: u64) -> u64 {
+    let shm = tempfile::tempdir().unwrap();
+    let scenario = vramscope::demo::scenario("leak", None).unwrap();
+    let demo = vramscope::demo::start_with_slots(scenario, shm.path(), speed, None, 1024).unwrap();
+    std::thread::sleep(Duration::from_secs(after));
+    let out = vramscope()
+        .args(["record", "--no-nvml", "--duration", &secs.to_string(), "-o"])
+        .arg(rec)
+        .arg("--shm-dir")
+        .arg(shm.path())
+        .output()
+        .unwrap();
+    let runs = demo.status().runs;
+    demo.stop();
+    assert!(out.status.success(), "{}", stderr(&out));
+    runs
+}
+
 /// Allocations in `open --json --trace`'s events that contradict the
 /// file's state: walked back from the state, an `alloc` must find its block
 /// live and a `free_requested` must find it not yet live again.
@@ -128,26 +149,13 @@ fn contradictions(v: &Value) -> usize {
 /// when the recording holds no start it can replay from.
 #[test]
 fn item3_a_recording_begun_mid_run_starts_from_its_anchor() {
-    let shm = tempfile::tempdir().unwrap();
-    let files = tempfile::tempdir().unwrap();
     // A ring of 1,024 slots wraps within a run of the leak scenario (about
     // 4,600 events over 30 simulated seconds, 3 s at speed 10): the
     // recording, begun 2 s in, starts mid-run; the scenario ends, holds its
     // last picture 10 s and starts over while it records.
-    let scenario = vramscope::demo::scenario("leak", None).unwrap();
-    let demo = vramscope::demo::start_with_slots(scenario, shm.path(), 10.0, None, 1024).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let files = tempfile::tempdir().unwrap();
     let rec = files.path().join("mid.vsr");
-    let out = vramscope()
-        .args(["record", "--no-nvml", "--duration", "14", "-o"])
-        .arg(&rec)
-        .arg("--shm-dir")
-        .arg(shm.path())
-        .output()
-        .unwrap();
-    let runs = demo.status().runs;
-    demo.stop();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let runs = record_leak_demo_mid_run(&rec, 10.0, 2, 14);
     assert!(runs >= 1, "the scenario started over while recording");
 
     let replay = vramscope()
@@ -226,21 +234,9 @@ fn item3_a_recording_begun_mid_run_starts_from_its_anchor() {
 /// one line rather than replay requests on an allocator it never saw.
 #[test]
 fn item3_sim_refuses_a_mid_run_recording_without_a_start() {
-    let shm = tempfile::tempdir().unwrap();
     let files = tempfile::tempdir().unwrap();
-    let scenario = vramscope::demo::scenario("leak", None).unwrap();
-    let demo = vramscope::demo::start_with_slots(scenario, shm.path(), 3.0, None, 1024).unwrap();
-    std::thread::sleep(Duration::from_secs(3));
     let rec = files.path().join("mid.vsr");
-    let out = vramscope()
-        .args(["record", "--no-nvml", "--duration", "2", "-o"])
-        .arg(&rec)
-        .arg("--shm-dir")
-        .arg(shm.path())
-        .output()
-        .unwrap();
-    demo.stop();
-    assert!(out.status.success(), "{}", stderr(&out));
+    record_leak_demo_mid_run(&rec, 3.0, 3, 2);
     let sim = vramscope()
         .args(["sim", "--trace"])
         .arg(&rec)
