@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::event::Event;
 use crate::event::RingPos;
+use crate::event::{Event, EventKind};
 use crate::model::{Mode, ProcessKey, Watch};
 
 /// Text from a recording (names, command lines, labels, messages) is made
@@ -152,6 +152,61 @@ pub struct SourceProblem {
     pub message: String,
 }
 
+/// Events drained from one process's segment, and its wire totals so far
+/// (written as `Input::Events`; in JSON the same object as before it had a
+/// name of its own).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventBatch {
+    pub key: ProcessKey,
+    pub events: Vec<Event>,
+    pub delivered: u64,
+    pub lost: u64,
+    pub lost_now: u64,
+    /// The ring position of each event (1.1): empty (not given), or one
+    /// per event, in order.
+    #[serde(default)]
+    pub at: Vec<RingPos>,
+}
+
+impl EventBatch {
+    /// The events with their ring positions, `None` each where the batch
+    /// gives none.
+    pub fn positioned(self) -> impl Iterator<Item = (Event, Option<RingPos>)> {
+        let at = if self.at.len() == self.events.len() {
+            self.at
+        } else {
+            Vec::new()
+        };
+        let mut at = at.into_iter();
+        self.events.into_iter().map(move |e| (e, at.next()))
+    }
+
+    /// The batch cut after each step marker, in order: each piece holds
+    /// the events (and positions) up to and including one marker, the last
+    /// what follows the last marker; the totals are the batch's, and the
+    /// loss seen now is told once, by the last piece.
+    pub fn split_after_markers(self) -> Vec<EventBatch> {
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        let n = self.events.len();
+        while start < n {
+            let end = (self.events[start..].iter())
+                .position(|e| matches!(e.kind, EventKind::Marker { .. }))
+                .map_or(n, |i| start + i + 1);
+            pieces.push(EventBatch {
+                key: self.key,
+                events: self.events[start..end].to_vec(),
+                delivered: self.delivered,
+                lost: self.lost,
+                lost_now: if end == n { self.lost_now } else { 0 },
+                at: (self.at.get(start..end).map(<[_]>::to_vec)).unwrap_or_default(),
+            });
+            start = end;
+        }
+        pieces
+    }
+}
+
 /// Everything a source tells the hub. A recording is a sequence of these.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Input {
@@ -165,17 +220,7 @@ pub enum Input {
         watch: Watch,
     },
     /// Events drained from a process's segment, and its wire totals so far.
-    Events {
-        key: ProcessKey,
-        events: Vec<Event>,
-        delivered: u64,
-        lost: u64,
-        lost_now: u64,
-        /// The ring position of each event (1.1): empty (not given), or one
-        /// per event, in order.
-        #[serde(default)]
-        at: Vec<RingPos>,
-    },
+    Events(EventBatch),
     /// The process exited (its figures stay visible for a while).
     Gone { key: ProcessKey },
     /// Stop showing the process.

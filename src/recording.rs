@@ -86,7 +86,7 @@ use std::path::{Path, PathBuf};
 
 use crate::event::RingPos;
 use crate::event::{Event, EventKind};
-use crate::input::Input;
+use crate::input::{EventBatch, Input};
 use crate::model::ProcessKey;
 use crate::ring::codec::{encode, Decoder, Words};
 
@@ -162,14 +162,14 @@ impl Recorder {
 
     /// Appends one input.
     pub fn write(&mut self, time_ns: u64, input: &Input) -> std::io::Result<()> {
-        let Input::Events {
+        let Input::Events(EventBatch {
             key,
             events,
             delivered,
             lost,
             lost_now,
             at,
-        } = input
+        }) = input
         else {
             let json = serde_json::to_vec(input).map_err(std::io::Error::other)?;
             let kind = if input.known_to_1_0() {
@@ -255,8 +255,8 @@ impl Recorder {
 /// the playback speed.
 pub(crate) fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
     match input {
-        Input::Events { events, .. } => {
-            for e in events {
+        Input::Events(b) => {
+            for e in &mut b.events {
                 e.time_ns = map(e.time_ns);
             }
         }
@@ -462,7 +462,7 @@ impl Replayer {
         sources: Vec<u32>,
         frame_records: usize,
     ) -> Result<(u64, Input), RecordingError> {
-        let Input::Events { key, at, .. } = &mut input else {
+        let Input::Events(EventBatch { key, at, .. }) = &mut input else {
             return Ok((time, input));
         };
         let Some(next) = self.read_frame()? else {
@@ -551,14 +551,14 @@ impl Replayer {
             }
         }
         Ok((
-            Input::Events {
+            Input::Events(EventBatch {
                 key,
                 events,
                 delivered,
                 lost,
                 lost_now,
                 at: Vec::new(),
-            },
+            }),
             sources,
         ))
     }
@@ -596,7 +596,7 @@ mod tests {
             },
         };
         let at = |ring, position| RingPos { ring, position };
-        let a = Input::Events {
+        let a = Input::Events(EventBatch {
             key: key(),
             events: vec![
                 ev(
@@ -631,8 +631,8 @@ mod tests {
             lost_now: 3,
             // Ring 1 positions 10, (gap) 14, 15; ring 0: 3 (4 is STATS_B), 6.
             at: vec![at(1, 10), at(0, 4), at(1, 14), at(1, 15), at(0, 6)],
-        };
-        let b = Input::Events {
+        });
+        let b = Input::Events(EventBatch {
             key: key(),
             events: vec![ev(
                 6,
@@ -651,7 +651,7 @@ mod tests {
             lost: 3,
             lost_now: 0,
             at: vec![at(0, 7)],
-        };
+        });
         (a, b)
     }
 
@@ -697,7 +697,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut rec = Recorder::create(&dir.path().join("r.vsrec")).unwrap();
         let (mut a, _) = positioned();
-        if let Input::Events { at, .. } = &mut a {
+        if let Input::Events(EventBatch { at, .. }) = &mut a {
             at.pop();
         }
         assert!(rec.write(1, &a).is_err());
@@ -834,14 +834,14 @@ mod tests {
         let mut rec = Recorder::create(&path).unwrap();
         rec.write(
             10,
-            &Input::Events {
+            &Input::Events(EventBatch {
                 key,
                 events: events.clone(),
                 delivered: 2,
                 lost: 0,
                 lost_now: 0,
                 at: Vec::new(),
-            },
+            }),
         )
         .unwrap();
         let machine = Machine {
@@ -865,7 +865,7 @@ mod tests {
         let map = |x: u64| 1_000_000 + (x - 1_000) / 2;
         retime(&mut first, &map);
         match first {
-            Input::Events { events: got, .. } => {
+            Input::Events(EventBatch { events: got, .. }) => {
                 assert_eq!(
                     got.iter().map(|e| e.time_ns).collect::<Vec<_>>(),
                     vec![1_000_000, 1_001_000]

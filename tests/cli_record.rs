@@ -312,7 +312,7 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
 /// The demo's `leak` scenario as a recording (its events in batches of 64,
 /// as a collector delivers them).
 fn leak_recording(path: &std::path::Path) {
-    use vramscope::input::Input;
+    use vramscope::input::{EventBatch, Input};
     use vramscope::model::ProcessKey;
     use vramscope::sim::{Scenario, ScenarioRunner};
     let mut events = Vec::new();
@@ -323,14 +323,14 @@ fn leak_recording(path: &std::path::Path) {
     };
     let mut rec = vramscope::recording::Recorder::create(path).unwrap();
     for (i, batch) in events.chunks(64).enumerate() {
-        let input = Input::Events {
+        let input = Input::Events(EventBatch {
             key,
             events: batch.to_vec(),
             delivered: (i * 64 + batch.len()) as u64,
             lost: 0,
             lost_now: 0,
             at: Vec::new(),
-        };
+        });
         rec.write(batch[0].time_ns, &input).unwrap();
     }
     rec.finish().unwrap();

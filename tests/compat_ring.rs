@@ -15,7 +15,7 @@ use std::process::Child;
 use serde_json::Value;
 use vramscope::collect::Hub;
 use vramscope::event as new;
-use vramscope::input::{Identity, Input, Source};
+use vramscope::input::{EventBatch, Identity, Input, Source};
 use vramscope::model::{Mode, ProcessKey, ViewOptions};
 use vramscope::ring::codec::{self as new_codec, Decoder as NewDecoder};
 use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
@@ -97,14 +97,14 @@ fn model_of(path: &Path, r: &SegmentReader, events: Vec<new::Event>) -> Value {
         watch: Default::default(),
     });
     let n = events.len() as u64;
-    hub.apply(Input::Events {
+    hub.apply(Input::Events(EventBatch {
         key,
         events,
         delivered: n,
         lost: 0,
         lost_now: 0,
         at: Vec::new(),
-    });
+    }));
     let snap = hub.snapshot(&ViewOptions {
         block_map: true,
         recent_events: 0,

@@ -21,7 +21,7 @@ use vramscope::event::{
     BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
     SegmentPool, Stats,
 };
-use vramscope::input::{Identity, Input, Source};
+use vramscope::input::{EventBatch, Identity, Input, Source};
 use vramscope::model::Watch;
 use vramscope::model::{Mode, ProcessKey};
 use vramscope::recording::{Recorder, Replayer};
@@ -134,28 +134,28 @@ fn v1_1_inputs() -> Vec<(u64, Input)> {
     let agent_at: Vec<RingPos> = (3..10)
         .map(|position| RingPos { ring: 0, position })
         .collect();
-    let first = Input::Events {
+    let first = Input::Events(EventBatch {
         key: key(),
         events: agent_events(),
         delivered: 7,
         lost: 0,
         lost_now: 0,
         at: agent_at,
-    };
+    });
     let mut at: Vec<RingPos> = (5..10)
         .map(|position| RingPos { ring: 1, position })
         .collect();
     // Agent ring: the sample is positions 10 and 11 (its STATS_B at 11),
     // its STATS_C 12, the marker 13, DROPPED 14.
     at.extend([11, 12, 13, 14].map(|position| RingPos { ring: 0, position }));
-    let second = Input::Events {
+    let second = Input::Events(EventBatch {
         key: key(),
         events: device_events(),
         delivered: 16,
         lost: 0,
         lost_now: 0,
         at,
-    };
+    });
     let dropped = Input::Dropped {
         key: Some(key()),
         what: "recent events".into(),

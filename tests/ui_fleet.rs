@@ -6,56 +6,11 @@
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use vramscope::fleet::model::{Fleet, Gpu, Node, Proc};
+use vramscope::fleet::fixtures::fleet;
 use vramscope::fleet::view::{FleetView, ProcSeries, Screen, SortKey};
 use vramscope::ui::fleet::{Ask, FleetApp, FleetEvent};
 use vramscope::ui::shell::{Shot, Wake};
 use vramscope::ui::{Overlay, Theme};
-
-fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
-    Proc {
-        instance: inst.into(),
-        host: host.into(),
-        pid: pid.into(),
-        process: format!("train{pid}"),
-        device: "0".into(),
-        reserved: Some(resv),
-        allocated: Some(resv / 2.0),
-        leak: Some(leak),
-        running: true,
-        ..Proc::default()
-    }
-}
-
-fn fleet() -> Fleet {
-    let node = |inst: &str, host: &str, procs: Vec<Proc>, up: bool| Node {
-        instance: inst.into(),
-        host: host.into(),
-        up,
-        gpus: vec![Gpu::default()],
-        procs,
-    };
-    Fleet {
-        nodes: vec![
-            node(
-                "a:1",
-                "alpha",
-                vec![proc("a:1", "alpha", "10", 5.0, false)],
-                true,
-            ),
-            node(
-                "b:1",
-                "beta",
-                vec![
-                    proc("b:1", "beta", "20", 9.0, true),
-                    proc("b:1", "beta", "21", 1.0, false),
-                ],
-                true,
-            ),
-            node("c:1", "", vec![], false),
-        ],
-    }
-}
 
 /// A fleet view of [`fleet`], `w`×`h`.
 fn app(w: u16, h: u16) -> FleetApp {

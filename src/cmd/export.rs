@@ -62,25 +62,15 @@ pub fn run(args: Args) -> Result<()> {
                 // state starts at an anchor snapshot, as in `replay`.
                 model.watch(key, &watch);
             }
-            Input::Events {
-                key,
-                events: ev,
-                at,
-                lost_now,
-                ..
-            } => {
-                model.apply_all_at(key, ev.iter(), &at);
-                if lost_now > 0 {
-                    model.note_loss(key, lost_now);
+            Input::Events(b) => {
+                let key = b.key;
+                model.apply_all_at(key, b.events.iter(), &b.at);
+                if b.lost_now > 0 {
+                    model.note_loss(key, b.lost_now);
                 }
                 let step = model.process(key).and_then(|p| p.step());
                 let (n, kept) = events.entry(key).or_default();
-                let at: Vec<Option<RingPos>> = if at.len() == ev.len() {
-                    at.into_iter().map(Some).collect()
-                } else {
-                    vec![None; ev.len()]
-                };
-                for (e, pos) in ev.into_iter().zip(at) {
+                for (e, pos) in b.positioned() {
                     if e.kind.starts_run() {
                         // A new run of the job (a demo starting its
                         // scenario over) starts from an empty allocator:

@@ -143,6 +143,43 @@ impl ShmFlag {
     }
 }
 
+/// The instrumented process a command talks to through its segment's
+/// control block (`empty-cache`, `stacks`), and how long to wait.
+#[derive(Debug, clap::Args)]
+pub struct ProcessTarget {
+    /// The process id (as this machine sees it, or as the process sees itself).
+    pub pid: u32,
+    /// Seconds to wait for the answer.
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "10",
+        value_name = "SECS"
+    )]
+    timeout: value::Seconds,
+    #[command(flatten)]
+    shm: ShmFlag,
+}
+
+impl ProcessTarget {
+    /// Sends `command` to the process and waits for the answer: the
+    /// segment is found in the directory by its producer's pid and mapped
+    /// once; nothing else is read.
+    pub fn ask(
+        &self,
+        command: vramscope::ring::Command,
+    ) -> anyhow::Result<vramscope::ring::Outcome> {
+        let (pid, dir) = (self.pid, self.shm.dir());
+        let Some(client) = vramscope::ring::client::Client::find(&dir, pid)? else {
+            anyhow::bail!(
+                "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
+                dir.display()
+            )
+        };
+        Ok(client.send(command, self.timeout.duration())?)
+    }
+}
+
 /// What a live collector reads: the segments, and NVML how often.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CollectFlags {

@@ -158,7 +158,6 @@ mod diff {
     use serde::Serialize;
 
     use vramscope::collect::Hub;
-    use vramscope::event::EventKind;
     use vramscope::input::Input;
     use vramscope::model::attrib::{step_diff, StepDiff};
     use vramscope::model::{ProcessKey, ViewOptions};
@@ -203,36 +202,17 @@ mod diff {
         };
         while let Some((t, input)) = reader.next_input()? {
             last_ns = t;
-            let Input::Events {
-                key,
-                events,
-                delivered,
-                lost,
-                lost_now,
-                at,
-            } = input
-            else {
+            let Input::Events(batch) = input else {
                 hub.apply(input);
                 continue;
             };
+            let key = batch.key;
             if !keys.contains(&key) {
                 keys.push(key);
             }
-            let mut start = 0;
-            while start < events.len() {
-                let end = (events[start..].iter())
-                    .position(|e| matches!(e.kind, EventKind::Marker { .. }))
-                    .map_or(events.len(), |i| start + i + 1);
+            for piece in batch.split_after_markers() {
                 let before = hub.step(key);
-                hub.apply(Input::Events {
-                    key,
-                    events: events[start..end].to_vec(),
-                    delivered,
-                    lost,
-                    lost_now: if end == events.len() { lost_now } else { 0 },
-                    at: at.get(start..end).map(<[_]>::to_vec).unwrap_or_default(),
-                });
-                start = end;
+                hub.apply(Input::Events(piece));
                 if before == Some(range.to) && hub.step(key) != before && !taken.contains_key(&key)
                 {
                     if let Some(d) = take(&hub, key, t) {

@@ -219,8 +219,8 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
         match input {
-            Input::Events { key, events, .. } => {
-                *counts.entry(key).or_default() += events.len() as u64;
+            Input::Events(b) => {
+                *counts.entry(b.key).or_default() += b.events.len() as u64;
             }
             Input::Attach {
                 key,
@@ -266,24 +266,12 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
     let mut lost = 0;
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
-        if let Input::Events {
-            key: k,
-            events: e,
-            at,
-            lost: l,
-            ..
-        } = input
-        {
-            if k != key {
+        if let Input::Events(b) = input {
+            if b.key != key {
                 continue;
             }
-            lost = lost.max(l);
-            let at: Vec<Option<RingPos>> = if at.len() == e.len() {
-                at.into_iter().map(Some).collect()
-            } else {
-                vec![None; e.len()]
-            };
-            for (e, at) in e.into_iter().zip(at) {
+            lost = lost.max(b.lost);
+            for (e, at) in b.positioned() {
                 if e.kind.starts_run() {
                     events.clear();
                     runs += 1;

@@ -6,39 +6,30 @@ use anyhow::{bail, Context, Result};
 use vramscope::ring::{Command, Status};
 use vramscope::ui::popup::capture_line;
 
-use super::value::{CaptureSteps, Seconds, StackDepth};
-use super::ShmFlag;
+use super::value::{CaptureSteps, StackDepth};
+use super::ProcessTarget;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The process id (as this machine sees it, or as the process sees itself).
-    pid: u32,
     /// Steps to capture stacks for (0 stops a capture under way).
     #[arg(long, default_value = "10", value_name = "N")]
     steps: CaptureSteps,
     /// Frames kept per stack, innermost first (0: the producer's default).
     #[arg(long, default_value = "0", value_name = "FRAMES")]
     depth: StackDepth,
-    /// Seconds to wait for the answer.
-    #[arg(
-        long,
-        allow_negative_numbers = true,
-        default_value = "10",
-        value_name = "SECS"
-    )]
-    timeout: Seconds,
     #[command(flatten)]
-    shm: ShmFlag,
+    target: ProcessTarget,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let pid = args.pid;
+    let pid = args.target.pid;
     let steps = args.steps.get();
     let command = Command::CaptureStacks {
         steps,
         depth: args.depth.get(),
     };
-    let out = super::empty_cache::ask(pid, &args.shm, command, args.timeout)
+    let out = (args.target)
+        .ask(command)
         .with_context(|| format!("asking process {pid} to capture stacks"))?;
     match out.status {
         Status::Ok => super::out::line(&format!(

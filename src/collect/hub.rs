@@ -49,21 +49,14 @@ impl Inner {
                 }
                 self.sources.insert(key, source);
             }
-            Input::Events {
-                key,
-                events,
-                delivered,
-                lost,
-                lost_now,
-                at,
-            } => {
-                self.model.apply_all_at(key, events.iter(), &at);
-                if lost_now > 0 {
-                    self.model.note_loss(key, lost_now);
+            Input::Events(b) => {
+                self.model.apply_all_at(b.key, b.events.iter(), &b.at);
+                if b.lost_now > 0 {
+                    self.model.note_loss(b.key, b.lost_now);
                 }
-                if let Some(s) = self.sources.get_mut(&key) {
-                    s.delivered = delivered;
-                    s.lost = lost;
+                if let Some(s) = self.sources.get_mut(&b.key) {
+                    s.delivered = b.delivered;
+                    s.lost = b.lost;
                 }
             }
             Input::Gone { key } => {

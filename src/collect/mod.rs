@@ -60,7 +60,7 @@ use crate::model::ProcessKey;
 use crate::ring::client::{self, Expect};
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, Status};
 
-pub use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+pub use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 pub use hub::Hub;
 pub use state::{ProcessEntry, Snapshot};
 

@@ -17,7 +17,7 @@ use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader, Start};
 
 use super::{procfs, Config, Hub};
 use crate::event::RingPos;
-use crate::input::Input;
+use crate::input::{EventBatch, Input};
 use crate::input::{Identity, Source, SourceProblem};
 use crate::model::Watch;
 
@@ -365,14 +365,14 @@ impl RingSet {
             let key = a.key;
             if !batch.is_empty() || lost_now > 0 {
                 let (events, at) = std::mem::take(&mut batch).into_iter().unzip();
-                hub.apply(Input::Events {
+                hub.apply(Input::Events(EventBatch {
                     key,
                     events,
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
                     at,
-                });
+                }));
             }
             if gone && a.gone_at.is_none() {
                 a.gone_at = Some(Instant::now());

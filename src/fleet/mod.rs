@@ -16,6 +16,8 @@
 //! - [`view`]: what the person looks at (screen, sort, filter, selection)
 //!   and what each key does (pure).
 
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod model;
 pub mod prom;
 pub mod view;

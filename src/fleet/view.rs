@@ -382,52 +382,7 @@ impl FleetView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::model::Gpu;
-
-    fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
-        Proc {
-            instance: inst.into(),
-            host: host.into(),
-            pid: pid.into(),
-            process: format!("train{pid}"),
-            device: "0".into(),
-            reserved: Some(resv),
-            allocated: Some(resv / 2.0),
-            leak: Some(leak),
-            running: true,
-            ..Proc::default()
-        }
-    }
-
-    fn fleet() -> Fleet {
-        let node = |inst: &str, host: &str, procs: Vec<Proc>, up: bool| Node {
-            instance: inst.into(),
-            host: host.into(),
-            up,
-            gpus: vec![Gpu::default()],
-            procs,
-        };
-        Fleet {
-            nodes: vec![
-                node(
-                    "a:1",
-                    "alpha",
-                    vec![proc("a:1", "alpha", "10", 5.0, false)],
-                    true,
-                ),
-                node(
-                    "b:1",
-                    "beta",
-                    vec![
-                        proc("b:1", "beta", "20", 9.0, true),
-                        proc("b:1", "beta", "21", 1.0, false),
-                    ],
-                    true,
-                ),
-                node("c:1", "", vec![], false),
-            ],
-        }
-    }
+    use crate::fleet::fixtures::fleet;
 
     #[test]
     fn a_failed_refresh_keeps_the_last_fleet() {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::view::{BlockView, ProcessView};
 use super::Bounds;
-use crate::event::{BlockState, CtxTag, DropWhat, MarkSource, Phase};
+use crate::event::{BlockState, CtxTag, DropWhat, EventKind, MarkSource, Phase};
 use crate::text::printable;
 
 /// The longest string a producer sends (FORMAT.md: at most 4096 bytes).
@@ -171,6 +171,34 @@ impl Definitions {
     /// Definitions not kept (a bound, or a malformed record).
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped
+    }
+    /// Keeps the definition `kind` carries (a string chunk, frame, stack or
+    /// context); `false` for every other kind of event.
+    pub(crate) fn apply(&mut self, b: &Bounds, kind: &EventKind) -> bool {
+        match *kind {
+            EventKind::StringChunk {
+                id,
+                len,
+                offset,
+                ref bytes,
+            } => self.string_chunk(b, id, len, offset, bytes),
+            EventKind::Frame {
+                id,
+                file,
+                function,
+                line,
+            } => self.frame(b, id, file, function, line),
+            EventKind::Stack { id, frame, parent } => self.stack(b, id, frame, parent),
+            EventKind::Context {
+                id,
+                module,
+                phase,
+                stack,
+                step,
+            } => self.context(b, id, module, phase, stack, step),
+            _ => return false,
+        }
+        true
     }
 
     /// A chunk of string `id` (`len` bytes in all) at `offset`.

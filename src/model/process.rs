@@ -503,28 +503,12 @@ impl Process {
                 }
             }
             // Attribution (1.1): definitions kept, bounded.
-            EventKind::StringChunk {
-                id,
-                len,
-                offset,
-                bytes,
-            } => (self.defs).string_chunk(&self.cfg.bounds, *id, *len, *offset, bytes),
-            EventKind::Frame {
-                id,
-                file,
-                function,
-                line,
-            } => (self.defs).frame(&self.cfg.bounds, *id, *file, *function, *line),
-            EventKind::Stack { id, frame, parent } => {
-                (self.defs).stack(&self.cfg.bounds, *id, *frame, *parent)
+            EventKind::StringChunk { .. }
+            | EventKind::Frame { .. }
+            | EventKind::Stack { .. }
+            | EventKind::Context { .. } => {
+                self.defs.apply(&self.cfg.bounds, &ev.kind);
             }
-            EventKind::Context {
-                id,
-                module,
-                phase,
-                stack,
-                step,
-            } => (self.defs).context(&self.cfg.bounds, *id, *module, *phase, *stack, *step),
             EventKind::Dropped { what, count, .. } => {
                 // A handful of names at most: the known kinds and "other".
                 if let Some(name) = attrib::drop_name(*what) {

@@ -506,6 +506,35 @@ fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::attrib::{Attribution, PhaseKey};
+
+    /// One allocation context in `module`, in `phase`.
+    fn context(
+        module: &str,
+        phase: crate::model::attrib::PhaseKey,
+    ) -> crate::model::attrib::ContextView {
+        crate::model::attrib::ContextView {
+            id: 1,
+            module: module.into(),
+            phase,
+            step: None,
+            stack: vec![],
+        }
+    }
+
+    /// What the exporter writes for `a`, as process 7's.
+    fn exposed(a: &Attribution) -> String {
+        let mut out = Out::default();
+        attribution(&mut out, &Labels::default().with("pid", 7), a);
+        out.finish(Format::Prometheus)
+    }
+
+    /// The per-module rows of an exposition.
+    fn module_rows(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{"))
+            .collect()
+    }
 
     #[test]
     fn accept_header_picks_the_format() {
@@ -553,7 +582,7 @@ mod tests {
     /// every module is `(none)`; nothing from an untagged producer.
     #[test]
     fn top_modules_then_other() {
-        use crate::model::attrib::{Attribution, ContextView, ModuleBytes, PhaseBytes, PhaseKey};
+        use crate::model::attrib::{ModuleBytes, PhaseBytes};
         let mut a = Attribution {
             by_module: (0..13)
                 .map(|i| ModuleBytes {
@@ -571,22 +600,11 @@ mod tests {
                 bytes: 7,
                 blocks: 1,
             }],
-            contexts: vec![ContextView {
-                id: 1,
-                module: "m.1".into(),
-                phase: PhaseKey::Backward,
-                step: None,
-                stack: vec![],
-            }],
+            contexts: vec![context("m.1", PhaseKey::Backward)],
             ..Attribution::default()
         };
-        let mut out = Out::default();
-        attribution(&mut out, &Labels::default().with("pid", 7), &a);
-        let text = out.finish(Format::Prometheus);
-        let rows: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{"))
-            .collect();
+        let text = exposed(&a);
+        let rows = module_rows(&text);
         assert_eq!(rows.len(), 11, "{text}");
         assert_eq!(
             rows[0],
@@ -610,7 +628,7 @@ mod tests {
     /// aggregates': every module row of a process has its own value.
     #[test]
     fn item11_module_label_values_are_unambiguous() {
-        use crate::model::attrib::{Attribution, ContextView, ModuleBytes, PhaseKey};
+        use crate::model::attrib::ModuleBytes;
         let tricky = [
             "",
             "(none)",
@@ -646,21 +664,12 @@ mod tests {
                     blocks: 1,
                 })
                 .collect(),
-            contexts: vec![ContextView {
-                id: 1,
-                module: "(other)".into(),
-                phase: PhaseKey::Forward,
-                step: None,
-                stack: vec![],
-            }],
+            contexts: vec![context("(other)", PhaseKey::Forward)],
             ..Attribution::default()
         };
-        let mut out = Out::default();
-        attribution(&mut out, &Labels::default().with("pid", 7), &a);
-        let text = out.finish(Format::Prometheus);
-        let values: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("vramscope_process_module_allocated_bytes{"))
+        let text = exposed(&a);
+        let values: Vec<&str> = module_rows(&text)
+            .into_iter()
             .map(|l| {
                 l.split("module=\"")
                     .nth(1)

@@ -1332,29 +1332,7 @@ mod tests {
         let mut defs = crate::model::attrib::Definitions::default();
         let b = crate::model::Bounds::default();
         for e in &ev {
-            match e.kind {
-                EventKind::StringChunk {
-                    id,
-                    len,
-                    offset,
-                    bytes,
-                } => defs.string_chunk(&b, id, len, offset, &bytes),
-                EventKind::Frame {
-                    id,
-                    file,
-                    function,
-                    line,
-                } => defs.frame(&b, id, file, function, line),
-                EventKind::Stack { id, frame, parent } => defs.stack(&b, id, frame, parent),
-                EventKind::Context {
-                    id,
-                    module,
-                    phase,
-                    stack,
-                    step,
-                } => defs.context(&b, id, module, phase, stack, step),
-                _ => {}
-            }
+            defs.apply(&b, &e.kind);
         }
         let (_, c) = tagged[0];
         let v = defs.context_view(c);

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 
 use crate::event::{BlockState, Event, EventKind, PoolId, SegmentPool};
-use crate::input::{Identity, Input, Source};
+use crate::input::{EventBatch, Identity, Input, Source};
 use crate::model::Watch;
 use crate::model::{rules, Mode, ProcessKey};
 
@@ -184,14 +184,14 @@ impl Batch<'_> {
         let events = std::mem::replace(&mut self.events, Vec::with_capacity(CHUNK));
         (self.apply)(
             t,
-            Input::Events {
+            Input::Events(EventBatch {
                 key: KEY,
                 events,
                 delivered: 0,
                 lost: 0,
                 lost_now: 0,
                 at: Vec::new(),
-            },
+            }),
         );
     }
 }

@@ -5,7 +5,7 @@
 
 use vramscope::collect::Hub;
 use vramscope::event::{Event, EventKind, Place};
-use vramscope::input::Input;
+use vramscope::input::{EventBatch, Input};
 use vramscope::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
 
 const KEY: ProcessKey = ProcessKey {
@@ -314,14 +314,14 @@ fn item_07_every_growing_structure_is_bounded() {
 #[test]
 fn item_07_collector_drops_reach_the_view() {
     let hub = Hub::new(ModelConfig::default());
-    hub.apply(Input::Events {
+    hub.apply(Input::Events(EventBatch {
         key: KEY,
         events: orphans(0, 1),
         delivered: 1,
         lost: 0,
         lost_now: 0,
         at: Vec::new(),
-    });
+    }));
     for count in [3, 17] {
         hub.apply(Input::Dropped {
             key: Some(KEY),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
 use vramscope::event::{Event, EventKind, Stats};
-use vramscope::input::{Identity, Input, Source};
+use vramscope::input::{EventBatch, Identity, Input, Source};
 use vramscope::model::Watch;
 use vramscope::model::{Mode, ProcessKey};
 use vramscope::recording::Recorder;
@@ -93,7 +93,7 @@ fn recording_with(path: &Path, t0: u64, samples: &[(u64, Stats)], extra: &[(u64,
     };
     rec.write(t0, &attach).unwrap();
     for (i, (t, stats)) in samples.iter().enumerate() {
-        let events = Input::Events {
+        let events = Input::Events(EventBatch {
             key: key(),
             events: vec![Event {
                 time_ns: *t,
@@ -106,7 +106,7 @@ fn recording_with(path: &Path, t0: u64, samples: &[(u64, Stats)], extra: &[(u64,
             lost: 0,
             lost_now: 0,
             at: vec![],
-        };
+        });
         rec.write(*t, &events).unwrap();
     }
     for (t, input) in extra {
