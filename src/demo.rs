@@ -59,10 +59,10 @@ impl DemoControl {
     pub fn status(&self) -> DemoStatus {
         self.status.lock().expect("demo status").clone()
     }
-    pub fn set_speed(&self, speed: f64) {
+    pub(crate) fn set_speed(&self, speed: f64) {
         self.status.lock().expect("demo status").speed = speed.clamp(0.05, 64.0);
     }
-    pub fn toggle_pause(&self) {
+    pub(crate) fn toggle_pause(&self) {
         let mut s = self.status.lock().expect("demo status");
         s.paused = !s.paused;
     }

@@ -61,7 +61,7 @@ impl CtxTag {
         }
     }
     /// Into a record header's `aux` (a context id above 2^24 − 1 is cut).
-    pub fn aux(self) -> u32 {
+    pub(crate) fn aux(self) -> u32 {
         (self.context & CtxTag::MAX_CONTEXT) | (self.step_tag as u32) << 24
     }
     /// The step tag of step `step`.

@@ -52,7 +52,7 @@ pub mod fleet;
 pub mod input;
 pub mod model;
 pub mod pickle;
-pub mod pytorch;
+pub(crate) mod pytorch;
 pub mod recording;
 pub mod ring;
 pub mod serve;

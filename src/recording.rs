@@ -92,7 +92,7 @@ use crate::ring::codec::{encode, Decoder, Words};
 
 pub const MAGIC: &[u8; 8] = b"VSCOPREC";
 pub const MAJOR: u16 = 1;
-pub const MINOR: u16 = 1;
+pub(crate) const MINOR: u16 = 1;
 const KIND_INPUT: u8 = 1;
 const KIND_EVENTS: u8 = 2;
 const KIND_POSITIONS: u8 = 3;
@@ -119,7 +119,6 @@ pub enum RecordingError {
 /// Writes a recording.
 pub struct Recorder {
     out: BufWriter<File>,
-    path: PathBuf,
     words: Vec<Words>,
     /// Statistics samples numbered per process, so that a STATS_C written in
     /// a later frame still names its sample.
@@ -139,14 +138,9 @@ impl Recorder {
         out.write_all(&0u32.to_le_bytes()).map_err(io)?;
         Ok(Recorder {
             out,
-            path: path.to_path_buf(),
             words: Vec::new(),
             samples: HashMap::new(),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     fn frame(&mut self, kind: u8, time_ns: u64, payload: &[u8]) -> std::io::Result<()> {

@@ -74,13 +74,13 @@ pub const FILES: &[(&str, &str)] = &[
 ];
 
 /// Environment variables the agent reads (see `vramscope/__init__.py`).
-pub const ENV_AUTO: &str = "VRAMSCOPE_AUTO";
-pub const ENV_SHM_DIR: &str = "VRAMSCOPE_SHM_DIR";
-pub const ENV_PYTHON: &str = "VRAMSCOPE_PYTHON";
+pub(crate) const ENV_AUTO: &str = "VRAMSCOPE_AUTO";
+pub(crate) const ENV_SHM_DIR: &str = "VRAMSCOPE_SHM_DIR";
+pub(crate) const ENV_PYTHON: &str = "VRAMSCOPE_PYTHON";
 
 /// FNV-1a over every file name and content: names the extracted directory,
 /// so two builds with different agents never share one.
-pub fn content_hash() -> u64 {
+pub(crate) fn content_hash() -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (name, body) in FILES {
         for b in name.bytes().chain([0u8]).chain(body.bytes()).chain([0u8]) {
@@ -103,7 +103,7 @@ pub fn dir_name() -> String {
 /// `$XDG_CACHE_HOME/vramscope`, else `$HOME/.cache/vramscope`, else a
 /// per-user directory under the temporary directory. Only ever used when
 /// private to this user (see [`extract_to`]).
-pub fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     let abs = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
     if let Some(x) = abs(std::env::var_os("XDG_CACHE_HOME")) {
         return x.join("vramscope");
@@ -433,7 +433,7 @@ fn remove_old_fresh(parent: &Path, uid: u32) {
 /// The agent in a fresh private directory under the temporary directory
 /// (the first of `$TMPDIR`, `/tmp`, `/dev/shm` whose path no other user can
 /// change), never reused: for when the cache cannot be trusted.
-pub fn extract_fresh() -> Result<PathBuf> {
+pub(crate) fn extract_fresh() -> Result<PathBuf> {
     let uid = crate::ring::discover::current_uid();
     let mut why = Vec::new();
     let mut tried: Vec<PathBuf> = Vec::new();
@@ -513,7 +513,7 @@ pub fn extract_to(root: &Path) -> Result<PathBuf> {
 /// `VRAMSCOPE_AUTO=1`, and `VRAMSCOPE_SHM_DIR` when `shm_dir` is given.
 /// Python started with `-S` or `-I` skips sitecustomize and is not
 /// instrumented.
-pub fn command(argv: &[OsString], shm_dir: Option<&Path>) -> Result<Command> {
+pub(crate) fn command(argv: &[OsString], shm_dir: Option<&Path>) -> Result<Command> {
     let Some((prog, args)) = argv.split_first() else {
         bail!("no command given: vramscope run <command> [args...]");
     };

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use super::{Identity, Machine, ProcessEntry, Snapshot, Source};
+use super::{Identity, Machine, ProcessEntry, Snapshot};
 use crate::event::Event;
+use crate::input::Source;
 use crate::input::{Gpu, GpuProcess, HostProcess};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::sim::scenario::{Scenario, ScenarioRunner};
@@ -13,7 +14,7 @@ use crate::sim::scenario::{Scenario, ScenarioRunner};
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// Simulated time is shifted so that "now" is well past zero.
-pub const BASE_NS: u64 = 100_000_000_000;
+pub(crate) const BASE_NS: u64 = 100_000_000_000;
 /// NVML's share of a process beyond what the allocator reserved (context).
 const CONTEXT: u64 = 600 * MIB;
 

@@ -208,7 +208,7 @@ impl Hub {
     }
 
     /// Calls `f` (from a collector thread) after every change.
-    pub fn on_change(&self, f: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_change(&self, f: impl Fn() + Send + Sync + 'static) {
         *self.listener.lock().expect("listener lock") = Some(Box::new(f));
     }
 
@@ -270,7 +270,7 @@ impl Hub {
     }
 
     /// The processes that answer commands.
-    pub fn commandable(&self) -> Vec<ProcessKey> {
+    pub(crate) fn commandable(&self) -> Vec<ProcessKey> {
         self.with(|i| {
             i.sources
                 .iter()
@@ -282,7 +282,7 @@ impl Hub {
 
     /// The process this machine calls `pid`, or that calls itself `pid`
     /// (inside a container); among several, an attached one first.
-    pub fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
+    pub(crate) fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
         self.with(|i| {
             let mut found: Vec<ProcessKey> = i
                 .identities
@@ -318,7 +318,7 @@ impl Hub {
     /// one (after loss or a contradiction) and has not asked lately, and the
     /// process is alive and answers commands. Each is noted as asked. The
     /// collector reads this after each step; the model only keeps the state.
-    pub fn take_resyncs(&self, now_ns: u64) -> Vec<ProcessKey> {
+    pub(crate) fn take_resyncs(&self, now_ns: u64) -> Vec<ProcessKey> {
         self.with(|i| {
             let due: Vec<ProcessKey> = i
                 .model
@@ -367,7 +367,7 @@ impl Hub {
     }
 
     /// Resets the model's peak figures of `key` (after a producer's reset).
-    pub fn reset_peaks(&self, key: ProcessKey) {
+    pub(crate) fn reset_peaks(&self, key: ProcessKey) {
         self.with(|i| i.model.reset_peaks(key));
         self.changed();
     }

@@ -60,7 +60,7 @@ use crate::model::ProcessKey;
 use crate::ring::client::{self, Expect};
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, Status};
 
-pub use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
+pub(crate) use crate::input::{Identity, Input, Machine};
 pub use hub::Hub;
 pub use state::{ProcessEntry, Snapshot};
 
@@ -454,7 +454,7 @@ impl Live {
     /// Why the processes it shows must be sent no command: `--readonly`,
     /// or a recording played back (its processes are not here to answer).
     /// None: a command may go to a process's segment ([`client`]).
-    pub fn refusal(&self) -> Option<&'static str> {
+    pub(crate) fn refusal(&self) -> Option<&'static str> {
         self.refusal
     }
 

@@ -9,7 +9,7 @@ use nvml_wrapper::Nvml;
 use crate::input::{Gpu, GpuProcess, Machine};
 
 /// An initialised NVML, or the one-line reason it is unavailable.
-pub struct NvmlSource {
+pub(crate) struct NvmlSource {
     nvml: Result<Nvml, String>,
 }
 
@@ -43,7 +43,7 @@ impl NvmlSource {
         }
     }
 
-    pub fn available(&self) -> bool {
+    pub(crate) fn available(&self) -> bool {
         self.nvml.is_ok()
     }
 

@@ -70,38 +70,17 @@ pub fn owner(pid: u32) -> Option<u32> {
 
 /// Whether process `pid` (a pid here) has the file `file` mapped (see
 /// [`discover::maps_file`]).
-pub fn maps_file(pid: u32, file: discover::FileId) -> Option<bool> {
+pub(crate) fn maps_file(pid: u32, file: discover::FileId) -> Option<bool> {
     discover::maps_file(pid, file)
 }
 
+#[cfg(test)]
 /// The pid in our namespace of a process that calls itself `ns_pid` and
 /// started at `start_time` (see [`discover::locate`]).
-pub fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
+pub(crate) fn host_pid(ns_pid: u32, start_time: u64) -> Option<u32> {
     match discover::locate(ns_pid, start_time) {
         discover::Located::Here(pid) => Some(pid),
         _ => None,
-    }
-}
-
-/// Identities by pid, cached for processes already seen (pid + start time).
-#[derive(Default)]
-pub struct IdentityCache {
-    known: HashMap<(u32, u64), Identity>,
-}
-
-impl IdentityCache {
-    pub fn get(&mut self, pid: u32, start_time: u64) -> Option<Identity> {
-        if let Some(id) = self.known.get(&(pid, start_time)) {
-            return Some(id.clone());
-        }
-        let id = identity(pid)?;
-        self.known.insert((pid, start_time), id.clone());
-        Some(id)
-    }
-
-    /// Forget processes not in `keep`.
-    pub fn retain(&mut self, keep: impl Fn(u32, u64) -> bool) {
-        self.known.retain(|&(p, t), _| keep(p, t));
     }
 }
 

@@ -30,7 +30,7 @@ pub enum Pace {
 }
 
 /// The longest wall-clock wait between two inputs of a paced playback.
-pub const MAX_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// What a playback got through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub async fn play(reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played, Rec
 }
 
 /// [`play`], telling `progress` after every input and at the end.
-pub async fn play_with(
+pub(crate) async fn play_with(
     mut reader: Replayer,
     hub: &Hub,
     pace: Pace,

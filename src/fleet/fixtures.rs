@@ -5,7 +5,7 @@ use super::model::{Fleet, Gpu, Node, Proc};
 
 /// A running process `pid` on `host` with `resv` bytes reserved and half of
 /// it allocated.
-pub fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
+pub(crate) fn proc(inst: &str, host: &str, pid: &str, resv: f64, leak: bool) -> Proc {
     Proc {
         instance: inst.into(),
         host: host.into(),

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::prom::Sample;
 
 /// The metric families the fleet view reads (one instant query).
-pub const METRICS: &[&str] = &[
+pub(crate) const METRICS: &[&str] = &[
     "vramscope_gpu_memory_total_bytes",
     "vramscope_gpu_memory_used_bytes",
     "vramscope_gpu_utilization_ratio",
@@ -120,13 +120,13 @@ impl Node {
             .fold(None, |a, v| Some(a.unwrap_or(0.0) + v))
     }
 
-    pub fn allocated(&self) -> Option<f64> {
+    pub(crate) fn allocated(&self) -> Option<f64> {
         self.sum(|p| p.allocated)
     }
-    pub fn reserved(&self) -> Option<f64> {
+    pub(crate) fn reserved(&self) -> Option<f64> {
         self.sum(|p| p.reserved)
     }
-    pub fn gpu_used(&self) -> Option<f64> {
+    pub(crate) fn gpu_used(&self) -> Option<f64> {
         self.gpus
             .iter()
             .filter_map(|g| g.used)
@@ -139,14 +139,14 @@ impl Node {
             .fold(None, |a, v| Some(a.unwrap_or(0.0) + v))
     }
     /// The largest fragmentation share of any process's device.
-    pub fn fragmentation(&self) -> Option<f64> {
+    pub(crate) fn fragmentation(&self) -> Option<f64> {
         self.procs
             .iter()
             .filter_map(|p| p.fragmentation)
             .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
     }
     /// Processes flagged as leaking (each counted once).
-    pub fn leaks(&self) -> usize {
+    pub(crate) fn leaks(&self) -> usize {
         let pids: BTreeSet<&str> = self
             .procs
             .iter()
@@ -326,7 +326,7 @@ impl Fleet {
 }
 
 /// Numbers compared as numbers, the rest as text.
-pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural(a: &str, b: &str) -> std::cmp::Ordering {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => a.cmp(b),

@@ -24,7 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
 /// The largest answer read (256 nodes × 8 GPUs × a few jobs is a few MiB).
-pub const MAX_ANSWER: usize = 64 << 20;
+pub(crate) const MAX_ANSWER: usize = 64 << 20;
 
 /// The most series an answer may hold (a fleet of 256 nodes of 8 GPUs and 8
 /// jobs each is about 33,000 in the figures query).
@@ -42,7 +42,7 @@ pub const MAX_POINTS: usize = 11_000;
 pub const LARGEST: f64 = 18_446_744_073_709_551_616.0;
 
 /// `v` if it is finite and within ±[`LARGEST`], else nothing.
-pub fn usable(v: f64) -> Option<f64> {
+pub(crate) fn usable(v: f64) -> Option<f64> {
     (v.is_finite() && v.abs() <= LARGEST).then_some(v)
 }
 
@@ -56,12 +56,12 @@ pub struct Labels(Box<str>);
 
 impl Labels {
     /// The value of label `name`.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
     }
 
     /// (name, value), by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         let mut parts = self.0.split('\0');
         std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
     }
@@ -410,10 +410,6 @@ impl Client {
             http,
             timeout,
         }
-    }
-
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
     }
 
     /// GET `path?params`, and the answer read by `read` on a blocking

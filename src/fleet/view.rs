@@ -38,7 +38,7 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    pub const ALL: [SortKey; 6] = [
+    pub(crate) const ALL: [SortKey; 6] = [
         SortKey::Name,
         SortKey::Reserved,
         SortKey::Allocated,
@@ -47,7 +47,7 @@ impl SortKey {
         SortKey::Ooms,
     ];
 
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             SortKey::Name => "NAME",
             SortKey::Reserved => "RESV",
@@ -109,7 +109,7 @@ impl FleetView {
 
     /// A refresh's outcome: a new fleet, or why there is none (the last
     /// one stays shown, marked as old).
-    pub fn refreshed(&mut self, r: Result<Fleet, String>) -> Action {
+    pub(crate) fn refreshed(&mut self, r: Result<Fleet, String>) -> Action {
         match r {
             Ok(f) => {
                 self.fleet = Some(f);
@@ -126,7 +126,12 @@ impl FleetView {
     }
 
     /// A series answer; kept only if it is still the selected process's.
-    pub fn series_loaded(&mut self, r: Result<ProcSeries, String>, instance: &str, pid: &str) {
+    pub(crate) fn series_loaded(
+        &mut self,
+        r: Result<ProcSeries, String>,
+        instance: &str,
+        pid: &str,
+    ) {
         let still = self
             .selected_proc()
             .is_some_and(|p| p.instance == instance && p.pid == pid);
@@ -285,7 +290,7 @@ impl FleetView {
 
     /// Selects row `to` (clamped) of the screen's list; on the node
     /// screen a new process's series are asked for.
-    pub fn select(&mut self, to: usize) -> Action {
+    pub(crate) fn select(&mut self, to: usize) -> Action {
         let before = self.selected;
         self.selected = to;
         self.clamp();
@@ -297,7 +302,7 @@ impl FleetView {
     }
 
     /// The next sort column (from the first row).
-    pub fn sort_next(&mut self) -> Action {
+    pub(crate) fn sort_next(&mut self) -> Action {
         let i = SortKey::ALL
             .iter()
             .position(|s| *s == self.sort)
@@ -308,13 +313,13 @@ impl FleetView {
     }
 
     /// The other way round.
-    pub fn reverse(&mut self) -> Action {
+    pub(crate) fn reverse(&mut self) -> Action {
         self.descending = !self.descending;
         Action::Redraw
     }
 
     /// Every node ⇄ every job (from a node: every job).
-    pub fn switch_list(&mut self) -> Action {
+    pub(crate) fn switch_list(&mut self) -> Action {
         self.screen = match self.screen {
             Screen::Jobs => Screen::Nodes,
             _ => Screen::Jobs,
@@ -325,14 +330,14 @@ impl FleetView {
     }
 
     /// The filter was edited: from the first row again.
-    pub fn filter_changed(&mut self) -> Action {
+    pub(crate) fn filter_changed(&mut self) -> Action {
         self.selected = 0;
         self.clamp();
         Action::Redraw
     }
 
     /// From a node back to the list it was opened from.
-    pub fn back(&mut self) -> Action {
+    pub(crate) fn back(&mut self) -> Action {
         let Screen::Node { from_jobs, .. } = self.screen else {
             return Action::Nothing;
         };
@@ -347,7 +352,7 @@ impl FleetView {
     }
 
     /// Opens the selected node (from a job: its node, that job selected).
-    pub fn open(&mut self) -> Action {
+    pub(crate) fn open(&mut self) -> Action {
         let (instance, pid, from_jobs) = match self.screen {
             Screen::Nodes => match self.nodes().get(self.selected) {
                 Some(n) => (n.instance.clone(), None, false),

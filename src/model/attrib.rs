@@ -144,7 +144,7 @@ struct ContextDef {
 
 /// One frame of a stack, its names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FrameView {
+pub(crate) struct FrameView {
     pub file: String,
     pub function: String,
     pub line: u32,
@@ -153,7 +153,7 @@ pub struct FrameView {
 /// The definitions a process sent, bounded per kind by
 /// [`Bounds::definitions`] and, for string bytes, [`Bounds::string_bytes`].
 #[derive(Debug, Clone, Default)]
-pub struct Definitions {
+pub(crate) struct Definitions {
     strings: HashMap<u32, Str>,
     string_bytes: usize,
     frames: HashMap<u32, (u32, u32, u32)>,
@@ -340,7 +340,7 @@ impl Definitions {
     /// Stack `id`, innermost frame first, as `file:line function` lines
     /// (cut at [`MAX_STACK_FRAMES`]; an unknown id ends the chain with
     /// `stack #id`).
-    pub fn stack_lines(&self, mut id: u32) -> Vec<String> {
+    pub(crate) fn stack_lines(&self, mut id: u32) -> Vec<String> {
         let mut out = Vec::new();
         while id != 0 && out.len() < MAX_STACK_FRAMES {
             let Some(&(frame, parent)) = self.stacks.get(&id) else {
@@ -361,7 +361,7 @@ impl Definitions {
     /// The frames of context `id`'s stack, innermost first, names resolved
     /// (cut at [`MAX_STACK_FRAMES`]; ends at an id not defined): what
     /// `export` writes as a snapshot's `frames`.
-    pub fn context_frames(&self, id: u32) -> Vec<FrameView> {
+    pub(crate) fn context_frames(&self, id: u32) -> Vec<FrameView> {
         let mut out = Vec::new();
         let mut id = self.contexts.get(&id).map_or(0, |c| c.stack);
         while id != 0 && out.len() < MAX_STACK_FRAMES {
@@ -511,9 +511,10 @@ impl Attribution {
         self.context(id).map_or(PhaseKey::Unknown, |c| c.phase)
     }
 
+    #[cfg(test)]
     /// The code location of context `id`: the innermost frame of its
     /// captured stack (None: no stack captured).
-    pub fn location_of(&self, id: u32) -> Option<&str> {
+    pub(crate) fn location_of(&self, id: u32) -> Option<&str> {
         self.context(id)
             .and_then(|c| c.stack.first())
             .map(String::as_str)

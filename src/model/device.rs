@@ -205,7 +205,7 @@ impl Applied {
 
 /// Figures summed from the block map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Derived {
+pub(crate) struct Derived {
     pub allocated: u64,
     pub active: u64,
     pub reserved: u64,
@@ -345,12 +345,12 @@ impl DeviceState {
     pub(crate) fn synced(&self) -> bool {
         self.synced
     }
-    pub fn snapshot_in_progress(&self) -> bool {
+    pub(crate) fn snapshot_in_progress(&self) -> bool {
         self.pending.is_some()
     }
     /// Whether a total or a range was cut at `u64::MAX` since the last
     /// installed snapshot (its figures cannot be true).
-    pub fn saturated(&self) -> bool {
+    pub(crate) fn saturated(&self) -> bool {
         self.saturated
     }
     /// Orphan blocks held.
@@ -477,7 +477,7 @@ impl DeviceState {
     }
 
     /// Estimated heap bytes held by this device's state.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
         // BTreeMap nodes hold up to 11 entries; assume two-thirds full.
         let map = |n: usize, entry: usize| n * entry * 3 / 2;

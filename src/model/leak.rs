@@ -421,7 +421,7 @@ impl LeakDetector {
     }
 
     /// Allocations whose size could not be tracked (the size bound).
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 
@@ -430,19 +430,22 @@ impl LeakDetector {
         self.sizes.len()
     }
 
-    pub fn steps(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn steps(&self) -> u64 {
         self.steps
     }
     /// The thresholds a verdict is judged against.
-    pub fn config(&self) -> &LeakConfig {
+    pub(crate) fn config(&self) -> &LeakConfig {
         &self.cfg
     }
 
-    pub fn source(&self) -> StepSource {
+    #[cfg(test)]
+    pub(crate) fn source(&self) -> StepSource {
         self.source
     }
+    #[cfg(test)]
     /// The recorded floors, oldest first.
-    pub fn floors(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn floors(&self) -> impl Iterator<Item = u64> + '_ {
         self.floors.iter().copied()
     }
 

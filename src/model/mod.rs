@@ -46,7 +46,7 @@ pub(crate) mod period;
 pub(crate) mod process;
 pub(crate) mod rules;
 pub(crate) mod series;
-pub mod view;
+pub(crate) mod view;
 
 #[cfg(test)]
 mod tests;
@@ -56,11 +56,15 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use device::{Block, BlockSummary, Derived, DeviceState, Problem, Segment};
-pub use leak::{LeakConfig, LeakDetector, LeakReport, LeakSize, StepSource};
+pub(crate) use device::Block;
+#[cfg(test)]
+pub(crate) use device::{DeviceState, Problem};
+pub(crate) use leak::LeakConfig;
+#[cfg(test)]
+pub(crate) use leak::StepSource;
 pub use process::Process;
-pub use rules::BlockRules;
-pub use series::{Bucket, Column, Series, SeriesConfig};
+pub(crate) use rules::BlockRules;
+pub(crate) use series::SeriesConfig;
 pub use view::{
     Dropped, Implausible, ModelView, ProcessView, TimelineRequest, ViewOptions, WatchView,
 };
@@ -296,8 +300,9 @@ impl Model {
         self.processes.remove(&key)
     }
 
+    #[cfg(test)]
     /// Apply one event of `key`.
-    pub fn apply(&mut self, key: ProcessKey, ev: &Event) {
+    pub(crate) fn apply(&mut self, key: ProcessKey, ev: &Event) {
         if let Some(p) = self.process_mut(key) {
             p.apply(ev);
         }
@@ -362,15 +367,17 @@ impl Model {
         }
     }
 
+    #[cfg(test)]
     /// Whether the block map of `key` cannot be trusted (see
     /// [`Process::needs_resync`]), whether or not a snapshot is in flight.
-    pub fn needs_resync(&self, key: ProcessKey) -> bool {
+    pub(crate) fn needs_resync(&self, key: ProcessKey) -> bool {
         self.processes.get(&key).is_some_and(Process::needs_resync)
     }
 
+    #[cfg(test)]
     /// Processes that need a snapshot and have none in flight (regardless
     /// of when one was last asked for).
-    pub fn resync_wanted(&self) -> impl Iterator<Item = ProcessKey> + '_ {
+    pub(crate) fn resync_wanted(&self) -> impl Iterator<Item = ProcessKey> + '_ {
         self.processes
             .values()
             .filter(|p| p.resync_wanted())

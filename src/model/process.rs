@@ -181,9 +181,6 @@ impl Process {
     pub fn key(&self) -> ProcessKey {
         self.key
     }
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
     pub fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
     }
@@ -191,32 +188,35 @@ impl Process {
     pub fn devices(&self) -> &[DeviceState] {
         &self.devices
     }
-    pub fn device(&self, device: u16) -> Option<&DeviceState> {
+    #[cfg(test)]
+    pub(crate) fn device(&self, device: u16) -> Option<&DeviceState> {
         self.devices.iter().find(|d| d.device() == device)
     }
-    pub fn lost_events(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn lost_events(&self) -> u64 {
         self.lost_events
     }
     pub fn inconsistencies(&self) -> u64 {
         self.inconsistencies
     }
-    pub fn last_problem(&self) -> Option<&ProblemRecord> {
+    #[cfg(test)]
+    pub(crate) fn last_problem(&self) -> Option<&ProblemRecord> {
         self.last_problem.as_ref()
     }
-    pub fn snapshots_installed(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn snapshots_installed(&self) -> u64 {
         self.snapshots_installed
     }
-    pub fn snapshots_discarded(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn snapshots_discarded(&self) -> u64 {
         self.snapshots_discarded
     }
     /// Allocator events applied (snapshot records and stats not counted).
     pub fn events(&self) -> u64 {
         self.events
     }
-    pub fn recent_events(&self) -> impl Iterator<Item = &Event> {
-        self.recent.iter()
-    }
-    pub fn ooms(&self) -> impl Iterator<Item = &OomRecord> {
+    #[cfg(test)]
+    pub(crate) fn ooms(&self) -> impl Iterator<Item = &OomRecord> {
         self.ooms.iter()
     }
     pub fn nvml_series(&self) -> &Series {
@@ -258,12 +258,13 @@ impl Process {
     }
 
     /// A snapshot was asked for at `now_ns`.
-    pub fn resync_requested(&mut self, now_ns: u64) {
+    pub(crate) fn resync_requested(&mut self, now_ns: u64) {
         self.resync_asked_ns = Some(now_ns);
     }
 
+    #[cfg(test)]
     /// When a snapshot was last asked for.
-    pub fn last_resync_request(&self) -> Option<u64> {
+    pub(crate) fn last_resync_request(&self) -> Option<u64> {
         self.resync_asked_ns
     }
 
@@ -372,7 +373,7 @@ impl Process {
 
     /// Watching began mid-run and the state is not anchored yet: no device
     /// seen, or one still holding its events for an anchor snapshot.
-    pub fn waiting_for_anchor(&self) -> bool {
+    pub(crate) fn waiting_for_anchor(&self) -> bool {
         self.watch.mid_run
             && (self.devices.is_empty() || self.devices.iter().any(DeviceState::holding))
     }
@@ -773,7 +774,7 @@ impl Process {
     }
 
     /// The contexts, strings, frames and stacks the process defined.
-    pub fn definitions(&self) -> &attrib::Definitions {
+    pub(crate) fn definitions(&self) -> &attrib::Definitions {
         &self.defs
     }
 

@@ -46,7 +46,7 @@ impl Default for SeriesConfig {
 
 /// All points that fell into `[start_ns, start_ns + width)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub start_ns: u64,
     pub min: u64,
     pub max: u64,
@@ -88,7 +88,7 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn new(cfg: SeriesConfig) -> Self {
+    pub(crate) fn new(cfg: SeriesConfig) -> Self {
         let cfg = SeriesConfig {
             base_width_ns: cfg.base_width_ns.max(1),
             factor: cfg.factor.max(2),
@@ -115,26 +115,14 @@ impl Series {
         }
     }
 
-    pub fn config(&self) -> &SeriesConfig {
-        &self.cfg
-    }
+    #[cfg(test)]
     /// Points pushed so far.
-    pub fn points(&self) -> u64 {
+    pub(crate) fn points(&self) -> u64 {
         self.points
     }
-    pub fn is_empty(&self) -> bool {
-        self.points == 0
-    }
-    /// Time of the newest point.
-    pub fn last_time(&self) -> Option<u64> {
-        (self.points > 0).then_some(self.last_time)
-    }
-    /// The newest value.
-    pub fn last(&self) -> Option<u64> {
-        self.tiers[0].buckets.back().map(|b| b.last)
-    }
+    #[cfg(test)]
     /// Buckets currently held, over all tiers.
-    pub fn buckets(&self) -> usize {
+    pub(crate) fn buckets(&self) -> usize {
         self.tiers.iter().map(|t| t.buckets.len()).sum()
     }
     /// Heap bytes held (bucket storage).

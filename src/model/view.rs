@@ -178,7 +178,7 @@ impl Dropped {
     }
 
     /// Everything the model's bounds dropped.
-    pub fn model_total(&self) -> u64 {
+    pub(crate) fn model_total(&self) -> u64 {
         [
             self.orphans,
             self.blocks,

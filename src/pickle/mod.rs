@@ -62,13 +62,13 @@ mod tests;
 
 /// The index of a value in its [`Doc`], or, with [`TAKEN`] set, the token
 /// a [`Take`] answered for a value it took.
-pub type Id = u32;
+pub(crate) type Id = u32;
 
 /// The bit that marks an [`Id`] as a taker's token (the token is the rest).
-pub const TAKEN: Id = 1 << 31;
+pub(crate) const TAKEN: Id = 1 << 31;
 
 /// Takes complete dicts out of a parse ([`parse_taking`]).
-pub trait Take {
+pub(crate) trait Take {
     /// Dict `item`, just appended to a list: a token (< 2^31) for it, to
     /// stand for it from now on, or `None` to leave it in the parse.
     /// `parse_bytes`: what the parse holds besides the taker (its share of
@@ -94,7 +94,7 @@ pub fn bound(len: u64) -> usize {
 }
 
 /// A size in words (`12.3 MiB`), for messages about the bound.
-pub fn size_text(bytes: u64) -> String {
+pub(crate) fn size_text(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
@@ -104,7 +104,7 @@ pub fn size_text(bytes: u64) -> String {
 }
 
 /// How deeply marks may nest. Snapshot files nest six deep.
-pub const MAX_DEPTH: usize = 1024;
+pub(crate) const MAX_DEPTH: usize = 1024;
 
 /// Where a container's elements are: a run of a shared pool (a container
 /// filled in one go, which is nearly all of them), or a vector of its own
@@ -132,7 +132,7 @@ enum Node {
 
 /// A value as the caller sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value<'a> {
+pub(crate) enum Value<'a> {
     None,
     Bool(bool),
     Int(i64),
@@ -174,21 +174,18 @@ pub struct PickleError {
 
 impl Doc {
     /// The value the pickle ends with.
-    pub fn root(&self) -> Id {
+    pub(crate) fn root(&self) -> Id {
         self.root
     }
 
+    #[cfg(test)]
     /// How many values the file held (memo references not counted).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.nodes.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
     /// Where value `id` starts in the file (only after [`parse_with_offsets`]).
-    pub fn offset(&self, id: Id) -> Option<u64> {
+    pub(crate) fn offset(&self, id: Id) -> Option<u64> {
         self.offsets.get(id as usize).copied()
     }
 
@@ -219,7 +216,7 @@ impl Doc {
     }
 
     /// The value `id` names (every id this Doc hands out is valid).
-    pub fn value(&self, id: Id) -> Value<'_> {
+    pub(crate) fn value(&self, id: Id) -> Value<'_> {
         if id & TAKEN != 0 {
             return Value::Taken(id & !TAKEN);
         }
@@ -242,7 +239,7 @@ impl Doc {
         }
     }
 
-    pub fn as_str(&self, id: Id) -> Option<&str> {
+    pub(crate) fn as_str(&self, id: Id) -> Option<&str> {
         match self.value(id) {
             Value::Str(s) => Some(s),
             _ => None,
@@ -250,7 +247,7 @@ impl Doc {
     }
 
     /// An integer (a boolean counts as 0 or 1, as in Python).
-    pub fn as_int(&self, id: Id) -> Option<i64> {
+    pub(crate) fn as_int(&self, id: Id) -> Option<i64> {
         match self.value(id) {
             Value::Int(i) => Some(i),
             Value::Bool(b) => Some(b as i64),
@@ -258,7 +255,7 @@ impl Doc {
         }
     }
 
-    pub fn as_bool(&self, id: Id) -> Option<bool> {
+    pub(crate) fn as_bool(&self, id: Id) -> Option<bool> {
         match self.value(id) {
             Value::Bool(b) => Some(b),
             Value::Int(i) => Some(i != 0),
@@ -267,14 +264,14 @@ impl Doc {
     }
 
     /// The elements of a list or a tuple.
-    pub fn as_seq(&self, id: Id) -> Option<&[Id]> {
+    pub(crate) fn as_seq(&self, id: Id) -> Option<&[Id]> {
         match self.value(id) {
             Value::List(v) | Value::Tuple(v) => Some(v),
             _ => None,
         }
     }
 
-    pub fn as_dict(&self, id: Id) -> Option<&[(Id, Id)]> {
+    pub(crate) fn as_dict(&self, id: Id) -> Option<&[(Id, Id)]> {
         match self.value(id) {
             Value::Dict(v) => Some(v),
             _ => None,
@@ -283,7 +280,7 @@ impl Doc {
 
     /// How many elements a list or tuple holds, or pairs a dict (0 for
     /// anything else). Containers only grow while a pickle is read.
-    pub fn elements(&self, id: Id) -> usize {
+    pub(crate) fn elements(&self, id: Id) -> usize {
         match self.value(id) {
             Value::List(v) | Value::Tuple(v) => v.len(),
             Value::Dict(v) => v.len(),
@@ -293,7 +290,7 @@ impl Doc {
 
     /// The value of the string key `key` in dict `id` (the last one, as
     /// Python keeps, should a file repeat a key).
-    pub fn get(&self, id: Id, key: &str) -> Option<Id> {
+    pub(crate) fn get(&self, id: Id, key: &str) -> Option<Id> {
         let key = key.as_bytes();
         self.as_dict(id)?
             .iter()
@@ -343,7 +340,11 @@ pub fn parse(input: impl Read, len: u64) -> Result<Doc, PickleError> {
 
 /// [`parse`], offering each dict appended to a list to `taker` (see the
 /// module's notes).
-pub fn parse_taking(input: impl Read, len: u64, taker: &mut dyn Take) -> Result<Doc, PickleError> {
+pub(crate) fn parse_taking(
+    input: impl Read,
+    len: u64,
+    taker: &mut dyn Take,
+) -> Result<Doc, PickleError> {
     let mut p = Parser::new(input, len);
     p.taker = Some(taker);
     p.run()
@@ -351,14 +352,14 @@ pub fn parse_taking(input: impl Read, len: u64, taker: &mut dyn Take) -> Result<
 
 /// [`parse`], also keeping the offset of every value ([`Doc::offset`]):
 /// 8 more bytes a value, for saying where a value is wrong.
-pub fn parse_with_offsets(input: impl Read, len: u64) -> Result<Doc, PickleError> {
+pub(crate) fn parse_with_offsets(input: impl Read, len: u64) -> Result<Doc, PickleError> {
     let mut p = Parser::new(input, len);
     p.keep_offsets = true;
     p.run()
 }
 
 /// Parses a pickle held in memory.
-pub fn parse_slice(bytes: &[u8]) -> Result<Doc, PickleError> {
+pub(crate) fn parse_slice(bytes: &[u8]) -> Result<Doc, PickleError> {
     parse(bytes, bytes.len() as u64)
 }
 

@@ -41,7 +41,7 @@ impl Client {
     /// Opens and validates the segment at `path` (one mapping). With
     /// `expect`, a segment whose header names another producer is refused:
     /// the process it was shown for is gone and the path is another's now.
-    pub fn open(path: &Path, expect: Option<Expect>) -> Result<Client, RingError> {
+    pub(crate) fn open(path: &Path, expect: Option<Expect>) -> Result<Client, RingError> {
         let reader = SegmentReader::open_at(path, Start::Now)?;
         let h = reader.header();
         if let Some(e) = expect.filter(|e| (e.pid, e.start_time) != (h.pid, h.start_time)) {
@@ -78,8 +78,9 @@ impl Client {
         Ok(None)
     }
 
+    #[cfg(test)]
     /// The segment's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.reader.path()
     }
 

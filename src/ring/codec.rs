@@ -42,10 +42,10 @@ pub(crate) const SPAN_AMBIGUOUS: u64 = 4;
 /// CONTEXT w6 bit 0: w4 holds the step.
 pub(crate) const CONTEXT_STEP_GIVEN: u64 = 1;
 /// STRING: bytes of a string one record carries.
-pub const STRING_CHUNK: usize = 32;
+pub(crate) const STRING_CHUNK: usize = 32;
 /// STRING: the longest string a producer may define (longer ones are cut at
 /// a character boundary and counted as DROPPED `Strings`).
-pub const STRING_MAX: usize = 4096;
+pub(crate) const STRING_MAX: usize = 4096;
 
 pub const NO_DEVICE: u16 = 0xffff;
 
@@ -201,9 +201,10 @@ fn unpack32(w: &[u64]) -> [u8; 32] {
     b
 }
 
+#[cfg(test)]
 /// The STRING records that define string `id` as `s` (cut at
 /// [`STRING_MAX`] bytes on a character boundary), stamped `time`.
-pub fn encode_string(id: u32, time: u64, s: &str, out: &mut Vec<Words>) {
+pub(crate) fn encode_string(id: u32, time: u64, s: &str, out: &mut Vec<Words>) {
     let mut n = s.len().min(STRING_MAX);
     while !s.is_char_boundary(n) {
         n -= 1;

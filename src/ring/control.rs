@@ -14,7 +14,7 @@ use super::shm::Shared;
 use super::{monotonic_ns, RingError};
 
 /// A lock or a pending command older than this may be taken over.
-pub const STALE_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// What a reader can ask a producer to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -86,7 +86,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub(crate) fn as_u64(self) -> u64 {
+    pub fn as_u64(self) -> u64 {
         match self {
             Status::Ok => 0,
             Status::Unsupported => 1,
@@ -119,7 +119,7 @@ pub struct Outcome {
 }
 
 /// The reader's end: posts one command and waits for its outcome.
-pub struct CommandClient<'a> {
+pub(crate) struct CommandClient<'a> {
     shm: &'a Shared,
     base: usize,
 }
@@ -186,7 +186,7 @@ impl<'a> CommandClient<'a> {
 
     /// Posts `cmd` and waits up to `timeout` for the outcome. A second reader
     /// posting at the same time gets `RingError::Busy`.
-    pub fn call(&self, cmd: Command, timeout: Duration) -> Result<Outcome, RingError> {
+    pub(crate) fn call(&self, cmd: Command, timeout: Duration) -> Result<Outcome, RingError> {
         let me = self.lock()?;
         let result = self.post_and_wait(cmd, timeout);
         self.unlock(me);

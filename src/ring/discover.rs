@@ -277,8 +277,9 @@ impl FileId {
     }
 }
 
+#[cfg(test)]
 /// The file `path` names now (not following a symlink).
-pub fn file_id(path: &Path) -> Option<FileId> {
+pub(crate) fn file_id(path: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
 }
 
@@ -495,7 +496,7 @@ impl SegmentDir {
     }
 
     /// [`open_mapped_id`] of `name`.
-    pub fn open_mapped(&self, name: &str) -> Result<(Shared, Header, FileId), RingError> {
+    pub(crate) fn open_mapped(&self, name: &str) -> Result<(Shared, Header, FileId), RingError> {
         let (file, size) = self.open_file(name)?;
         map_checked(&self.join(name), file, size)
     }
@@ -503,7 +504,7 @@ impl SegmentDir {
     /// [`remove_if_same`] of `name`: renamed to a private name in this
     /// directory (never replacing anything), checked there, then unlinked,
     /// or renamed back.
-    pub fn remove_if_same(&self, name: &str, id: FileId) -> bool {
+    pub(crate) fn remove_if_same(&self, name: &str, id: FileId) -> bool {
         use rustix::fs::{renameat_with, unlinkat, AtFlags, RenameFlags};
         if self.file_id(name) != Some(id) {
             return false;
@@ -583,7 +584,7 @@ fn open_without_links(
 /// Opens a segment file for mapping after the hygiene checks of FORMAT.md:
 /// no symlinks, a regular file, owned by us, no group or world permissions
 /// (see [`SegmentDir::open_file`]).
-pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
+pub(crate) fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
     let (dir, name) = SegmentDir::of(path)?;
     dir.open_file(&name)
 }
@@ -592,7 +593,7 @@ pub fn open_checked(path: &Path) -> Result<(File, u64), RingError> {
 /// copy of its header and ring table: everything FORMAT.md says a reader
 /// refuses is refused here, with the file named. Also says which file was
 /// validated.
-pub fn open_mapped_id(path: &Path) -> Result<(Shared, Header, FileId), RingError> {
+pub(crate) fn open_mapped_id(path: &Path) -> Result<(Shared, Header, FileId), RingError> {
     let (file, size) = open_checked(path)?;
     map_checked(path, file, size)
 }

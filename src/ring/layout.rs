@@ -45,29 +45,25 @@ pub(crate) const RING_OFF_DROPPED: usize = 8;
 
 // Control block offsets (relative to the control offset).
 pub const CTL_LOCK: usize = 0;
-pub const CTL_LOCK_NS: usize = 8;
+pub(crate) const CTL_LOCK_NS: usize = 8;
 pub(crate) const CTL_CMD_SEQ: usize = 16;
 pub(crate) const CTL_CMD_KIND: usize = 24;
 pub(crate) const CTL_CMD_ARG: usize = 32;
-pub const CTL_POSTED_NS: usize = 40;
-pub(crate) const CTL_ACK_SEQ: usize = 64;
-pub(crate) const CTL_STATUS: usize = 72;
-pub(crate) const CTL_RESULT0: usize = 80;
+pub(crate) const CTL_POSTED_NS: usize = 40;
+pub const CTL_ACK_SEQ: usize = 64;
+pub const CTL_STATUS: usize = 72;
+pub const CTL_RESULT0: usize = 80;
 pub(crate) const CTL_RESULT1: usize = 88;
-pub const CTL_RESULT2: usize = 96;
+pub(crate) const CTL_RESULT2: usize = 96;
 
 /// Header `flags` (bits 3 and 4 added in 1.1; a reader ignores bits it does
 /// not know).
 pub const FLAG_EVENTS: u32 = 1;
-pub const FLAG_STATS: u32 = 2;
-pub const FLAG_SIMULATED: u32 = 4;
 /// SNAP_BEGIN and STATS_C records carry ring positions.
 pub const FLAG_POSITIONS: u32 = 8;
 /// Allocator events carry context tags (CONTEXT records define them).
 pub const FLAG_CONTEXTS: u32 = 16;
 
-/// Segment states (header `state`).
-pub const STATE_INITIALISING: u32 = 0;
 pub(crate) const STATE_LIVE: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
 

@@ -1,7 +1,7 @@
 //! The reader side: open a segment after every check, drain its rings with
 //! exact loss accounting, post commands.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,9 @@ struct Cursor {
 
 /// An open, validated segment.
 pub struct SegmentReader {
-    path: PathBuf,
+    /// Where it was opened (tests check which segment a search found).
+    #[cfg(test)]
+    path: std::path::PathBuf,
     /// The file that was validated and mapped (device and inode).
     file: FileId,
     shared: Shared,
@@ -84,7 +86,7 @@ impl SegmentReader {
         Self::open_at(path, Start::Oldest)
     }
 
-    pub fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
+    pub(crate) fn open_at(path: &Path, start: Start) -> Result<Self, RingError> {
         let (shared, header, file) = discover::open_mapped_id(path)?;
         Self::from_mapped(path, file, shared, header, start)
     }
@@ -142,6 +144,7 @@ impl SegmentReader {
             })
             .collect();
         Ok(SegmentReader {
+            #[cfg(test)]
             path: path.to_path_buf(),
             file,
             shared,
@@ -152,7 +155,8 @@ impl SegmentReader {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

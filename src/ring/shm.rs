@@ -280,10 +280,6 @@ impl Shared {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
-    }
-
     /// Whether a page of the mapping was found missing (the file was cut
     /// while mapped) and replaced by zeros.
     pub fn poisoned(&self) -> bool {

@@ -160,10 +160,6 @@ impl SegmentWriter {
         &self.header
     }
 
-    pub fn ring_count(&self) -> usize {
-        self.header.rings.len()
-    }
-
     /// A handle for writing into ring `i` (shareable between threads).
     pub fn ring(&self, i: usize) -> RingWriter<'_> {
         RingWriter {
@@ -363,11 +359,6 @@ impl RingWriter<'_> {
     /// Positions claimed so far.
     pub fn head(&self) -> u64 {
         self.view.head().load(Ordering::Relaxed)
-    }
-
-    /// Records abandoned because their slot was held.
-    pub fn dropped(&self) -> u64 {
-        self.view.dropped().load(Ordering::Relaxed)
     }
 
     /// Claims a position and leaves it half-written, as a writer killed in

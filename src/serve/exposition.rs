@@ -33,7 +33,7 @@ use crate::model::Mode;
 
 /// Which exposition format a scrape gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `text/plain; version=0.0.4`.
     Prometheus,
     /// `application/openmetrics-text; version=1.0.0`.
@@ -43,7 +43,7 @@ pub enum Format {
 impl Format {
     /// The format a scraper's `Accept` header asks for: OpenMetrics when it
     /// names it (with a non-zero weight), else the Prometheus text format.
-    pub fn from_accept(accept: Option<&str>) -> Format {
+    pub(crate) fn from_accept(accept: Option<&str>) -> Format {
         let asks = accept.is_some_and(|a| {
             a.split(',').any(|part| {
                 let mut it = part.split(';').map(str::trim);
@@ -63,7 +63,7 @@ impl Format {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -177,7 +177,7 @@ const P_PHASE: Def = gauge(
     "Bytes of live tensors by the phase they were allocated in (forward, backward, optimizer, other, unknown).",
 );
 /// Modules a process exposes one by one; the rest are summed.
-pub const TOP_MODULES: usize = 10;
+pub(crate) const TOP_MODULES: usize = 10;
 const D_ALLOCATED: Def = gauge(
     "vramscope_process_allocated_bytes",
     "Bytes held by tensors (torch.cuda.memory_allocated) on the device.",
@@ -342,7 +342,7 @@ fn mode_label(m: Mode) -> &'static str {
 }
 
 /// The exposition of `snap` for `host`, in `format`.
-pub fn render(snap: &Snapshot, host: &str, format: Format) -> String {
+pub(crate) fn render(snap: &Snapshot, host: &str, format: Format) -> String {
     let mut out = Out::default();
     let node = Labels::default().with("host", host);
     out.put(
@@ -461,15 +461,15 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
 }
 
 /// The `module` label of the modules past the [`TOP_MODULES`] largest.
-pub const OTHER_MODULES: &str = "(other)";
+pub(crate) const OTHER_MODULES: &str = "(other)";
 /// The `module` label of allocations made outside every module.
-pub const NO_MODULE: &str = "(none)";
+pub(crate) const NO_MODULE: &str = "(none)";
 
 /// The `module` label value of module path `path` (the producer's text):
 /// [`NO_MODULE`] for none (""), else the path, with one more `(` in front
 /// when it begins with `(`. So no path's value is [`OTHER_MODULES`] or
 /// [`NO_MODULE`], and two paths never share one.
-pub fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
     if path.is_empty() {
         NO_MODULE.into()
     } else if path.starts_with('(') {

@@ -90,7 +90,7 @@ impl Metrics {
     }
 
     /// The exposition now (blocking: takes the hub's lock to copy).
-    pub fn scrape(&self, format: Format) -> String {
+    pub(crate) fn scrape(&self, format: Format) -> String {
         let snap = {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
             match &*last {

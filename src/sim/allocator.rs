@@ -79,7 +79,8 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    pub fn with_conf(alloc: AllocConf) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_conf(alloc: AllocConf) -> Self {
         SimConfig {
             alloc,
             ..SimConfig::default()
@@ -308,15 +309,11 @@ impl SimAllocator {
     }
 
     /// The context tag of the events that follow.
-    pub fn set_context(&mut self, ctx: CtxTag) {
+    pub(crate) fn set_context(&mut self, ctx: CtxTag) {
         self.ctx = ctx;
     }
 
-    pub fn context(&self) -> CtxTag {
-        self.ctx
-    }
-
-    pub fn config(&self) -> &SimConfig {
+    pub(crate) fn config(&self) -> &SimConfig {
         &self.cfg
     }
 
@@ -325,7 +322,7 @@ impl SimAllocator {
         self.now_ns = now_ns;
     }
 
-    pub fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.now_ns
     }
 
@@ -335,20 +332,21 @@ impl SimAllocator {
     }
 
     /// Free device memory as `cudaMemGetInfo` would report it.
-    pub fn device_free(&self) -> u64 {
+    pub(crate) fn device_free(&self) -> u64 {
         self.cfg
             .capacity
             .saturating_sub(self.total_allocated_memory)
     }
 
+    #[cfg(test)]
     /// `inactive_split.all.current` (number of blocks).
-    pub fn inactive_split_blocks(&self) -> u64 {
+    pub(crate) fn inactive_split_blocks(&self) -> u64 {
         self.inactive_split_blocks
     }
 
     /// The largest cached free block (`cacheInfo`, without the
     /// device-free initial guess), 0 when nothing is cached.
-    pub fn largest_free_block(&self) -> u64 {
+    pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
             .flat_map(|p| p.blocks.keys())
@@ -358,7 +356,7 @@ impl SimAllocator {
     }
 
     /// `resetPeakStats()`.
-    pub fn reset_peak_stats(&mut self) {
+    pub(crate) fn reset_peak_stats(&mut self) {
         self.stats.allocated_peak = self.stats.allocated;
         self.stats.reserved_peak = self.stats.reserved;
         self.stats.active_peak = self.stats.active;
@@ -375,8 +373,9 @@ impl SimAllocator {
         });
     }
 
+    #[cfg(test)]
     /// The size of the allocated block at `addr` (its rounded size).
-    pub fn block_size(&self, addr: u64) -> Option<u64> {
+    pub(crate) fn block_size(&self, addr: u64) -> Option<u64> {
         self.active.get(&addr).map(|&id| self.b(id).size)
     }
 
@@ -479,7 +478,7 @@ impl SimAllocator {
     /// between equal free blocks break by the same addresses as in PyTorch.
     /// Ignored when it is misaligned or overlaps a live segment; cleared by
     /// the next `malloc`.
-    pub fn set_segment_addr(&mut self, addr: Option<u64>) {
+    pub(crate) fn set_segment_addr(&mut self, addr: Option<u64>) {
         self.segment_addr = addr;
     }
 
@@ -487,7 +486,7 @@ impl SimAllocator {
     /// highest address rather than the lowest (PyTorch's): a replay with
     /// this beside one without shows which steps a tie between equal free
     /// blocks decides (`sim::diff`).
-    pub fn break_ties_high(&mut self, on: bool) {
+    pub(crate) fn break_ties_high(&mut self, on: bool) {
         self.ties_high = on;
     }
     /// `BlockPool::insert_into_blocks`.
@@ -674,7 +673,7 @@ impl SimAllocator {
 
     /// `recordStream`: the block at `addr` is used on `stream` too, so a
     /// later free waits for that stream.
-    pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), SimError> {
+    pub(crate) fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), SimError> {
         let id = match self.active.get(&addr) {
             Some(&id) if self.b(id).allocated => id,
             _ => return Err(SimError::UnknownAddress(addr)),
@@ -686,7 +685,7 @@ impl SimAllocator {
     }
 
     /// Completes every pending free (the simulated streams are idle).
-    pub fn synchronize(&mut self, sink: &mut dyn EventSink) {
+    pub(crate) fn synchronize(&mut self, sink: &mut dyn EventSink) {
         self.process_events(sink);
     }
 

@@ -321,13 +321,8 @@ impl AllocConf {
     }
 
     /// [`rules::round_size`] under this configuration.
-    pub fn round_size(&self, size: u64) -> u64 {
+    pub(crate) fn round_size(&self, size: u64) -> u64 {
         rules::round_size(size, &self.roundup_power2_divisions)
-    }
-
-    /// Whether `max_split_size_mb` is set.
-    pub fn has_max_split_size(&self) -> bool {
-        self.max_split_size != UNLIMITED_SPLIT_SIZE
     }
 }
 

@@ -23,7 +23,7 @@ use crate::event::SegmentPool;
 use crate::pytorch::pool_for_size;
 
 /// The figures compared at every step, in the order a step records them.
-pub const FIGURES: [&str; 6] = [
+pub(crate) const FIGURES: [&str; 6] = [
     "allocated",
     "reserved",
     "segments",

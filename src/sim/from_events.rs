@@ -54,7 +54,7 @@ pub struct PlacedSample {
 }
 
 /// An event and where its record was in its segment (None: not given).
-pub type Located = (Event, Option<RingPos>);
+pub(crate) type Located = (Event, Option<RingPos>);
 
 /// Where the events that made one request sit in their ring.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -48,7 +48,7 @@ impl GpuBacking {
     }
 
     /// Bytes of device memory held now.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
@@ -71,13 +71,13 @@ impl GpuBacking {
     }
 
     /// Returns every byte (a new run of the simulator starts from nothing).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.held.clear();
         self.bytes = 0;
     }
 
     /// Mirrors one simulator event on the device.
-    pub fn apply(&mut self, e: &Event) -> Result<(), String> {
+    pub(crate) fn apply(&mut self, e: &Event) -> Result<(), String> {
         match e.kind {
             EventKind::SegmentAlloc { addr, size, .. } => self.take(addr, size),
             EventKind::SegmentFree { addr, .. } => {

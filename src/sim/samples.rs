@@ -22,7 +22,7 @@ use crate::text::format::{bytes_exact, grouped};
 type Figure = (&'static str, bool, fn(&Stats) -> u64);
 
 /// The figures a placed sample is compared on.
-pub const FIGURES: [Figure; 6] = [
+pub(crate) const FIGURES: [Figure; 6] = [
     ("allocated", true, |s| s.allocated),
     ("reserved", true, |s| s.reserved),
     ("segments", false, |s| s.segments),
@@ -52,7 +52,7 @@ pub struct Difference {
 impl Difference {
     /// `reserved 6,903,824,384 simulated vs 6,903,824,896 recorded (+512 B)`:
     /// exact values; the bracket is recorded minus simulated.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let (s, r) = (self.simulated, self.recorded);
         let sign = if r >= s { '+' } else { '-' };
         let gap = r.abs_diff(s);

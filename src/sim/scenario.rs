@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
+#[cfg(test)]
 use super::conf::AllocConf;
 use crate::event::{CtxTag, Event, EventKind, Phase};
 use crate::text::format::bytes;
@@ -76,7 +77,7 @@ pub struct Scenario {
 }
 
 /// A simulated Python frame: file, line, function.
-pub type SimFrame = (&'static str, u32, &'static str);
+pub(crate) type SimFrame = (&'static str, u32, &'static str);
 
 /// A context of the simulated job: a module (`modules` index + 1, 0 none),
 /// a phase, and the Python stack (innermost first) an agent capturing
@@ -157,7 +158,7 @@ const LIST: &[(&str, &str)] = &[
 
 impl Scenario {
     /// Every scenario name with a one-line description.
-    pub fn list() -> &'static [(&'static str, &'static str)] {
+    pub(crate) fn list() -> &'static [(&'static str, &'static str)] {
         LIST
     }
 
@@ -196,15 +197,11 @@ impl Scenario {
         })
     }
 
+    #[cfg(test)]
     /// [`Scenario::with_config`] with a `PYTORCH_CUDA_ALLOC_CONF` on the
     /// default device.
-    pub fn with_conf(name: &str, conf: AllocConf) -> Option<Scenario> {
+    pub(crate) fn with_conf(name: &str, conf: AllocConf) -> Option<Scenario> {
         Scenario::with_config(name, SimConfig::with_conf(conf))
-    }
-
-    /// Simulated time of the last operation.
-    pub fn duration_ns(&self) -> u64 {
-        self.ops.last().map_or(0, |o| o.time_ns)
     }
 }
 
@@ -689,7 +686,7 @@ struct Capture {
 }
 
 /// Frames kept per stack when the asker leaves the depth to the producer.
-pub const DEFAULT_STACK_DEPTH: usize = 16;
+pub(crate) const DEFAULT_STACK_DEPTH: usize = 16;
 
 /// The strings, frames, stacks and contexts with stacks that capture
 /// defined, and their records (sent again before every snapshot).
@@ -803,7 +800,7 @@ impl ScenarioRunner {
     /// The scenario again from its start (the demo's loop), in the same
     /// segment: the stack definitions made so far and a capture under way
     /// carry over.
-    pub fn next_run(self) -> ScenarioRunner {
+    pub(crate) fn next_run(self) -> ScenarioRunner {
         let mut r = ScenarioRunner::new(self.scenario);
         r.stack_defs = self.stack_defs;
         r.capture = self.capture;
@@ -813,7 +810,7 @@ impl ScenarioRunner {
     /// Command 5: capture stacks from now until `steps` step boundaries
     /// have passed (0 stops a capture), at most `depth` frames each (0: the
     /// default). Returns the steps granted and the step it began in.
-    pub fn capture_stacks(
+    pub(crate) fn capture_stacks(
         &mut self,
         steps: u32,
         depth: u16,
@@ -831,43 +828,47 @@ impl ScenarioRunner {
         (u64::from(steps), self.step_now)
     }
 
+    #[cfg(test)]
     /// Whether stacks are being captured.
-    pub fn capturing(&self) -> bool {
+    pub(crate) fn capturing(&self) -> bool {
         self.capture.is_some()
     }
 
-    pub fn scenario(&self) -> &Scenario {
+    #[cfg(test)]
+    pub(crate) fn scenario(&self) -> &Scenario {
         &self.scenario
     }
-    pub fn allocator(&self) -> &SimAllocator {
+    pub(crate) fn allocator(&self) -> &SimAllocator {
         &self.alloc
     }
     /// The allocator, for commands from outside the script (`empty_cache`,
     /// peak reset, snapshots requested by a dashboard).
-    pub fn allocator_mut(&mut self) -> &mut SimAllocator {
+    pub(crate) fn allocator_mut(&mut self) -> &mut SimAllocator {
         &mut self.alloc
     }
     /// The caption of the most recent operation that had one.
-    pub fn caption(&self) -> &str {
+    pub(crate) fn caption(&self) -> &str {
         &self.caption
     }
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.cursor >= self.scenario.ops.len()
     }
     /// Simulated time of the last applied operation.
-    pub fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.alloc.now()
     }
+    #[cfg(test)]
     /// The most recent OOM, if any.
-    pub fn last_oom(&self) -> Option<&OomError> {
+    pub(crate) fn last_oom(&self) -> Option<&OomError> {
         self.last_oom.as_ref()
     }
+    #[cfg(test)]
     /// Completed training steps so far.
-    pub fn step_stats(&self) -> &[StepStats] {
+    pub(crate) fn step_stats(&self) -> &[StepStats] {
         &self.steps
     }
     /// Fraction of the script applied, 0.0 to 1.0.
-    pub fn progress(&self) -> f64 {
+    pub(crate) fn progress(&self) -> f64 {
         if self.scenario.ops.is_empty() {
             1.0
         } else {

@@ -89,17 +89,17 @@ pub struct TraceParser {
 }
 
 impl TraceParser {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The number of the last line given (1-based).
-    pub fn line(&self) -> usize {
+    pub(crate) fn line(&self) -> usize {
         self.line
     }
 
     /// The request on the next line, or None for a blank line.
-    pub fn next_line(&mut self, raw: &str) -> Result<Option<Request>, TraceError> {
+    pub(crate) fn next_line(&mut self, raw: &str) -> Result<Option<Request>, TraceError> {
         self.line += 1;
         let line = self.line;
         let s = raw.trim();

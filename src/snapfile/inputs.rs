@@ -150,7 +150,7 @@ pub fn feed(
 
 /// The time of the last input [`feed`] gives for `plan` (or, when the
 /// last events it names are `snapshot` entries, a little after it).
-pub fn end_ns(events: &[Timed], plan: Plan) -> u64 {
+pub(crate) fn end_ns(events: &[Timed], plan: Plan) -> u64 {
     let first = events.first().map_or(BASE_NS, |e| e.time_ns);
     match plan.upto {
         None => events

@@ -67,8 +67,8 @@ use crate::pickle::{self, Doc, Id, Value};
 /// what an allocator has; a file that claims more is refused, so that memo
 /// references cannot make a small file expand into a large state).
 pub const MAX_SEGMENTS: usize = 1 << 16;
-pub const MAX_BLOCKS: usize = 1 << 20;
-pub const MAX_TRACE: usize = 1 << 24;
+pub(crate) const MAX_BLOCKS: usize = 1 << 20;
+pub(crate) const MAX_TRACE: usize = 1 << 24;
 
 /// What reading one value costs against the bound, counted per
 /// reference: the value, and what showing the file builds from it.
@@ -77,12 +77,12 @@ pub const MAX_TRACE: usize = 1 << 24;
 /// starting state and builds the dumped one.
 const STATE_ENTRY: usize = 64;
 /// A trace entry, and its place in the timeline.
-pub const ENTRY_COST: usize =
+pub(crate) const ENTRY_COST: usize =
     std::mem::size_of::<TraceEntry>() + std::mem::size_of::<inputs::Timed>();
 /// A block, and its entries in the two states.
-pub const BLOCK_COST: usize = std::mem::size_of::<Block>() + 2 * STATE_ENTRY;
+pub(crate) const BLOCK_COST: usize = std::mem::size_of::<Block>() + 2 * STATE_ENTRY;
 /// A segment (its blocks apart), and its entries in the two states.
-pub const SEGMENT_COST: usize = std::mem::size_of::<Segment>() + 2 * STATE_ENTRY;
+pub(crate) const SEGMENT_COST: usize = std::mem::size_of::<Segment>() + 2 * STATE_ENTRY;
 /// A stack (its frame indices apart, 4 bytes each) or a frame (its
 /// strings apart), with their entries in the maps that intern them and
 /// what numbering them again takes.
@@ -152,7 +152,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 9] = [
+    pub(crate) const ALL: [Action; 9] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -234,14 +234,14 @@ impl Stacks {
     }
 
     /// Adds a stack; returns its id.
-    pub fn push(&mut self, frames: &[u32]) -> u32 {
+    pub(crate) fn push(&mut self, frames: &[u32]) -> u32 {
         let start = self.frames.len() as u32;
         self.frames.extend_from_slice(frames);
         self.runs.push((start, frames.len() as u32));
         self.runs.len() as u32 - 1
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u32]> {
         (0..self.runs.len() as u32).filter_map(|i| self.get(i))
     }
 
@@ -1155,7 +1155,7 @@ fn for_message(s: &str) -> String {
 }
 
 /// The longest start of `s` of at most `n` bytes.
-pub fn head(s: &str, n: usize) -> &str {
+pub(crate) fn head(s: &str, n: usize) -> &str {
     let mut end = n.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;

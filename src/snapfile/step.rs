@@ -50,10 +50,6 @@ impl Stepper {
         }
     }
 
-    pub fn file(&self) -> &SnapshotFile {
-        &self.file
-    }
-
     /// Rebuilds the process of `hub` at event `at` (clamped to the trace):
     /// the process is forgotten and the file's inputs up to that event are
     /// applied again, their times moved so that the last is `now_ns`.
@@ -154,7 +150,7 @@ pub const MAX_STACK_LINES: usize = 128;
 pub const MAX_LINE: usize = 512;
 
 /// A stack as `file:line name` lines, innermost first ([`stack_line_iter`]).
-pub fn stack_lines(file: &SnapshotFile, stack: Option<u32>) -> Vec<String> {
+pub(crate) fn stack_lines(file: &SnapshotFile, stack: Option<u32>) -> Vec<String> {
     stack_line_iter(file, stack).collect()
 }
 

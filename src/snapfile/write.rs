@@ -19,25 +19,25 @@ use super::{Action, Block, Frame, Segment, SnapshotFile, TraceEntry};
 
 /// Pickle opcodes this writer uses.
 mod op {
-    pub const PROTO: u8 = 0x80;
-    pub const STOP: u8 = b'.';
-    pub const MARK: u8 = b'(';
-    pub const EMPTY_DICT: u8 = b'}';
-    pub const EMPTY_LIST: u8 = b']';
-    pub const SETITEMS: u8 = b'u';
-    pub const APPENDS: u8 = b'e';
-    pub const TUPLE2: u8 = 0x86;
-    pub const NEWTRUE: u8 = 0x88;
-    pub const NEWFALSE: u8 = 0x89;
-    pub const BININT: u8 = b'J';
-    pub const BININT1: u8 = b'K';
-    pub const BININT2: u8 = b'M';
-    pub const LONG1: u8 = 0x8a;
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE: u8 = b'X';
-    pub const MEMOIZE: u8 = 0x94;
-    pub const BINGET: u8 = b'h';
-    pub const LONG_BINGET: u8 = b'j';
+    pub(crate) const PROTO: u8 = 0x80;
+    pub(crate) const STOP: u8 = b'.';
+    pub(crate) const MARK: u8 = b'(';
+    pub(crate) const EMPTY_DICT: u8 = b'}';
+    pub(crate) const EMPTY_LIST: u8 = b']';
+    pub(crate) const SETITEMS: u8 = b'u';
+    pub(crate) const APPENDS: u8 = b'e';
+    pub(crate) const TUPLE2: u8 = 0x86;
+    pub(crate) const NEWTRUE: u8 = 0x88;
+    pub(crate) const NEWFALSE: u8 = 0x89;
+    pub(crate) const BININT: u8 = b'J';
+    pub(crate) const BININT1: u8 = b'K';
+    pub(crate) const BININT2: u8 = b'M';
+    pub(crate) const LONG1: u8 = 0x8a;
+    pub(crate) const SHORT_BINUNICODE: u8 = 0x8c;
+    pub(crate) const BINUNICODE: u8 = b'X';
+    pub(crate) const MEMOIZE: u8 = 0x94;
+    pub(crate) const BINGET: u8 = b'h';
+    pub(crate) const LONG_BINGET: u8 = b'j';
 }
 
 struct Pickler<W> {
@@ -306,14 +306,14 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
 /// outermost frame first, so memory is grouped by module first, then by
 /// code. Frames and stacks are interned (one per distinct context and
 /// step), and the writer writes each once.
-pub struct Attributor<'a> {
+pub(crate) struct Attributor<'a> {
     defs: &'a Definitions,
     stacks: HashMap<Origin, Option<u32>>,
     frames: HashMap<Frame, u32>,
 }
 
 impl<'a> Attributor<'a> {
-    pub fn new(defs: &'a Definitions) -> Self {
+    pub(crate) fn new(defs: &'a Definitions) -> Self {
         Attributor {
             defs,
             stacks: HashMap::new(),
@@ -323,7 +323,7 @@ impl<'a> Attributor<'a> {
 
     /// The stack (in `file`) of what was tagged `origin`; `None` when it
     /// has no context, or a context with neither module nor stack.
-    pub fn stack(&mut self, file: &mut SnapshotFile, origin: Origin) -> Option<u32> {
+    pub(crate) fn stack(&mut self, file: &mut SnapshotFile, origin: Origin) -> Option<u32> {
         if origin.context == 0 {
             return None;
         }

@@ -141,7 +141,7 @@ pub fn percent(share: f64) -> String {
 }
 
 /// A rate: `12`, `1.2k`, `34k`.
-pub fn rate(r: f64) -> String {
+pub(crate) fn rate(r: f64) -> String {
     if r < 10.0 {
         format!("{r:.1}")
     } else if r < 1000.0 {
@@ -156,7 +156,7 @@ pub fn rate(r: f64) -> String {
 }
 
 /// `n` with thousands separators: `65,536`.
-pub fn grouped(n: u64) -> String {
+pub(crate) fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -169,7 +169,7 @@ pub fn grouped(n: u64) -> String {
 }
 
 /// Exact bytes, for a difference that rounding would hide: `6,903,824,896 B`.
-pub fn bytes_exact(b: u64) -> String {
+pub(crate) fn bytes_exact(b: u64) -> String {
     format!("{} B", grouped(b))
 }
 

@@ -108,12 +108,12 @@ pub struct ScreenshotAfter {
 pub const MIN_FRAME_NS: u64 = 10_000_000;
 /// The slow tick (the freshness label), and when idle for a minute.
 pub const TICK_NS: u64 = 1_000_000_000;
-pub const IDLE_TICK_NS: u64 = 5_000_000_000;
+pub(crate) const IDLE_TICK_NS: u64 = 5_000_000_000;
 pub(super) const IDLE_AFTER_NS: u64 = 60_000_000_000;
 /// How long `--pid` waits for its process.
 pub const PID_WAIT_NS: u64 = 10_000_000_000;
 /// Steps `C` asks a process to capture stacks for (command 5).
-pub const CAPTURE_STEPS: u32 = 10;
+pub(crate) const CAPTURE_STEPS: u32 = 10;
 /// How long a footer message stays before the key hints come back.
 pub const MESSAGE_NS: u64 = 4_000_000_000;
 
@@ -240,7 +240,7 @@ impl App {
     }
 
     /// Now: the newer of the clock and the snapshot.
-    pub fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns.max(self.snap.taken_ns)
     }
 
@@ -294,7 +294,7 @@ impl App {
     }
 
     /// The caption band is shown: a demo's, or a snapshot file's trace.
-    pub fn caption(&self) -> bool {
+    pub(crate) fn caption(&self) -> bool {
         self.demo.is_some() || self.trace.is_some()
     }
 
@@ -321,7 +321,7 @@ impl App {
     }
 
     /// Shows `text` in the footer for [`MESSAGE_NS`].
-    pub fn say(&mut self, text: impl Into<String>) {
+    pub(crate) fn say(&mut self, text: impl Into<String>) {
         self.message = Some(text.into());
         self.message_until_ns = self.clock.now_ns + MESSAGE_NS;
         self.dirty = true;

@@ -50,14 +50,14 @@ pub struct ModulesView {
 }
 
 impl ModulesView {
-    pub fn sort_next(&mut self) {
+    pub(crate) fn sort_next(&mut self) {
         self.sort = self.sort.next();
         self.reversed = false;
     }
-    pub fn reverse(&mut self) {
+    pub(crate) fn reverse(&mut self) {
         self.reversed = !self.reversed;
     }
-    pub fn scroll_by(&mut self, down: bool, rows: usize) {
+    pub(crate) fn scroll_by(&mut self, down: bool, rows: usize) {
         self.scroll = if down {
             (self.scroll + 1).min(rows.saturating_sub(1))
         } else {
@@ -67,7 +67,7 @@ impl ModulesView {
 }
 
 /// The rows in the order `v` asks for.
-pub fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
+pub(crate) fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
     let mut rows: Vec<&ModuleBytes> = a.by_module.iter().collect();
     match v.sort {
         SortBy::Bytes => rows.sort_by(|x, y| {
@@ -88,7 +88,7 @@ pub fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<&'a ModuleBytes> {
     rows
 }
 
-pub fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t: &Theme) {
     let g = t.glyphs();
     let w = 100.min(area.width);
     let h = (a.by_module.len() as u16).saturating_add(6).max(8);

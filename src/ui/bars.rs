@@ -13,7 +13,7 @@ use super::theme::Theme;
 use crate::demo::DemoStatus;
 
 /// `vramscope · 3 processes · 2 GPUs › pid 42 train.py          live`
-pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     let t = &app.config.theme;
     let g = t.glyphs();
     let snap = &app.snap;
@@ -77,7 +77,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App) {
 }
 
 /// `demo leak · 2× · [####....] 45% · run 1 · caption`
-pub fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) {
+pub(crate) fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) {
     let g = t.glyphs();
     let bar_w = 10usize;
     let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
@@ -112,7 +112,7 @@ fn trim_speed(s: f64) -> String {
 
 /// The dashboard's footer: its screen's key hints, the filter being
 /// typed, or the last message.
-pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let screen = match app.screen {
         Screen::Overview => Context::Overview,
         Screen::Process => Context::Process,
@@ -139,7 +139,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
 }
 
 /// What a footer shows.
-pub struct Footer<'a> {
+pub(crate) struct Footer<'a> {
     /// The screen's key hints ([`keys::footer`]).
     pub hints: Vec<keys::Hint>,
     /// A filter being typed: its label (` filter: `) and the text so far.
@@ -151,7 +151,7 @@ pub struct Footer<'a> {
 /// Key hints, the filter being typed, or the message; `? help` and `q
 /// quit` always at the right end (except while typing). Every screen's
 /// footer.
-pub fn render_line(frame: &mut Frame, area: Rect, footer: &Footer, t: &Theme) {
+pub(crate) fn render_line(frame: &mut Frame, area: Rect, footer: &Footer, t: &Theme) {
     let width = area.width as usize;
     let hint_w = |h: &keys::Hint| h.key.chars().count() + h.text.chars().count() + 3;
     let hint_spans = |h: &keys::Hint| {

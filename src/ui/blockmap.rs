@@ -43,7 +43,7 @@ pub enum Colouring {
 }
 
 impl Colouring {
-    pub fn next(self) -> Colouring {
+    pub(crate) fn next(self) -> Colouring {
         match self {
             Colouring::State => Colouring::Module,
             Colouring::Module => Colouring::Phase,
@@ -68,7 +68,7 @@ pub enum Only {
 
 impl Only {
     /// Whether block `b` (allocated) belongs.
-    pub fn matches(&self, a: &Attribution, b: &BlockView) -> bool {
+    pub(crate) fn matches(&self, a: &Attribution, b: &BlockView) -> bool {
         b.block.state == BlockState::Allocated
             && match self {
                 Only::Module(m) => a.module_of(b.block.origin.context) == m,
@@ -76,7 +76,7 @@ impl Only {
             }
     }
     /// How it reads in a title ("model.head", "backward").
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             Only::Module(m) => module_label(m).to_string(),
             Only::Phase(p) => p.name().to_string(),
@@ -85,7 +85,7 @@ impl Only {
 }
 
 /// A module path as shown ("(no module)" for the empty one).
-pub fn module_label(m: &str) -> &str {
+pub(crate) fn module_label(m: &str) -> &str {
     if m.is_empty() {
         "(no module)"
     } else {
@@ -95,7 +95,7 @@ pub fn module_label(m: &str) -> &str {
 
 /// How the map is drawn: scroll, colouring, filter, selected block.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MapView<'a> {
+pub(crate) struct MapView<'a> {
     pub scroll: usize,
     pub colouring: Colouring,
     pub only: Option<&'a Only>,
@@ -105,13 +105,13 @@ pub struct MapView<'a> {
     pub taken_ns: u64,
 }
 
-pub const LETTERS: [&str; 26] = [
+pub(crate) const LETTERS: [&str; 26] = [
     "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
     "t", "u", "v", "w", "x", "y", "z",
 ];
 
 /// The letter of each phase in the map.
-pub fn phase_letter(p: PhaseKey) -> &'static str {
+pub(crate) fn phase_letter(p: PhaseKey) -> &'static str {
     match p {
         PhaseKey::Forward => "f",
         PhaseKey::Backward => "b",
@@ -149,7 +149,7 @@ fn class_style(t: &Theme, i: usize) -> Style {
 
 /// The modules the map names with a letter, most live bytes first (the
 /// By module table's order); the others share `+`.
-pub fn module_keys(a: &Attribution) -> Vec<&str> {
+pub(crate) fn module_keys(a: &Attribution) -> Vec<&str> {
     a.by_module
         .iter()
         .take(LETTERS.len())
@@ -220,7 +220,7 @@ pub fn row_count(e: &ProcessEntry) -> usize {
 }
 
 /// `s0`, `s7`, or the low bits of a real stream pointer (`s#b0c0`).
-pub fn stream_label(stream: u64) -> String {
+pub(crate) fn stream_label(stream: u64) -> String {
     if stream < 0x1_0000 {
         format!("s{stream}")
     } else {
@@ -288,7 +288,7 @@ pub fn find_block(e: &ProcessEntry, addr: u64) -> Option<(usize, &BlockView)> {
 }
 
 /// Every block of the map in map order, with its row.
-pub fn blocks_in_order(e: &ProcessEntry) -> Vec<(usize, &BlockView)> {
+pub(crate) fn blocks_in_order(e: &ProcessEntry) -> Vec<(usize, &BlockView)> {
     let mut out = Vec::new();
     for (i, r) in map_rows(e).into_iter().enumerate() {
         match r {
@@ -422,7 +422,7 @@ fn geometry(
 
 /// The block drawn at column `x`, row `y` of the map drawn in `area` as `v`
 /// asks (a click), if any.
-pub fn block_at(e: &ProcessEntry, area: Rect, v: &MapView, x: u16, y: u16) -> Option<u64> {
+pub(crate) fn block_at(e: &ProcessEntry, area: Rect, v: &MapView, x: u16, y: u16) -> Option<u64> {
     let inner = Rect {
         x: area.x + 1,
         y: area.y + 1,
@@ -458,7 +458,7 @@ pub fn block_at(e: &ProcessEntry, area: Rect, v: &MapView, x: u16, y: u16) -> Op
 }
 
 /// The map of `e`, as `v` asks.
-pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapView, t: &Theme) {
     let g = t.glyphs();
     let rows = map_rows(e);
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();

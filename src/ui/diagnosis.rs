@@ -18,7 +18,7 @@ use crate::text::format;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
 /// snapshot's time).
-pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &Theme) {
     let v = &e.view;
     let title = if !v.ooms.is_empty() && v.leak.flagged {
         " Out of memory & leak "
@@ -132,7 +132,7 @@ pub fn verdict_text(l: &LeakReport, c: &LeakConfig) -> (Tone, String) {
 }
 
 /// What a verdict is judged against, in words (the pane and the help).
-pub fn criterion_text(c: &LeakConfig) -> String {
+pub(crate) fn criterion_text(c: &LeakConfig) -> String {
     format!(
         "Criterion: each step's floor is its lowest allocated total; over the last {} floors (a run's warm-up floors that later ones undercut left out) a leak is flagged when they rise consistently (Kendall's trend ≥ {:.2}), the robust slope is positive and the growth is ≥ {}; no verdict before {} steps.",
         c.window_steps,
@@ -144,7 +144,7 @@ pub fn criterion_text(c: &LeakConfig) -> String {
 
 /// A growing module in one line: bytes per step still alive, in how many
 /// steps, and where (the first frames of its stack, joined by `arrow`).
-pub fn origin_text(o: &LeakOrigin, arrow: &str) -> String {
+pub(crate) fn origin_text(o: &LeakOrigin, arrow: &str) -> String {
     let modules = if o.modules > 1 {
         format!(" ({} modules)", o.modules)
     } else {

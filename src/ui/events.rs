@@ -14,7 +14,10 @@ use crate::text::format;
 
 /// The events of `e` the pane lists, newest first: those whose line
 /// (name and details, lower case) contains `filter` (lower case).
-pub fn shown<'a>(e: &'a ProcessEntry, filter: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+pub(crate) fn shown<'a>(
+    e: &'a ProcessEntry,
+    filter: &'a str,
+) -> impl Iterator<Item = &'a Event> + 'a {
     e.view
         .recent_events
         .iter()
@@ -24,7 +27,7 @@ pub fn shown<'a>(e: &'a ProcessEntry, filter: &'a str) -> impl Iterator<Item = &
 
 /// Whether `ev`'s line contains `filter` (lower case): `alloc`, `oom`,
 /// `16.0m`, `0x7f01`, `s1`...
-pub fn matches(ev: &Event, filter: &str) -> bool {
+pub(crate) fn matches(ev: &Event, filter: &str) -> bool {
     // The line as the pane shows it, after the age.
     let (name, _, detail) = describe(&ev.kind, &Theme::default());
     format!("{name:<10}{detail}")
@@ -35,7 +38,7 @@ pub fn matches(ev: &Event, filter: &str) -> bool {
 /// `e`'s event history, newest first from `scroll` on, aged against
 /// `now_ns` (the snapshot's time); only the events matching `filter` when
 /// one is typed (`/`).
-pub fn render(
+pub(crate) fn render(
     frame: &mut Frame,
     area: Rect,
     e: &ProcessEntry,
@@ -93,7 +96,7 @@ pub fn render(
 }
 
 /// `  -1.2s ALLOC      1.50M 0x7f3a…00 s0 cuda:0`
-pub fn event_line(ev: &Event, now_ns: u64, t: &Theme) -> Line<'static> {
+pub(crate) fn event_line(ev: &Event, now_ns: u64, t: &Theme) -> Line<'static> {
     let age = if ev.time_ns <= now_ns {
         format!("-{}", format::duration(now_ns - ev.time_ns))
     } else {

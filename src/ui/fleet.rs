@@ -16,7 +16,7 @@
 //! allocated and reserved bytes over time from Prometheus. A failed refresh
 //! or query is a message in its pane; the last data stays shown.
 
-pub mod app;
+pub(crate) mod app;
 pub mod run;
 
 use ratatui::layout::{Constraint, Layout, Rect};

@@ -12,7 +12,7 @@ use super::keys;
 use super::theme::Theme;
 
 /// What one screen's overlay lists.
-pub struct Page<'a> {
+pub(crate) struct Page<'a> {
     /// The key table's sections, in order.
     pub sections: &'a [keys::Context],
     /// The mouse's lines (none: no Mouse section).
@@ -25,7 +25,7 @@ pub struct Page<'a> {
 
 /// The dashboard's overlay; `readonly` marks the process actions as off;
 /// `trace` adds the keys of a snapshot file's trace.
-pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Theme) {
     let mut sections = keys::HELP_SECTIONS.to_vec();
     sections.extend(trace.then_some(keys::Context::Trace));
     let note = if readonly {
@@ -49,7 +49,7 @@ pub fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Th
 }
 
 /// The fleet view's overlay.
-pub fn render_fleet(frame: &mut Frame, area: Rect, t: &Theme) {
+pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, t: &Theme) {
     let page = Page {
         sections: &keys::FLEET_HELP_SECTIONS,
         mouse: &[],
@@ -70,7 +70,7 @@ fn absent(t: &Theme) -> Line<'static> {
 }
 
 /// The overlay of `page`, centred in `area`.
-pub fn render_page(frame: &mut Frame, area: Rect, page: &Page, t: &Theme) {
+pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, t: &Theme) {
     let ro = page.readonly;
     let mut rows: Vec<(&str, &str, bool)> = Vec::new();
     for section in page.sections {

@@ -28,16 +28,16 @@ use crate::collect::{ProcessEntry, Snapshot};
 use crate::text::format;
 
 /// How far back the overview's history goes.
-pub const WINDOW_NS: u64 = 300_000_000_000;
+pub(crate) const WINDOW_NS: u64 = 300_000_000_000;
 
 /// Plot columns for a history band `width` wide (its border and axis
 /// removed): what the overview asks the model for.
-pub fn plot_width(width: u16) -> usize {
+pub(crate) fn plot_width(width: u16) -> usize {
     width.saturating_sub(2 + AXIS_WIDTH) as usize
 }
 
 /// The columns of the processes on GPU `gpu`, summed.
-pub fn gpu_columns(snap: &Snapshot, gpu: u32) -> Vec<Col> {
+pub(crate) fn gpu_columns(snap: &Snapshot, gpu: u32) -> Vec<Col> {
     sum_columns(
         snap.processes
             .iter()
@@ -70,7 +70,7 @@ fn sum_columns<'a>(processes: impl Iterator<Item = &'a ProcessEntry>) -> Vec<Col
 }
 
 /// One band per GPU in `area`.
-pub fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, t: &Theme) {
     let g = t.glyphs();
     let legend = t.legend(&[
         (g.nvml, t.nvml(), "NVML used"),
@@ -176,7 +176,7 @@ const SPARKS_ASCII: [&str; 8] = ["_", ".", "-", "=", "+", "*", "#", "@"];
 /// `e`'s memory over the history window in `width` cells: reserved for an
 /// instrumented process, else NVML used; each cell the largest value of
 /// its slice, scaled to the largest of all; a blank where nothing was seen.
-pub fn sparkline(e: &ProcessEntry, width: usize, t: &Theme) -> String {
+pub(crate) fn sparkline(e: &ProcessEntry, width: usize, t: &Theme) -> String {
     let cols = timeline::columns(e);
     let vals: Vec<Option<u64>> = cols.iter().map(|c| c.reserved.or(c.nvml)).collect();
     if vals.is_empty() || width == 0 {

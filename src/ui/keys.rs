@@ -118,7 +118,7 @@ pub enum Action {
 
 impl Action {
     /// Sends something to a process (off in read-only mode).
-    pub fn is_process_action(self) -> bool {
+    pub(crate) fn is_process_action(self) -> bool {
         matches!(
             self,
             Action::EmptyCache
@@ -163,7 +163,7 @@ pub enum Context {
 
 impl Context {
     /// The section title in the help overlay.
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Context::Global => "Global",
             Context::Overview => "Overview",
@@ -193,7 +193,7 @@ pub struct Key {
 }
 
 impl Key {
-    pub fn matches(&self, k: &KeyEvent) -> bool {
+    pub(crate) fn matches(&self, k: &KeyEvent) -> bool {
         self.code == k.code && (!self.ctrl || k.modifiers.contains(KeyModifiers::CONTROL))
     }
 }
@@ -500,16 +500,16 @@ pub const KEYS: &[Binding] = &[
 ];
 
 /// The mouse, for the help overlay (not keys, so not in [`KEYS`]).
-pub const MOUSE: &[(&str, &str)] = &[("click", "select (again: open)"), ("wheel", "scroll")];
+pub(crate) const MOUSE: &[(&str, &str)] = &[("click", "select (again: open)"), ("wheel", "scroll")];
 
 /// The help overlay's sections, in order.
-pub const HELP_SECTIONS: [Context; 3] = [Global, Overview, Process];
+pub(crate) const HELP_SECTIONS: [Context; 3] = [Global, Overview, Process];
 
 /// The fleet view's help sections, in order.
-pub const FLEET_HELP_SECTIONS: [Context; 3] = [Fleet, FleetList, FleetNode];
+pub(crate) const FLEET_HELP_SECTIONS: [Context; 3] = [Fleet, FleetList, FleetNode];
 
 /// The action `key` stands for in the first of `contexts` that binds it.
-pub fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
+pub(crate) fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
     contexts.iter().find_map(|ctx| {
         KEYS.iter()
             .filter(|b| b.context == *ctx)
@@ -519,7 +519,7 @@ pub fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
 }
 
 /// The help lines of one section: (keys, what they do, is a process action).
-pub fn help(context: Context) -> impl Iterator<Item = (&'static str, &'static str, bool)> {
+pub(crate) fn help(context: Context) -> impl Iterator<Item = (&'static str, &'static str, bool)> {
     KEYS.iter()
         .filter(move |b| b.context == context)
         .filter_map(|b| {
@@ -530,7 +530,7 @@ pub fn help(context: Context) -> impl Iterator<Item = (&'static str, &'static st
 
 /// The footer hints of `contexts`, in footer order: process actions left out
 /// in read-only mode, demo keys only with a demo.
-pub fn footer(contexts: &[Context], readonly: bool, demo: bool) -> Vec<Hint> {
+pub(crate) fn footer(contexts: &[Context], readonly: bool, demo: bool) -> Vec<Hint> {
     let mut hints: Vec<Hint> = KEYS
         .iter()
         .filter(|b| contexts.contains(&b.context))

@@ -44,13 +44,13 @@ pub fn screen(area: Rect, demo: bool) -> Areas {
 }
 
 /// Whether the process view uses tabs.
-pub fn compact(size: Rect) -> bool {
+pub(crate) fn compact(size: Rect) -> bool {
     size.width < 120 || size.height < 40
 }
 
 /// Lines of the GPU block (inside its border): one per GPU, or one for
 /// the NVML error, at most a third of the body.
-pub fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
+pub(crate) fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
     let n = if machine.nvml_error.is_some() || machine.gpus.is_empty() {
         1
     } else {
@@ -62,18 +62,18 @@ pub fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
 /// The overview's bands: the GPU block, the process table, and below it
 /// the history, when the table leaves at least [`HISTORY_MIN`] lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OverviewAreas {
+pub(crate) struct OverviewAreas {
     pub gpus: Rect,
     pub table: Rect,
     pub history: Option<Rect>,
 }
 
 /// The fewest lines the history band is drawn in.
-pub const HISTORY_MIN: u16 = 10;
+pub(crate) const HISTORY_MIN: u16 = 10;
 
 /// The overview's GPU block, process table (as tall as its `rows` need,
 /// with a few lines to spare) and history (the rest).
-pub fn overview(body: Rect, machine: &Machine, rows: usize) -> OverviewAreas {
+pub(crate) fn overview(body: Rect, machine: &Machine, rows: usize) -> OverviewAreas {
     let g = gpu_lines(machine, body);
     let [gpus, rest] =
         Layout::vertical([Constraint::Length(g + 2), Constraint::Min(0)]).areas(body);
@@ -98,7 +98,7 @@ pub fn overview(body: Rect, machine: &Machine, rows: usize) -> OverviewAreas {
 
 /// The table's data rows (inside the border, below the header row) on a
 /// terminal of `size`, with `rows` processes.
-pub fn table_body(size: Rect, demo: bool, machine: &Machine, rows: usize) -> Rect {
+pub(crate) fn table_body(size: Rect, demo: bool, machine: &Machine, rows: usize) -> Rect {
     let table = overview(screen(size, demo).body, machine, rows).table;
     Rect {
         x: table.x + 1,
@@ -163,7 +163,7 @@ pub fn process(size: Rect, pane: Pane, body: Rect) -> ProcessAreas {
 pub const AXIS_WIDTH: u16 = 10;
 
 /// The timeline's plotting area inside `area` (border and axes removed).
-pub fn plot_area(area: Rect) -> Rect {
+pub(crate) fn plot_area(area: Rect) -> Rect {
     Rect {
         x: area.x + 1 + AXIS_WIDTH,
         y: area.y + 1,
@@ -173,7 +173,7 @@ pub fn plot_area(area: Rect) -> Rect {
 }
 
 /// Columns to ask the model for: one per plot cell.
-pub fn timeline_columns(size: Rect, demo: bool) -> usize {
+pub(crate) fn timeline_columns(size: Rect, demo: bool) -> usize {
     let body = screen(size, demo).body;
     let a = process(size, Pane::Timeline, body);
     a.timeline

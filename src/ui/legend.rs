@@ -14,7 +14,7 @@ use super::rows::Col;
 use super::theme::Theme;
 
 /// Words and marks the panes use, and what they mean.
-pub const WORDS: &[(&str, &str)] = &[
+pub(crate) const WORDS: &[(&str, &str)] = &[
     (
         "EXIT",
         "the process has exited (its last figures stay shown)",
@@ -70,7 +70,7 @@ pub const WORDS: &[(&str, &str)] = &[
 ];
 
 /// The legend's lines for theme `t`.
-pub fn lines(t: &Theme) -> Vec<Line<'static>> {
+pub(crate) fn lines(t: &Theme) -> Vec<Line<'static>> {
     let g = t.glyphs();
     let mut l = vec![Line::styled("Columns (overview)", t.header())];
     for c in Col::ALL {
@@ -143,7 +143,7 @@ pub fn lines(t: &Theme) -> Vec<Line<'static>> {
 
 /// The fleet view's legend: its tables' columns, the chart's marks, its
 /// words.
-pub fn fleet_lines(t: &Theme) -> Vec<Line<'static>> {
+pub(crate) fn fleet_lines(t: &Theme) -> Vec<Line<'static>> {
     let g = t.glyphs();
     let mut l = vec![Line::styled("Columns (nodes)", t.header())];
     let nodes: [(&str, &str); 10] = [
@@ -226,12 +226,12 @@ fn item(mark: &str, style: Style, meaning: &str) -> Line<'static> {
 }
 
 /// The dashboard's legend over `area`, from line `scroll` on.
-pub fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
     render_lines(frame, area, lines(t), scroll, t);
 }
 
 /// The overlay of `lines` over `area`, from line `scroll` on.
-pub fn render_lines(
+pub(crate) fn render_lines(
     frame: &mut Frame,
     area: Rect,
     lines: Vec<Line<'static>>,

@@ -75,9 +75,9 @@ pub mod stats;
 pub(crate) mod stepdiff;
 pub(crate) mod svg;
 pub(crate) mod terminal;
-pub(crate) mod theme;
+pub mod theme;
 pub(crate) mod timeline;
-pub mod trace;
+pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
@@ -136,7 +136,7 @@ pub struct UiOptions {
 
 impl UiOptions {
     /// How the shell runs the dashboard.
-    pub fn shell(&self) -> ShellOptions {
+    pub(crate) fn shell(&self) -> ShellOptions {
         ShellOptions {
             mouse: self.mouse,
             size: self.size,
@@ -210,7 +210,7 @@ impl Driver for crate::collect::Live {
 }
 
 /// How long the dashboard waits for a process to answer a command.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sends `command` to the process `key` (shown as `pid`) through
 /// `segment`, the segment the snapshot shows for it ([`client::command`],
@@ -425,7 +425,7 @@ pub fn render_buffer(app: &App, width: u16, height: u16) -> Buffer {
 }
 
 /// Writes `buf` as SVG to `path`.
-pub fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
+pub(crate) fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
     std::fs::write(path, svg::render(buf)).with_context(|| format!("writing {}", path.display()))
 }
 

@@ -236,7 +236,7 @@ fn header_row(cols: &[Col], state: &OverviewState, t: &Theme) -> TRow<'static> {
 /// `! 2 segments not shown: vramscope-1000-42: stale: … · `vramscope rings
 /// --clean` removes stale segments`: the first problem, how many there are,
 /// and the advice where it applies.
-pub fn problems_line(
+pub(crate) fn problems_line(
     problems: &[crate::input::SourceProblem],
     width: u16,
     t: &Theme,
@@ -339,7 +339,7 @@ fn widths(cols: &Columns) -> Vec<Constraint> {
 
 /// The table's columns at `width` for `rows` (FLAGS as wide as its widest
 /// text).
-pub fn table_columns(width: u16, rows: &[Row]) -> Columns {
+pub(crate) fn table_columns(width: u16, rows: &[Row]) -> Columns {
     let flags = rows
         .iter()
         .map(|r| r.flags().len() as u16)

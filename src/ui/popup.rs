@@ -23,7 +23,7 @@ fn command_name(c: Command) -> &'static str {
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, action: &ActionState, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, action: &ActionState, t: &Theme) {
     let a = t.glyphs().absent;
     let (title, lines): (String, Vec<Line>) = match action {
         ActionState::Confirm {

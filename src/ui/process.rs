@@ -14,7 +14,7 @@ use super::{blockmap, diagnosis, events, layout, stats, timeline};
 use crate::text::format;
 
 /// The view of the selected process; each pane gets what it draws.
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App) {
     let t = &app.config.theme;
     let Some(e) = app.selected_entry() else {
         let pid = app.overview.selected.map_or(0, |k| k.pid);

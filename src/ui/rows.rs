@@ -99,7 +99,7 @@ impl Col {
     }
 
     /// Display width (NAME takes what is left).
-    pub fn width(self) -> u16 {
+    pub(crate) fn width(self) -> u16 {
         match self {
             Col::Pid => 7,
             Col::User => 8,
@@ -118,7 +118,7 @@ impl Col {
     }
 
     /// Lower goes first when the terminal is narrow.
-    pub fn priority(self) -> u8 {
+    pub(crate) fn priority(self) -> u8 {
         match self {
             Col::Pid | Col::Name => 100,
             Col::Reserved | Col::Allocated => 90,
@@ -139,7 +139,7 @@ impl Col {
         }
     }
 
-    pub fn right_aligned(self) -> bool {
+    pub(crate) fn right_aligned(self) -> bool {
         !matches!(
             self,
             Col::User | Col::Name | Col::Mode | Col::Flags | Col::Gpus | Col::History
@@ -175,7 +175,7 @@ pub struct Row<'a> {
 }
 
 /// The name a process is shown by: its producer label, else its name.
-pub fn display_name(e: &ProcessEntry) -> String {
+pub(crate) fn display_name(e: &ProcessEntry) -> String {
     if !e.identity.label.is_empty() {
         e.identity.label.clone()
     } else if !e.identity.name.is_empty() {
@@ -186,7 +186,7 @@ pub fn display_name(e: &ProcessEntry) -> String {
 }
 
 /// The mode in full, where there is room (the process view).
-pub fn mode_word(m: Mode) -> &'static str {
+pub(crate) fn mode_word(m: Mode) -> &'static str {
     match m {
         Mode::Exact => "exact",
         Mode::Sampled => "sampled",
@@ -205,7 +205,7 @@ pub fn mode_name(m: Mode) -> &'static str {
 
 /// The GPUs `e` uses, lowest first: NVML's indices, else its CUDA
 /// ordinals.
-pub fn gpus_of(snap: &Snapshot, e: &ProcessEntry) -> Vec<u32> {
+pub(crate) fn gpus_of(snap: &Snapshot, e: &ProcessEntry) -> Vec<u32> {
     let pid = e.identity.host_pid;
     let mut gpus: Vec<u32> = snap
         .machine
@@ -276,7 +276,7 @@ impl<'a> Row<'a> {
     }
 
     /// Whether `filter` (lower case) matches name, label, command line or pid.
-    pub fn matches(&self, filter: &str) -> bool {
+    pub(crate) fn matches(&self, filter: &str) -> bool {
         if filter.is_empty() {
             return true;
         }
@@ -308,7 +308,7 @@ impl<'a> Row<'a> {
     }
 
     /// Compares two rows on `col`, absent values last whatever the order.
-    pub fn compare(&self, other: &Row, col: Col, descending: bool) -> Ordering {
+    pub(crate) fn compare(&self, other: &Row, col: Col, descending: bool) -> Ordering {
         fn num<T: PartialOrd>(a: Option<T>, b: Option<T>, desc: bool) -> Ordering {
             match (a, b) {
                 (Some(a), Some(b)) => {
@@ -366,7 +366,12 @@ impl<'a> Row<'a> {
 }
 
 /// The rows of `snap` that match `filter`, sorted.
-pub fn rows<'a>(snap: &'a Snapshot, filter: &str, sort: Col, descending: bool) -> Vec<Row<'a>> {
+pub(crate) fn rows<'a>(
+    snap: &'a Snapshot,
+    filter: &str,
+    sort: Col,
+    descending: bool,
+) -> Vec<Row<'a>> {
     let filter = filter.to_lowercase();
     let mut rows: Vec<Row> = snap
         .processes
@@ -391,7 +396,7 @@ impl Columns {
 
     /// The column under x (relative to the table's left edge), spacing
     /// included on its left.
-    pub fn at(&self, x: u16) -> Option<Col> {
+    pub(crate) fn at(&self, x: u16) -> Option<Col> {
         self.0
             .iter()
             .find(|(_, at, w)| x + 1 >= *at && x < at + w)
@@ -402,7 +407,7 @@ impl Columns {
 /// The columns that fit in `width`, one space apart: the least important go
 /// first when the terminal is narrow; FLAGS is as wide as the widest `flags`
 /// text of the rows (so `EXIT` is never cut); NAME takes what is left.
-pub fn fit_columns(width: u16, flags_width: u16) -> Columns {
+pub(crate) fn fit_columns(width: u16, flags_width: u16) -> Columns {
     let w = |c: Col| match c {
         Col::Flags => flags_width.max(c.width()),
         _ => c.width(),

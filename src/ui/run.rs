@@ -19,7 +19,7 @@ use crate::collect::{Hub, Snapshot};
 pub use super::shell::FALLBACK_SIZE;
 
 /// The running dashboard.
-pub struct Dashboard {
+pub(crate) struct Dashboard {
     app: App,
     hub: Arc<Hub>,
     driver: Arc<dyn Driver>,
@@ -33,7 +33,7 @@ pub struct Dashboard {
 impl Dashboard {
     /// Wires the hub's changes and the driver's signals into the shell's
     /// channel.
-    pub fn new(
+    pub(crate) fn new(
         app: App,
         hub: Arc<Hub>,
         driver: Arc<dyn Driver>,

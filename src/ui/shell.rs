@@ -64,7 +64,7 @@ pub enum Wake {
 
 /// A screen the shell runs: the state that decides, and whatever carries
 /// out its effects (snapshots of the hub, queries, commands).
-pub trait Screen {
+pub(crate) trait Screen {
     /// Everything the screen hears: the shell's [`Wake`]s and its own
     /// sources' news, through one channel ([`Shell::sender`]).
     type Event: From<Wake> + Send + 'static;
@@ -124,7 +124,7 @@ impl ShellOptions {
 }
 
 /// `NO_COLOR` set to anything but the empty string (no-color.org).
-pub fn no_color_env() -> bool {
+pub(crate) fn no_color_env() -> bool {
     std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
 }
 
@@ -175,7 +175,7 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
     /// Takes the terminal (unless headless) and runs `screen` until it
     /// quits or a signal comes; the terminal is given back on every way
     /// out, errors and panics included.
-    pub fn run<S: Screen<Event = E>>(self, screen: &mut S) -> Result<()> {
+    pub(crate) fn run<S: Screen<Event = E>>(self, screen: &mut S) -> Result<()> {
         let mut out = match self.opts.size {
             Some((w, h)) => Output::Headless(Rect::new(0, 0, w, h)),
             None => Output::tty(self.opts.mouse, &self.tx)?,

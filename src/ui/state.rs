@@ -34,8 +34,8 @@ impl Pane {
     ];
     /// The panes Tab moves the focus between on a large terminal (where
     /// every pane shows): the ones that scroll.
-    pub const FOCUSABLE: [Pane; 3] = [Pane::Blocks, Pane::Stats, Pane::Events];
-    pub fn title(self) -> &'static str {
+    pub(crate) const FOCUSABLE: [Pane; 3] = [Pane::Blocks, Pane::Stats, Pane::Events];
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Pane::Timeline => "Timeline",
             Pane::Blocks => "Blocks",
@@ -43,9 +43,6 @@ impl Pane {
             Pane::Events => "Events",
             Pane::Diagnosis => "OOM/Leak",
         }
-    }
-    pub fn index(self) -> usize {
-        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
     }
 }
 
@@ -208,7 +205,7 @@ impl Default for ProcessState {
 
 impl ProcessState {
     /// How the block map is drawn, for a snapshot taken at `taken_ns`.
-    pub fn map_view(&self, taken_ns: u64) -> super::blockmap::MapView<'_> {
+    pub(crate) fn map_view(&self, taken_ns: u64) -> super::blockmap::MapView<'_> {
         super::blockmap::MapView {
             scroll: self.block_scroll,
             colouring: self.colouring,
@@ -218,13 +215,13 @@ impl ProcessState {
         }
     }
 
-    pub fn span_ns(&self) -> u64 {
+    pub(crate) fn span_ns(&self) -> u64 {
         SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
     }
 
     /// The timeline window `[from, to)` in collector ns, `now` being the
     /// newer of the clock and the snapshot.
-    pub fn window(&self, now: u64) -> (u64, u64) {
+    pub(crate) fn window(&self, now: u64) -> (u64, u64) {
         let to = if self.follow { now } else { self.end_ns };
         (to.saturating_sub(self.span_ns()), to)
     }

@@ -15,7 +15,7 @@ use crate::text::format;
 
 /// The summary of `e`; `scroll` rows skipped when it does not fit (on a
 /// small terminal, where it is a tab of its own).
-pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
     let block = t.block(Span::styled(" Memory summary ", t.title()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -40,7 +40,7 @@ pub fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t:
 }
 
 /// Rows the summary of `e` has (for scrolling).
-pub fn row_count(e: &ProcessEntry) -> usize {
+pub(crate) fn row_count(e: &ProcessEntry) -> usize {
     let t = Theme::default();
     process_rows(e, &t).len()
         + e.view

@@ -30,16 +30,16 @@ impl Default for StepDiffView {
 
 impl StepDiffView {
     /// One step further back (`+`), never before step 0 of `now`.
-    pub fn older(&mut self, now: Option<u64>) {
+    pub(crate) fn older(&mut self, now: Option<u64>) {
         self.back = (self.back + 1).min(now.unwrap_or(1).max(1));
         self.scroll = 0;
     }
     /// One step nearer (`-`), never the current step itself.
-    pub fn newer(&mut self) {
+    pub(crate) fn newer(&mut self) {
         self.back = self.back.saturating_sub(1).max(1);
         self.scroll = 0;
     }
-    pub fn scroll_by(&mut self, down: bool, rows: usize) {
+    pub(crate) fn scroll_by(&mut self, down: bool, rows: usize) {
         self.scroll = if down {
             (self.scroll + 1).min(rows.saturating_sub(1))
         } else {
@@ -49,14 +49,20 @@ impl StepDiffView {
 }
 
 /// Rows the overlay lists for `view` (for scrolling).
-pub fn row_count(view: &ProcessView, v: &StepDiffView) -> usize {
+pub(crate) fn row_count(view: &ProcessView, v: &StepDiffView) -> usize {
     match view.attribution.step {
         Some(now) if now >= v.back => step_diff(view, now - v.back).rows.len(),
         _ => 0,
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, view: &ProcessView, v: &StepDiffView, t: &Theme) {
+pub(crate) fn render(
+    frame: &mut Frame,
+    area: Rect,
+    view: &ProcessView,
+    v: &StepDiffView,
+    t: &Theme,
+) {
     let g = t.glyphs();
     let now = view.attribution.step;
     let born = now.and_then(|s| s.checked_sub(v.back));

@@ -21,7 +21,7 @@ const ANSI: [&str; 16] = [
 ];
 
 /// `color` as an SVG colour; `None` for the terminal's default.
-pub fn color(c: Color) -> Option<String> {
+pub(crate) fn color(c: Color) -> Option<String> {
     let idx = |i: usize| Some(ANSI[i].to_string());
     match c {
         Color::Reset => None,
@@ -143,7 +143,7 @@ impl Run {
 }
 
 /// Renders `buf` as an SVG document.
-pub fn render(buf: &Buffer) -> String {
+pub(crate) fn render(buf: &Buffer) -> String {
     let area = buf.area;
     let (w, h) = (area.width as usize, area.height as usize);
     let mut out = String::with_capacity(w * h * 4 + 1024);

@@ -20,7 +20,7 @@ static MOUSE: AtomicBool = AtomicBool::new(false);
 static HOOK: Once = Once::new();
 
 /// Restores the terminal when dropped.
-pub struct Guard(());
+pub(crate) struct Guard(());
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -29,7 +29,7 @@ impl Drop for Guard {
 }
 
 /// Raw mode, alternate screen, hidden cursor, optionally mouse reporting.
-pub fn enter(mouse: bool) -> io::Result<Guard> {
+pub(crate) fn enter(mouse: bool) -> io::Result<Guard> {
     install_panic_hook();
     enable_raw_mode()?;
     ACTIVE.store(true, Ordering::SeqCst);
@@ -44,7 +44,7 @@ pub fn enter(mouse: bool) -> io::Result<Guard> {
 }
 
 /// Puts the terminal back as it was (idempotent).
-pub fn restore() {
+pub(crate) fn restore() {
     if !ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }

@@ -17,7 +17,7 @@ pub struct Theme {
 
 /// The block-map and chart glyphs of one theme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Glyphs {
+pub(crate) struct Glyphs {
     pub allocated: &'static str,
     /// Allocated, every other block (so neighbours stay apart).
     pub allocated_alt: &'static str,
@@ -73,7 +73,7 @@ const ASCII: Glyphs = Glyphs {
 };
 
 /// Borders drawn with `+`, `-` and `|`.
-pub const ASCII_BORDER: border::Set = border::Set {
+pub(crate) const ASCII_BORDER: border::Set = border::Set {
     top_left: "+",
     top_right: "+",
     bottom_left: "+",
@@ -89,7 +89,7 @@ impl Theme {
         Theme { color, ascii }
     }
 
-    pub fn glyphs(&self) -> &'static Glyphs {
+    pub(crate) fn glyphs(&self) -> &'static Glyphs {
         if self.ascii {
             &ASCII
         } else {
@@ -97,7 +97,7 @@ impl Theme {
         }
     }
 
-    pub fn border(&self) -> border::Set<'static> {
+    pub(crate) fn border(&self) -> border::Set<'static> {
         if self.ascii {
             ASCII_BORDER
         } else {
@@ -106,7 +106,7 @@ impl Theme {
     }
 
     /// A titled, bordered block in this theme.
-    pub fn block<'a>(
+    pub(crate) fn block<'a>(
         &self,
         title: impl Into<ratatui::text::Line<'a>>,
     ) -> ratatui::widgets::Block<'a> {
@@ -118,7 +118,7 @@ impl Theme {
 
     /// A legend for a block's bottom edge: ` █ allocated ░ inactive `, each
     /// mark (a glyph or a key) in its style, each label plain.
-    pub fn legend(&self, items: &[(&'static str, Style, &'static str)]) -> Line<'static> {
+    pub(crate) fn legend(&self, items: &[(&'static str, Style, &'static str)]) -> Line<'static> {
         let mut spans = vec![Span::raw(" ")];
         for &(mark, style, label) in items {
             spans.push(Span::styled(mark, style));
@@ -135,70 +135,67 @@ impl Theme {
         }
     }
 
-    pub fn base(&self) -> Style {
-        Style::new()
-    }
-    pub fn border_style(&self) -> Style {
+    pub(crate) fn border_style(&self) -> Style {
         self.fg(Color::DarkGray)
     }
     /// The border of the pane in focus.
     pub fn focus(&self) -> Style {
         self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
     }
-    pub fn title(&self) -> Style {
+    pub(crate) fn title(&self) -> Style {
         self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
     }
-    pub fn header(&self) -> Style {
+    pub(crate) fn header(&self) -> Style {
         self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
     }
-    pub fn dim(&self) -> Style {
+    pub(crate) fn dim(&self) -> Style {
         if self.color {
             Style::new().fg(Color::DarkGray)
         } else {
             Style::new().add_modifier(Modifier::DIM)
         }
     }
-    pub fn key(&self) -> Style {
+    pub(crate) fn key(&self) -> Style {
         self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
     }
-    pub fn selected(&self) -> Style {
+    pub(crate) fn selected(&self) -> Style {
         Style::new().add_modifier(Modifier::REVERSED)
     }
-    pub fn warn(&self) -> Style {
+    pub(crate) fn warn(&self) -> Style {
         self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
     }
-    pub fn alert(&self) -> Style {
+    pub(crate) fn alert(&self) -> Style {
         if self.color {
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
         } else {
             Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)
         }
     }
-    pub fn good(&self) -> Style {
+    pub(crate) fn good(&self) -> Style {
         self.fg(Color::Green)
     }
-    pub fn allocated(&self) -> Style {
+    pub(crate) fn allocated(&self) -> Style {
         self.fg(Color::Green)
     }
-    pub fn allocated_alt(&self) -> Style {
+    pub(crate) fn allocated_alt(&self) -> Style {
         self.fg(Color::LightGreen)
     }
-    pub fn pending(&self) -> Style {
+    pub(crate) fn pending(&self) -> Style {
         self.fg(Color::Yellow)
     }
-    pub fn inactive(&self) -> Style {
+    pub(crate) fn inactive(&self) -> Style {
         self.fg(Color::Blue)
     }
-    pub fn reserved(&self) -> Style {
+    pub(crate) fn reserved(&self) -> Style {
         self.fg(Color::Blue)
     }
-    pub fn nvml(&self) -> Style {
+    pub(crate) fn nvml(&self) -> Style {
         self.fg(Color::Magenta).add_modifier(Modifier::BOLD)
     }
-    pub fn bar(&self) -> Style {
+    pub(crate) fn bar(&self) -> Style {
         self.fg(Color::Green)
     }
-    pub fn paused(&self) -> Style {
+    pub(crate) fn paused(&self) -> Style {
         if self.color {
             Style::new()
                 .fg(Color::Black)
@@ -212,7 +209,7 @@ impl Theme {
 
 /// Replaces every non-ASCII symbol left in `buf` (from widgets that do not
 /// ask the theme) by an ASCII look-alike: the `--ascii` safety net.
-pub fn asciify(buf: &mut Buffer) {
+pub(crate) fn asciify(buf: &mut Buffer) {
     for cell in buf.content.iter_mut() {
         let s = cell.symbol();
         if s.is_ascii() {

@@ -19,7 +19,7 @@ use crate::text::format;
 
 /// One plot column, summed over devices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Col {
+pub(crate) struct Col {
     pub alloc_min: Option<u64>,
     pub alloc_max: Option<u64>,
     pub reserved: Option<u64>,
@@ -27,7 +27,7 @@ pub struct Col {
 }
 
 /// The columns of `e`'s timelines (devices summed).
-pub fn columns(e: &ProcessEntry) -> Vec<Col> {
+pub(crate) fn columns(e: &ProcessEntry) -> Vec<Col> {
     let mut n = e.view.nvml_timeline.as_ref().map_or(0, Vec::len);
     for d in &e.view.devices {
         if let Some(tl) = &d.timeline {
@@ -62,7 +62,7 @@ pub fn columns(e: &ProcessEntry) -> Vec<Col> {
 /// multiple of half a power of two. Saturating: any figure, up to
 /// `u64::MAX` (a crafted recording's), gives a bound (at most `u64::MAX`)
 /// in at most 44 steps.
-pub fn nice_max(v: u64) -> u64 {
+pub(crate) fn nice_max(v: u64) -> u64 {
     let v = v.max(1 << 20);
     let target = v.saturating_add(v / 20);
     let mut step: u64 = 1 << 20;
@@ -76,7 +76,7 @@ pub fn nice_max(v: u64) -> u64 {
 
 /// `e`'s memory over `view`'s window; `now` is the newer of the clock and
 /// the snapshot.
-pub fn render(
+pub(crate) fn render(
     frame: &mut Frame,
     area: Rect,
     e: &ProcessEntry,

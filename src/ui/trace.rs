@@ -15,11 +15,8 @@ use ratatui::Frame;
 use super::theme::Theme;
 use crate::snapfile::step::TraceStatus;
 
-/// Events `{` and `}` move.
-pub const BIG_STEP: usize = 100;
-
 /// The caption band: the file, how far into its trace, the event.
-pub fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) {
+pub(crate) fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) {
     let g = t.glyphs();
     let bar_w = 10usize;
     let share = if s.total == 0 {
@@ -48,7 +45,7 @@ pub fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme)
 
 /// The stack overlay: each section's title, then its frames, innermost
 /// first, as many as fit.
-pub fn render_stacks(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) {
+pub(crate) fn render_stacks(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) {
     let mut lines: Vec<Line> = Vec::new();
     if s.stacks.is_empty() {
         lines.push(Line::styled(

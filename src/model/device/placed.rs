@@ -96,7 +96,7 @@ impl AnchoredFrom {
 /// Events kept per device for placing the next snapshot. A snapshot is
 /// asked for and answered within a few collector ticks, so this covers
 /// hundreds of thousands of events per second.
-pub const PLACEMENT_LOG: usize = 1 << 16;
+pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
 
 impl Placement {
     fn keep(&mut self, pos: u64, t: u64, kind: &EventKind, bound: usize) {
@@ -127,14 +127,14 @@ impl DeviceState {
     /// Watching began mid-run (the reader skipped earlier records, it
     /// started at `ring_starts` in each ring): hold this device's events
     /// until an anchor snapshot is installed.
-    pub fn hold_until_anchored(&mut self, ring_starts: &[u64]) {
+    pub(crate) fn hold_until_anchored(&mut self, ring_starts: &[u64]) {
         self.placement.starts = ring_starts.to_vec();
         self.placement.holding = true;
         self.synced = false;
     }
 
     /// Waiting for an anchor snapshot (see [`hold_until_anchored`](Self::hold_until_anchored)).
-    pub fn holding(&self) -> bool {
+    pub(crate) fn holding(&self) -> bool {
         self.placement.holding
     }
 

@@ -15,7 +15,7 @@ impl App {
 
     /// The filter being typed: the overview's (processes), or the process
     /// view's (events).
-    pub fn filter(&self) -> &str {
+    pub(crate) fn filter(&self) -> &str {
         match self.screen {
             Screen::Overview => &self.overview.filter,
             Screen::Process => &self.process.event_filter,

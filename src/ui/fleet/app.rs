@@ -140,7 +140,7 @@ impl FleetApp {
     }
 
     /// The screen's contexts in the key table (the footer's hints).
-    pub fn screen_contexts(&self) -> [Context; 2] {
+    pub(crate) fn screen_contexts(&self) -> [Context; 2] {
         match self.view.screen {
             Screen::Node { .. } => [Context::Fleet, Context::FleetNode],
             Screen::Nodes | Screen::Jobs => [Context::Fleet, Context::FleetList],
@@ -149,7 +149,7 @@ impl FleetApp {
 
     /// Where a key is looked up: an overlay or the prompt takes every key;
     /// otherwise the fleet's keys, then the screen's.
-    pub fn key_contexts(&self) -> Vec<Context> {
+    pub(crate) fn key_contexts(&self) -> Vec<Context> {
         let mut c = vec![Context::Always];
         match self.overlay {
             Some(Overlay::Prompt) => c.push(Context::Filter),
@@ -282,7 +282,7 @@ impl FleetApp {
     }
 
     /// Shows `text` in the footer for [`MESSAGE_NS`].
-    pub fn say(&mut self, text: impl Into<String>) {
+    pub(crate) fn say(&mut self, text: impl Into<String>) {
         self.message = Some(text.into());
         self.message_until_ns = self.now_ns + MESSAGE_NS;
         self.dirty = true;
