@@ -16,6 +16,23 @@ pub fn vramscope() -> Proc {
     Proc::new(env!("CARGO_BIN_EXE_vramscope"))
 }
 
+/// The dashboard (no NVML) on the segment directory `dir`, no terminal:
+/// an 80×24 screenshot into `shot` after 100 ms.
+pub fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path) -> Proc {
+    let mut cmd = vramscope();
+    cmd.args(["--no-nvml", "--shm-dir"])
+        .arg(dir)
+        .args([
+            "--size",
+            "80x24",
+            "--screenshot-after",
+            "100",
+            "--screenshot",
+        ])
+        .arg(shot);
+    cmd
+}
+
 /// Asserts the command succeeded (showing its stderr if not); returns it.
 pub fn succeeded(out: Output) -> Output {
     assert!(
@@ -24,6 +41,14 @@ pub fn succeeded(out: Output) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Asserts the command exited with status `code` (showing its stderr if
+/// not); returns its stderr.
+pub fn exited_with(code: i32, out: Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    err
 }
 
 /// Writes `kind` at time `t` into ring `ring` of `seg` (statistics take two

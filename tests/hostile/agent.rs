@@ -360,22 +360,19 @@ fn item_01_planted_tracker_library_is_never_loaded() {
     std::fs::write(&script, BUILD_SCRIPT).unwrap();
     let private_tmp = mkdir(&t.join("privtmp"), 0o700);
     let build = |xdg: &Path| -> serde_json::Value {
-        let out = Command::new(&py)
-            .arg(&script)
-            .arg(torch.join("__init__.py"))
-            .env("PYTHONPATH", &agent_dir)
-            .env("VRAMSCOPE_CXX", &cxx)
-            .env("VRAMSCOPE_CUDA_INCLUDE", t.join("cuda"))
-            .env("FAKE_CXX_LOG", &log)
-            .env("XDG_CACHE_HOME", xdg)
-            .env("TMPDIR", &private_tmp)
-            .env_remove("CUDA_HOME")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::common::succeeded(
+            Command::new(&py)
+                .arg(&script)
+                .arg(torch.join("__init__.py"))
+                .env("PYTHONPATH", &agent_dir)
+                .env("VRAMSCOPE_CXX", &cxx)
+                .env("VRAMSCOPE_CUDA_INCLUDE", t.join("cuda"))
+                .env("FAKE_CXX_LOG", &log)
+                .env("XDG_CACHE_HOME", xdg)
+                .env("TMPDIR", &private_tmp)
+                .env_remove("CUDA_HOME")
+                .output()
+                .unwrap(),
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };

@@ -463,16 +463,13 @@ fn printed(name: &str, bytes: &[u8], args: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).expect("write");
-    let out = vramscope()
-        .arg("open")
-        .arg(&path)
-        .args(args)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::common::succeeded(
+        vramscope()
+            .arg("open")
+            .arg(&path)
+            .args(args)
+            .output()
+            .expect("runs"),
     );
     String::from_utf8(out.stdout).expect("UTF-8")
 }
