@@ -156,6 +156,70 @@ pub fn collect_output(
     output
 }
 
+/// A command running in a pseudo-terminal: its keyboard and everything it
+/// writes ([`collect_output`]).
+pub struct Pty {
+    pub child: Box<dyn portable_pty::Child + Send + Sync>,
+    /// The pty's side of this process, open while the command runs.
+    pub master: Box<dyn portable_pty::MasterPty + Send>,
+    pub keys: Box<dyn std::io::Write + Send>,
+    pub output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+/// Starts `cmd` in a `rows`×`cols` pseudo-terminal, `TERM=xterm-256color`.
+pub fn in_pty(mut cmd: portable_pty::CommandBuilder, rows: u16, cols: u16) -> Pty {
+    let pair = portable_pty::native_pty_system()
+        .openpty(portable_pty::PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("a pty");
+    cmd.env("TERM", "xterm-256color");
+    let child = pair.slave.spawn_command(cmd).expect("spawn in a pty");
+    drop(pair.slave);
+    let keys = pair.master.take_writer().unwrap();
+    let output = collect_output(pair.master.try_clone_reader().unwrap());
+    Pty {
+        child,
+        master: pair.master,
+        keys,
+        output,
+    }
+}
+
+/// The `rows`×`cols` screen a terminal shows after `bytes` (frames redraw
+/// only what changed).
+pub fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
+    let mut term = vt100::Parser::new(
+        std::num::NonZeroU16::new(rows).unwrap(),
+        std::num::NonZeroU16::new(cols).unwrap(),
+        0,
+    );
+    term.process(bytes);
+    term
+}
+
+/// Waits at most `limit` for `child` to exit; past that kills it (None).
+pub fn exit_within(
+    child: &mut (dyn portable_pty::Child + Send + Sync),
+    limit: Duration,
+) -> Option<portable_pty::ExitStatus> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The host pid of the process a fresh `unshare --pid --fork` (a child of
 /// `parent`) started as pid 1 of its new pid namespace, once it exists
 /// (within `wait`). Read through the procfs crate.
