@@ -142,17 +142,30 @@ pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) 
     StandIn { child }
 }
 
+/// The arguments that make a test binary run its `stand_in_producer` test
+/// (that test alone).
+const PRODUCER_ARGS: [&str; 5] = [
+    "stand_in_producer",
+    "--exact",
+    "--ignored",
+    "--nocapture",
+    "--test-threads=1",
+];
+
 /// [`spawn_with`] this test binary, running its `stand_in_producer` test.
 pub fn spawn(dir: &Path, label: &str, s: Shape) -> StandIn {
     let exe = std::env::current_exe().unwrap();
-    let args = [
-        "stand_in_producer",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ];
-    spawn_with(&exe, &args, dir, label, s)
+    spawn_with(&exe, &PRODUCER_ARGS, dir, label, s)
+}
+
+/// [`spawn`] through `wrapper`, a command that runs what follows it
+/// (`unshare --pid --fork …`).
+pub fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+    let exe = std::env::current_exe().unwrap();
+    let mut args = wrapper[1..].to_vec();
+    args.push(exe.to_str().unwrap());
+    args.extend(PRODUCER_ARGS);
+    spawn_with(Path::new(wrapper[0]), &args, dir, label, s)
 }
 
 fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::codec::Words>) {
