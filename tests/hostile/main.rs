@@ -13,6 +13,8 @@
 mod c_writer;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../stand_in/mod.rs"]
+mod stand_in;
 
 mod agent;
 mod containers;

@@ -43,25 +43,20 @@ pub fn exporter(dir: &Path, host: &str) -> Exporter {
 
 /// [`exporter`] of the binary `bin`.
 pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
-    let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-nvml",
-            "--host",
-            host,
-        ])
-        .arg("--shm-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = start_reading_a_line(
+        Command::new(bin)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--no-nvml",
+                "--host",
+                host,
+            ])
+            .arg("--shm-dir")
+            .arg(dir)
+            .stderr(Stdio::inherit()),
+    );
     let addr = line
         .trim()
         .strip_prefix("serving metrics on http://")
@@ -69,6 +64,17 @@ pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_string();
     Exporter { child, addr }
+}
+
+/// Starts `cmd` with its standard output piped; returns it and the first
+/// line it printed (empty when it printed none).
+pub fn start_reading_a_line(cmd: &mut Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }
 
 const ENV: &str = "VRAMSCOPE_STAND_IN";
