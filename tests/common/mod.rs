@@ -11,6 +11,8 @@ use vramscope::ring::codec::encode;
 use vramscope::ring::control::Request;
 use vramscope::ring::{SegmentWriter, Status};
 
+pub mod proc_status;
+
 /// The `vramscope` binary under test.
 pub fn vramscope() -> Proc {
     Proc::new(env!("CARGO_BIN_EXE_vramscope"))

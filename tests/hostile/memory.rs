@@ -16,10 +16,7 @@ const MIB: usize = 1 << 20;
 
 /// This process's resident set size in bytes (`VmRSS`), if readable.
 fn rss() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    crate::common::proc_status::status_bytes("self", "VmRSS:").map(|b| b as usize)
 }
 
 /// `n` allocations of 512 bytes at new addresses no segment holds,

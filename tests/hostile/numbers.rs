@@ -377,12 +377,8 @@ fn item_12_closed_pipe_is_the_end_of_output() {
 /// The peak resident set of a running process, in KiB (`VmHWM`, which an
 /// `exec` resets, unlike `wait4`'s `ru_maxrss`).
 fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
+    crate::common::proc_status::status_bytes(pid, "VmHWM:").expect("VmHWM in /proc/PID/status")
+        / 1024
 }
 
 /// Item 13: `sim --trace` streamed its input: an endless line is one error
