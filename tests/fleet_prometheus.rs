@@ -14,7 +14,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use portable_pty::CommandBuilder;
 use stand_in::{exporter, Shape};
 use vramscope::fleet::prom::{Client, Endpoint, Sample};
 
@@ -281,14 +280,12 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     promtool_accepts(&scrape(&ea.addr));
 
     // The fleet view in a terminal.
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", &url, "--refresh", "500"]);
-    let common::Pty {
-        mut child,
-        mut keys,
-        output,
-        master: _master,
-    } = common::in_pty(cmd, 30, 110);
+    let mut fleet = common::vramscope_in_pty(
+        &["fleet", "--prometheus", &url, "--refresh", "500"],
+        30,
+        110,
+    );
+    let output = &fleet.output;
     let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
     let wait = |needles: &[&str], what: &str| {
         let start = Instant::now();
@@ -305,16 +302,16 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     };
     wait(&["node-a", "node-b", "2 nodes"], "both nodes");
     // Into node-a (first by name): its two processes, then back.
-    keys.write_all(b"\r").unwrap();
+    fleet.keys.write_all(b"\r").unwrap();
     wait(&["train_a", "eval_a", "LEAK"], "node-a's processes");
     wait(&["over time"], "the selected process's chart");
-    keys.write_all(b"\x1b").unwrap();
+    fleet.keys.write_all(b"\x1b").unwrap();
     // (A key right after Esc would be read as Alt+key.)
     std::thread::sleep(Duration::from_millis(300));
     // Fleet-wide jobs list.
-    keys.write_all(b"\t").unwrap();
+    fleet.keys.write_all(b"\t").unwrap();
     wait(&["train_b"], "every job (node-b's too)");
-    keys.write_all(b"\t").unwrap();
+    fleet.keys.write_all(b"\t").unwrap();
     // node-b goes away: Prometheus marks it down, and so does the view.
     let mark = output.lock().unwrap().len();
     drop(eb.take());
@@ -330,8 +327,8 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    keys.write_all(b"q").unwrap();
-    let status = common::exit_within(&mut *child, Duration::from_secs(10));
+    fleet.keys.write_all(b"q").unwrap();
+    let status = common::exit_within(&mut *fleet.child, Duration::from_secs(10));
     let status = status.expect("fleet did not quit on q");
     assert!(status.success(), "fleet exited with {status:?}");
 }
@@ -340,17 +337,11 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
 fn fleet_shows_an_unreachable_prometheus_in_its_pane() {
     // A port where nothing listens: the pane says so; q still quits.
     let port = free_port();
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", &format!("127.0.0.1:{port}")]);
-    let common::Pty {
-        mut child,
-        mut keys,
-        output,
-        master: _master,
-    } = common::in_pty(cmd, 24, 80);
+    let at = format!("127.0.0.1:{port}");
+    let mut fleet = common::vramscope_in_pty(&["fleet", "--prometheus", &at], 24, 80);
     let start = Instant::now();
     loop {
-        let t = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+        let t = String::from_utf8_lossy(&fleet.output.lock().unwrap()).into_owned();
         if t.contains("cannot be reached") {
             break;
         }
@@ -360,8 +351,8 @@ fn fleet_shows_an_unreachable_prometheus_in_its_pane() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    keys.write_all(b"q").unwrap();
-    let status = common::exit_within(&mut *child, Duration::from_secs(10));
+    fleet.keys.write_all(b"q").unwrap();
+    let status = common::exit_within(&mut *fleet.child, Duration::from_secs(10));
     assert!(status.expect("fleet did not quit on q").success());
 }
 

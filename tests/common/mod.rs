@@ -203,6 +203,13 @@ pub fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
     term
 }
 
+/// The binary under test with `args`, in a `rows`×`cols` pseudo-terminal.
+pub fn vramscope_in_pty(args: &[&str], rows: u16, cols: u16) -> Pty {
+    let mut cmd = portable_pty::CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(args);
+    in_pty(cmd, rows, cols)
+}
+
 /// Waits at most `limit` for `child` to exit; past that kills it (None).
 pub fn exit_within(
     child: &mut (dyn portable_pty::Child + Send + Sync),

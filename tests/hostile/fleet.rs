@@ -6,8 +6,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use portable_pty::CommandBuilder;
-
 use vramscope::fleet::model::Fleet;
 use vramscope::fleet::prom::Sample;
 
@@ -147,14 +145,16 @@ fn serve_one(stream: TcpStream) {
 /// pid). Its exit status (None: still running 10 s after `stop`), and
 /// whether it gave the terminal back (main screen, cursor shown).
 fn fleet_then(url: &str, stop: impl FnOnce(&mut dyn Write, u32)) -> (Option<bool>, bool) {
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", url, "--refresh", "500"]);
     let crate::common::Pty {
         mut child,
         master: _master,
         mut keys,
         output,
-    } = crate::common::in_pty(cmd, 30, 110);
+    } = crate::common::vramscope_in_pty(
+        &["fleet", "--prometheus", url, "--refresh", "500"],
+        30,
+        110,
+    );
     // The screen as a terminal shows it (frames redraw only what changed).
     let screen = || crate::common::screen(&output.lock().unwrap(), 30, 110);
     let text = || screen().screen().contents();
