@@ -256,17 +256,10 @@ impl Drop for Killed {
 }
 
 fn fleet_bench(targets: usize) {
-    use std::io::BufRead;
     let me = std::env::current_exe().unwrap();
-    let mut servers = Command::new(&me)
-        .args(["serve-recorded", &targets.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(servers.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (servers, line) = stand_in::start_reading_a_line(
+        Command::new(&me).args(["serve-recorded", &targets.to_string()]),
+    );
     let _servers = Killed(servers);
     let addrs: Vec<String> = line.trim().split(',').map(|a| format!("'{a}'")).collect();
     let tmp = tempfile::tempdir().unwrap();

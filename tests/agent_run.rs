@@ -13,6 +13,8 @@ use std::process::Command as Proc;
 
 use vramscope::agent::{self, Level};
 
+mod common;
+
 /// Held by the tests that set or read the process's environment: the
 /// doctor's agent must not be extracted into the run test's cache while
 /// that test removes it.
@@ -166,7 +168,8 @@ fn tracker_compiles_against_real_torch_headers() {
         return;
     };
     let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/agent");
-    let out = Proc::new(&py)
+    let mut probe = Proc::new(&py);
+    probe
         .arg("-c")
         .arg(
             r#"
@@ -183,14 +186,8 @@ if root:
 print(json.dumps({"root": root, "inc": inc, "why": why, "cxx": cxx, "ver": ver, "std": _build.cxx_std(ver or "0")}))
 "#,
         )
-        .env("PYTHONPATH", &assets)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .env("PYTHONPATH", &assets);
+    let out = common::succeeded(probe.output().unwrap());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let Some(root) = v["root"].as_str() else {
         println!("SKIPPED: tracker syntax check: no torch headers for {py} (set VRAMSCOPE_TEST_PYTHON to a Python with torch)");

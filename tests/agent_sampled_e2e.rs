@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 use serde_json::Value;
 
 const FAKE_TORCH: &str = include_str!("fixtures/fake_torch.py");
@@ -134,14 +134,6 @@ fn snapshot_entry(shm: &Path, pid: u64) -> Value {
 /// The dashboard's screen, opened on `pid`, once it shows `needles` (or
 /// after 20 s); then `q`. Returns the screen's text.
 fn dashboard_screen(shm: &Path, pid: u64, needles: &[&str]) -> String {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 120,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("a pty");
     let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
     for a in [
         "--no-nvml",
@@ -153,17 +145,17 @@ fn dashboard_screen(shm: &Path, pid: u64, needles: &[&str]) -> String {
         cmd.arg(a);
     }
     cmd.arg(shm);
-    cmd.env("TERM", "xterm-256color");
     cmd.env_remove("VRAMSCOPE_SHM_DIR");
-    let mut child = pair.slave.spawn_command(cmd).expect("spawn the dashboard");
-    drop(pair.slave);
-    let mut writer = pair.master.take_writer().unwrap();
-    let output = common::collect_output(pair.master.try_clone_reader().unwrap());
+    let common::Pty {
+        mut child,
+        master: _master,
+        keys: mut writer,
+        output,
+    } = common::in_pty(cmd, 30, 120);
     let screen = || {
-        let n = |v| std::num::NonZeroU16::new(v).unwrap();
-        let mut term = vt100::Parser::new(n(30), n(120), 0);
-        term.process(&output.lock().unwrap());
-        term.screen().contents()
+        common::screen(&output.lock().unwrap(), 30, 120)
+            .screen()
+            .contents()
     };
     let start = Instant::now();
     let mut text = screen();

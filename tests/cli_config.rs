@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{succeeded, vramscope};
+use common::{dashboard_screenshot, exited_with, succeeded, vramscope};
 
 #[test]
 fn the_settings_file_sets_the_sort_and_the_look() {
@@ -12,18 +12,8 @@ fn the_settings_file_sets_the_sort_and_the_look() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/config/minimal.toml");
     let shot = dir.path().join("o.svg");
     succeeded(
-        vramscope()
+        dashboard_screenshot(dir.path(), &shot)
             .env("VRAMSCOPE_CONFIG", &sample)
-            .args(["--no-nvml", "--shm-dir"])
-            .arg(dir.path())
-            .args([
-                "--size",
-                "80x24",
-                "--screenshot-after",
-                "100",
-                "--screenshot",
-            ])
-            .arg(&shot)
             .output()
             .unwrap(),
     );
@@ -39,40 +29,32 @@ fn a_bad_settings_file_is_one_line_naming_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("config.toml");
     std::fs::write(&bad, "[dashboard]\nsort = \"RESV\"\nrefresh = 100\n").unwrap();
-    let out = vramscope()
-        .env("VRAMSCOPE_CONFIG", &bad)
-        .args(["demo", "--headless"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = exited_with(
+        1,
+        vramscope()
+            .env("VRAMSCOPE_CONFIG", &bad)
+            .args(["demo", "--headless"])
+            .output()
+            .unwrap(),
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains(&format!("{}:3: key `dashboard.refresh`", bad.display())),
         "{err}"
     );
     // XDG_CONFIG_HOME is where it is looked for; absent is fine.
-    let out = vramscope()
-        .env_remove("VRAMSCOPE_CONFIG")
-        .env("XDG_CONFIG_HOME", dir.path())
-        .args(["demo", "--headless", "--duration", "0.1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let demo = || {
+        vramscope()
+            .env_remove("VRAMSCOPE_CONFIG")
+            .env("XDG_CONFIG_HOME", dir.path())
+            .args(["demo", "--headless", "--duration", "0.1"])
+            .output()
+            .unwrap()
+    };
+    succeeded(demo());
     std::fs::create_dir_all(dir.path().join("vramscope")).unwrap();
     std::fs::write(dir.path().join("vramscope/config.toml"), "[dashboard\n").unwrap();
-    let out = vramscope()
-        .env_remove("VRAMSCOPE_CONFIG")
-        .env("XDG_CONFIG_HOME", dir.path())
-        .args(["demo", "--headless", "--duration", "0.1"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("vramscope/config.toml:1:"));
+    assert!(exited_with(1, demo()).contains("vramscope/config.toml:1:"));
 }
 
 #[test]
@@ -98,8 +80,10 @@ fn completions_and_man_page_cover_every_subcommand() {
             assert!(text.contains(s), "{shell}: {s}");
         }
     }
-    let out = vramscope().args(["completions", "tcsh"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    exited_with(
+        2,
+        vramscope().args(["completions", "tcsh"]).output().unwrap(),
+    );
     let man = succeeded(vramscope().arg("man").output().unwrap());
     let man = String::from_utf8_lossy(&man.stdout);
     assert!(

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{succeeded, vramscope};
+use common::{dashboard_screenshot, exited_with, succeeded, vramscope};
 
 /// The text of an SVG frame, one line per row (the tspans joined).
 fn svg_text(path: &std::path::Path) -> String {
@@ -90,34 +90,21 @@ fn replay_ui_names_the_file_and_says_where_it_ends() {
 fn the_dashboard_draws_without_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dash.svg");
-    let out = succeeded(
-        vramscope()
-            .args(["--no-nvml", "--shm-dir"])
-            .arg(dir.path())
-            .args([
-                "--size",
-                "80x24",
-                "--screenshot-after",
-                "100",
-                "--screenshot",
-            ])
-            .arg(&path)
-            .output()
-            .unwrap(),
-    );
+    let out = succeeded(dashboard_screenshot(dir.path(), &path).output().unwrap());
     assert!(out.stdout.is_empty(), "nothing drawn on stdout");
     let text = svg_text(&path);
     assert_eq!(text.lines().count(), 24);
     assert!(text.contains("No processes yet"), "{text}");
     // --size without --screenshot: one line, exit 2.
-    let out = vramscope().args(["--size", "80x24"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let out = vramscope()
-        .args(["--size", "80", "--screenshot", "x.svg"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("COLSxROWS"));
+    exited_with(2, vramscope().args(["--size", "80x24"]).output().unwrap());
+    let err = exited_with(
+        2,
+        vramscope()
+            .args(["--size", "80", "--screenshot", "x.svg"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("COLSxROWS"));
 }
 
 /// `demo --headless --keys`: keys pressed before the still is taken (the

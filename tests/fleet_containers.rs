@@ -60,10 +60,9 @@ fn a_producer_in_its_own_pid_and_mount_namespace_is_found_named_and_never_cleane
     // The stand-in runs as pid 1 of a new pid namespace, in a mount
     // namespace where `dir` is a private tmpfs: its segment is invisible
     // in the host's `dir`.
-    let exe = std::env::current_exe().unwrap();
-    let exe = exe.to_str().unwrap();
     let dir_s = dir.to_str().unwrap();
-    let args = [
+    let wrapper = [
+        "unshare",
         "--pid",
         "--fork",
         "--mount",
@@ -72,14 +71,8 @@ fn a_producer_in_its_own_pid_and_mount_namespace_is_found_named_and_never_cleane
         "-c",
         "mount -t tmpfs -o mode=1777 tmpfs \"$0\" && exec \"$@\"",
         dir_s,
-        exe,
-        "stand_in_producer",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
     ];
-    let contained = stand_in::spawn_with(Path::new("unshare"), &args, dir, "contained", SHAPE);
+    let contained = stand_in::spawn_through(&wrapper, dir, "contained", SHAPE);
     let host = common::namespace_init(contained.pid(), Duration::from_secs(5))
         .expect("the namespace's pid 1");
     assert_eq!(

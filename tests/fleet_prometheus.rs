@@ -12,10 +12,8 @@ mod stand_in;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 use stand_in::{exporter, Shape};
 use vramscope::fleet::prom::{Client, Endpoint, Sample};
 
@@ -123,6 +121,51 @@ fn one<'a>(s: &'a [Sample], label: &str, value: &str) -> &'a Sample {
     hits[0]
 }
 
+/// A current-thread runtime and a client of the Prometheus at `url`.
+fn client(url: &str) -> (tokio::runtime::Runtime, Client) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = Client::new(Endpoint::parse(url).unwrap(), Duration::from_secs(5));
+    (rt, c)
+}
+
+/// What the exporter at `addr` (host:port) serves at `/metrics`.
+fn scrape(addr: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// Asserts `promtool check metrics` (its lint of the text format) accepts
+/// `scrape`.
+fn promtool_accepts(scrape: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{scrape}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     if !have("prometheus") || !have("promtool") {
@@ -141,11 +184,7 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     let b_addr = eb.as_ref().unwrap().addr.clone();
     let (_prom, url) = prometheus(tmp.path(), &[&ea.addr, &b_addr]);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let c = Client::new(Endpoint::parse(&url).unwrap(), Duration::from_secs(5));
+    let (rt, c) = client(&url);
     // Both targets up, the three processes' series in.
     let up = until(
         &rt,
@@ -238,53 +277,15 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     assert!(checked >= 14, "{checked}");
 
     // promtool's lint of a scrape in the text format.
-    let scrape = {
-        use std::io::Read;
-        let mut s = std::net::TcpStream::connect(&ea.addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n").unwrap().1.to_string()
-    };
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{scrape}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_accepts(&scrape(&ea.addr));
 
     // The fleet view in a terminal.
-    let pty = native_pty_system();
-    let pair = pty
-        .openpty(PtySize {
-            rows: 30,
-            cols: 110,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", &url, "--refresh", "500"]);
-    cmd.env("TERM", "xterm-256color");
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let mut keys = pair.master.take_writer().unwrap();
-    let output: Arc<Mutex<Vec<u8>>> =
-        common::collect_output(pair.master.try_clone_reader().unwrap());
+    let mut fleet = common::vramscope_in_pty(
+        &["fleet", "--prometheus", &url, "--refresh", "500"],
+        30,
+        110,
+    );
+    let output = &fleet.output;
     let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
     let wait = |needles: &[&str], what: &str| {
         let start = Instant::now();
@@ -301,16 +302,16 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
     };
     wait(&["node-a", "node-b", "2 nodes"], "both nodes");
     // Into node-a (first by name): its two processes, then back.
-    keys.write_all(b"\r").unwrap();
+    fleet.keys.write_all(b"\r").unwrap();
     wait(&["train_a", "eval_a", "LEAK"], "node-a's processes");
     wait(&["over time"], "the selected process's chart");
-    keys.write_all(b"\x1b").unwrap();
+    fleet.keys.write_all(b"\x1b").unwrap();
     // (A key right after Esc would be read as Alt+key.)
     std::thread::sleep(Duration::from_millis(300));
     // Fleet-wide jobs list.
-    keys.write_all(b"\t").unwrap();
+    fleet.keys.write_all(b"\t").unwrap();
     wait(&["train_b"], "every job (node-b's too)");
-    keys.write_all(b"\t").unwrap();
+    fleet.keys.write_all(b"\t").unwrap();
     // node-b goes away: Prometheus marks it down, and so does the view.
     let mark = output.lock().unwrap().len();
     drop(eb.take());
@@ -326,18 +327,9 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    keys.write_all(b"q").unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "fleet did not quit on q"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    fleet.keys.write_all(b"q").unwrap();
+    let status = common::exit_within(&mut *fleet.child, Duration::from_secs(10));
+    let status = status.expect("fleet did not quit on q");
     assert!(status.success(), "fleet exited with {status:?}");
 }
 
@@ -345,25 +337,11 @@ fn series_reach_prometheus_and_fleet_shows_nodes_and_a_node_going_down() {
 fn fleet_shows_an_unreachable_prometheus_in_its_pane() {
     // A port where nothing listens: the pane says so; q still quits.
     let port = free_port();
-    let pty = native_pty_system();
-    let pair = pty
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", &format!("127.0.0.1:{port}")]);
-    cmd.env("TERM", "xterm-256color");
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let mut keys = pair.master.take_writer().unwrap();
-    let output = common::collect_output(pair.master.try_clone_reader().unwrap());
+    let at = format!("127.0.0.1:{port}");
+    let mut fleet = common::vramscope_in_pty(&["fleet", "--prometheus", &at], 24, 80);
     let start = Instant::now();
     loop {
-        let t = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+        let t = String::from_utf8_lossy(&fleet.output.lock().unwrap()).into_owned();
         if t.contains("cannot be reached") {
             break;
         }
@@ -373,19 +351,9 @@ fn fleet_shows_an_unreachable_prometheus_in_its_pane() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    keys.write_all(b"q").unwrap();
-    let start = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            assert!(s.success());
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "fleet did not quit on q"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    fleet.keys.write_all(b"q").unwrap();
+    let status = common::exit_within(&mut *fleet.child, Duration::from_secs(10));
+    assert!(status.expect("fleet did not quit on q").success());
 }
 
 /// Issue 15: a process's live bytes by module reach Prometheus with
@@ -407,11 +375,7 @@ fn top_modules_per_process_reach_prometheus() {
     let demo = vramscope::demo::start(sc, &dir, 20.0, None).unwrap();
     let ex = exporter(&dir, "node-m");
     let (_prom, url) = prometheus(tmp.path(), &[&ex.addr]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let c = Client::new(Endpoint::parse(&url).unwrap(), Duration::from_secs(5));
+    let (rt, c) = client(&url);
     let me = std::process::id();
     let q = format!("vramscope_process_module_allocated_bytes{{pid=\"{me}\"}}");
     // At a quiescent point the rows add up to the allocated bytes (one
@@ -452,12 +416,7 @@ fn top_modules_per_process_reach_prometheus() {
 /// The module label values of `pid`'s rows in a scrape of `addr`, and the
 /// scrape.
 fn module_rows(addr: &str, pid: u32) -> (Vec<String>, String) {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
+    let body = scrape(addr);
     let me = format!("pid=\"{pid}\"");
     let values = body
         .lines()
@@ -510,33 +469,10 @@ fn item11_modules_named_like_the_aggregates_are_series_of_their_own() {
     for w in wanted {
         assert!(values.iter().any(|x| x == w), "{w} missing: {values:?}");
     }
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_accepts(&scrape);
     // Through Prometheus: the four values, each its own series.
     let (_prom, url) = prometheus(tmp.path(), &[&ex.addr]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let c = Client::new(Endpoint::parse(&url).unwrap(), Duration::from_secs(5));
+    let (rt, c) = client(&url);
     let q = format!("vramscope_process_module_allocated_bytes{{pid=\"{me}\"}}");
     let rows = until(&rt, &c, &q, Duration::from_secs(30), |s| {
         wanted

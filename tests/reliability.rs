@@ -7,22 +7,24 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vramscope::ring::{Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
-use common::answering;
+use common::{answering, vramscope};
 
-fn vramscope() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_vramscope"))
-}
-
-/// Waits for `child` up to `limit`; kills it and fails the test past that
-/// (the review's hangs ran for minutes).
-fn finish_within(mut child: Child, limit: Duration, what: &str) -> Output {
+/// Runs `cmd` (its standard output discarded, its standard error kept) for
+/// up to `limit`; kills it and fails the test past that (the review's hangs
+/// ran for minutes).
+fn finish_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let start = Instant::now();
     loop {
         if child.try_wait().unwrap().is_some() {
@@ -56,15 +58,14 @@ fn item2_a_recording_on_a_full_disk_stops_and_says_so() {
     let shm = tempfile::tempdir().unwrap();
     let scenario = vramscope::demo::scenario("leak", None).unwrap();
     let demo = vramscope::demo::start(scenario, shm.path(), 50.0, None).unwrap();
-    let child = vramscope()
-        .args(["record", "--no-nvml", "--duration", "20", "-o", "/dev/full"])
-        .arg("--shm-dir")
-        .arg(shm.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = finish_within(child, Duration::from_secs(10), "record -o /dev/full");
+    let out = finish_within(
+        vramscope()
+            .args(["record", "--no-nvml", "--duration", "20", "-o", "/dev/full"])
+            .arg("--shm-dir")
+            .arg(shm.path()),
+        Duration::from_secs(10),
+        "record -o /dev/full",
+    );
     demo.stop();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -107,6 +108,17 @@ fn record_leak_demo_mid_run(rec: &Path, speed: f64, after: u64, secs: u64) -> u6
     demo.stop();
     assert!(out.status.success(), "{}", stderr(&out));
     runs
+}
+
+/// `sim --trace` on the recording `rec`: its exit status and standard
+/// error.
+fn sim_trace(rec: &Path) -> (ExitStatus, String) {
+    let out = vramscope()
+        .args(["sim", "--trace"])
+        .arg(rec)
+        .output()
+        .unwrap();
+    (out.status, stderr(&out))
 }
 
 /// Allocations in `open --json --trace`'s events that contradict the
@@ -173,13 +185,8 @@ fn item3_a_recording_begun_mid_run_starts_from_its_anchor() {
     );
 
     // sim: the last run, from an empty allocator: every sample matches.
-    let sim = vramscope()
-        .args(["sim", "--trace"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    let err = stderr(&sim);
-    assert!(sim.status.success(), "{err}");
+    let (sim, err) = sim_trace(&rec);
+    assert!(sim.success(), "{err}");
     assert!(err.contains("the replay is of the last"), "{err}");
     let summary = err
         .lines()
@@ -237,13 +244,8 @@ fn item3_sim_refuses_a_mid_run_recording_without_a_start() {
     let files = tempfile::tempdir().unwrap();
     let rec = files.path().join("mid.vsr");
     record_leak_demo_mid_run(&rec, 3.0, 3, 2);
-    let sim = vramscope()
-        .args(["sim", "--trace"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    let err = stderr(&sim);
-    assert_eq!(sim.status.code(), Some(1), "{err}");
+    let (sim, err) = sim_trace(&rec);
+    assert_eq!(sim.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("already running when the recording began"),
@@ -275,17 +277,16 @@ fn commands_sent_to(dir: &Path, extra: &[&str]) -> usize {
             (Status::Unsupported, 0, 0)
         },
         || {
-            let child = vramscope()
-                .args(["--no-nvml", "--screenshot-after", "7000", "--screenshot"])
-                .arg(shot.path().join("x.svg"))
-                .arg("--shm-dir")
-                .arg(dir)
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let out = finish_within(child, Duration::from_secs(30), "the dashboard");
+            let out = finish_within(
+                vramscope()
+                    .args(["--no-nvml", "--screenshot-after", "7000", "--screenshot"])
+                    .arg(shot.path().join("x.svg"))
+                    .arg("--shm-dir")
+                    .arg(dir)
+                    .args(extra),
+                Duration::from_secs(30),
+                "the dashboard",
+            );
             assert!(out.status.success(), "{}", stderr(&out));
         },
     );
@@ -423,17 +424,16 @@ fn item12_every_stderr_line_goes_through_one_function() {
 /// Runs the headless dashboard with `VRAMSCOPE_CONFIG=config`.
 fn dashboard_with_config(config: &Path) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    let child = vramscope()
-        .env("VRAMSCOPE_CONFIG", config)
-        .args(["--no-nvml", "--screenshot-after", "0", "--screenshot"])
-        .arg(dir.path().join("s.svg"))
-        .arg("--shm-dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    finish_within(child, Duration::from_secs(10), "the dashboard")
+    finish_within(
+        vramscope()
+            .env("VRAMSCOPE_CONFIG", config)
+            .args(["--no-nvml", "--screenshot-after", "0", "--screenshot"])
+            .arg(dir.path().join("s.svg"))
+            .arg("--shm-dir")
+            .arg(dir.path()),
+        Duration::from_secs(10),
+        "the dashboard",
+    )
 }
 
 /// Item 13: `VRAMSCOPE_CONFIG=/dev/zero` read until memory ran out, a FIFO

@@ -11,6 +11,8 @@
 //! the name its pid gives (`exec` keeps the pid). With `unshare` (root),
 //! the case as reported: two producers that are each pid 1.
 
+#[path = "common/c_writer.rs"]
+mod c_writer;
 mod common;
 mod stand_in;
 
@@ -30,44 +32,9 @@ fn stand_in_producer() {
     stand_in::main();
 }
 
-/// A producer of the C header: creates a segment in DIR labelled LABEL,
-/// prints its path, waits for a line on stdin, closes it.
-const C_WRITER: &str = r#"
-#include "vramscope_ring.h"
-int main(int argc, char **argv) {
-    if (argc != 3) return 2;
-    vs_config cfg = vs_default_config();
-    cfg.dir = argv[1];
-    cfg.label = argv[2];
-    cfg.rings[0].slots = 64;
-    cfg.rings[1].slots = 64;
-    vs_segment seg;
-    char err[2048];
-    if (vs_segment_create(&seg, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    printf("%s\n", seg.path);
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) line[0] = 0;
-    vs_segment_close(&seg);
-    return 0;
-}
-"#;
-
 /// A producer of the Python agent (sampled mode): prints its status (the
 /// segment's path in it), waits for a line on stdin.
-const PY_JOB: &str = r#"
-import json, sys, time, torch, vramscope
-vramscope.attach()
-for _ in range(500):
-    if vramscope.status()["mode"] not in (None, "pending"):
-        break
-    time.sleep(0.01)
-print(json.dumps(vramscope.status()), flush=True)
-sys.stdin.readline()
-"#;
+const PY_JOB: &str = include_str!("fixtures/sampled_job.py");
 
 const FAKE_TORCH: &str = include_str!("fixtures/fake_torch.py");
 
@@ -102,26 +69,15 @@ impl Kit {
     fn new() -> Kit {
         let tmp = tempfile::tempdir().unwrap();
         let t = tmp.path();
-        let src = t.join("writer.c");
-        std::fs::write(&src, C_WRITER).unwrap();
-        let exe = t.join("writer");
-        let cc = Command::new("cc")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        let built = cc && {
-            let st = Command::new("cc")
-                .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/agent"))
-                .arg("-o")
-                .arg(&exe)
-                .arg(&src)
-                .status()
-                .unwrap();
-            assert!(st.success(), "compiling the C producer failed");
-            true
-        };
+        // The C header's producer (tests/c/holder.c): DIR LABEL.
+        let built = c_writer::have_cc().then(|| {
+            c_writer::compile(
+                "tests/c/holder.c",
+                &t.join("writer"),
+                &["cc", "-std=gnu11"],
+                &[],
+            )
+        });
         let python = std::env::var("VRAMSCOPE_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
         let python = Command::new(&python)
             .args(["-c", "import sys; assert sys.version_info >= (3, 8)"])
@@ -135,7 +91,7 @@ impl Kit {
         std::fs::write(&job, PY_JOB).unwrap();
         let pythonpath = format!("{}:{}", t.join("user").display(), agent.display());
         Kit {
-            c_writer: built.then_some(exe),
+            c_writer: built,
             python,
             pythonpath,
             job,
@@ -156,6 +112,25 @@ impl Kit {
             None => println!("SKIPPED: {test}, Python agent: no python3"),
         }
         v
+    }
+
+    /// The producer of `kind` labelled `label`, writing into `d`, started
+    /// through `sh`, which waits until `plant` (given its pid: `exec` keeps
+    /// it) has put what the producer is to find at the name its pid gives;
+    /// with what `plant` returned.
+    fn start_after<T>(
+        &self,
+        kind: Kind,
+        d: &Path,
+        label: &str,
+        plant: impl FnOnce(u32) -> T,
+    ) -> (Running, T) {
+        let ready = d.join(".ready");
+        let wrapper = ["sh", "-c", WAIT_THEN_EXEC, ready.to_str().unwrap()];
+        let p = Running::start(kind, self.command(kind, &wrapper, d, label));
+        let planted = plant(p.child.id());
+        std::fs::write(&ready, b"").unwrap();
+        (p, planted)
     }
 
     /// `wrapper` then the producer of `kind`, writing into `dir`.
@@ -327,18 +302,13 @@ fn item9_a_live_segment_at_a_producers_name_is_kept_and_both_are_shown() {
     for kind in kit.kinds("item 9") {
         let dir = segment_dir();
         let d = dir.path();
-        let ready = d.join(".ready");
-        let cmd = kit.command(
-            kind,
-            &["sh", "-c", WAIT_THEN_EXEC, ready.to_str().unwrap()],
-            d,
-            "second",
-        );
-        let mut second = Running::start(kind, cmd);
+        let (mut second, (first, planted, planted_ino)) =
+            kit.start_after(kind, d, "second", |pid| {
+                let (first, planted) = live_segment_at(d, &name_for(pid));
+                let ino = std::fs::metadata(&planted).unwrap().ino();
+                (first, planted, ino)
+            });
         let pid = second.child.id();
-        let (first, planted) = live_segment_at(d, &name_for(pid));
-        let planted_ino = std::fs::metadata(&planted).unwrap().ino();
-        std::fs::write(&ready, b"").unwrap();
         let seg = second.segment();
         assert_ne!(seg, planted, "{kind:?}: took the live segment's name");
         assert!(
@@ -430,18 +400,11 @@ fn item9_a_stale_segment_at_a_producers_name_is_replaced() {
         for closed in [false, true] {
             let dir = segment_dir();
             let d = dir.path();
-            let ready = d.join(".ready");
-            let cmd = kit.command(
-                kind,
-                &["sh", "-c", WAIT_THEN_EXEC, ready.to_str().unwrap()],
-                d,
-                "new",
-            );
-            let mut p = Running::start(kind, cmd);
+            let (mut p, at) = kit.start_after(kind, d, "new", |pid| {
+                let owner = if closed { std::process::id() } else { pid };
+                stale_segment_at(d, &name_for(pid), owner, closed)
+            });
             let pid = p.child.id();
-            let owner = if closed { std::process::id() } else { pid };
-            let at = stale_segment_at(d, &name_for(pid), owner, closed);
-            std::fs::write(&ready, b"").unwrap();
             let seg = p.segment();
             assert_eq!(
                 seg, at,
@@ -557,21 +520,11 @@ fn item9_two_pid1_producers_sharing_a_directory_are_both_shown() {
     // The Rust writer (the stand-in producer, this test binary).
     let dir = segment_dir();
     let d = dir.path();
-    let exe = std::env::current_exe().unwrap();
-    let mut args: Vec<&str> = UNSHARE[1..].to_vec();
-    args.extend([
-        exe.to_str().unwrap(),
-        "stand_in_producer",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    let a = stand_in::spawn_with(Path::new("unshare"), &args, d, "first", SHAPE);
+    let a = stand_in::spawn_through(UNSHARE, d, "first", SHAPE);
     let a_seg = wait_segments(d, 1);
     assert_eq!(a_seg, vec![d.join(&name)]);
     std::thread::sleep(Duration::from_millis(50));
-    let b = stand_in::spawn_with(Path::new("unshare"), &args, d, "second", SHAPE);
+    let b = stand_in::spawn_through(UNSHARE, d, "second", SHAPE);
     let both = wait_segments(d, 2);
     assert_eq!(both.len(), 2, "{both:?}");
     let hosts =
@@ -584,9 +537,10 @@ fn item9_two_pid1_producers_sharing_a_directory_are_both_shown() {
 /// the writer finds the name its pid gives taken by a producer that
 /// calls itself the same. `apart`: the nested one starts a clock tick
 /// later, so their start times differ. Returns the segments' labels by
-/// name (the nested one first), and what `snapshot` shows: the labels of
-/// the processes and the problems.
-fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<String>, Vec<Value>)> {
+/// name (the nested one first), which must be those two (the nested
+/// producer's segment kept), and what `snapshot` shows: the labels of the
+/// processes and the problems.
+fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<Value>)> {
     if !discover::in_root_pid_namespace() || !unshare_works() {
         println!(
             "SKIPPED: item 9, nested: needs the root pid namespace and `unshare --pid` (root)"
@@ -609,9 +563,9 @@ fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<String>, Vec<Value>)> {
         shift 3; exec \"$@\"",
         if apart { "sleep 0.05; " } else { "" }
     );
-    let exe = std::env::current_exe().unwrap();
     let name = name_for(1);
-    let args = [
+    let wrapper = [
+        "unshare",
         "--pid",
         "--fork",
         "--mount-proc",
@@ -622,14 +576,8 @@ fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<String>, Vec<Value>)> {
         writer.to_str().unwrap(),
         d.to_str().unwrap(),
         &name,
-        exe.to_str().unwrap(),
-        "stand_in_producer",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
     ];
-    let outer = stand_in::spawn_with(Path::new("unshare"), &args, d, "outer", SHAPE);
+    let outer = stand_in::spawn_through(&wrapper, d, "outer", SHAPE);
     let mut found = wait_segments(d, 2);
     found.sort_by_key(|p| p.to_str().map(str::len));
     let labels: Vec<String> = found
@@ -657,7 +605,12 @@ fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<String>, Vec<Value>)> {
         .collect();
     shown.sort();
     drop(outer);
-    Some((labels, shown, snap["problems"].as_array().unwrap().clone()))
+    assert_eq!(
+        labels,
+        ["nested", "outer"],
+        "the nested producer's segment was replaced"
+    );
+    Some((shown, snap["problems"].as_array().unwrap().clone()))
 }
 
 /// A producer in a pid namespace nested in the writer's, whose pid in there
@@ -666,14 +619,9 @@ fn nested_pid_1(apart: bool) -> Option<(Vec<String>, Vec<String>, Vec<Value>)> {
 /// any running producer of its own pid for a leftover of its own.)
 #[test]
 fn item9_the_rust_writer_keeps_the_segment_of_a_nested_namespaces_pid_1() {
-    let Some((labels, shown, problems)) = nested_pid_1(true) else {
+    let Some((shown, problems)) = nested_pid_1(true) else {
         return;
     };
-    assert_eq!(
-        labels,
-        ["nested", "outer"],
-        "the nested producer's segment was replaced"
-    );
     assert_eq!(shown, ["nested", "outer"], "{problems:?}");
     assert!(problems.is_empty(), "{problems:?}");
 }
@@ -685,14 +633,9 @@ fn item9_the_rust_writer_keeps_the_segment_of_a_nested_namespaces_pid_1() {
 /// saying why (never as "does not map this segment", never merged).
 #[test]
 fn item9_producers_alike_in_pid_and_start_time_are_never_merged() {
-    let Some((labels, shown, problems)) = nested_pid_1(false) else {
+    let Some((shown, problems)) = nested_pid_1(false) else {
         return;
     };
-    assert_eq!(
-        labels,
-        ["nested", "outer"],
-        "the nested producer's segment was replaced"
-    );
     match shown.len() {
         2 => assert!(problems.is_empty(), "{problems:?}"),
         1 => {

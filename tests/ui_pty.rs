@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
+use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 
 const LEAVE_ALT: &[u8] = b"\x1b[?1049l";
 const SHOW_CURSOR: &[u8] = b"\x1b[?25h";
@@ -41,32 +41,24 @@ impl Session {
     /// The demo, started in `cwd` (where `S` writes) when given.
     fn start_in(cwd: Option<&std::path::Path>) -> Session {
         let shm = tempfile::tempdir().unwrap();
-        let pty = native_pty_system();
-        let pair = pty
-            .openpty(PtySize {
-                rows: 24,
-                cols: 80,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .expect("a pty");
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
         cmd.arg("demo");
         cmd.arg("--shm-dir");
         cmd.arg(shm.path());
-        cmd.env("TERM", "xterm-256color");
         cmd.env_remove("NO_COLOR");
         if let Some(d) = cwd {
             cmd.cwd(d);
         }
-        let child = pair.slave.spawn_command(cmd).expect("spawn vramscope");
-        drop(pair.slave);
-        let writer = pair.master.take_writer().unwrap();
-        let output = common::collect_output(pair.master.try_clone_reader().unwrap());
+        let common::Pty {
+            child,
+            master,
+            keys,
+            output,
+        } = common::in_pty(cmd, 24, 80);
         Session {
             child,
-            _master: pair.master,
-            writer,
+            _master: master,
+            writer: keys,
             output,
             _shm: shm,
         }

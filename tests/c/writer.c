@@ -5,6 +5,7 @@
  *   writer DIR THREADS PER_THREAD SLOTS
  */
 #include "../../assets/agent/vramscope_ring.h"
+#include "announce.h"
 #include <pthread.h>
 
 static vs_segment seg;
@@ -52,16 +53,9 @@ int main(int argc, char **argv) {
     int threads = atoi(argv[2]);
     exclusive = threads == 1;
     per_thread = strtoul(argv[3], NULL, 10);
-    char err[2048];
-    if (vs_segment_create(&seg, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    printf("%s\n", seg.path);
-    fflush(stdout);
+    create_and_announce(&seg, &cfg);
     /* Wait for the reader to say "go" on stdin, so it sees the run live. */
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) return 1;
+    if (!await_line()) return 1;
     pthread_t th[64];
     for (int i = 0; i < threads && i < 64; i++) pthread_create(&th[i], NULL, run, (void *)(uintptr_t)i);
     for (int i = 0; i < threads && i < 64; i++) pthread_join(th[i], NULL);

@@ -1,5 +1,5 @@
 //! Building and starting the C test producers (`tests/c`, `tests/compat`),
-//! for the ring tests that drive one: included by path, one copy per test
+//! for the tests that drive one: included by path, one copy per test
 //! binary (`#[path = "common/c_writer.rs"] mod c_writer;`).
 #![allow(dead_code)]
 
@@ -7,6 +7,15 @@ use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+
+/// Whether this machine has a C compiler (`cc`).
+pub fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
 
 /// Compiles `src` (relative to the crate) into `exe`, warnings as errors.
 /// `lang`: the compiler and its language flags (`["cc", "-std=gnu11"]`);

@@ -11,9 +11,28 @@ use vramscope::ring::codec::encode;
 use vramscope::ring::control::Request;
 use vramscope::ring::{SegmentWriter, Status};
 
+pub mod proc_status;
+
 /// The `vramscope` binary under test.
 pub fn vramscope() -> Proc {
     Proc::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+/// The dashboard (no NVML) on the segment directory `dir`, no terminal:
+/// an 80×24 screenshot into `shot` after 100 ms.
+pub fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path) -> Proc {
+    let mut cmd = vramscope();
+    cmd.args(["--no-nvml", "--shm-dir"])
+        .arg(dir)
+        .args([
+            "--size",
+            "80x24",
+            "--screenshot-after",
+            "100",
+            "--screenshot",
+        ])
+        .arg(shot);
+    cmd
 }
 
 /// Asserts the command succeeded (showing its stderr if not); returns it.
@@ -24,6 +43,14 @@ pub fn succeeded(out: Output) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Asserts the command exited with status `code` (showing its stderr if
+/// not); returns its stderr.
+pub fn exited_with(code: i32, out: Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    err
 }
 
 /// Writes `kind` at time `t` into ring `ring` of `seg` (statistics take two
@@ -129,6 +156,77 @@ pub fn collect_output(
         }
     });
     output
+}
+
+/// A command running in a pseudo-terminal: its keyboard and everything it
+/// writes ([`collect_output`]).
+pub struct Pty {
+    pub child: Box<dyn portable_pty::Child + Send + Sync>,
+    /// The pty's side of this process, open while the command runs.
+    pub master: Box<dyn portable_pty::MasterPty + Send>,
+    pub keys: Box<dyn std::io::Write + Send>,
+    pub output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+/// Starts `cmd` in a `rows`×`cols` pseudo-terminal, `TERM=xterm-256color`.
+pub fn in_pty(mut cmd: portable_pty::CommandBuilder, rows: u16, cols: u16) -> Pty {
+    let pair = portable_pty::native_pty_system()
+        .openpty(portable_pty::PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("a pty");
+    cmd.env("TERM", "xterm-256color");
+    let child = pair.slave.spawn_command(cmd).expect("spawn in a pty");
+    drop(pair.slave);
+    let keys = pair.master.take_writer().unwrap();
+    let output = collect_output(pair.master.try_clone_reader().unwrap());
+    Pty {
+        child,
+        master: pair.master,
+        keys,
+        output,
+    }
+}
+
+/// The `rows`×`cols` screen a terminal shows after `bytes` (frames redraw
+/// only what changed).
+pub fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
+    let mut term = vt100::Parser::new(
+        std::num::NonZeroU16::new(rows).unwrap(),
+        std::num::NonZeroU16::new(cols).unwrap(),
+        0,
+    );
+    term.process(bytes);
+    term
+}
+
+/// The binary under test with `args`, in a `rows`×`cols` pseudo-terminal.
+pub fn vramscope_in_pty(args: &[&str], rows: u16, cols: u16) -> Pty {
+    let mut cmd = portable_pty::CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(args);
+    in_pty(cmd, rows, cols)
+}
+
+/// Waits at most `limit` for `child` to exit; past that kills it (None).
+pub fn exit_within(
+    child: &mut (dyn portable_pty::Child + Send + Sync),
+    limit: Duration,
+) -> Option<portable_pty::ExitStatus> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The host pid of the process a fresh `unshare --pid --fork` (a child of

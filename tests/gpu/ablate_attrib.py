@@ -72,12 +72,8 @@ def main():
     saved = {}
 
     def set_variant(v):
-        if v in ("bare", "tracker"):
-            attrib.remove()
-            lib.vs_agent_enable(1 if v == "tracker" else 0)
+        if not bench_attrib.set_attribution(attrib, lib, v):
             return
-        attrib.install()
-        lib.vs_agent_enable(1)
         lib.vs_agent_set_attribution(1 if v == "attrib" else 0)
         attrib.set_backward("none" if v == "nobw" else "auto")
         if v == "roots":

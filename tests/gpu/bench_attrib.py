@@ -110,6 +110,19 @@ def wait_for_agent(timeout=120.0):
     return vramscope.status(), vramscope._st["attrib"], vramscope._st["lib"]
 
 
+def set_attribution(attrib, lib, variant):
+    """The part every variant shares: for `bare` and `tracker`, attribution
+    removed and the tracker's writes off (bare) or on; for the others,
+    attribution installed with the tracker's writes on. True for those."""
+    if variant in ("bare", "tracker"):
+        attrib.remove()
+        lib.vs_agent_enable(1 if variant == "tracker" else 0)
+        return False
+    attrib.install()
+    lib.vs_agent_enable(1)
+    return True
+
+
 def training_step(name):
     forward, optimizer = phases(name)
 

@@ -5,11 +5,7 @@
 # mid-run (after the rings wrapped), and a healthy inference loop.
 #   tests/gpu/diag_fixtures.sh     (writes to $OUT or target/gpu-logs/fixtures)
 set -u
-cd "$(dirname "$0")/../.."
-B=${VRAMSCOPE_BIN:-$PWD/target/release/vramscope}
-D=${OUT:-target/gpu-logs}/fixtures
-mkdir -p "$D"
-export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$(mktemp -d /tmp/vs-cache-XXXXXX)}
+. "$(dirname "$0")/common.sh" fixtures
 # Rings that wrap every few steps, with steps slow enough (--step-sleep)
 # for the recorder to keep up.
 export VRAMSCOPE_SLOTS=4096
@@ -27,16 +23,11 @@ fixture() {
     $B run -- python3 tests/gpu/diag_job.py "$@" --layers 1 --step-sleep 0.02 --out "$D/$name.truth.json" \
         --mid "$D/$name.mid" --mid-step "$mid" > "$D/$name.job.log" 2>&1 &
     local job=$!
-    for _ in $(seq 1 600); do
-        if [ -e "$D/$name.mid" ]; then
-            sleep 0.003
-            $B record -o "$D/$name.mid.vsrec" > /dev/null 2>&1 &
-            b=$!
-            break
-        fi
-        kill -0 $job 2>/dev/null || break
-        sleep 0.05
-    done
+    if await_mark "$D/$name.mid" $job 600 0.05; then
+        sleep 0.003
+        $B record -o "$D/$name.mid.vsrec" > /dev/null 2>&1 &
+        b=$!
+    fi
     wait $job
     sleep 1
     kill -INT $a $b 2>/dev/null

@@ -73,18 +73,24 @@ class Steps:
             )
 
 
+def train(steps, s, opt, forward):
+    """`steps` training steps: the loss `forward()` returns (under bf16
+    autocast), backward, the optimizer's step, then `s.step()`."""
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = forward()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        s.step()
+
+
 def train_lm(model, steps, s, batch=8, seq=128, vocab=8192, compiled=False):
     model = model.cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     fwd = torch.compile(model) if compiled else model
     x = torch.randint(0, vocab, (batch, seq), device="cuda")
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        s.step()
+    train(steps, s, opt, lambda: fwd(input_ids=x, labels=x).loss)
 
 
 def resnet(steps, s):
@@ -95,13 +101,7 @@ def resnet(steps, s):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(16, 3, 128, 128, device="cuda").to(memory_format=torch.channels_last)
     y = torch.randint(0, 100, (16,), device="cuda")
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        s.step()
+    train(steps, s, opt, lambda: torch.nn.functional.cross_entropy(model(x), y))
 
 
 def inference(steps, s):
@@ -162,13 +162,7 @@ def ddp(steps, s):
     model = DDP(gpt2().cuda(), device_ids=[rank])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, 8192, (8, 128), device="cuda")
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        s.step()
+    train(steps, s, opt, lambda: model(input_ids=x, labels=x).loss)
     dist.destroy_process_group()
 
 

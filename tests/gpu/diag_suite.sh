@@ -7,11 +7,8 @@
 #   tests/gpu/diag_suite.sh [WORKLOAD...]     (logs and recordings to $OUT or target/gpu-logs/diag)
 # Needs target/release/vramscope, a GPU, torch, transformers, timm, lightning.
 set -u
-cd "$(dirname "$0")/../.."
-B=${VRAMSCOPE_BIN:-$PWD/target/release/vramscope}
-LOG=${OUT:-target/gpu-logs}/diag
-mkdir -p "$LOG"
-export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$(mktemp -d /tmp/vs-cache-XXXXXX)}
+. "$(dirname "$0")/common.sh" diag
+LOG=$D
 # Small rings, so that a reader attached mid-run finds them wrapped many times.
 export VRAMSCOPE_SLOTS=16384
 WORKLOADS=${*:-gpt2 resnet inference lightning compiled}
@@ -37,18 +34,13 @@ run_case() {
     fi
     job=$!
     local rec_b=
-    for _ in $(seq 1 1800); do
-        if [ -e "$LOG/$name.mid" ]; then
-            # In the middle of a step: a few milliseconds past its boundary.
-            sleep 0.00$((RANDOM % 9 + 1))
-            $B rings --json > "$LOG/$name.rings-at-attach.json" 2>&1
-            $B record -o "$LOG/$name.mid.vsrec" > "$LOG/$name.rec-mid.log" 2>&1 &
-            rec_b=$!
-            break
-        fi
-        kill -0 $job 2>/dev/null || break
-        sleep 0.1
-    done
+    if await_mark "$LOG/$name.mid" $job 1800 0.1; then
+        # In the middle of a step: a few milliseconds past its boundary.
+        sleep 0.00$((RANDOM % 9 + 1))
+        $B rings --json > "$LOG/$name.rings-at-attach.json" 2>&1
+        $B record -o "$LOG/$name.mid.vsrec" > "$LOG/$name.rec-mid.log" 2>&1 &
+        rec_b=$!
+    fi
     wait $job
     echo "job rc=$?" >> "$LOG/$name.job.log"
     sleep 1

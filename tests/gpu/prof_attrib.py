@@ -56,12 +56,8 @@ def main():
 
     def cfg(name):
         attrib.capture_steps = 0
-        if name in ("bare", "tracker"):
-            attrib.remove()
-            lib.vs_agent_enable(1 if name == "tracker" else 0)
+        if not bench_attrib.set_attribution(attrib, lib, name):
             return
-        attrib.install()
-        lib.vs_agent_enable(1)
         attrib.set_backward({"nobw": "none", "params": "params"}.get(name, "auto"))
         attrib.set_native(name != "py")
 

@@ -6,11 +6,7 @@
 # A one-layer GPT-2 (AdamW, bf16 autocast), 30 steps, statistics every
 # 20 ms (VRAMSCOPE_STATS_MS), the agent from this tree.
 set -u
-cd "$(dirname "$0")/../.."
-B=${VRAMSCOPE_BIN:-$PWD/target/release/vramscope}
-D=${OUT:-target/gpu-logs}/placed
-mkdir -p "$D"
-export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$(mktemp -d /tmp/vs-cache-XXXXXX)}
+. "$(dirname "$0")/common.sh" placed
 export PYTHONPATH=$PWD/assets/agent VRAMSCOPE_STATS_MS=20
 python3 -m vramscope.doctor --build > "$D/build.log" 2>&1
 export VRAMSCOPE_SHM_DIR=$(mktemp -d /tmp/vs-placed-XXXXXX)

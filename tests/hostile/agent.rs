@@ -360,22 +360,19 @@ fn item_01_planted_tracker_library_is_never_loaded() {
     std::fs::write(&script, BUILD_SCRIPT).unwrap();
     let private_tmp = mkdir(&t.join("privtmp"), 0o700);
     let build = |xdg: &Path| -> serde_json::Value {
-        let out = Command::new(&py)
-            .arg(&script)
-            .arg(torch.join("__init__.py"))
-            .env("PYTHONPATH", &agent_dir)
-            .env("VRAMSCOPE_CXX", &cxx)
-            .env("VRAMSCOPE_CUDA_INCLUDE", t.join("cuda"))
-            .env("FAKE_CXX_LOG", &log)
-            .env("XDG_CACHE_HOME", xdg)
-            .env("TMPDIR", &private_tmp)
-            .env_remove("CUDA_HOME")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::common::succeeded(
+            Command::new(&py)
+                .arg(&script)
+                .arg(torch.join("__init__.py"))
+                .env("PYTHONPATH", &agent_dir)
+                .env("VRAMSCOPE_CXX", &cxx)
+                .env("VRAMSCOPE_CUDA_INCLUDE", t.join("cuda"))
+                .env("FAKE_CXX_LOG", &log)
+                .env("XDG_CACHE_HOME", xdg)
+                .env("TMPDIR", &private_tmp)
+                .env_remove("CUDA_HOME")
+                .output()
+                .unwrap(),
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };
@@ -432,39 +429,8 @@ fn item_01_planted_tracker_library_is_never_loaded() {
 /// A fake torch for sampled mode.
 const FAKE_TORCH: &str = include_str!("../fixtures/fake_torch.py");
 
-const JOB: &str = r#"
-import json, sys, time, torch, vramscope
-vramscope.attach()
-for _ in range(400):
-    if vramscope.status()["mode"] not in (None, "pending"):
-        break
-    time.sleep(0.01)
-print(json.dumps(vramscope.status()), flush=True)
-sys.stdin.readline()
-"#;
-
-const C_WRITER: &str = r#"
-#include "vramscope_ring.h"
-int main(int argc, char **argv) {
-    (void)argc;
-    vs_config cfg = vs_default_config();
-    cfg.dir = argv[1];
-    cfg.rings[0].slots = 64;
-    cfg.rings[1].slots = 64;
-    vs_segment seg;
-    char err[512];
-    if (vs_segment_create(&seg, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    printf("%s\n", seg.path);
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin)) line[0] = 0;
-    vs_segment_close(&seg);
-    return 0;
-}
-"#;
+/// A producer of the Python agent, sampled mode.
+const JOB: &str = include_str!("../fixtures/sampled_job.py");
 
 /// Runs `argv` as the other user with its pid's segment name in `shm`
 /// already taken by a file of root's (planted before the exec, so the pid is
@@ -600,25 +566,13 @@ fn item_17_squatted_segment_name_gets_a_tagged_name() {
     assert!(rest.contains("status Some(0)"), "{rest}");
 
     // The C writer of vramscope_ring.h (the tracker's).
-    let cc_ok = Command::new("cc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if cc_ok {
-        let src = t.join("writer.c");
-        std::fs::write(&src, C_WRITER).unwrap();
-        let exe = t.join("writer");
-        let st = Command::new("cc")
-            .args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"])
-            .args(["-Wno-format-truncation", "-I"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/agent"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success());
+    if crate::c_writer::have_cc() {
+        let exe = crate::c_writer::compile(
+            "tests/c/holder.c",
+            &t.join("writer"),
+            &["cc", "-std=gnu11"],
+            &[],
+        );
         mode(&exe, 0o755);
         let (first, rest, planted) = run_squatted(&shm, &[exe.to_str().unwrap()], &[]);
         check_tagged("C writer", &first, &rest, &planted);

@@ -11,7 +11,6 @@
 //! `/proc/<pid>/root` is that directory. Without root or `unshare` those
 //! parts print `SKIPPED: …`.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -174,18 +173,13 @@ fn container_or_skip(what: &str) -> Option<String> {
 /// A process in a mount namespace of its own whose root is `root` (it
 /// `chroot`s there): a container, as the host's reader sees it.
 fn container(py: &str, root: &Path) -> Kill {
-    let mut child = Command::new("unshare")
-        .args(["--mount", py, "-c"])
-        .arg("import os, sys; os.chroot(sys.argv[1]); os.chdir('/'); print('ready', flush=True); sys.stdin.read()")
-        .arg(root)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = crate::stand_in::start_reading_a_line(
+        Command::new("unshare")
+            .args(["--mount", py, "-c"])
+            .arg("import os, sys; os.chroot(sys.argv[1]); os.chdir('/'); print('ready', flush=True); sys.stdin.read()")
+            .arg(root)
+            .stdin(Stdio::piped()),
+    );
     assert_eq!(line.trim(), "ready");
     Kill(child)
 }

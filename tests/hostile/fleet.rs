@@ -6,8 +6,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-
 use vramscope::fleet::model::Fleet;
 use vramscope::fleet::prom::Sample;
 
@@ -147,27 +145,18 @@ fn serve_one(stream: TcpStream) {
 /// pid). Its exit status (None: still running 10 s after `stop`), and
 /// whether it gave the terminal back (main screen, cursor shown).
 fn fleet_then(url: &str, stop: impl FnOnce(&mut dyn Write, u32)) -> (Option<bool>, bool) {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 110,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
-    cmd.args(["fleet", "--prometheus", url, "--refresh", "500"]);
-    cmd.env("TERM", "xterm-256color");
-    let mut child = pair.slave.spawn_command(cmd).unwrap();
-    drop(pair.slave);
-    let mut keys = pair.master.take_writer().unwrap();
-    let output = crate::common::collect_output(pair.master.try_clone_reader().unwrap());
+    let crate::common::Pty {
+        mut child,
+        master: _master,
+        mut keys,
+        output,
+    } = crate::common::vramscope_in_pty(
+        &["fleet", "--prometheus", url, "--refresh", "500"],
+        30,
+        110,
+    );
     // The screen as a terminal shows it (frames redraw only what changed).
-    let screen = || {
-        let mut term = vt100::Parser::new(nz(30), nz(110), 0);
-        term.process(&output.lock().unwrap());
-        term
-    };
+    let screen = || crate::common::screen(&output.lock().unwrap(), 30, 110);
     let text = || screen().screen().contents();
     let mut wait = |needles: &[&str], what: &str| {
         let start = Instant::now();
@@ -203,26 +192,12 @@ fn fleet_then(url: &str, stop: impl FnOnce(&mut dyn Write, u32)) -> (Option<bool
         std::thread::sleep(Duration::from_millis(50));
     }
     stop(&mut keys, child.process_id().unwrap());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s.success());
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status =
+        crate::common::exit_within(&mut *child, Duration::from_secs(10)).map(|s| s.success());
     std::thread::sleep(Duration::from_millis(100));
     let term = screen();
     let left = !term.screen().alternate_screen() && !term.screen().hide_cursor();
     (status, left)
-}
-
-fn nz(n: u16) -> std::num::NonZeroU16 {
-    std::num::NonZeroU16::new(n).unwrap()
 }
 
 /// Item 7: `1e308`, `NaN`, `±Inf` and `-1e308` in every figure and in

@@ -9,8 +9,12 @@
 //! reliability issue, whose other items are pinned in `tests/serve.rs` and
 //! `tests/fleet_prometheus.rs`).
 
+#[path = "../common/c_writer.rs"]
+mod c_writer;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../stand_in/mod.rs"]
+mod stand_in;
 
 mod agent;
 mod containers;

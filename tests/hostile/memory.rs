@@ -16,10 +16,7 @@ const MIB: usize = 1 << 20;
 
 /// This process's resident set size in bytes (`VmRSS`), if readable.
 fn rss() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    crate::common::proc_status::status_bytes("self", "VmRSS:").map(|b| b as usize)
 }
 
 /// `n` allocations of 512 bytes at new addresses no segment holds,
@@ -143,52 +140,26 @@ fn item_07_every_growing_structure_is_bounded() {
         ..Place::default()
     };
     let ev = |t: u64, kind| Event { time_ns: t, kind };
+    // A 1 MiB segment at `addr` on `dev`, at time `t`.
+    let segment = |t, dev, addr| {
+        let (place, size) = (place(dev), 1 << 20);
+        ev(t, EventKind::SegmentAlloc { place, addr, size })
+    };
+    // An allocation of `size` bytes at `addr` on `dev`, at time `t`.
+    let alloc = |t, dev, addr, size| {
+        let place = place(dev);
+        ev(t, EventKind::Alloc { place, addr, size })
+    };
     let mut events = Vec::new();
     // Devices: 0 and 1 are kept, 2 and 3 dropped.
-    for dev in 0..4u16 {
-        events.push(ev(
-            1,
-            EventKind::SegmentAlloc {
-                place: place(dev),
-                addr: 1 << 30,
-                size: 1 << 20,
-            },
-        ));
-    }
+    events.extend((0..4u16).map(|dev| segment(1, dev, 1 << 30)));
     // Segments on device 0: 4 kept (one above), 6 dropped.
-    for s in 1..10u64 {
-        events.push(ev(
-            2,
-            EventKind::SegmentAlloc {
-                place: place(0),
-                addr: (1 << 30) + s * (1 << 21),
-                size: 1 << 20,
-            },
-        ));
-    }
+    events.extend((1..10u64).map(|s| segment(2, 0, (1 << 30) + s * (1 << 21))));
     // Blocks: allocations splitting the first segment; 8 blocks at most
     // (4 segments hold 4 already).
-    for i in 0..10u64 {
-        events.push(ev(
-            3,
-            EventKind::Alloc {
-                place: place(0),
-                addr: (1 << 30) + i * 512,
-                size: 512 + i,
-            },
-        ));
-    }
+    events.extend((0..10u64).map(|i| alloc(3, 0, (1 << 30) + i * 512, 512 + i)));
     // Orphans on device 1 (its segment is at 1 << 30): 4 kept, 6 dropped.
-    for i in 0..10u64 {
-        events.push(ev(
-            4,
-            EventKind::Alloc {
-                place: place(1),
-                addr: (1 << 40) + i * 512,
-                size: 1000 + i,
-            },
-        ));
-    }
+    events.extend((0..10u64).map(|i| alloc(4, 1, (1 << 40) + i * 512, 1000 + i)));
     m.apply_all(KEY, events.iter());
     // Processes: a third one is not followed.
     let other = ProcessKey {

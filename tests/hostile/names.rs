@@ -152,12 +152,7 @@ fn rings_json(dir: &Path, prefix: &[&str], clean: bool) -> String {
     if clean {
         cmd.arg("--clean");
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::common::succeeded(cmd.output().unwrap());
     String::from_utf8(out.stdout).unwrap()
 }
 

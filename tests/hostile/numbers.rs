@@ -9,7 +9,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use portable_pty::CommandBuilder;
 
 use vramscope::event::{Event, EventKind, Stats};
 use vramscope::input::{EventBatch, Identity, Input, Source};
@@ -37,33 +37,11 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 
 /// `cmd` in an 80×24 pseudo-terminal for at most `limit`: its exit status
 /// (None: killed at the limit) and everything it wrote.
-fn in_pty(mut cmd: CommandBuilder, limit: Duration) -> (Option<portable_pty::ExitStatus>, Vec<u8>) {
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("a pty");
-    cmd.env("TERM", "xterm-256color");
-    let mut child = pair.slave.spawn_command(cmd).expect("spawn");
-    drop(pair.slave);
-    let output = crate::common::collect_output(pair.master.try_clone_reader().unwrap());
-    let end = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+fn in_pty(cmd: CommandBuilder, limit: Duration) -> (Option<portable_pty::ExitStatus>, Vec<u8>) {
+    let mut pty = crate::common::in_pty(cmd, 24, 80);
+    let status = crate::common::exit_within(&mut *pty.child, limit);
     std::thread::sleep(Duration::from_millis(100));
-    let bytes = output.lock().unwrap().clone();
+    let bytes = pty.output.lock().unwrap().clone();
     (status, bytes)
 }
 
@@ -399,12 +377,8 @@ fn item_12_closed_pipe_is_the_end_of_output() {
 /// The peak resident set of a running process, in KiB (`VmHWM`, which an
 /// `exec` resets, unlike `wait4`'s `ru_maxrss`).
 fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
+    crate::common::proc_status::status_bytes(pid, "VmHWM:").expect("VmHWM in /proc/PID/status")
+        / 1024
 }
 
 /// Item 13: `sim --trace` streamed its input: an endless line is one error

@@ -169,16 +169,7 @@ struct Outcome {
 
 /// VmHWM of a running process, bytes (`None` once it has exited).
 fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
+    crate::common::proc_status::status_bytes(pid, "VmHWM:")
 }
 
 /// Runs `vramscope open FILE ARGS…`, its peak resident set read every
@@ -463,16 +454,13 @@ fn printed(name: &str, bytes: &[u8], args: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).expect("write");
-    let out = vramscope()
-        .arg("open")
-        .arg(&path)
-        .args(args)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::common::succeeded(
+        vramscope()
+            .arg("open")
+            .arg(&path)
+            .args(args)
+            .output()
+            .expect("runs"),
     );
     String::from_utf8(out.stdout).expect("UTF-8")
 }

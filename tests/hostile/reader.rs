@@ -58,12 +58,7 @@ fn shm_tempdir() -> Option<tempfile::TempDir> {
 
 /// Resident set size of this process, KiB.
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    crate::common::proc_status::status_bytes("self", "VmRSS:").unwrap() / 1024
 }
 
 #[test]

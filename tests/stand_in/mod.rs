@@ -43,25 +43,20 @@ pub fn exporter(dir: &Path, host: &str) -> Exporter {
 
 /// [`exporter`] of the binary `bin`.
 pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
-    let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-nvml",
-            "--host",
-            host,
-        ])
-        .arg("--shm-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = start_reading_a_line(
+        Command::new(bin)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--no-nvml",
+                "--host",
+                host,
+            ])
+            .arg("--shm-dir")
+            .arg(dir)
+            .stderr(Stdio::inherit()),
+    );
     let addr = line
         .trim()
         .strip_prefix("serving metrics on http://")
@@ -69,6 +64,17 @@ pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_string();
     Exporter { child, addr }
+}
+
+/// Starts `cmd` with its standard output piped; returns it and the first
+/// line it printed (empty when it printed none).
+pub fn start_reading_a_line(cmd: &mut Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }
 
 const ENV: &str = "VRAMSCOPE_STAND_IN";
@@ -142,17 +148,30 @@ pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) 
     StandIn { child }
 }
 
+/// The arguments that make a test binary run its `stand_in_producer` test
+/// (that test alone).
+const PRODUCER_ARGS: [&str; 5] = [
+    "stand_in_producer",
+    "--exact",
+    "--ignored",
+    "--nocapture",
+    "--test-threads=1",
+];
+
 /// [`spawn_with`] this test binary, running its `stand_in_producer` test.
 pub fn spawn(dir: &Path, label: &str, s: Shape) -> StandIn {
     let exe = std::env::current_exe().unwrap();
-    let args = [
-        "stand_in_producer",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ];
-    spawn_with(&exe, &args, dir, label, s)
+    spawn_with(&exe, &PRODUCER_ARGS, dir, label, s)
+}
+
+/// [`spawn`] through `wrapper`, a command that runs what follows it
+/// (`unshare --pid --fork …`).
+pub fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+    let exe = std::env::current_exe().unwrap();
+    let mut args = wrapper[1..].to_vec();
+    args.push(exe.to_str().unwrap());
+    args.extend(PRODUCER_ARGS);
+    spawn_with(Path::new(wrapper[0]), &args, dir, label, s)
 }
 
 fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::codec::Words>) {

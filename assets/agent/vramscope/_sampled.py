@@ -92,24 +92,26 @@ class Sampler(threading.Thread):
             self.sample = (self.sample + 1) & 0xFFFFFFFF
             now = S.monotonic_ns()
             g = lambda k: _stat(st, k)  # noqa: E731
-            a = [
-                S.head_word(S.K_STATS_A, d, self.sample),
-                now,
-                g("allocated_bytes.all.current"),
-                g("reserved_bytes.all.current"),
-                g("active_bytes.all.current"),
-                g("inactive_split_bytes.all.current"),
-                g("requested_bytes.all.current"),
-            ]
-            b = [
-                S.head_word(S.K_STATS_B, d, self.sample),
-                now,
-                g("allocated_bytes.all.peak"),
-                g("reserved_bytes.all.peak"),
-                g("active_bytes.all.peak"),
-                g("num_alloc_retries"),
-                (g("num_ooms") & 0xFFFFFFFF) | (g("segment.all.current") << 32),
-            ]
+
+            def rec(kind, *keys):
+                # A record of `kind`: its head and time, then the figures.
+                return [S.head_word(kind, d, self.sample), now] + [g(k) for k in keys]
+
+            a = rec(
+                S.K_STATS_A,
+                "allocated_bytes.all.current",
+                "reserved_bytes.all.current",
+                "active_bytes.all.current",
+                "inactive_split_bytes.all.current",
+                "requested_bytes.all.current",
+            )
+            b = rec(
+                S.K_STATS_B,
+                "allocated_bytes.all.peak",
+                "reserved_bytes.all.peak",
+                "active_bytes.all.peak",
+                "num_alloc_retries",
+            ) + [(g("num_ooms") & 0xFFFFFFFF) | (g("segment.all.current") << 32)]
             with self.wlock:  # both halves adjacent in the ring
                 if self.seg is not None and not self.seg.closed:
                     self.seg.rings[0].write(a)
