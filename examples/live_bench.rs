@@ -112,13 +112,9 @@ fn load(path: &Path) -> Recorded {
     let mut r = Replayer::open(path).unwrap_or_else(|e| panic!("{e}"));
     let mut per: HashMap<u32, Vec<RecordedEvent>> = HashMap::new();
     while let Some((_, input)) = r.next_input().unwrap_or_else(|e| panic!("{e}")) {
-        if let Input::Events {
-            key, events, at, ..
-        } = input
-        {
-            let v = per.entry(key.pid).or_default();
-            for (i, e) in events.into_iter().enumerate() {
-                let p = at.get(i);
+        if let Input::Events(b) = input {
+            let v = per.entry(b.key.pid).or_default();
+            for (e, p) in b.positioned() {
                 v.push((p.map(|p| p.ring), p.map(|p| p.position), e));
             }
         }
@@ -1490,13 +1486,7 @@ fn check(secs: f64, rate: f64, rec: Option<PathBuf>) {
             );
         }
     }
-    println!(
-        "sizes: Event {} B, Block {} B, Segment {} B, Bucket {} B",
-        std::mem::size_of::<Event>(),
-        std::mem::size_of::<vramscope::model::Block>(),
-        std::mem::size_of::<vramscope::model::Segment>(),
-        std::mem::size_of::<vramscope::model::Bucket>()
-    );
+    println!("sizes: Event {} B", std::mem::size_of::<Event>());
     drop(child.0.stdin.take());
     let _ = child.0.wait();
 }
