@@ -39,11 +39,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
         return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
     }
     let text = e.render().to_string();
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid command line");
-    let line = line.strip_prefix("error: ").unwrap_or(line);
+    let line = one_line(&text);
     // "Usage: vramscope doctor [OPTIONS]" names the command the help is for;
     // an invalid value has no usage block: the first argument that is a
     // subcommand's name does.
@@ -70,6 +66,36 @@ fn usage_error(e: clap::Error) -> ExitCode {
         command.join(" ")
     ));
     ExitCode::from(2)
+}
+
+/// clap's error on one line: its first line, the lines that continue it
+/// (the arguments a "required arguments were not provided" names), and its
+/// tips ("a similar subcommand exists: 'snapshot'") as "did you mean".
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines().skip_while(|l| l.trim().is_empty());
+    let first = lines.next().unwrap_or("invalid command line");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let mut continued = Vec::new();
+    for l in lines.by_ref() {
+        if l.trim().is_empty() {
+            break;
+        }
+        continued.push(l.trim());
+    }
+    if !continued.is_empty() {
+        line = format!("{} {}", line.trim_end(), continued.join(", "));
+    }
+    let tips: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tip: "))
+        .filter(|t| t.contains("similar"))
+        .collect();
+    for tip in tips {
+        // "a similar subcommand exists: 'snapshot'" -> did you mean 'snapshot'?
+        let what = tip.rsplit_once(": ").map_or(tip, |(_, w)| w);
+        line.push_str(&format!("; did you mean {what}?"));
+    }
+    line
 }
 
 /// The error and its causes on one line, leaving out a cause whose text the

@@ -206,10 +206,12 @@ fn unknown_scenario_is_a_clear_error() {
         .args(["demo", "nope", "--headless"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    // A usage error (exit 2), one line naming the value and the choices.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("no scenario \"nope\"") && err.contains("healthy"),
+        err.contains("'nope'") && err.contains("healthy") && err.contains("inference"),
         "{err}"
     );
 }

@@ -17,7 +17,12 @@ use super::CollectFlags;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The scenario (see --list).
-    #[arg(default_value = "healthy")]
+    #[arg(
+        default_value = "healthy",
+        value_parser = clap::builder::PossibleValuesParser::new(
+            vramscope::demo::list().iter().map(|(name, _)| *name)
+        )
+    )]
     scenario: String,
     /// List the scenarios, one per line, name first.
     #[arg(long)]
