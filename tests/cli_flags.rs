@@ -101,3 +101,48 @@ fn a_missing_argument_is_named() {
         assert!(err.contains(named), "{args:?}: {err}");
     }
 }
+
+/// Issue 30, item 12: `open --at` past the trace is refused with the range
+/// (it was clamped without a word), and a negative index is a range error
+/// (it was "unexpected argument").
+#[test]
+fn open_at_outside_the_trace_names_the_range() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/snapshots/torch-2.11/torch-2.11-all.pickle"
+    );
+    let out = run(&["open", file, "--json", "--at", "99999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("601 trace events") && err.contains("0 (before the first) to 601"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = run(&["open", file, "--json", "--at", "-1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("'-1'") && err.contains("at least 0"), "{err}");
+    // The whole trace is still a valid --at.
+    let out = run(&["open", file, "--json", "--at", "601"]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// Issue 30, item 12: `open` on a recording says what it is and which
+/// command opens it (it was "opcode 0x56 is not one snapshot files use").
+#[test]
+fn open_on_a_recording_points_to_replay() {
+    let rec = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/recordings/diag/gpt2-fast.mid.vsrec"
+    );
+    let out = run(&["open", rec, "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is a vramscope recording") && err.contains("vramscope replay"),
+        "{err}"
+    );
+}

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use vramscope::collect::Hub;
@@ -33,8 +33,9 @@ pub struct Args {
     /// With --json: every trace event, with the stacks and frames they name.
     #[arg(long, requires = "json")]
     trace: bool,
-    /// The state after the trace's first N events (0: before the first).
-    #[arg(long, value_name = "N")]
+    /// The state after the trace's first N events (0: before the first; at
+    /// most the trace's length).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     at: Option<Index>,
     /// Print the stacks of the block at (or containing) ADDR: the state's,
     /// and every trace event of that address.
@@ -42,6 +43,20 @@ pub struct Args {
     frames: Option<u64>,
     #[command(flatten)]
     view: UiFlags,
+}
+
+/// Whether `path` is a regular file that starts as a vramscope recording
+/// does (anything else, or a read error: no; a FIFO is never opened here).
+fn is_recording(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let magic = vramscope::recording::MAGIC;
+    let mut head = vec![0u8; magic.len()];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head == magic)
 }
 
 /// An address, in decimal or 0x-hex.
@@ -54,8 +69,17 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let file = snapfile::read(&args.file)?;
     let name = args.file.display().to_string();
+    if is_recording(&args.file) {
+        bail!("{name} is a vramscope recording, not a PyTorch snapshot file: see it with `vramscope replay {name}`");
+    }
+    let file = snapfile::read(&args.file)?;
+    let events: usize = file.traces.iter().map(Vec::len).sum();
+    if let Some(n) = args.at.filter(|n| n.get() > events as u64) {
+        bail!(
+            "--at {n}: {name} has {events} trace events; give 0 (before the first) to {events} (after the last)"
+        );
+    }
     let plan = Plan {
         upto: args.at.map(|n| n.get() as usize),
     };
