@@ -81,9 +81,11 @@ pub(crate) fn bytes_signed(b: f64) -> String {
 
 /// Three significant digits: `1.23`, `12.3`, `123`.
 fn sig3(v: f64) -> String {
-    if v < 10.0 {
+    // Decided on the value as it will be rounded: 9.996 is `10.0`, never
+    // `10.00` (issue 30, item 6: one column printed "10.00G" beside "11.1G").
+    if v < 9.995 {
         format!("{v:.2}")
-    } else if v < 100.0 {
+    } else if v < 99.95 {
         format!("{v:.1}")
     } else {
         format!("{v:.0}")
@@ -279,6 +281,24 @@ mod tests {
         assert_eq!(bytes_i64(-(12 << 20)), "-12.0 MiB");
         assert_eq!(bytes_i64(3 << 30), "3.00 GiB");
         assert_eq!(opt(None::<u64>, "—", bytes), "—");
+    }
+
+    /// Issue 30, item 6: three significant digits whatever the rounding:
+    /// just under 10 and 100 of a unit print as `10.0` and `100`, never
+    /// `10.00` or `100.0`.
+    #[test]
+    fn three_digits_across_a_rounding_edge() {
+        let gib = 1u64 << 30;
+        assert_eq!(bytes_short(10 * gib - (1 << 20)), "10.0G");
+        assert_eq!(bytes_short(100 * gib - (1 << 20)), "100G");
+        assert_eq!(bytes_short(11 * gib + gib / 10), "11.1G");
+        assert_eq!(bytes(10 * gib - (1 << 20)), "10.0 GiB");
+        for b in (1u64..4000).map(|i| i * 7_777_777) {
+            let s = bytes_short(b);
+            let digits = s.chars().filter(char::is_ascii_digit).count();
+            // 1000 to 1023 of a unit are whole numbers of four digits.
+            assert!(digits == 3 || (digits == 4 && !s.contains('.')), "{b}: {s}");
+        }
     }
 
     #[test]
