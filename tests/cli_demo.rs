@@ -345,3 +345,37 @@ fn stacks_command_captures_code_locations_in_a_running_demo() {
         assert!(!stacked.contains(&c), "{b} after capture ended");
     }
 }
+
+/// Issue 30, item 5: the fragmentation scenario's closing caption follows
+/// `--conf` (it suggested expandable_segments:True to a run that had it).
+#[test]
+fn the_fragmentation_caption_follows_conf() {
+    let now = |conf: Option<&str>| {
+        let mut args = vec!["demo", "fragmentation", "--headless"];
+        if let Some(c) = conf {
+            args.extend(["--conf", c]);
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .find(|l| l.starts_with("now"))
+            .unwrap_or_else(|| panic!("no caption: {text}"))
+            .to_string()
+    };
+    assert!(now(None).contains("compare with --conf expandable_segments:True"));
+    let exp = now(Some("expandable_segments:True"));
+    assert!(
+        exp.contains("with expandable_segments:True") && exp.contains("compare with the default"),
+        "{exp}"
+    );
+    assert!(!exp.contains("--conf expandable_segments:True"), "{exp}");
+    let split = now(Some("max_split_size_mb:64"));
+    assert!(
+        split.contains("with max_split_size_mb:64") && split.contains("expandable_segments:True"),
+        "{split}"
+    );
+}

@@ -542,7 +542,30 @@ fn fragmentation(g: &mut Gen) -> &'static str {
         ));
         g.free(loss);
     }
-    "done: compare with --conf expandable_segments:True (less reserved, no split) and max_split_size_mb:64 (no split, more reserved)"
+    FRAG_CLOSING
+}
+
+/// The fragmentation scenario's closing caption under the default settings
+/// (under others, [`frag_closing`] says what they changed).
+const FRAG_CLOSING: &str = "done: compare with --conf expandable_segments:True (less reserved, no split) and max_split_size_mb:64 (no split, more reserved)";
+
+/// The fragmentation scenario's closing caption for the settings it ran
+/// under (issue 30, item 5: it suggested `expandable_segments:True` to a run
+/// that had it).
+fn frag_closing(conf: &super::conf::AllocConf) -> String {
+    let default = super::conf::AllocConf::default();
+    if conf.expandable_segments {
+        "done: with expandable_segments:True the segments grow in place: less reserved, no split slivers; compare with the default (no --conf) and max_split_size_mb:64".into()
+    } else if conf.max_split_size != default.max_split_size {
+        format!(
+            "done: with max_split_size_mb:{} oversize blocks are not split: no slivers, more reserved; compare with the default (no --conf) and expandable_segments:True",
+            conf.max_split_size >> 20
+        )
+    } else if *conf != default {
+        "done: compare with the default (no --conf), expandable_segments:True and max_split_size_mb:64".into()
+    } else {
+        FRAG_CLOSING.into()
+    }
 }
 
 fn empty_cache(g: &mut Gen) -> &'static str {
@@ -904,6 +927,8 @@ impl ScenarioRunner {
             // A caption about an OOM is only shown when there was one.
             self.caption = if c == OOM_CLOSING && self.alloc.stats().ooms == 0 {
                 OOM_AVOIDED.to_string()
+            } else if c == FRAG_CLOSING {
+                frag_closing(&self.alloc.config().alloc)
             } else {
                 c
             };
