@@ -116,7 +116,10 @@ pub fn verdict_text(l: &LeakReport, c: &LeakConfig) -> (Tone, String) {
     if n < need {
         return (
             Tone::Unsure,
-            format!("Too early to tell{run}: {n} of {need} steps; allocated floor {slope} per step so far."),
+            // No figure yet: the first steps allocate optimizer state and
+            // caches, and their floor growth read like an alarm (issue 30,
+            // item 9: "+864 MiB per step so far" on a healthy job).
+            format!("Too early to tell{run}: {n} of {need} steps; the first steps allocate optimizer state and caches, so the verdict waits for {need}."),
         );
     }
     (
@@ -368,6 +371,12 @@ mod tests {
         assert_eq!(tone, Tone::Unsure);
         assert!(
             early.starts_with("Too early to tell: 4 of 8 steps"),
+            "{early}"
+        );
+        // Issue 30, item 9: no growth figure before a verdict (the first
+        // steps' floors rise on healthy jobs too).
+        assert!(
+            !early.contains("MiB") && !early.contains("per step"),
             "{early}"
         );
         let (tone, healthy) = verdict_text(&report(79, 1000.0, 0.24), &c);
