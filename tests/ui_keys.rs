@@ -503,8 +503,12 @@ fn reset_peaks_and_snapshot() {
 fn readonly_blocks_actions() {
     let mut a = app_with(&FX, cfg(true), 80, 24);
     for c in ['e', 'r', 's'] {
+        a.message = None;
         assert!(a.handle(ch(c)).is_empty(), "{c}");
         assert!(a.action.is_none(), "{c}");
+        // Issue 30, item 11: the key says why it does nothing.
+        let said = a.message.as_deref().unwrap_or_default();
+        assert!(said.starts_with("read-only"), "{c}: {said:?}");
     }
     a.handle(ch('e'));
     a.handle(ch('y'));
@@ -512,6 +516,11 @@ fn readonly_blocks_actions() {
     // Viewing still works.
     a.handle(key(KeyCode::Down));
     assert_eq!(a.handle(key(KeyCode::Enter)), vec![Effect::Refresh]);
+    // The process view's C (capture stacks) says so too.
+    a.message = None;
+    assert!(a.handle(ch('C')).is_empty());
+    let said = a.message.as_deref().unwrap_or_default();
+    assert!(said.starts_with("read-only"), "C: {said:?}");
 }
 
 #[test]

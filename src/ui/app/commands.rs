@@ -173,7 +173,7 @@ impl App {
     }
 
     pub(super) fn ask_empty_cache(&mut self) -> Vec<Effect> {
-        if self.config.readonly {
+        if self.refused_readonly() {
             return vec![];
         }
         let e = match self.command_target(true) {
@@ -194,7 +194,7 @@ impl App {
     }
 
     pub(super) fn simple_command(&mut self, command: Command) -> Vec<Effect> {
-        if self.config.readonly {
+        if self.refused_readonly() {
             return vec![];
         }
         if matches!(self.action, Some(ActionState::Running { .. })) {
@@ -212,4 +212,18 @@ impl App {
             }
         }
     }
+
+    /// A key that would send a command, in a read-only view: says so in
+    /// the footer (issue 30, item 11: `e`, `r`, `C` did nothing, silently,
+    /// under `--readonly` and in `replay --ui` and `open`).
+    fn refused_readonly(&mut self) -> bool {
+        if self.config.readonly {
+            self.say(READONLY_NOTE);
+        }
+        self.config.readonly
+    }
 }
+
+/// What a command key says in a read-only view.
+pub(crate) const READONLY_NOTE: &str =
+    "read-only: no command is sent to a process here (--readonly, a replay or a snapshot file)";
