@@ -146,3 +146,29 @@ fn open_on_a_recording_points_to_replay() {
         "{err}"
     );
 }
+
+/// Issue 30, item 12: `doctor --json` is one JSON document (it was JSON
+/// Lines, where `snapshot --json` is one document).
+#[test]
+fn doctor_json_is_one_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "doctor",
+        "--json",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let checks = doc["checks"].as_array().expect("checks");
+    assert!(!checks.is_empty());
+    assert!(checks
+        .iter()
+        .all(|c| c["name"].is_string() && c["level"].is_string()));
+    let failed = checks
+        .iter()
+        .filter(|c| c["level"] == "Fail" || c["level"] == "fail")
+        .count();
+    assert_eq!(doc["failed"].as_u64(), Some(failed as u64), "{doc}");
+    assert_eq!(out.status.success(), failed == 0);
+}

@@ -10,7 +10,8 @@ use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// One JSON object per check.
+    /// One JSON document: `checks` (each with its name, level, detail and
+    /// fix) and `failed`, as `snapshot --json` is one document.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -20,10 +21,10 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let checks = vramscope::agent::doctor(args.shm.shm_dir.as_deref());
     let mut o = String::new();
+    let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if args.json {
-        for c in &checks {
-            let _ = writeln!(o, "{}", serde_json::to_string(c)?);
-        }
+        let doc = serde_json::json!({ "checks": &checks, "failed": failed });
+        let _ = writeln!(o, "{}", serde_json::to_string_pretty(&doc)?);
     } else {
         for c in &checks {
             let mark = match c.level {
@@ -38,7 +39,6 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     super::out::print(&o)?;
-    let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if failed > 0 {
         anyhow::bail!("{failed} check(s) failed");
     }
