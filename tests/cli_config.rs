@@ -29,11 +29,13 @@ fn a_bad_settings_file_is_one_line_naming_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("config.toml");
     std::fs::write(&bad, "[dashboard]\nsort = \"RESV\"\nrefresh = 100\n").unwrap();
+    let shot = dir.path().join("x.svg");
     let err = exited_with(
         1,
         vramscope()
             .env("VRAMSCOPE_CONFIG", &bad)
-            .args(["demo", "--headless"])
+            .args(["demo", "--headless", "--duration", "0.1", "--screenshot"])
+            .arg(&shot)
             .output()
             .unwrap(),
     );
@@ -42,12 +44,22 @@ fn a_bad_settings_file_is_one_line_naming_file_line_and_key() {
         err.contains(&format!("{}:3: key `dashboard.refresh`", bad.display())),
         "{err}"
     );
+    // Issue 30, item 12: a headless demo draws no dashboard; the broken
+    // file does not stop it.
+    succeeded(
+        vramscope()
+            .env("VRAMSCOPE_CONFIG", &bad)
+            .args(["demo", "--headless", "--duration", "0.1"])
+            .output()
+            .unwrap(),
+    );
     // XDG_CONFIG_HOME is where it is looked for; absent is fine.
     let demo = || {
         vramscope()
             .env_remove("VRAMSCOPE_CONFIG")
             .env("XDG_CONFIG_HOME", dir.path())
-            .args(["demo", "--headless", "--duration", "0.1"])
+            .args(["demo", "--headless", "--duration", "0.1", "--screenshot"])
+            .arg(&shot)
             .output()
             .unwrap()
     };

@@ -72,7 +72,13 @@ pub fn run(args: Args) -> Result<()> {
     let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
-        let mut opts = args.ui.options()?;
+        // The settings file is the dashboard's: only a screenshot draws it
+        // (issue 30, item 12: a broken one stopped the headless demo).
+        let mut opts = if args.ui.screenshot.is_some() {
+            args.ui.options()?
+        } else {
+            vramscope::ui::UiOptions::default()
+        };
         opts.keys = args.keys.clone().unwrap_or_default().replace("\\n", "\n");
         let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
             let Some(path) = &args.ui.screenshot else {
