@@ -128,6 +128,14 @@ pub struct Source {
     pub commands: bool,
 }
 
+impl SourceProblem {
+    /// The segment directory itself cannot be read (missing, not ours, not
+    /// a directory): no segment at all can be shown.
+    pub fn is_directory(&self) -> bool {
+        self.message.starts_with(DIRECTORY_PROBLEM)
+    }
+}
+
 impl Source {
     /// A process seen without a segment (NVML only, or not yet attached).
     pub fn unattached(mode: Mode) -> Self {
@@ -142,6 +150,10 @@ impl Source {
         }
     }
 }
+
+/// How the problem of a segment directory that cannot be read begins (its
+/// path and error follow): it is no segment, and is not counted as one.
+pub const DIRECTORY_PROBLEM: &str = "the segment directory cannot be read: ";
 
 /// A segment the collector could not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -151,3 +151,20 @@ fn headless_keys_show_the_attribution_panes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Issue 30, item 12: a segment directory that is not there is said as
+/// such (it was "1 segment not shown", as if a segment were refused).
+#[test]
+fn a_missing_segment_directory_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let shot = dir.path().join("d.svg");
+    succeeded(
+        dashboard_screenshot(&dir.path().join("missing"), &shot)
+            .output()
+            .unwrap(),
+    );
+    let text = svg_text(&shot);
+    assert!(text.contains("segment directory unreadable"), "{text}");
+    assert!(text.contains("cannot be read"), "{text}");
+    assert!(!text.contains("not shown"), "{text}");
+}

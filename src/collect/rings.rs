@@ -103,8 +103,9 @@ impl RingSet {
             Ok(x) => x,
             Err(e) => {
                 let dir = self.cfg.shm_dir.clone();
-                if self.refused.get(&dir) != Some(&e.to_string()) {
-                    self.refused.insert(dir, e.to_string());
+                let why = format!("{}{e}", crate::input::DIRECTORY_PROBLEM);
+                if self.refused.get(&dir) != Some(&why) {
+                    self.refused.insert(dir, why);
                     hub.apply(Input::Problems {
                         problems: self.problems(),
                     });

@@ -43,11 +43,14 @@ pub(crate) fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     // Segments not shown (refused, unverifiable, stale): on every screen;
     // the overview says which and why.
     if !snap.problems.is_empty() {
+        let segments = snap.problems.iter().filter(|p| !p.is_directory()).count();
+        let text = if segments < snap.problems.len() {
+            "segment directory unreadable".to_string()
+        } else {
+            format!("{segments} segment(s) not shown")
+        };
         left.push(Span::styled(format!(" {} ", g.dot), t.dim()));
-        left.push(Span::styled(
-            format!("{} segment(s) not shown", snap.problems.len()),
-            t.warn(),
-        ));
+        left.push(Span::styled(text, t.warn()));
     }
     if app.screen == Screen::Process {
         if let Some(e) = app.selected_entry() {

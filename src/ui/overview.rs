@@ -242,6 +242,11 @@ pub(crate) fn problems_line(
     t: &Theme,
 ) -> Line<'static> {
     let g = t.glyphs();
+    if let Some(dir) = problems.iter().find(|p| p.is_directory()) {
+        // No segment can be read at all: the directory is the news.
+        let text = format::truncate(&format!("! {}", dir.message), width as usize, g.ellipsis);
+        return Line::from(Span::styled(text, t.warn()));
+    }
     let n = problems.len();
     let head = format!("! {n} segment{} not shown: ", if n == 1 { "" } else { "s" });
     let first = &problems[0];
