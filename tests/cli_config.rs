@@ -102,7 +102,23 @@ fn completions_and_man_page_cover_every_subcommand() {
         man.starts_with(".ie") || man.contains(".TH vramscope 1"),
         "{man}"
     );
+    // Issue 30, item 14: one page (one NAME), each command a subsection,
+    // and the KEYS (from the key table), ENVIRONMENT and FILES sections.
+    assert_eq!(man.matches(".SH NAME").count(), 1);
     for s in &subs {
-        assert!(man.contains(&format!(".TH vramscope-{s} 1")), "{s}");
+        assert!(man.contains(&format!(".SS \"vramscope {s}\"")), "{s}");
+    }
+    for section in [".SH KEYS", ".SH ENVIRONMENT", ".SH FILES"] {
+        assert!(man.contains(section), "{section}");
+    }
+    for key_help in [
+        "empty_cache (asks y/n)",
+        "legend of the screen",
+        "save the screen as SVG",
+    ] {
+        assert!(man.contains(key_help), "{key_help}");
+    }
+    for var in ["VRAMSCOPE_SHM_DIR", "VRAMSCOPE_CONFIG", "NO_COLOR"] {
+        assert!(man.contains(var), "{var}");
     }
 }

@@ -508,6 +508,16 @@ pub(crate) const HELP_SECTIONS: [Context; 3] = [Global, Overview, Process];
 /// The fleet view's help sections, in order.
 pub(crate) const FLEET_HELP_SECTIONS: [Context; 3] = [Fleet, FleetList, FleetNode];
 
+/// Every screen's keys, for the man page's KEYS section: each section's
+/// title and its (keys, what they do), from the one key table.
+pub fn manual() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    (HELP_SECTIONS.iter())
+        .chain([Context::Trace].iter())
+        .chain(FLEET_HELP_SECTIONS.iter())
+        .map(|&c| (c.title(), help(c).map(|(k, t, _)| (k, t)).collect()))
+        .collect()
+}
+
 /// The action `key` stands for in the first of `contexts` that binds it.
 pub(crate) fn action(key: &KeyEvent, contexts: &[Context]) -> Option<Action> {
     contexts.iter().find_map(|ctx| {
