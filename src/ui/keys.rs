@@ -366,8 +366,7 @@ pub const KEYS: &[Binding] = &[
         .pinned(),
     bind(Global, &[c('p')], A::Pause)
         .help("p", "pause the view (freeze)")
-        .hint("p", "pause", 44)
-        .shown(Shown::NoDemo),
+        .hint("p", "pause", 44),
     bind(Global, &[c(' ')], A::PauseSim)
         .help("space", "pause (demo: simulation)")
         .hint("space", "pause sim", 43)
@@ -377,7 +376,9 @@ pub const KEYS: &[Binding] = &[
         .hint("[ ]", "speed", 42)
         .shown(Shown::Demo),
     bind(Global, &[c(']')], A::DemoFaster),
-    bind(Global, &[c('S')], A::Screenshot).help("S", "save the screen as SVG"),
+    bind(Global, &[c('S')], A::Screenshot)
+        .help("S", "save the screen as SVG")
+        .hint("S", "svg", 43),
     bind(Global, &[c('e')], A::EmptyCache)
         .help("e", "empty_cache (asks y/n)")
         .hint("e", "empty cache", 40),
@@ -409,7 +410,9 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
-    bind(Process, &[c('M')], A::Modules).help("M", "bytes by module & phase"),
+    bind(Process, &[c('M')], A::Modules)
+        .help("M", "bytes by module & phase")
+        .hint("M", "modules", 9),
     bind(Process, &[c('c')], A::BlockColouring)
         .help("c", "colour map by module/phase")
         .hint("c", "colour", 7),
@@ -419,8 +422,12 @@ pub const KEYS: &[Binding] = &[
         .hint("n/N", "block", 8),
     bind(Process, &[c('N')], A::BlockPrev),
     bind(Process, &[c('x')], A::BlockClear).help("x", "clear selection & filter"),
-    bind(Process, &[c('C')], A::CaptureStacks).help("C", "capture stacks, 10 steps"),
-    bind(Process, &[c('d')], A::StepDiff).help("d", "step diff: left alive"),
+    bind(Process, &[c('C')], A::CaptureStacks)
+        .help("C", "capture stacks, 10 steps")
+        .hint("C", "stacks", 11),
+    bind(Process, &[c('d')], A::StepDiff)
+        .help("d", "step diff: left alive")
+        .hint("d", "diff", 10),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),
