@@ -168,3 +168,30 @@ fn a_missing_segment_directory_is_named_as_one() {
     assert!(text.contains("cannot be read"), "{text}");
     assert!(!text.contains("not shown"), "{text}");
 }
+
+/// Issue 30, item 4: a long file name gives way to the header's right part
+/// (it ran into it: "…all.pickleread-only").
+#[test]
+fn a_long_name_in_the_header_is_cut_before_the_right_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let shot = dir.path().join("o.svg");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/snapshots/torch-2.11/torch-2.11-all.pickle"
+    );
+    succeeded(
+        vramscope()
+            .args(["open", file, "--size", "120x40", "--screenshot"])
+            .arg(&shot)
+            .output()
+            .unwrap(),
+    );
+    let text = svg_text(&shot);
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains("…read-only") || header.contains("… read-only"),
+        "{header}"
+    );
+    assert!(!header.contains("pickleread-only"), "{header}");
+    assert!(header.trim_end().ends_with("ago"), "{header}");
+}
