@@ -105,9 +105,11 @@ pub(crate) struct MapView<'a> {
     pub taken_ns: u64,
 }
 
-pub(crate) const LETTERS: [&str; 26] = [
+/// The letters of modules in the map, largest first (no `x`: that marks an
+/// expandable segment).
+pub(crate) const LETTERS: [&str; 25] = [
     "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
-    "t", "u", "v", "w", "x", "y", "z",
+    "t", "u", "v", "w", "y", "z",
 ];
 
 /// The letter of each phase in the map.
@@ -116,7 +118,8 @@ pub(crate) fn phase_letter(p: PhaseKey) -> &'static str {
         PhaseKey::Forward => "f",
         PhaseKey::Backward => "b",
         PhaseKey::Optimizer => "o",
-        PhaseKey::Other => "x",
+        // Not `x`: that is an expandable segment's mark.
+        PhaseKey::Other => "~",
         PhaseKey::Unknown => "?",
     }
 }

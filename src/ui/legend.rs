@@ -24,8 +24,8 @@ pub(crate) const WORDS: &[(&str, &str)] = &[
         "out-of-memory errors seen (the OOM/Leak pane says why)",
     ),
     (
-        "LEAK / LEAK?",
-        "step floors rise: trend >= 0.60, +16 KiB over <= 64 steps",
+        "LEAK",
+        "suspected leak: floors rise (trend >= 0.60, +16 KiB)",
     ),
     (
         "steps",
@@ -100,9 +100,9 @@ pub(crate) fn lines(t: &Theme) -> Vec<Line<'static>> {
             t.key(),
             "c by module: a letter per module, largest first (M lists)",
         ),
-        ("+", t.dim(), "by module: a module past the 26th"),
+        ("+", t.dim(), "by module: a module past the 25th"),
         (
-            "f b o x ?",
+            "f b o ~ ?",
             t.key(),
             "c by phase: forward, backward, optimizer, other, unknown",
         ),

@@ -155,7 +155,7 @@ fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
         |label: &str, v: String| vec![Span::styled(format!(" {label} "), t.dim()), Span::raw(v)];
     let mut l2 = Vec::new();
     if r.leak {
-        l2.push(Span::styled(" LEAK?", t.alert()));
+        l2.push(Span::styled(" LEAK", t.alert()));
     }
     if r.ooms > 0 {
         l2.push(Span::styled(format!(" OOM x{}", r.ooms), t.alert()));

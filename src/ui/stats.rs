@@ -155,6 +155,17 @@ fn implausible_row(i: &Implausible, t: &Theme) -> Row<'static> {
     Row::new(vec![Cell::from(Span::styled(text, t.alert()))])
 }
 
+/// PyTorch's own segment count (its statistics), and the block map's where
+/// they differ: under expandable segments torch counts none (issue 30, item
+/// 8: "Segments 0" beside "Block map · 2 segments").
+fn segments_text(stats: Option<u64>, map: u64) -> String {
+    match stats {
+        Some(s) if s != map => format!("{s} (map {map})"),
+        Some(s) => s.to_string(),
+        None => map.to_string(),
+    }
+}
+
 /// One device's section: memory current and peak, then counts.
 fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
     let a = t.glyphs().absent;
@@ -166,7 +177,7 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         FigureSource::Stats => "stats",
         FigureSource::BlockMap => "block map",
     };
-    let segments = df.stats.map(|s| s.segments).unwrap_or(df.segments);
+    let segments = segments_text(df.stats.map(|s| s.segments), df.segments);
     let mut rows = vec![section(format!("cuda:{} · {src}", df.device), t)];
     if df.implausible.any() {
         rows.push(implausible_row(&df.implausible, t));
@@ -177,7 +188,7 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         current("Requested memory", format::opt(df.requested, a, b)),
         row("GPU reserved memory", b(df.reserved), b(df.peak_reserved)),
         current("Inactive split", b(df.fragmentation.inactive_split)),
-        current("Segments", segments.to_string()),
+        current("Segments", segments),
         current("Blocks (map)", df.blocks.to_string()),
         current(
             "Free blocks (map)",
@@ -212,6 +223,13 @@ mod tests {
     use crate::event::{Event, EventKind, Place};
     use crate::input::{Identity, Source};
     use crate::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+
+    #[test]
+    fn segments_say_whose_count_where_torch_and_the_map_differ() {
+        assert_eq!(segments_text(Some(0), 2), "0 (map 2)");
+        assert_eq!(segments_text(Some(3), 3), "3");
+        assert_eq!(segments_text(None, 4), "4");
+    }
 
     #[test]
     fn item_07_the_summary_shows_what_a_bound_dropped() {
