@@ -151,7 +151,7 @@ fn o_sorts_and_capital_o_reverses() {
 fn question_mark_shows_the_help_overlay() {
     let mut a = app(100, 30);
     a.handle(ch('?'));
-    assert_eq!(a.overlay, Some(Overlay::Help));
+    assert_eq!(a.overlay, Some(Overlay::Help(0)));
     let f = frame(&a);
     for text in [
         " Keys ",

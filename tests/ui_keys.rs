@@ -527,14 +527,14 @@ fn readonly_blocks_actions() {
 fn help_overlay() {
     let mut a = app();
     a.handle(ch('?'));
-    assert_eq!(a.overlay, Some(Overlay::Help));
+    assert_eq!(a.overlay, Some(Overlay::Help(0)));
     let sel = a.overview.selected;
     a.handle(ch('j'));
     assert_eq!(a.overview.selected, sel);
     assert!(a.handle(ch('e')).is_empty());
     assert!(a.action.is_none());
     a.handle(key(KeyCode::Esc));
-    assert_ne!(a.overlay, Some(Overlay::Help));
+    assert_ne!(a.overlay, Some(Overlay::Help(0)));
     // Every key the footer names is in the help.
     let all: Vec<&str> = vramscope::ui::keys::KEYS
         .iter()

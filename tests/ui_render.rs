@@ -206,7 +206,7 @@ fn nvml_only_process() {
 #[test]
 fn help_overlay() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.overlay = Some(Overlay::Help);
+    app.overlay = Some(Overlay::Help(0));
     insta::assert_snapshot!("help_80x24", frame(&app));
     app.size = ratatui::layout::Rect::new(0, 0, 200, 60);
     insta::assert_snapshot!("help_200x60", frame(&app));
@@ -219,7 +219,7 @@ fn help_overlay() {
         80,
         24,
     );
-    ro.overlay = Some(Overlay::Help);
+    ro.overlay = Some(Overlay::Help(0));
     snapshot_showing("help_readonly_80x24", &ro, "Read-only");
 }
 
@@ -359,7 +359,7 @@ fn ascii_has_only_ascii() {
     let mut o = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
     o.config.theme = theme;
     frames.push(render_buffer(&o, 80, 24));
-    o.overlay = Some(Overlay::Help);
+    o.overlay = Some(Overlay::Help(0));
     frames.push(render_buffer(&o, 80, 24));
     for buf in &frames {
         for c in &buf.content {
@@ -652,4 +652,30 @@ fn a_click_on_the_block_map_selects_that_block() {
     let f = frame(&app);
     assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
     assert_eq!(b.addr, addr);
+}
+
+/// Issue 30, item 12: at 40×10 the help overlay scrolls (j/k) to its last
+/// line, and says that it does.
+#[test]
+fn help_scrolls_on_a_small_terminal() {
+    let mut app = app_with(&FX, cfg(), 40, 10);
+    let key = |c: char| {
+        vramscope::ui::AppEvent::Input(crossterm::event::Event::Key(
+            crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char(c)),
+        ))
+    };
+    app.handle(key('?'));
+    assert_eq!(app.overlay, Some(Overlay::Help(0)));
+    let first = frame(&app);
+    assert!(first.contains("j/k scroll"), "{first}");
+    assert!(!first.contains("wheel"), "{first}");
+    for _ in 0..200 {
+        app.handle(key('j'));
+    }
+    let last = frame(&app);
+    // The mouse section is the page's last.
+    assert!(last.contains("wheel"), "{last}");
+    insta::assert_snapshot!("help_40x10_scrolled", last);
+    app.handle(key('?'));
+    assert_eq!(app.overlay, None);
 }

@@ -384,7 +384,7 @@ impl App {
             return vec![Context::Always, Context::Confirm];
         }
         match self.overlay {
-            Some(Overlay::Help) => return vec![Context::Always, Context::Help],
+            Some(Overlay::Help(_)) => return vec![Context::Always, Context::Help],
             Some(Overlay::Legend(_)) => return vec![Context::Always, Context::Legend],
             Some(Overlay::Modules(_)) => return vec![Context::Always, Context::Modules],
             Some(Overlay::StepDiff(_)) => return vec![Context::Always, Context::StepDiff],
@@ -457,8 +457,8 @@ impl App {
             | A::CloseHelp
             | A::Legend
             | A::CloseLegend
-            | A::LegendUp
-            | A::LegendDown
+            | A::OverlayUp
+            | A::OverlayDown
             | A::Modules
             | A::CloseModules
             | A::ModulesSort

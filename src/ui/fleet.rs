@@ -64,7 +64,7 @@ pub fn render(frame: &mut Frame, app: &FleetApp) {
     };
     bars::render_line(frame, footer, &footer_line, t);
     match app.overlay {
-        Some(Overlay::Help) => help::render_fleet(frame, frame.area(), t),
+        Some(Overlay::Help(scroll)) => help::render_fleet(frame, frame.area(), scroll, t),
         Some(Overlay::Legend(scroll)) => {
             legend::render_lines(frame, frame.area(), legend::fleet_lines(t), scroll, t)
         }

@@ -25,7 +25,19 @@ pub(crate) struct Page<'a> {
 
 /// The dashboard's overlay; `readonly` marks the process actions as off;
 /// `trace` adds the keys of a snapshot file's trace.
-pub(crate) fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool, t: &Theme) {
+/// More than any help page has lines: where scrolling stops (the page
+/// itself stops at its last line).
+pub(crate) const LINES: usize = 200;
+
+/// The dashboard's overlay, scrolled `scroll` lines (where the terminal is
+/// too small for it).
+pub(crate) fn render(
+    frame: &mut Frame,
+    area: Rect,
+    (readonly, trace): (bool, bool),
+    scroll: usize,
+    t: &Theme,
+) {
     let mut sections = keys::HELP_SECTIONS.to_vec();
     sections.extend(trace.then_some(keys::Context::Trace));
     let note = if readonly {
@@ -45,11 +57,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, readonly: bool, trace: bool,
         readonly,
         notes: [note, absent(t)],
     };
-    render_page(frame, area, &page, t);
+    render_page(frame, area, &page, scroll, t);
 }
 
 /// The fleet view's overlay.
-pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, t: &Theme) {
+pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
     let page = Page {
         sections: &keys::FLEET_HELP_SECTIONS,
         mouse: &[],
@@ -62,15 +74,16 @@ pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, t: &Theme) {
             absent(t),
         ],
     };
-    render_page(frame, area, &page, t);
+    render_page(frame, area, &page, scroll, t);
 }
 
 fn absent(t: &Theme) -> Line<'static> {
     Line::styled(" Absent figures show as a dash, never as 0.", t.dim())
 }
 
-/// The overlay of `page`, centred in `area`.
-pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, t: &Theme) {
+/// The overlay of `page`, centred in `area`, from line `scroll` on where it
+/// does not fit (issue 30, item 12: at 40×10 the end could not be reached).
+pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: usize, t: &Theme) {
     let ro = page.readonly;
     let mut rows: Vec<(&str, &str, bool)> = Vec::new();
     for section in page.sections {
@@ -110,20 +123,27 @@ pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, t: &Theme)
     let h = ((per_col + footer_lines + 2) as u16).min(area.height);
     let popup = super::popup::centered(area, w, h);
     frame.render_widget(Clear, popup);
-    let block = t.block(Span::styled(" Keys ", t.title()));
+    let fits = (per_col + footer_lines + 2) as u16 <= area.height;
+    let title = if fits {
+        " Keys "
+    } else {
+        " Keys · j/k scroll "
+    };
+    let block = t.block(Span::styled(title, t.title()));
     let inner = block.inner(popup);
     frame.render_widget(block, popup);
     let [body, foot] =
         Layout::vertical([Constraint::Min(0), Constraint::Length(footer_lines as u16)])
             .areas(inner);
+    let scroll = scroll.min(per_col.saturating_sub(body.height as usize)) as u16;
     if two {
         let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
             .areas(body);
         let (a, b) = items.split_at(per_col);
-        frame.render_widget(Paragraph::new(a.to_vec()), l);
-        frame.render_widget(Paragraph::new(b.to_vec()), r);
+        frame.render_widget(Paragraph::new(a.to_vec()).scroll((scroll, 0)), l);
+        frame.render_widget(Paragraph::new(b.to_vec()).scroll((scroll, 0)), r);
     } else {
-        frame.render_widget(Paragraph::new(items), body);
+        frame.render_widget(Paragraph::new(items).scroll((scroll, 0)), body);
     }
     frame.render_widget(Paragraph::new(page.notes.to_vec()), foot);
 }

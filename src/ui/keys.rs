@@ -24,8 +24,9 @@ pub enum Action {
     /// The legend overlay: what columns, glyphs and words mean.
     Legend,
     CloseLegend,
-    LegendUp,
-    LegendDown,
+    /// Scroll the help or legend overlay.
+    OverlayUp,
+    OverlayDown,
     /// Freeze the view (no new snapshots).
     Pause,
     /// Space: the demo's simulation when there is one, else [`Action::Pause`].
@@ -318,10 +319,12 @@ pub const KEYS: &[Binding] = &[
     bind(Confirm, &[c('n'), c('N'), k(Esc)], A::ConfirmNo),
     // The help overlay (other keys are ignored).
     bind(Help, &[k(Esc), c('?'), c('q'), k(F(1))], A::CloseHelp),
+    bind(Help, &[k(Up), c('k'), k(PageUp)], A::OverlayUp),
+    bind(Help, &[k(Down), c('j'), k(PageDown)], A::OverlayDown),
     // The legend overlay (other keys are ignored).
     bind(Legend, &[k(Esc), c('L'), c('q'), k(F(2))], A::CloseLegend),
-    bind(Legend, &[k(Up), c('k'), k(PageUp)], A::LegendUp),
-    bind(Legend, &[k(Down), c('j'), k(PageDown)], A::LegendDown),
+    bind(Legend, &[k(Up), c('k'), k(PageUp)], A::OverlayUp),
+    bind(Legend, &[k(Down), c('j'), k(PageDown)], A::OverlayDown),
     // The "By module" overlay (other keys are ignored).
     bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules),
     bind(Modules, &[c('o')], A::ModulesSort),

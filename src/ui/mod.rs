@@ -317,11 +317,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
         popup::render(frame, areas.body, action, t);
     }
     match (app.overlay, app.screen) {
-        (Some(Overlay::Help), _) => help::render(
+        (Some(Overlay::Help(scroll)), _) => help::render(
             frame,
             frame.area(),
-            app.config.readonly,
-            app.trace.is_some(),
+            (app.config.readonly, app.trace.is_some()),
+            scroll,
             t,
         ),
         (Some(Overlay::Stacks), _) => {

@@ -70,8 +70,8 @@ pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 6
 /// What is drawn over the screen and takes its keys: one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlay {
-    /// The keys (`?`).
-    Help,
+    /// The keys (`?`), scrolled this many lines (a small terminal).
+    Help(usize),
     /// The legend (`L`), scrolled this many lines.
     Legend(usize),
     /// The "By module" table of the selected process (`M`).

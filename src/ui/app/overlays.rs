@@ -11,7 +11,7 @@ impl App {
     pub(super) fn overlay_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
         match action {
-            A::Help => self.overlay = Some(Overlay::Help),
+            A::Help => self.overlay = Some(Overlay::Help(0)),
             A::Legend => self.overlay = Some(Overlay::Legend(0)),
             A::Modules => self.overlay = Some(Overlay::Modules(Default::default())),
             A::StepDiff => self.overlay = Some(Overlay::StepDiff(Default::default())),
@@ -24,15 +24,17 @@ impl App {
             A::CloseHelp | A::CloseLegend | A::CloseModules | A::CloseStepDiff | A::CloseStacks => {
                 self.overlay = None
             }
-            A::LegendUp | A::LegendDown => {
-                let n = legend::lines(&self.config.theme).len();
-                if let Some(Overlay::Legend(v)) = &mut self.overlay {
-                    *v = if action == A::LegendUp {
-                        v.saturating_sub(1)
-                    } else {
-                        (*v + 1).min(n)
-                    };
-                }
+            A::OverlayUp | A::OverlayDown => {
+                let (v, n) = match &mut self.overlay {
+                    Some(Overlay::Legend(v)) => (v, legend::lines(&self.config.theme).len()),
+                    Some(Overlay::Help(v)) => (v, crate::ui::help::LINES),
+                    _ => return vec![],
+                };
+                *v = if action == A::OverlayUp {
+                    v.saturating_sub(1)
+                } else {
+                    (*v + 1).min(n)
+                };
             }
             A::ModulesOnly => self.modules_only(),
             A::ModulesSort | A::ModulesReverse | A::ModulesUp | A::ModulesDown => {

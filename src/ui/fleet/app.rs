@@ -153,7 +153,7 @@ impl FleetApp {
         let mut c = vec![Context::Always];
         match self.overlay {
             Some(Overlay::Prompt) => c.push(Context::Filter),
-            Some(Overlay::Help) => c.push(Context::Help),
+            Some(Overlay::Help(_)) => c.push(Context::Help),
             Some(Overlay::Legend(_)) => c.push(Context::Legend),
             _ => c.extend(self.screen_contexts()),
         }
@@ -213,7 +213,7 @@ impl FleetApp {
                 view::Action::Nothing
             }
             A::Refresh => return vec![Ask::Refresh],
-            A::Help | A::Legend | A::CloseHelp | A::CloseLegend | A::LegendUp | A::LegendDown => {
+            A::Help | A::Legend | A::CloseHelp | A::CloseLegend | A::OverlayUp | A::OverlayDown => {
                 self.overlay_act(action);
                 view::Action::Nothing
             }
@@ -256,18 +256,20 @@ impl FleetApp {
     fn overlay_act(&mut self, action: Action) {
         use Action as A;
         match action {
-            A::Help => self.overlay = Some(Overlay::Help),
+            A::Help => self.overlay = Some(Overlay::Help(0)),
             A::Legend => self.overlay = Some(Overlay::Legend(0)),
             A::CloseHelp | A::CloseLegend => self.overlay = None,
-            A::LegendUp | A::LegendDown => {
-                let n = legend::fleet_lines(&self.theme).len();
-                if let Some(Overlay::Legend(s)) = &mut self.overlay {
-                    *s = if action == A::LegendUp {
-                        s.saturating_sub(1)
-                    } else {
-                        (*s + 1).min(n)
-                    };
-                }
+            A::OverlayUp | A::OverlayDown => {
+                let (s, n) = match &mut self.overlay {
+                    Some(Overlay::Legend(s)) => (s, legend::fleet_lines(&self.theme).len()),
+                    Some(Overlay::Help(s)) => (s, crate::ui::help::LINES),
+                    _ => return,
+                };
+                *s = if action == A::OverlayUp {
+                    s.saturating_sub(1)
+                } else {
+                    (*s + 1).min(n)
+                };
             }
             _ => {}
         }
