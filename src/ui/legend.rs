@@ -49,6 +49,10 @@ pub(crate) const WORDS: &[(&str, &str)] = &[
     ),
     ("x", "an expandable segment (expandable_segments:True)"),
     (
+        "ASKED / HELD",
+        "step diff: bytes requested / their blocks (rounded up)",
+    ),
+    (
         "inactive",
         "cached: reserved but free, reusable by the same process",
     ),

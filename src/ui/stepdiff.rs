@@ -134,7 +134,9 @@ pub(crate) fn render(
         format!(" {m:<module_w$}{phase:<9}{size:>10}{blocks:>7}{bytes:>11}")
     };
     let mut lines = vec![Line::styled(
-        row("MODULE", "PHASE", "SIZE", "BLOCKS", "BYTES"),
+        // What each allocation asked for, and what its blocks hold (the
+        // allocator rounds up: issue 30, item 8, "SIZE 4 B … BYTES 512 B").
+        row("MODULE", "PHASE", "ASKED", "BLOCKS", "HELD"),
         t.header(),
     )];
     for r in d
