@@ -689,19 +689,18 @@ fn machine_busy_s() -> f64 {
     busy as f64 / procfs::ticks_per_second() as f64
 }
 
-/// CPU seconds and RSS bytes of `pid`, and CPU seconds by thread name.
-fn sample(pid: i32) -> Option<(f64, u64, BTreeMap<String, f64>)> {
+/// CPU seconds and RSS bytes of `pid`, and the CPU seconds of its main
+/// thread (the dashboard's UI thread; serve's HTTP runtime). The other
+/// threads (the collector's runtime: its threads come and go) are the
+/// rest.
+fn sample(pid: i32) -> Option<(f64, u64, f64)> {
     let p = procfs::process::Process::new(pid).ok()?;
     let st = p.stat().ok()?;
-    let mut threads = BTreeMap::new();
-    if let Ok(tasks) = p.tasks() {
-        for t in tasks.flatten() {
-            if let Ok(s) = t.stat() {
-                *threads.entry(s.comm.clone()).or_insert(0.0) += cpu_ticks_s(&s);
-            }
-        }
-    }
-    Some((cpu_ticks_s(&st), st.rss * procfs::page_size(), threads))
+    let main = p
+        .task_from_tid(pid)
+        .and_then(|t| t.stat())
+        .map_or(0.0, |s| cpu_ticks_s(&s));
+    Some((cpu_ticks_s(&st), st.rss * procfs::page_size(), main))
 }
 
 /// What a producer wrote so far (its status file), and when (seconds
@@ -1048,8 +1047,10 @@ struct Watcher {
     cpu_s: f64,
     /// RSS samples (bytes), one a second from the start of the watcher.
     rss: Vec<u64>,
-    /// CPU seconds by thread name over the window.
-    threads: BTreeMap<String, f64>,
+    /// CPU seconds of the main thread over the window (the dashboard's UI
+    /// thread, serve's HTTP runtime); `cpu_s` less it is the collector's
+    /// runtime.
+    main_s: f64,
 }
 
 impl Watcher {
@@ -1185,8 +1186,8 @@ fn run_once(o: &RunOpts) -> RunResult {
     }
     let t0 = Instant::now();
     let mut rss: HashMap<&str, Vec<u64>> = HashMap::new();
-    let mut begin: HashMap<&str, (f64, BTreeMap<String, f64>)> = HashMap::new();
-    let mut end: HashMap<&str, (f64, BTreeMap<String, f64>)> = HashMap::new();
+    let mut begin: HashMap<&str, (f64, f64)> = HashMap::new();
+    let mut end: HashMap<&str, (f64, f64)> = HashMap::new();
     let prod_cpu = |ps: &[Killed]| -> f64 {
         ps.iter()
             .filter_map(|p| sample(p.0.id() as i32))
@@ -1204,7 +1205,7 @@ fn run_once(o: &RunOpts) -> RunResult {
             if let Some((cpu, r, th)) = sample(*pid) {
                 rss.entry(name).or_default().push(r);
                 if tick == o.warmup as u64 {
-                    begin.insert(name, (cpu, th.clone()));
+                    begin.insert(name, (cpu, th));
                 }
                 end.insert(name, (cpu, th));
             }
@@ -1289,15 +1290,10 @@ fn run_once(o: &RunOpts) -> RunResult {
     let watcher = |name: &str| -> Option<Watcher> {
         let (c0, t0) = begin.get(name)?;
         let (c1, t1) = end.get(name)?;
-        let threads = t1
-            .iter()
-            .map(|(k, v)| (k.clone(), v - t0.get(k).copied().unwrap_or(0.0)))
-            .filter(|(_, v)| *v > 0.0)
-            .collect();
         Some(Watcher {
             cpu_s: c1 - c0,
             rss: rss.get(name).cloned().unwrap_or_default(),
-            threads,
+            main_s: t1 - t0,
         })
     };
     let (events_per_s, counted_per_s, records_per_s) = rates(&w_begin.0, &w_end);
@@ -1372,13 +1368,11 @@ fn print_row(name: &str, w: &Watcher, r: &RunResult) {
         mib(w.rss_at(usize::MAX) as f64),
         mib(w.rss.iter().copied().max().unwrap_or(0) as f64),
     );
-    let mut th: Vec<_> = w.threads.iter().collect();
-    th.sort_by(|a, b| b.1.total_cmp(a.1));
-    let parts: Vec<String> = th
-        .iter()
-        .map(|(k, v)| format!("{k} {:.2} %", *v / r.window_s * 100.0))
-        .collect();
-    println!("         threads: {}", parts.join(", "));
+    println!(
+        "         main thread {:.2} %, the other threads (collector) {:.2} %",
+        w.main_s / r.window_s * 100.0,
+        (w.cpu_s - w.main_s) / r.window_s * 100.0
+    );
 }
 
 fn print_result(r: &RunResult) {
