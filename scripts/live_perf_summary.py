@@ -3,7 +3,7 @@
 watcher (see examples/live_bench.rs --perf, benches/LIVE_RESULTS.md).
 
     perf script -i serve.perf.data > serve.script
-    scripts/live_perf_summary.py serve.script [--thread NAME] [--tree FUNC]
+    scripts/live_perf_summary.py serve.script [--thread COMM] [--tree FUNC]
         [--callers FUNC]
 
 Prints the share of samples whose stack holds each stage of the live path
@@ -70,7 +70,7 @@ def parse(path, thread=None):
         if not line.startswith(("\t", " ")):
             m = head.match(line)
             comm = m.group(1) if m else line.split()[0]
-            cur = None if thread and not comm.startswith(thread) else (comm, [])
+            cur = None if thread and comm != thread else (comm, [])
             continue
         if cur is None:
             continue
