@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::recording::Recorder;
 use crate::ring::monotonic_ns;
@@ -49,16 +49,7 @@ impl Inner {
                 }
                 self.sources.insert(key, source);
             }
-            Input::Events(b) => {
-                self.model.apply_all_at(b.key, b.events.iter(), &b.at);
-                if b.lost_now > 0 {
-                    self.model.note_loss(b.key, b.lost_now);
-                }
-                if let Some(s) = self.sources.get_mut(&b.key) {
-                    s.delivered = b.delivered;
-                    s.lost = b.lost;
-                }
-            }
+            Input::Events(b) => self.apply_events(&b),
             Input::Gone { key } => {
                 if let Some(s) = self.sources.get_mut(&key) {
                     s.commands = false;
@@ -88,6 +79,17 @@ impl Inner {
                 Some(key) => self.model.note_collector_drop(key, &what, count),
                 None => self.note_drop(what, count),
             },
+        }
+    }
+
+    fn apply_events(&mut self, b: &EventBatch) {
+        self.model.apply_all_at(b.key, b.events.iter(), &b.at);
+        if b.lost_now > 0 {
+            self.model.note_loss(b.key, b.lost_now);
+        }
+        if let Some(s) = self.sources.get_mut(&b.key) {
+            s.delivered = b.delivered;
+            s.lost = b.lost;
         }
     }
 
@@ -301,6 +303,20 @@ impl Hub {
         self.record(&input);
         self.with(|inner| inner.apply(input));
         self.changed();
+    }
+
+    /// Applies a batch of events as [`Hub::apply`] applies
+    /// `Input::Events(batch)` (recorded the same way), and gives the batch
+    /// back: its vectors' capacity is reused for the next one.
+    pub(crate) fn apply_events(&self, batch: EventBatch) -> EventBatch {
+        let input = Input::Events(batch);
+        self.record(&input);
+        let Input::Events(batch) = input else {
+            unreachable!("built above")
+        };
+        self.with(|inner| inner.apply_events(&batch));
+        self.changed();
+        batch
     }
 
     /// Writes `input` into the recording, if one runs. The lock is taken
