@@ -425,6 +425,8 @@ impl RingSet {
             source,
             watch: watch_of(&reader),
         });
+        let mut reader = reader;
+        reader.set_integrity_interval(INTEGRITY_EVERY);
         let attached = Attached {
             buf: Drained::new(&reader),
             reader,
@@ -444,7 +446,7 @@ impl RingSet {
         let mut damaged: Vec<(PathBuf, String)> = Vec::new();
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
-            let liveness = a.reader.liveness();
+            let liveness = a.reader.liveness_every(LIVENESS_EVERY);
             let gone = liveness != Liveness::Alive;
             // At most two rounds of up to 65,536 records per ring each tick
             // (over 2 M records/s per ring at 20 ticks/s): a busy process
@@ -529,6 +531,14 @@ fn watch_of(reader: &SegmentReader) -> Watch {
         anchor_snapshot: None,
     }
 }
+
+/// How often a segment's producer is looked up in `/proc` (a closed
+/// segment is seen gone at once).
+const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often a segment's file is checked (an fstat); a truncation in
+/// between is caught by the SIGBUS flag.
+const INTEGRITY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a segment may stay initialising (magic 0) before it is
 /// reported (FORMAT.md, "Naming and creation").
