@@ -112,6 +112,8 @@ pub struct Collector {
     nvml: Option<Arc<nvml::NvmlSource>>,
     /// Host pid → model key of every attached process (for NVML's figures).
     host_pids: HashMap<u32, ProcessKey>,
+    /// The rings' generation `host_pids` was read at.
+    host_pids_of: Option<u64>,
     /// CPU, memory and age of the processes shown (`/proc`).
     host: procfs::HostSampler,
     /// Processes whose agent answered a snapshot request "unsupported":
@@ -133,6 +135,7 @@ impl Collector {
             hub,
             nvml: None,
             host_pids: HashMap::new(),
+            host_pids_of: None,
             host: procfs::HostSampler::default(),
             no_snapshots: Arc::default(),
         }
@@ -199,7 +202,11 @@ impl Collector {
     /// apply what was read.
     pub fn step(&mut self) {
         self.rings.step(&self.hub);
-        self.host_pids = self.rings.host_pids();
+        let generation = Some(self.rings.generation());
+        if self.host_pids_of != generation {
+            self.host_pids_of = generation;
+            self.host_pids = self.rings.host_pids();
+        }
     }
 
     /// One NVML reading applied to the hub (blocking: NVML calls the driver).
@@ -251,6 +258,11 @@ impl Collector {
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
                     self.ask_resyncs();
+                    if self.rings.is_empty() {
+                        // Nothing to drain: only the directory scan is
+                        // due, at its own period.
+                        ring_tick.reset_after(self.cfg.discover_interval.max(self.cfg.ring_interval));
+                    }
                 }
                 _ = nvml_tick.tick() => {
                     let source = self.nvml_source();

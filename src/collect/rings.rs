@@ -157,6 +157,14 @@ pub(crate) struct RingSet {
     /// Segments whose magic was still 0 when first seen, and when.
     initialising: HashMap<PathBuf, Instant>,
     last_scan: Option<Instant>,
+    /// Containers' segment directories (`discover::container_dirs`, which
+    /// looks at every process's mount namespace), looked for again every
+    /// `CONTAINERS_EVERY`, and when.
+    containers: Vec<Arc<SegmentDir>>,
+    containers_at: Option<Instant>,
+    /// Changes whenever a segment is attached or let go (the host pids
+    /// change only then).
+    generation: u64,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -174,7 +182,21 @@ impl RingSet {
             refused: HashMap::new(),
             initialising: HashMap::new(),
             last_scan: None,
+            containers: Vec::new(),
+            containers_at: None,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever a segment is attached or let go: what
+    /// [`Self::host_pids`] returns changes only then.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether no segment is read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.attached.is_empty()
     }
 
     /// Host pid → model key of every attached process (for NVML's figures).
@@ -227,8 +249,18 @@ impl RingSet {
         // Containers with a segment directory of their own, seen through
         // their processes' roots (what this reader has the rights to see).
         let mut found = found;
-        for dir in discover::container_dirs(&self.cfg.shm_dir) {
-            if let Ok((more, _)) = discover::list_in(Arc::new(dir)) {
+        if self
+            .containers_at
+            .is_none_or(|t| t.elapsed() >= CONTAINERS_EVERY)
+        {
+            self.containers_at = Some(Instant::now());
+            self.containers = discover::container_dirs(&self.cfg.shm_dir)
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+        }
+        for dir in &self.containers {
+            if let Ok((more, _)) = discover::list_in(dir.clone()) {
                 found.extend(more);
             }
         }
@@ -439,6 +471,7 @@ impl RingSet {
             gone_at: None,
         };
         self.attached.insert((path, file), attached);
+        self.generation += 1;
     }
 
     fn drain(&mut self, hub: &Hub) {
@@ -509,6 +542,7 @@ impl RingSet {
         }
         for (at, stale) in finished {
             if let Some(a) = self.attached.remove(&at) {
+                self.generation += 1;
                 hub.apply(Input::Forget { key: a.key });
                 // Only the file that was read, never whatever now has its
                 // path (a new producer that got the same pid).
@@ -539,6 +573,11 @@ const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often a segment's file is checked (an fstat); a truncation in
 /// between is caught by the SIGBUS flag.
 const INTEGRITY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the containers' segment directories are looked for (every
+/// process's mount namespace is looked at); their files are listed at
+/// every scan.
+const CONTAINERS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a segment may stay initialising (magic 0) before it is
 /// reported (FORMAT.md, "Naming and creation").
