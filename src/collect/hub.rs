@@ -232,8 +232,25 @@ impl Hub {
 
     /// A copy of everything as of `now` (a replay's clock, not the wall's).
     pub fn snapshot_at(&self, now: u64, opts: &ViewOptions) -> Snapshot {
+        self.snapshot_at_for(now, opts, None)
+    }
+
+    /// A copy of everything, with `opts`' detail (block map, events,
+    /// timeline) for the process `focus` only when given: the figures alone
+    /// for the others ([`Model::view_for`]).
+    pub fn snapshot_for(&self, opts: &ViewOptions, focus: Option<ProcessKey>) -> Snapshot {
+        self.snapshot_at_for(monotonic_ns(), opts, focus)
+    }
+
+    /// [`Self::snapshot_for`] as of `now`.
+    pub fn snapshot_at_for(
+        &self,
+        now: u64,
+        opts: &ViewOptions,
+        focus: Option<ProcessKey>,
+    ) -> Snapshot {
         self.with(|inner| {
-            let view = inner.model.view(now, opts);
+            let view = inner.model.view_for(now, opts, focus);
             let processes = view
                 .processes
                 .into_iter()
