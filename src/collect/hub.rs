@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use crate::input::{Identity, Input, Machine, Source, SourceProblem};
+use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::recording::Recorder;
 use crate::ring::monotonic_ns;
@@ -49,16 +49,7 @@ impl Inner {
                 }
                 self.sources.insert(key, source);
             }
-            Input::Events(b) => {
-                self.model.apply_all_at(b.key, b.events.iter(), &b.at);
-                if b.lost_now > 0 {
-                    self.model.note_loss(b.key, b.lost_now);
-                }
-                if let Some(s) = self.sources.get_mut(&b.key) {
-                    s.delivered = b.delivered;
-                    s.lost = b.lost;
-                }
-            }
+            Input::Events(b) => self.apply_events(&b),
             Input::Gone { key } => {
                 if let Some(s) = self.sources.get_mut(&key) {
                     s.commands = false;
@@ -88,6 +79,17 @@ impl Inner {
                 Some(key) => self.model.note_collector_drop(key, &what, count),
                 None => self.note_drop(what, count),
             },
+        }
+    }
+
+    fn apply_events(&mut self, b: &EventBatch) {
+        self.model.apply_all_at(b.key, b.events.iter(), &b.at);
+        if b.lost_now > 0 {
+            self.model.note_loss(b.key, b.lost_now);
+        }
+        if let Some(s) = self.sources.get_mut(&b.key) {
+            s.delivered = b.delivered;
+            s.lost = b.lost;
         }
     }
 
@@ -230,8 +232,25 @@ impl Hub {
 
     /// A copy of everything as of `now` (a replay's clock, not the wall's).
     pub fn snapshot_at(&self, now: u64, opts: &ViewOptions) -> Snapshot {
+        self.snapshot_at_for(now, opts, None)
+    }
+
+    /// A copy of everything, with `opts`' detail (block map, events,
+    /// timeline) for the process `focus` only when given: the figures alone
+    /// for the others ([`Model::view_for`]).
+    pub fn snapshot_for(&self, opts: &ViewOptions, focus: Option<ProcessKey>) -> Snapshot {
+        self.snapshot_at_for(monotonic_ns(), opts, focus)
+    }
+
+    /// [`Self::snapshot_for`] as of `now`.
+    pub fn snapshot_at_for(
+        &self,
+        now: u64,
+        opts: &ViewOptions,
+        focus: Option<ProcessKey>,
+    ) -> Snapshot {
         self.with(|inner| {
-            let view = inner.model.view(now, opts);
+            let view = inner.model.view_for(now, opts, focus);
             let processes = view
                 .processes
                 .into_iter()
@@ -301,6 +320,20 @@ impl Hub {
         self.record(&input);
         self.with(|inner| inner.apply(input));
         self.changed();
+    }
+
+    /// Applies a batch of events as [`Hub::apply`] applies
+    /// `Input::Events(batch)` (recorded the same way), and gives the batch
+    /// back: its vectors' capacity is reused for the next one.
+    pub(crate) fn apply_events(&self, batch: EventBatch) -> EventBatch {
+        let input = Input::Events(batch);
+        self.record(&input);
+        let Input::Events(batch) = input else {
+            unreachable!("built above")
+        };
+        self.with(|inner| inner.apply_events(&batch));
+        self.changed();
+        batch
     }
 
     /// Writes `input` into the recording, if one runs. The lock is taken

@@ -112,6 +112,8 @@ pub struct Collector {
     nvml: Option<Arc<nvml::NvmlSource>>,
     /// Host pid → model key of every attached process (for NVML's figures).
     host_pids: HashMap<u32, ProcessKey>,
+    /// The rings' generation `host_pids` was read at.
+    host_pids_of: Option<u64>,
     /// CPU, memory and age of the processes shown (`/proc`).
     host: procfs::HostSampler,
     /// Processes whose agent answered a snapshot request "unsupported":
@@ -133,6 +135,7 @@ impl Collector {
             hub,
             nvml: None,
             host_pids: HashMap::new(),
+            host_pids_of: None,
             host: procfs::HostSampler::default(),
             no_snapshots: Arc::default(),
         }
@@ -199,7 +202,11 @@ impl Collector {
     /// apply what was read.
     pub fn step(&mut self) {
         self.rings.step(&self.hub);
-        self.host_pids = self.rings.host_pids();
+        let generation = Some(self.rings.generation());
+        if self.host_pids_of != generation {
+            self.host_pids_of = generation;
+            self.host_pids = self.rings.host_pids();
+        }
     }
 
     /// One NVML reading applied to the hub (blocking: NVML calls the driver).
@@ -251,6 +258,11 @@ impl Collector {
                 _ = ring_tick.tick() => {
                     off_runtime(|| self.step());
                     self.ask_resyncs();
+                    if self.rings.is_empty() {
+                        // Nothing to drain: only the directory scan is
+                        // due, at its own period.
+                        ring_tick.reset_after(self.cfg.discover_interval.max(self.cfg.ring_interval));
+                    }
                 }
                 _ = nvml_tick.tick() => {
                     let source = self.nvml_source();
@@ -355,62 +367,110 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// The collector running on a runtime of its own, for a dashboard whose
-/// thread is not async (see the module doc). Dropping it stops everything.
+/// The collector's own runtime: current-thread (the step runs on the
+/// thread that drives it, never handed between workers), with a few
+/// blocking threads for NVML and the control block.
+fn own_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(4)
+        .thread_name("vramscope-collect")
+        .enable_all()
+        .build()
+}
+
+/// What [`on_own_thread`] started: the runtime's handle, the sender that
+/// stops the future, and a channel that hears when it has completed.
+struct Started {
+    handle: tokio::runtime::Handle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+/// Runs `make(stopped)` on one dedicated thread, on a current-thread
+/// runtime of its own ([`own_runtime`]), until it completes. Its
+/// allocations all come from that one thread (one allocator arena), and
+/// nothing moves the step between threads.
+fn on_own_thread<F, Fut>(make: F) -> std::io::Result<Started>
+where
+    F: FnOnce(tokio::sync::oneshot::Receiver<()>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, handle) = std::sync::mpsc::sync_channel(1);
+    let (finished, done) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("vramscope-collect".into())
+        .spawn(move || {
+            let rt = match own_runtime() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready.send(Ok(rt.handle().clone()));
+            rt.block_on(make(stopped));
+            let _ = finished.send(());
+            // Blocking tasks (an NVML read, a command's wait) are not
+            // waited for long.
+            rt.shutdown_timeout(LIVE_STOP_WAIT);
+        })?;
+    let handle = handle
+        .recv()
+        .map_err(|_| std::io::Error::other("the collector's thread ended at start"))??;
+    Ok(Started { handle, stop, done })
+}
+
+/// The collector running on a thread and runtime of its own, for a
+/// dashboard whose thread is not async (see the module doc). Dropping it
+/// stops everything.
 pub struct Live {
-    rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Handle,
     hub: Arc<Hub>,
     /// Why its processes are sent no command ([`Live::refusal`]).
     refusal: Option<&'static str>,
-    /// Ends the background task; dropping `Live` sends it and waits for the
-    /// task (see `Drop`).
+    /// Ends the background loop; dropping `Live` sends it and waits for the
+    /// loop's last step (see `Drop`).
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// Hears when the loop has ended (in a mutex: `Live` is shared).
+    done: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
-/// How long dropping a [`Live`] waits for its task to finish its step.
+/// How long dropping a [`Live`] waits for its loop to finish its step.
 const LIVE_STOP_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for Live {
-    /// Stops the background task before the runtime goes: a task that is
-    /// inside a blocking step (`off_runtime`) when the runtime shuts down
-    /// would otherwise go on to poll a timer of a runtime being shut down,
-    /// which panics (seen as exit status 101 when quitting under load).
+    /// Stops the background loop and waits (a while) for its last step, so
+    /// nothing written before is left unread.
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let Some(task) = self.task.take() else { return };
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return; // (dropped inside a runtime: cannot wait here)
+        if let Ok(done) = self.done.get_mut() {
+            let _ = done.recv_timeout(LIVE_STOP_WAIT);
         }
-        let _ = self
-            .rt
-            .block_on(async { tokio::time::timeout(LIVE_STOP_WAIT, task).await });
     }
 }
 
 impl Live {
     /// Starts the collector's live loop in the background and returns at once.
     pub fn start(cfg: Config) -> std::io::Result<Live> {
-        let rt = runtime()?;
         let refusal = cfg.readonly.then_some(READONLY);
         let mut collector = Collector::new(cfg);
         let hub = collector.hub().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = rt.spawn(async move {
+        let started = on_own_thread(move |stopped| async move {
             collector
                 .run_until(async {
                     let _ = stopped.await;
                 })
                 .await
-        });
+        })?;
         Ok(Live {
-            rt,
+            rt: started.handle,
             hub,
             refusal,
-            stop: Some(stop),
-            task: Some(task),
+            stop: Some(started.stop),
+            done: Mutex::new(started.done),
         })
     }
 
@@ -422,11 +482,9 @@ impl Live {
         speed: f64,
         progress: Arc<replay::Progress>,
     ) -> std::io::Result<Live> {
-        let rt = runtime()?;
         let hub = Arc::new(Hub::default());
         let h = hub.clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = rt.spawn(async move {
+        let started = on_own_thread(move |stopped| async move {
             let played = replay::play_with(reader, &h, replay::Pace::Live(speed), &progress);
             tokio::select! {
                 biased;
@@ -437,13 +495,13 @@ impl Live {
                     }
                 }
             }
-        });
+        })?;
         Ok(Live {
-            rt,
+            rt: started.handle,
             hub,
             refusal: Some(REPLAYED),
-            stop: Some(stop),
-            task: Some(task),
+            stop: Some(started.stop),
+            done: Mutex::new(started.done),
         })
     }
 

@@ -5,7 +5,7 @@
 //! problems shown to the user, never crashes. No threads, no commands: the
 //! [`Collector`](super::Collector) drives this and sends the commands.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +33,118 @@ struct Attached {
     host_pid: Option<u32>,
     lost_seen: u64,
     gone_at: Option<Instant>,
+    /// Each tick's records, kept between ticks so their capacity is
+    /// reused (nothing is allocated per tick once they have grown).
+    buf: Drained,
+}
+
+/// A segment's records of one tick: each ring's, as drained (in position
+/// order), then merged by time into `events` / `at`, which are handed to
+/// the hub and come back to be reused.
+#[derive(Default)]
+struct Drained {
+    /// Per ring: its events and their positions, in position order.
+    rings: Vec<(VecDeque<Event>, VecDeque<u64>)>,
+    /// Per ring: whether it is the agent's.
+    agent: Vec<bool>,
+    /// The merge's running latest time per ring.
+    latest: Vec<u64>,
+    events: Vec<Event>,
+    at: Vec<RingPos>,
+}
+
+impl Drained {
+    fn new(reader: &SegmentReader) -> Self {
+        let agent: Vec<bool> = (reader.header().rings.iter())
+            .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
+            .collect();
+        Drained {
+            rings: agent.iter().map(|_| Default::default()).collect(),
+            latest: vec![0; agent.len()],
+            agent,
+            events: Vec::new(),
+            at: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, ring: usize, position: u64, e: Event) {
+        if let Some((ev, pos)) = self.rings.get_mut(ring) {
+            ev.push_back(e);
+            pos.push_back(position);
+        }
+    }
+
+    /// Merges the rings' records into `events` / `at` by time, keeping
+    /// each ring's order: each record is ordered by the latest time seen
+    /// so far in its own ring, so a clock that steps back inside a ring
+    /// cannot move a record before an earlier one of the same ring. At
+    /// equal times, records of the agent's rings come after those of the
+    /// device rings (a sample or snapshot taken at time T already reflects
+    /// what happened at T), and then by ring index; the tie-break is the
+    /// ring's, never the record's, so records of one ring that share a
+    /// time (a sample and its STATS_C) keep their order too. (The model
+    /// places snapshots exactly by the positions, which travel with the
+    /// events; the time order is for the timeline.) Runs of one ring are
+    /// moved at once; nothing is allocated once the buffers have grown.
+    fn merge(&mut self) {
+        self.latest.iter_mut().for_each(|t| *t = 0);
+        loop {
+            // The ring whose next record comes first, and the key of the
+            // first record of any other ring (its run ends before it).
+            let mut best: Option<(u64, bool, usize)> = None;
+            let mut bound: Option<(u64, bool, usize)> = None;
+            for (r, (ev, _)) in self.rings.iter().enumerate() {
+                let Some(first) = ev.front() else { continue };
+                let key = (self.latest[r].max(first.time_ns), self.agent[r], r);
+                if best.is_none_or(|b| key < b) {
+                    bound = best;
+                    best = Some(key);
+                } else if bound.is_none_or(|b| key < b) {
+                    bound = Some(key);
+                }
+            }
+            let Some((_, agent, r)) = best else { break };
+            let (ev, pos) = &mut self.rings[r];
+            let mut t = self.latest[r];
+            let n = match bound {
+                None => {
+                    t = ev.iter().fold(t, |t, e| t.max(e.time_ns));
+                    ev.len()
+                }
+                Some(bound) => {
+                    let mut n = 0;
+                    for e in ev.iter() {
+                        let next = t.max(e.time_ns);
+                        if (next, agent, r) >= bound {
+                            break;
+                        }
+                        t = next;
+                        n += 1;
+                    }
+                    n
+                }
+            };
+            self.latest[r] = t;
+            self.events.extend(ev.drain(..n));
+            let ring = r as u32;
+            self.at
+                .extend(pos.drain(..n).map(|position| RingPos { ring, position }));
+        }
+    }
+
+    /// Gives back memory a burst made the buffers grow to.
+    fn trim(&mut self, used: usize) {
+        const KEEP: usize = 16_384;
+        if self.events.capacity() > KEEP && used < self.events.capacity() / 4 {
+            let to = (used * 2).max(KEEP);
+            self.events.shrink_to(to);
+            self.at.shrink_to(to);
+            for (ev, pos) in &mut self.rings {
+                ev.shrink_to(to);
+                pos.shrink_to(to);
+            }
+        }
+    }
 }
 
 /// All segments being read.
@@ -45,6 +157,14 @@ pub(crate) struct RingSet {
     /// Segments whose magic was still 0 when first seen, and when.
     initialising: HashMap<PathBuf, Instant>,
     last_scan: Option<Instant>,
+    /// Containers' segment directories (`discover::container_dirs`, which
+    /// looks at every process's mount namespace), looked for again every
+    /// `CONTAINERS_EVERY`, and when.
+    containers: Vec<Arc<SegmentDir>>,
+    containers_at: Option<Instant>,
+    /// Changes whenever a segment is attached or let go (the host pids
+    /// change only then).
+    generation: u64,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -62,7 +182,21 @@ impl RingSet {
             refused: HashMap::new(),
             initialising: HashMap::new(),
             last_scan: None,
+            containers: Vec::new(),
+            containers_at: None,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever a segment is attached or let go: what
+    /// [`Self::host_pids`] returns changes only then.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether no segment is read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.attached.is_empty()
     }
 
     /// Host pid → model key of every attached process (for NVML's figures).
@@ -116,8 +250,18 @@ impl RingSet {
         // Containers with a segment directory of their own, seen through
         // their processes' roots (what this reader has the rights to see).
         let mut found = found;
-        for dir in discover::container_dirs(&self.cfg.shm_dir) {
-            if let Ok((more, _)) = discover::list_in(Arc::new(dir)) {
+        if self
+            .containers_at
+            .is_none_or(|t| t.elapsed() >= CONTAINERS_EVERY)
+        {
+            self.containers_at = Some(Instant::now());
+            self.containers = discover::container_dirs(&self.cfg.shm_dir)
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+        }
+        for dir in &self.containers {
+            if let Ok((more, _)) = discover::list_in(dir.clone()) {
                 found.extend(more);
             }
         }
@@ -314,7 +458,10 @@ impl RingSet {
             source,
             watch: watch_of(&reader),
         });
+        let mut reader = reader;
+        reader.set_integrity_interval(INTEGRITY_EVERY);
         let attached = Attached {
+            buf: Drained::new(&reader),
             reader,
             dir: f.dir,
             name: f.file,
@@ -325,6 +472,7 @@ impl RingSet {
             gone_at: None,
         };
         self.attached.insert((path, file), attached);
+        self.generation += 1;
     }
 
     fn drain(&mut self, hub: &Hub) {
@@ -332,49 +480,42 @@ impl RingSet {
         let mut damaged: Vec<(PathBuf, String)> = Vec::new();
         let linger = self.cfg.exited_linger;
         for (path, a) in self.attached.iter_mut() {
-            let mut batch: Vec<(Event, RingPos)> = Vec::new();
-            let liveness = a.reader.liveness();
+            let liveness = a.reader.liveness_every(LIVENESS_EVERY);
             let gone = liveness != Liveness::Alive;
             // At most two rounds of up to 65,536 records per ring each tick
             // (over 2 M records/s per ring at 20 ticks/s): a busy process
             // cannot starve the others, and the batch stays a few MiB.
+            let buf = &mut a.buf;
             for _ in 0..2 {
-                let done = a.reader.drain_at(65_536, |ring, position, e| {
-                    let ring = ring as u32;
-                    batch.push((e, RingPos { ring, position }))
-                });
+                let done = a
+                    .reader
+                    .drain_at(65_536, |ring, position, e| buf.push(ring, position, e));
                 if done.delivered == 0 && done.lost == 0 {
                     break;
                 }
             }
-            // Rings are each in order; merge them by time. At equal times,
-            // allocator events come before the agent's statistics, snapshots
-            // and markers: a sample or snapshot taken at time T already
-            // reflects what happened at T.
-            // (The model places snapshots exactly by the positions, which
-            // travel with the events; the time order is for the timeline.)
-            // A ring's own order is never changed: its records were written
-            // in that order (under the allocator's lock for a device ring),
-            // whatever their clocks say.
-            let agent: Vec<bool> = (a.reader.header().rings.iter())
-                .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
-                .collect();
-            merge_by_time(&mut batch, |ring| agent.get(ring as usize) == Some(&true));
+            // Rings are each in order; merge them by time (`Drained::merge`).
+            buf.merge();
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
             let key = a.key;
-            if !batch.is_empty() || lost_now > 0 {
-                let (events, at) = std::mem::take(&mut batch).into_iter().unzip();
-                hub.apply(Input::Events(EventBatch {
+            let used = buf.events.len();
+            if used > 0 || lost_now > 0 {
+                let back = hub.apply_events(EventBatch {
                     key,
-                    events,
+                    events: std::mem::take(&mut buf.events),
                     delivered: totals.delivered,
                     lost: totals.lost,
                     lost_now,
-                    at,
-                }));
+                    at: std::mem::take(&mut buf.at),
+                });
+                buf.events = back.events;
+                buf.at = back.at;
+                buf.events.clear();
+                buf.at.clear();
             }
+            buf.trim(used);
             if gone && a.gone_at.is_none() {
                 a.gone_at = Some(Instant::now());
                 hub.apply(Input::Gone { key });
@@ -402,6 +543,7 @@ impl RingSet {
         }
         for (at, stale) in finished {
             if let Some(a) = self.attached.remove(&at) {
+                self.generation += 1;
                 hub.apply(Input::Forget { key: a.key });
                 // Only the file that was read, never whatever now has its
                 // path (a new producer that got the same pid).
@@ -425,32 +567,22 @@ fn watch_of(reader: &SegmentReader) -> Watch {
     }
 }
 
+/// How often a segment's producer is looked up in `/proc` (a closed
+/// segment is seen gone at once).
+const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often a segment's file is checked (an fstat); a truncation in
+/// between is caught by the SIGBUS flag.
+const INTEGRITY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the containers' segment directories are looked for (every
+/// process's mount namespace is looked at); their files are listed at
+/// every scan.
+const CONTAINERS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a segment may stay initialising (magic 0) before it is
 /// reported (FORMAT.md, "Naming and creation").
 const INITIALISING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Orders a batch drained ring by ring (each ring in position order) by
-/// time, keeping each ring's order: each record is sorted by the latest
-/// time seen so far in its own ring, so a clock that steps back inside a
-/// ring cannot move a record before an earlier one of the same ring. At
-/// equal times, records of the agent's rings (`agent`, by ring index) come
-/// after those of the device rings; the tie-break is the ring's, never the
-/// record's, so records of one ring that share a time (a sample and its
-/// STATS_C) keep their order too.
-fn merge_by_time(batch: &mut Vec<(Event, RingPos)>, agent: impl Fn(u32) -> bool) {
-    let mut latest: HashMap<u32, u64> = HashMap::new();
-    let mut keyed: Vec<((u64, bool), (Event, RingPos))> = std::mem::take(batch)
-        .into_iter()
-        .map(|(e, at)| {
-            let t = latest.entry(at.ring).or_insert(0);
-            *t = (*t).max(e.time_ns);
-            ((*t, agent(at.ring)), (e, at))
-        })
-        .collect();
-    // Stable: records with equal keys keep their drained order.
-    keyed.sort_by_key(|k| k.0);
-    batch.extend(keyed.into_iter().map(|k| k.1));
-}
 
 #[cfg(test)]
 mod tests {
@@ -473,6 +605,24 @@ mod tests {
         RingPos { ring, position }
     }
 
+    /// Drains `batch` (each ring's records in position order) into the
+    /// rings of a `Drained` of `rings` rings and merges them.
+    fn merge_by_time(batch: &mut Vec<(Event, RingPos)>, rings: usize, agent: impl Fn(u32) -> bool) {
+        let mut d = Drained {
+            rings: (0..rings).map(|_| Default::default()).collect(),
+            agent: (0..rings as u32).map(agent).collect(),
+            latest: vec![0; rings],
+            ..Drained::default()
+        };
+        for (e, at) in batch.drain(..) {
+            d.push(at.ring as usize, at.position, e);
+        }
+        d.merge();
+        assert_eq!(d.events.len(), d.at.len());
+        batch.extend(d.events.into_iter().zip(d.at));
+        assert!(d.rings.iter().all(|(e, p)| e.is_empty() && p.is_empty()));
+    }
+
     /// A device ring whose clock steps back keeps its own order; the agent
     /// ring's records merge in by time, after the allocator's at equal times.
     #[test]
@@ -491,7 +641,7 @@ mod tests {
             (ev(12, 3), at(1, 2)),
             (ev(20, 4), at(1, 3)),
         ];
-        merge_by_time(&mut batch, |ring| ring == 0);
+        merge_by_time(&mut batch, 2, |ring| ring == 0);
         let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
         assert_eq!(order, [(1, 0), (0, 0), (1, 1), (1, 2), (1, 3)]);
     }
@@ -521,7 +671,7 @@ mod tests {
             },
         };
         let mut batch = vec![(stats, at(0, 3)), (place, at(0, 4)), (ev(15, 1), at(1, 0))];
-        merge_by_time(&mut batch, |ring| ring == 0);
+        merge_by_time(&mut batch, 2, |ring| ring == 0);
         let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
         assert_eq!(order, [(1, 0), (0, 3), (0, 4)]);
     }

@@ -406,12 +406,36 @@ impl Model {
 
     /// A copy of everything the views show, at the caller's `now_ns`.
     pub fn view(&self, now_ns: u64, opts: &ViewOptions) -> ModelView {
+        self.view_for(now_ns, opts, None)
+    }
+
+    /// [`Self::view`] with `opts` (block map, events, timeline) for the
+    /// process `focus` only, when given, and the figures alone for every
+    /// other process (a dashboard shows one process's detail at a time).
+    pub fn view_for(
+        &self,
+        now_ns: u64,
+        opts: &ViewOptions,
+        focus: Option<ProcessKey>,
+    ) -> ModelView {
+        let brief = ViewOptions {
+            block_map: false,
+            recent_events: 0,
+            timeline: None,
+        };
         ModelView {
             dropped_events: self.dropped_events,
             processes: self
                 .processes
-                .values()
-                .map(|p| p.view(now_ns, opts))
+                .iter()
+                .map(|(k, p)| {
+                    let o = if focus.is_none_or(|f| f == *k) {
+                        opts
+                    } else {
+                        &brief
+                    };
+                    p.view(now_ns, o)
+                })
                 .collect(),
         }
     }

@@ -77,6 +77,14 @@ pub struct SegmentReader {
     /// Why the segment can no longer be read (truncated, holes punched),
     /// once found; reading stops for good then.
     broken: Option<String>,
+    /// How often the file is checked (an fstat) on drains: every drain
+    /// (zero, the default), or at most this often (the SIGBUS `poisoned`
+    /// flag catches a truncation in between); and when it last was.
+    intact_every: Duration,
+    intact_at: Option<Instant>,
+    /// The latest look at the producer's process, and when
+    /// ([`Self::liveness_every`]).
+    live_at: Option<(Instant, Liveness)>,
 }
 
 impl SegmentReader {
@@ -152,6 +160,9 @@ impl SegmentReader {
             cursors,
             stall_limit: DEFAULT_STALL_LIMIT,
             broken: None,
+            intact_every: Duration::ZERO,
+            intact_at: None,
+            live_at: None,
         })
     }
 
@@ -191,11 +202,27 @@ impl SegmentReader {
         self.broken.as_deref()
     }
 
-    /// Checks the file still backs the mapping; remembers the first problem.
+    /// Checks the file at most every `every` on drains (an fstat each);
+    /// between checks, a truncation is caught by the SIGBUS flag
+    /// (`poisoned`). Zero (the default): on every drain.
+    pub(crate) fn set_integrity_interval(&mut self, every: Duration) {
+        self.intact_every = every;
+    }
+
+    /// Checks the file still backs the mapping (when due: see
+    /// [`Self::set_integrity_interval`]); remembers the first problem.
     fn still_intact(&mut self) -> bool {
         if self.broken.is_none() {
-            if let Err(why) = self.shared.intact() {
-                self.broken = Some(why);
+            let due = self.shared.poisoned()
+                || self.intact_every.is_zero()
+                || self
+                    .intact_at
+                    .is_none_or(|t| t.elapsed() >= self.intact_every);
+            if due {
+                self.intact_at = Some(Instant::now());
+                if let Err(why) = self.shared.intact() {
+                    self.broken = Some(why);
+                }
             }
         }
         self.broken.is_none()
@@ -210,7 +237,27 @@ impl SegmentReader {
         discover::segment_liveness(self.header.pid, self.header.start_time, self.state())
     }
 
-    /// Accounting for ring `i`.
+    /// [`Self::liveness`], with the producer's process (`/proc`) looked at
+    /// no more often than `every`: a broken, poisoned or closed segment is
+    /// seen at once, and a process found gone stays gone.
+    pub(crate) fn liveness_every(&mut self, every: Duration) -> Liveness {
+        if self.broken.is_some() || self.shared.poisoned() || self.state() == layout::STATE_CLOSED {
+            return Liveness::Dead;
+        }
+        match &self.live_at {
+            Some((t, l))
+                if matches!(l, Liveness::Dead | Liveness::Reused) || t.elapsed() < every =>
+            {
+                *l
+            }
+            _ => {
+                let l = self.liveness();
+                self.live_at = Some((Instant::now(), l));
+                l
+            }
+        }
+    }
+
     /// Where this reader started in ring `i` (positions before it were
     /// skipped: written before the reader came).
     pub(crate) fn start(&self, i: usize) -> u64 {
@@ -356,9 +403,21 @@ impl SegmentReader {
     pub(crate) fn drain_at(
         &mut self,
         max_per_ring: usize,
-        mut f: impl FnMut(usize, u64, Event),
+        f: impl FnMut(usize, u64, Event),
     ) -> RingCounts {
         let gone = self.liveness() != Liveness::Alive;
+        self.drain_given(max_per_ring, gone, f)
+    }
+
+    /// [`drain_at`](Self::drain_at), told whether the producer is gone
+    /// (`producer_gone`: see [`Self::drain_ring_raw`]) by a caller that
+    /// looked already.
+    pub(crate) fn drain_given(
+        &mut self,
+        max_per_ring: usize,
+        gone: bool,
+        mut f: impl FnMut(usize, u64, Event),
+    ) -> RingCounts {
         let mut total = RingCounts::default();
         for i in 0..self.cursors.len() {
             let mut decoder = std::mem::take(&mut self.cursors[i].decoder);

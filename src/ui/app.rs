@@ -275,6 +275,14 @@ impl App {
         }
     }
 
+    /// The one process whose detail [`Self::view_options`] asks for (the
+    /// process screen's); None: every process's (the overview's timelines).
+    pub fn view_focus(&self) -> Option<ProcessKey> {
+        (self.screen == Screen::Process)
+            .then_some(self.overview.selected)
+            .flatten()
+    }
+
     /// The selected process in the current snapshot.
     pub fn selected_entry(&self) -> Option<&ProcessEntry> {
         let key = self.overview.selected?;

@@ -109,7 +109,7 @@ impl Dashboard {
     /// The hub's picture for App's current screen, and the demo's status.
     fn snapshot(&mut self) -> Snapshot {
         self.changed.store(false, Ordering::Release);
-        let snap = self.hub.snapshot(&self.app.view_options());
+        let snap = (self.hub).snapshot_for(&self.app.view_options(), self.app.view_focus());
         self.app
             .set_demo_status(self.demo.as_ref().map(|d| d.status()));
         snap
