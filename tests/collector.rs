@@ -163,3 +163,35 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
     };
     assert!(r.result.unwrap_err().contains("cannot be sent commands"));
 }
+
+/// Issue 30, item 7: without NVML the host figures (CPU%, RSS, TIME) of a
+/// watched process are still read at every NVML tick, as htop reads them
+/// each refresh (they were read every 30 s: CPU% was "—" for 30 s).
+#[test]
+fn host_figures_refresh_without_nvml() {
+    let dir = tempfile::tempdir().unwrap();
+    let _seg = segment(dir.path());
+    let mut cfg = Config::new(dir.path().to_path_buf());
+    cfg.nvml = false;
+    cfg.nvml_interval = Duration::from_millis(300);
+    let live = vramscope::collect::Live::start(cfg).unwrap();
+    let me = std::process::id();
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let snap = live.hub().snapshot(&ViewOptions::default());
+        if let Some(h) = snap.machine.host.iter().find(|h| h.pid == me) {
+            if h.cpu_percent.is_some() {
+                seen.push(h.elapsed_ns);
+                if seen.len() >= 2 && seen[0] != seen[seen.len() - 1] {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // CPU% known (two readings) and TIME moving, within seconds.
+    assert!(seen.len() >= 2, "host figures not read again: {seen:?}");
+    assert_ne!(seen[0], seen[seen.len() - 1], "TIME did not move: {seen:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}

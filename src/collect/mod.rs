@@ -240,8 +240,8 @@ impl Collector {
     }
 
     /// The live loop, until `stop` completes: drain the segments every
-    /// `ring_interval`, read NVML every `nvml_interval` (every 30 s when it
-    /// is unavailable), ask for the snapshots the model wants. Then one last
+    /// `ring_interval`, read NVML and the processes' host figures every
+    /// `nvml_interval` (every 5 s when there is neither NVML nor a process), ask for the snapshots the model wants. Then one last
     /// step, so nothing written before `stop` is left unread.
     pub async fn run_until(&mut self, stop: impl Future<Output = ()>) {
         let mut ring_tick = tokio::time::interval(self.cfg.ring_interval);
@@ -266,16 +266,25 @@ impl Collector {
                 }
                 _ = nvml_tick.tick() => {
                     let source = self.nvml_source();
-                    let polled = tokio::task::spawn_blocking({
+                    // Without NVML the reading is only its error (no call
+                    // to make); the host figures (CPU%, RSS, TIME) are
+                    // still read at each tick, as htop's are (issue 30,
+                    // item 7: they waited 30 s between readings).
+                    let machine = if source.available() {
                         let source = source.clone();
-                        move || source.poll(monotonic_ns())
-                    });
-                    if let Ok(machine) = polled.await {
+                        tokio::task::spawn_blocking(move || source.poll(monotonic_ns()))
+                            .await
+                            .ok()
+                    } else {
+                        Some(source.poll(monotonic_ns()))
+                    };
+                    if let Some(machine) = machine {
                         self.apply_machine(machine);
                     }
-                    if !source.available() {
-                        // Nothing will change: read it rarely.
-                        nvml_tick.reset_after(Duration::from_secs(30));
+                    if !source.available() && self.rings.is_empty() {
+                        // No NVML and no process to read: nothing changes
+                        // between readings; look again in 5 s.
+                        nvml_tick.reset_after(Duration::from_secs(5));
                     }
                 }
             }
