@@ -486,6 +486,7 @@ impl DeviceState {
         let map = |n: usize, entry: usize| n * entry * 3 / 2;
         let mut bytes = map(self.segments.len(), size_of::<(u64, Segment)>())
             + self.blocks.memory_bytes()
+            + self.placement.memory_bytes()
             + map(self.orphans.len(), size_of::<(u64, Block)>())
             + self.series.allocated.memory_bytes()
             + self.series.reserved.memory_bytes()
