@@ -36,12 +36,15 @@ use super::Bounds;
 use crate::event::{BlockState, PoolId, SegmentPool, Stats};
 
 mod apply;
+mod blockmap;
 mod install;
 mod placed;
 mod snapshot;
 
 pub use placed::AnchoredFrom;
 pub(crate) use placed::Placement;
+
+use blockmap::BlockMap;
 
 use snapshot::Pending;
 pub(crate) use snapshot::SnapshotOutcome;
@@ -232,7 +235,7 @@ const DRIFT_SAMPLES: u32 = 3;
 pub struct DeviceState {
     device: u16,
     segments: BTreeMap<u64, Segment>,
-    blocks: BTreeMap<u64, Block>,
+    blocks: BlockMap,
     orphans: BTreeMap<u64, Block>,
     allocated: u64,
     active: u64,
@@ -272,7 +275,7 @@ impl DeviceState {
         Self {
             device,
             segments: BTreeMap::new(),
-            blocks: BTreeMap::new(),
+            blocks: BlockMap::default(),
             orphans: BTreeMap::new(),
             allocated: 0,
             active: 0,
@@ -482,7 +485,8 @@ impl DeviceState {
         // BTreeMap nodes hold up to 11 entries; assume two-thirds full.
         let map = |n: usize, entry: usize| n * entry * 3 / 2;
         let mut bytes = map(self.segments.len(), size_of::<(u64, Segment)>())
-            + map(self.blocks.len(), size_of::<(u64, Block)>())
+            + self.blocks.memory_bytes()
+            + self.placement.memory_bytes()
             + map(self.orphans.len(), size_of::<(u64, Block)>())
             + self.series.allocated.memory_bytes()
             + self.series.reserved.memory_bytes()

@@ -499,6 +499,13 @@ impl LeakDetector {
         self.current = value;
         self.now_ns = self.now_ns.max(t);
         self.step_min = Some(self.step_min.map_or(value, |m| m.min(value)));
+        if self.source > StepSource::AllocationPeriod {
+            // Markers or optimizer steps give the steps, for the rest of
+            // the process's life (a source never gives way to a worse one):
+            // the period finder's answer would be discarded.
+            self.pending_alloc = None;
+            return;
+        }
         let found = match self.pending_alloc.take() {
             Some(size) => self.period.on_alloc(size, value),
             None => {
@@ -506,9 +513,6 @@ impl LeakDetector {
                 return;
             }
         };
-        if self.source > StepSource::AllocationPeriod {
-            return;
-        }
         match found {
             Found::Steps(steps) => {
                 for s in steps {
@@ -567,6 +571,10 @@ impl LeakDetector {
     /// period changed): floors, the step count and this run's flag go.
     fn restart(&mut self, source: StepSource) {
         self.source = source;
+        if source > StepSource::AllocationPeriod {
+            // No period finding from now on (see `on_value`): free its window.
+            self.period = PeriodFinder::default();
+        }
         self.floors.clear();
         self.rises = 0;
         self.steps = 0;

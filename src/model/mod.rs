@@ -31,6 +31,22 @@
 //! the input saturate instead of wrapping, and one that cannot be true is
 //! flagged ([`Implausible`]) rather than shown as a fact.
 //!
+//! Memory per process, structure by structure (the figures of the default
+//! [`ModelConfig`]; `Process::memory_bytes` counts each, and the test
+//! `process::tests::documented_memory_bounds_hold` checks them after a long
+//! run):
+//!
+//! | structure | bound | bytes at most |
+//! |---|---|---:|
+//! | event history (`Process::remember`) | [`RECENT_EVENTS`] = 100,000 events, a deque of 131,072 × 104 B | 13.0 MiB |
+//! | positioned log, per device (`device::placed`) | 65,536 × 112 B | 7.0 MiB |
+//! | time series, per device | 3 series × 5 tiers × 4,096 buckets × 32 B | 1.875 MiB |
+//! | period finder window (`period`), only while no markers or optimizer steps give the steps | 32,768 × 16 B | 0.5 MiB |
+//! | block map, segments, orphans, attribution, leak sizes | [`Bounds`] | a few KiB for a real job |
+//!
+//! The event history and the positioned log are to become one compact log
+//! (issue 28, item 5); the series one with shared buckets (item 6).
+//!
 //! ```text
 //!  events ──▶ Model::apply(key, ev) ──▶ Process ──▶ DeviceState (blocks)
 //!  loss   ──▶ Model::note_loss          │            └ Series ×3

@@ -931,4 +931,64 @@ mod tests {
         assert!(quiet < 1 << 20, "{quiet}");
         assert!(p.memory_bytes() <= quiet + history, "{}", p.memory_bytes());
     }
+
+    /// The per-process figures of the model's documentation (`model`,
+    /// "Memory per process") hold after a long run.
+    #[test]
+    fn documented_memory_bounds_hold() {
+        use crate::event::Place;
+        const MIB: usize = 1 << 20;
+        // The documented figures are what the structures hold at most.
+        let history =
+            crate::model::RECENT_EVENTS.next_power_of_two() * std::mem::size_of::<Event>();
+        assert_eq!(history, 13 * MIB);
+        let placed = (1 << 16) * 112;
+        assert_eq!(placed, 7 * MIB);
+        let series = 3 * 5 * 4096 * 32;
+        assert_eq!(series * 8, 15 * MIB);
+        let period = (1 << 15) * 16;
+        assert_eq!(period * 2, MIB);
+
+        let key = ProcessKey {
+            pid: 1,
+            start_time: 1,
+        };
+        let mut p = Process::new(key, ModelConfig::default());
+        let place = Place::default();
+        let mut t = 0;
+        let mut ev = |p: &mut Process, kind: EventKind| {
+            t += 1_000;
+            p.apply(&Event { time_ns: t, kind });
+        };
+        ev(
+            &mut p,
+            EventKind::SegmentAlloc {
+                place,
+                addr: 0,
+                size: 1 << 30,
+            },
+        );
+        for i in 0..100_000u64 {
+            let addr = (i % 64) << 20;
+            let size = 512 << (i % 7);
+            ev(&mut p, EventKind::Alloc { place, addr, size });
+            ev(&mut p, EventKind::FreeRequested { place, addr, size });
+            ev(&mut p, EventKind::FreeCompleted { place, addr, size });
+        }
+        assert!(p.recent.capacity() * std::mem::size_of::<Event>() <= history);
+        for d in &p.devices {
+            let s = &d.series;
+            let held =
+                s.allocated.memory_bytes() + s.reserved.memory_bytes() + s.active.memory_bytes();
+            assert!(held <= series + 3 * 1024, "{held}");
+        }
+        assert!(
+            p.leak.memory_bytes() <= period + MIB,
+            "{}",
+            p.leak.memory_bytes()
+        );
+        let per_device = placed + series + 3 * 1024;
+        let bound = history + p.devices.len() * per_device + period + 2 * MIB;
+        assert!(p.memory_bytes() <= bound, "{} > {bound}", p.memory_bytes());
+    }
 }

@@ -7,6 +7,7 @@
 //! with the most plausible repair, so that the totals stay close until a
 //! snapshot replaces everything.
 
+use super::blockmap::Pos;
 use super::{Applied, Block, DeviceState, Live, Origin, Problem, Segment};
 use crate::event::{BlockState, EventKind, Place, SegmentPool};
 use crate::model::rules::{self, BlockRules};
@@ -57,14 +58,15 @@ impl DeviceState {
         rules: &BlockRules,
     ) -> Applied {
         let n_blocks = self.blocks.len();
-        let host = self
-            .blocks
-            .range_mut(..=addr)
-            .next_back()
-            .filter(|(start, b)| addr - **start < b.size);
-        let Some((&start, b)) = host else {
+        let host = (self.blocks.find_le(addr)).filter(|&p| {
+            let (start, b) = self.blocks.at(p);
+            addr - start < b.size
+        });
+        let Some(p) = host else {
             return self.alloc_orphan(t, place, addr, request);
         };
+        let start = self.blocks.at(p).0;
+        let b = self.blocks.at_mut(p);
         if b.state != BlockState::Inactive {
             // The model missed a free: take the block over as it is.
             let (found, size) = (b.state, b.size);
@@ -96,7 +98,7 @@ impl DeviceState {
         if offset > 0 {
             // Not at the block's start: the head before `addr` stays free.
             problem = Some(Problem::MisallocatedBlock { addr });
-            b.size = offset;
+            self.blocks.at_mut(p).size = offset;
         }
         if rules::round_size(request) > avail {
             problem = Some(Problem::BlockTooSmall {
@@ -115,11 +117,12 @@ impl DeviceState {
             origin: Origin::of(place.ctx, self.step_now),
             ..template
         };
-        if offset == 0 {
-            *b = block;
+        let at = if offset == 0 {
+            *self.blocks.at_mut(p) = block;
+            p
         } else {
-            self.blocks.insert(addr, block);
-        }
+            self.blocks.insert_after(p, addr, block)
+        };
         if size < avail {
             let rest = Block {
                 size: avail - size,
@@ -127,7 +130,7 @@ impl DeviceState {
                 since_ns: t,
                 ..template
             };
-            self.blocks.insert(addr + size, rest);
+            self.blocks.insert_after(at, addr + size, rest);
         }
         if !self.count_in(size, size) {
             problem = Some(Problem::Overflow { addr, size });
@@ -228,9 +231,10 @@ impl DeviceState {
 
     /// The block at `addr` became inactive and merges with free neighbours.
     fn free_completed(&mut self, t: u64, addr: u64) -> Applied {
-        let Some(b) = self.blocks.get_mut(&addr) else {
+        let Some(p) = self.blocks.find(addr) else {
             return self.free_completed_orphan(addr);
         };
+        let b = self.blocks.at_mut(p);
         let found = b.state;
         let live = match found {
             BlockState::Inactive => return Applied::problem(Problem::BlockState { addr, found }),
@@ -246,7 +250,7 @@ impl DeviceState {
         b.requested = 0;
         b.since_ns = t;
         b.origin = Origin::default();
-        self.merge_free(addr);
+        self.merge_free_at(p);
         Applied {
             live,
             problem: (found == BlockState::Allocated)
@@ -276,33 +280,40 @@ impl DeviceState {
 
     /// Merge the inactive block at `addr` with inactive neighbours of the same segment.
     fn merge_free(&mut self, addr: u64) {
-        let Some(&b) = self.blocks.get(&addr) else {
-            return;
-        };
+        if let Some(p) = self.blocks.find(addr) {
+            self.merge_free_at(p);
+        }
+    }
+
+    /// Merge the inactive block at `p` with inactive neighbours of the same
+    /// segment (the blocks right before and after it in the map).
+    fn merge_free_at(&mut self, p: Pos) {
+        let (addr, &b) = self.blocks.at(p);
         if b.state != BlockState::Inactive {
             return;
         }
         let mut size = b.size;
         let end = addr.saturating_add(size);
-        if let Some(n) = self.blocks.get(&end) {
-            if n.state == BlockState::Inactive && n.segment == b.segment {
-                size += n.size;
-                self.blocks.remove(&end);
+        if let Some(n) = self.blocks.next(p) {
+            let (na, nb) = self.blocks.at(n);
+            if na == end && nb.state == BlockState::Inactive && nb.segment == b.segment {
+                size += nb.size;
+                // `p` is before `n`, so it stays valid.
+                self.blocks.remove_at(n);
             }
         }
-        if let Some((&pa, p)) = self.blocks.range_mut(..addr).next_back() {
-            if pa.saturating_add(p.size) == addr
-                && p.state == BlockState::Inactive
-                && p.segment == b.segment
+        if let Some(q) = self.blocks.prev(p) {
+            let (pa, pb) = self.blocks.at(q);
+            if pa.saturating_add(pb.size) == addr
+                && pb.state == BlockState::Inactive
+                && pb.segment == b.segment
             {
-                p.size += size;
-                self.blocks.remove(&addr);
+                self.blocks.at_mut(q).size += size;
+                self.blocks.remove_at(p);
                 return;
             }
         }
-        if let Some(me) = self.blocks.get_mut(&addr) {
-            me.size = size;
-        }
+        self.blocks.at_mut(p).size = size;
     }
 
     /// Tag the blocks in `[from, end)` as belonging to segment `segment`.
@@ -559,7 +570,8 @@ impl DeviceState {
         self.cut_segment(seg, addr, end);
         if in_use {
             // Pieces left of a block that was in use may now touch free neighbours.
-            if let Some((&a, _)) = self.blocks.range(..addr).next_back() {
+            let left = self.blocks.range(..addr).next_back().map(|(a, _)| *a);
+            if let Some(a) = left {
                 self.merge_free(a);
             }
             self.merge_free(end);

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::snapshot::{Pending, SnapshotOutcome};
-use super::{weigh, Block, DeviceState, Problem, Segment};
+use super::{weigh, Block, BlockMap, DeviceState, Problem, Segment};
 use crate::event::{BlockState, EventKind};
 use crate::model::rules::BlockRules;
 
@@ -71,7 +71,7 @@ impl DeviceState {
     /// Make `segments` and `blocks` the state, recount the totals, and trust it.
     fn replace(&mut self, segments: BTreeMap<u64, Segment>, blocks: BTreeMap<u64, Block>) {
         self.segments = segments;
-        self.blocks = blocks;
+        self.blocks = BlockMap::from_sorted(blocks);
         self.orphans.clear();
         self.unknown_kind = 0;
         let reserved = (self.segments.values()).try_fold(0u64, |r, s| r.checked_add(s.size));

@@ -99,6 +99,12 @@ impl AnchoredFrom {
 pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
 
 impl Placement {
+    /// Heap bytes held by the positioned log.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.log.capacity() * std::mem::size_of::<Kept>()
+            + self.starts.capacity() * std::mem::size_of::<u64>()
+    }
+
     fn keep(&mut self, pos: u64, t: u64, kind: &EventKind, bound: usize) {
         while self.log.len() >= bound.max(1) {
             if let Some(old) = self.log.pop_front() {
