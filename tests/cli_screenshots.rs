@@ -158,8 +158,20 @@ fn headless_keys_show_the_attribution_panes() {
 fn a_missing_segment_directory_is_named_as_one() {
     let dir = tempfile::tempdir().unwrap();
     let shot = dir.path().join("d.svg");
+    // The collector's first scan must have run: a later picture than the
+    // helper's 100 ms (under a loaded CI machine 100 ms was too early).
     succeeded(
-        dashboard_screenshot(&dir.path().join("missing"), &shot)
+        vramscope()
+            .args(["--no-nvml", "--shm-dir"])
+            .arg(dir.path().join("missing"))
+            .args([
+                "--size",
+                "80x24",
+                "--screenshot-after",
+                "1500",
+                "--screenshot",
+            ])
+            .arg(&shot)
             .output()
             .unwrap(),
     );
