@@ -278,7 +278,7 @@ mod diff {
             let _ = writeln!(
                 o,
                 "  {:<width$}  {:<9}  {:>10}  {:>6}  {:>10}",
-                "MODULE", "PHASE", "SIZE", "BLOCKS", "BYTES"
+                "MODULE", "PHASE", "ASKED", "BLOCKS", "HELD"
             );
             for r in &d.rows {
                 let module = if r.module.is_empty() {
