@@ -25,9 +25,36 @@ pub(crate) struct Page<'a> {
 
 /// The dashboard's overlay; `readonly` marks the process actions as off;
 /// `trace` adds the keys of a snapshot file's trace.
-/// More than any help page has lines: where scrolling stops (the page
-/// itself stops at its last line).
-pub(crate) const LINES: usize = 200;
+/// The lines of the dashboard's page (`trace`: with a snapshot file's
+/// keys), where its scrolling stops.
+pub(crate) fn lines(trace: bool) -> usize {
+    let mut sections = keys::HELP_SECTIONS.to_vec();
+    sections.extend(trace.then_some(keys::Context::Trace));
+    rows(&sections, keys::MOUSE).len()
+}
+
+/// The lines of the fleet view's page.
+pub(crate) fn fleet_lines() -> usize {
+    rows(&keys::FLEET_HELP_SECTIONS, &[]).len()
+}
+
+/// A page's lines: each section's title, then its (keys, what, is a
+/// process action); the mouse last.
+fn rows(
+    sections: &[keys::Context],
+    mouse: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, &'static str, bool)> {
+    let mut rows = Vec::new();
+    for section in sections {
+        rows.push((section.title(), "", false));
+        rows.extend(keys::help(*section));
+    }
+    if !mouse.is_empty() {
+        rows.push(("Mouse", "", false));
+        rows.extend(mouse.iter().map(|(k, d)| (*k, *d, false)));
+    }
+    rows
+}
 
 /// The dashboard's overlay, scrolled `scroll` lines (where the terminal is
 /// too small for it).
@@ -85,15 +112,7 @@ fn absent(t: &Theme) -> Line<'static> {
 /// does not fit (issue 30, item 12: at 40×10 the end could not be reached).
 pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: usize, t: &Theme) {
     let ro = page.readonly;
-    let mut rows: Vec<(&str, &str, bool)> = Vec::new();
-    for section in page.sections {
-        rows.push((section.title(), "", false));
-        rows.extend(keys::help(*section));
-    }
-    if !page.mouse.is_empty() {
-        rows.push(("Mouse", "", false));
-        rows.extend(page.mouse.iter().map(|(k, d)| (*k, *d, false)));
-    }
+    let rows = rows(page.sections, page.mouse);
     let items: Vec<Line> = rows
         .iter()
         .map(|(k, d, action)| {

@@ -27,7 +27,7 @@ impl App {
             A::OverlayUp | A::OverlayDown => {
                 let (v, n) = match &mut self.overlay {
                     Some(Overlay::Legend(v)) => (v, legend::lines(&self.config.theme).len()),
-                    Some(Overlay::Help(v)) => (v, crate::ui::help::LINES),
+                    Some(Overlay::Help(v)) => (v, crate::ui::help::lines(self.trace.is_some())),
                     _ => return vec![],
                 };
                 *v = if action == A::OverlayUp {

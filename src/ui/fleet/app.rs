@@ -262,7 +262,7 @@ impl FleetApp {
             A::OverlayUp | A::OverlayDown => {
                 let (s, n) = match &mut self.overlay {
                     Some(Overlay::Legend(s)) => (s, legend::fleet_lines(&self.theme).len()),
-                    Some(Overlay::Help(s)) => (s, crate::ui::help::LINES),
+                    Some(Overlay::Help(s)) => (s, crate::ui::help::fleet_lines()),
                     _ => return,
                 };
                 *s = if action == A::OverlayUp {
