@@ -74,37 +74,13 @@ pub(crate) fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     let rw: usize = right.iter().map(|s| s.width()).sum();
     // The left part gives way to the right (a long file name ran into
     // "read-only": issue 30, item 4), cut with an ellipsis and a space.
-    let mut left = fit_spans(
-        left,
-        (area.width as usize).saturating_sub(rw + 1),
-        g.ellipsis,
-    );
+    let room = (area.width as usize).saturating_sub(rw + 1);
+    let mut left = crate::text::format::fit_line(Line::from(left), room, g.ellipsis).spans;
     let lw: usize = left.iter().map(|s| s.width()).sum();
     let pad = (area.width as usize).saturating_sub(lw + rw);
     left.push(Span::raw(" ".repeat(pad)));
     left.extend(right);
     frame.render_widget(Paragraph::new(Line::from(left)), area);
-}
-
-/// `spans` cut to `room` columns: the span that crosses it ends in
-/// `ellipsis`, the ones after it are left out.
-fn fit_spans<'a>(spans: Vec<Span<'a>>, room: usize, ellipsis: &str) -> Vec<Span<'a>> {
-    let mut out = Vec::with_capacity(spans.len());
-    let mut used = 0;
-    for s in spans {
-        let w = s.width();
-        if used + w <= room {
-            used += w;
-            out.push(s);
-            continue;
-        }
-        let text = crate::text::format::truncate(&s.content, room - used, ellipsis);
-        if !text.is_empty() {
-            out.push(Span::styled(text, s.style));
-        }
-        break;
-    }
-    out
 }
 
 /// `demo leak · 2× · [####....] 45% · run 1 · caption`
