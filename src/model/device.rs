@@ -249,7 +249,8 @@ pub struct DeviceState {
     totals_pos: usize,
     drift: u32,
     peaks: Derived,
-    pub series: DeviceSeries,
+    /// The timelines of allocated, reserved and active bytes, in this order.
+    pub series: Series<3>,
     bounds: Bounds,
     pub dropped: DeviceDropped,
     /// A total or a range had to be saturated at `u64::MAX` since the last
@@ -260,14 +261,6 @@ pub struct DeviceState {
     /// The process's current step, which the step tags of new blocks
     /// resolve against (see `attrib::resolve_step`).
     step_now: Option<u64>,
-}
-
-/// The timelines of one device.
-#[derive(Debug, Clone)]
-pub struct DeviceSeries {
-    pub allocated: Series,
-    pub reserved: Series,
-    pub active: Series,
 }
 
 impl DeviceState {
@@ -288,11 +281,7 @@ impl DeviceState {
             totals_pos: 0,
             drift: 0,
             peaks: Derived::default(),
-            series: DeviceSeries {
-                allocated: Series::new(series.clone()),
-                reserved: Series::new(series.clone()),
-                active: Series::new(series.clone()),
-            },
+            series: Series::new(series.clone()),
             bounds,
             dropped: DeviceDropped::default(),
             saturated: false,
@@ -404,9 +393,7 @@ impl DeviceState {
         self.peaks.active = self.peaks.active.max(self.active);
         self.peaks.reserved = self.peaks.reserved.max(self.reserved);
         if self.synced || self.stats.is_none() {
-            self.series.allocated.push(t, self.allocated);
-            self.series.reserved.push(t, self.reserved);
-            self.series.active.push(t, self.active);
+            (self.series).push(t, [self.allocated, self.reserved, self.active]);
         }
     }
 
@@ -421,9 +408,7 @@ impl DeviceState {
     ) -> Option<Problem> {
         self.stats = Some((t, stats));
         if !self.synced {
-            self.series.allocated.push(t, stats.allocated);
-            self.series.reserved.push(t, stats.reserved);
-            self.series.active.push(t, stats.active);
+            (self.series).push(t, [stats.allocated, stats.reserved, stats.active]);
             self.drift = 0;
             return None;
         }
@@ -488,9 +473,7 @@ impl DeviceState {
             + self.blocks.memory_bytes()
             + self.placement.memory_bytes()
             + map(self.orphans.len(), size_of::<(u64, Block)>())
-            + self.series.allocated.memory_bytes()
-            + self.series.reserved.memory_bytes()
-            + self.series.active.memory_bytes();
+            + self.series.memory_bytes();
         if let Some(p) = &self.pending {
             bytes += p.memory_bytes();
         }

@@ -38,14 +38,13 @@
 //!
 //! | structure | bound | bytes at most |
 //! |---|---|---:|
-//! | event history (`Process::remember`) | [`RECENT_EVENTS`] = 100,000 events, a deque of 131,072 × 104 B | 13.0 MiB |
-//! | positioned log, per device (`device::placed`) | 65,536 × 112 B | 7.0 MiB |
+//! | event log (`eventlog`): the history, OOM context and snapshot placement | [`RECENT_EVENTS`] = 65,536 events × 40 B, and ≤ [`Bounds::places`] places × 32 B | 2.5 MiB |
 //! | time series, per device | 3 series × 5 tiers × 4,096 buckets × 32 B | 1.875 MiB |
 //! | period finder window (`period`), only while no markers or optimizer steps give the steps | 32,768 × 16 B | 0.5 MiB |
 //! | block map, segments, orphans, attribution, leak sizes | [`Bounds`] | a few KiB for a real job |
 //!
-//! The event history and the positioned log are to become one compact log
-//! (issue 28, item 5); the series one with shared buckets (item 6).
+//! The three series of a device are to become one with shared buckets
+//! (issue 28).
 //!
 //! ```text
 //!  events ──▶ Model::apply(key, ev) ──▶ Process ──▶ DeviceState (blocks)
@@ -57,6 +56,7 @@
 
 pub mod attrib;
 pub mod device;
+pub(crate) mod eventlog;
 pub(crate) mod leak;
 pub(crate) mod period;
 pub(crate) mod process;
@@ -135,8 +135,15 @@ pub enum Mode {
     NvmlOnly,
 }
 
-/// Events kept per process by default ([`ModelConfig::recent_events`]).
-pub const RECENT_EVENTS: usize = 100_000;
+/// Events the history shows per process by default
+/// ([`ModelConfig::recent_events`]).
+pub const RECENT_EVENTS: usize = 1 << 16;
+
+/// Events the process's log keeps at least, whatever the history shows:
+/// placing a snapshot by its ring position needs the events after it, and
+/// a snapshot is asked for and answered within a few collector ticks (at
+/// 100,000 events a second, 65,536 events are 0.65 s).
+pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
 
 /// Settings of the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,9 +151,10 @@ pub struct ModelConfig {
     pub rules: BlockRules,
     pub series: SeriesConfig,
     pub leak: LeakConfig,
-    /// Recent events kept per process (the dashboard's scrollable,
-    /// searchable event history): 100,000 by default, about 10 MiB at 104
-    /// bytes an event, held only as the events arrive.
+    /// Recent events shown per process (the dashboard's scrollable,
+    /// searchable event history): 65,536 by default. They are kept in the
+    /// process's compact log (40 bytes an event, 2.5 MiB at most by
+    /// default), held only as the events arrive.
     pub recent_events: usize,
     /// Events kept with each OOM record.
     pub oom_context: usize,
@@ -217,6 +225,10 @@ pub struct Bounds {
     pub definitions: usize,
     /// Bytes of strings kept in all (a string is at most 4096 bytes).
     pub string_bytes: usize,
+    /// Places (device, stream, pool) the event log names per process (a
+    /// real job uses a handful); an event of a place beyond is not kept in
+    /// the history.
+    pub places: usize,
 }
 
 impl Default for Bounds {
@@ -232,6 +244,7 @@ impl Default for Bounds {
             collector_drop_names: 16,
             definitions: 1 << 16,
             string_bytes: 4 << 20,
+            places: 4096,
         }
     }
 }

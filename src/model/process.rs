@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::attrib::{self, Definitions, StepClock};
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
+use super::eventlog::{EventLog, LetGo};
 use super::leak::{LeakDetector, LeakReport};
 use super::rules;
 use super::series::Series;
@@ -13,7 +14,7 @@ use super::view::{
     Implausible, OomRecord, ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
     WatchView,
 };
-use super::{Mode, ModelConfig, ProcessKey};
+use super::{Mode, ModelConfig, ProcessKey, PLACEMENT_LOG};
 use crate::event::RingPos;
 use crate::event::{Event, EventKind, SegmentPool};
 use crate::model::Watch;
@@ -120,7 +121,8 @@ pub struct Process {
     resync_asked_ns: Option<u64>,
     events: u64,
     rate: EventRate,
-    recent: VecDeque<Event>,
+    /// The recent events (history, OOM context, snapshot placement).
+    log: EventLog,
     ooms: VecDeque<OomRecord>,
     ooms_total: u64,
     /// The last NVML reading: (time, used bytes, this process's reserved
@@ -161,7 +163,10 @@ impl Process {
             events: 0,
             rate: EventRate::new(cfg.rate_window_ns),
             // Grown as events arrive: a quiet process holds little.
-            recent: VecDeque::with_capacity(cfg.recent_events.min(256)),
+            log: EventLog::new(
+                (cfg.recent_events).max(cfg.bounds.replay.min(PLACEMENT_LOG)),
+                cfg.bounds.places,
+            ),
             ooms: VecDeque::new(),
             ooms_total: 0,
             nvml: None,
@@ -293,6 +298,7 @@ impl Process {
     pub fn dropped(&self) -> Dropped {
         let mut out = Dropped {
             devices: self.dropped_devices,
+            history: self.log.dropped(),
             leak_sizes: self.leak.dropped(),
             collector: self.collector_drops.clone(),
             definitions: self.defs.dropped(),
@@ -334,14 +340,25 @@ impl Process {
         });
     }
 
-    fn remember(&mut self, ev: &Event) {
-        if self.cfg.recent_events == 0 {
-            return;
+    /// Keep the event in the log; `pos` when it places its device's
+    /// snapshots. A positioned event the log lets go of (or cannot keep)
+    /// is missing for placement from then on.
+    fn remember(&mut self, t: u64, kind: &EventKind, pos: Option<u64>) {
+        let (let_go, kept) = self.log.push(t, kind, pos);
+        let missing = match (let_go, kept, pos, kind.place()) {
+            (Some(g), ..) => Some(g),
+            (None, false, Some(pos), Some(place)) => Some(LetGo {
+                seq: self.log.next_seq(),
+                device: place.device,
+                pos,
+            }),
+            _ => None,
+        };
+        if let Some(g) = missing {
+            if let Some(d) = self.devices.iter_mut().find(|d| d.device() == g.device) {
+                d.placement_let_go(g);
+            }
         }
-        if self.recent.len() >= self.cfg.recent_events {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(ev.clone());
     }
 
     /// The allocated total the leak detector follows: the block map for
@@ -401,20 +418,22 @@ impl Process {
             | EventKind::SegmentUnmap { place, .. } => {
                 self.events += 1;
                 self.rate.note(t);
-                self.remember(ev);
                 let Some(i) = self.device_index(place.device) else {
+                    self.remember(t, &ev.kind, None);
                     return;
                 };
                 let rules = &self.cfg.rules;
-                let applied = match at {
+                let (pos, applied) = match at {
                     Some(at) => {
-                        // Held for an anchor, or already in the installed state.
-                        let Some(a) = self.devices[i].apply_at(t, &ev.kind, at, rules) else {
-                            return;
-                        };
-                        a
+                        let (placing, a) = self.devices[i].apply_at(t, &ev.kind, at, rules);
+                        (placing.then_some(at.position), a)
                     }
-                    None => self.devices[i].apply(t, &ev.kind, rules),
+                    None => (None, Some(self.devices[i].apply(t, &ev.kind, rules))),
+                };
+                self.remember(t, &ev.kind, pos);
+                // Held for an anchor, or already in the installed state.
+                let Some(applied) = applied else {
+                    return;
                 };
                 self.event_fed[i] = true;
                 match applied.live {
@@ -448,7 +467,6 @@ impl Process {
                     SegmentPool::Small => summary.largest_free_small,
                     SegmentPool::Large => summary.largest_free_large,
                 };
-                let skip = self.recent.len().saturating_sub(self.cfg.oom_context);
                 let record = OomRecord {
                     time_ns: t,
                     device: place.device,
@@ -460,14 +478,14 @@ impl Process {
                     largest_free: summary.largest_free_small.max(summary.largest_free_large),
                     allocated,
                     reserved,
-                    recent: self.recent.iter().skip(skip).cloned().collect(),
+                    recent: self.log.newest(self.cfg.oom_context),
                 };
                 if self.ooms.len() >= self.cfg.max_ooms.max(1) {
                     self.ooms.pop_front();
                 }
                 self.ooms.push_back(record);
                 self.ooms_total += 1;
-                self.remember(ev);
+                self.remember(t, &ev.kind, None);
             }
             EventKind::Stats { device, stats } => {
                 let check = self.mode == Mode::Exact && self.cfg.check_drift;
@@ -490,7 +508,7 @@ impl Process {
             EventKind::Marker { source, value } => {
                 self.events += 1;
                 self.rate.note(t);
-                self.remember(ev);
+                self.remember(t, &ev.kind, None);
                 if self.clock.on_marker(*source, *value) {
                     for d in &mut self.devices {
                         d.set_step(self.clock.step());
@@ -527,7 +545,7 @@ impl Process {
         let Some(i) = self.device_index(device) else {
             return;
         };
-        match self.devices[i].snapshot(t, kind, &self.cfg.rules) {
+        match self.devices[i].snapshot(t, kind, &self.cfg.rules, &self.log) {
             SnapshotOutcome::Ongoing => {}
             SnapshotOutcome::Discarded => self.snapshots_discarded += 1,
             SnapshotOutcome::Installed {
@@ -576,7 +594,7 @@ impl Process {
         let reserved = self.figures(time_ns).reserved;
         self.nvml = Some((time_ns, bytes, reserved));
         self.nvml_peak = Some(self.nvml_peak.map_or(bytes, |p| p.max(bytes)));
-        self.nvml_series.push(time_ns, bytes);
+        self.nvml_series.push(time_ns, [bytes]);
     }
 
     /// Reset the peaks the model tracks (the process resets its own stats
@@ -750,7 +768,7 @@ impl Process {
                 .map(DeviceState::memory_bytes)
                 .sum::<usize>()
             + self.devices.capacity() * std::mem::size_of::<DeviceState>()
-            + self.recent.capacity() * std::mem::size_of::<Event>()
+            + self.log.memory_bytes()
             + self
                 .ooms
                 .iter()
@@ -834,31 +852,35 @@ impl Process {
                 } else {
                     Vec::new()
                 },
-                timeline: opts.timeline.map(|r| DeviceTimeline {
-                    allocated: d.series.allocated.query(r.from_ns, r.to_ns, r.columns),
-                    reserved: d.series.reserved.query(r.from_ns, r.to_ns, r.columns),
-                    active: d.series.active.query(r.from_ns, r.to_ns, r.columns),
+                timeline: opts.timeline.map(|r| {
+                    let [allocated, reserved, active] =
+                        d.series.query(r.from_ns, r.to_ns, r.columns);
+                    DeviceTimeline {
+                        allocated,
+                        reserved,
+                        active,
+                    }
                 }),
             })
             .collect();
         let figs: Vec<DeviceFigures> = devices.iter().map(|d| d.figures).collect();
-        let skip = self.recent.len().saturating_sub(opts.recent_events);
         ProcessView {
             key: self.key,
             mode: self.mode,
             needs_resync: self.needs_resync(),
             figures: self.figures_from(&figs, now_ns),
             devices,
-            recent_events: self.recent.iter().skip(skip).cloned().collect(),
+            recent_events: (self.log).newest(opts.recent_events.min(self.cfg.recent_events)),
             ooms: self.ooms.iter().cloned().collect(),
             ooms_total: self.ooms_total,
             leak: self.leak_report(now_ns),
             snapshots_installed: self.snapshots_installed,
             snapshots_discarded: self.snapshots_discarded,
             last_problem: self.last_problem,
-            nvml_timeline: opts
-                .timeline
-                .map(|r| self.nvml_series.query(r.from_ns, r.to_ns, r.columns)),
+            nvml_timeline: opts.timeline.map(|r| {
+                let [nvml] = self.nvml_series.query(r.from_ns, r.to_ns, r.columns);
+                nvml
+            }),
             memory_bytes: self.memory_bytes(),
             dropped: self.dropped(),
             bounds: self.cfg.bounds,
@@ -896,14 +918,14 @@ mod tests {
     }
 
     #[test]
-    fn the_event_history_holds_100_000_events_within_its_bound() {
+    fn the_event_history_holds_65_536_events_within_its_bound() {
         use crate::event::EventKind;
         let key = ProcessKey {
             pid: 1,
             start_time: 1,
         };
         let cfg = ModelConfig::default();
-        assert!(cfg.recent_events >= 100_000);
+        assert_eq!(cfg.recent_events, 65_536);
         let mut p = Process::new(key, cfg.clone());
         let quiet = p.memory_bytes();
         let n = cfg.recent_events as u64 + 50_000;
@@ -922,12 +944,12 @@ mod tests {
             timeline: None,
         };
         let v = p.view(n, &all);
-        // The newest 100,000, oldest first.
+        // The newest 65,536, oldest first.
         assert_eq!(v.recent_events.len(), cfg.recent_events);
         assert_eq!(v.recent_events.last().unwrap().time_ns, n - 1);
         assert_eq!(v.recent_events[0].time_ns, n - cfg.recent_events as u64);
         // Held as events arrive, counted, and bounded.
-        let history = cfg.recent_events.next_power_of_two() * std::mem::size_of::<Event>();
+        let history = cfg.recent_events * 40;
         assert!(quiet < 1 << 20, "{quiet}");
         assert!(p.memory_bytes() <= quiet + history, "{}", p.memory_bytes());
     }
@@ -939,11 +961,8 @@ mod tests {
         use crate::event::Place;
         const MIB: usize = 1 << 20;
         // The documented figures are what the structures hold at most.
-        let history =
-            crate::model::RECENT_EVENTS.next_power_of_two() * std::mem::size_of::<Event>();
-        assert_eq!(history, 13 * MIB);
-        let placed = (1 << 16) * 112;
-        assert_eq!(placed, 7 * MIB);
+        let history = crate::model::RECENT_EVENTS * 40;
+        assert_eq!(history * 2, 5 * MIB);
         let series = 3 * 5 * 4096 * 32;
         assert_eq!(series * 8, 15 * MIB);
         let period = (1 << 15) * 16;
@@ -975,11 +994,9 @@ mod tests {
             ev(&mut p, EventKind::FreeRequested { place, addr, size });
             ev(&mut p, EventKind::FreeCompleted { place, addr, size });
         }
-        assert!(p.recent.capacity() * std::mem::size_of::<Event>() <= history);
+        assert!(p.log.memory_bytes() <= history + 64 * 1024);
         for d in &p.devices {
-            let s = &d.series;
-            let held =
-                s.allocated.memory_bytes() + s.reserved.memory_bytes() + s.active.memory_bytes();
+            let held = d.series.memory_bytes();
             assert!(held <= series + 3 * 1024, "{held}");
         }
         assert!(
@@ -987,7 +1004,7 @@ mod tests {
             "{}",
             p.leak.memory_bytes()
         );
-        let per_device = placed + series + 3 * 1024;
+        let per_device = series + 3 * 1024;
         let bound = history + p.devices.len() * per_device + period + 2 * MIB;
         assert!(p.memory_bytes() <= bound, "{} > {bound}", p.memory_bytes());
     }

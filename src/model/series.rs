@@ -44,21 +44,39 @@ impl Default for SeriesConfig {
     }
 }
 
-/// All points that fell into `[start_ns, start_ns + width)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Bucket {
+/// All points that fell into `[start_ns, start_ns + width)`, for each of
+/// the series' `N` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bucket<const N: usize> {
     pub start_ns: u64,
-    pub min: u64,
-    pub max: u64,
-    /// The newest point's value.
-    pub last: u64,
+    pub min: [u64; N],
+    pub max: [u64; N],
+    /// The newest point's values.
+    pub last: [u64; N],
 }
 
-impl Bucket {
-    fn absorb(&mut self, newer: &Bucket) {
-        self.min = self.min.min(newer.min);
-        self.max = self.max.max(newer.max);
+impl<const N: usize> Bucket<N> {
+    fn point(start_ns: u64, v: [u64; N]) -> Self {
+        Self {
+            start_ns,
+            min: v,
+            max: v,
+            last: v,
+        }
+    }
+    fn absorb(&mut self, newer: &Bucket<N>) {
+        for i in 0..N {
+            self.min[i] = self.min[i].min(newer.min[i]);
+            self.max[i] = self.max[i].max(newer.max[i]);
+        }
         self.last = newer.last;
+    }
+    fn column(&self, i: usize) -> Column {
+        Column {
+            min: self.min[i],
+            max: self.max[i],
+            last: self.last[i],
+        }
     }
 }
 
@@ -71,23 +89,25 @@ pub struct Column {
 }
 
 #[derive(Debug, Clone)]
-struct Tier {
+struct Tier<const N: usize> {
     width: u64,
-    buckets: VecDeque<Bucket>,
+    buckets: VecDeque<Bucket<N>>,
 }
 
-/// A bounded, downsampling time series of `u64` values.
+/// A bounded, downsampling time series of `N` values sampled together
+/// (one bucket holds all `N`: a device's allocated, reserved and active
+/// bytes share their times).
 #[derive(Debug, Clone)]
-pub struct Series {
+pub struct Series<const N: usize = 1> {
     cfg: SeriesConfig,
-    tiers: Vec<Tier>,
+    tiers: Vec<Tier<N>>,
     /// End of tier 0's newest bucket: points before it update that bucket.
     open_end: u64,
     last_time: u64,
     points: u64,
 }
 
-impl Series {
+impl<const N: usize> Series<N> {
     pub(crate) fn new(cfg: SeriesConfig) -> Self {
         let cfg = SeriesConfig {
             base_width_ns: cfg.base_width_ns.max(1),
@@ -129,46 +149,40 @@ impl Series {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.tiers
             .iter()
-            .map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket>())
+            .map(|t| t.buckets.capacity() * std::mem::size_of::<Bucket<N>>())
             .sum::<usize>()
-            + self.tiers.capacity() * std::mem::size_of::<Tier>()
+            + self.tiers.capacity() * std::mem::size_of::<Tier<N>>()
     }
 
     /// Add a point. Times that go backwards are treated as the newest time.
     #[inline]
-    pub(crate) fn push(&mut self, time_ns: u64, value: u64) {
+    pub(crate) fn push(&mut self, time_ns: u64, values: [u64; N]) {
         let t = time_ns.max(self.last_time);
         self.last_time = t;
         self.points += 1;
         if t < self.open_end {
             if let Some(b) = self.tiers[0].buckets.back_mut() {
-                b.min = b.min.min(value);
-                b.max = b.max.max(value);
-                b.last = value;
+                for (i, &v) in values.iter().enumerate() {
+                    b.min[i] = b.min[i].min(v);
+                    b.max[i] = b.max[i].max(v);
+                }
+                b.last = values;
                 return;
             }
         }
-        self.push_new(t, value);
+        self.push_new(t, values);
     }
 
     #[cold]
-    fn push_new(&mut self, t: u64, value: u64) {
+    fn push_new(&mut self, t: u64, values: [u64; N]) {
         let w = self.tiers[0].width;
         let start = t - t % w;
         self.open_end = start.saturating_add(w);
-        self.insert(
-            0,
-            Bucket {
-                start_ns: start,
-                min: value,
-                max: value,
-                last: value,
-            },
-        );
+        self.insert(0, Bucket::point(start, values));
     }
 
     /// Put a bucket (newer than everything in tier `k`) into tier `k`.
-    fn insert(&mut self, k: usize, b: Bucket) {
+    fn insert(&mut self, k: usize, b: Bucket<N>) {
         let cap = self.cfg.capacity;
         let tier = &mut self.tiers[k];
         let start = b.start_ns - b.start_ns % tier.width;
@@ -199,7 +213,7 @@ impl Series {
         let tier = self.tiers.last_mut().expect("at least one tier");
         tier.width = tier.width.saturating_mul(2);
         let w = tier.width;
-        let mut merged: VecDeque<Bucket> = VecDeque::with_capacity(tier.buckets.capacity());
+        let mut merged: VecDeque<Bucket<N>> = VecDeque::with_capacity(tier.buckets.capacity());
         for b in tier.buckets.drain(..) {
             let start = b.start_ns - b.start_ns % w;
             match merged.back_mut() {
@@ -214,18 +228,23 @@ impl Series {
     }
 
     /// Min/max/last per column for `columns` equal columns over
-    /// `[from_ns, to_ns)`. Columns without points carry the previous value
-    /// forward (the series is a step function); columns before the first
-    /// point are `None`.
-    pub(crate) fn query(&self, from_ns: u64, to_ns: u64, columns: usize) -> Vec<Option<Column>> {
-        let mut out: Vec<Option<Column>> = vec![None; columns];
+    /// `[from_ns, to_ns)`, for each of the `N` values. Columns without
+    /// points carry the previous value forward (the series is a step
+    /// function); columns before the first point are `None`.
+    pub(crate) fn query(
+        &self,
+        from_ns: u64,
+        to_ns: u64,
+        columns: usize,
+    ) -> [Vec<Option<Column>>; N] {
+        let mut out: [Vec<Option<Column>>; N] = std::array::from_fn(|_| vec![None; columns]);
         if columns == 0 || to_ns <= from_ns || self.points == 0 {
             return out;
         }
         let span = (to_ns - from_ns) as u128;
         let col_of =
             |t: u64| ((t.saturating_sub(from_ns) as u128 * columns as u128) / span) as usize;
-        let mut before: Option<u64> = None;
+        let mut before: Option<[u64; N]> = None;
         // Oldest tier first; each tier's data is older than the next finer
         // tier's oldest bucket, so clip coarse buckets there.
         for k in (0..self.tiers.len()).rev() {
@@ -248,23 +267,21 @@ impl Series {
                 }
                 let c0 = col_of(b.start_ns.max(from_ns));
                 let c1 = col_of((end - 1).min(to_ns - 1)).min(columns - 1);
-                for slot in &mut out[c0..=c1] {
-                    *slot = Some(match slot {
-                        Some(c) => Column {
-                            min: c.min.min(b.min),
-                            max: c.max.max(b.max),
-                            last: b.last,
-                        },
-                        None => Column {
-                            min: b.min,
-                            max: b.max,
-                            last: b.last,
-                        },
-                    });
+                for (i, out) in out.iter_mut().enumerate() {
+                    let new = b.column(i);
+                    for slot in &mut out[c0..=c1] {
+                        *slot = Some(match slot {
+                            Some(c) => Column {
+                                min: c.min.min(new.min),
+                                max: c.max.max(new.max),
+                                last: new.last,
+                            },
+                            None => new,
+                        });
+                    }
                 }
             }
         }
-        let mut carry = before;
         let last_col = if self.last_time >= to_ns {
             Some(columns - 1)
         } else if self.last_time >= from_ns {
@@ -272,17 +289,20 @@ impl Series {
         } else {
             None
         };
-        for (i, slot) in out.iter_mut().enumerate() {
-            match slot {
-                Some(c) => carry = Some(c.last),
-                None if last_col.is_some_and(|l| i <= l) => {
-                    *slot = carry.map(|v| Column {
-                        min: v,
-                        max: v,
-                        last: v,
-                    })
+        for (i, out) in out.iter_mut().enumerate() {
+            let mut carry = before.map(|b| b[i]);
+            for (c, slot) in out.iter_mut().enumerate() {
+                match slot {
+                    Some(col) => carry = Some(col.last),
+                    None if last_col.is_some_and(|l| c <= l) => {
+                        *slot = carry.map(|v| Column {
+                            min: v,
+                            max: v,
+                            last: v,
+                        })
+                    }
+                    None => {}
                 }
-                None => {}
             }
         }
         out
@@ -292,6 +312,12 @@ impl Series {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one value's columns of a query.
+    fn one(s: &Series, from: u64, to: u64, columns: usize) -> Vec<Option<Column>> {
+        let [q] = s.query(from, to, columns);
+        q
+    }
 
     /// A column of a query result.
     fn col(min: u64, max: u64, last: u64) -> Option<Column> {
@@ -311,9 +337,9 @@ mod tests {
     fn full_resolution_when_recent() {
         let mut s = Series::new(small());
         for i in 0..5u64 {
-            s.push(i * 10, i * 100);
+            s.push(i * 10, [i * 100]);
         }
-        let q = s.query(0, 50, 5);
+        let q = one(&s, 0, 50, 5);
         let want: Vec<_> = (0..5u64).map(|i| col(i * 100, i * 100, i * 100)).collect();
         assert_eq!(q, want);
     }
@@ -321,29 +347,29 @@ mod tests {
     #[test]
     fn points_in_one_bucket_keep_min_max_last() {
         let mut s = Series::new(small());
-        s.push(0, 5);
-        s.push(3, 1);
-        s.push(5, 9);
-        s.push(7, 4);
+        s.push(0, [5]);
+        s.push(3, [1]);
+        s.push(5, [9]);
+        s.push(7, [4]);
         assert_eq!(s.buckets(), 1);
-        assert_eq!(s.query(0, 10, 1), vec![col(1, 9, 4)]);
+        assert_eq!(one(&s, 0, 10, 1), vec![col(1, 9, 4)]);
     }
 
     #[test]
     fn downsampling_keeps_extremes() {
         let mut s = Series::new(small());
         // A spike long ago, then a long flat run pushing it to coarse tiers.
-        s.push(0, 10);
-        s.push(15, 1_000);
-        s.push(25, 10);
+        s.push(0, [10]);
+        s.push(15, [1_000]);
+        s.push(25, [10]);
         for i in 3..10_000u64 {
-            s.push(i * 10, 10 + (i % 3));
+            s.push(i * 10, [10 + (i % 3)]);
         }
         assert!(s.buckets() <= 3 * 8, "bounded: {}", s.buckets());
-        let q = s.query(0, 100_000, 1);
+        let q = one(&s, 0, 100_000, 1);
         assert_eq!(q[0].map(|c| (c.min, c.max)), Some((10, 1_000)));
         // The spike stays visible in the first column of a fine query.
-        let q = s.query(0, 100_000, 100);
+        let q = one(&s, 0, 100_000, 100);
         assert_eq!(q[0].map(|c| c.max), Some(1_000));
         assert!(q[50].map(|c| c.max).unwrap() <= 12);
     }
@@ -351,19 +377,19 @@ mod tests {
     #[test]
     fn forward_fill_and_empty_before_first_point() {
         let mut s = Series::new(small());
-        s.push(50, 7);
-        s.push(51, 8);
-        s.push(90, 3);
-        let q = s.query(0, 100, 10);
+        s.push(50, [7]);
+        s.push(51, [8]);
+        s.push(90, [3]);
+        let q = one(&s, 0, 100, 10);
         assert_eq!(q[0], None);
         assert_eq!(q[4], None);
         assert_eq!(q[5], col(7, 8, 8));
         assert_eq!(q[6], col(8, 8, 8));
         assert_eq!(q[9], col(3, 3, 3));
         // Nothing is drawn after the last point.
-        let q = s.query(200, 300, 2);
+        let q = one(&s, 200, 300, 2);
         assert_eq!(q, vec![None, None]);
-        let q = s.query(85, 300, 2);
+        let q = one(&s, 85, 300, 2);
         assert_eq!(q[0].map(|c| c.last), Some(3));
         assert_eq!(q[1], None);
     }
@@ -378,14 +404,14 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             t += 50_000 + (x >> 50); // ~20k points/s for ~3 minutes... stretched below
-            s.push(t, x >> 40);
+            s.push(t, [x >> 40]);
         }
         let after_3m = s.memory_bytes();
         // A further stretch spanning weeks (one point per second of virtual time).
         for i in 0..3_000_000u64 {
-            s.push(t + i * 1_000_000_000, i % 1_000);
+            s.push(t + i * 1_000_000_000, [i % 1_000]);
         }
-        let bound = 5 * 4097 * std::mem::size_of::<Bucket>() + 4096;
+        let bound = 5 * 4097 * std::mem::size_of::<Bucket<1>>() + 4096;
         assert!(
             s.memory_bytes() <= bound * 2,
             "{} > {}",
@@ -396,7 +422,7 @@ mod tests {
         assert!(s.buckets() <= 5 * 4096);
         assert_eq!(s.points(), 6_000_000);
         // The oldest data is still there, coarsely.
-        let q = s.query(0, t + 3_000_000 * 1_000_000_000, 10);
+        let q = one(&s, 0, t + 3_000_000 * 1_000_000_000, 10);
         assert!(q[0].is_some());
     }
 }

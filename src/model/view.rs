@@ -169,6 +169,9 @@ pub struct Dropped {
     /// Attribution definitions not kept: beyond [`Bounds::definitions`] or
     /// [`Bounds::string_bytes`], or malformed.
     pub definitions: u64,
+    /// Events not kept in the history: their place (device, stream, pool)
+    /// was beyond [`Bounds::places`].
+    pub history: u64,
 }
 
 impl Dropped {
@@ -188,6 +191,7 @@ impl Dropped {
             self.snapshots,
             self.leak_sizes,
             self.definitions,
+            self.history,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))

@@ -130,6 +130,7 @@ pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
             "attribution definitions",
             Some(b.definitions),
         ),
+        (d.history, "events of extra places", Some(b.places)),
     ];
     let mut out: Vec<String> = kinds
         .iter()

@@ -129,6 +129,7 @@ fn item_07_every_growing_structure_is_bounded() {
         collector_drop_names: 2,
         definitions: 2,
         string_bytes: 64,
+        places: 2,
     };
     let cfg = ModelConfig {
         bounds,
@@ -278,6 +279,36 @@ fn item_07_every_growing_structure_is_bounded() {
     let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
     assert!(
         lines.contains(&"dropped: 13 attribution definitions (bound 2)".to_string()),
+        "{lines:?}"
+    );
+
+    // The event log names 2 places (device 0 and 1 on stream 0): the
+    // events of devices 2 and 3 and of three more streams are not kept.
+    let streams = (1..=3u64).map(|stream| {
+        let place = Place { stream, ..place(0) };
+        ev(
+            10,
+            EventKind::FreeCompleted {
+                place,
+                addr: 1 << 30,
+                size: 512,
+            },
+        )
+    });
+    m.apply_all(KEY, streams.collect::<Vec<_>>().iter());
+    let all = ViewOptions {
+        recent_events: usize::MAX,
+        ..ViewOptions::default()
+    };
+    let v = m.process(KEY).unwrap().view(0, &all);
+    assert_eq!(v.dropped.history, 2 + 3);
+    assert!(v
+        .recent_events
+        .iter()
+        .all(|e| e.kind.place().is_none_or(|p| p.device < 2 && p.stream == 0)));
+    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    assert!(
+        lines.contains(&"dropped: 5 events of extra places (bound 2)".to_string()),
         "{lines:?}"
     );
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use super::snapshot::{Pending, SnapshotOutcome};
 use super::{weigh, Block, BlockMap, DeviceState, Problem, Segment};
 use crate::event::{BlockState, EventKind};
+use crate::model::eventlog::EventLog;
 use crate::model::rules::BlockRules;
 
 impl DeviceState {
@@ -21,14 +22,15 @@ impl DeviceState {
         mut p: Pending,
         t: u64,
         rules: &BlockRules,
+        log: &EventLog,
     ) -> SnapshotOutcome {
         // Placed by ring positions when the producer gave them and the
         // events came with theirs (FORMAT.md, "Positions"); else by time.
         if let Some(span) = p.at.filter(|_| self.placement_in_use()) {
-            return self.install_placed(p, t, span, rules);
+            return self.install_placed(p, t, span, rules, log);
         }
         if self.placement_holding() {
-            return self.install_timed(p, t, rules);
+            return self.install_timed(p, t, rules, log);
         }
         let replay: Vec<(u64, EventKind, Option<u64>)> = std::mem::take(&mut p.replay)
             .into_iter()

@@ -16,21 +16,12 @@
 //! usable when no record after its `before` is missing: not skipped by the
 //! reader, not lost, not let go of by the log's bound.
 
-use std::collections::VecDeque;
-
 use super::snapshot::{Pending, SnapshotOutcome};
 use super::{Applied, DeviceState};
 use crate::event::RingPos;
 use crate::event::{BlockState, EventKind, RingSpan};
+use crate::model::eventlog::{EventLog, LetGo};
 use crate::model::rules::BlockRules;
-
-/// A device event kept with its ring position.
-#[derive(Debug, Clone)]
-struct Kept {
-    pos: u64,
-    t: u64,
-    kind: EventKind,
-}
 
 /// The placement state of one device.
 #[derive(Debug, Clone, Default)]
@@ -41,8 +32,9 @@ pub(crate) struct Placement {
     starts: Vec<u64>,
     /// Positions below are reflected in the installed state.
     floor: Option<u64>,
-    /// Recent events with positions, oldest first.
-    log: VecDeque<Kept>,
+    /// The process's event log holds this device's positioned events
+    /// (`EventLog::positioned`); those numbered below this were used up.
+    log_from: u64,
     /// The highest position that is missing from the log (let go of for
     /// the bound, or lost on the wire): an anchor at or below it is unusable.
     missing_to: Option<u64>,
@@ -93,30 +85,14 @@ impl AnchoredFrom {
     }
 }
 
-/// Events kept per device for placing the next snapshot. A snapshot is
-/// asked for and answered within a few collector ticks, so this covers
-/// hundreds of thousands of events per second.
-pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
-
 impl Placement {
-    /// Heap bytes held by the positioned log.
+    /// Heap bytes held (the events are in the process's log).
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.log.capacity() * std::mem::size_of::<Kept>()
-            + self.starts.capacity() * std::mem::size_of::<u64>()
+        self.starts.capacity() * std::mem::size_of::<u64>()
     }
 
-    fn keep(&mut self, pos: u64, t: u64, kind: &EventKind, bound: usize) {
-        while self.log.len() >= bound.max(1) {
-            if let Some(old) = self.log.pop_front() {
-                self.missing_to = Some(self.missing_to.map_or(old.pos, |m| m.max(old.pos)));
-            }
-        }
-        self.newest = Some(self.newest.map_or(pos, |n| n.max(pos)));
-        self.log.push_back(Kept {
-            pos,
-            t,
-            kind: kind.clone(),
-        });
+    fn missing(&mut self, pos: u64) {
+        self.missing_to = Some(self.missing_to.map_or(pos, |m| m.max(pos)));
     }
 
     /// Whether a snapshot placed at `span` can be installed exactly.
@@ -159,13 +135,24 @@ impl DeviceState {
     /// Events were lost on the wire: no anchor below what was seen so far
     /// can be exact.
     pub(crate) fn placement_loss(&mut self) {
-        let p = &mut self.placement;
-        if let Some(n) = p.newest {
-            p.missing_to = Some(p.missing_to.map_or(n, |m| m.max(n)));
+        if let Some(n) = self.placement.newest {
+            self.placement.missing(n);
         }
     }
 
-    /// Apply an allocator event read at `at`. `None` when the event was
+    /// The process's log let go of this device's positioned event `g` (or
+    /// could not keep it): an anchor at or below it can no longer be
+    /// installed exactly, unless the event was already used up.
+    pub(crate) fn placement_let_go(&mut self, g: LetGo) {
+        let p = &mut self.placement;
+        if g.seq >= p.log_from && p.floor.is_none_or(|f| g.pos >= f) {
+            p.missing(g.pos);
+        }
+    }
+
+    /// Apply an allocator event read at `at`. Returns whether the event
+    /// places this device's snapshots (the caller keeps it in the process's
+    /// log with its position), and what applying it did: `None` when it was
     /// held or dropped as already reflected.
     pub(crate) fn apply_at(
         &mut self,
@@ -173,26 +160,23 @@ impl DeviceState {
         kind: &EventKind,
         at: RingPos,
         rules: &BlockRules,
-    ) -> Option<Applied> {
+    ) -> (bool, Option<Applied>) {
         let p = &mut self.placement;
         p.ring.get_or_insert(at.ring);
         if p.ring != Some(at.ring) {
             // Not this device's ring (a producer writing one device's events
             // into several rings): positions cannot place them.
-            return Some(self.apply(t, kind, rules));
+            return (false, Some(self.apply(t, kind, rules)));
         }
         if p.floor.is_some_and(|f| at.position < f) {
             p.reflected += 1;
-            return None;
+            return (false, None);
         }
-        p.keep(at.position, t, kind, self.bounds.replay.min(PLACEMENT_LOG));
-        if p.holding {
-            return None;
+        p.newest = Some(p.newest.map_or(at.position, |n| n.max(at.position)));
+        if p.holding || self.reflected_in_window(at.position, kind) {
+            return (true, None);
         }
-        if self.reflected_in_window(at.position, kind) {
-            return None;
-        }
-        Some(self.apply(t, kind, rules))
+        (true, Some(self.apply(t, kind, rules)))
     }
 
     /// Whether the event at `pos` lies in the installed snapshot's
@@ -218,6 +202,7 @@ impl DeviceState {
         t: u64,
         span: RingSpan,
         rules: &BlockRules,
+        log: &EventLog,
     ) -> SnapshotOutcome {
         if !self.placement.usable(&span) {
             self.placement.refused += 1;
@@ -232,10 +217,10 @@ impl DeviceState {
             });
         }
         pl.ring.get_or_insert(u32::from(span.ring));
-        pl.log.retain(|k| k.pos >= span.before);
-        pl.log.make_contiguous().sort_by_key(|k| k.pos);
-        let later: Vec<(u64, EventKind, Option<u64>)> = (pl.log.iter())
-            .map(|k| (k.t, k.kind.clone(), Some(k.pos)))
+        let mut kept = log.positioned(self.device, pl.log_from, span.before);
+        kept.sort_by_key(|k| k.pos);
+        let later: Vec<(u64, EventKind, Option<u64>)> = (kept.into_iter())
+            .map(|k| (k.t, k.kind, Some(k.pos)))
             .collect();
         pl.floor = Some(span.before);
         pl.window_end = Some(span.after).filter(|&a| a > span.before);
@@ -252,18 +237,21 @@ impl DeviceState {
         p: Pending,
         t: u64,
         rules: &BlockRules,
+        log: &EventLog,
     ) -> SnapshotOutcome {
         let pl = &mut self.placement;
         let begun = p.time_ns;
         if pl.holding && pl.first_anchor.is_none() {
             pl.first_anchor = Some(AnchoredFrom::Time { time_ns: begun });
         }
-        let later: Vec<(u64, EventKind, Option<u64>)> = (pl.log.iter())
+        let kept = log.positioned(self.device, pl.log_from, 0);
+        let held = kept.len();
+        let later: Vec<(u64, EventKind, Option<u64>)> = (kept.into_iter())
             .filter(|k| k.t > begun)
-            .map(|k| (k.t, k.kind.clone(), None))
+            .map(|k| (k.t, k.kind, None))
             .collect();
-        pl.reflected += (pl.log.len() - later.len()) as u64;
-        pl.log.clear();
+        pl.reflected += (held - later.len()) as u64;
+        pl.log_from = log.next_seq();
         pl.holding = false;
         self.install_with(p, t, &later, rules)
     }

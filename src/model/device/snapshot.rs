@@ -13,6 +13,7 @@ use std::mem::size_of;
 
 use super::{Block, DeviceState, Origin, Problem, Segment};
 use crate::event::{BlockState, EventKind, Place, RingSpan, SegmentPool};
+use crate::model::eventlog::EventLog;
 use crate::model::rules::BlockRules;
 use crate::model::Bounds;
 
@@ -206,6 +207,7 @@ impl DeviceState {
         t: u64,
         kind: &EventKind,
         rules: &BlockRules,
+        log: &EventLog,
     ) -> SnapshotOutcome {
         match *kind {
             EventKind::SnapshotBegin {
@@ -246,7 +248,7 @@ impl DeviceState {
                 }
                 SnapshotOutcome::Ongoing
             }
-            EventKind::SnapshotEnd { id, .. } => self.end_snapshot(t, id, rules),
+            EventKind::SnapshotEnd { id, .. } => self.end_snapshot(t, id, rules, log),
             _ => SnapshotOutcome::Ongoing,
         }
     }
@@ -277,10 +279,16 @@ impl DeviceState {
     }
 
     /// Finish the snapshot in progress: install it when complete.
-    fn end_snapshot(&mut self, t: u64, id: u32, rules: &BlockRules) -> SnapshotOutcome {
+    fn end_snapshot(
+        &mut self,
+        t: u64,
+        id: u32,
+        rules: &BlockRules,
+        log: &EventLog,
+    ) -> SnapshotOutcome {
         match self.pending.take() {
             None => SnapshotOutcome::Ongoing,
-            Some(p) if p.complete(id) => self.install(p, t, rules),
+            Some(p) if p.complete(id) => self.install(p, t, rules, log),
             Some(_) => SnapshotOutcome::Discarded,
         }
     }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::event::RingPos;
 use crate::event::RingSpan;
-use crate::model::Watch;
+use crate::model::{Bounds, Watch};
 
 /// The device ring of device 0 (ring 0 is the agent's).
 const RING: u32 = 1;
@@ -295,4 +295,48 @@ fn a_watch_with_a_million_ring_starts_keeps_256() {
         },
     );
     assert_eq!(m.process(KEY).unwrap().watching().ring_starts.len(), 256);
+}
+
+#[test]
+fn an_anchor_whose_later_events_the_log_let_go_of_is_refused_and_a_newer_one_used() {
+    let mut r = RefAlloc::new();
+    let seed = placed_snapshot(&mut r, 1, 0, 0);
+    // The log keeps 50 events (the history shows none).
+    let cfg = ModelConfig {
+        recent_events: 0,
+        bounds: Bounds {
+            replay: 50,
+            ..Bounds::default()
+        },
+        ..ModelConfig::default()
+    };
+    let mut m = Model::new(cfg);
+    watch(&mut m, 0);
+    apply(&mut m, &seed);
+    work(&mut r, 30, 6);
+    let first = positioned(r.take(), 0);
+    let old = placed_snapshot(&mut r, 2, first.len() as u64, first.len() as u64);
+    work(&mut r, 100, 7);
+    let second = positioned(r.take(), first.len() as u64);
+    assert!(second.len() > 50);
+    let n = (first.len() + second.len()) as u64;
+    apply(&mut m, &first);
+    apply(&mut m, &second);
+    // The old snapshot's records come late: the events after it are no
+    // longer all in the log, so installing it would lose some.
+    apply(&mut m, &old);
+    let p = m.process(KEY).unwrap();
+    assert_eq!(p.snapshots_discarded(), 1);
+    assert_eq!(p.inconsistencies(), 0);
+    let new = placed_snapshot(&mut r, 3, n, n);
+    apply(&mut m, &new);
+    let p = m.process(KEY).unwrap();
+    assert_eq!(p.snapshots_discarded(), 1);
+    assert_eq!(rows(dev(&m)), r.rows());
+    // The history shows none of it, the OOM context and placement aside.
+    let all = crate::model::ViewOptions {
+        recent_events: usize::MAX,
+        ..Default::default()
+    };
+    assert!(p.view(0, &all).recent_events.is_empty());
 }
