@@ -33,9 +33,8 @@ struct Attached {
     host_pid: Option<u32>,
     lost_seen: u64,
     gone_at: Option<Instant>,
-    /// Each tick's records, kept between ticks so their capacity is
-    /// reused (nothing is allocated per tick once they have grown).
-    buf: Drained,
+    /// Per ring: whether it is the agent's.
+    agent: Vec<bool>,
 }
 
 /// A segment's records of one tick: each ring's, as drained (in position
@@ -53,18 +52,24 @@ struct Drained {
     at: Vec<RingPos>,
 }
 
+/// Per ring of a segment: whether it is the agent's.
+fn agent_rings(reader: &SegmentReader) -> Vec<bool> {
+    (reader.header().rings.iter())
+        .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
+        .collect()
+}
+
 impl Drained {
-    fn new(reader: &SegmentReader) -> Self {
-        let agent: Vec<bool> = (reader.header().rings.iter())
-            .map(|r| r.role == crate::ring::layout::ROLE_AGENT)
-            .collect();
-        Drained {
-            rings: agent.iter().map(|_| Default::default()).collect(),
-            latest: vec![0; agent.len()],
-            agent,
-            events: Vec::new(),
-            at: Vec::new(),
-        }
+    /// Ready for the records of a segment whose rings are `agent` (each
+    /// ring's buffers are empty: a segment's records are merged and handed
+    /// on before the next segment's are drained).
+    fn ready_for(&mut self, agent: &[bool]) {
+        self.agent.clear();
+        self.agent.extend_from_slice(agent);
+        self.rings
+            .resize_with(agent.len().max(self.rings.len()), Default::default);
+        self.agent.resize(self.rings.len(), false);
+        self.latest.resize(self.rings.len(), 0);
     }
 
     fn push(&mut self, ring: usize, position: u64, e: Event) {
@@ -165,6 +170,10 @@ pub(crate) struct RingSet {
     /// Changes whenever a segment is attached or let go (the host pids
     /// change only then).
     generation: u64,
+    /// Each segment's records of a tick, drained, merged and handed on in
+    /// turn: one set of buffers for all, reused (warm in the cache, and
+    /// nothing is allocated per tick once they have grown).
+    buf: Drained,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -185,6 +194,7 @@ impl RingSet {
             containers: Vec::new(),
             containers_at: None,
             generation: 0,
+            buf: Drained::default(),
         }
     }
 
@@ -461,7 +471,7 @@ impl RingSet {
         let mut reader = reader;
         reader.set_integrity_interval(INTEGRITY_EVERY);
         let attached = Attached {
-            buf: Drained::new(&reader),
+            agent: agent_rings(&reader),
             reader,
             dir: f.dir,
             name: f.file,
@@ -485,11 +495,14 @@ impl RingSet {
             // At most two rounds of up to 65,536 records per ring each tick
             // (over 2 M records/s per ring at 20 ticks/s): a busy process
             // cannot starve the others, and the batch stays a few MiB.
-            let buf = &mut a.buf;
+            let buf = &mut self.buf;
+            buf.ready_for(&a.agent);
             for _ in 0..2 {
-                let done = a
-                    .reader
-                    .drain_at(65_536, |ring, position, e| buf.push(ring, position, e));
+                // The liveness looked up above (at most once a second),
+                // not `/proc` again at every round.
+                let done = (a.reader).drain_given(65_536, gone, |ring, position, e| {
+                    buf.push(ring, position, e)
+                });
                 if done.delivered == 0 && done.lost == 0 {
                     break;
                 }
