@@ -85,6 +85,7 @@ fn synthetic(events: usize) -> SnapshotFile {
             stream: 0,
             time_us: Some(1_700_000_000_000_000 + i as i64 * 13),
             stack: Some(i as u32),
+            meta: None,
         })
         .collect();
     SnapshotFile {

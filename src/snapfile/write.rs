@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::event::{BlockState, CtxTag, Event, EventKind};
+use crate::event::{BlockState, CtxTag, Event, EventKind, PoolId};
 use crate::model::attrib::{Definitions, Origin};
 use crate::model::Process;
 
-use super::{Action, Block, Frame, Segment, SnapshotFile, TraceEntry};
+use super::{Action, Block, EntryMeta, Frame, Segment, SnapshotFile, TraceEntry};
 
 /// Pickle opcodes this writer uses.
 mod op {
@@ -116,6 +116,14 @@ impl<W: Write> Pickler<W> {
 
     fn uint(&mut self, v: u64) -> io::Result<()> {
         self.int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+
+    /// A pool id, as torch writes it: a pair.
+    fn pool(&mut self, pool: PoolId) -> io::Result<()> {
+        self.uint(pool.0)?;
+        self.uint(pool.1)?;
+        self.b(&[op::TUPLE2])?;
+        self.memoize().map(|_| ())
     }
 
     fn bool(&mut self, v: bool) -> io::Result<()> {
@@ -229,10 +237,7 @@ impl<W: Write> Pickler<W> {
             p.str("segment_type")?;
             p.str(if s.large { "large" } else { "small" })?;
             p.str("segment_pool_id")?;
-            p.uint(s.pool.0)?;
-            p.uint(s.pool.1)?;
-            p.b(&[op::TUPLE2])?;
-            p.memoize()?;
+            p.pool(s.pool)?;
             p.str("is_expandable")?;
             p.bool(s.expandable)?;
             p.frames(file, s.stack)?;
@@ -260,6 +265,21 @@ impl<W: Write> Pickler<W> {
             if let Some(t) = e.time_us {
                 p.str("time_us")?;
                 p.int(t)?;
+            }
+            // As torch ≥ 2.10 writes them: on every entry, "N/A" and ""
+            // when nothing was set.
+            let meta = e.meta.as_deref().cloned().unwrap_or_default();
+            p.str("compile_context")?;
+            p.str(meta.compile_context.as_deref().unwrap_or("N/A"))?;
+            p.str("user_metadata")?;
+            p.str(meta.user_metadata.as_deref().unwrap_or(""))?;
+            if let Some(m) = &meta.internal_metadata {
+                p.str("internal_metadata")?;
+                p.str(m)?;
+            }
+            if let Some(pool) = meta.pool {
+                p.str("pool_id")?;
+                p.pool(pool)?;
             }
             p.frames(file, e.stack)
         })
@@ -290,7 +310,26 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
                 p.str(v)?;
             }
             Ok(())
+        })?;
+        p.str("external_annotations")?;
+        p.list(&file.annotations, |p, a| {
+            p.dict(|p| {
+                for (k, v) in &a.fields {
+                    p.str(k)?;
+                    p.str(v)?;
+                }
+                if let Some(d) = a.device {
+                    p.str("device")?;
+                    p.int(d)?;
+                }
+                if let Some(t) = a.time_us {
+                    p.str("time_us")?;
+                    p.int(t)?;
+                }
+                Ok(())
+            })
         })
+        .map(|_| ())
     })?;
     p.b(&[op::STOP])?;
     p.out.flush()
@@ -469,6 +508,12 @@ fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry, CtxTag)> {
             stream: place.stream,
             time_us,
             stack: None,
+            meta: (place.pool != PoolId(0, 0)).then(|| {
+                Box::new(EntryMeta {
+                    pool: Some(place.pool),
+                    ..EntryMeta::default()
+                })
+            }),
         },
         place.ctx,
     ))
