@@ -949,6 +949,11 @@ impl<'a> Reader<'a, '_> {
         }
         for (i, &a) in entries.iter().enumerate() {
             let at = &format!("{at}[{i}]");
+            if let Value::Taken(_) = d.value(a) {
+                // Read already as something else (a hand-made file): the
+                // plain reading decides.
+                return Err(taken_where(a, at.clone(), "an annotation"));
+            }
             let Some(kv) = d.as_dict(a) else { continue };
             self.st.read(d, a);
             self.charge(a, at, std::mem::size_of::<Annotation>())?;
@@ -985,13 +990,17 @@ impl<'a> Reader<'a, '_> {
         let mut host = HostMemory::default();
         for &s in segs.and_then(|s| d.as_seq(s)).unwrap_or_default() {
             let (total, allocated) = match d.value(s) {
-                Value::Taken(t) => match Token::decode(t) {
-                    Some(Token::Segment(k)) => match self.st.segments.get(k as usize) {
-                        Some(seg) => (seg.total_size, seg.allocated_size),
-                        None => continue,
-                    },
-                    _ => continue,
-                },
+                Value::Taken(t) => {
+                    let seg = match Token::decode(t) {
+                        Some(Token::Segment(k)) => self.st.segments.get(k as usize),
+                        _ => None,
+                    };
+                    // Read already as something else (a hand-made file):
+                    // the plain reading decides.
+                    let seg = seg
+                        .ok_or_else(|| taken_where(s, "host_segments".into(), "a host segment"))?;
+                    (seg.total_size, seg.allocated_size)
+                }
                 Value::Dict(_) => {
                     let int = |k| d.get(s, k).and_then(|v| d.as_int(v)).unwrap_or(0).max(0);
                     let total = d.get(s, "total_size").or(d.get(s, "size"));
