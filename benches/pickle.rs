@@ -35,6 +35,7 @@ fn synthetic(events: usize) -> SnapshotFile {
             ),
             line: (i * 7 % 2000) as i64,
             name: format!("function_{i}"),
+            extra: Vec::new(),
         })
         .collect();
     let stacks = (0..events)

@@ -231,13 +231,19 @@ fn trace_metadata_pools_and_annotations_are_in_open_json() {
     for k in ["user_metadata", "compile_context", "pool_id"] {
         assert!(e[6].get(k).is_none(), "{k}: {}", e[6]);
     }
+    // A frame of FX-generated code keeps its node.
+    let fx = v["frames"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "forward"))
+        .expect("the fx frame");
+    assert_eq!(fx["extra"]["fx_node_op"], "call_function");
+    assert_eq!(fx["extra"]["fx_node_name"], "linear");
+    let trace = fx["extra"]["fx_original_trace"].as_str();
+    assert!(trace.is_some_and(|t| t.contains("self.proj(x)")), "{fx}");
     // The private pool's segment, in the model's state.
     let segs = &v["state"]["processes"][0]["view"]["devices"][0]["segments"];
-    let text = segs.to_string();
-    assert!(
-        text.contains("[1,0]") || text.contains("\"pool\""),
-        "{text}"
-    );
+    assert_eq!(segs[0]["pool"], serde_json::json!([1, 0]));
+    assert_eq!(segs[1]["pool"], serde_json::json!([0, 0]));
 }
 
 /// Where stacks are shown (`--frames`, the dashboard's stack overlay), a
@@ -276,6 +282,10 @@ fn frames_and_the_stack_overlay_show_metadata_and_annotations() {
     let status = stepper.seek(&Hub::default(), 5, 10_000_000_000);
     let event = &status.stacks[0].1;
     assert_eq!(event[0], "compile context: Torch-Compiled Region: 0/0");
+    assert_eq!(
+        event[1],
+        "/tmp/torchinductor/fx_graph.py:12 forward (fx call_function linear)"
+    );
 }
 
 /// Pinned host memory (`host_segments`, `host_traces`) is read and

@@ -14,7 +14,9 @@
 //!   `allocated_size`, `active_size`, `requested_size`, `stream`,
 //!   `segment_type` (`"small"`/`"large"`), `segment_pool_id` (a pair: a
 //!   CUDA graph's or `MemPool`'s private pool, `(0, 0)` otherwise),
-//!   `is_expandable`, `frames` (the stack that allocated it), `blocks`:
+//!   `is_expandable`, `frames` (the stack that allocated it: dicts of
+//!   `filename`, `line`, `name`, and with `augment_with_fx_traces` the
+//!   `fx_*` keys, kept as [`Frame::extra`]), `blocks`:
 //!   dicts of `address`, `size`, `requested_size`, `state`
 //!   (`active_allocated`, `active_pending_free`, `inactive`), `frames`.
 //! - `device_traces`: per device, the recorded events, oldest first:
@@ -99,7 +101,21 @@ pub struct Frame {
     pub filename: String,
     pub line: i64,
     pub name: String,
+    /// The frame's other keys, as text, in the file's order (at most
+    /// [`MAX_FRAME_EXTRA`]): `_snapshot(augment_with_fx_traces=True)`'s
+    /// `fx_node_op`, `fx_node_name`, `fx_original_trace`, `fx_node_info`
+    /// on the frames of FX-generated code.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "as_map")]
+    pub extra: Vec<(String, String)>,
 }
+
+/// Pairs as one JSON object, in their order.
+fn as_map<S: serde::Serializer>(pairs: &[(String, String)], ser: S) -> Result<S::Ok, S::Error> {
+    ser.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
+/// The most other keys of a frame kept.
+pub const MAX_FRAME_EXTRA: usize = 8;
 
 impl Frame {
     fn empty() -> Frame {
@@ -107,7 +123,15 @@ impl Frame {
             filename: String::new(),
             line: 0,
             name: String::new(),
+            extra: Vec::new(),
         }
+    }
+
+    /// The value of other key `k`.
+    pub fn get(&self, k: &str) -> Option<&str> {
+        (self.extra.iter())
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -1274,6 +1298,19 @@ impl<'a> Reader<'a, '_> {
         }
         if let Some(s) = self.str_of(id, "name") {
             self.push_text(id, at, &mut frame.name, s)?;
+        }
+        let known = ["filename", "line", "name"];
+        let d = self.doc;
+        let others = (d.as_dict(id).unwrap_or_default().iter())
+            .filter(|(k, _)| !d.as_str(*k).is_some_and(|k| known.contains(&k)))
+            .take(MAX_FRAME_EXTRA);
+        for (k, v) in others {
+            self.charge(*k, at, std::mem::size_of::<(String, String)>())?;
+            let mut key = String::new();
+            self.push_text(*k, at, &mut key, d.as_str(*k).unwrap_or("?"))?;
+            let mut text = String::new();
+            self.text(*v, at, 1, &mut text)?;
+            frame.extra.push((key, text));
         }
         let n = self.st.out.frames.len() as u32;
         self.st.out.frames.push(frame);

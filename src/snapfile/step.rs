@@ -222,6 +222,11 @@ pub fn stack_line_iter(
                 f.line,
                 head(&f.name, MAX_LINE)
             );
+            // A frame of FX-generated code names its graph node.
+            if let Some(node) = f.get("fx_node_name") {
+                let op = f.get("fx_node_op").unwrap_or("node");
+                line.push_str(&format!(" (fx {} {})", head(op, 64), head(node, 64)));
+            }
             if line.len() > MAX_LINE {
                 line.truncate(head(&line, MAX_LINE).len());
                 line.push('…');

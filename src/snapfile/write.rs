@@ -182,6 +182,10 @@ impl<W: Write> Pickler<W> {
             p.str(&fr.filename)?;
             p.str("line")?;
             p.int(fr.line)?;
+            for (k, v) in &fr.extra {
+                p.str(k)?;
+                p.str(v)?;
+            }
             p.b(&[op::SETITEMS])?;
             p.frames.insert(f, me);
             Ok(())
@@ -376,6 +380,7 @@ impl<'a> Attributor<'a> {
                 filename: f.file,
                 line: f.line as i64,
                 name: f.function,
+                extra: Vec::new(),
             })
             .collect();
         if !view.module.is_empty() {
@@ -384,6 +389,7 @@ impl<'a> Attributor<'a> {
                 filename: view.module,
                 line: step.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX)),
                 name: view.phase.name().into(),
+                extra: Vec::new(),
             });
         }
         let stack = (!frames.is_empty()).then(|| {
