@@ -35,6 +35,7 @@ fn synthetic(events: usize) -> SnapshotFile {
             ),
             line: (i * 7 % 2000) as i64,
             name: format!("function_{i}"),
+            extra: Vec::new(),
         })
         .collect();
     let stacks = (0..events)
@@ -85,6 +86,7 @@ fn synthetic(events: usize) -> SnapshotFile {
             stream: 0,
             time_us: Some(1_700_000_000_000_000 + i as i64 * 13),
             stack: Some(i as u32),
+            meta: None,
         })
         .collect();
     SnapshotFile {

@@ -283,8 +283,10 @@ fn drive(seg: SegmentWriter, scenario: Scenario, control: &DemoControl, gpu: Opt
             sink.base_ns += runner.now() + 1_000_000_000;
             sim_ns = 0;
             runner = runner.next_run();
-            sink.emit(run_marker());
-            control.status.lock().expect("demo status").runs += 1;
+            let mut status = control.status.lock().expect("demo status");
+            status.runs += 1;
+            sink.emit(run_marker(status.runs + 1));
+            drop(status);
         }
         let mut s = control.status.lock().expect("demo status");
         s.caption = runner.caption().to_string();
@@ -410,7 +412,7 @@ pub fn run_headless_then(
                 runner.allocator_mut().empty_cache(&mut sink);
                 sink.base_ns += runner.now() + 1_000_000_000;
                 runner = runner.next_run();
-                sink.emit(run_marker());
+                sink.emit(run_marker(u64::from(run) + 1));
             }
             let mut t = 0u64;
             while t < end && !runner.is_finished() {
@@ -480,13 +482,15 @@ pub fn run_headless_then(
     result
 }
 
-/// A new run of the scenario begins: step counts and leak verdicts start
-/// over (FORMAT.md, MARKER source 5).
-fn run_marker() -> Event {
+/// Run `number` of the scenario begins (2 for the first restart): step
+/// counts and leak verdicts start over (FORMAT.md, MARKER source 5, whose
+/// `value` is the run's number, so that a reader which began watching
+/// mid-job can name the run as the demo does).
+fn run_marker(number: u64) -> Event {
     Event {
         time_ns: 0,
         kind: EventKind::Marker {
-            value: 0,
+            value: number,
             source: MarkSource::Run,
         },
     }

@@ -456,3 +456,30 @@ fn stacks_pid_posts_command_5_and_says_what_came_back() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--depth") && err.contains("65535"), "{err}");
 }
+
+/// Issue 30, item 12: a recording's GPU line is NVML's last reading, taken
+/// after the job exited (used 0 B), while the job's row keeps what NVML
+/// last gave it (1.01 GiB): the GPU line says so.
+#[test]
+fn replay_says_a_gpu_was_read_after_its_process_exited() {
+    let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/diag/gpt2-fast.mid.vsrec");
+    let out = common::succeeded(
+        common::vramscope()
+            .arg("replay")
+            .arg(&rec)
+            .output()
+            .expect("runs"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let gpu = text
+        .lines()
+        .find(|l| l.starts_with("GPU 0"))
+        .expect("a GPU line");
+    assert!(
+        gpu.ends_with(
+            "used 0 B of 79.6 GiB, util 0% (read after pid 6379 exited; it last used 1.01 GiB)"
+        ),
+        "{text}"
+    );
+}

@@ -197,6 +197,121 @@ fn an_oom_at_the_end_of_the_trace_is_reported() {
     assert_eq!(v["state"]["processes"][0]["view"]["ooms_total"], 1);
 }
 
+// ---- fields of newer releases (tests/fixtures/snapshots/newer) ----
+
+#[test]
+fn newer_releases_fields_read_to_the_figures_torch_reports() {
+    assert_eq!(check_dir("newer"), 3, "metadata, host, fast");
+}
+
+/// `user_metadata`, `compile_context`, `internal_metadata`, `pool_id`, an
+/// `annotate` entry and `external_annotations`: each in `open --json`,
+/// none refused, none counted as unknown.
+#[test]
+fn trace_metadata_pools_and_annotations_are_in_open_json() {
+    let v = open_json(&dir("newer").join("metadata.pickle"), &["--trace"]);
+    assert_eq!(v["trace"]["unknown_actions"], 0);
+    assert_eq!(v["trace"]["annotations"], 2);
+    let a = &v["annotations"];
+    assert_eq!(a[0]["name"], "forward");
+    assert_eq!(a[0]["stage"], "START");
+    assert_eq!(a[1]["stage"], "END");
+    assert_eq!(a[1]["device"], 0);
+    assert!(a[1]["time_us"].is_i64());
+    let e = v["events"].as_array().expect("events");
+    assert_eq!(e.len(), 8);
+    assert_eq!(e[1]["user_metadata"], "comm-buffers");
+    assert_eq!(e[1]["pool_id"], serde_json::json!([1, 0]));
+    assert_eq!(e[2]["action"], "annotate");
+    assert_eq!(e[2]["user_metadata"], "all-reduced first");
+    assert_eq!(e[4]["compile_context"], "Torch-Compiled Region: 0/0");
+    assert_eq!(e[5]["internal_metadata"], "mallocWithAddress");
+    // What torch writes when nothing was set ("", "N/A", the default pool)
+    // is left out.
+    for k in ["user_metadata", "compile_context", "pool_id"] {
+        assert!(e[6].get(k).is_none(), "{k}: {}", e[6]);
+    }
+    // A frame of FX-generated code keeps its node.
+    let fx = v["frames"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "forward"))
+        .expect("the fx frame");
+    assert_eq!(fx["extra"]["fx_node_op"], "call_function");
+    assert_eq!(fx["extra"]["fx_node_name"], "linear");
+    let trace = fx["extra"]["fx_original_trace"].as_str();
+    assert!(trace.is_some_and(|t| t.contains("self.proj(x)")), "{fx}");
+    // The private pool's segment, in the model's state.
+    let segs = &v["state"]["processes"][0]["view"]["devices"][0]["segments"];
+    assert_eq!(segs[0]["pool"], serde_json::json!([1, 0]));
+    assert_eq!(segs[1]["pool"], serde_json::json!([0, 0]));
+}
+
+/// Where stacks are shown (`--frames`, the dashboard's stack overlay), a
+/// block's and an event's metadata, annotations and private pool are too.
+#[test]
+fn frames_and_the_stack_overlay_show_metadata_and_annotations() {
+    let path = dir("newer").join("metadata.pickle");
+    let out = common::succeeded(
+        common::vramscope()
+            .arg("open")
+            .arg(&path)
+            .args(["--frames", "0x7f0000000000"])
+            .output()
+            .expect("runs"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(private pool (1, 0))"), "{text}");
+    assert!(text.contains("event 2: annotate"), "{text}");
+    assert!(text.contains("user metadata: all-reduced first"), "{text}");
+    let file = snapfile::read(&path).expect("reads");
+    let mut stepper = snapfile::step::Stepper::new(file, "metadata.pickle");
+    let status = stepper.seek(&Hub::default(), 3, 10_000_000_000);
+    assert_eq!(
+        status.event,
+        "annotate 0x7f0000000000 on device 0: all-reduced first"
+    );
+    let block = &status.stacks[1];
+    for want in [
+        "private pool (1, 0)",
+        "user metadata: comm-buffers",
+        "annotated: all-reduced first",
+        "train.py:57 training_step",
+    ] {
+        assert!(block.1.iter().any(|l| l == want), "{want}: {block:?}");
+    }
+    let status = stepper.seek(&Hub::default(), 5, 10_000_000_000);
+    let event = &status.stacks[0].1;
+    assert_eq!(event[0], "compile context: Torch-Compiled Region: 0/0");
+    assert_eq!(
+        event[1],
+        "/tmp/torchinductor/fx_graph.py:12 forward (fx call_function linear)"
+    );
+}
+
+/// Pinned host memory (`host_segments`, `host_traces`) is read and
+/// counted apart: no device gains it.
+#[test]
+fn pinned_host_memory_is_counted_apart_from_the_devices() {
+    let v = open_json(&dir("newer").join("host.pickle"), &[]);
+    assert_eq!(v["format"], "torch ≥ 2.14 (host_segments)");
+    assert_eq!(v["devices"], serde_json::json!([]));
+    assert_eq!(v["host"]["segments"], 1);
+    assert_eq!(v["host"]["reserved"], 8 << 20);
+    assert_eq!(v["host"]["allocated"], 8 << 20);
+    assert_eq!(v["host"]["trace_entries"], 2);
+}
+
+/// A "fast" snapshot (`include_traces=False`): the state, no trace.
+#[test]
+fn a_fast_snapshot_opens_at_its_state() {
+    let v = open_json(&dir("newer").join("fast.pickle"), &[]);
+    assert_eq!(v["trace"]["entries"], serde_json::json!([0]));
+    assert_eq!(
+        v["state"]["processes"][0]["view"]["figures"]["reserved"],
+        22 << 20
+    );
+}
+
 // ---- refusals: one line naming the file, the offset and what is wrong ----
 
 fn refusal(name: &str, bytes: &[u8]) -> String {
@@ -326,7 +441,7 @@ fn a_fan_out_under_the_bound_reads() {
 #[test]
 fn reading_while_parsing_reads_what_the_plain_reading_reads() {
     let mut n = 0;
-    for name in ["releases", "torch-2.11"] {
+    for name in ["releases", "torch-2.11", "newer"] {
         let Ok(entries) = std::fs::read_dir(dir(name)) else {
             continue;
         };
@@ -343,7 +458,7 @@ fn reading_while_parsing_reads_what_the_plain_reading_reads() {
             n += 1;
         }
     }
-    assert!(n >= 120, "{n} fixtures");
+    assert!(n >= 123, "{n} fixtures");
     for entry in std::fs::read_dir(dir("fuzz")).expect("fuzz dir") {
         let path = entry.expect("entry").path();
         let bytes = std::fs::read(&path).expect("read");

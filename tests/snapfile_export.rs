@@ -94,6 +94,8 @@ fn python_reads_an_export_as_pytorch_does() {
         for e in d['device_traces'][0]:\n\
         \x20   assert e['action'] in ('alloc','free_requested','free_completed','segment_alloc','segment_free','segment_map','segment_unmap','oom')\n\
         \x20   assert isinstance(e['frames'], list)\n\
+        \x20   assert e['user_metadata']=='' and e['compile_context']=='N/A', e\n\
+        assert d['external_annotations']==[]\n\
         print(len(d['segments']), len(d['device_traces'][0]))";
     let o = match Command::new("python3")
         .args(["-c", check])
@@ -113,12 +115,13 @@ fn python_reads_an_export_as_pytorch_does() {
 #[test]
 fn a_snapshot_written_and_read_back_is_the_same() {
     for name in [
-        "torch-2.11-all",
-        "torch-2.1-streams",
-        "torch-2.11-expandable",
+        "releases/torch-2.11-all",
+        "releases/torch-2.1-streams",
+        "releases/torch-2.11-expandable",
+        "newer/metadata",
     ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/snapshots/releases")
+            .join("tests/fixtures/snapshots")
             .join(format!("{name}.pickle"));
         let file = snapfile::read(&path).expect("reads");
         let mut out = Vec::new();
@@ -128,6 +131,7 @@ fn a_snapshot_written_and_read_back_is_the_same() {
         assert_eq!(again.traces, file.traces, "{name}");
         assert_eq!(again.stacks, file.stacks, "{name}");
         assert_eq!(again.frames, file.frames, "{name}");
+        assert_eq!(again.annotations, file.annotations, "{name}");
     }
 }
 

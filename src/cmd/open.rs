@@ -177,6 +177,13 @@ struct Report<'a> {
     trace: TraceSummary<'a>,
     /// The model's state: the file's own, or after `--at N` events.
     state: vramscope::collect::Snapshot,
+    /// `external_annotations` (`record_function` regions: `name`,
+    /// `stage`, `device`, `time_us`).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    annotations: &'a [snapfile::Annotation],
+    /// Pinned host memory (`host_segments`, `host_traces`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a snapfile::HostMemory>,
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<Events<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -328,12 +335,14 @@ impl<'a> Report<'a> {
                 entries: file.traces.iter().map(Vec::len).collect(),
                 at: plan.upto,
                 unknown_actions: file.unknown_actions,
-                annotations: file.annotations,
+                annotations: file.annotations.len(),
                 ooms: Ooms(timeline),
                 oom_stacks,
                 ends_in_oom,
             },
             state,
+            annotations: &file.annotations,
+            host: file.host.as_ref(),
             events: trace.then_some(Events(timeline)),
             stacks: trace.then_some(&file.stacks),
             frames: trace.then_some(&file.frames[..]),
@@ -356,9 +365,13 @@ fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io
     });
     match block {
         Some((s, b)) => {
+            let pool = match s.pool {
+                p if p == Default::default() => String::new(),
+                p => format!(" (private pool ({}, {}))", p.0, p.1),
+            };
             writeln!(
                 out,
-                "block 0x{:x} ({}, {:?}) in segment 0x{:x} of device {}",
+                "block 0x{:x} ({}, {:?}) in segment 0x{:x} of device {}{pool}",
                 b.address,
                 bytes(b.size),
                 b.state,
@@ -379,6 +392,9 @@ fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io
                 bytes(t.entry.size),
                 t.device
             )?;
+            for line in t.entry.meta_lines() {
+                writeln!(out, "    {line}")?;
+            }
             write_stack(out, file, t.entry.stack, &format!("event {i}"), &mut shown)?;
         }
     }

@@ -101,6 +101,40 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// Why a GPU's reading may be below what its processes show: NVML's
+/// reading is the latest (a recording's last, at its end), while a process
+/// that exited keeps the figure NVML last gave it. For GPU `gpu`, names
+/// the exited processes NVML no longer lists: ` (read after pid 6379
+/// exited; it last used 1.01 GiB)`; else nothing.
+fn read_after_exit(s: &Snapshot, gpu: u32) -> String {
+    let listed = |pid: u32| s.machine.processes.iter().any(|p| p.pid == pid);
+    let on_gpu = |r: &Row| {
+        let gpus = r.gpus.as_deref().unwrap_or_default();
+        gpus.split(',').any(|g| g == gpu.to_string())
+    };
+    let gone: Vec<(u32, u64)> = (s.processes.iter())
+        .map(|p| Row::new(s, p))
+        .filter(|r| !r.alive && !listed(r.pid) && on_gpu(r))
+        .filter_map(|r| Some((r.pid, r.nvml.filter(|&n| n > 0)?)))
+        .collect();
+    match gone.as_slice() {
+        [] => String::new(),
+        [(pid, used)] => format!(
+            " (read after pid {pid} exited; it last used {})",
+            bytes(*used)
+        ),
+        _ => {
+            let pids: Vec<String> = gone.iter().map(|(p, _)| p.to_string()).collect();
+            let used = gone.iter().map(|(_, u)| u).sum::<u64>();
+            format!(
+                " (read after pids {} exited; they last used {} together)",
+                pids.join(", "),
+                bytes(used)
+            )
+        }
+    }
+}
+
 fn opt(b: Option<u64>) -> String {
     b.map(bytes).unwrap_or_else(|| "—".into())
 }
@@ -120,8 +154,10 @@ pub fn table(s: &Snapshot) -> String {
                 let (used, total) = (opt(g.used), opt(g.total));
                 let _ = writeln!(
                     o,
-                    "GPU {} {}: used {used} of {total}, util {util}",
-                    g.index, g.name
+                    "GPU {} {}: used {used} of {total}, util {util}{}",
+                    g.index,
+                    g.name,
+                    read_after_exit(s, g.index)
                 );
             }
         }

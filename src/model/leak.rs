@@ -386,6 +386,13 @@ pub struct LeakDetector {
     first_flag: Option<(u64, u64)>,
     run: u64,
     earlier_runs: VecDeque<RunVerdict>,
+    /// Whether this run's first marker of the counted source has come. A
+    /// marker begins a step, so the first one opens the first step and
+    /// closes none (before it: the job's setup, no step). The first run
+    /// got this from its source's first marker restarting the count; a
+    /// later run keeps its source, and so needs it said (else it counted
+    /// its setup as a step: 16 steps where the first run had 15).
+    started: bool,
 }
 
 impl LeakDetector {
@@ -409,6 +416,7 @@ impl LeakDetector {
             first_flag: None,
             run: 1,
             earlier_runs: VecDeque::new(),
+            started: false,
         }
     }
 
@@ -563,6 +571,12 @@ impl LeakDetector {
             self.restart(from);
             return;
         }
+        if !self.started {
+            // The run's first step begins (see `started`).
+            self.started = true;
+            self.step_min = Some(self.current);
+            return;
+        }
         let floor = self.step_min.unwrap_or(self.current);
         self.boundary(floor);
     }
@@ -578,6 +592,8 @@ impl LeakDetector {
         self.floors.clear();
         self.rises = 0;
         self.steps = 0;
+        // Called at a marker of the new source, which begins a step.
+        self.started = true;
         self.step_min = Some(self.current);
         self.first_step_ns = None;
         self.first_flag = None;
@@ -588,18 +604,24 @@ impl LeakDetector {
     }
 
     /// The job starts over: keep this run's verdict, start counting again.
+    /// A run of which no step was counted (watching began near its end,
+    /// after its last marker) has no verdict to keep: it is numbered, not
+    /// listed.
     fn new_run(&mut self) {
-        if self.earlier_runs.len() >= RUNS_KEPT {
-            self.earlier_runs.pop_front();
+        if self.steps > 0 {
+            if self.earlier_runs.len() >= RUNS_KEPT {
+                self.earlier_runs.pop_front();
+            }
+            self.earlier_runs.push_back(RunVerdict {
+                run: self.run,
+                steps: self.steps,
+                flagged_at_step: self.first_flag.map(|(s, _)| s),
+            });
         }
-        self.earlier_runs.push_back(RunVerdict {
-            run: self.run,
-            steps: self.steps,
-            flagged_at_step: self.first_flag.map(|(s, _)| s),
-        });
         self.run += 1;
         let source = self.source;
         self.restart(source);
+        self.started = false;
         self.period = PeriodFinder::default();
         if source == StepSource::AllocationPeriod {
             self.source = StepSource::None;
@@ -1016,5 +1038,41 @@ mod tests {
                 flagged_at_step: Some(at)
             }]
         );
+    }
+
+    /// Issue 30, item 2: a looping job's runs, each with the same markers
+    /// (one at each step's start, after a setup), count the same steps and
+    /// are flagged at the same step: the first marker of a run begins its
+    /// first step in every run, not only the first.
+    #[test]
+    fn every_run_counts_its_steps_alike() {
+        let mut d = LeakDetector::new(LeakConfig::default());
+        let mut t = 0u64;
+        for run in 0..3 {
+            if run > 0 {
+                d.on_marker(MarkSource::Run, t);
+            }
+            // Setup: the model's weights, before the first marker.
+            d.on_value(5_000_000, t);
+            for step in 0..16u64 {
+                t += 1;
+                d.on_marker(MarkSource::User, t);
+                d.on_value(5_000_000 + step * 100_000 + 50_000, t);
+                d.on_value(5_000_000 + step * 100_000, t);
+            }
+        }
+        let r = d.report(t, std::iter::empty());
+        assert_eq!(r.steps_observed, 15);
+        let runs: Vec<(u64, Option<u64>)> = (r.earlier_runs.iter())
+            .map(|v| (v.steps, v.flagged_at_step))
+            .collect();
+        assert_eq!(runs, vec![(15, r.flagged_at_step); 2]);
+        // A run of which no step was counted is numbered, not listed.
+        d.on_marker(MarkSource::Run, t);
+        d.on_marker(MarkSource::Run, t);
+        let r = d.report(t, std::iter::empty());
+        assert_eq!(r.run, 5);
+        assert!(r.earlier_runs.iter().all(|v| v.steps > 0), "{r:?}");
+        assert_eq!(r.earlier_runs.len(), 3);
     }
 }

@@ -225,6 +225,7 @@ fn event_kind(t: &Timed) -> Option<EventKind> {
     let place = crate::event::Place {
         device: t.device,
         stream: e.stream,
+        pool: e.meta.as_ref().and_then(|m| m.pool).unwrap_or_default(),
         ..Default::default()
     };
     let (addr, size) = (e.addr, e.size);
@@ -241,7 +242,7 @@ fn event_kind(t: &Timed) -> Option<EventKind> {
             device_free: addr,
             request: size,
         },
-        Action::Snapshot => return None,
+        Action::Snapshot | Action::Annotate => return None,
     })
 }
 
@@ -348,7 +349,7 @@ fn undo(d: &mut DeviceStateOf, e: &TraceEntry) {
         }
         Action::SegmentMap => cut(d, addr, size),
         Action::SegmentUnmap => join(d, addr, size, e.stream),
-        Action::Snapshot | Action::Oom => {}
+        Action::Snapshot | Action::Oom | Action::Annotate => {}
     }
 }
 

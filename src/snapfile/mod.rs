@@ -14,17 +14,23 @@
 //!   `allocated_size`, `active_size`, `requested_size`, `stream`,
 //!   `segment_type` (`"small"`/`"large"`), `segment_pool_id` (a pair: a
 //!   CUDA graph's or `MemPool`'s private pool, `(0, 0)` otherwise),
-//!   `is_expandable`, `frames` (the stack that allocated it), `blocks`:
+//!   `is_expandable`, `frames` (the stack that allocated it: dicts of
+//!   `filename`, `line`, `name`, and with `augment_with_fx_traces` the
+//!   `fx_*` keys, kept as [`Frame::extra`]), `blocks`:
 //!   dicts of `address`, `size`, `requested_size`, `state`
 //!   (`active_allocated`, `active_pending_free`, `inactive`), `frames`.
 //! - `device_traces`: per device, the recorded events, oldest first:
 //!   `action` (`alloc`, `free_requested`, `free_completed`,
 //!   `segment_alloc`, `segment_free`, `segment_map`, `segment_unmap`,
-//!   `snapshot`, `oom`), `addr` (`device_free` for an OOM), `size`,
-//!   `stream`, `frames`, and from later releases `time_us`,
-//!   `compile_context`, `user_metadata`.
+//!   `snapshot`, `oom`, and from 2.14 `annotate`), `addr` (`device_free`
+//!   for an OOM), `size`, `stream`, `frames`, and from later releases
+//!   `time_us` (2.2), `compile_context` (2.6), `user_metadata` (2.10),
+//!   `pool_id` (2.12), `internal_metadata` (2.15): [`EntryMeta`].
 //! - from later releases: `allocator_settings` (the allocator's
-//!   configuration) and `external_annotations`.
+//!   configuration, 2.4), `external_annotations` (2.6: [`Annotation`]),
+//!   `host_segments` and `host_traces` (pinned host memory, 2.14:
+//!   [`HostMemory`]). A "fast" snapshot (`include_traces=False`, 2.11) has
+//!   the segments and no trace entries.
 //!
 //! Every key besides `segments` is optional (older releases lack them; a
 //! reader ignores keys it does not know). A file holding a bare list of
@@ -95,7 +101,21 @@ pub struct Frame {
     pub filename: String,
     pub line: i64,
     pub name: String,
+    /// The frame's other keys, as text, in the file's order (at most
+    /// [`MAX_FRAME_EXTRA`]): `_snapshot(augment_with_fx_traces=True)`'s
+    /// `fx_node_op`, `fx_node_name`, `fx_original_trace`, `fx_node_info`
+    /// on the frames of FX-generated code.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "as_map")]
+    pub extra: Vec<(String, String)>,
 }
+
+/// Pairs as one JSON object, in their order.
+fn as_map<S: serde::Serializer>(pairs: &[(String, String)], ser: S) -> Result<S::Ok, S::Error> {
+    ser.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
+/// The most other keys of a frame kept.
+pub const MAX_FRAME_EXTRA: usize = 8;
 
 impl Frame {
     fn empty() -> Frame {
@@ -103,7 +123,15 @@ impl Frame {
             filename: String::new(),
             line: 0,
             name: String::new(),
+            extra: Vec::new(),
         }
+    }
+
+    /// The value of other key `k`.
+    pub fn get(&self, k: &str) -> Option<&str> {
+        (self.extra.iter())
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -149,10 +177,14 @@ pub enum Action {
     SegmentUnmap,
     Snapshot,
     Oom,
+    /// Metadata attached to a live allocation after the fact
+    /// (`torch.cuda.memory._annotate_memory`, torch ≥ 2.14): `addr` is the
+    /// allocation's, the note its `user_metadata`. Changes no state.
+    Annotate,
 }
 
 impl Action {
-    pub(crate) const ALL: [Action; 9] = [
+    pub(crate) const ALL: [Action; 10] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -162,6 +194,7 @@ impl Action {
         Action::SegmentUnmap,
         Action::Snapshot,
         Action::Oom,
+        Action::Annotate,
     ];
 
     /// The name PyTorch writes.
@@ -176,6 +209,7 @@ impl Action {
             Action::SegmentUnmap => "segment_unmap",
             Action::Snapshot => "snapshot",
             Action::Oom => "oom",
+            Action::Annotate => "annotate",
         }
     }
 
@@ -198,6 +232,108 @@ pub struct TraceEntry {
     pub time_us: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack: Option<u32>,
+    /// What later releases add to an entry, when it says anything (boxed:
+    /// most entries have none).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Box<EntryMeta>>,
+}
+
+impl TraceEntry {
+    /// The entry's `user_metadata`, if it has one that is not empty.
+    pub fn user_metadata(&self) -> Option<&str> {
+        self.meta.as_ref().and_then(|m| m.user_metadata.as_deref())
+    }
+
+    /// The lines that say what the entry's metadata says (none when it
+    /// says nothing): `user metadata: …`, `compile context: …`, `internal
+    /// metadata: …`, `pool (a, b)`, each at most [`step::MAX_LINE`] bytes.
+    pub fn meta_lines(&self) -> Vec<String> {
+        let Some(m) = &self.meta else {
+            return Vec::new();
+        };
+        let texts = [
+            ("user metadata", &m.user_metadata),
+            ("compile context", &m.compile_context),
+            ("internal metadata", &m.internal_metadata),
+        ];
+        let mut out: Vec<String> = (texts.iter())
+            .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}: {}", step::line(v))))
+            .collect();
+        if let Some(PoolId(a, b)) = m.pool {
+            out.push(format!("private pool ({a}, {b})"));
+        }
+        out
+    }
+}
+
+/// A trace entry's fields of later releases: `user_metadata`
+/// (`torch.cuda.memory._set_memory_metadata`; torch ≥ 2.10),
+/// `compile_context` (the `torch.compile` region, with
+/// `_record_memory_history(compile_context=True)`; torch ≥ 2.6),
+/// `internal_metadata` (the allocator's own tags; torch ≥ 2.15) and
+/// `pool_id` (torch ≥ 2.12). An empty string (what torch writes when
+/// nothing was set), the compile context `"N/A"` and the default pool
+/// `(0, 0)` are kept as absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EntryMeta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_metadata: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile_context: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_metadata: Option<String>,
+    #[serde(rename = "pool_id", skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolId>,
+}
+
+/// One entry of `external_annotations` (torch ≥ 2.6; `record_function`
+/// regions seen while history is recorded, with
+/// `_record_memory_history(global_record_annotations=True)` every one):
+/// its device, time, and every other key as text (`name`, `stage`
+/// `START`/`END`), in the file's order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotation {
+    pub device: Option<i64>,
+    pub time_us: Option<i64>,
+    pub fields: Vec<(String, String)>,
+}
+
+/// As one JSON object: `device`, `time_us`, then the other keys.
+impl Serialize for Annotation {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("device", &self.device)?;
+        m.serialize_entry("time_us", &self.time_us)?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Annotation {
+    /// The value of key `k`.
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a file holds of pinned host memory (`host_segments`,
+/// `host_traces`: `_record_memory_history(record_pinned_host_memory=True)`,
+/// torch ≥ 2.14): counted and summed, apart from the devices' figures
+/// (pinned memory is host memory).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostMemory {
+    pub segments: u64,
+    /// Σ `total_size` (else `size`) of the segments.
+    pub reserved: u64,
+    /// Σ `allocated_size` of the segments.
+    pub allocated: u64,
+    pub trace_entries: u64,
 }
 
 /// Stacks: each a run of indices into [`SnapshotFile::frames`] in one
@@ -278,8 +414,12 @@ pub struct SnapshotFile {
     pub stacks: Stacks,
     /// `allocator_settings`, as `key = value` text, in the file's order.
     pub allocator_settings: Vec<(String, String)>,
-    /// Entries of `external_annotations`.
-    pub annotations: usize,
+    /// `external_annotations`, in the file's order.
+    pub annotations: Vec<Annotation>,
+    /// Pinned host memory, when the file has `host_segments` or
+    /// `host_traces`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostMemory>,
     /// Trace entries whose `action` this build does not know (skipped).
     pub unknown_actions: u64,
     /// What the file's shape says of the release that wrote it.
@@ -790,8 +930,9 @@ impl<'a> Reader<'a, '_> {
             }
         }
         if let Some(a) = d.get(root, "external_annotations") {
-            self.st.out.annotations = d.as_seq(a).map_or(0, <[Id]>::len);
+            self.annotations(a)?;
         }
+        self.host(root)?;
         let has = |k| d.get(root, k).is_some();
         let timed = self
             .st
@@ -800,7 +941,13 @@ impl<'a> Reader<'a, '_> {
             .iter()
             .flatten()
             .any(|e| e.time_us.is_some());
+        let any_meta = |f: fn(&EntryMeta) -> bool| {
+            (self.st.out.traces.iter().flatten()).any(|e| e.meta.as_deref().is_some_and(f))
+        };
         self.st.out.format = match () {
+            _ if has("host_segments") || has("host_traces") => "torch ≥ 2.14 (host_segments)",
+            _ if any_meta(|m| m.internal_metadata.is_some()) => "torch ≥ 2.15 (internal_metadata)",
+            _ if any_meta(|m| m.pool.is_some()) => "torch ≥ 2.12 (trace pool_id)",
             _ if has("external_annotations") => "torch ≥ 2.6 (external_annotations)",
             _ if has("allocator_settings") => "torch ≥ 2.4 (allocator_settings)",
             _ if timed => "torch ≥ 2.2 (trace times)",
@@ -809,6 +956,144 @@ impl<'a> Reader<'a, '_> {
         }
         .into();
         Ok(())
+    }
+
+    /// `external_annotations`: a list of dicts (anything else in it is
+    /// skipped, as a key this build does not know would be).
+    fn annotations(&mut self, list: Id) -> Result<(), ShapeError> {
+        let d = self.doc;
+        let at = "external_annotations";
+        let entries = self.seq(list, at)?;
+        if entries.len() > MAX_TRACE {
+            return Err(shape(
+                list,
+                at,
+                format!("more than {MAX_TRACE} annotations"),
+            ));
+        }
+        for (i, &a) in entries.iter().enumerate() {
+            let at = &format!("{at}[{i}]");
+            if let Value::Taken(_) = d.value(a) {
+                // Read already as something else (a hand-made file): the
+                // plain reading decides.
+                return Err(taken_where(a, at.clone(), "an annotation"));
+            }
+            let Some(kv) = d.as_dict(a) else { continue };
+            self.st.read(d, a);
+            self.charge(a, at, std::mem::size_of::<Annotation>())?;
+            let mut out = Annotation {
+                device: self.int_opt(a, "device", at).ok().flatten(),
+                time_us: self.int_opt(a, "time_us", at).ok().flatten(),
+                fields: Vec::new(),
+            };
+            for (k, v) in kv.iter().take(16) {
+                let key = d.as_str(*k).unwrap_or("?");
+                if key == "device" || key == "time_us" {
+                    continue;
+                }
+                self.charge(*k, at, std::mem::size_of::<(String, String)>())?;
+                let mut name = String::new();
+                self.push_text(*k, at, &mut name, key)?;
+                let mut text = String::new();
+                self.text(*v, at, 1, &mut text)?;
+                out.fields.push((name, text));
+            }
+            self.st.out.annotations.push(out);
+        }
+        Ok(())
+    }
+
+    /// `host_segments` and `host_traces` (pinned host memory), counted
+    /// and summed; values of other shapes in them are skipped.
+    fn host(&mut self, root: Id) -> Result<(), ShapeError> {
+        let d = self.doc;
+        let (segs, traces) = (d.get(root, "host_segments"), d.get(root, "host_traces"));
+        if segs.is_none() && traces.is_none() {
+            return Ok(());
+        }
+        let mut host = HostMemory::default();
+        for &s in segs.and_then(|s| d.as_seq(s)).unwrap_or_default() {
+            let (total, allocated) = match d.value(s) {
+                Value::Taken(t) => {
+                    let seg = match Token::decode(t) {
+                        Some(Token::Segment(k)) => self.st.segments.get(k as usize),
+                        _ => None,
+                    };
+                    // Read already as something else (a hand-made file):
+                    // the plain reading decides.
+                    let seg = seg
+                        .ok_or_else(|| taken_where(s, "host_segments".into(), "a host segment"))?;
+                    (seg.total_size, seg.allocated_size)
+                }
+                Value::Dict(_) => {
+                    let int = |k| d.get(s, k).and_then(|v| d.as_int(v)).unwrap_or(0).max(0);
+                    let total = d.get(s, "total_size").or(d.get(s, "size"));
+                    let total = total.and_then(|v| d.as_int(v)).unwrap_or(0).max(0);
+                    (total as u64, int("allocated_size") as u64)
+                }
+                _ => continue,
+            };
+            host.segments += 1;
+            host.reserved = host.reserved.saturating_add(total);
+            host.allocated = host.allocated.saturating_add(allocated);
+        }
+        // A list of entries, or (as `device_traces`) a list of such lists.
+        for &t in traces.and_then(|t| d.as_seq(t)).unwrap_or_default() {
+            host.trace_entries += match d.as_seq(t) {
+                Some(inner) => inner.len() as u64,
+                None => 1,
+            };
+        }
+        self.st.out.host = Some(host);
+        Ok(())
+    }
+
+    /// String `key` of dict `id`, made printable and charged; `None` when
+    /// absent, not a string, empty or one of `none` (torch's "nothing
+    /// set").
+    fn opt_text(
+        &mut self,
+        id: Id,
+        key: &str,
+        at: &str,
+        none: &[&str],
+    ) -> Result<Option<String>, ShapeError> {
+        let Some(s) = self
+            .str_of(id, key)
+            .filter(|s| !s.is_empty() && !none.contains(s))
+        else {
+            return Ok(None);
+        };
+        let mut out = String::new();
+        self.push_text(id, at, &mut out, s)?;
+        Ok(Some(out))
+    }
+
+    /// A trace entry's fields of later releases ([`EntryMeta`]), boxed
+    /// and charged when it has any.
+    fn entry_meta(&mut self, id: Id, at: &str) -> Result<Option<Box<EntryMeta>>, ShapeError> {
+        let d = self.doc;
+        let pool = match d.get(id, "pool_id") {
+            Some(p) => {
+                let v = d.as_seq(p).unwrap_or_default();
+                let get = |i: usize| v.get(i).and_then(|x| d.as_int(*x)).unwrap_or(0) as u64;
+                Some(PoolId(get(0), get(1)))
+            }
+            None => None,
+        };
+        // The default pool, as torch names it on every entry: absent.
+        let pool = pool.filter(|p| *p != PoolId(0, 0));
+        let meta = EntryMeta {
+            user_metadata: self.opt_text(id, "user_metadata", at, &[])?,
+            compile_context: self.opt_text(id, "compile_context", at, &["N/A"])?,
+            internal_metadata: self.opt_text(id, "internal_metadata", at, &[])?,
+            pool,
+        };
+        if meta == EntryMeta::default() {
+            return Ok(None);
+        }
+        self.charge(id, at, std::mem::size_of::<EntryMeta>())?;
+        Ok(Some(Box::new(meta)))
     }
 
     fn seq(&mut self, id: Id, at: &str) -> Result<&'a [Id], ShapeError> {
@@ -1014,6 +1299,19 @@ impl<'a> Reader<'a, '_> {
         if let Some(s) = self.str_of(id, "name") {
             self.push_text(id, at, &mut frame.name, s)?;
         }
+        let known = ["filename", "line", "name"];
+        let d = self.doc;
+        let others = (d.as_dict(id).unwrap_or_default().iter())
+            .filter(|(k, _)| !d.as_str(*k).is_some_and(|k| known.contains(&k)))
+            .take(MAX_FRAME_EXTRA);
+        for (k, v) in others {
+            self.charge(*k, at, std::mem::size_of::<(String, String)>())?;
+            let mut key = String::new();
+            self.push_text(*k, at, &mut key, d.as_str(*k).unwrap_or("?"))?;
+            let mut text = String::new();
+            self.text(*v, at, 1, &mut text)?;
+            frame.extra.push((key, text));
+        }
         let n = self.st.out.frames.len() as u32;
         self.st.out.frames.push(frame);
         self.st.frames.insert(id, n);
@@ -1130,6 +1428,7 @@ impl<'a> Reader<'a, '_> {
             stream: self.int_opt(id, "stream", at)?.unwrap_or(0) as u64,
             time_us: self.int_opt(id, "time_us", at)?,
             stack: self.stack(id, at)?,
+            meta: self.entry_meta(id, at)?,
         }))
     }
 }

@@ -101,6 +101,12 @@ impl Stepper {
                 bytes(e.addr)
             ),
             Action::Snapshot => format!("snapshot on device {}", t.device),
+            Action::Annotate => format!(
+                "annotate 0x{:x} on device {}: {}",
+                e.addr,
+                t.device,
+                e.user_metadata().map_or_else(String::new, line)
+            ),
             a => format!(
                 "{} {} at 0x{:x} on device {} stream {}",
                 a.name(),
@@ -110,10 +116,11 @@ impl Stepper {
                 e.stream
             ),
         };
-        status.stacks.push((
-            format!("event {}: {}", self.at, status.event),
-            stack_lines(f, e.stack),
-        ));
+        let mut lines = e.meta_lines();
+        lines.extend(stack_lines(f, e.stack));
+        status
+            .stacks
+            .push((format!("event {}: {}", self.at, status.event), lines));
         if matches!(e.action, Action::Oom | Action::Snapshot) {
             return status;
         }
@@ -128,6 +135,12 @@ impl Stepper {
                     .map(|b| (s, b))
             });
         if let Some((s, b)) = block {
+            let mut lines = notes(&timeline, t.device, b.address);
+            let pool = format!("private pool ({}, {})", s.pool.0, s.pool.1);
+            if s.pool != crate::event::PoolId(0, 0) && !lines.contains(&pool) {
+                lines.insert(0, pool);
+            }
+            lines.extend(stack_lines(f, b.stack.or(s.stack)));
             status.stacks.push((
                 format!(
                     "block 0x{:x} in the file's state: {} {:?}",
@@ -135,11 +148,38 @@ impl Stepper {
                     bytes(b.size),
                     b.state
                 ),
-                stack_lines(f, b.stack.or(s.stack)),
+                lines,
             ));
         }
         status
     }
+}
+
+/// The most notes shown of one block ([`notes`]).
+const MAX_NOTES: usize = 8;
+
+/// What the trace says of the block at `addr` of `device`, besides its
+/// stack: its last allocation's user metadata and compile context, and
+/// the annotations made after it (`annotate` entries), the last
+/// [`MAX_NOTES`] of them.
+fn notes(timeline: &[inputs::Timed], device: u16, addr: u64) -> Vec<String> {
+    let here = |t: &&inputs::Timed| t.device == device && t.entry.addr == addr;
+    let events: Vec<&inputs::Timed> = timeline.iter().filter(here).collect();
+    let last_alloc = (events.iter()).rposition(|t| t.entry.action == Action::Alloc);
+    let mut out: Vec<String> = Vec::new();
+    for t in &events[last_alloc.unwrap_or(0)..] {
+        match t.entry.action {
+            Action::Alloc => out.extend(t.entry.meta_lines()),
+            Action::Annotate => {
+                let note = t.entry.user_metadata().map_or_else(String::new, line);
+                out.push(format!("annotated: {note}"));
+            }
+            _ => {}
+        }
+    }
+    let cut = out.len().saturating_sub(MAX_NOTES);
+    out.drain(..cut);
+    out
 }
 
 /// The most frames of a stack shown (then one line saying how many more),
@@ -148,6 +188,16 @@ impl Stepper {
 /// than the file.
 pub const MAX_STACK_LINES: usize = 128;
 pub const MAX_LINE: usize = 512;
+
+/// Text of the file shown on one line: at most [`MAX_LINE`] bytes (then
+/// `…`).
+pub fn line(s: &str) -> String {
+    let mut out = head(s, MAX_LINE).to_string();
+    if s.len() > MAX_LINE {
+        out.push('…');
+    }
+    out
+}
 
 /// A stack as `file:line name` lines, innermost first ([`stack_line_iter`]).
 pub(crate) fn stack_lines(file: &SnapshotFile, stack: Option<u32>) -> Vec<String> {
@@ -172,6 +222,11 @@ pub fn stack_line_iter(
                 f.line,
                 head(&f.name, MAX_LINE)
             );
+            // A frame of FX-generated code names its graph node.
+            if let Some(node) = f.get("fx_node_name") {
+                let op = f.get("fx_node_op").unwrap_or("node");
+                line.push_str(&format!(" (fx {} {})", head(op, 64), head(node, 64)));
+            }
             if line.len() > MAX_LINE {
                 line.truncate(head(&line, MAX_LINE).len());
                 line.push('…');

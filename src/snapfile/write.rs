@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::event::{BlockState, CtxTag, Event, EventKind};
+use crate::event::{BlockState, CtxTag, Event, EventKind, PoolId};
 use crate::model::attrib::{Definitions, Origin};
 use crate::model::Process;
 
-use super::{Action, Block, Frame, Segment, SnapshotFile, TraceEntry};
+use super::{Action, Block, EntryMeta, Frame, Segment, SnapshotFile, TraceEntry};
 
 /// Pickle opcodes this writer uses.
 mod op {
@@ -118,6 +118,14 @@ impl<W: Write> Pickler<W> {
         self.int(i64::try_from(v).unwrap_or(i64::MAX))
     }
 
+    /// A pool id, as torch writes it: a pair.
+    fn pool(&mut self, pool: PoolId) -> io::Result<()> {
+        self.uint(pool.0)?;
+        self.uint(pool.1)?;
+        self.b(&[op::TUPLE2])?;
+        self.memoize().map(|_| ())
+    }
+
     fn bool(&mut self, v: bool) -> io::Result<()> {
         self.b(&[if v { op::NEWTRUE } else { op::NEWFALSE }])
     }
@@ -174,6 +182,10 @@ impl<W: Write> Pickler<W> {
             p.str(&fr.filename)?;
             p.str("line")?;
             p.int(fr.line)?;
+            for (k, v) in &fr.extra {
+                p.str(k)?;
+                p.str(v)?;
+            }
             p.b(&[op::SETITEMS])?;
             p.frames.insert(f, me);
             Ok(())
@@ -229,10 +241,7 @@ impl<W: Write> Pickler<W> {
             p.str("segment_type")?;
             p.str(if s.large { "large" } else { "small" })?;
             p.str("segment_pool_id")?;
-            p.uint(s.pool.0)?;
-            p.uint(s.pool.1)?;
-            p.b(&[op::TUPLE2])?;
-            p.memoize()?;
+            p.pool(s.pool)?;
             p.str("is_expandable")?;
             p.bool(s.expandable)?;
             p.frames(file, s.stack)?;
@@ -260,6 +269,21 @@ impl<W: Write> Pickler<W> {
             if let Some(t) = e.time_us {
                 p.str("time_us")?;
                 p.int(t)?;
+            }
+            // As torch ≥ 2.10 writes them: on every entry, "N/A" and ""
+            // when nothing was set.
+            let meta = e.meta.as_deref().cloned().unwrap_or_default();
+            p.str("compile_context")?;
+            p.str(meta.compile_context.as_deref().unwrap_or("N/A"))?;
+            p.str("user_metadata")?;
+            p.str(meta.user_metadata.as_deref().unwrap_or(""))?;
+            if let Some(m) = &meta.internal_metadata {
+                p.str("internal_metadata")?;
+                p.str(m)?;
+            }
+            if let Some(pool) = meta.pool {
+                p.str("pool_id")?;
+                p.pool(pool)?;
             }
             p.frames(file, e.stack)
         })
@@ -290,7 +314,26 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
                 p.str(v)?;
             }
             Ok(())
+        })?;
+        p.str("external_annotations")?;
+        p.list(&file.annotations, |p, a| {
+            p.dict(|p| {
+                for (k, v) in &a.fields {
+                    p.str(k)?;
+                    p.str(v)?;
+                }
+                if let Some(d) = a.device {
+                    p.str("device")?;
+                    p.int(d)?;
+                }
+                if let Some(t) = a.time_us {
+                    p.str("time_us")?;
+                    p.int(t)?;
+                }
+                Ok(())
+            })
         })
+        .map(|_| ())
     })?;
     p.b(&[op::STOP])?;
     p.out.flush()
@@ -337,6 +380,7 @@ impl<'a> Attributor<'a> {
                 filename: f.file,
                 line: f.line as i64,
                 name: f.function,
+                extra: Vec::new(),
             })
             .collect();
         if !view.module.is_empty() {
@@ -345,6 +389,7 @@ impl<'a> Attributor<'a> {
                 filename: view.module,
                 line: step.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX)),
                 name: view.phase.name().into(),
+                extra: Vec::new(),
             });
         }
         let stack = (!frames.is_empty()).then(|| {
@@ -469,6 +514,12 @@ fn trace_entry(e: &Event, epoch_us: i64) -> Option<(u16, TraceEntry, CtxTag)> {
             stream: place.stream,
             time_us,
             stack: None,
+            meta: (place.pool != PoolId(0, 0)).then(|| {
+                Box::new(EntryMeta {
+                    pool: Some(place.pool),
+                    ..EntryMeta::default()
+                })
+            }),
         },
         place.ctx,
     ))
