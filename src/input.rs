@@ -12,7 +12,7 @@ use crate::model::{Mode, ProcessKey, Watch};
 /// Text from a recording (names, command lines, labels, messages) is made
 /// printable as it is read: a crafted recording cannot put terminal escapes
 /// on the screen (see [`crate::text::printable`]).
-fn printable<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(crate) fn printable<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     String::deserialize(d).map(|s| crate::text::printable(&s))
 }
 

@@ -185,3 +185,50 @@ fn a_writer_replaces_its_own_stale_name() {
     assert!(second.notice().is_none());
     assert!(SegmentReader::open(&path).is_ok());
 }
+
+/// A dead producer's segment is removed with a word (issue 30, item 12):
+/// the collector lists it in its snapshots, and the dashboard says so in
+/// its footer, once.
+#[test]
+fn a_removed_stale_segment_is_said() {
+    use vramscope::collect::{Config, Live};
+    use vramscope::model::ViewOptions;
+    use vramscope::ui::app::{App, AppConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let dead = forged(dir.path(), dead_pid, |b| {
+        put(b, OFF_PID, &dead_pid.to_le_bytes())
+    });
+    let mut cfg = Config::new(dir.path().to_path_buf());
+    cfg.nvml = false;
+    let live = Live::start(cfg).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut snap = live.hub().snapshot(&ViewOptions::default());
+    while snap.cleaned.is_empty() && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        snap = live.hub().snapshot(&ViewOptions::default());
+    }
+    assert!(!dead.exists());
+    assert_eq!(snap.cleaned.len(), 1, "{:?}", snap.cleaned);
+    assert_eq!(snap.cleaned[0].pid, dead_pid);
+    assert_eq!(snap.cleaned[0].path, dead.display().to_string());
+    let json = serde_json::to_value(&snap).unwrap();
+    assert_eq!(json["cleaned"][0]["pid"], dead_pid);
+
+    let mut app = App::new(AppConfig::default());
+    app.set_snapshot(snap.clone());
+    let said = app.message.clone().unwrap_or_default();
+    assert_eq!(
+        said,
+        format!(
+            "removed {}: its producer (pid {dead_pid}) is gone",
+            dead.display()
+        )
+    );
+    // Said once: the same list again says nothing new.
+    app.message = None;
+    app.set_snapshot(snap);
+    assert_eq!(app.message, None);
+}

@@ -205,6 +205,7 @@ impl Fixture {
                 .collect(),
             problems: Vec::new(),
             dropped: Default::default(),
+            cleaned: Vec::new(),
         }
     }
 

@@ -25,6 +25,9 @@ struct Inner {
     /// The collector's hub-wide drop counts (`Input::Dropped` without a
     /// process), by what; at most `Bounds::collector_drop_names` names.
     dropped: BTreeMap<String, u64>,
+    /// Segments removed because their producer was gone, the newest last.
+    cleaned: std::collections::VecDeque<state::CleanedSegment>,
+    cleaned_total: u64,
 }
 
 impl Inner {
@@ -278,6 +281,7 @@ impl Hub {
                 processes,
                 problems: inner.problems.clone(),
                 dropped: inner.dropped(),
+                cleaned: inner.cleaned.iter().cloned().collect(),
             }
         })
     }
@@ -316,6 +320,24 @@ impl Hub {
 
     /// Applies one input from a source (live or replayed), records it if a
     /// recording is running, and tells the views.
+    /// The collector removed the segment at `path`, whose producer `pid`
+    /// was gone: listed in the snapshots (the newest few), so a reader can
+    /// say so. Not an input: nothing of a process changes.
+    pub(crate) fn note_cleaned(&self, path: &std::path::Path, pid: u32) {
+        self.with(|i| {
+            i.cleaned_total += 1;
+            if i.cleaned.len() >= state::CLEANED_KEPT {
+                i.cleaned.pop_front();
+            }
+            i.cleaned.push_back(state::CleanedSegment {
+                number: i.cleaned_total,
+                path: path.display().to_string(),
+                pid,
+            });
+        });
+        self.changed();
+    }
+
     pub fn apply(&self, input: Input) {
         self.record(&input);
         self.with(|inner| inner.apply(input));

@@ -62,7 +62,7 @@ use crate::ring::{monotonic_ns, Command, Outcome, RingError, Status};
 
 pub(crate) use crate::input::{Identity, Input, Machine};
 pub use hub::Hub;
-pub use state::{ProcessEntry, Snapshot};
+pub use state::{CleanedSegment, ProcessEntry, Snapshot};
 
 /// How the collector runs.
 #[derive(Debug, Clone)]

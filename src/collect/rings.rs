@@ -393,9 +393,10 @@ impl RingSet {
             }
             Located::Dead => {
                 // Left behind by a process that is gone (or closed):
-                // nothing to show; tidy it away (that very file only).
-                if self.cfg.clean_stale {
-                    f.dir.remove_if_same(&f.file, id);
+                // nothing to show; tidy it away (that very file only), and
+                // say so.
+                if self.cfg.clean_stale && f.dir.remove_if_same(&f.file, id) {
+                    hub.note_cleaned(&path, reader.header().pid);
                 }
             }
             Located::Reused => {
@@ -560,8 +561,8 @@ impl RingSet {
                 hub.apply(Input::Forget { key: a.key });
                 // Only the file that was read, never whatever now has its
                 // path (a new producer that got the same pid).
-                if self.cfg.clean_stale && stale {
-                    a.dir.remove_if_same(&a.name, a.file);
+                if self.cfg.clean_stale && stale && a.dir.remove_if_same(&a.name, a.file) {
+                    hub.note_cleaned(&at.0, a.reader.header().pid);
                 }
             }
         }

@@ -41,4 +41,22 @@ pub struct Snapshot {
     /// no one process (per-process drops are in each process's view).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub dropped: std::collections::BTreeMap<String, u64>,
+    /// Segments the collector removed because their producer was gone
+    /// (`--clean-stale`), the newest last; at most [`CLEANED_KEPT`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cleaned: Vec<CleanedSegment>,
+}
+
+/// Cleaned segments a snapshot lists (the newest).
+pub(crate) const CLEANED_KEPT: usize = 8;
+
+/// A segment removed because the process that wrote it was gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanedSegment {
+    /// 1 for the first segment this collector removed, then 2, …
+    pub number: u64,
+    #[serde(deserialize_with = "crate::input::printable")]
+    pub path: String,
+    /// The producer's pid, as its segment names it.
+    pub pid: u32,
 }

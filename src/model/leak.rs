@@ -603,6 +603,18 @@ impl LeakDetector {
         }
     }
 
+    /// Run `number` of the job begins (MARKER source 5; 0: not given, the
+    /// next number): [`Self::new_run`], numbered as the producer numbers
+    /// it, so a reader that began watching mid-job names the run as the
+    /// producer's own screen does.
+    pub(crate) fn on_run(&mut self, number: u64, t: u64) {
+        self.now_ns = self.now_ns.max(t);
+        self.new_run();
+        if number > 0 {
+            self.run = number;
+        }
+    }
+
     /// The job starts over: keep this run's verdict, start counting again.
     /// A run of which no step was counted (watching began near its end,
     /// after its last marker) has no verdict to keep: it is numbered, not

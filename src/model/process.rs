@@ -16,7 +16,7 @@ use super::view::{
 };
 use super::{Mode, ModelConfig, ProcessKey, PLACEMENT_LOG};
 use crate::event::RingPos;
-use crate::event::{Event, EventKind, SegmentPool};
+use crate::event::{Event, EventKind, MarkSource, SegmentPool};
 use crate::model::Watch;
 
 /// Events per second over a sliding window of event timestamps, in O(1)
@@ -516,8 +516,11 @@ impl Process {
                 }
                 // Attached mid-run: steps count from the anchor on. The
                 // backlog's boundaries have no block map to take floors
-                // from (only sparse statistics samples).
-                if !self.waiting_for_anchor() {
+                // from (only sparse statistics samples). A new run counts
+                // whenever it comes: its number is the producer's.
+                if *source == MarkSource::Run {
+                    self.leak.on_run(*value, t);
+                } else if !self.waiting_for_anchor() {
                     self.leak.on_marker(*source, t);
                 }
             }

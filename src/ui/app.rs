@@ -22,7 +22,7 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
-use crate::collect::{ProcessEntry, Snapshot};
+use crate::collect::{CleanedSegment, ProcessEntry, Snapshot};
 use crate::demo::DemoStatus;
 use crate::model::{ProcessKey, TimelineRequest, ViewOptions};
 use crate::ring::{Command, Outcome};
@@ -194,6 +194,8 @@ pub struct App {
     /// One line for the footer (errors, hints), shown until
     /// `message_until_ns` and then gone: the key hints come back.
     pub message: Option<String>,
+    /// The number of the last cleaned segment said (`CleanedSegment`).
+    cleaned_seen: u64,
     pub message_until_ns: u64,
     /// Terminal size.
     pub size: Rect,
@@ -219,6 +221,7 @@ impl App {
             trace: None,
             paused: false,
             message: None,
+            cleaned_seen: 0,
             message_until_ns: 0,
             size: Rect::new(0, 0, 80, 24),
             clock: Clock::default(),
@@ -294,6 +297,7 @@ impl App {
         if snap.taken_ns > self.clock.now_ns {
             self.clock.now_ns = snap.taken_ns;
         }
+        self.say_cleaned(&snap.cleaned);
         self.snap = Arc::new(snap);
         self.fix_selection();
         self.note_nvml_after();
@@ -326,6 +330,27 @@ impl App {
             self.demo = status;
             self.dirty = true;
         }
+    }
+
+    /// Says which segments the collector removed since the last snapshot
+    /// (their producers were gone).
+    fn say_cleaned(&mut self, cleaned: &[CleanedSegment]) {
+        let new: Vec<&CleanedSegment> = (cleaned.iter())
+            .filter(|c| c.number > self.cleaned_seen)
+            .collect();
+        let Some(last) = new.last() else { return };
+        self.cleaned_seen = last.number;
+        let text = match new.len() {
+            1 => format!(
+                "removed {}: its producer (pid {}) is gone",
+                last.path, last.pid
+            ),
+            n => format!(
+                "removed {n} segments whose producers were gone (the last: {}, pid {})",
+                last.path, last.pid
+            ),
+        };
+        self.say(text);
     }
 
     /// Shows `text` in the footer for [`MESSAGE_NS`].

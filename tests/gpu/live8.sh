@@ -52,9 +52,9 @@ def cpu(pid):
     s = open(f"/proc/{pid}/stat").read()
     f = s[s.rfind(")") + 2:].split()
     return (int(f[11]) + int(f[12])) / tck
-def rss(pid):
+def rss(pid, what="VmRSS:"):
     for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmRSS:"):
+        if l.startswith(what):
             return int(l.split()[1]) * 1024
 def scrape():
     t = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -65,6 +65,7 @@ def scrape():
         elif l.startswith("vramscope_process_lost_events_total{"):
             lost += float(l.rsplit(" ", 1)[1])
     return ev, lost, procs
+pids = {"serve": serve, "dash": dash}
 e0, l0, p0 = scrape()
 c0 = {k: cpu(p) for k, p in (("serve", serve), ("dash", dash))}
 t0 = time.monotonic()
@@ -83,7 +84,11 @@ for k in ("serve", "dash"):
     c = c1[k] - c0[k]
     out[k] = {"cpu_pct": round(100 * c / dt, 2), "ns_per_event": round(1e9 * c / max(1, e1 - e0), 1),
               "rss_first_mib": round(rs[k][min(len(rs[k]) - 1, 59)] / 2**20, 1),
-              "rss_end_mib": round(rs[k][-1] / 2**20, 1), "rss_max_mib": round(max(rs[k]) / 2**20, 1)}
+              "rss_end_mib": round(rs[k][-1] / 2**20, 1), "rss_max_mib": round(max(rs[k]) / 2**20, 1),
+              # Of the RSS at the end: private memory, and the producers'
+              # ring pages mapped (shared with them, not the watcher's own).
+              "rss_anon_end_mib": round(rss(pids[k], "RssAnon:") / 2**20, 1),
+              "rss_shmem_end_mib": round(rss(pids[k], "RssShmem:") / 2**20, 1)}
 print(json.dumps(out, indent=1))
 PY
 rc=$?
@@ -92,7 +97,7 @@ python3 -c "
 import json; o=json.load(open('$D/live8.json'))
 print(f\"{o['jobs']} jobs, {o['processes_seen']} seen, {o['events_per_s']} events/s delivered, lost in window {o['lost_in_window']:.0f}\")
 for k in ('serve','dash'):
-    w=o[k]; print(f\"{k}: {w['cpu_pct']} % of a core, {w['ns_per_event']} ns/event, RSS {w['rss_first_mib']} MiB at 1 min, {w['rss_end_mib']} MiB at end (max {w['rss_max_mib']})\")
+    w=o[k]; print(f\"{k}: {w['cpu_pct']} % of a core, {w['ns_per_event']} ns/event, RSS {w['rss_first_mib']} MiB at 1 min, {w['rss_end_mib']} MiB at end (max {w['rss_max_mib']}; anon {w['rss_anon_end_mib']}, rings {w['rss_shmem_end_mib']})\")
 " | tee "$D/summary.txt"
 for j in "${JOBS[@]}"; do wait "$j"; done
 grep -h "^live_train" "$D"/job*.log | tee -a "$D/summary.txt"

@@ -161,3 +161,35 @@ fn too_few_steps_give_no_verdict() {
     assert!(!rep.flagged);
     assert!(rep.top_sizes.is_empty());
 }
+
+/// A reader that began mid-job names runs as the producer numbers them
+/// (MARKER source 5's value), even before its anchor snapshot, and lists
+/// no run of which it counted no step (issue 30, item 2).
+#[test]
+fn a_reader_that_began_mid_job_numbers_runs_as_the_producer() {
+    use crate::event::MarkSource;
+    use crate::model::Watch;
+    let mut m = model();
+    m.watch(
+        KEY,
+        &Watch {
+            began_ns: Some(1),
+            mid_run: true,
+            ring_starts: vec![500, 9_000],
+            anchor_snapshot: None,
+        },
+    );
+    let run = |value| Event {
+        time_ns: value,
+        kind: EventKind::Marker {
+            value,
+            source: MarkSource::Run,
+        },
+    };
+    feed(&mut m, &[run(27), run(28)]);
+    let p = m.process(KEY).unwrap();
+    assert!(p.view(0, &Default::default()).watch.waiting_for_anchor);
+    let report = p.leak_report(100);
+    assert_eq!(report.run, 28);
+    assert!(report.earlier_runs.is_empty(), "{:?}", report.earlier_runs);
+}
