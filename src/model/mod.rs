@@ -39,16 +39,13 @@
 //! | structure | bound | bytes at most |
 //! |---|---|---:|
 //! | event log (`eventlog`): the history, OOM context and snapshot placement | [`RECENT_EVENTS`] = 65,536 events × 40 B, and ≤ [`Bounds::places`] places × 32 B | 2.5 MiB |
-//! | time series, per device | 3 series × 5 tiers × 4,096 buckets × 32 B | 1.875 MiB |
+//! | time series, per device: allocated, reserved and active in one bucket (`Series<3>`) | 5 tiers × 4,096 buckets × 80 B | 1.5625 MiB |
 //! | period finder window (`period`), only while no markers or optimizer steps give the steps | 32,768 × 16 B | 0.5 MiB |
 //! | block map, segments, orphans, attribution, leak sizes | [`Bounds`] | a few KiB for a real job |
 //!
-//! The three series of a device are to become one with shared buckets
-//! (issue 28).
-//!
 //! ```text
 //!  events ──▶ Model::apply(key, ev) ──▶ Process ──▶ DeviceState (blocks)
-//!  loss   ──▶ Model::note_loss          │            └ Series ×3
+//!  loss   ──▶ Model::note_loss          │            └ Series<3>
 //!  NVML   ──▶ Model::note_nvml          ├ LeakDetector, EventRate, OOMs
 //!                                       ▼
 //!                      Model::view(now) → ModelView (serde)
@@ -186,7 +183,7 @@ pub struct ModelConfig {
 ///
 /// With the defaults, one device holds at most about 62 MiB (orphans
 /// ≈ 7.5 MiB, blocks ≈ 30 MiB, segments ≈ 6 MiB, the replay buffer of a
-/// snapshot ≈ 16 MiB, three series ≈ 2 MiB), and one process's attribution
+/// snapshot ≈ 16 MiB, its series ≈ 1.6 MiB), and one process's attribution
 /// definitions at most about 20 MiB (4 MiB of strings, 4 × 65,536 table
 /// entries); real allocators stay far below every bound (a busy training
 /// job has a few thousand blocks and a few hundred contexts).

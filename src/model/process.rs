@@ -966,8 +966,8 @@ mod tests {
         // The documented figures are what the structures hold at most.
         let history = crate::model::RECENT_EVENTS * 40;
         assert_eq!(history * 2, 5 * MIB);
-        let series = 3 * 5 * 4096 * 32;
-        assert_eq!(series * 8, 15 * MIB);
+        let series = 5 * 4096 * 80;
+        assert_eq!(series * 64, 100 * MIB);
         let period = (1 << 15) * 16;
         assert_eq!(period * 2, MIB);
 

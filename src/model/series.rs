@@ -181,31 +181,35 @@ impl<const N: usize> Series<N> {
         self.insert(0, Bucket::point(start, values));
     }
 
-    /// Put a bucket (newer than everything in tier `k`) into tier `k`.
+    /// Put a bucket (newer than everything in tier `k`) into tier `k`. A
+    /// full tier first hands its oldest bucket on (or, the last, coarsens),
+    /// so a tier never holds more than `capacity` buckets (nor allocates
+    /// room for more).
     fn insert(&mut self, k: usize, b: Bucket<N>) {
         let cap = self.cfg.capacity;
         let tier = &mut self.tiers[k];
         let start = b.start_ns - b.start_ns % tier.width;
-        match tier.buckets.back_mut() {
-            Some(back) if back.start_ns == start => {
+        if let Some(back) = tier.buckets.back_mut() {
+            if back.start_ns == start {
                 back.absorb(&b);
                 return;
             }
-            _ => tier.buckets.push_back(Bucket {
-                start_ns: start,
-                ..b
-            }),
         }
-        if tier.buckets.len() <= cap {
-            return;
-        }
-        if k + 1 < self.tiers.len() {
-            if let Some(old) = self.tiers[k].buckets.pop_front() {
-                self.insert(k + 1, old);
+        if tier.buckets.len() >= cap {
+            if k + 1 < self.tiers.len() {
+                if let Some(old) = self.tiers[k].buckets.pop_front() {
+                    self.insert(k + 1, old);
+                }
+            } else {
+                // Twice as wide: the new bucket may now merge with the last.
+                self.coarsen_last();
+                return self.insert(k, b);
             }
-        } else {
-            self.coarsen_last();
         }
+        self.tiers[k].buckets.push_back(Bucket {
+            start_ns: start,
+            ..b
+        });
     }
 
     /// Double the last tier's width, merging pairs of buckets.
@@ -411,14 +415,10 @@ mod tests {
         for i in 0..3_000_000u64 {
             s.push(t + i * 1_000_000_000, [i % 1_000]);
         }
-        let bound = 5 * 4097 * std::mem::size_of::<Bucket<1>>() + 4096;
-        assert!(
-            s.memory_bytes() <= bound * 2,
-            "{} > {}",
-            s.memory_bytes(),
-            bound * 2
-        );
-        assert!(after_3m <= bound * 2);
+        let bound = 5 * 4096 * std::mem::size_of::<Bucket<1>>() + 4096;
+        // Exactly the tiers' capacity, no room grown for a 4,097th bucket.
+        assert!(s.memory_bytes() <= bound, "{} > {bound}", s.memory_bytes());
+        assert!(after_3m <= bound);
         assert!(s.buckets() <= 5 * 4096);
         assert_eq!(s.points(), 6_000_000);
         // The oldest data is still there, coarsely.
