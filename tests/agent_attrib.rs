@@ -65,7 +65,7 @@ fn run(mode: Option<&str>) -> Option<String> {
 
 #[test]
 fn attribution_logic_without_torch() {
-    passes(None, "python", 28);
+    passes(None, "python", 31);
 }
 
 /// The same checks with module calls through the native path
@@ -73,7 +73,7 @@ fn attribution_logic_without_torch() {
 /// Dynamo reads, the fast path taken, a patcher undone, capture.
 #[test]
 fn attribution_native_call_path() {
-    passes(Some("--native"), "native", 36);
+    passes(Some("--native"), "native", 39);
 }
 
 /// The native path built with `-DVS_TORCH` against the stand-in torch
@@ -83,5 +83,5 @@ fn attribution_native_call_path() {
 /// thread-local word, and a recompute returning to them.
 #[test]
 fn attribution_native_backward_hooks() {
-    passes(Some("--native-torch"), "native with torch", 41);
+    passes(Some("--native-torch"), "native with torch", 44);
 }

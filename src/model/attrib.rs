@@ -435,8 +435,9 @@ impl StepClock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleBytes {
     /// The module's dotted path; empty for allocations outside every
-    /// module (or untagged ones); `context #N` / `string #N` while the
-    /// definition has not arrived.
+    /// module (or untagged ones; `null` in JSON); `context #N` /
+    /// `string #N` while the definition has not arrived.
+    #[serde(with = "crate::model::view::module_json")]
     pub module: String,
     /// Allocated bytes of live blocks made in this module.
     pub bytes: u64,
@@ -455,6 +456,7 @@ pub struct PhaseBytes {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextView {
     pub id: u32,
+    #[serde(with = "crate::model::view::module_json")]
     pub module: String,
     pub phase: PhaseKey,
     /// The step, when the producer keys this context by step.
@@ -636,6 +638,7 @@ pub(crate) fn attribution(
 /// One row of a step diff: live blocks of one module, phase and size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiffRow {
+    #[serde(with = "crate::model::view::module_json")]
     pub module: String,
     pub phase: PhaseKey,
     /// The requested size of each block of the row.

@@ -333,9 +333,46 @@ def main():
     # The optimizer step.
     opt = torch.optim.Optimizer()
     inside = []
-    opt.step(lambda: inside.append(LIB.now()))
+    opt.step(work=lambda: inside.append(LIB.now()))
     check(inside == [("optimizer.Optimizer", OPTIMIZER)] and LIB.now() == ("", OTHER),
           "optimizer step: (optimizer.<class>, optimizer), then back: %s" % inside)
+
+    # A step given a closure (LBFGS, Lightning's automatic optimization):
+    # the closure runs where the step was called from, its modules in
+    # their own contexts; only the optimizer's own work is the optimizer's.
+    def closure():
+        seen.append(("closure", LIB.now()))
+        model(torch.Tensor())
+        seen.append(("closure after the model", LIB.now()))
+        return 1.5
+
+    def work():
+        seen.append(("work", LIB.now()))
+
+    for how in ("positional", "keyword"):
+        seen = []
+        SEEN.clear()
+        if how == "positional":
+            loss = opt.step(closure, work)
+        else:
+            loss = opt.step(closure=closure, work=work)
+        check(loss == 1.5 and seen == [("closure", ("", OTHER)), ("closure after the model", ("", OTHER)),
+                                      ("work", ("optimizer.Optimizer", OPTIMIZER))]
+              and ("net", ("Net", FORWARD)) in SEEN and LIB.now() == ("", OTHER),
+              "a closure (%s) runs outside the optimizer, its modules in theirs: %s, %s" % (how, seen, SEEN[-1:]))
+
+    # A closure that raises: the exception is the caller's, the context the
+    # one outside the step again.
+    def failing():
+        raise KeyError("the user's own")
+
+    try:
+        opt.step(failing)
+        raised = None
+    except KeyError as e:
+        raised = e
+    check(raised is not None and LIB.now() == ("", OTHER),
+          "a closure's exception reaches the caller, and the context is restored: %r" % (raised,))
 
     # The tracked set follows set_backward after calls were made (the native
     # path drops its copies of what infos says): at "none" only the root's

@@ -6,7 +6,8 @@ diagnosis suite (tests/gpu/diag_suite.sh). Run under `vramscope run`.
 
 WORKLOAD: gpt2 (transformers causal LM, AdamW, bf16 autocast), resnet
 (timm ResNet-50, channels_last, bf16), lightning (Trainer.fit with
-DataLoader workers), compiled (torch.compile'd GPT-2), inference (GPT-2
+DataLoader workers), lbfgs (GPT-2 under torch.optim.LBFGS, whose
+closure runs forward, backward and the leak), compiled (torch.compile'd GPT-2), inference (GPT-2
 generation-free forward loop, no optimizer, no_grad), ddp (GPT-2 under
 DDP, launched by torchrun). Models are built from configs (nothing is
 downloaded).
@@ -152,6 +153,26 @@ def lightning(steps, s):
     trainer.fit(LM(), DataLoader(Tokens(), batch_size=8, num_workers=2, persistent_workers=True))
 
 
+def lbfgs(steps, s):
+    """GPT-2 under torch.optim.LBFGS: forward, backward and the step's
+    bookkeeping (and the planted leak) run in the closure the optimizer
+    calls, as in every closure-taking loop."""
+    model = gpt2().cuda()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=1, history_size=4)
+    x = torch.randint(0, 8192, (8, 128), device="cuda")
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        s.step()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+
+
 def ddp(steps, s):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -168,7 +189,7 @@ def ddp(steps, s):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "compiled", "inference", "ddp"])
+    p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "lbfgs", "compiled", "inference", "ddp"])
     p.add_argument("--leak", choices=sorted(LEAK), default="none")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
@@ -192,6 +213,8 @@ def main():
         inference(a.steps, s)
     elif w == "lightning":
         lightning(a.steps, s)
+    elif w == "lbfgs":
+        lbfgs(a.steps, s)
     elif w == "ddp":
         ddp(a.steps, s)
     s.done()

@@ -598,13 +598,56 @@ class Attribution:
         return hook
 
     def optimizer_pre(self, optimizer, args, kwargs):
+        """The step begins: the thread is in the optimizer's context. A
+        closure passed to the step (LBFGS, Lightning's automatic
+        optimization, any ``optimizer.step(closure)``) runs forward and
+        backward: it is given back wrapped, to run in the context the step
+        was called from, so only what the optimizer's own code allocates is
+        the optimizer's."""
         try:
             t = self._thread()
+            outside = t.base
             t.base = self.optimizer_ctx(optimizer)
             if not t.stack:  # (inside a module: the module's)
                 self._set(t, t.base)
+            return _with_closure_outside(self, optimizer, args, kwargs, outside)
         except Exception as e:
             self.fail(e)
+        return None
+
+    def closure_outside(self, closure, ctx):
+        """``closure``, run in context ``ctx`` (the thread's base while it
+        runs; the optimizer's again after). Its own exceptions are its
+        caller's; the agent's never reach it."""
+
+        def closure_outside_the_optimizer(*args, **kwargs):
+            t = saved = None
+            try:
+                t = self._thread()
+                saved, t.base = t.base, ctx
+                if not t.stack:
+                    self._set(t, ctx)
+            except Exception as e:
+                self.fail(e)
+                t = None
+            ok = False
+            try:
+                out = closure(*args, **kwargs)
+                ok = True
+                return out
+            finally:
+                # Back in the optimizer's context; or, when the closure
+                # raised (the step is abandoned: no post-hook will come),
+                # in the one outside the step.
+                if t is not None:
+                    try:
+                        t.base = saved if ok else ctx
+                        if not t.stack:
+                            self._set(t, t.base)
+                    except Exception as e:
+                        self.fail(e)
+
+        return closure_outside_the_optimizer
 
     def optimizer_post(self, optimizer, args, kwargs):
         try:
@@ -854,6 +897,22 @@ def _first_tensor(out, tensor):
     for v in items:
         if isinstance(v, tensor):
             return v
+    return None
+
+
+def _with_closure_outside(a, optimizer, args, kwargs, ctx):
+    """The step's (args, kwargs) with its closure (``closure=`` or the first
+    argument after the optimizer, as ``torch.optim`` steps take it) run in
+    ``ctx`` (see ``Attribution.closure_outside``); None when there is none,
+    which leaves them as they are. ``args`` starts with the optimizer
+    (torch's step hooks are given the step's own arguments)."""
+    closure = kwargs.get("closure") if isinstance(kwargs, dict) else None
+    if callable(closure):
+        kwargs = dict(kwargs)
+        kwargs["closure"] = a.closure_outside(closure, ctx)
+        return args, kwargs
+    if isinstance(args, tuple) and len(args) >= 2 and args[0] is optimizer and callable(args[1]):
+        return (args[0], a.closure_outside(args[1], ctx)) + args[2:], kwargs
     return None
 
 

@@ -184,6 +184,11 @@ fn a_snapshot_carries_the_tags_of_live_blocks() {
         json["attribution"]["by_module"][1]["module"],
         "model.layers.3"
     );
+    // Outside every module: null, never "" (issue 26, item 4); read back.
+    let none = &json["attribution"]["by_module"][0];
+    assert!(none["module"].is_null(), "{none}");
+    let back: crate::model::ProcessView = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(back.attribution.by_module[0].module, "");
     let blocks = &json["devices"][0]["segments"][0]["blocks"];
     assert_eq!(blocks[0]["origin"]["step"], 6);
     assert!(blocks[1].get("origin").is_none());

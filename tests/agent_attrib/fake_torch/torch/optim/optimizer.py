@@ -19,10 +19,33 @@ def register_optimizer_step_post_hook(hook):
     return _Handle(_post, id(hook))
 
 
-class Optimizer:
-    def step(self, work):
+def _hooked(step):
+    """As torch.optim's ``profile_hook_step``: the hooks see the step's own
+    arguments (the optimizer first), and a pre-hook may give back new ones
+    as ``(args, kwargs)``."""
+
+    def wrapper(*args, **kwargs):
+        self = args[0]
         for h in list(_pre.values()):
-            h(self, (), {})
-        work()
+            r = h(self, args, kwargs)
+            if r is not None:
+                if not (isinstance(r, tuple) and len(r) == 2):
+                    raise RuntimeError("a pre-hook must return None or (args, kwargs)")
+                args, kwargs = r
+        out = step(*args, **kwargs)
         for h in list(_post.values()):
-            h(self, (), {})
+            h(self, args, kwargs)
+        return out
+
+    return wrapper
+
+
+class Optimizer:
+    @_hooked
+    def step(self, closure=None, work=None):
+        """Runs ``closure`` (forward and backward, as LBFGS and Lightning
+        pass it), then ``work`` (what the optimizer's own code allocates)."""
+        loss = closure() if closure is not None else None
+        if work is not None:
+            work()
+        return loss
