@@ -9,6 +9,9 @@
 #   tests/gpu/closure_origins.sh [WORKLOAD...]   (default: lightning lbfgs)
 set -u
 . "$(dirname "$0")/common.sh" closure_origins
+# Builds the agent's tracker into the cache first: a job shorter than the
+# build would end before its agent attached.
+"$B" doctor > "$D/doctor.log" 2>&1
 fail=0
 for w in ${*:-lightning lbfgs}; do
     shm=$(mktemp -d /tmp/vs-closure-XXXXXX)
