@@ -19,11 +19,17 @@ for w in ${*:-lightning lbfgs}; do
     "$B" record -o "$D/$w.vsrec" > "$D/$w.rec.log" 2>&1 &
     rec=$!
     sleep 0.5
+    # The job holds its leak for 30 s after its last step: the recording
+    # stops meanwhile, so its end shows the leak alive (the job's teardown
+    # would free it).
+    rm -f "$D/$w.truth.json"
     timeout 600 "$B" run -- python3 tests/gpu/diag_job.py "$w" --leak slow --steps 60 --out "$D/$w.truth.json" \
-        > "$D/$w.job.log" 2>&1
-    echo "job rc=$?" >> "$D/$w.job.log"
+        --hold 30 > "$D/$w.job.log" 2>&1 &
+    job=$!
+    await_mark "$D/$w.truth.json" $job 3000 0.1
     sleep 1
     kill -INT $rec; wait $rec
+    kill $job 2>/dev/null; wait $job
     "$B" replay "$D/$w.vsrec" --json > "$D/$w.json" 2> "$D/$w.replay.err"
     python3 - "$D/$w.json" "$w" <<'PY' | tee -a "$D/closure_origins.txt"
 import json, sys

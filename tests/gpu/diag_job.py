@@ -72,6 +72,9 @@ class Steps:
                 },
                 f,
             )
+        # The leak still held while a reader looks (--hold): a job's own
+        # teardown frees it.
+        time.sleep(self.a.hold)
 
 
 def train(steps, s, opt, forward):
@@ -197,6 +200,7 @@ def main():
     p.add_argument("--mid-step", type=int, default=0)
     p.add_argument("--layers", type=int, default=4, help="GPT-2 layers (small recordings for fixtures)")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to wait each step")
+    p.add_argument("--hold", type=float, default=0.0, help="seconds to wait, the leak alive, after --out is written")
     a = p.parse_args()
     global LAYERS
     LAYERS = a.layers
