@@ -6,12 +6,14 @@
 # Lightning's training_step, in LBFGS's closure) under `vramscope run`,
 # recorded from the start; the replay's leak origins must name no
 # optimizer. Writes $D/closure_origins.txt; exits non-zero on a failure.
-#   tests/gpu/closure_origins.sh [WORKLOAD...]   (default: lightning lbfgs)
+#   [STEPS=60 LAYERS=4] tests/gpu/closure_origins.sh [WORKLOAD...]   (default: lightning lbfgs)
+# (STEPS=30 LAYERS=1 made the recordings in tests/fixtures/recordings/closure.)
 set -u
 . "$(dirname "$0")/common.sh" closure_origins
 # Builds the agent's tracker into the cache first: a job shorter than the
 # build would end before its agent attached.
 "$B" doctor > "$D/doctor.log" 2>&1
+STEPS=${STEPS:-60}; LAYERS=${LAYERS:-4}
 fail=0
 for w in ${*:-lightning lbfgs}; do
     shm=$(mktemp -d /tmp/vs-closure-XXXXXX)
@@ -23,7 +25,7 @@ for w in ${*:-lightning lbfgs}; do
     # stops meanwhile, so its end shows the leak alive (the job's teardown
     # would free it).
     rm -f "$D/$w.truth.json"
-    timeout 600 "$B" run -- python3 tests/gpu/diag_job.py "$w" --leak slow --steps 60 --out "$D/$w.truth.json" \
+    timeout 600 "$B" run -- python3 tests/gpu/diag_job.py "$w" --leak slow --steps "$STEPS" --layers "$LAYERS" --out "$D/$w.truth.json" \
         --hold 30 > "$D/$w.job.log" 2>&1 &
     job=$!
     await_mark "$D/$w.truth.json" $job 3000 0.1
