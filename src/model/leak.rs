@@ -136,7 +136,11 @@ pub struct LeakSize {
 /// The verdict for one process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeakReport {
+    /// The floor test or the survivor test says leak.
     pub flagged: bool,
+    /// The survivor test (a steady stream of blocks outliving their step).
+    #[serde(default)]
+    pub survivors: SurvivorTest,
     pub source: StepSource,
     /// Steps seen since the detector started.
     pub steps_observed: u64,
@@ -394,6 +398,39 @@ pub struct LeakDetector {
     /// later run keeps its source, and so needs it said (else it counted
     /// its setup as a step: 16 steps where the first run had 15).
     started: bool,
+    /// When this run's latest steps began (at most
+    /// [`SURVIVOR_WINDOW`] + [`SURVIVOR_SKIP`] + 1): the survivor test
+    /// dates live blocks by them.
+    step_starts: VecDeque<u64>,
+    /// The survivor test at the latest step boundary.
+    survivors: SurvivorTest,
+}
+
+/// Steps the survivor test looks at: the [`SURVIVOR_WINDOW`] finished
+/// steps before the latest [`SURVIVOR_SKIP`].
+pub(crate) const SURVIVOR_WINDOW: u64 = 48;
+/// The latest finished steps the survivor test leaves out: what a step
+/// hands to the next (its loss, the next batch, a step's logits kept for
+/// logging) lives a step or two.
+pub(crate) const SURVIVOR_SKIP: u64 = 4;
+
+/// The survivor test: of the steps looked at, how many left allocated
+/// blocks that are still alive. A steady stream of survivors (blocks born
+/// in at least three quarters of [`SURVIVOR_WINDOW`] steps, each older than
+/// [`SURVIVOR_SKIP`] steps) is a leak, however much the floors swing;
+/// temporaries die within their step, parameters, optimizer state and
+/// caches are born once (in the run's first [`WARM_UP`] steps, which are
+/// not looked at).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SurvivorTest {
+    /// Steps looked at (at most [`SURVIVOR_WINDOW`]; fewer early in a run).
+    pub window_steps: u64,
+    /// Of them, the steps that left a live block.
+    pub steps_with_survivors: u64,
+    /// Bytes alive that were born in those steps.
+    pub bytes: u64,
+    /// A full window, three quarters of it with survivors.
+    pub flagged: bool,
 }
 
 impl LeakDetector {
@@ -418,6 +455,8 @@ impl LeakDetector {
             run: 1,
             earlier_runs: VecDeque::new(),
             started: false,
+            step_starts: VecDeque::new(),
+            survivors: SurvivorTest::default(),
         }
     }
 
@@ -598,6 +637,8 @@ impl LeakDetector {
         self.step_min = Some(self.current);
         self.first_step_ns = None;
         self.first_flag = None;
+        self.step_starts.clear();
+        self.survivors = SurvivorTest::default();
         for e in self.sizes.values_mut() {
             e.hist = [0; SIZE_HISTORY];
             e.first_step = 0;
@@ -661,7 +702,57 @@ impl LeakDetector {
         self.steps += 1;
         self.step_min = Some(self.current);
         self.first_step_ns.get_or_insert(self.now_ns);
+        if self.step_starts.len() as u64 > SURVIVOR_WINDOW + SURVIVOR_SKIP {
+            self.step_starts.pop_front();
+        }
+        self.step_starts.push_back(self.now_ns);
         if self.first_flag.is_none() && self.may_flag() && self.floor_trend(false).flagged {
+            self.first_flag = Some((self.steps, self.now_ns));
+        }
+    }
+
+    /// The steps counted so far in this run (changes at each boundary).
+    pub(crate) fn boundaries(&self) -> (u64, u64) {
+        (self.run, self.steps)
+    }
+
+    /// The survivor test at the boundary just counted, given the birth
+    /// times and sizes of the live allocated blocks.
+    pub(crate) fn note_survivors(&mut self, born: impl Iterator<Item = (u64, u64)>) {
+        // Step k of this run (1 the first) began at starts[k - first]: the
+        // latest start is the one of step `steps + 1`, under way. The steps
+        // looked at are the finished ones before the latest
+        // SURVIVOR_SKIP, after the warm-up.
+        let starts = &self.step_starts;
+        let n = starts.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let first = (self.steps + 2).saturating_sub(n); // the step starts[0] began
+        let lo = first.max(WARM_UP + 1);
+        let hi = (self.steps + 1).saturating_sub(SURVIVOR_SKIP); // steps < hi
+        let window = hi.saturating_sub(lo).min(SURVIVOR_WINDOW);
+        let lo = hi - window;
+        let mut with = vec![0u64; window as usize];
+        if window > 0 {
+            let from = starts[(lo - first) as usize];
+            for (t, bytes) in born.filter(|&(t, _)| t >= from) {
+                // The step whose start is the latest at or before `t`.
+                let k = first + starts.partition_point(|&s| s <= t) as u64 - 1;
+                if (lo..hi).contains(&k) {
+                    let b = &mut with[(k - lo) as usize];
+                    *b = b.saturating_add(bytes);
+                }
+            }
+        }
+        let steps_with = with.iter().filter(|&&b| b > 0).count() as u64;
+        self.survivors = SurvivorTest {
+            window_steps: window,
+            steps_with_survivors: steps_with,
+            bytes: with.iter().fold(0u64, |a, &b| a.saturating_add(b)),
+            flagged: window == SURVIVOR_WINDOW && steps_with * 4 >= window * 3,
+        };
+        if self.survivors.flagged && self.first_flag.is_none() {
             self.first_flag = Some((self.steps, self.now_ns));
         }
     }
@@ -787,7 +878,8 @@ impl LeakDetector {
             }
         }
         LeakReport {
-            flagged,
+            flagged: flagged || self.survivors.flagged,
+            survivors: self.survivors,
             source: self.source,
             steps_observed: self.steps,
             window_steps: n,

@@ -131,6 +131,8 @@ pub struct Process {
     nvml_peak: Option<u64>,
     nvml_series: Series,
     leak: LeakDetector,
+    /// The leak detector's (run, steps) when its survivor test last ran.
+    leak_seen: (u64, u64),
     /// Events of devices beyond `Bounds::devices`.
     dropped_devices: u64,
     /// The collector's drop counts by what (`Input::Dropped`), bounded by
@@ -173,6 +175,7 @@ impl Process {
             nvml_peak: None,
             nvml_series: Series::new(cfg.series.clone()),
             leak: LeakDetector::new(cfg.leak.clone()).with_max_sizes(cfg.bounds.leak_sizes),
+            leak_seen: (0, 0),
             dropped_devices: 0,
             collector_drops: BTreeMap::new(),
             watch: Watch::default(),
@@ -361,6 +364,23 @@ impl Process {
         }
     }
 
+    /// At each step boundary the leak detector counted, its survivor test
+    /// over the live allocated blocks (when each was born).
+    fn after_leak(&mut self) {
+        let now = self.leak.boundaries();
+        if now == self.leak_seen {
+            return;
+        }
+        self.leak_seen = now;
+        let born = self.devices.iter().flat_map(|d| {
+            (d.blocks().map(|(_, b)| b))
+                .chain(d.orphans().map(|(_, b)| b))
+                .filter(|b| b.state == crate::event::BlockState::Allocated)
+                .map(|b| (b.since_ns, b.size))
+        });
+        self.leak.note_survivors(born);
+    }
+
     /// The allocated total the leak detector follows: the block map for
     /// devices fed by events (step-level resolution), else the stats.
     fn leak_signal(&self) -> u64 {
@@ -446,6 +466,7 @@ impl Process {
                 }
                 let v = self.leak_signal();
                 self.leak.on_value(v, t);
+                self.after_leak();
             }
             EventKind::Oom {
                 place,
@@ -522,6 +543,7 @@ impl Process {
                     self.leak.on_run(*value, t);
                 } else if !self.waiting_for_anchor() {
                     self.leak.on_marker(*source, t);
+                    self.after_leak();
                 }
             }
             // Attribution (1.1): definitions kept, bounded.

@@ -98,6 +98,21 @@ pub fn verdict_text(l: &LeakReport, c: &LeakConfig) -> (Tone, String) {
             (Some(s), None) => format!("; flagged at step {s}"),
             _ => String::new(),
         };
+        let floor = l.trend >= c.min_trend && l.floor_growth_bytes >= c.min_growth_bytes as f64;
+        if l.survivors.flagged && !floor {
+            // The survivor test alone (issue 26, item 3): floors that swing
+            // hide the trend, the blocks each step leaves alive do not.
+            let s = &l.survivors;
+            return (
+                Tone::Alarm,
+                format!(
+                    "LEAK SUSPECTED{run}: {} of the last {} finished steps left blocks that are still alive ({} in all), however the floor swings{when}.",
+                    s.steps_with_survivors,
+                    s.window_steps,
+                    format::bytes(s.bytes),
+                ),
+            );
+        }
         return (
             Tone::Alarm,
             format!(
@@ -313,9 +328,29 @@ fn oom_lines(o: &OomRecord, total: u64, now: u64, t: &Theme, out: &mut Vec<Line<
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_leak_found_by_its_survivors_alone_says_so() {
+        let mut l = report(64, 0.0, 0.1);
+        l.flagged = true;
+        l.flagged_at_step = Some(57);
+        l.survivors = crate::model::leak::SurvivorTest {
+            window_steps: 48,
+            steps_with_survivors: 48,
+            bytes: 12 << 20,
+            flagged: true,
+        };
+        let (tone, text) = verdict_text(&l, &LeakConfig::default());
+        assert_eq!(tone, Tone::Alarm);
+        assert_eq!(
+            text,
+            "LEAK SUSPECTED: 48 of the last 48 finished steps left blocks that are still alive (12.0 MiB in all), however the floor swings; flagged at step 57."
+        );
+    }
+
     fn report(window_steps: usize, slope: f64, trend: f64) -> LeakReport {
         LeakReport {
             flagged: false,
+            survivors: Default::default(),
             source: StepSource::OptimizerSteps,
             steps_observed: window_steps as u64,
             window_steps,

@@ -193,3 +193,124 @@ fn a_reader_that_began_mid_job_numbers_runs_as_the_producer() {
     assert_eq!(report.run, 28);
     assert!(report.earlier_runs.is_empty(), "{:?}", report.earlier_runs);
 }
+
+/// What a healthy job does beside its steps (issue 26, item 3): none of
+/// it may be taken for a leak by the survivor test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Beside {
+    Nothing,
+    /// Every step's logits kept until the next step ends (for logging).
+    PreviousLogits,
+    /// Gradients accumulated over 4 micro-batches per optimizer step.
+    Accumulation,
+    /// An evaluation pass every 10 steps.
+    Evaluation,
+    /// A cache that grows for 30 steps, then holds (e.g. a compile cache).
+    GrowingThenStableCache,
+    /// `torch.cuda.empty_cache()` every 25 steps.
+    EmptyCache,
+}
+
+/// A loop whose floors swing by about half: each step keeps its random
+/// 40–120 MiB activations alive into the next step's start. With `leak`,
+/// 256 KiB of it stays alive for good, every step.
+fn swinging_loop(steps: u64, leak: bool, beside: Beside) -> Model {
+    let mut m = synced_model();
+    let mut r = RefAlloc::new();
+    let mut rng = Rng(7);
+    r.alloc(200 * MIB); // weights
+    let mut carried: Option<u64> = None;
+    let mut logits: Option<u64> = None;
+    let mut cache = Vec::new();
+    for step in 0..steps {
+        let ev = r.ev.at(EventKind::Marker {
+            value: step,
+            source: Default::default(),
+        });
+        r.out.push(ev);
+        let big = r.alloc(40 * MIB + rng.next() % (80 * MIB));
+        if let Some(a) = carried.take() {
+            r.free(a);
+        }
+        let micro = if beside == Beside::Accumulation { 4 } else { 1 };
+        let mut grads = Vec::new();
+        for _ in 0..micro {
+            let acts: Vec<u64> = (0..4)
+                .map(|_| r.alloc(2 * MIB + rng.next() % MIB))
+                .collect();
+            for a in acts.into_iter().rev() {
+                r.free(a);
+            }
+            if grads.is_empty() {
+                grads = (0..3).map(|_| r.alloc(4 * MIB)).collect();
+            }
+        }
+        for g in grads {
+            r.free(g);
+        }
+        if leak {
+            r.alloc(256 * 1024);
+        }
+        match beside {
+            Beside::PreviousLogits => {
+                if let Some(l) = logits.replace(r.alloc(3 * MIB)) {
+                    r.free(l);
+                }
+            }
+            Beside::Evaluation if step % 10 == 9 => {
+                let e: Vec<u64> = (0..6).map(|_| r.alloc(5 * MIB)).collect();
+                for a in e {
+                    r.free(a);
+                }
+            }
+            Beside::GrowingThenStableCache if (5..35).contains(&step) => {
+                cache.push(r.alloc(MIB + step * 4096));
+            }
+            Beside::EmptyCache if step % 25 == 24 => r.empty_cache(),
+            _ => {}
+        }
+        carried = Some(big);
+        feed(&mut m, &r.take());
+    }
+    m
+}
+
+#[test]
+fn a_slow_leak_under_swinging_floors_is_flagged_by_its_survivors() {
+    let m = swinging_loop(64, true, Beside::Nothing);
+    let rep = m.process(KEY).unwrap().leak_report(0);
+    assert!(rep.flagged, "{rep:?}");
+    assert!(rep.survivors.flagged, "{:?}", rep.survivors);
+    assert_eq!(rep.survivors.window_steps, 48);
+    assert!(rep.flagged_at_step.unwrap() <= 64, "{rep:?}");
+    // The same loop without the leak: the floors alone do not flag either.
+    let m = swinging_loop(64, false, Beside::Nothing);
+    let rep = m.process(KEY).unwrap().leak_report(0);
+    assert!(!rep.flagged, "{rep:?}");
+}
+
+#[test]
+fn healthy_loops_with_noise_are_never_flagged_in_300_steps() {
+    for beside in [
+        Beside::Nothing,
+        Beside::PreviousLogits,
+        Beside::Accumulation,
+        Beside::Evaluation,
+        Beside::GrowingThenStableCache,
+        Beside::EmptyCache,
+    ] {
+        let m = swinging_loop(300, false, beside);
+        let rep = m.process(KEY).unwrap().leak_report(0);
+        assert!(rep.steps_observed >= 290, "{beside:?}: {rep:?}");
+        assert!(!rep.flagged, "{beside:?}: {rep:?}");
+        assert!(rep.flagged_at_step.is_none(), "{beside:?}: {rep:?}");
+        assert!(!rep.survivors.flagged, "{beside:?}: {:?}", rep.survivors);
+        // With the leak beside the same noise, it is flagged.
+        let m = swinging_loop(300, true, beside);
+        let rep = m.process(KEY).unwrap().leak_report(0);
+        assert!(
+            rep.flagged && rep.flagged_at_step.unwrap() <= 64,
+            "{beside:?}: {rep:?}"
+        );
+    }
+}
