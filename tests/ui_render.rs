@@ -188,6 +188,37 @@ fn oom_details_at_80x24() {
     snapshot_showing("process_oom_diagnosis_80x24", &app, "OUT OF MEMORY");
 }
 
+/// Issue 30, item 1: where the pane is about an OOM, the OOM block comes
+/// first (its advice and the events before it in view), and Tab focuses
+/// the pane, whose text PgDn and j scroll and Home brings back.
+#[test]
+fn oom_details_come_first_and_scroll_on_a_large_terminal() {
+    use crossterm::event::KeyCode::{Char, Home, PageDown, Tab};
+    for (w, h) in [(120, 40), (200, 60)] {
+        let mut app = process_app(&FX, "oom", w, h, Pane::Timeline);
+        let f = frame(&app);
+        let pane = f.lines().skip_while(|l| !l.contains("Out of memory"));
+        let first: Vec<&str> = pane.take(8).collect();
+        let first = first.join("\n");
+        assert!(first.contains("OUT OF MEMORY x1"), "{first}");
+        assert!(first.contains("expandable_segments"), "{first}");
+        assert!(!first.contains("Too early to tell"), "{first}");
+        for _ in 0..4 {
+            press(&mut app, Tab);
+        }
+        assert_eq!(app.process.pane, Pane::Diagnosis);
+        press(&mut app, PageDown);
+        press(&mut app, Char('j'));
+        let page = vramscope::ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
+        assert_eq!(app.process.diagnosis_scroll, page + 1);
+        if (w, h) == (120, 40) {
+            snapshot_showing("process_oom_scrolled_120x40", &app, "Out of memory · lines");
+        }
+        press(&mut app, Home);
+        assert_eq!(app.process.diagnosis_scroll, 0);
+    }
+}
+
 #[test]
 fn nvml_only_process() {
     let mut app = app_with(&FX, cfg(), 80, 24);

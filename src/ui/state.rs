@@ -34,7 +34,8 @@ impl Pane {
     ];
     /// The panes Tab moves the focus between on a large terminal (where
     /// every pane shows): the ones that scroll.
-    pub(crate) const FOCUSABLE: [Pane; 3] = [Pane::Blocks, Pane::Stats, Pane::Events];
+    pub(crate) const FOCUSABLE: [Pane; 4] =
+        [Pane::Blocks, Pane::Stats, Pane::Events, Pane::Diagnosis];
     pub(crate) fn title(self) -> &'static str {
         match self {
             Pane::Timeline => "Timeline",
@@ -175,6 +176,8 @@ pub struct ProcessState {
     pub block_scroll: usize,
     pub event_scroll: usize,
     pub stats_scroll: usize,
+    /// Lines of the OOM & leak pane scrolled past.
+    pub diagnosis_scroll: usize,
     /// The event history's search (lower-case match on an event's line).
     pub event_filter: String,
     /// What the block map's colours say (`c`).
@@ -195,6 +198,7 @@ impl Default for ProcessState {
             block_scroll: 0,
             event_scroll: 0,
             stats_scroll: 0,
+            diagnosis_scroll: 0,
             event_filter: String::new(),
             colouring: Default::default(),
             only: None,
