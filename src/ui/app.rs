@@ -295,6 +295,7 @@ impl App {
             self.clock.now_ns = snap.taken_ns;
         }
         self.snap = Arc::new(snap);
+        self.settle_rates();
         self.fix_selection();
         self.note_nvml_after();
         self.update_confirm();
@@ -307,9 +308,22 @@ impl App {
     }
 
     pub fn set_trace(&mut self, status: Option<TraceStatus>) {
+        self.process.trace_window = status.as_ref().map(|s| s.window_ns);
         if self.trace != status {
             self.trace = status;
+            self.settle_rates();
             self.dirty = true;
+        }
+    }
+
+    /// No event rate where nothing arrives: a snapshot file has none (the
+    /// model would measure its trace, moved to end now, as a burst).
+    fn settle_rates(&mut self) {
+        if self.trace.is_none() {
+            return;
+        }
+        for p in &mut Arc::make_mut(&mut self.snap).processes {
+            p.view.figures.events_per_sec = None;
         }
     }
 

@@ -173,6 +173,9 @@ pub struct ProcessState {
     pub follow: bool,
     /// Window end when not following (collector ns).
     pub end_ns: u64,
+    /// The window a snapshot file's trace fixes (`open FILE`): all of it,
+    /// whatever the zoom and the clock.
+    pub trace_window: Option<(u64, u64)>,
     pub block_scroll: usize,
     pub event_scroll: usize,
     pub stats_scroll: usize,
@@ -195,6 +198,7 @@ impl Default for ProcessState {
             span_index: DEFAULT_SPAN,
             follow: true,
             end_ns: 0,
+            trace_window: None,
             block_scroll: 0,
             event_scroll: 0,
             stats_scroll: 0,
@@ -220,12 +224,18 @@ impl ProcessState {
     }
 
     pub(crate) fn span_ns(&self) -> u64 {
-        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+        match self.trace_window {
+            Some((from, to)) => to.saturating_sub(from),
+            None => SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)],
+        }
     }
 
     /// The timeline window `[from, to)` in collector ns, `now` being the
     /// newer of the clock and the snapshot.
     pub(crate) fn window(&self, now: u64) -> (u64, u64) {
+        if let Some(w) = self.trace_window {
+            return w;
+        }
         let to = if self.follow { now } else { self.end_ns };
         (to.saturating_sub(self.span_ns()), to)
     }
