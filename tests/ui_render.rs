@@ -350,8 +350,38 @@ fn demo_caption() {
         paused: true,
         runs: 0,
         replay: false,
+        ended: false,
     }));
     insta::assert_snapshot!("demo_caption_80x24", frame(&app));
+}
+
+/// Issue 30, item 10: at the end of a replay nothing arrives, so every
+/// events/s figure is 0 (the model's rate still counted the last events),
+/// in this snapshot and the ones after it.
+#[test]
+fn a_replay_at_its_end_shows_no_events_arriving() {
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    let fastest = |app: &App| {
+        (app.snap.processes.iter())
+            .filter_map(|p| p.view.figures.events_per_sec)
+            .fold(0.0, f64::max)
+    };
+    assert!(fastest(&app) > 0.0);
+    app.set_demo_status(Some(DemoStatus {
+        scenario: "leak.vrec".into(),
+        caption: "END of the recording: 2m recorded, 9000 inputs (q quits)".into(),
+        progress: 1.0,
+        speed: 1.0,
+        paused: false,
+        runs: 0,
+        replay: true,
+        ended: true,
+    }));
+    assert_eq!(fastest(&app), 0.0);
+    refresh(&mut app, &FX);
+    assert_eq!(fastest(&app), 0.0);
+    let f = frame(&app);
+    assert!(f.contains(" ev/s 0.0"), "{f}");
 }
 
 #[test]

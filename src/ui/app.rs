@@ -317,13 +317,17 @@ impl App {
     }
 
     /// No event rate where nothing arrives: a snapshot file has none (the
-    /// model would measure its trace, moved to end now, as a burst).
+    /// model would measure its trace, moved to end now, as a burst), and a
+    /// recording played to its end has 0 (the model's rate still counts
+    /// its last events; issue 30, item 10).
     fn settle_rates(&mut self) {
-        if self.trace.is_none() {
-            return;
-        }
+        let rate = match (&self.trace, &self.demo) {
+            (Some(_), _) => None,
+            (None, Some(d)) if d.ended => Some(0.0),
+            _ => return,
+        };
         for p in &mut Arc::make_mut(&mut self.snap).processes {
-            p.view.figures.events_per_sec = None;
+            p.view.figures.events_per_sec = rate;
         }
     }
 
@@ -338,6 +342,7 @@ impl App {
     pub fn set_demo_status(&mut self, status: Option<DemoStatus>) {
         if self.demo != status {
             self.demo = status;
+            self.settle_rates();
             self.dirty = true;
         }
     }
