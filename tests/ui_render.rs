@@ -94,6 +94,16 @@ fn the_overview_uses_a_large_screen_for_history() {
     );
     // Each band has its value axis and data.
     assert_eq!(f.matches("       0B┤").count(), 2, "{f}");
+    // Under the bands, the time axis of the window, as the process view's
+    // timeline has it (issue 30, item 14).
+    let lines: Vec<&str> = f.lines().collect();
+    let axis = lines[lines.len() - 3];
+    assert!(
+        axis.starts_with("\"│          -5m ")
+            && axis.contains(" -2m30s ")
+            && axis.ends_with("now│\""),
+        "{f}"
+    );
     // The rows have sparklines: the leak's ends at the top.
     let leak = f.lines().find(|l| l.contains("eval_loop.py")).unwrap();
     assert!(

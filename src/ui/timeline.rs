@@ -261,13 +261,18 @@ fn time_labels(view: &ProcessState, now: u64) -> [String; 3] {
         return ["0s".to_string(), at(span / 2), at(span)];
     }
     let (_, to) = view.window(now);
-    let back = now.saturating_sub(to);
-    let right = if view.follow && back < 1_000_000_000 {
+    ago_labels(span, now.saturating_sub(to), view.follow)
+}
+
+/// The labels of a window `span` long that ends `back` before now:
+/// `-30s -15s now` when it follows now (`live`), else `-1m -45s -30s`.
+pub(super) fn ago_labels(span: u64, back: u64, live: bool) -> [String; 3] {
+    let ago = |ns: u64| format!("-{}", format::span(ns));
+    let right = if live && back < 1_000_000_000 {
         "now".to_string()
     } else {
-        format!("-{}", format::span(back))
+        ago(back)
     };
-    let ago = |ns: u64| format!("-{}", format::span(ns));
     [ago(back + span), ago(back + span / 2), right]
 }
 
