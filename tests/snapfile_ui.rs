@@ -163,7 +163,7 @@ fn stepping_through_the_trace_rebuilds_the_state_at_each_event() {
 /// no event rate.
 #[test]
 fn the_timeline_spreads_the_whole_trace_and_a_file_has_no_rate() {
-    let o = Open::new(80, 24);
+    let mut o = Open::new(80, 24);
     let f = o.frame();
     insta::assert_snapshot!("open_whole_trace_80x24", f);
     assert!(
@@ -181,6 +181,14 @@ fn the_timeline_spreads_the_whole_trace_and_a_file_has_no_rate() {
     let filled = |x: usize| plot.iter().any(|row| row[x] != ' ');
     let cols = (0..68).filter(|&x| filled(x)).count();
     assert!(filled(67) && cols >= 6, "{cols} columns: {f}");
+    // Zooming keeps the whole trace, and says why.
+    o.key(KeyCode::Char('+'));
+    let zoomed = o.frame();
+    assert!(zoomed.contains("the whole trace, 3.5s"), "{zoomed}");
+    assert!(
+        zoomed.contains("the timeline shows the file's whole trace"),
+        "{zoomed}"
+    );
 }
 
 #[test]

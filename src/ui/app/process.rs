@@ -46,6 +46,10 @@ impl App {
     /// The timeline's window: zoom, scroll back and forward, follow.
     pub(super) fn window_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
+        if self.process.trace_window.is_some() {
+            self.say("the timeline shows the file's whole trace");
+            return vec![];
+        }
         match action {
             A::ZoomIn => {
                 self.process.span_index = self.process.span_index.saturating_sub(1);
