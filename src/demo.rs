@@ -46,6 +46,8 @@ pub struct DemoStatus {
     /// A recording played back (`replay --ui`), not a simulation: no speed
     /// or pause controls, `scenario` is the file.
     pub replay: bool,
+    /// The recording was played to its end: nothing more arrives.
+    pub ended: bool,
 }
 
 /// Shared between the demo thread and the dashboard.
@@ -220,6 +222,7 @@ pub fn start_with_slots(
             paused: false,
             runs: 0,
             replay: false,
+            ended: false,
         }),
         stop: AtomicBool::new(false),
         thread: Mutex::new(None),
@@ -455,6 +458,7 @@ pub fn run_headless_then(
                 paused: false,
                 runs: 0,
                 replay: false,
+                ended: false,
             },
             // The collector clock at the simulation's end (the sink writes
             // simulated times after its base).

@@ -157,6 +157,40 @@ fn stepping_through_the_trace_rebuilds_the_state_at_each_event() {
     assert_eq!(o.at(), total);
 }
 
+/// Issue 30, item 4: a file's timeline is its whole trace across the
+/// width (3.5 s here, most of it in the last 0.1 s; never a 30 s LIVE
+/// window with the trace squashed into its last column), and a file has
+/// no event rate.
+#[test]
+fn the_timeline_spreads_the_whole_trace_and_a_file_has_no_rate() {
+    let mut o = Open::new(80, 24);
+    let f = o.frame();
+    insta::assert_snapshot!("open_whole_trace_80x24", f);
+    assert!(
+        f.contains("Memory over time · the whole trace, 3.5s"),
+        "{f}"
+    );
+    assert!(!f.contains("LIVE") && !f.contains("live"), "{f}");
+    assert!(f.contains(" ev/s — "), "{f}");
+    assert!(f.contains("0s                              +1.8s                          +3.5s"));
+    // The plot (right of the value axis, inside the border): the trace's
+    // busy last 0.1 s over several columns, up to the last.
+    let plot: Vec<Vec<char>> = (f.lines().skip(6).take(15))
+        .map(|l| l.chars().skip(12).take(68).collect())
+        .collect();
+    let filled = |x: usize| plot.iter().any(|row| row[x] != ' ');
+    let cols = (0..68).filter(|&x| filled(x)).count();
+    assert!(filled(67) && cols >= 6, "{cols} columns: {f}");
+    // Zooming keeps the whole trace, and says why.
+    o.key(KeyCode::Char('+'));
+    let zoomed = o.frame();
+    assert!(zoomed.contains("the whole trace, 3.5s"), "{zoomed}");
+    assert!(
+        zoomed.contains("the timeline shows the file's whole trace"),
+        "{zoomed}"
+    );
+}
+
 #[test]
 fn the_caption_says_where_and_t_shows_the_stacks() {
     let mut o = Open::new(80, 24);

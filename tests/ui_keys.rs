@@ -611,6 +611,7 @@ fn demo_keys() {
         paused: false,
         runs: 0,
         replay: false,
+        ended: false,
     }));
     assert_eq!(a.handle(ch(' ')), vec![Effect::DemoTogglePause]);
     assert!(!a.paused, "space pauses the simulation, not the view");

@@ -94,6 +94,16 @@ fn the_overview_uses_a_large_screen_for_history() {
     );
     // Each band has its value axis and data.
     assert_eq!(f.matches("       0B┤").count(), 2, "{f}");
+    // Under the bands, the time axis of the window, as the process view's
+    // timeline has it (issue 30, item 14).
+    let lines: Vec<&str> = f.lines().collect();
+    let axis = lines[lines.len() - 3];
+    assert!(
+        axis.starts_with("\"│          -5m ")
+            && axis.contains(" -2m30s ")
+            && axis.ends_with("now│\""),
+        "{f}"
+    );
     // The rows have sparklines: the leak's ends at the top.
     let leak = f.lines().find(|l| l.contains("eval_loop.py")).unwrap();
     assert!(
@@ -186,6 +196,37 @@ fn process_view_wide() {
 fn oom_details_at_80x24() {
     let app = process_app(&FX, "oom", 80, 24, Pane::Diagnosis);
     snapshot_showing("process_oom_diagnosis_80x24", &app, "OUT OF MEMORY");
+}
+
+/// Issue 30, item 1: where the pane is about an OOM, the OOM block comes
+/// first (its advice and the events before it in view), and Tab focuses
+/// the pane, whose text PgDn and j scroll and Home brings back.
+#[test]
+fn oom_details_come_first_and_scroll_on_a_large_terminal() {
+    use crossterm::event::KeyCode::{Char, Home, PageDown, Tab};
+    for (w, h) in [(120, 40), (200, 60)] {
+        let mut app = process_app(&FX, "oom", w, h, Pane::Timeline);
+        let f = frame(&app);
+        let pane = f.lines().skip_while(|l| !l.contains("Out of memory"));
+        let first: Vec<&str> = pane.take(8).collect();
+        let first = first.join("\n");
+        assert!(first.contains("OUT OF MEMORY x1"), "{first}");
+        assert!(first.contains("expandable_segments"), "{first}");
+        assert!(!first.contains("Too early to tell"), "{first}");
+        for _ in 0..4 {
+            press(&mut app, Tab);
+        }
+        assert_eq!(app.process.pane, Pane::Diagnosis);
+        press(&mut app, PageDown);
+        press(&mut app, Char('j'));
+        let page = vramscope::ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
+        assert_eq!(app.process.diagnosis_scroll, page + 1);
+        if (w, h) == (120, 40) {
+            snapshot_showing("process_oom_scrolled_120x40", &app, "Out of memory · lines");
+        }
+        press(&mut app, Home);
+        assert_eq!(app.process.diagnosis_scroll, 0);
+    }
 }
 
 #[test]
@@ -319,8 +360,38 @@ fn demo_caption() {
         paused: true,
         runs: 0,
         replay: false,
+        ended: false,
     }));
     insta::assert_snapshot!("demo_caption_80x24", frame(&app));
+}
+
+/// Issue 30, item 10: at the end of a replay nothing arrives, so every
+/// events/s figure is 0 (the model's rate still counted the last events),
+/// in this snapshot and the ones after it.
+#[test]
+fn a_replay_at_its_end_shows_no_events_arriving() {
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    let fastest = |app: &App| {
+        (app.snap.processes.iter())
+            .filter_map(|p| p.view.figures.events_per_sec)
+            .fold(0.0, f64::max)
+    };
+    assert!(fastest(&app) > 0.0);
+    app.set_demo_status(Some(DemoStatus {
+        scenario: "leak.vrec".into(),
+        caption: "END of the recording: 2m recorded, 9000 inputs (q quits)".into(),
+        progress: 1.0,
+        speed: 1.0,
+        paused: false,
+        runs: 0,
+        replay: true,
+        ended: true,
+    }));
+    assert_eq!(fastest(&app), 0.0);
+    refresh(&mut app, &FX);
+    assert_eq!(fastest(&app), 0.0);
+    let f = frame(&app);
+    assert!(f.contains(" ev/s 0.0"), "{f}");
 }
 
 #[test]

@@ -103,6 +103,7 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
             paused: false,
             runs: 0,
             replay: true,
+            ended,
         }
     }
     fn set_speed(&self, _speed: f64) {}

@@ -21,6 +21,9 @@ pub struct TraceStatus {
     /// file's own state).
     pub at: usize,
     pub total: usize,
+    /// The whole trace's first and last input in collector ns, where the
+    /// last seek placed them: the timeline's window.
+    pub window_ns: (u64, u64),
     /// The last event applied, in words (empty before the first).
     pub event: String,
     /// The stack overlay: titled sections of `file:line name` lines.
@@ -33,6 +36,8 @@ pub struct Stepper {
     name: String,
     at: usize,
     total: usize,
+    /// [`TraceStatus::window_ns`].
+    window_ns: (u64, u64),
     /// The state before the trace (the trace undone), found once: each
     /// step replays the trace from it.
     start: BTreeMap<u16, DeviceStateOf>,
@@ -47,6 +52,7 @@ impl Stepper {
             name: name.to_string(),
             at: total,
             total,
+            window_ns: (0, 0),
         }
     }
 
@@ -58,8 +64,19 @@ impl Stepper {
         let plan = Plan {
             upto: (self.at < self.total).then_some(self.at),
         };
-        let end = inputs::end_ns(&inputs::timeline(&self.file), plan);
+        let events = inputs::timeline(&self.file);
+        let end = inputs::end_ns(&events, plan);
         let retime = |x: u64| now_ns.saturating_sub(end.saturating_sub(x));
+        // The timeline's window is the whole trace: its end lies after now
+        // when stepped back (the later events are not applied).
+        let (first, last) = (
+            inputs::end_ns(&events, Plan { upto: Some(0) }),
+            inputs::end_ns(&events, Plan { upto: None }),
+        );
+        self.window_ns = (
+            retime(first),
+            now_ns.saturating_add(last.saturating_sub(end)),
+        );
         hub.apply(Input::Forget { key: KEY });
         inputs::feed(
             &self.file,
@@ -82,6 +99,7 @@ impl Stepper {
             file: crate::text::printable(&self.name),
             at: self.at,
             total: self.total,
+            window_ns: self.window_ns,
             ..TraceStatus::default()
         };
         if self.at == 0 {

@@ -299,6 +299,7 @@ impl App {
         }
         self.say_cleaned(&snap.cleaned);
         self.snap = Arc::new(snap);
+        self.settle_rates();
         self.fix_selection();
         self.note_nvml_after();
         self.update_confirm();
@@ -311,9 +312,26 @@ impl App {
     }
 
     pub fn set_trace(&mut self, status: Option<TraceStatus>) {
+        self.process.trace_window = status.as_ref().map(|s| s.window_ns);
         if self.trace != status {
             self.trace = status;
+            self.settle_rates();
             self.dirty = true;
+        }
+    }
+
+    /// No event rate where nothing arrives: a snapshot file has none (the
+    /// model would measure its trace, moved to end now, as a burst), and a
+    /// recording played to its end has 0 (the model's rate still counts
+    /// its last events; issue 30, item 10).
+    fn settle_rates(&mut self) {
+        let rate = match (&self.trace, &self.demo) {
+            (Some(_), _) => None,
+            (None, Some(d)) if d.ended => Some(0.0),
+            _ => return,
+        };
+        for p in &mut Arc::make_mut(&mut self.snap).processes {
+            p.view.figures.events_per_sec = rate;
         }
     }
 
@@ -328,6 +346,7 @@ impl App {
     pub fn set_demo_status(&mut self, status: Option<DemoStatus>) {
         if self.demo != status {
             self.demo = status;
+            self.settle_rates();
             self.dirty = true;
         }
     }

@@ -222,6 +222,24 @@ pub fn row_count(e: &ProcessEntry) -> usize {
         .sum()
 }
 
+/// A scrolled pane's title part when its `total` rows do not fit a `page`:
+/// ` · rows 1-20/49 (PgUp/PgDn) ` (`what`: rows, lines).
+pub(crate) fn scroll_hint(
+    what: &str,
+    offset: usize,
+    page: usize,
+    total: usize,
+    t: &Theme,
+) -> Option<Span<'static>> {
+    (total > page && page > 0).then(|| {
+        let (dot, last) = (t.glyphs().dot, (offset + page).min(total));
+        Span::styled(
+            format!("{dot} {what} {}-{last}/{total} (PgUp/PgDn) ", offset + 1),
+            t.dim(),
+        )
+    })
+}
+
 /// `s0`, `s7`, or the low bits of a real stream pointer (`s#b0c0`).
 pub(crate) fn stream_label(stream: u64) -> String {
     if stream < 0x1_0000 {
@@ -484,18 +502,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapVie
             t.key(),
         ));
     }
-    if rows.len() > inner_h && inner_h > 0 {
-        title.push(Span::styled(
-            format!(
-                "{} rows {}-{}/{} (PgUp/PgDn) ",
-                g.dot,
-                offset + 1,
-                (offset + inner_h).min(rows.len()),
-                rows.len()
-            ),
-            t.dim(),
-        ));
-    }
+    title.extend(scroll_hint("rows", offset, inner_h, rows.len(), t));
     let block = t.block(Line::from(title)).title_bottom(legend(
         e,
         v,

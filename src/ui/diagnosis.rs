@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::blockmap::stream_label;
+use super::blockmap::{scroll_hint, stream_label};
 use super::events::event_line;
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
@@ -17,35 +17,63 @@ use crate::model::view::OomRecord;
 use crate::text::format;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
-/// snapshot's time).
-pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, now_ns: u64, t: &Theme) {
-    let v = &e.view;
-    let title = if !v.ooms.is_empty() && v.leak.flagged {
-        " Out of memory & leak "
-    } else if !v.ooms.is_empty() {
-        " Out of memory "
-    } else if v.leak.flagged {
-        " Leak suspected "
-    } else {
-        " Diagnosis "
-    };
-    let block = t.block(Span::styled(title, t.title()));
+/// snapshot's time), from line `scroll` on where they do not fit.
+pub(crate) fn render(
+    frame: &mut Frame,
+    area: Rect,
+    e: &ProcessEntry,
+    (now_ns, scroll): (u64, usize),
+    t: &Theme,
+) {
+    let text = paragraph(e, now_ns, t);
+    let inner_w = area.width.saturating_sub(2);
+    let (total, page) = (
+        text.line_count(inner_w),
+        area.height.saturating_sub(2) as usize,
+    );
+    // Never past the last full page (a scroll kept from a smaller terminal).
+    let scroll = scroll.min(total.saturating_sub(page));
+    let mut title = vec![Span::styled(title(&e.view), t.title())];
+    title.extend(scroll_hint("lines", scroll, page, total, t));
+    let block = t.block(Line::from(title));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let mut lines: Vec<Line> = Vec::new();
-    leak_lines(v, t, &mut lines);
-    lines.push(Line::raw(""));
-    match v.ooms.last() {
-        Some(oom) => oom_lines(
-            oom,
-            v.ooms_total.max(v.ooms.len() as u64),
-            now_ns,
-            t,
-            &mut lines,
-        ),
-        None => lines.push(Line::styled("No out-of-memory seen.", t.good())),
+    frame.render_widget(text.scroll((scroll as u16, 0)), inner);
+}
+
+/// Lines the pane's text takes, wrapped `width` cells wide (for scrolling).
+pub(crate) fn line_count(e: &ProcessEntry, now_ns: u64, width: u16) -> usize {
+    paragraph(e, now_ns, &Theme::default()).line_count(width)
+}
+
+fn title(v: &crate::model::ProcessView) -> &'static str {
+    match (!v.ooms.is_empty(), v.leak.flagged) {
+        (true, true) => " Out of memory & leak ",
+        (true, false) => " Out of memory ",
+        (false, true) => " Leak suspected ",
+        (false, false) => " Diagnosis ",
     }
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+}
+
+/// The pane's text, wrapped: the latest OOM first when there is one (the
+/// title says so; issue 30, item 1), then the leak verdict.
+fn paragraph(e: &ProcessEntry, now_ns: u64, t: &Theme) -> Paragraph<'static> {
+    let v = &e.view;
+    let mut lines: Vec<Line> = Vec::new();
+    match v.ooms.last() {
+        Some(oom) => {
+            let total = v.ooms_total.max(v.ooms.len() as u64);
+            oom_lines(oom, total, now_ns, t, &mut lines);
+            lines.push(Line::raw(""));
+            leak_lines(v, t, &mut lines);
+        }
+        None => {
+            leak_lines(v, t, &mut lines);
+            lines.push(Line::raw(""));
+            lines.push(Line::styled("No out-of-memory seen.", t.good()));
+        }
+    }
+    Paragraph::new(lines).wrap(Wrap { trim: false })
 }
 
 /// How a verdict reads: whether it alarms, and its sentence.

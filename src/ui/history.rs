@@ -9,6 +9,7 @@
 //!  │  8.00G┤                                   ────────────────────────   │
 //!  │       ┤                       ───────────░░░░░░░░░░░░░░░░░░░░░░░░░   │
 //!  │     0B┤               ▒█████████████████████████████████████████   │
+//!  │         -5m                  -2m30s                            now   │
 //! ```
 //!
 //! Everything comes from the model's timelines of the processes (asked for
@@ -97,9 +98,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, snap: &Snapshot, t: &Theme) 
         gpus.iter().map(|g| g.index).collect()
     };
     let bands = indices.len().max(1) as u16;
-    let band_h = inner.height / bands;
+    // A line for the time axis, under every band, where each band keeps
+    // its 4 lines.
+    let axis = inner.height.saturating_sub(1) / bands >= 4;
+    let band_h = inner.height.saturating_sub(u16::from(axis)) / bands;
     if band_h < 4 {
         return;
+    }
+    if axis {
+        let plots = Rect {
+            x: inner.x + AXIS_WIDTH,
+            width: inner.width.saturating_sub(AXIS_WIDTH),
+            height: bands * band_h,
+            ..inner
+        };
+        let labels = timeline::ago_labels(WINDOW_NS, 0, true);
+        timeline::draw_time_axis(frame, area, plots, &labels, t);
     }
     for (i, y) in (0..bands).map(|i| (i, inner.y + i * band_h)) {
         let band = Rect::new(inner.x, y, inner.width, band_h);

@@ -181,9 +181,9 @@ pub(crate) fn timeline_columns(size: Rect, demo: bool) -> usize {
         .clamp(8, 1000)
 }
 
-/// Rows `pane` shows at once (inside its border, below a header row where
-/// it has one); 0 when it is not shown.
-pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
+/// The inside of `pane` (border removed, and a header row where it has
+/// one); empty when it is not shown.
+pub(crate) fn pane_inner(size: Rect, demo: bool, pane: Pane) -> Rect {
     let a = process(size, pane, screen(size, demo).body);
     let (r, header) = match pane {
         Pane::Blocks => (a.blocks, 0),
@@ -192,5 +192,16 @@ pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
         Pane::Timeline => (a.timeline, 0),
         Pane::Diagnosis => (a.diagnosis, 0),
     };
-    r.map_or(0, |r| r.height.saturating_sub(2 + header) as usize)
+    r.map_or(Rect::default(), |r| Rect {
+        x: r.x + 1,
+        y: r.y + 1 + header,
+        width: r.width.saturating_sub(2),
+        height: r.height.saturating_sub(2 + header),
+    })
+}
+
+/// Rows `pane` shows at once (inside its border, below a header row where
+/// it has one); 0 when it is not shown.
+pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
+    pane_inner(size, demo, pane).height as usize
 }

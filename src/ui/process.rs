@@ -77,15 +77,17 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App) {
         );
     }
     if let Some(r) = a.diagnosis {
-        diagnosis::render(frame, r, e, taken, t);
-    } // On a large terminal every pane shows: the one Tab moved to (where
-      // j/k and PgUp/PgDn scroll) has its border in the key colour.
+        diagnosis::render(frame, r, e, (taken, view.diagnosis_scroll), t);
+    }
+    // On a large terminal every pane shows: the one Tab moved to (where
+    // j/k and PgUp/PgDn scroll) has its border in the key colour.
     if !compact {
         let focused = match view.pane {
             Pane::Blocks => a.blocks,
             Pane::Stats => a.stats,
             Pane::Events => a.events,
-            Pane::Timeline | Pane::Diagnosis => None,
+            Pane::Diagnosis => a.diagnosis,
+            Pane::Timeline => None,
         };
         if let Some(r) = focused {
             highlight_border(frame.buffer_mut(), r, t);

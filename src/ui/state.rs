@@ -34,7 +34,8 @@ impl Pane {
     ];
     /// The panes Tab moves the focus between on a large terminal (where
     /// every pane shows): the ones that scroll.
-    pub(crate) const FOCUSABLE: [Pane; 3] = [Pane::Blocks, Pane::Stats, Pane::Events];
+    pub(crate) const FOCUSABLE: [Pane; 4] =
+        [Pane::Blocks, Pane::Stats, Pane::Events, Pane::Diagnosis];
     pub(crate) fn title(self) -> &'static str {
         match self {
             Pane::Timeline => "Timeline",
@@ -172,9 +173,14 @@ pub struct ProcessState {
     pub follow: bool,
     /// Window end when not following (collector ns).
     pub end_ns: u64,
+    /// The window a snapshot file's trace fixes (`open FILE`): all of it,
+    /// whatever the zoom and the clock.
+    pub trace_window: Option<(u64, u64)>,
     pub block_scroll: usize,
     pub event_scroll: usize,
     pub stats_scroll: usize,
+    /// Lines of the OOM & leak pane scrolled past.
+    pub diagnosis_scroll: usize,
     /// The event history's search (lower-case match on an event's line).
     pub event_filter: String,
     /// What the block map's colours say (`c`).
@@ -192,9 +198,11 @@ impl Default for ProcessState {
             span_index: DEFAULT_SPAN,
             follow: true,
             end_ns: 0,
+            trace_window: None,
             block_scroll: 0,
             event_scroll: 0,
             stats_scroll: 0,
+            diagnosis_scroll: 0,
             event_filter: String::new(),
             colouring: Default::default(),
             only: None,
@@ -216,12 +224,18 @@ impl ProcessState {
     }
 
     pub(crate) fn span_ns(&self) -> u64 {
-        SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)]
+        match self.trace_window {
+            Some((from, to)) => to.saturating_sub(from),
+            None => SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)],
+        }
     }
 
     /// The timeline window `[from, to)` in collector ns, `now` being the
     /// newer of the clock and the snapshot.
     pub(crate) fn window(&self, now: u64) -> (u64, u64) {
+        if let Some(w) = self.trace_window {
+            return w;
+        }
         let to = if self.follow { now } else { self.end_ns };
         (to.saturating_sub(self.span_ns()), to)
     }

@@ -124,7 +124,7 @@ pub(crate) fn render(
         draw_value_axis(frame, area, plot, ymax, t);
     }
     draw_watch_start(frame, plot, e, view.window(now), t);
-    draw_time_axis(frame, area, plot, (view, now), t);
+    draw_time_axis(frame, area, plot, &time_labels(view, now), t);
 }
 
 /// Where watching began, when it is in the window: a dotted column, and
@@ -161,8 +161,18 @@ fn draw_watch_start(
     }
 }
 
-/// ` Memory over time · window 5m  LIVE ` (or how long ago the window ends).
+/// ` Memory over time · window 5m  LIVE ` (or how long ago the window ends;
+/// a file's trace: ` · the whole trace, 1.2s `).
 fn title(view: &ProcessState, now: u64, t: &Theme) -> Line<'static> {
+    let dot = t.glyphs().dot;
+    let what = Span::styled(" Memory over time ", t.title());
+    if view.trace_window.is_some() {
+        let span = format::span(view.span_ns());
+        return Line::from(vec![
+            what,
+            Span::styled(format!("{dot} the whole trace, {span} "), t.dim()),
+        ]);
+    }
     let state = if view.follow {
         Span::styled(" LIVE ", t.good())
     } else {
@@ -171,13 +181,9 @@ fn title(view: &ProcessState, now: u64, t: &Theme) -> Line<'static> {
         Span::styled(format!(" ends {} ago ", format::duration(back)), t.warn())
     };
     Line::from(vec![
-        Span::styled(" Memory over time ", t.title()),
+        what,
         Span::styled(
-            format!(
-                "{} window {} ",
-                t.glyphs().dot,
-                format::span(view.span_ns())
-            ),
+            format!("{dot} window {} ", format::span(view.span_ns())),
             t.dim(),
         ),
         state,
@@ -246,27 +252,44 @@ pub(super) fn draw_value_axis(frame: &mut Frame, area: Rect, plot: Rect, ymax: u
     }
 }
 
-fn draw_time_axis(
+/// The time axis's labels, left, middle and right: back from now (`-30s
+/// -15s now`), or a file's trace from its start (`0s +0.6s +1.2s`).
+fn time_labels(view: &ProcessState, now: u64) -> [String; 3] {
+    let span = view.span_ns();
+    if view.trace_window.is_some() {
+        let at = |ns: u64| format!("+{}", format::span(ns));
+        return ["0s".to_string(), at(span / 2), at(span)];
+    }
+    let (_, to) = view.window(now);
+    ago_labels(span, now.saturating_sub(to), view.follow)
+}
+
+/// The labels of a window `span` long that ends `back` before now:
+/// `-30s -15s now` when it follows now (`live`), else `-1m -45s -30s`.
+pub(super) fn ago_labels(span: u64, back: u64, live: bool) -> [String; 3] {
+    let ago = |ns: u64| format!("-{}", format::span(ns));
+    let right = if live && back < 1_000_000_000 {
+        "now".to_string()
+    } else {
+        ago(back)
+    };
+    [ago(back + span), ago(back + span / 2), right]
+}
+
+/// `[left, mid, right]` under `plot`, on the line below it when that line
+/// is inside `area` (above its bottom border); the middle one where there
+/// is room.
+pub(super) fn draw_time_axis(
     frame: &mut Frame,
     area: Rect,
     plot: Rect,
-    (view, now): (&ProcessState, u64),
+    [left, mid, right]: &[String; 3],
     t: &Theme,
 ) {
-    let span = view.span_ns();
     let y = plot.y + plot.height;
     if y >= area.y + area.height.saturating_sub(1) {
         return;
     }
-    let (_, to) = view.window(now);
-    let back = now.saturating_sub(to);
-    let right = if view.follow && back < 1_000_000_000 {
-        "now".to_string()
-    } else {
-        format!("-{}", format::span(back))
-    };
-    let left = format!("-{}", format::span(back + span));
-    let mid = format!("-{}", format::span(back + span / 2));
     let w = plot.width as usize;
     let mut line = vec![' '; w];
     let put = |line: &mut Vec<char>, at: usize, s: &str| {
@@ -276,11 +299,11 @@ fn draw_time_axis(
             }
         }
     };
-    put(&mut line, 0, &left);
+    put(&mut line, 0, left);
     if w > left.len() + mid.len() + right.len() + 4 {
-        put(&mut line, w / 2 - mid.len() / 2, &mid);
+        put(&mut line, w / 2 - mid.len() / 2, mid);
     }
-    put(&mut line, w.saturating_sub(right.len()), &right);
+    put(&mut line, w.saturating_sub(right.len()), right);
     let s: String = line.into_iter().collect();
     frame.render_widget(
         Paragraph::new(Span::styled(s, t.dim())),
@@ -290,7 +313,22 @@ fn draw_time_axis(
 
 #[cfg(test)]
 mod tests {
-    use super::nice_max;
+    use super::{nice_max, time_labels, ProcessState};
+
+    /// A file's trace, however short, is the window, labelled from its
+    /// start; a live window back from now (issue 30, item 4).
+    #[test]
+    fn a_trace_is_labelled_from_its_start_and_live_back_from_now() {
+        let now = 100_000_000_000;
+        let live = ProcessState::default();
+        assert_eq!(time_labels(&live, now), ["-30s", "-15s", "now"]);
+        let file = ProcessState {
+            trace_window: Some((now - 400_000_000, now)),
+            ..ProcessState::default()
+        };
+        assert_eq!(file.window(now + 7), (now - 400_000_000, now));
+        assert_eq!(time_labels(&file, now), ["0s", "+200ms", "+400ms"]);
+    }
 
     #[test]
     fn nice_max_is_above_and_ends_for_any_figure() {

@@ -11,8 +11,12 @@ use crate::collect::Snapshot;
 use crate::text::format;
 
 impl App {
-    /// How fresh the data is (the header's right end).
+    /// How fresh the data is (the header's right end); a snapshot file's
+    /// is the file's.
     pub fn age_label(&self) -> String {
+        if self.trace.is_some() {
+            return "file".into();
+        }
         if self.clock.changed_ns == 0 {
             return "waiting for data".into();
         }

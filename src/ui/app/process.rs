@@ -3,7 +3,7 @@
 
 use super::{App, Effect, Overlay, Pane, Screen, SPANS_NS};
 use crate::ui::keys::Action;
-use crate::ui::{blockmap, events, layout, stats};
+use crate::ui::{blockmap, diagnosis, events, layout, stats};
 
 impl App {
     pub fn span_ns(&self) -> u64 {
@@ -36,6 +36,7 @@ impl App {
                 self.process.block_scroll = 0;
                 self.process.event_scroll = 0;
                 self.process.stats_scroll = 0;
+                self.process.diagnosis_scroll = 0;
             }
             _ => {}
         }
@@ -45,6 +46,10 @@ impl App {
     /// The timeline's window: zoom, scroll back and forward, follow.
     pub(super) fn window_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
+        if self.process.trace_window.is_some() {
+            self.say("the timeline shows the file's whole trace");
+            return vec![];
+        }
         match action {
             A::ZoomIn => {
                 self.process.span_index = self.process.span_index.saturating_sub(1);
@@ -147,18 +152,21 @@ impl App {
     pub(super) fn scroll(&mut self, delta: isize) -> Vec<Effect> {
         let pane = self.process.pane;
         let filter = self.process.event_filter.to_lowercase();
+        let width = layout::pane_inner(self.size, self.caption(), pane).width;
         let rows = self.selected_entry().map_or(0, |e| match pane {
             Pane::Events => events::shown(e, &filter).count(),
             Pane::Blocks => blockmap::row_count(e),
             Pane::Stats => stats::row_count(e),
-            Pane::Timeline | Pane::Diagnosis => 0,
+            Pane::Diagnosis => diagnosis::line_count(e, self.snap.taken_ns, width),
+            Pane::Timeline => 0,
         });
         let max = rows.saturating_sub(self.pane_page());
         let v = match pane {
             Pane::Events => &mut self.process.event_scroll,
             Pane::Blocks => &mut self.process.block_scroll,
             Pane::Stats => &mut self.process.stats_scroll,
-            Pane::Timeline | Pane::Diagnosis => return vec![],
+            Pane::Diagnosis => &mut self.process.diagnosis_scroll,
+            Pane::Timeline => return vec![],
         };
         *v = (*v as isize + delta).clamp(0, max as isize) as usize;
         if pane == Pane::Events && delta > 0 && filter.is_empty() {
