@@ -184,6 +184,12 @@ fn oom_happens_while_free_memory_sits_in_the_cache() {
     let cached_free = u(&r, "/allocator/reserved") - u(&r, "/allocator/allocated");
     assert!(cached_free > oom["request"].as_u64().unwrap(), "{oom}");
     assert!(oom["largest_free"].as_u64().unwrap() < oom["request"].as_u64().unwrap());
+    // The caption names the largest free block as the OOM pane does (issue
+    // 30, item 8: it said "120 MiB pieces" beside "largest free block 100 MiB").
+    let largest = oom["largest_free"].as_u64().unwrap();
+    assert_eq!(largest, 100 << 20);
+    let caption = r["caption"].as_str().unwrap();
+    assert!(caption.contains("free block over 100 MiB"), "{caption}");
     let fixed = demo(&["oom", "--conf", "expandable_segments:True"]);
     assert_eq!(u(&fixed, "/process/view/ooms_total"), 0);
 }

@@ -624,7 +624,7 @@ fn oom(g: &mut Gen) -> &'static str {
 
 /// The `oom` scenario's closing caption when it ran out of memory...
 const OOM_CLOSING: &str =
-    "OOM: ~4.7 GiB reserved but unallocated, in 120 MiB pieces; expandable_segments:True avoids this";
+    "OOM: ~4.7 GiB reserved but unallocated, none of it in a free block over 100 MiB; expandable_segments:True avoids this";
 /// ...and when the allocator settings let the request fit (no OOM).
 const OOM_AVOIDED: &str =
     "done: no OOM, the 2 GiB request fit with these allocator settings (without --conf it fails)";
