@@ -345,6 +345,10 @@ impl DeviceState {
     pub(crate) fn saturated(&self) -> bool {
         self.saturated
     }
+    /// Blocks held, orphans included.
+    pub(crate) fn block_count(&self) -> usize {
+        self.blocks.len() + self.orphans.len()
+    }
     /// Orphan blocks held.
     pub fn orphan_count(&self) -> usize {
         self.orphans.len()

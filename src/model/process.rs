@@ -133,6 +133,11 @@ pub struct Process {
     leak: LeakDetector,
     /// The leak detector's (run, steps) when its survivor test last ran.
     leak_seen: (u64, u64),
+    /// Events since the survivor test last ran: it reads every live
+    /// block, so it runs only once as many events have come (short steps
+    /// over many blocks would make it quadratic; a real step has about as
+    /// many events as live blocks, so it runs at most steps apart).
+    survivor_credit: u64,
     /// Events of devices beyond `Bounds::devices`.
     dropped_devices: u64,
     /// The collector's drop counts by what (`Input::Dropped`), bounded by
@@ -176,6 +181,7 @@ impl Process {
             nvml_series: Series::new(cfg.series.clone()),
             leak: LeakDetector::new(cfg.leak.clone()).with_max_sizes(cfg.bounds.leak_sizes),
             leak_seen: (0, 0),
+            survivor_credit: 0,
             dropped_devices: 0,
             collector_drops: BTreeMap::new(),
             watch: Watch::default(),
@@ -367,10 +373,16 @@ impl Process {
     /// At each step boundary the leak detector counted, its survivor test
     /// over the live allocated blocks (when each was born).
     fn after_leak(&mut self) {
+        self.survivor_credit = self.survivor_credit.saturating_add(1);
         let now = self.leak.boundaries();
         if now == self.leak_seen {
             return;
         }
+        let blocks: usize = self.devices.iter().map(DeviceState::block_count).sum();
+        if self.survivor_credit < blocks as u64 {
+            return;
+        }
+        self.survivor_credit = 0;
         self.leak_seen = now;
         let born = self.devices.iter().flat_map(|d| {
             (d.blocks().map(|(_, b)| b))
