@@ -196,8 +196,21 @@ pub enum DropWhat {
     /// Live blocks whose context tag was not kept (tag table full, or events
     /// the producer's table missed).
     BlockTags,
+    /// Tensors left out of a role list (1.2).
+    Roles,
     /// A code this build does not know.
     Other(u32),
+}
+
+/// What PyTorch holds a tensor as (ROLE `w4`, 1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Held {
+    Parameter,
+    Buffer,
+    Gradient,
+    OptimizerState,
+    /// 0 or a code this build does not know.
+    Other(u8),
 }
 
 /// One event, timestamped with the writer's `CLOCK_MONOTONIC` in nanoseconds.
@@ -360,6 +373,21 @@ pub enum EventKind {
         stack: u32,
         step: Option<u64>,
     },
+    /// Role list `list` begins: `count` ROLE records follow (1.2).
+    Roles { list: u32, count: u64 },
+    /// In role list `list`: the tensor of `bytes` at `addr` on `device` is
+    /// held as `held` by module path string `module` (0 none) (1.2).
+    Role {
+        list: u32,
+        device: u16,
+        addr: u64,
+        bytes: u64,
+        held: Held,
+        module: u32,
+    },
+    /// Role list `list` is complete; the producer wrote `count` ROLE
+    /// records (1.2).
+    RolesEnd { list: u32, count: u64 },
     /// A record kind this build does not know; readers skip it.
     Unknown { kind: u16 },
 }

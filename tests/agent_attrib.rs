@@ -29,6 +29,10 @@ fn passes(mode: Option<&str>, label: &str, oks: usize) {
 }
 
 fn run(mode: Option<&str>) -> Option<String> {
+    run_script("test_attrib.py", mode)
+}
+
+fn run_script(script: &str, mode: Option<&str>) -> Option<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     if Command::new("python3").arg("--version").output().is_err() {
         println!("SKIPPED: attribution tests: no python3");
@@ -43,7 +47,7 @@ fn run(mode: Option<&str>) -> Option<String> {
     let cache = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("python3");
     cmd.arg("-B")
-        .arg(root.join("tests/agent_attrib/test_attrib.py"))
+        .arg(root.join("tests/agent_attrib").join(script))
         .env("PYTHONPATH", path)
         .env("XDG_CACHE_HOME", cache.path());
     if let Some(m) = mode {
@@ -61,6 +65,19 @@ fn run(mode: Option<&str>) -> Option<String> {
         return None;
     }
     Some(text)
+}
+
+/// Role lists (`assets/agent/vramscope/_roles.py`): what the walk finds
+/// (parameters, buffers, gradients, optimizer state by module; tied
+/// weights once; CPU tensors left out), when it writes a list, its bound,
+/// the background thread for loops without steps, and a failure.
+#[test]
+fn role_lists_without_torch() {
+    let Some(text) = run_script("test_roles.py", None) else {
+        return;
+    };
+    assert!(text.contains("test_roles.py: all passed"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 14);
 }
 
 #[test]

@@ -307,11 +307,15 @@ fn kind_1_1(k: &new::EventKind) -> u16 {
         N::Frame { .. } => new_codec::K_FRAME,
         N::Stack { .. } => new_codec::K_STACK,
         N::Context { .. } => new_codec::K_CONTEXT,
-        other => panic!("{other:?} is no 1.1 kind"),
+        N::Roles { .. } => new_codec::K_ROLES,
+        N::Role { .. } => new_codec::K_ROLE,
+        N::RolesEnd { .. } => new_codec::K_ROLES_END,
+        other => panic!("{other:?} is no 1.1 or 1.2 kind"),
     }
 }
 
-/// Every record kind of 1.1 with every new field set, and every 1.0 kind.
+/// Every record kind of 1.2 and 1.1 with every new field set, and every
+/// 1.0 kind.
 fn every_kind() -> Vec<new::Event> {
     use new::*;
     let tag = CtxTag {
@@ -412,6 +416,23 @@ fn every_kind() -> Vec<new::Event> {
             stack: 1,
             step: Some(41),
         },
+        // 1.2: a role list of one tensor, and its drop count.
+        EventKind::Roles { list: 3, count: 1 },
+        EventKind::Role {
+            list: 3,
+            device: 0,
+            addr: a,
+            bytes: 4096,
+            held: Held::OptimizerState,
+            module: 1,
+        },
+        EventKind::RolesEnd { list: 3, count: 1 },
+        EventKind::Dropped {
+            device: 0,
+            what: DropWhat::Roles,
+            count: 2,
+            bound: 16384,
+        },
     ]);
     kinds
         .into_iter()
@@ -475,12 +496,12 @@ fn todays_rust_writer_is_read_by_the_1_0_reader() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::Test, 1, 256);
     let seg = SegmentWriter::create(&cfg).unwrap();
-    assert_eq!(seg.header().minor, 1);
-    // The 1.0 header check accepts a 1.1 header.
+    assert_eq!(seg.header().minor, 2);
+    // The 1.0 header check accepts a 1.2 header.
     let bytes = std::fs::read(seg.path()).unwrap();
     match layout::parse_header(&bytes, bytes.len() as u64).unwrap() {
         layout::Parsed::Ready(h) => {
-            assert_eq!(h.minor, 1);
+            assert_eq!(h.minor, 2);
             assert_eq!(h.rings.len(), 2);
         }
         layout::Parsed::Initialising => panic!("published"),
@@ -515,11 +536,11 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
     let (child, path) = start("tests/compat/writer_1_1.c", dir.path());
     let bytes = std::fs::read(&path).unwrap();
     match layout::parse_header(&bytes, bytes.len() as u64).unwrap() {
-        layout::Parsed::Ready(h) => assert_eq!(h.minor, 1),
+        layout::Parsed::Ready(h) => assert_eq!(h.minor, 2),
         layout::Parsed::Initialising => panic!("published"),
     }
     let mut r = SegmentReader::open(&path).unwrap();
-    assert_eq!(r.header().minor, 1);
+    assert_eq!(r.header().minor, 2);
     let flags = r.header().flags;
     assert_eq!(flags & vramscope::ring::layout::FLAG_POSITIONS, 8);
     assert_eq!(flags & vramscope::ring::layout::FLAG_CONTEXTS, 16);
@@ -680,6 +701,22 @@ fn written_by_writer_1_1() -> Vec<new::EventKind> {
             count: 12,
             bound: 64,
         },
+        K::Roles { list: 1, count: 1 },
+        K::Role {
+            list: 1,
+            device: 0,
+            addr: 0x7f00_0000_0000,
+            bytes: 4096,
+            held: new::Held::Parameter,
+            module: 1,
+        },
+        K::RolesEnd { list: 1, count: 1 },
+        K::Dropped {
+            device: new_codec::NO_DEVICE,
+            what: new::DropWhat::Roles,
+            count: 5,
+            bound: 16384,
+        },
         // The device ring, drained after the agent ring.
         K::SegmentAlloc {
             place,
@@ -717,7 +754,7 @@ fn a_segment_of_another_major_is_refused_in_one_line() {
     assert!(!msg.contains('\n'), "{msg}");
     assert!(msg.contains(&path.display().to_string()), "{msg}");
     assert!(msg.contains("format version 2.0"), "{msg}");
-    assert!(msg.contains("reads 1.0 to 1.1"), "{msg}");
+    assert!(msg.contains("reads 1.0 to 1.2"), "{msg}");
     // The 1.0 reader refused it too.
     assert!(layout::parse_header(&bytes, bytes.len() as u64).is_err());
 }

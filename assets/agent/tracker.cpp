@@ -462,7 +462,7 @@ std::mutex g_tags_mu;
 
 // Counts for DROPPED records (FORMAT.md, DROPPED `what`), written by the
 // agent thread when they change.
-constexpr int kDropKinds = 7;
+constexpr int kDropKinds = 8;
 std::atomic<uint64_t> g_drop[kDropKinds];
 uint64_t g_drop_written[kDropKinds];  // agent thread only
 
@@ -778,13 +778,49 @@ void resend_definitions() {
   }
 }
 
+// The latest role list (FORMAT.md, "Roles"), kept to be sent again with
+// each snapshot so that a reader attaching mid-run has one. Five words a
+// tensor: device, address, bytes, role, module path string id. Bounded to
+// a quarter of the agent ring; what is left out is counted in DROPPED 7.
+constexpr size_t kMaxRoles = 16384;
+std::mutex g_roles_mu;
+std::vector<uint64_t> g_roles;  // 5 words a tensor
+uint32_t g_roles_list = 0;      // the last list number written
+
+// Writes the kept list as list number `++g_roles_list` (under g_roles_mu).
+void write_roles_locked() {
+  const uint32_t list = ++g_roles_list;
+  const uint64_t n = g_roles.size() / 5;
+  const uint64_t now = vs_monotonic_ns();
+  uint64_t w[7];
+  vs_rec_roles(w, list, now, n, 0);
+  vs_ring_write(agent_ring(), w);
+  uint64_t written = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    const uint64_t* e = &g_roles[5 * i];
+    vs_rec_role(w, list, now, static_cast<uint16_t>(e[0]), e[1], e[2], static_cast<uint8_t>(e[3]),
+                static_cast<uint32_t>(e[4]));
+    written += static_cast<uint64_t>(vs_ring_write(agent_ring(), w));
+  }
+  vs_rec_roles(w, list, now, written, 1);
+  vs_ring_write(agent_ring(), w);
+}
+
+void resend_roles() {
+  std::lock_guard<std::mutex> lock(g_roles_mu);
+  if (g_roles_list != 0) write_roles_locked();
+}
+
 // DROPPED records for the counts that changed (agent thread).
 void write_dropped() {
   for (int what = 1; what < kDropKinds; what++) {
     const uint64_t n = g_drop[what].load(std::memory_order_relaxed);
     if (n == g_drop_written[what]) continue;
     uint64_t w[7];
-    const uint64_t bound = what == VS_DROP_BLOCK_TAGS ? kTagLimit : what == VS_DROP_DEFINITIONS ? kMaxDefinitions : 0;
+    const uint64_t bound = what == VS_DROP_BLOCK_TAGS    ? kTagLimit
+                           : what == VS_DROP_DEFINITIONS ? kMaxDefinitions
+                           : what == VS_DROP_ROLES       ? kMaxRoles
+                                                         : 0;
     vs_rec_dropped(w, VS_NO_DEVICE, static_cast<uint32_t>(what), vs_monotonic_ns(), n, bound);
     if (vs_ring_write(agent_ring(), w)) g_drop_written[what] = n;
   }
@@ -807,6 +843,7 @@ uint32_t write_snapshot(int only) {
   // Definitions first, so a reader that starts with this snapshot can name
   // every context the blocks' tags use (FORMAT.md, "Attaching mid-run").
   resend_definitions();
+  resend_roles();
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
@@ -1335,6 +1372,24 @@ void vs_agent_define_context(uint32_t id, uint32_t module, uint32_t phase, uint3
     vs_rec_context(w, id, vs_monotonic_ns(), module, static_cast<uint8_t>(phase), stack, 0, 0);
     define(w);
   } catch (...) {
+  }
+}
+
+// A new role list from the Python side: `n` tensors of five words each
+// (device, address, bytes, role, module path string id), replacing the
+// last. Written at once and kept for snapshots. Never touched by the
+// callback. Returns the list number, or 0.
+uint32_t vs_agent_roles(const uint64_t* words, uint64_t n) {
+  if (!live() || (words == nullptr && n != 0)) return 0;
+  try {
+    std::lock_guard<std::mutex> lock(g_roles_mu);
+    const uint64_t keep = n < kMaxRoles ? n : kMaxRoles;
+    if (keep < n) g_drop[VS_DROP_ROLES].fetch_add(n - keep, std::memory_order_relaxed);
+    g_roles.assign(words, words + 5 * keep);
+    write_roles_locked();
+    return g_roles_list;
+  } catch (...) {
+    return 0;
   }
 }
 

@@ -45,7 +45,7 @@ extern "C" {
 
 #define VS_MAGIC 0x3165706f63534d56ULL /* "VMScope1" little-endian */
 #define VS_MAJOR 1
-#define VS_MINOR 1
+#define VS_MINOR 2
 #define VS_HEADER_SIZE 256
 #define VS_RING_ENTRY_SIZE 32
 #define VS_RING_HEADER_SIZE 128
@@ -93,6 +93,9 @@ extern "C" {
 #define VS_K_FRAME 65
 #define VS_K_STACK 66
 #define VS_K_CONTEXT 67
+#define VS_K_ROLES 68     /* 1.2 */
+#define VS_K_ROLE 69      /* 1.2 */
+#define VS_K_ROLES_END 70 /* 1.2 */
 #define VS_NO_DEVICE 0xffffu
 
 /* MARKER sources (w3), 1.1. */
@@ -114,6 +117,13 @@ extern "C" {
 #define VS_DROP_STRINGS 4
 #define VS_DROP_DEFINITIONS 5
 #define VS_DROP_BLOCK_TAGS 6
+#define VS_DROP_ROLES 7 /* 1.2 */
+
+/* ROLE w4 (1.2) */
+#define VS_HELD_PARAMETER 1
+#define VS_HELD_BUFFER 2
+#define VS_HELD_GRADIENT 3
+#define VS_HELD_OPTIMIZER_STATE 4
 /* Position flags (SNAP_BEGIN w6, STATS_C w4), 1.1. */
 #define VS_SPAN_GIVEN 1ull
 #define VS_SPAN_EXACT 2ull
@@ -305,6 +315,18 @@ static inline void vs_rec_context(uint64_t w[7], uint32_t id, uint64_t time, uin
                                   uint32_t stack, int has_step, uint64_t step) {
     vs_rec_words(w, VS_K_CONTEXT, VS_NO_DEVICE, id, time, module, phase, has_step ? step : 0, stack,
                  has_step ? VS_CONTEXT_STEP_GIVEN : 0);
+}
+
+/* ROLES and ROLES_END (1.2): list `list` of `count` ROLE records. */
+static inline void vs_rec_roles(uint64_t w[7], uint32_t list, uint64_t time, uint64_t count, int end) {
+    vs_rec_words(w, end ? VS_K_ROLES_END : VS_K_ROLES, VS_NO_DEVICE, list, time, count, 0, 0, 0, 0);
+}
+
+/* ROLE (1.2): the tensor at `addr` of `bytes` on `device` is held as `held`
+   (a VS_HELD_*) by module path string `module` (0 none). */
+static inline void vs_rec_role(uint64_t w[7], uint32_t list, uint64_t time, uint16_t device, uint64_t addr,
+                               uint64_t bytes, uint8_t held, uint32_t module) {
+    vs_rec_words(w, VS_K_ROLE, device, list, time, addr, bytes, held, module, 0);
 }
 
 /*

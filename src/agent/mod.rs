@@ -44,6 +44,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../assets/agent/vramscope/_attrib.py"),
     ),
     (
+        "vramscope/_roles.py",
+        include_str!("../../assets/agent/vramscope/_roles.py"),
+    ),
+    (
         "vramscope/_build.py",
         include_str!("../../assets/agent/vramscope/_build.py"),
     ),

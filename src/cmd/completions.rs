@@ -108,6 +108,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("VRAMSCOPE_SLOTS", "the agent: slots per ring (a power of two, default 65536)"),
     ("VRAMSCOPE_STATS_MS", "the agent: the statistics period in ms (default 100 exact, 250 sampled)"),
     ("VRAMSCOPE_ATTRIBUTION", "the agent: 0 turns module and phase attribution off"),
+    ("VRAMSCOPE_ROLES", "the agent: 0 turns role lists off (which blocks are parameters, buffers, gradients, optimizer state)"),
     ("VRAMSCOPE_ATTRIBUTION_BACKWARD", "the agent: auto (default), params, all or none: which modules' backward is tracked"),
     ("VRAMSCOPE_ATTRIBUTION_NATIVE", "the agent: 0 keeps module calls in Python (default: the native path)"),
     ("VRAMSCOPE_RING_WRITE", "the agent: shared makes device rings use the any-writer path"),

@@ -13,10 +13,11 @@
 //! ALLOC event or the SNAP_BLOCK record that made it; everything else is
 //! resolved when a view is taken, so the per-event cost is a copy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::roles::{shared_path, Role, RoleLists};
 use super::view::{BlockView, ProcessView};
 use super::Bounds;
 use crate::event::{BlockState, CtxTag, DropWhat, EventKind, MarkSource, Phase};
@@ -309,6 +310,15 @@ impl Definitions {
         }
     }
 
+    /// The phase and step (when keyed by step) of context `id`, cheaply.
+    pub(crate) fn phase_step(&self, id: u32) -> (PhaseKey, Option<u64>) {
+        self.contexts
+            .get(&id)
+            .map_or((PhaseKey::Unknown, None), |c| {
+                (PhaseKey::of(c.phase), c.step)
+            })
+    }
+
     /// Context `id` resolved for a view.
     pub(crate) fn context_view(&self, id: u32) -> ContextView {
         let Some(c) = self.contexts.get(&id) else {
@@ -452,6 +462,24 @@ pub struct PhaseBytes {
     pub blocks: u64,
 }
 
+/// Live bytes of one module in one role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleBytes {
+    #[serde(with = "crate::model::view::module_json")]
+    pub module: String,
+    pub role: Role,
+    pub bytes: u64,
+    pub blocks: u64,
+}
+
+/// Live bytes of one role, over all modules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleTotal {
+    pub role: Role,
+    pub bytes: u64,
+    pub blocks: u64,
+}
+
 /// A context a live block refers to, resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextView {
@@ -474,11 +502,21 @@ pub struct Attribution {
     /// The current step the step tags resolve against.
     pub step: Option<u64>,
     /// Live bytes by module path, most bytes first. The rows add up to the
-    /// block map's allocated bytes.
+    /// block map's allocated bytes. A block a role list names counts under
+    /// the module holding the tensor, others under their context's.
     pub by_module: Vec<ModuleBytes>,
     /// Live bytes by phase, in [`PhaseKey::ALL`] order (phases with no
     /// live block left out).
     pub by_phase: Vec<PhaseBytes>,
+    /// Live bytes by module and role (`model::roles`), most bytes first.
+    /// A block a role list names counts under the module holding the
+    /// tensor (FSDP2's shards, made outside the module's code, too).
+    pub by_role: Vec<RoleBytes>,
+    /// Live bytes by role, in [`Role::ALL`] order (roles with no live
+    /// block left out).
+    pub roles: Vec<RoleTotal>,
+    /// How the producer's role lists stand (none: roles by lifetime only).
+    pub role_lists: RoleLists,
     /// The contexts the live blocks refer to (a block's `origin.context`),
     /// by id.
     pub contexts: Vec<ContextView>,
@@ -570,37 +608,48 @@ pub(crate) fn drop_name(w: DropWhat) -> Option<&'static str> {
         DropWhat::Strings => "strings_cut",
         DropWhat::Definitions => "definitions_not_resent",
         DropWhat::BlockTags => "block_tags",
+        DropWhat::Roles => "roles",
         DropWhat::Other(_) => "other",
     })
 }
 
-/// Live bytes by context over `blocks` (allocated ones only).
-pub(crate) fn live_by_context<'a>(
-    blocks: impl Iterator<Item = &'a super::Block>,
-) -> BTreeMap<u32, (u64, u64)> {
-    let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for b in blocks.filter(|b| b.state == BlockState::Allocated) {
-        let e = out.entry(b.origin.context).or_default();
-        e.0 = e.0.saturating_add(b.size);
-        e.1 += 1;
-    }
-    out
-}
+/// The key live bytes are summed under: the block's context, its role,
+/// and the module paths of the role list entries that named it (string
+/// ids, sorted; empty: the context's module).
+pub(crate) type GroupKey = (u32, Role, Vec<u32>);
 
-/// The attribution view from live bytes by context.
+/// The attribution view from live bytes by group.
 pub(crate) fn attribution(
     defs: &Definitions,
     step: Option<u64>,
-    by_context: &BTreeMap<u32, (u64, u64)>,
+    groups: &HashMap<GroupKey, (u64, u64)>,
     producer_dropped: &BTreeMap<String, u64>,
+    role_lists: RoleLists,
 ) -> Attribution {
-    let contexts: Vec<ContextView> = by_context.keys().map(|&id| defs.context_view(id)).collect();
-    let mut modules: HashMap<&str, (u64, u64)> = HashMap::new();
+    let ids: BTreeSet<u32> = groups.keys().map(|k| k.0).collect();
+    let contexts: Vec<ContextView> = ids.iter().map(|&id| defs.context_view(id)).collect();
+    let ctx = |id: u32| {
+        let i = contexts.binary_search_by_key(&id, |c| c.id).ok();
+        i.map(|i| &contexts[i])
+    };
+    let mut modules: HashMap<String, (u64, u64)> = HashMap::new();
     let mut phases: BTreeMap<PhaseKey, (u64, u64)> = BTreeMap::new();
-    for (c, &(bytes, blocks)) in contexts.iter().zip(by_context.values()) {
+    let mut roles: HashMap<(String, Role), (u64, u64)> = HashMap::new();
+    let mut totals: BTreeMap<Role, (u64, u64)> = BTreeMap::new();
+    for ((id, role, held), &(bytes, blocks)) in groups {
+        let c = ctx(*id);
+        let module = if held.is_empty() {
+            c.map_or(String::new(), |c| c.module.clone())
+        } else {
+            let paths: Vec<String> = held.iter().map(|&m| defs.string(m)).collect();
+            shared_path(paths.iter().map(String::as_str))
+        };
+        let phase = c.map_or(PhaseKey::Unknown, |c| c.phase);
         for e in [
-            modules.entry(c.module.as_str()).or_default(),
-            phases.entry(c.phase).or_default(),
+            phases.entry(phase).or_default(),
+            totals.entry(*role).or_default(),
+            roles.entry((module.clone(), *role)).or_default(),
+            modules.entry(module).or_default(),
         ] {
             e.0 = e.0.saturating_add(bytes);
             e.1 += blocks;
@@ -608,8 +657,8 @@ pub(crate) fn attribution(
     }
     let mut by_module: Vec<ModuleBytes> = modules
         .into_iter()
-        .map(|(m, (bytes, blocks))| ModuleBytes {
-            module: m.to_string(),
+        .map(|(module, (bytes, blocks))| ModuleBytes {
+            module,
             bytes,
             blocks,
         })
@@ -618,6 +667,21 @@ pub(crate) fn attribution(
         b.bytes
             .cmp(&a.bytes)
             .then_with(|| natural_cmp(&a.module, &b.module))
+    });
+    let mut by_role: Vec<RoleBytes> = roles
+        .into_iter()
+        .map(|((module, role), (bytes, blocks))| RoleBytes {
+            module,
+            role,
+            bytes,
+            blocks,
+        })
+        .collect();
+    by_role.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then_with(|| natural_cmp(&a.module, &b.module))
+            .then_with(|| a.role.cmp(&b.role))
     });
     Attribution {
         step,
@@ -630,6 +694,16 @@ pub(crate) fn attribution(
                 blocks,
             })
             .collect(),
+        by_role,
+        roles: totals
+            .into_iter()
+            .map(|(role, (bytes, blocks))| RoleTotal {
+                role,
+                bytes,
+                blocks,
+            })
+            .collect(),
+        role_lists,
         contexts,
         producer_dropped: producer_dropped.clone(),
     }

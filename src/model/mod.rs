@@ -57,6 +57,7 @@ pub(crate) mod eventlog;
 pub(crate) mod leak;
 pub(crate) mod period;
 pub(crate) mod process;
+pub mod roles;
 pub(crate) mod rules;
 pub(crate) mod series;
 pub(crate) mod view;
@@ -226,6 +227,10 @@ pub struct Bounds {
     /// real job uses a handful); an event of a place beyond is not kept in
     /// the history.
     pub places: usize,
+    /// Tensors of one role list kept (FORMAT.md "Roles": the agent sends
+    /// at most 16,384; a model's parameters, gradients and optimizer state
+    /// are a few thousand); entries beyond are not kept.
+    pub roles: usize,
 }
 
 impl Default for Bounds {
@@ -242,6 +247,7 @@ impl Default for Bounds {
             definitions: 1 << 16,
             string_bytes: 4 << 20,
             places: 4096,
+            roles: 1 << 16,
         }
     }
 }

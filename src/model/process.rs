@@ -7,6 +7,7 @@ use super::attrib::{self, Definitions, StepClock};
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
 use super::eventlog::{EventLog, LetGo};
 use super::leak::{LeakDetector, LeakReport};
+use super::roles::{self, Role, RoleTable};
 use super::rules;
 use super::series::Series;
 use super::view::{
@@ -14,9 +15,10 @@ use super::view::{
     Implausible, OomRecord, ProblemRecord, ProcessFigures, ProcessView, SegmentView, ViewOptions,
     WatchView,
 };
+use super::Block;
 use super::{Mode, ModelConfig, ProcessKey, PLACEMENT_LOG};
 use crate::event::RingPos;
-use crate::event::{Event, EventKind, MarkSource, SegmentPool};
+use crate::event::{BlockState, Event, EventKind, MarkSource, SegmentPool};
 use crate::model::Watch;
 
 /// Events per second over a sliding window of event timestamps, in O(1)
@@ -151,6 +153,8 @@ pub struct Process {
     clock: StepClock,
     /// The producer's attribution drop counts (DROPPED), by name.
     producer_drops: BTreeMap<String, u64>,
+    /// The role lists the process sent (1.2).
+    roles: RoleTable,
 }
 
 impl Process {
@@ -188,6 +192,7 @@ impl Process {
             defs: Definitions::default(),
             clock: StepClock::default(),
             producer_drops: BTreeMap::new(),
+            roles: RoleTable::default(),
             cfg,
         }
     }
@@ -311,6 +316,7 @@ impl Process {
             leak_sizes: self.leak.dropped(),
             collector: self.collector_drops.clone(),
             definitions: self.defs.dropped(),
+            roles: self.roles.status().dropped,
             ..Dropped::default()
         };
         for d in &self.devices {
@@ -575,6 +581,10 @@ impl Process {
             // Placement is for the snapshot features that use it; the
             // figures do not depend on it.
             EventKind::StatsPosition { .. } | EventKind::Unknown { .. } => {}
+            // Roles (1.2): the tensors PyTorch holds, matched to blocks.
+            EventKind::Roles { .. } | EventKind::Role { .. } | EventKind::RolesEnd { .. } => {
+                self.roles.apply(&self.cfg.bounds, t, &ev.kind);
+            }
         }
     }
 
@@ -806,6 +816,7 @@ impl Process {
                 .sum::<usize>()
             + self.devices.capacity() * std::mem::size_of::<DeviceState>()
             + self.log.memory_bytes()
+            + self.roles.memory_bytes()
             + self
                 .ooms
                 .iter()
@@ -833,19 +844,58 @@ impl Process {
         &self.defs
     }
 
-    /// Who holds the live memory: bytes by module and phase.
-    pub(crate) fn attribution(&self) -> attrib::Attribution {
-        let blocks = self.devices.iter().flat_map(|d| {
-            d.blocks()
-                .map(|(_, b)| b)
-                .chain(d.orphans().map(|(_, b)| b))
+    /// The role of the allocated block at `addr` on `device`, and the
+    /// module paths (string ids) of the role list entries naming it.
+    fn block_role(&self, device: u16, addr: u64, b: &Block) -> (Role, Vec<u32>) {
+        let (phase, step) = self.defs.phase_step(b.origin.context);
+        if let Some(m) = self.roles.lookup(device, addr, b, phase) {
+            return (m.role, m.modules);
+        }
+        let born = step.or(b.origin.step.map(u64::from));
+        let role = Role::by_lifetime(phase, born, self.clock.step());
+        (role, Vec::new())
+    }
+
+    /// A block as views show it: its role, and the module holding it when
+    /// a role list named it.
+    fn block_view(&self, device: u16, addr: u64, b: &Block) -> BlockView {
+        let (role, held) = if b.state == BlockState::Allocated {
+            self.block_role(device, addr, b)
+        } else {
+            (Role::Other, Vec::new())
+        };
+        let held_by = (!held.is_empty()).then(|| {
+            let paths: Vec<String> = held.iter().map(|&m| self.defs.string(m)).collect();
+            roles::shared_path(paths.iter().map(String::as_str))
         });
-        let by_context = attrib::live_by_context(blocks);
+        BlockView {
+            addr,
+            block: *b,
+            role: (b.state == BlockState::Allocated).then_some(role),
+            held_by,
+        }
+    }
+
+    /// Who holds the live memory: bytes by module, phase and role.
+    pub(crate) fn attribution(&self) -> attrib::Attribution {
+        let mut groups: HashMap<attrib::GroupKey, (u64, u64)> = HashMap::new();
+        for d in &self.devices {
+            for (addr, b) in d.blocks().chain(d.orphans()) {
+                if b.state != BlockState::Allocated {
+                    continue;
+                }
+                let (role, held) = self.block_role(d.device(), addr, b);
+                let e = groups.entry((b.origin.context, role, held)).or_default();
+                e.0 = e.0.saturating_add(b.size);
+                e.1 += 1;
+            }
+        }
         attrib::attribution(
             &self.defs,
             self.clock.step(),
-            &by_context,
+            &groups,
             &self.producer_drops,
+            self.roles.status(),
         )
     }
 
@@ -875,7 +925,7 @@ impl Process {
                             segment: *s,
                             blocks: d
                                 .blocks_of(s)
-                                .map(|(addr, b)| BlockView { addr, block: *b })
+                                .map(|(addr, b)| self.block_view(d.device(), addr, b))
                                 .collect(),
                         })
                         .collect()
@@ -884,7 +934,7 @@ impl Process {
                 },
                 orphans: if opts.block_map {
                     d.orphans()
-                        .map(|(addr, b)| BlockView { addr, block: *b })
+                        .map(|(addr, b)| self.block_view(d.device(), addr, b))
                         .collect()
                 } else {
                     Vec::new()

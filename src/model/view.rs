@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::device::{Block, Problem, Segment};
 use super::leak::LeakReport;
+use super::roles::Role;
 use super::series::Column;
 use super::{Bounds, Mode, ProcessKey};
 use crate::event::{Event, PoolId, Stats};
@@ -172,6 +173,9 @@ pub struct Dropped {
     /// Events not kept in the history: their place (device, stream, pool)
     /// was beyond [`Bounds::places`].
     pub history: u64,
+    /// Role list tensors not kept ([`Bounds::roles`]).
+    #[serde(default)]
+    pub roles: u64,
 }
 
 impl Dropped {
@@ -192,6 +196,7 @@ impl Dropped {
             self.leak_sizes,
             self.definitions,
             self.history,
+            self.roles,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))
@@ -223,11 +228,17 @@ pub struct ProcessFigures {
 }
 
 /// A block in a view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockView {
     pub addr: u64,
     #[serde(flatten)]
     pub block: Block,
+    /// What the block is to PyTorch (`model::roles`; allocated blocks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The module holding the tensor, when a role list named the block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
 }
 
 /// A segment and its blocks in address order.

@@ -2,8 +2,8 @@
 //! unpacked again (`FORMAT.md`, "Records"). Pure code.
 
 use crate::event::{
-    BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
-    SegmentPool, Stats,
+    BlockState, CtxTag, DropWhat, Event, EventKind, Held, MarkSource, Phase, Place, PoolId,
+    RingSpan, SegmentPool, Stats,
 };
 
 use super::layout::PAYLOAD_WORDS;
@@ -33,6 +33,10 @@ pub const K_STRING: u16 = 64;
 pub const K_FRAME: u16 = 65;
 pub const K_STACK: u16 = 66;
 pub const K_CONTEXT: u16 = 67;
+// Added in 1.2.
+pub const K_ROLES: u16 = 68;
+pub const K_ROLE: u16 = 69;
+pub const K_ROLES_END: u16 = 70;
 
 /// Position-span flags (SNAP_BEGIN w6, STATS_C w4): bit 0 given, bit 1
 /// exact, bit 2 ambiguous, bits 8–15 the ring index.
@@ -169,6 +173,7 @@ fn drop_code(w: DropWhat) -> u32 {
         DropWhat::Strings => 4,
         DropWhat::Definitions => 5,
         DropWhat::BlockTags => 6,
+        DropWhat::Roles => 7,
         DropWhat::Other(c) => c,
     }
 }
@@ -181,7 +186,28 @@ fn drop_of(c: u32) -> DropWhat {
         4 => DropWhat::Strings,
         5 => DropWhat::Definitions,
         6 => DropWhat::BlockTags,
+        7 => DropWhat::Roles,
         c => DropWhat::Other(c),
+    }
+}
+
+fn held_code(h: Held) -> u64 {
+    match h {
+        Held::Parameter => 1,
+        Held::Buffer => 2,
+        Held::Gradient => 3,
+        Held::OptimizerState => 4,
+        Held::Other(c) => c as u64,
+    }
+}
+
+fn held_of(w: u64) -> Held {
+    match w as u8 {
+        1 => Held::Parameter,
+        2 => Held::Buffer,
+        3 => Held::Gradient,
+        4 => Held::OptimizerState,
+        c => Held::Other(c),
     }
 }
 
@@ -323,6 +349,21 @@ fn bodies(kind: &EventKind, sample: u32) -> (Body, Option<Body>) {
             drop_code(*what),
             [*count, *bound, 0, 0, 0],
         ),
+        E::Roles { list, count } => (K_ROLES, NO_DEVICE, *list, [*count, 0, 0, 0, 0]),
+        E::Role {
+            list,
+            device,
+            addr,
+            bytes,
+            held,
+            module,
+        } => (
+            K_ROLE,
+            *device,
+            *list,
+            [*addr, *bytes, held_code(*held), *module as u64, 0],
+        ),
+        E::RolesEnd { list, count } => (K_ROLES_END, NO_DEVICE, *list, [*count, 0, 0, 0, 0]),
         E::Unknown { kind } => (*kind, NO_DEVICE, 0, [0; 5]),
     };
     (one, None)
@@ -565,6 +606,22 @@ fn stateless(kind: u16, device: u16, aux: u32, w: &Words) -> EventKind {
                 what: drop_of(aux),
                 count: w[2],
                 bound: w[3],
+            },
+            K_ROLES => EventKind::Roles {
+                list: aux,
+                count: w[2],
+            },
+            K_ROLE => EventKind::Role {
+                list: aux,
+                device,
+                addr: w[2],
+                bytes: w[3],
+                held: held_of(w[4]),
+                module: w[5] as u32,
+            },
+            K_ROLES_END => EventKind::RolesEnd {
+                list: aux,
+                count: w[2],
             },
             other => EventKind::Unknown { kind: other },
         })
@@ -973,6 +1030,24 @@ mod tests {
                 stack: 0,
                 step: Some(0),
             },
+            EventKind::Roles { list: 7, count: 2 },
+            EventKind::Role {
+                list: 7,
+                device: 1,
+                addr: 0x7f00_0020_0000,
+                bytes: 4 << 20,
+                held: Held::OptimizerState,
+                module: 12,
+            },
+            EventKind::Role {
+                list: 7,
+                device: 0,
+                addr: 0x7f00_0040_0000,
+                bytes: 512,
+                held: Held::Other(77),
+                module: 0,
+            },
+            EventKind::RolesEnd { list: 7, count: 1 },
         ];
         k.into_iter()
             .enumerate()

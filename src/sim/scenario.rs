@@ -6,7 +6,7 @@
 //! 48 MiB weight matrices trained with Adam (about 2.3 GiB of weights,
 //! gradients and optimizer state) plus batch-dependent activations.
 //!
-//! ```no_run
+//! ```ignore (crate-private)
 //! use vramscope::sim::scenario::{Scenario, ScenarioRunner};
 //! let mut run = ScenarioRunner::new(Scenario::by_name("leak").unwrap());
 //! let mut events = Vec::new();

@@ -132,6 +132,7 @@ fn describe(k: &EventKind, t: &Theme) -> (&'static str, Style, String) {
         K::StringChunk { .. } | K::Frame { .. } | K::Stack { .. } | K::Context { .. } => {
             ("DEFINE", t.dim())
         }
+        K::Roles { .. } | K::Role { .. } | K::RolesEnd { .. } => ("ROLES", t.dim()),
         K::Unknown { .. } => ("UNKNOWN", t.dim()),
     };
     (name, style, detail(k))
@@ -202,6 +203,18 @@ fn detail(k: &EventKind) -> String {
         | K::Frame { id, .. }
         | K::Stack { id, .. }
         | K::Context { id, .. } => format!("#{id}"),
+        K::Roles { list, count } => format!("list {list}: {count} tensors"),
+        K::Role {
+            device,
+            addr,
+            bytes,
+            held,
+            ..
+        } => format!(
+            "{:>7} {addr:#014x} cuda:{device} {held:?}",
+            format::bytes_short(*bytes)
+        ),
+        K::RolesEnd { list, count } => format!("list {list} complete: {count} tensors"),
         K::Unknown { kind } => format!("kind {kind}"),
     }
 }

@@ -131,6 +131,7 @@ pub fn dropped_lines(d: &Dropped, b: &Bounds) -> Vec<String> {
             Some(b.definitions),
         ),
         (d.history, "events of extra places", Some(b.places)),
+        (d.roles, "role list tensors", Some(b.roles)),
     ];
     let mut out: Vec<String> = kinds
         .iter()

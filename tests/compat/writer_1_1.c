@@ -1,4 +1,4 @@
-/* A writer of the current version: every record kind added in 1.1, built
+/* A writer of the current version: every record kind added in 1.1 and 1.2, built
  * with the vs_rec_* helpers of assets/agent/vramscope_ring.h, plus 1.0
  * records around them. tests/compat_ring.rs reads it with today's reader
  * (the helpers must agree with the Rust codec) and decodes the same words
@@ -72,6 +72,15 @@ int main(int argc, char **argv) {
     uint64_t en[7] = {vs_head_word(VS_K_SNAP_END, 0, 3), t + 10, 0, 0, 0, 0, 0};
     put(0, en);
     vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_STACKS, t + 11, 12, 64);
+    put(0, w);
+    /* 1.2: a role list naming the allocated block's tensor. */
+    vs_rec_roles(w, 1, t + 12, 1, 0);
+    put(0, w);
+    vs_rec_role(w, 1, t + 12, 0, 0x7f0000000000ull, 4096, VS_HELD_PARAMETER, 1);
+    put(0, w);
+    vs_rec_roles(w, 1, t + 12, 1, 1);
+    put(0, w);
+    vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_ROLES, t + 13, 5, 16384);
     put(0, w);
     printf("%s\n", seg.path);
     fflush(stdout);

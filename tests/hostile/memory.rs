@@ -130,6 +130,7 @@ fn item_07_every_growing_structure_is_bounded() {
         definitions: 2,
         string_bytes: 64,
         places: 2,
+        roles: 2,
     };
     let cfg = ModelConfig {
         bounds,
@@ -279,6 +280,32 @@ fn item_07_every_growing_structure_is_bounded() {
     let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
     assert!(
         lines.contains(&"dropped: 13 attribution definitions (bound 2)".to_string()),
+        "{lines:?}"
+    );
+
+    // Role lists: 2 tensors of a list of 5 kept.
+    let mut roles = vec![ev(9, EventKind::Roles { list: 1, count: 5 })];
+    roles.extend((0..5u64).map(|i| {
+        ev(
+            9,
+            EventKind::Role {
+                list: 1,
+                device: 0,
+                addr: (1 << 30) + i * 512,
+                bytes: 512,
+                held: vramscope::event::Held::Parameter,
+                module: 0,
+            },
+        )
+    }));
+    roles.push(ev(9, EventKind::RolesEnd { list: 1, count: 5 }));
+    m.apply_all(KEY, roles.iter());
+    let v = m.process(KEY).unwrap().view(0, &ViewOptions::default());
+    assert_eq!(v.dropped.roles, 3);
+    assert_eq!(v.attribution.role_lists.tensors, 2);
+    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    assert!(
+        lines.contains(&"dropped: 3 role list tensors (bound 2)".to_string()),
         "{lines:?}"
     );
 

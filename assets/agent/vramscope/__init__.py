@@ -56,6 +56,8 @@ VRAMSCOPE_ATTRIBUTION_NATIVE  0: module calls and backward pre-hooks stay in
                     builds)
 VRAMSCOPE_ATTRIBUTION_BACKWARD  auto (default), params, all, none: which
                     modules' backward is tracked (see _attrib.py)
+VRAMSCOPE_ROLES     0: no role lists (which blocks are parameters, buffers,
+                    gradients, optimizer state; see _roles.py)
 VRAMSCOPE_RING_WRITE   shared: device rings use the any-writer path
                     (default: the exclusive one, under the allocator lock)
 """

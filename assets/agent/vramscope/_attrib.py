@@ -20,6 +20,8 @@ backward   after a tracked module's forward, a pre-hook on its output's
            (no GIL in backward); Python under compiled autograd, while
            stacks are captured, or without it.
 optimizer  global optimizer step pre/post hooks.
+roles      the tensors PyTorch holds (parameters, buffers, gradients,
+           optimizer state) by address, at step boundaries (_roles.py).
 other      ``Module._apply`` (``.to()``, ``.cuda()``, ``.half()``): parameter
            and buffer copies are attributed to their module.
 
@@ -165,6 +167,12 @@ class Attribution:
         self.compiling = compiling
         self.grad_enabled = torch.is_grad_enabled
         self.Tensor = torch.Tensor
+        # Role lists (_roles.py), unless VRAMSCOPE_ROLES=0.
+        self.roles = None
+        if os.environ.get("VRAMSCOPE_ROLES", "1") != "0":
+            from ._roles import Roles
+
+            self.roles = Roles(self)
 
     @property
     def capture_steps(self):
@@ -206,6 +214,8 @@ class Attribution:
             self.capture_words = memoryview((ctypes.c_uint64 * 3).from_address(addr)).cast("B").cast("Q")
             self.capture_seen = self.capture_words[0]
             self.lib = lib
+            if self.roles is not None and not self.roles.connect(lib):
+                self.roles = None
             for d in self.pending:
                 self._write(d)
             self.pending = []
@@ -411,6 +421,8 @@ class Attribution:
             for name, m in named:
                 self._info_for(m, name, level=name in level)
             self.renamed[id(root)] = time.monotonic()
+            if self.roles is not None:
+                self.roles.root(root)
 
     def info(self, module, t):
         info = self.infos.get(id(module))
@@ -605,6 +617,8 @@ class Attribution:
         was called from, so only what the optimizer's own code allocates is
         the optimizer's."""
         try:
+            if self.roles is not None:
+                self.roles.optimizer(optimizer)
             t = self._thread()
             outside = t.base
             t.base = self.optimizer_ctx(optimizer)
@@ -673,6 +687,8 @@ class Attribution:
         if self.capture_steps:
             self.capture_steps -= 1
         self.poll_capture()
+        if self.roles is not None:
+            self.roles.at_step()
         n = self.native
         now = time.monotonic()
         if n is not None and self.native_hooks and now >= self.compiled_autograd_next:
@@ -1035,6 +1051,8 @@ def _make_apply(attrib, orig):
                     attrib._leave(t)
                 except Exception:
                     pass
+            if attrib.roles is not None:
+                attrib.roles.moved()  # (parameters may have new places)
 
     _apply.__wrapped__ = orig
     _apply.__doc__ = orig.__doc__

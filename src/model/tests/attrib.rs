@@ -254,3 +254,116 @@ fn step_diff_groups_by_code_location() {
     assert_eq!(a.phase_of(2), PhaseKey::Forward);
     assert_eq!(a.module_of(0), "");
 }
+
+/// A role list of `(addr, bytes, held, module)` tensors, list number `n`.
+fn role_list(ev: &mut Ev, n: u32, tensors: &[(u64, u64, crate::event::Held, u32)]) -> Vec<Event> {
+    let count = tensors.len() as u64;
+    let mut out = vec![ev.at(EventKind::Roles { list: n, count })];
+    for &(addr, bytes, held, module) in tensors {
+        out.push(ev.at(EventKind::Role {
+            list: n,
+            device: 0,
+            addr,
+            bytes,
+            held,
+            module,
+        }));
+    }
+    out.push(ev.at(EventKind::RolesEnd { list: n, count }));
+    out
+}
+
+#[test]
+fn roles_exact_from_lists_and_by_lifetime_for_the_rest() {
+    use crate::event::Held;
+    use crate::model::roles::Role;
+    let mut m = model();
+    let mut ev = Ev::new();
+    let mut evs = vec![ev.seg_alloc(BASE, 64 * MIB)];
+    evs.extend(string(&mut ev, 1, "encoder.layer.0.attn"));
+    evs.extend(string(&mut ev, 2, "encoder.layer.0.mlp"));
+    evs.extend(string(&mut ev, 3, "encoder.layer.1"));
+    evs.push(context(&mut ev, 1, 3, Phase::Forward));
+    evs.push(context(&mut ev, 2, 3, Phase::Backward));
+    evs.push(context(&mut ev, 3, 0, Phase::Optimizer));
+    evs.push(marker(&mut ev, 1));
+    // Parameters made outside every module (FSDP2's shards are made so),
+    // in one buffer of two modules' tensors, and one of its own.
+    evs.push(ev.alloc(BASE, 4 * MIB));
+    evs.push(ev.alloc(BASE + 4 * MIB, 2 * MIB));
+    // A gradient made in backward, optimizer state, a leak born in step 1.
+    evs.push(alloc_in(&mut ev, 2, 1, BASE + 6 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 3, 1, BASE + 8 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 1, 1, BASE + 10 * MIB, 2 * MIB));
+    evs.extend(role_list(
+        &mut ev,
+        1,
+        &[
+            (BASE, 2 * MIB, Held::Parameter, 1),
+            (BASE + 2 * MIB, 2 * MIB, Held::Parameter, 2),
+            (BASE + 4 * MIB, 2 * MIB, Held::Buffer, 2),
+            (BASE + 6 * MIB, 2 * MIB, Held::Gradient, 1),
+            (BASE + 8 * MIB, MIB, Held::OptimizerState, 1),
+            (BASE + 9 * MIB, MIB, Held::OptimizerState, 2),
+        ],
+    ));
+    evs.push(marker(&mut ev, 2));
+    // Step 2: zero_grad frees the gradient; backward makes it again in
+    // place. An activation of this step, and a temporary of backward.
+    evs.push(ev.free_req(BASE + 6 * MIB, 2 * MIB));
+    evs.push(ev.free_done(BASE + 6 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 1, 2, BASE + 12 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 2, 2, BASE + 6 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 2, 2, BASE + 14 * MIB, 2 * MIB));
+    // A forward block born after the list at a parameter's old place is
+    // not a parameter (the parameter block is still live, so use a freed
+    // buffer's place: free the buffer, allocate again).
+    evs.push(ev.free_req(BASE + 4 * MIB, 2 * MIB));
+    evs.push(ev.free_done(BASE + 4 * MIB, 2 * MIB));
+    evs.push(alloc_in(&mut ev, 1, 2, BASE + 4 * MIB, 2 * MIB));
+    feed(&mut m, &evs);
+    let v = m.view(0, &all()).processes.remove(0);
+    let a = &v.attribution;
+    let rows: Vec<(&str, Role, u64)> = (a.by_role.iter())
+        .map(|r| (r.module.as_str(), r.role, r.bytes))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            // Two modules' parameters in one block: the path they share.
+            ("encoder.layer.0", Role::Parameter, 4 * MIB),
+            ("encoder.layer.1", Role::Activation, 4 * MIB),
+            // Optimizer state of both modules in one block.
+            ("encoder.layer.0", Role::OptimizerState, 2 * MIB),
+            ("encoder.layer.0.attn", Role::Gradient, 2 * MIB),
+            ("encoder.layer.1", Role::Temporary, 2 * MIB),
+            ("encoder.layer.1", Role::Other, 2 * MIB),
+        ]
+    );
+    let totals: Vec<(Role, u64)> = a.roles.iter().map(|r| (r.role, r.bytes)).collect();
+    assert_eq!(
+        totals,
+        vec![
+            (Role::Parameter, 4 * MIB),
+            (Role::Gradient, 2 * MIB),
+            (Role::OptimizerState, 2 * MIB),
+            (Role::Activation, 4 * MIB),
+            (Role::Temporary, 2 * MIB),
+            (Role::Other, 2 * MIB),
+        ]
+    );
+    // By module: the parameters count under the module holding them.
+    let sum: u64 = a.by_role.iter().map(|r| r.bytes).sum();
+    assert_eq!(sum, v.figures.allocated);
+    let layer0 = a.by_module.iter().find(|r| r.module == "encoder.layer.0");
+    assert_eq!(layer0.map(|r| (r.bytes, r.blocks)), Some((6 * MIB, 2)));
+    assert_eq!((a.role_lists.lists, a.role_lists.tensors), (1, 6));
+    // Each block of the block map carries its role and holder.
+    let b = &v.devices[0].segments[0].blocks[0];
+    assert_eq!(b.role, Some(Role::Parameter));
+    assert_eq!(b.held_by.as_deref(), Some("encoder.layer.0"));
+    let json = serde_json::to_value(&v).unwrap();
+    let block = &json["devices"][0]["segments"][0]["blocks"][0];
+    assert_eq!(block["role"], "parameter");
+    assert_eq!(json["attribution"]["roles"][0]["role"], "parameter");
+}

@@ -1,0 +1,202 @@
+"""Role lists: which tensors PyTorch itself holds (src/ring/FORMAT.md, "Roles").
+
+The reader can say of each live block whether it is a parameter, a buffer,
+a gradient or optimizer state, and of which module, only if it knows the
+addresses of those tensors. This module walks what PyTorch holds:
+
+- each named model's modules (the roots Attribution.name_tree named):
+  ``_parameters``, ``_buffers`` and each parameter's ``.grad``;
+- each optimizer that stepped: ``optimizer.state`` (tensors per parameter,
+  named by the parameter's module);
+- DTensors (FSDP2's shards) by their local tensor.
+
+and hands the list to the tracker (``vs_agent_roles``), which writes it as
+ROLES, ROLE..., ROLES_END and keeps it to send again with every snapshot.
+
+When: at the first three step boundaries, at a step boundary a second or
+more after the last list, at the next boundary after the model moved
+(``Module._apply``: ``.to()``, ``.cuda()``, ``.half()``) or a new model was
+named, and from a background thread when two seconds pass with no list
+while a model exists (inference loops have no step boundaries); never more
+often than every 100 ms. A walk of GPT-2 small (148 parameters, their
+gradients, Adam's state: about 600 tensors) takes well under a millisecond
+of Python, so the cost is bounded by the once-a-second rule.
+
+Bounded: at most MAX_TENSORS tensors a list (the rest counted in DROPPED
+7). Never raises into the job: a failure turns role lists off with one
+``vramscope:`` line. Models and optimizers are held weakly.
+"""
+
+import array
+import ctypes
+import os
+import threading
+import time
+import weakref
+
+PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE = 1, 2, 3, 4
+_DROP_ROLES = 7
+MAX_TENSORS = 16384
+FIRST_STEPS = 3
+EVERY = 1.0  # seconds between lists at step boundaries
+IDLE = 2.0  # seconds with no list before the background thread writes one
+MIN_GAP = 0.1
+
+
+class Roles:
+    def __init__(self, attrib):
+        self.attrib = attrib
+        self.torch = attrib.torch
+        self.lib = None
+        self.roots = weakref.WeakSet()
+        self.optimizers = weakref.WeakSet()
+        self.steps = 0
+        self.dirty = True
+        self.last = 0.0
+        self.lists = 0
+        self.failed = False
+        self.walk_s = 0.0  # the last walk's time, for status and benchmarks
+        self.lock = threading.Lock()
+        self.thread = None
+        self.pid = os.getpid()
+        try:
+            self.dtensor = self.torch.distributed.tensor.DTensor
+        except Exception:
+            self.dtensor = None
+
+    def connect(self, lib):
+        """The tracker is started: lists can be written (False when this
+        tracker has no role lists)."""
+        if not hasattr(lib, "vs_agent_roles"):
+            return False
+        lib.vs_agent_roles.restype = ctypes.c_uint32
+        lib.vs_agent_roles.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        self.lib = lib
+        return True
+
+    # ---- what the job does ------------------------------------------------
+
+    def root(self, module):
+        """A model was named: walk it at the next boundary."""
+        if module not in self.roots:
+            self.roots.add(module)
+            self.dirty = True
+            self._start_thread()
+
+    def optimizer(self, optimizer):
+        if optimizer not in self.optimizers:
+            self.optimizers.add(optimizer)
+            self.dirty = True
+
+    def moved(self):
+        self.dirty = True
+
+    def at_step(self):
+        """A step boundary."""
+        self.steps += 1
+        now = time.monotonic()
+        if self.steps <= FIRST_STEPS or self.dirty or now - self.last >= EVERY:
+            self.refresh(now)
+
+    # ---- the list -----------------------------------------------------------
+
+    def refresh(self, now=None):
+        if self.lib is None or self.failed:
+            return
+        now = time.monotonic() if now is None else now
+        if now - self.last < MIN_GAP or not self.lock.acquire(blocking=False):
+            self.dirty = True  # (written at a later boundary)
+            return
+        try:
+            self.last = now
+            self.dirty = False
+            t0 = time.perf_counter()
+            words, dropped = self.collect()
+            self.walk_s = time.perf_counter() - t0
+            n = len(words) // 5
+            if dropped:
+                self.lib.vs_agent_count_dropped(_DROP_ROLES, dropped)
+            ptr = words.buffer_info()[0] if n else None
+            if self.lib.vs_agent_roles(ptr, n):
+                self.lists += 1
+        except Exception as e:
+            self.fail(e)
+        finally:
+            self.lock.release()
+
+    def collect(self):
+        """The tensors held now: array('Q') of (device, address, bytes,
+        role, module path id) per tensor, and how many were left out."""
+        words = array.array("Q")
+        seen = set()
+        infos = self.attrib.infos
+        owner = {}  # id(parameter) -> module path id, for optimizer state
+        dropped = 0
+        dtensor = self.dtensor
+
+        def add(t, role, pid):
+            nonlocal dropped
+            if dtensor is not None and isinstance(t, dtensor):
+                t = t._local_tensor
+            if not t.is_cuda:
+                return
+            ptr, nbytes = t.data_ptr(), t.nbytes
+            if nbytes == 0 or (ptr, role) in seen:
+                return  # (a tied weight: named by its first module)
+            if len(words) >= 5 * MAX_TENSORS:
+                dropped += 1
+                return
+            seen.add((ptr, role))
+            words.extend((t.get_device(), ptr, nbytes, role, pid))
+
+        for root in list(self.roots):
+            for _, m in root.named_modules():
+                info = infos.get(id(m))
+                pid = info[0] if info is not None else 0
+                for p in list(m._parameters.values()):
+                    if p is None:
+                        continue
+                    owner.setdefault(id(p), pid)
+                    add(p, PARAMETER, pid)
+                    g = p.grad
+                    if g is not None:
+                        add(g, GRADIENT, pid)
+                for b in list(getattr(m, "_buffers", {}).values()):
+                    if b is not None:
+                        add(b, BUFFER, pid)
+        tensor = self.torch.Tensor
+        for opt in list(self.optimizers):
+            for p, state in list(opt.state.items()):
+                pid = owner.get(id(p), 0)
+                for v in list(state.values()):
+                    if isinstance(v, tensor):
+                        add(v, OPTIMIZER_STATE, pid)
+        return words, dropped
+
+    # ---- inference loops --------------------------------------------------
+
+    def _start_thread(self):
+        if self.thread is not None:
+            return
+        try:
+            t = threading.Thread(target=self._idle, name="vramscope-roles", daemon=True)
+            t.start()
+            self.thread = t
+        except Exception:
+            self.thread = False
+
+    def _idle(self):
+        pid = self.pid
+        while not self.failed and os.getpid() == pid:
+            time.sleep(IDLE / 2)
+            if self.lib is not None and time.monotonic() - self.last >= IDLE and len(self.roots):
+                self.refresh()
+
+    def fail(self, e):
+        if self.failed:
+            return
+        self.failed = True
+        try:
+            self.attrib.warn("role lists disabled: %s: %s" % (type(e).__name__, e), "roles")
+        except Exception:
+            pass

@@ -1,0 +1,226 @@
+"""vramscope/_roles.py with no torch and no GPU: the real Attribution and
+Roles against the stand-in torch in fake_torch/ and a stand-in tracker that
+keeps each role list it is handed. Run by tests/agent_attrib.rs; prints
+"ok ..." lines, raises on a failure."""
+
+import ctypes
+import time
+
+import torch
+from torch import nn
+from torch.optim.optimizer import Optimizer
+
+from vramscope import _roles
+from vramscope._attrib import Attribution
+
+NAMES = {1: "parameter", 2: "buffer", 3: "gradient", 4: "optimizer_state"}
+
+
+class Fn:
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, *args):
+        return self.f(*args)
+
+
+class Lib:
+    """The tracker's attribution and role list API, kept in Python."""
+
+    def __init__(self):
+        for name in dir(self):
+            if name.startswith("vs_agent_"):
+                setattr(self, name, Fn(getattr(self, name)))
+        self.strings = {}
+        self.lists = []
+        self.dropped = {}
+        self.capture = (ctypes.c_uint64 * 3)()
+        self.word = ctypes.c_uint32(0)
+
+    def vs_agent_context_slot(self):
+        return ctypes.addressof(self.word)
+
+    def vs_agent_set_attribution(self, on):
+        return on
+
+    def vs_agent_define_string(self, sid, b, n):
+        self.strings[sid] = b[:n].decode()
+
+    def vs_agent_define_frame(self, *a):
+        pass
+
+    def vs_agent_define_stack(self, *a):
+        pass
+
+    def vs_agent_define_context(self, *a):
+        pass
+
+    def vs_agent_count_dropped(self, what, n):
+        self.dropped[what] = self.dropped.get(what, 0) + n
+
+    def vs_agent_capture_request(self):
+        return ctypes.addressof(self.capture)
+
+    def vs_agent_roles(self, ptr, n):
+        words = list((ctypes.c_uint64 * (5 * n)).from_address(ptr)) if n else []
+        rows = []
+        for i in range(n):
+            dev, addr, nbytes, role, module = words[5 * i : 5 * i + 5]
+            rows.append((dev, addr, nbytes, NAMES[role], self.strings.get(module, "") if module else None))
+        self.lists.append(rows)
+        return len(self.lists)
+
+
+class Cuda:
+    """A CUDA tensor as the walk reads one."""
+
+    _next = [0x7F0000000000]
+
+    def __init__(self, nbytes, device=0, cuda=True, at=None):
+        self.nbytes = nbytes
+        self.is_cuda = cuda
+        self.device = device
+        self.grad = None
+        if at is None:
+            at = Cuda._next[0]
+            Cuda._next[0] += 1 << 20
+        self.addr = at
+
+    def data_ptr(self):
+        return self.addr
+
+    def get_device(self):
+        return self.device if self.is_cuda else -1
+
+
+torch.Tensor = Cuda  # (optimizer state values are tensors: isinstance)
+
+
+class Linear(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        object.__setattr__(self, "_buffers", {})
+        self._parameters["weight"] = Cuda(n)
+        self._buffers["running"] = Cuda(64)
+        self._buffers["cpu"] = Cuda(64, cuda=False)
+
+    def forward(self, x):
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = Linear(4096)
+        self.layers = nn.ModuleList([Linear(1024), Linear(2048)])
+        self.head = Linear(8)
+        self.head._parameters["weight"] = self.embed._parameters["weight"]  # tied
+
+    def forward(self, x):
+        x = self.embed(x)
+        for m in self.layers:
+            x = m(x)
+        return self.head(x)
+
+
+class Adam(Optimizer):
+    def __init__(self, params):
+        self.params = list(params)
+        self.state = {}
+
+    def work(self):
+        for p in self.params:
+            if p not in self.state:
+                self.state[p] = {"step": 1, "exp_avg": Cuda(p.nbytes), "exp_avg_sq": Cuda(p.nbytes)}
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok " + what)
+
+
+def by_role(rows):
+    out = {}
+    for dev, addr, nbytes, role, module in rows:
+        out.setdefault(role, []).append((module, nbytes))
+    return out
+
+
+def main():
+    warnings = []
+    a = Attribution(torch, lambda msg, key=None: warnings.append(msg))
+    check(a.install(), "the hooks install")
+    lib = Lib()
+    check(a.connect(lib) and a.roles is not None and a.roles.lib is lib, "a tracker with role lists connects them")
+    model = Net()
+    model(None)  # names the tree: a root for role lists
+    a.step()
+    check(len(lib.lists) == 1, "the first step boundary writes a list")
+    got = by_role(lib.lists[-1])
+    check(sorted(got["parameter"]) == [("embed", 4096), ("layers.0", 1024), ("layers.1", 2048)],
+          "parameters by their module, a tied weight once, by its first module: %s" % got["parameter"])
+    check(len(got["buffer"]) == 4 and all(n == 64 for _, n in got["buffer"]),
+          "CUDA buffers of each module, CPU ones left out: %s" % got["buffer"])
+    # Backward made gradients; an optimizer stepped and made its state.
+    l0, l1 = list(model.layers)
+    for m in (model.embed, l0, l1):
+        m._parameters["weight"].grad = Cuda(m._parameters["weight"].nbytes)
+    opt = Adam([m._parameters["weight"] for m in (model.embed, l0, l1)])
+    opt.step(work=opt.work)
+    a.step()
+    check(len(lib.lists) == 1, "never two lists within 100 ms")
+    time.sleep(0.15)
+    a.step()
+    got = by_role(lib.lists[-1])
+    check(len(lib.lists) == 2 and sorted(got["gradient"]) == [("embed", 4096), ("layers.0", 1024), ("layers.1", 2048)],
+          "gradients by their parameter's module")
+    check(sorted(got["optimizer_state"]) == sorted([("embed", 4096)] * 2 + [("layers.0", 1024)] * 2
+                                                   + [("layers.1", 2048)] * 2),
+          "optimizer state by its parameter's module (non-tensor state left out)")
+    time.sleep(0.15)
+    a.step()
+    n = len(lib.lists)
+    time.sleep(0.15)
+    a.step()
+    check(len(lib.lists) == n, "after the first steps, no list within a second of the last")
+    time.sleep(0.15)
+    model._apply(lambda p: p)  # .to(): the parameters may have moved
+    a.step()
+    check(len(lib.lists) == n + 1, "the model moved: a list at the next boundary")
+    a.roles.last -= _roles.EVERY
+    a.step()
+    check(len(lib.lists) == n + 2, "a boundary a second after the last list writes one")
+    # The bound.
+    old = _roles.MAX_TENSORS
+    _roles.MAX_TENSORS = 5
+    a.roles.last -= _roles.EVERY
+    a.step()
+    _roles.MAX_TENSORS = old
+    total = 3 + 3 + 6 + 4
+    check(len(lib.lists[-1]) == 5 and lib.dropped.get(7) == total - 5,
+          "a list is bounded and what is left out is counted (DROPPED 7): %s" % lib.dropped)
+    # Inference: no step boundaries; the background thread writes a list.
+    _roles.IDLE = 0.3
+    n = len(lib.lists)
+    deadline = time.monotonic() + 5
+    while len(lib.lists) == n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(len(lib.lists) > n, "with no step boundary for a while, the background thread writes a list")
+    _roles.IDLE = 3600.0
+    time.sleep(0.2)
+    # A failure turns role lists off with one line and never reaches the job.
+    l1._parameters["weight"] = object()
+    a.roles.last -= _roles.EVERY
+    n = len(lib.lists)
+    a.step()
+    a.roles.last -= _roles.EVERY
+    a.step()
+    check(a.roles.failed and len(lib.lists) == n and sum("role lists disabled" in w for w in warnings) == 1,
+          "a walk that fails turns role lists off with one line: %s" % warnings)
+    print("test_roles.py: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
