@@ -843,7 +843,6 @@ uint32_t write_snapshot(int only) {
   // Definitions first, so a reader that starts with this snapshot can name
   // every context the blocks' tags use (FORMAT.md, "Attaching mid-run").
   resend_definitions();
-  resend_roles();
   for (int d = 0; d < g_devices; d++) {
     if (only >= 0 && d != only) continue;
     const uint16_t dev = static_cast<uint16_t>(d);
@@ -905,6 +904,10 @@ uint32_t write_snapshot(int only) {
     uint64_t end[7] = {vs_head_word(VS_K_SNAP_END, dev, id), vs_monotonic_ns(), 0, 0, 0, 0, 0};
     vs_ring_write(agent_ring(), end);
   }
+  // The role list after the state (FORMAT.md, "Roles"): a reader matches
+  // a list to blocks allocated before it, and a snapshot's blocks are as
+  // old as the snapshot to it.
+  resend_roles();
   return id;
 }
 
@@ -1392,6 +1395,10 @@ uint32_t vs_agent_roles(const uint64_t* words, uint64_t n) {
     return 0;
   }
 }
+
+// Snapshots written so far: the Python side walks its role list again
+// soon after one (a reader that attached is given a fresh list).
+uint32_t vs_agent_snapshots(void) { return g_snapshot_id.load(std::memory_order_relaxed); }
 
 // Adds to a DROPPED count (`what`, FORMAT.md) the Python side keeps.
 void vs_agent_count_dropped(uint32_t what, uint64_t n) {

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::roles::{shared_path, Role, RoleLists};
-use super::view::{BlockView, ProcessView};
+use super::view::ProcessView;
 use super::Bounds;
 use crate::event::{BlockState, CtxTag, DropWhat, EventKind, MarkSource, Phase};
 use crate::text::printable;
@@ -715,6 +715,9 @@ pub struct DiffRow {
     #[serde(with = "crate::model::view::module_json")]
     pub module: String,
     pub phase: PhaseKey,
+    /// What the blocks are to PyTorch (`model::roles`).
+    #[serde(default = "Role::other")]
+    pub role: Role,
     /// The requested size of each block of the row.
     pub size: u64,
     pub blocks: u64,
@@ -751,13 +754,14 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
         step: None,
         stack: Vec::new(),
     };
-    type Key<'a> = (&'a str, PhaseKey, u64, &'a [String]);
+    type Key<'a> = (&'a str, PhaseKey, Role, u64, &'a [String]);
     let mut groups: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     let blocks = view
         .devices
         .iter()
         .flat_map(|d| (d.segments.iter().flat_map(|s| s.blocks.iter())).chain(d.orphans.iter()));
-    for BlockView { block: b, .. } in blocks {
+    for v in blocks {
+        let b = &v.block;
         if b.state != BlockState::Allocated {
             continue;
         }
@@ -766,22 +770,29 @@ pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
         if step != Some(born) {
             continue;
         }
+        // A block a role list names is its holder's (a gradient made
+        // in backward, optimizer state made in the step).
+        let module = v.held_by.as_deref().unwrap_or(c.module.as_str());
+        let role = v.role.unwrap_or(Role::Other);
         let e = groups
-            .entry((c.module.as_str(), c.phase, b.requested, c.stack.as_slice()))
+            .entry((module, c.phase, role, b.requested, c.stack.as_slice()))
             .or_default();
         e.0 = e.0.saturating_add(b.size);
         e.1 += 1;
     }
     let mut rows: Vec<DiffRow> = groups
         .into_iter()
-        .map(|((module, phase, size, stack), (bytes, blocks))| DiffRow {
-            module: module.to_string(),
-            phase,
-            size,
-            blocks,
-            bytes,
-            stack: stack.to_vec(),
-        })
+        .map(
+            |((module, phase, role, size, stack), (bytes, blocks))| DiffRow {
+                module: module.to_string(),
+                phase,
+                role,
+                size,
+                blocks,
+                bytes,
+                stack: stack.to_vec(),
+            },
+        )
         .collect();
     rows.sort_by(|a, b| {
         b.bytes

@@ -25,7 +25,8 @@
 //!   a freed tensor's address is a new tensor); except gradients: the
 //!   optimizer's `zero_grad` frees them and the next backward makes them
 //!   again in the same places, so a gradient entry also names a block born
-//!   in backward after the list that contains its bytes;
+//!   in backward after the list that was allocated for exactly it (its
+//!   address, its bytes requested);
 //! - several entries in one block (views into one buffer: FSDP2's
 //!   all-gather output, DDP's buckets): the role with the most bytes, and
 //!   the module path the entries' paths share.
@@ -64,6 +65,11 @@ impl Role {
         Role::Other,
     ];
 
+    /// The role of a block nothing else says anything about.
+    pub fn other() -> Role {
+        Role::Other
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Role::Parameter => "parameter",
@@ -73,6 +79,14 @@ impl Role {
             Role::Activation => "activation",
             Role::Temporary => "temporary",
             Role::Other => "other",
+        }
+    }
+
+    /// The role as tables show it (at most 11 characters).
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::OptimizerState => "optim state",
+            r => r.name(),
         }
     }
 
@@ -275,7 +289,13 @@ impl RoleTable {
             if e.end() > end {
                 continue;
             }
-            let fits = born_before || (reborn_gradient && e.held == Held::Gradient);
+            // Made again in its place: an allocation of exactly the
+            // gradient, at its address.
+            let again = reborn_gradient
+                && e.held == Held::Gradient
+                && e.addr == addr
+                && e.bytes == block.requested;
+            let fits = born_before || again;
             if !fits {
                 continue;
             }
@@ -422,8 +442,13 @@ mod tests {
         // A block born after the list at a parameter's old address is new.
         assert_eq!(t.lookup(0, 0x1000, &block(512, 150), fwd), None);
         // ...but a gradient made again by backward in its place is one.
-        let g = t.lookup(0, 0x2000, &block(512, 150), PhaseKey::Backward);
+        let mut again = block(512, 150);
+        again.requested = 256;
+        let g = t.lookup(0, 0x2000, &again, PhaseKey::Backward);
         assert_eq!(g.unwrap().role, Role::Gradient);
+        // A larger allocation of backward over its place is not.
+        let g = t.lookup(0, 0x2000, &block(512, 150), PhaseKey::Backward);
+        assert_eq!(g, None);
         // A block too small to hold the tensor does not match it.
         assert_eq!(t.lookup(0, 0x3000, &block(32, 50), fwd), None);
         // Another device's block at the same address does not match.

@@ -18,7 +18,10 @@
 //! 1.1): a process's live bytes by `module`, its [`TOP_MODULES`] largest
 //! modules and one `(other)` row for the rest (`(none)`: outside every
 //! module), so a model with thousands of modules adds at most 11 series
-//! per process; and by `phase` (five values at most).
+//! per process; and by `phase` (five values at most). By `role` (seven
+//! values at most: parameter, buffer, gradient, optimizer_state from the
+//! agent's role lists, FORMAT 1.2; activation, temporary, other by
+//! lifetime, `model::roles`).
 //!
 //! Label values are unambiguous: those the exporter makes up, `(other)`
 //! and `(none)`, are never a producer's. A module path is the producer's
@@ -175,6 +178,10 @@ const P_MODULE: Def = gauge(
 const P_PHASE: Def = gauge(
     "vramscope_process_phase_allocated_bytes",
     "Bytes of live tensors by the phase they were allocated in (forward, backward, optimizer, other, unknown).",
+);
+const P_ROLE: Def = gauge(
+    "vramscope_process_role_allocated_bytes",
+    "Bytes of live tensors by role: parameter, buffer, gradient, optimizer_state (exact, from the role lists the agent sends, FORMAT 1.2), activation, temporary, other (by lifetime).",
 );
 /// Modules a process exposes one by one; the rest are summed.
 pub(crate) const TOP_MODULES: usize = 10;
@@ -482,6 +489,12 @@ pub(crate) fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
 /// Live bytes by module (the largest [`TOP_MODULES`], then `(other)`) and
 /// by phase, when the producer tags its allocations.
 fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution) {
+    // Roles: exact ones need role lists, the others context tags.
+    if a.tagged() || a.role_lists.lists > 0 {
+        for r in &a.roles {
+            out.put(&P_ROLE, &l.with("role", r.role.name()), Value::U(r.bytes));
+        }
+    }
     if !a.tagged() {
         return;
     }
@@ -603,7 +616,15 @@ mod tests {
             contexts: vec![context("m.1", PhaseKey::Backward)],
             ..Attribution::default()
         };
+        a.roles = vec![crate::model::attrib::RoleTotal {
+            role: crate::model::roles::Role::OptimizerState,
+            bytes: 64,
+            blocks: 2,
+        }];
         let text = exposed(&a);
+        assert!(text.contains(
+            "vramscope_process_role_allocated_bytes{pid=\"7\",role=\"optimizer_state\"} 64"
+        ));
         let rows = module_rows(&text);
         assert_eq!(rows.len(), 11, "{text}");
         assert_eq!(
@@ -618,6 +639,7 @@ mod tests {
         assert!(text
             .contains("vramscope_process_phase_allocated_bytes{pid=\"7\",phase=\"backward\"} 7"));
         a.contexts.clear();
+        a.roles.clear();
         let mut out = Out::default();
         attribution(&mut out, &Labels::default(), &a);
         assert_eq!(out.finish(Format::Prometheus), "");

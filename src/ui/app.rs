@@ -515,6 +515,7 @@ impl App {
             | A::CloseModules
             | A::ModulesSort
             | A::ModulesReverse
+            | A::ModulesRole
             | A::ModulesUp
             | A::ModulesDown
             | A::ModulesOnly

@@ -81,6 +81,9 @@ pub enum Action {
     CloseModules,
     ModulesSort,
     ModulesReverse,
+    /// The "By module" table shows one role's bytes (parameter, gradient,
+    /// ...), then the next, then all again.
+    ModulesRole,
     ModulesUp,
     ModulesDown,
     /// Enter in the "By module" table: the block map shows only that module.
@@ -329,6 +332,7 @@ pub const KEYS: &[Binding] = &[
     bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules),
     bind(Modules, &[c('o')], A::ModulesSort),
     bind(Modules, &[c('O')], A::ModulesReverse),
+    bind(Modules, &[c('r')], A::ModulesRole),
     bind(Modules, &[k(Up), c('k')], A::ModulesUp),
     bind(Modules, &[k(Down), c('j')], A::ModulesDown),
     bind(Modules, &[k(Enter)], A::ModulesOnly),
@@ -414,7 +418,7 @@ pub const KEYS: &[Binding] = &[
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
     bind(Process, &[c('M')], A::Modules)
-        .help("M", "bytes by module & phase")
+        .help("M", "bytes by module, phase & role")
         .hint("M", "modules", 9),
     bind(Process, &[c('c')], A::BlockColouring)
         .help("c", "colour map by module/phase")

@@ -1,5 +1,5 @@
 //! The step diff overlay (`d` in the process view): what step k allocated
-//! that is still alive now, in step k + n, grouped by module, phase, size
+//! that is still alive now, in step k + n, grouped by module, phase, role, size
 //! and code location (`attrib::step_diff`). `+`/`-` move k back and forth
 //! (n = 1 at first: the step before the current one), j/k scroll.
 
@@ -128,15 +128,15 @@ pub(crate) fn render(
         ..inner
     };
     // A row, and under it its code location where a stack was captured.
-    let module_w = width.saturating_sub(9 + 10 + 7 + 11 + 1).max(8);
-    let row = |m: &str, phase: &str, size: &str, blocks: &str, bytes: &str| {
+    let module_w = width.saturating_sub(9 + 12 + 10 + 7 + 11 + 1).max(8);
+    let row = |m: &str, phase: &str, role: &str, size: &str, blocks: &str, bytes: &str| {
         let m = format::fit_line(Line::raw(m.to_string()), module_w, g.ellipsis).to_string();
-        format!(" {m:<module_w$}{phase:<9}{size:>10}{blocks:>7}{bytes:>11}")
+        format!(" {m:<module_w$}{phase:<9}{role:<12}{size:>10}{blocks:>7}{bytes:>11}")
     };
     let mut lines = vec![Line::styled(
         // What each allocation asked for, and what its blocks hold (the
         // allocator rounds up: issue 30, item 8, "SIZE 4 B … BYTES 512 B").
-        row("MODULE", "PHASE", "ASKED", "BLOCKS", "HELD"),
+        row("MODULE", "PHASE", "ROLE", "ASKED", "BLOCKS", "HELD"),
         t.header(),
     )];
     for r in d
@@ -150,6 +150,7 @@ pub(crate) fn render(
         lines.push(Line::raw(row(
             module_label(&r.module),
             r.phase.name(),
+            r.role.label(),
             &format::bytes_short(r.size),
             &format::count(r.blocks),
             &format::bytes(r.bytes),

@@ -36,6 +36,7 @@ class Lib:
         self.dropped = {}
         self.capture = (ctypes.c_uint64 * 3)()
         self.word = ctypes.c_uint32(0)
+        self.snaps = 0
 
     def vs_agent_context_slot(self):
         return ctypes.addressof(self.word)
@@ -60,6 +61,9 @@ class Lib:
 
     def vs_agent_capture_request(self):
         return ctypes.addressof(self.capture)
+
+    def vs_agent_snapshots(self):
+        return self.snaps
 
     def vs_agent_roles(self, ptr, n):
         words = list((ctypes.c_uint64 * (5 * n)).from_address(ptr)) if n else []
@@ -208,7 +212,14 @@ def main():
         time.sleep(0.05)
     check(len(lib.lists) > n, "with no step boundary for a while, the background thread writes a list")
     _roles.IDLE = 3600.0
-    time.sleep(0.2)
+    time.sleep(0.6)
+    # A reader attached (the tracker wrote a snapshot): a fresh list soon.
+    n = len(lib.lists)
+    lib.snaps += 1
+    deadline = time.monotonic() + 5
+    while len(lib.lists) == n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(len(lib.lists) == n + 1, "a snapshot written (a reader attached) is followed by a fresh list")
     # A failure turns role lists off with one line and never reaches the job.
     l1._parameters["weight"] = object()
     a.roles.last -= _roles.EVERY

@@ -30,8 +30,10 @@ channels_last, bf16 autocast, SGD with momentum). Built from configs.
      tracker     the tracker on, attribution off (no hooks, no tags)
      attrib      the tracker on, attribution on (the call wrapper, backward
                  pre-hooks on the automatic level and on roots, tags, the tag
-                 table): the default, module calls through the native path
-                 (fastcall.cpp)
+                 table, role lists): the default, module calls through the
+                 native path (fastcall.cpp)
+     attrib_noroles  the same without role lists (_roles.py): what they cost
+                 is attrib over this
      attrib_py   the same with module calls through the Python wrapper only
                  (what runs where the native path cannot be built)
      attrib_params  the same with a backward pre-hook on every module that
@@ -228,10 +230,16 @@ def main():
     def noop_wrapper(self, *args, **kwargs):
         return orig_call(self, *args, **kwargs)
 
+    roles = attrib.roles
+
     def set_variant(v):
         attrib.capture_steps = 0
+        # Role lists (_roles.py) ride on attribution; attrib_noroles is
+        # attribution without them.
+        attrib.roles = None if v == "attrib_noroles" else roles
         attrib.set_backward({"attrib_all": "all", "attrib_nobw": "none", "attrib_params": "params"}.get(v, "auto"))
-        if v in ("attrib", "attrib_py", "attrib_params", "attrib_all", "attrib_nobw", "attrib_notag", "capture"):
+        if v in ("attrib", "attrib_noroles", "attrib_py", "attrib_params", "attrib_all", "attrib_nobw", "attrib_notag",
+                 "capture"):
             attrib.install()
             lib.vs_agent_enable(1)
             lib.vs_agent_set_attribution(0 if v == "attrib_notag" else 1)
@@ -261,7 +269,7 @@ def main():
         if v == "history":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib_notag", "attrib", "attrib_py", "attrib_params", "attrib_all", "capture", "history"]
+    variants = ["bare", "hooks", "wrapper", "tracker", "attrib_nobw", "attrib_notag", "attrib", "attrib_noroles", "attrib_py", "attrib_params", "attrib_all", "capture", "history"]
     if a.variants:
         want = set(a.variants.split(",")) | {"bare"}
         variants = [v for v in variants if v in want]

@@ -687,7 +687,7 @@ class Attribution:
         if self.capture_steps:
             self.capture_steps -= 1
         self.poll_capture()
-        if self.roles is not None:
+        if self.roles is not None and self.installed:
             self.roles.at_step()
         n = self.native
         now = time.monotonic()

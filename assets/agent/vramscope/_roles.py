@@ -8,7 +8,8 @@ addresses of those tensors. This module walks what PyTorch holds:
   ``_parameters``, ``_buffers`` and each parameter's ``.grad``;
 - each optimizer that stepped: ``optimizer.state`` (tensors per parameter,
   named by the parameter's module);
-- DTensors (FSDP2's shards) by their local tensor.
+- DTensors (FSDP2's shards) by their local tensor (``_local_tensor``:
+  the DTensor itself has no storage).
 
 and hands the list to the tracker (``vs_agent_roles``), which writes it as
 ROLES, ROLE..., ROLES_END and keeps it to send again with every snapshot.
@@ -17,8 +18,10 @@ When: at the first three step boundaries, at a step boundary a second or
 more after the last list, at the next boundary after the model moved
 (``Module._apply``: ``.to()``, ``.cuda()``, ``.half()``) or a new model was
 named, and from a background thread when two seconds pass with no list
-while a model exists (inference loops have no step boundaries); never more
-often than every 100 ms. A walk of GPT-2 small (148 parameters, their
+while a model exists (inference loops have no step boundaries) or soon
+after the tracker wrote a snapshot (a reader attached: the list the tracker
+sends with the snapshot is the last walk, a fresh one follows within a
+quarter of a second); never more often than every 100 ms. A walk of GPT-2 small (148 parameters, their
 gradients, Adam's state: about 600 tensors) takes well under a millisecond
 of Python, so the cost is bounded by the once-a-second rule.
 
@@ -40,6 +43,7 @@ MAX_TENSORS = 16384
 FIRST_STEPS = 3
 EVERY = 1.0  # seconds between lists at step boundaries
 IDLE = 2.0  # seconds with no list before the background thread writes one
+POLL = 0.25  # how often the background thread looks
 MIN_GAP = 0.1
 
 
@@ -59,10 +63,6 @@ class Roles:
         self.lock = threading.Lock()
         self.thread = None
         self.pid = os.getpid()
-        try:
-            self.dtensor = self.torch.distributed.tensor.DTensor
-        except Exception:
-            self.dtensor = None
 
     def connect(self, lib):
         """The tracker is started: lists can be written (False when this
@@ -71,6 +71,10 @@ class Roles:
             return False
         lib.vs_agent_roles.restype = ctypes.c_uint32
         lib.vs_agent_roles.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        self.snapshots = getattr(lib, "vs_agent_snapshots", None)
+        if self.snapshots is not None:
+            self.snapshots.restype = ctypes.c_uint32
+            self.snapshots.argtypes = []
         self.lib = lib
         return True
 
@@ -132,16 +136,18 @@ class Roles:
         infos = self.attrib.infos
         owner = {}  # id(parameter) -> module path id, for optimizer state
         dropped = 0
-        dtensor = self.dtensor
 
         def add(t, role, pid):
             nonlocal dropped
-            if dtensor is not None and isinstance(t, dtensor):
-                t = t._local_tensor
+            # A DTensor (FSDP2's shards, tensor parallelism) holds no
+            # storage of its own: its local tensor does.
+            inner = getattr(t, "_local_tensor", None)
+            if inner is not None:
+                t = inner
             if not t.is_cuda:
                 return
             ptr, nbytes = t.data_ptr(), t.nbytes
-            if nbytes == 0 or (ptr, role) in seen:
+            if nbytes == 0 or ptr == 0 or (ptr, role) in seen:
                 return  # (a tied weight: named by its first module)
             if len(words) >= 5 * MAX_TENSORS:
                 dropped += 1
@@ -187,10 +193,19 @@ class Roles:
 
     def _idle(self):
         pid = self.pid
+        seen = None
         while not self.failed and os.getpid() == pid:
-            time.sleep(IDLE / 2)
-            if self.lib is not None and time.monotonic() - self.last >= IDLE and len(self.roots):
+            time.sleep(POLL)
+            a = self.attrib
+            on = a.roles is self and a.installed  # (attribution removed: no lists)
+            if not on or self.lib is None or not len(self.roots):
+                continue
+            # A snapshot was written (a reader attached): the list sent
+            # with it is the last walk; walk again.
+            snaps = self.snapshots() if self.snapshots is not None else None
+            if (snaps != seen and seen is not None) or time.monotonic() - self.last >= IDLE:
                 self.refresh()
+            seen = snaps
 
     def fail(self, e):
         if self.failed:

@@ -37,15 +37,16 @@ impl App {
                 };
             }
             A::ModulesOnly => self.modules_only(),
-            A::ModulesSort | A::ModulesReverse | A::ModulesUp | A::ModulesDown => {
+            A::ModulesSort | A::ModulesReverse | A::ModulesRole | A::ModulesUp | A::ModulesDown => {
                 let Some(Overlay::Modules(mut m)) = self.overlay else {
                     return vec![];
                 };
-                let rows =
-                    (self.selected_entry()).map_or(0, |e| e.view.attribution.by_module.len());
+                let rows = (self.selected_entry())
+                    .map_or(0, |e| attribution::sorted(&e.view.attribution, &m).len());
                 match action {
                     A::ModulesSort => m.sort_next(),
                     A::ModulesReverse => m.reverse(),
+                    A::ModulesRole => m.role_next(),
                     _ => m.scroll_by(action == A::ModulesDown, rows),
                 }
                 self.overlay = Some(Overlay::Modules(m));
@@ -79,7 +80,7 @@ impl App {
             };
             let rows = attribution::sorted(&e.view.attribution, &m);
             rows.get(m.scroll.min(rows.len().saturating_sub(1)))
-                .map(|r| r.module.clone())
+                .map(|r| r.module.to_string())
         });
         if let Some(module) = module {
             self.overlay = None;
