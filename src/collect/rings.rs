@@ -174,6 +174,10 @@ pub(crate) struct RingSet {
     /// turn: one set of buffers for all, reused (warm in the cache, and
     /// nothing is allocated per tick once they have grown).
     buf: Drained,
+    /// The first scan is done: segments found from now on appeared after
+    /// the start, and are read from their oldest record whatever
+    /// [`Config::backlog`] says.
+    scanned: bool,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -195,6 +199,7 @@ impl RingSet {
             containers_at: None,
             generation: 0,
             buf: Drained::default(),
+            scanned: false,
         }
     }
 
@@ -225,6 +230,7 @@ impl RingSet {
         if due {
             self.last_scan = Some(Instant::now());
             self.scan(hub);
+            self.scanned = true;
         }
         self.drain(hub);
     }
@@ -307,7 +313,12 @@ impl RingSet {
     /// still initialising after 5 s.
     fn open(&mut self, f: Found, id: FileId, hub: &Hub) {
         let path = f.path.clone();
-        let reader = match SegmentReader::open_in(&f.dir, &f.file, Start::Oldest) {
+        let start = if self.cfg.backlog || self.scanned {
+            Start::Oldest
+        } else {
+            Start::Now
+        };
+        let reader = match SegmentReader::open_in(&f.dir, &f.file, start) {
             Ok(r) => r,
             Err(RingError::Initialising(_)) => {
                 let since = *self
