@@ -551,17 +551,16 @@ fn write_after_start(seg: &SegmentWriter) {
     write(seg, 1, tensor);
 }
 
-/// `record` (3 s, `extra` flags) of a job with a backlog that answers a
+/// `record` (3 s, `extra` flags) of a job (`producer`) with a backlog that answers a
 /// snapshot command with its state (the fifty tensors in one block, the
 /// rest free); the replay's process as JSON, and the snapshots asked for.
-fn record_job_with_backlog(extra: &[&str]) -> (Value, usize) {
+fn record_job_with_backlog(producer: Producer, extra: &[&str]) -> (Value, usize) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("job.vsrec");
     let shm = dir.path().join("shm");
     std::fs::create_dir(&shm).unwrap();
-    let seg =
-        SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096)).unwrap();
+    let seg = SegmentWriter::create(&SegmentConfig::new(&shm, producer, 1, 4096)).unwrap();
     write_backlog(&seg);
     let snapshots = AtomicUsize::new(0);
     let answer = |req: &vramscope::ring::control::Request| {
@@ -600,7 +599,7 @@ fn record_job_with_backlog(extra: &[&str]) -> (Value, usize) {
 /// and what came after: the figures are the whole job's.
 #[test]
 fn a_recording_starts_now_and_anchors_on_a_snapshot() {
-    let (p, snapshots) = record_job_with_backlog(&[]);
+    let (p, snapshots) = record_job_with_backlog(Producer::TorchExact, &[]);
     assert!(snapshots >= 1, "no snapshot asked for");
     let source = &p["source"];
     assert_eq!(source["lost"], 0u64, "{source}");
@@ -623,7 +622,7 @@ fn a_recording_starts_now_and_anchors_on_a_snapshot() {
 /// whole job read from position 0: no snapshot needed).
 #[test]
 fn record_backlog_keeps_what_the_rings_held() {
-    let (p, _) = record_job_with_backlog(&["--backlog"]);
+    let (p, _) = record_job_with_backlog(Producer::TorchExact, &["--backlog"]);
     let source = &p["source"];
     let delivered = source["delivered"].as_u64().unwrap();
     assert!(delivered >= BACKLOG_RECORDS + 2, "{source}");
@@ -636,4 +635,40 @@ fn record_backlog_keeps_what_the_rings_held() {
         "{}",
         p["view"]["watch"]
     );
+}
+
+/// A process that starts while `record` runs (its segment found after the
+/// first scan) is read from its first record, however long the collector
+/// took to find it: its whole life is after the start.
+#[test]
+fn a_process_that_starts_while_recording_is_read_from_its_first_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("new.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut child = record_for_3s(&rec, &shm);
+    std::thread::sleep(Duration::from_millis(800));
+    let seg =
+        SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096)).unwrap();
+    // Written at once: the next scan (every 500 ms) finds them in the ring.
+    write_small_job(&seg);
+    assert!(child.wait().unwrap().success());
+    let out = succeeded(bin().args(["replay", "--json"]).arg(&rec).output().unwrap());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["processes"][0];
+    assert_eq!(p["source"]["delivered"], 7u64, "{}", p["source"]);
+    assert_eq!(p["view"]["figures"]["allocated"], 5u64 << 20);
+    assert_eq!(p["view"]["watch"]["mid_run"], false);
+}
+
+/// A producer that takes no commands cannot be asked for a snapshot to
+/// anchor on: its backlog is recorded (it may hold one) whatever the flag.
+#[test]
+fn a_producer_without_commands_is_recorded_with_its_backlog() {
+    let (p, snapshots) = record_job_with_backlog(Producer::Test, &[]);
+    assert_eq!(snapshots, 0);
+    let delivered = p["source"]["delivered"].as_u64().unwrap();
+    assert!(delivered >= BACKLOG_RECORDS + 2, "{}", p["source"]);
+    assert_eq!(p["view"]["figures"]["events_total"], 53u64);
+    assert_eq!(p["view"]["watch"]["mid_run"], false);
 }

@@ -89,7 +89,9 @@ pub struct Config {
     /// now on is read (`record` without `--backlog`), and the model
     /// anchors on a snapshot it asks for (FORMAT.md, "Attaching
     /// mid-run"). Segments that appear later are always read from their
-    /// oldest record: their whole life is after the start.
+    /// oldest record: their whole life is after the start; so are those
+    /// whose producer takes no commands (nothing could ask it for the
+    /// snapshot to anchor on; its backlog may hold one).
     pub backlog: bool,
 }
 

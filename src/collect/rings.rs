@@ -187,6 +187,11 @@ fn mode_of(p: Producer) -> Mode {
     }
 }
 
+/// Whether the producer answers commands (`empty_cache`, snapshots, …).
+fn takes_commands(p: Producer) -> bool {
+    !matches!(p, Producer::Test | Producer::Other(_))
+}
+
 impl RingSet {
     pub(crate) fn new(cfg: Config) -> Self {
         RingSet {
@@ -318,7 +323,17 @@ impl RingSet {
         } else {
             Start::Now
         };
-        let reader = match SegmentReader::open_in(&f.dir, &f.file, start) {
+        let open = |start| SegmentReader::open_in(&f.dir, &f.file, start);
+        let opened = open(start).and_then(|r| {
+            // Nothing can ask a producer that takes no commands for the
+            // snapshot to anchor on: its backlog is read (it may hold one).
+            if matches!(start, Start::Now) && !takes_commands(r.header().producer) {
+                open(Start::Oldest)
+            } else {
+                Ok(r)
+            }
+        });
+        let reader = match opened {
             Ok(r) => r,
             Err(RingError::Initialising(_)) => {
                 let since = *self
@@ -472,7 +487,7 @@ impl RingSet {
             framework: Some(h.framework.clone()).filter(|s| !s.is_empty()),
             delivered: 0,
             lost: 0,
-            commands: !matches!(h.producer, Producer::Test | Producer::Other(_)),
+            commands: takes_commands(h.producer),
         };
         hub.apply(Input::Attach {
             key,
