@@ -41,8 +41,13 @@ pub fn run(args: Args) -> Result<()> {
     hub.record_to(Recorder::create(&args.output)?);
     let start = Instant::now();
     vramscope::text::stderr_line(format_args!(
-        "recording to {} (Ctrl-C to stop)",
-        args.output.display()
+        "recording to {} from {} (Ctrl-C to stop)",
+        args.output.display(),
+        if args.backlog {
+            "the oldest record the rings hold"
+        } else {
+            "now (--backlog: also what the rings hold from before)"
+        }
     ));
     let limit = args.duration.map(super::value::Seconds::duration);
     super::runtime()?.block_on(async {
