@@ -493,3 +493,182 @@ fn replay_says_a_gpu_was_read_after_its_process_exited() {
         "{text}"
     );
 }
+
+/// A job that ran before `record` started: a 64 MiB segment holding fifty
+/// 1 MiB tensors (51 records in the device ring) and its statistics (2 in
+/// the agent ring).
+const BACKLOG_RECORDS: u64 = 53;
+const BASE: u64 = 0x7f00_0000_0000;
+const LATER: u64 = 0x7f10_0000_0000;
+
+fn write_backlog(seg: &SegmentWriter) {
+    let place = Place::default();
+    write(
+        seg,
+        1,
+        EventKind::SegmentAlloc {
+            place,
+            addr: BASE,
+            size: 64 << 20,
+        },
+    );
+    for i in 0..50u64 {
+        let addr = BASE + (i << 20);
+        write(
+            seg,
+            1,
+            EventKind::Alloc {
+                place,
+                addr,
+                size: 1 << 20,
+            },
+        );
+    }
+    let stats = Stats {
+        allocated: 50 << 20,
+        reserved: 64 << 20,
+        segments: 1,
+        ..Stats::default()
+    };
+    write(seg, 0, EventKind::Stats { device: 0, stats });
+}
+
+/// What the job does while it is recorded: a 20 MiB segment and a 3 MiB
+/// tensor in it (two records).
+fn write_after_start(seg: &SegmentWriter) {
+    let place = Place::default();
+    let segment = EventKind::SegmentAlloc {
+        place,
+        addr: LATER,
+        size: 20 << 20,
+    };
+    write(seg, 1, segment);
+    let tensor = EventKind::Alloc {
+        place,
+        addr: LATER,
+        size: 3 << 20,
+    };
+    write(seg, 1, tensor);
+}
+
+/// `record` (3 s, `extra` flags) of a job (`producer`) with a backlog that answers a
+/// snapshot command with its state (the fifty tensors in one block, the
+/// rest free); the replay's process as JSON, and the snapshots asked for.
+fn record_job_with_backlog(producer: Producer, extra: &[&str]) -> (Value, usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("job.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let seg = SegmentWriter::create(&SegmentConfig::new(&shm, producer, 1, 4096)).unwrap();
+    write_backlog(&seg);
+    let snapshots = AtomicUsize::new(0);
+    let answer = |req: &vramscope::ring::control::Request| {
+        if let Command::Snapshot { .. } = req.command {
+            snapshots.fetch_add(1, Ordering::Relaxed);
+            let id = snapshots.load(Ordering::Relaxed) as u32;
+            let blocks = [
+                (50 << 20, vramscope::event::BlockState::Allocated),
+                (14 << 20, vramscope::event::BlockState::Inactive),
+            ];
+            common::write_snapshot(&seg, id, vramscope::ring::monotonic_ns(), BASE, &blocks);
+        }
+        (Status::Ok, 0, 0)
+    };
+    answering(&seg, answer, || {
+        let mut child = bin()
+            .args(["record", "--no-nvml", "--duration", "3", "-o"])
+            .arg(&rec)
+            .arg("--shm-dir")
+            .arg(&shm)
+            .args(extra)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        write_after_start(&seg);
+        assert!(child.wait().unwrap().success());
+    });
+    let out = succeeded(bin().args(["replay", "--json"]).arg(&rec).output().unwrap());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["processes"][0].clone(), snapshots.into_inner())
+}
+
+/// Issue 34, item B: a recording starts now. The job's backlog is skipped
+/// (neither read nor lost); the recording anchors on the snapshot `record`
+/// asks for, as the dashboard does when it attaches mid-run, and holds it
+/// and what came after: the figures are the whole job's.
+#[test]
+fn a_recording_starts_now_and_anchors_on_a_snapshot() {
+    let (p, snapshots) = record_job_with_backlog(Producer::TorchExact, &[]);
+    assert!(snapshots >= 1, "no snapshot asked for");
+    let source = &p["source"];
+    assert_eq!(source["lost"], 0u64, "{source}");
+    // The snapshot (begin, a segment, two blocks, end) and the two records
+    // written after the start; none of the backlog.
+    let delivered = source["delivered"].as_u64().unwrap();
+    assert!((2..BACKLOG_RECORDS).contains(&delivered), "{source}");
+    let figures = &p["view"]["figures"];
+    assert_eq!(figures["allocated"], 53u64 << 20, "{figures}");
+    assert_eq!(figures["reserved"], 84u64 << 20, "{figures}");
+    assert!(figures["events_total"].as_u64().unwrap() < 51, "{figures}");
+    assert_eq!(
+        p["view"]["watch"]["mid_run"], true,
+        "{}",
+        p["view"]["watch"]
+    );
+}
+
+/// `--backlog` records what the rings held before the start as well (the
+/// whole job read from position 0: no snapshot needed).
+#[test]
+fn record_backlog_keeps_what_the_rings_held() {
+    let (p, _) = record_job_with_backlog(Producer::TorchExact, &["--backlog"]);
+    let source = &p["source"];
+    let delivered = source["delivered"].as_u64().unwrap();
+    assert!(delivered >= BACKLOG_RECORDS + 2, "{source}");
+    // The fifty-one allocator events of the backlog and the two after (the
+    // figures are the backlog's statistics sample, the latest).
+    let figures = &p["view"]["figures"];
+    assert_eq!(figures["events_total"], 53u64, "{figures}");
+    assert_eq!(
+        p["view"]["watch"]["mid_run"], false,
+        "{}",
+        p["view"]["watch"]
+    );
+}
+
+/// A process that starts while `record` runs (its segment found after the
+/// first scan) is read from its first record, however long the collector
+/// took to find it: its whole life is after the start.
+#[test]
+fn a_process_that_starts_while_recording_is_read_from_its_first_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("new.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut child = record_for_3s(&rec, &shm);
+    std::thread::sleep(Duration::from_millis(800));
+    let seg =
+        SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096)).unwrap();
+    // Written at once: the next scan (every 500 ms) finds them in the ring.
+    write_small_job(&seg);
+    assert!(child.wait().unwrap().success());
+    let out = succeeded(bin().args(["replay", "--json"]).arg(&rec).output().unwrap());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["processes"][0];
+    assert_eq!(p["source"]["delivered"], 7u64, "{}", p["source"]);
+    assert_eq!(p["view"]["figures"]["allocated"], 5u64 << 20);
+    assert_eq!(p["view"]["watch"]["mid_run"], false);
+}
+
+/// A producer that takes no commands cannot be asked for a snapshot to
+/// anchor on: its backlog is recorded (it may hold one) whatever the flag.
+#[test]
+fn a_producer_without_commands_is_recorded_with_its_backlog() {
+    let (p, snapshots) = record_job_with_backlog(Producer::Test, &[]);
+    assert_eq!(snapshots, 0);
+    let delivered = p["source"]["delivered"].as_u64().unwrap();
+    assert!(delivered >= BACKLOG_RECORDS + 2, "{}", p["source"]);
+    assert_eq!(p["view"]["figures"]["events_total"], 53u64);
+    assert_eq!(p["view"]["watch"]["mid_run"], false);
+}

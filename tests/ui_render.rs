@@ -582,6 +582,56 @@ fn block_map_by_module_and_phase() {
     assert!(f.contains("allocated") && f.contains("pending-free"), "{f}");
 }
 
+/// Issue 34, item A: a module keeps its letter when the live bytes rank
+/// the modules anew (letter `a` meant another module whenever the ranking
+/// changed): in the map's legend and in the By module table, whose rows
+/// are still by bytes.
+#[test]
+fn a_module_keeps_its_letter_when_the_ranking_turns_over() {
+    use crossterm::event::KeyCode::Char;
+    let mut app = process_app(&FX, "leak", 100, 30, Pane::Blocks);
+    press(&mut app, Char('c'));
+    let before = app.selected_entry().unwrap().view.attribution.clone();
+    assert!(before.by_module.len() >= 2, "{before:?}");
+    let label = |m: &str| match m {
+        "" => "(no module)".to_string(),
+        m => m.to_string(),
+    };
+    let (first, second) = (
+        label(&before.by_module[0].module),
+        label(&before.by_module[1].module),
+    );
+    let f = frame(&app);
+    assert!(
+        f.contains(&format!("a {first} ")) && f.contains(&format!("b {second} ")),
+        "{f}"
+    );
+    // The next snapshot: the second module now holds the most.
+    let key = app.overview.selected.unwrap();
+    let mut snap = (*app.snap).clone();
+    for p in &mut snap.processes {
+        if p.key() == key {
+            let m = &mut p.view.attribution.by_module;
+            m[1].bytes = m[0].bytes + 1;
+            m.swap(0, 1);
+        }
+    }
+    app.set_snapshot(snap);
+    let top = &app.selected_entry().unwrap().view.attribution.by_module[0];
+    assert_eq!(label(&top.module), second);
+    let f = frame(&app);
+    assert!(
+        f.contains(&format!("a {first} ")) && f.contains(&format!("b {second} ")),
+        "{f}"
+    );
+    press(&mut app, Char('M'));
+    snapshot_showing(
+        "by_module_after_the_ranking_turned_100x30",
+        &app,
+        &format!("b {second}"),
+    );
+}
+
 /// At 80x24 in monochrome ASCII the map by module is letters, and the
 /// legend says which module each letter is.
 #[test]

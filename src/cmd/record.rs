@@ -1,6 +1,8 @@
 //! `vramscope record -o FILE`: NVML readings and every process's events,
 //! written to a recording (format: `src/recording.rs`) until Ctrl-C,
-//! SIGTERM, SIGHUP or `--duration`.
+//! SIGTERM, SIGHUP or `--duration`. It starts now: what the rings held
+//! before is skipped (the model anchors on a snapshot it asks for), unless
+//! `--backlog`.
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -20,19 +22,32 @@ pub struct Args {
     /// Stop after this many seconds.
     #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
     duration: Option<super::value::Seconds>,
+    /// Also record what the processes' rings still hold from before the
+    /// start (by default a recording starts now: the segments already
+    /// there are read from their head, and each process is asked for a
+    /// state snapshot to anchor on, as the dashboard does when it attaches
+    /// mid-run).
+    #[arg(long)]
+    backlog: bool,
     #[command(flatten)]
     collect: CollectFlags,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = args.collect.config();
+    let mut cfg = args.collect.config();
+    cfg.backlog = args.backlog;
     let mut collector = Collector::new(cfg);
     let hub = collector.hub().clone();
     hub.record_to(Recorder::create(&args.output)?);
     let start = Instant::now();
     vramscope::text::stderr_line(format_args!(
-        "recording to {} (Ctrl-C to stop)",
-        args.output.display()
+        "recording to {} from {} (Ctrl-C to stop)",
+        args.output.display(),
+        if args.backlog {
+            "the oldest record the rings hold"
+        } else {
+            "now (--backlog: also what the rings hold from before)"
+        }
     ));
     let limit = args.duration.map(super::value::Seconds::duration);
     super::runtime()?.block_on(async {

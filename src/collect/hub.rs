@@ -217,7 +217,9 @@ impl Hub {
         *self.listener.lock().expect("listener lock") = Some(Box::new(f));
     }
 
-    fn changed(&self) {
+    /// Tells the listener that something changed (a replay's end: the
+    /// progress it reports moved, though the model did not).
+    pub(super) fn changed(&self) {
         if let Some(f) = self.listener.lock().expect("listener lock").as_ref() {
             f();
         }

@@ -83,6 +83,16 @@ pub struct Config {
     /// Send nothing to any process (`--readonly`): no resync snapshots,
     /// and a [`Live`] whose [`Live::refusal`] refuses every command.
     pub readonly: bool,
+    /// Segments already present at the first scan are read from their
+    /// oldest record (the dashboard's way: it shows what the rings still
+    /// hold); when false, from their head, so only what is written from
+    /// now on is read (`record` without `--backlog`), and the model
+    /// anchors on a snapshot it asks for (FORMAT.md, "Attaching
+    /// mid-run"). Segments that appear later are always read from their
+    /// oldest record: their whole life is after the start; so are those
+    /// whose producer takes no commands (nothing could ask it for the
+    /// snapshot to anchor on; its backlog may hold one).
+    pub backlog: bool,
 }
 
 impl Config {
@@ -96,6 +106,7 @@ impl Config {
             nvml: true,
             clean_stale: true,
             readonly: false,
+            backlog: true,
         }
     }
 }

@@ -110,5 +110,56 @@ pub(crate) async fn play_with(
         progress.recorded_ns.store(t.saturating_sub(t0), Relaxed);
     }
     progress.done.store(true, Relaxed);
+    // The end is news too: a dashboard takes a snapshot on a change and
+    // reads the progress with it. The last input's change may have come
+    // before its count was stored, and nothing changes after it: without
+    // this the dashboard would never see the end (its caption, and every
+    // events/s 0; issue 34, item B).
+    hub.changed();
     Ok(played)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::input::Input;
+    use crate::recording::Recorder;
+
+    /// Issue 34, item B: `replay --ui` showed events/s at END. A dashboard
+    /// reads the progress when a change makes it take a snapshot; the last
+    /// change must come after the end is known, or it never sees the end.
+    #[test]
+    fn the_last_change_of_a_playback_comes_after_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.vsrec");
+        let mut rec = Recorder::create(&path).unwrap();
+        for t in 1..=3 {
+            rec.write(t, &Input::Problems { problems: vec![] }).unwrap();
+        }
+        rec.finish().unwrap();
+        let hub = Hub::default();
+        let progress = Arc::new(Progress::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        hub.on_change({
+            let (progress, seen) = (progress.clone(), seen.clone());
+            move || {
+                let p = (progress.inputs.load(Relaxed), progress.done.load(Relaxed));
+                seen.lock().unwrap().push(p);
+            }
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let reader = Replayer::open(&path).unwrap();
+        let played = rt
+            .block_on(play_with(reader, &hub, Pace::Live(1000.0), &progress))
+            .unwrap();
+        assert_eq!(played.inputs, 3);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.last(), Some(&(3, true)), "{seen:?}");
+    }
 }

@@ -174,6 +174,10 @@ pub(crate) struct RingSet {
     /// turn: one set of buffers for all, reused (warm in the cache, and
     /// nothing is allocated per tick once they have grown).
     buf: Drained,
+    /// The first scan is done: segments found from now on appeared after
+    /// the start, and are read from their oldest record whatever
+    /// [`Config::backlog`] says.
+    scanned: bool,
 }
 
 fn mode_of(p: Producer) -> Mode {
@@ -181,6 +185,11 @@ fn mode_of(p: Producer) -> Mode {
         Producer::TorchSampled => Mode::Sampled,
         _ => Mode::Exact,
     }
+}
+
+/// Whether the producer answers commands (`empty_cache`, snapshots, …).
+fn takes_commands(p: Producer) -> bool {
+    !matches!(p, Producer::Test | Producer::Other(_))
 }
 
 impl RingSet {
@@ -195,6 +204,7 @@ impl RingSet {
             containers_at: None,
             generation: 0,
             buf: Drained::default(),
+            scanned: false,
         }
     }
 
@@ -225,6 +235,7 @@ impl RingSet {
         if due {
             self.last_scan = Some(Instant::now());
             self.scan(hub);
+            self.scanned = true;
         }
         self.drain(hub);
     }
@@ -307,7 +318,22 @@ impl RingSet {
     /// still initialising after 5 s.
     fn open(&mut self, f: Found, id: FileId, hub: &Hub) {
         let path = f.path.clone();
-        let reader = match SegmentReader::open_in(&f.dir, &f.file, Start::Oldest) {
+        let start = if self.cfg.backlog || self.scanned {
+            Start::Oldest
+        } else {
+            Start::Now
+        };
+        let open = |start| SegmentReader::open_in(&f.dir, &f.file, start);
+        let opened = open(start).and_then(|r| {
+            // Nothing can ask a producer that takes no commands for the
+            // snapshot to anchor on: its backlog is read (it may hold one).
+            if matches!(start, Start::Now) && !takes_commands(r.header().producer) {
+                open(Start::Oldest)
+            } else {
+                Ok(r)
+            }
+        });
+        let reader = match opened {
             Ok(r) => r,
             Err(RingError::Initialising(_)) => {
                 let since = *self
@@ -461,7 +487,7 @@ impl RingSet {
             framework: Some(h.framework.clone()).filter(|s| !s.is_empty()),
             delivered: 0,
             lost: 0,
-            commands: !matches!(h.producer, Producer::Test | Producer::Other(_)),
+            commands: takes_commands(h.producer),
         };
         hub.apply(Input::Attach {
             key,

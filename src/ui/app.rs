@@ -300,10 +300,25 @@ impl App {
         self.say_cleaned(&snap.cleaned);
         self.snap = Arc::new(snap);
         self.settle_rates();
+        self.note_letters();
         self.fix_selection();
         self.note_nvml_after();
         self.update_confirm();
         self.dirty = true;
+    }
+
+    /// Gives the modules each process shows for the first time their
+    /// letters (kept for the life of the dashboard; issue 34, item A), and
+    /// forgets the processes the snapshot no longer has.
+    fn note_letters(&mut self) {
+        let letters = &mut self.process.letters;
+        let procs = &self.snap.processes;
+        letters.retain(|k, _| procs.iter().any(|p| p.key() == *k));
+        for p in procs {
+            if !p.view.attribution.by_module.is_empty() {
+                (letters.entry(p.key()).or_default()).note(&p.view.attribution);
+            }
+        }
     }
 
     /// The caption band is shown: a demo's, or a snapshot file's trace.

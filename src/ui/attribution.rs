@@ -140,7 +140,15 @@ pub(crate) fn sorted<'a>(a: &'a Attribution, v: &ModulesView) -> Vec<TableRow<'a
     rows
 }
 
-pub(crate) fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &ModulesView, t: &Theme) {
+/// `letters`: the process's module letters (the block map's).
+pub(crate) fn render(
+    frame: &mut Frame,
+    area: Rect,
+    a: &Attribution,
+    letters: Option<&super::letters::ModuleLetters>,
+    v: &ModulesView,
+    t: &Theme,
+) {
     let g = t.glyphs();
     let w = 100.min(area.width);
     let h = (a.by_module.len() as u16).saturating_add(7).max(9);
@@ -230,7 +238,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, a: &Attribution, v: &Modules
     let scroll = (cursor + 1).saturating_sub(shown);
     let module_w = width.saturating_sub(8 + 10 + 8 + 6 + 14 + 2).max(8);
     // The letter the block map (coloured by module) draws each module with.
-    let keys = super::blockmap::module_keys(a);
+    let keys = super::letters::keys(letters, a);
     let letter = |m: &str| {
         keys.iter()
             .position(|k| *k == m)

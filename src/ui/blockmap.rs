@@ -22,6 +22,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
+use super::letters::{self, ModuleLetters};
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{BlockState, SegmentPool};
@@ -103,10 +104,12 @@ pub(crate) struct MapView<'a> {
     pub selected: Option<u64>,
     /// The collector clock of the snapshot (for the selected block's age).
     pub taken_ns: u64,
+    /// The process's module letters (none yet: given by live bytes).
+    pub letters: Option<&'a ModuleLetters>,
 }
 
-/// The letters of modules in the map, largest first (no `x`: that marks an
-/// expandable segment).
+/// The letters of modules in the map, in the order modules are first seen
+/// ([`letters`]; no `x`: that marks an expandable segment).
 pub(crate) const LETTERS: [&str; 25] = [
     "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
     "t", "u", "v", "w", "y", "z",
@@ -148,16 +151,6 @@ fn class_style(t: &Theme, i: usize) -> Style {
     } else {
         Style::new()
     }
-}
-
-/// The modules the map names with a letter, most live bytes first (the
-/// By module table's order); the others share `+`.
-pub(crate) fn module_keys(a: &Attribution) -> Vec<&str> {
-    a.by_module
-        .iter()
-        .take(LETTERS.len())
-        .map(|m| m.module.as_str())
-        .collect()
 }
 
 /// The glyph and style of an allocated block under `colouring`.
@@ -277,11 +270,15 @@ fn legend(e: &ProcessEntry, v: &MapView, width: usize, t: &Theme) -> Line<'stati
             item("x", t.key(), "expandable".into());
         }
         Colouring::Module => {
-            let keys = module_keys(a);
+            // The modules that hold memory now, in letter order; the
+            // others (beyond the letters) share `+`.
+            let keys = letters::keys(v.letters, a);
             for (i, m) in keys.iter().enumerate() {
-                item(LETTERS[i], class_style(t, i), module_label(m).to_string());
+                if letters::holds(a, m) {
+                    item(LETTERS[i], class_style(t, i), module_label(m).to_string());
+                }
             }
-            if a.by_module.len() > keys.len() {
+            if (a.by_module.iter()).any(|m| !keys.contains(&m.module.as_str())) {
                 item("+", t.dim(), "other modules".into());
             }
         }
@@ -527,7 +524,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapVie
         return;
     }
     let (_, _, prefix_w, bar_w) = geometry(&rows, inner, foot.len(), v.scroll);
-    let keys = module_keys(&e.view.attribution);
+    let keys = letters::keys(v.letters, &e.view.attribution);
     let paint = Paint {
         a: &e.view.attribution,
         keys: &keys,

@@ -102,9 +102,9 @@ pub(crate) fn lines(t: &Theme) -> Vec<Line<'static>> {
         (
             "a b c",
             t.key(),
-            "c by module: a letter per module, largest first (M lists)",
+            "c by module: each module keeps its first letter (M lists)",
         ),
-        ("+", t.dim(), "by module: a module past the 25th"),
+        ("+", t.dim(), "by module: the modules seen after the 25th"),
         (
             "f b o ~ ?",
             t.key(),

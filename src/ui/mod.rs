@@ -64,6 +64,7 @@ pub(crate) mod history;
 pub mod keys;
 pub mod layout;
 pub(crate) mod legend;
+pub mod letters;
 pub mod overview;
 pub mod popup;
 pub(crate) mod process;
@@ -332,7 +333,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
         (Some(Overlay::Legend(scroll)), _) => legend::render(frame, frame.area(), scroll, t),
         (Some(Overlay::Modules(m)), Screen::Process) => {
             if let Some(e) = app.selected_entry() {
-                attribution::render(frame, areas.body, &e.view.attribution, &m, t);
+                let letters = app.process.letters.get(&e.key());
+                attribution::render(frame, areas.body, &e.view.attribution, letters, &m, t);
             }
         }
         (Some(Overlay::StepDiff(d)), Screen::Process) => {

@@ -61,7 +61,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App) {
         timeline::render(frame, r, e, view, app.now_ns(), t);
     }
     if let Some(r) = a.blocks {
-        blockmap::render(frame, r, e, &view.map_view(taken), t);
+        blockmap::render(frame, r, e, &view.map_view(taken, e.key()), t);
     }
     if let Some(r) = a.stats {
         stats::render(frame, r, e, view.stats_scroll, t);

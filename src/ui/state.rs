@@ -189,6 +189,10 @@ pub struct ProcessState {
     pub only: Option<super::blockmap::Only>,
     /// The selected block's address (`n`/`N`).
     pub selected_block: Option<u64>,
+    /// The letter of each module in the block map and By module, per
+    /// process, given when the module is first seen and kept (processes
+    /// no longer in the snapshot are forgotten).
+    pub letters: std::collections::BTreeMap<ProcessKey, super::letters::ModuleLetters>,
 }
 
 impl Default for ProcessState {
@@ -207,14 +211,17 @@ impl Default for ProcessState {
             colouring: Default::default(),
             only: None,
             selected_block: None,
+            letters: Default::default(),
         }
     }
 }
 
 impl ProcessState {
-    /// How the block map is drawn, for a snapshot taken at `taken_ns`.
-    pub(crate) fn map_view(&self, taken_ns: u64) -> super::blockmap::MapView<'_> {
+    /// How the block map of process `key` is drawn, for a snapshot taken
+    /// at `taken_ns`.
+    pub(crate) fn map_view(&self, taken_ns: u64, key: ProcessKey) -> super::blockmap::MapView<'_> {
         super::blockmap::MapView {
+            letters: self.letters.get(&key),
             scroll: self.block_scroll,
             colouring: self.colouring,
             only: self.only.as_ref(),

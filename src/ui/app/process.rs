@@ -205,7 +205,7 @@ impl App {
         })
     }
 
-    /// `v`: the next module or phase of the legend (modules by live bytes,
+    /// `v`: the next module or phase of the legend (modules by letter,
     /// phases in order), then none.
     pub(super) fn next_only(&mut self) {
         let Some(e) = self.selected_entry() else {
@@ -217,9 +217,13 @@ impl App {
                 self.say("c first: colour the block map by module or phase");
                 return;
             }
-            blockmap::Colouring::Module => (blockmap::module_keys(a).into_iter())
-                .map(|m| blockmap::Only::Module(m.to_string()))
-                .collect(),
+            blockmap::Colouring::Module => {
+                let letters = self.process.letters.get(&e.key());
+                (crate::ui::letters::keys(letters, a).into_iter())
+                    .filter(|m| crate::ui::letters::holds(a, m))
+                    .map(|m| blockmap::Only::Module(m.to_string()))
+                    .collect()
+            }
             blockmap::Colouring::Phase => (a.by_phase.iter())
                 .map(|p| blockmap::Only::Phase(p.phase))
                 .collect(),
@@ -288,7 +292,7 @@ impl App {
         let Some(area) = layout::process(self.size, self.process.pane, body).blocks else {
             return;
         };
-        let v = self.process.map_view(self.snap.taken_ns);
+        let v = self.process.map_view(self.snap.taken_ns, e.key());
         if let Some(addr) = blockmap::block_at(e, area, &v, x, y) {
             self.process.selected_block = Some(addr);
             self.dirty = true;
