@@ -27,6 +27,7 @@ use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{BlockState, SegmentPool};
 use crate::model::attrib::{Attribution, PhaseKey};
+use crate::model::roles::Role;
 use crate::model::view::{BlockView, DeviceView, SegmentView};
 use crate::model::Mode;
 use crate::text::format;
@@ -41,6 +42,8 @@ pub enum Colouring {
     Module,
     /// The phase (forward, backward, optimizer, other) it was allocated in.
     Phase,
+    /// What the block is to PyTorch (parameter, gradient, ...: `model::roles`).
+    Role,
 }
 
 impl Colouring {
@@ -48,7 +51,8 @@ impl Colouring {
         match self {
             Colouring::State => Colouring::Module,
             Colouring::Module => Colouring::Phase,
-            Colouring::Phase => Colouring::State,
+            Colouring::Phase => Colouring::Role,
+            Colouring::Role => Colouring::State,
         }
     }
     pub fn name(self) -> &'static str {
@@ -56,6 +60,7 @@ impl Colouring {
             Colouring::State => "state",
             Colouring::Module => "module",
             Colouring::Phase => "phase",
+            Colouring::Role => "role",
         }
     }
 }
@@ -65,6 +70,7 @@ impl Colouring {
 pub enum Only {
     Module(String),
     Phase(PhaseKey),
+    Role(Role),
 }
 
 impl Only {
@@ -72,8 +78,9 @@ impl Only {
     pub(crate) fn matches(&self, a: &Attribution, b: &BlockView) -> bool {
         b.block.state == BlockState::Allocated
             && match self {
-                Only::Module(m) => a.module_of(b.block.origin.context) == m,
+                Only::Module(m) => block_module(a, b) == m,
                 Only::Phase(p) => a.phase_of(b.block.origin.context) == *p,
+                Only::Role(r) => b.role == Some(*r),
             }
     }
     /// How it reads in a title ("model.head", "backward").
@@ -81,7 +88,31 @@ impl Only {
         match self {
             Only::Module(m) => module_label(m).to_string(),
             Only::Phase(p) => p.name().to_string(),
+            Only::Role(r) => r.label().to_string(),
         }
+    }
+}
+
+/// The module a block counts under: the one holding its tensor when a role
+/// list names it (FSDP2's shards are made outside their module's code),
+/// else the one whose code allocated it.
+pub(crate) fn block_module<'a>(a: &'a Attribution, b: &'a BlockView) -> &'a str {
+    b.held_by
+        .as_deref()
+        .unwrap_or_else(|| a.module_of(b.block.origin.context))
+}
+
+/// The letter of each role in the map (capitals: the phases' and modules'
+/// are small letters).
+pub(crate) fn role_letter(r: Role) -> &'static str {
+    match r {
+        Role::Parameter => "P",
+        Role::Buffer => "B",
+        Role::Gradient => "G",
+        Role::OptimizerState => "O",
+        Role::Activation => "A",
+        Role::Temporary => "T",
+        Role::Other => "~",
     }
 }
 
@@ -165,7 +196,7 @@ fn class_of(
     match colouring {
         Colouring::State => None,
         Colouring::Module => {
-            let m = a.module_of(ctx);
+            let m = block_module(a, b);
             Some(match keys.iter().position(|k| *k == m) {
                 Some(i) => (LETTERS[i], class_style(t, i)),
                 None => ("+", t.dim()),
@@ -175,6 +206,11 @@ fn class_of(
             let p = a.phase_of(ctx);
             let i = PhaseKey::ALL.iter().position(|x| *x == p).unwrap_or(0);
             Some((phase_letter(p), class_style(t, i)))
+        }
+        Colouring::Role => {
+            let r = b.role.unwrap_or(Role::Other);
+            let i = Role::ALL.iter().position(|x| *x == r).unwrap_or(0);
+            Some((role_letter(r), class_style(t, i)))
         }
     }
 }
@@ -289,6 +325,13 @@ fn legend(e: &ProcessEntry, v: &MapView, width: usize, t: &Theme) -> Line<'stati
                 }
             }
         }
+        Colouring::Role => {
+            for (i, r) in Role::ALL.iter().enumerate() {
+                if a.roles.iter().any(|x| x.role == *r) {
+                    item(role_letter(*r), class_style(t, i), r.label().to_string());
+                }
+            }
+        }
     }
     if v.colouring != Colouring::State {
         if cut {
@@ -356,9 +399,11 @@ fn details(
         let step = c.and_then(|c| c.step).or(blk.origin.step.map(u64::from));
         let mut l = vec![
             Span::styled("module ", t.dim()),
-            Span::raw(module_label(a.module_of(ctx)).to_string()),
+            Span::raw(module_label(block_module(a, b)).to_string()),
             Span::styled(format!(" {} phase ", g.dot), t.dim()),
             Span::raw(a.phase_of(ctx).name()),
+            Span::styled(format!(" {} role ", g.dot), t.dim()),
+            Span::raw(b.role.map_or(g.absent, Role::label)),
             Span::styled(format!(" {} born step ", g.dot), t.dim()),
             Span::raw(format::opt(step, g.absent, |s| s.to_string())),
             Span::styled(format!(" {} age ", g.dot), t.dim()),

@@ -421,7 +421,7 @@ pub const KEYS: &[Binding] = &[
         .help("M", "bytes by module, phase & role")
         .hint("M", "modules", 9),
     bind(Process, &[c('c')], A::BlockColouring)
-        .help("c", "colour map by module/phase")
+        .help("c", "colour map by module/phase/role")
         .hint("c", "colour", 7),
     bind(Process, &[c('v')], A::BlockOnly).help("v", "map: only one module/phase"),
     bind(Process, &[c('n')], A::BlockNext)

@@ -181,6 +181,7 @@ impl App {
         self.process.colouring = match only {
             blockmap::Only::Module(_) => blockmap::Colouring::Module,
             blockmap::Only::Phase(_) => blockmap::Colouring::Phase,
+            blockmap::Only::Role(_) => blockmap::Colouring::Role,
         };
         self.say(format!("block map: only {} (x clears)", only.label()));
         self.process.only = Some(only);
@@ -226,6 +227,9 @@ impl App {
             }
             blockmap::Colouring::Phase => (a.by_phase.iter())
                 .map(|p| blockmap::Only::Phase(p.phase))
+                .collect(),
+            blockmap::Colouring::Role => (a.roles.iter())
+                .map(|r| blockmap::Only::Role(r.role))
                 .collect(),
         };
         let next = match &self.process.only {
