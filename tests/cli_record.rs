@@ -365,6 +365,8 @@ fn replay_diff_names_what_a_step_left_alive() {
     assert_eq!(layers.len(), 12, "{rows:?}");
     for r in &layers {
         assert_eq!(r["phase"], "forward");
+        // Alive steps after its own: not an activation any more (roles).
+        assert_eq!(r["role"], "other");
         assert_eq!(
             (r["size"].as_u64(), r["blocks"].as_u64()),
             (Some(16 * MIB), Some(1))

@@ -277,11 +277,28 @@ fn an_export_carries_each_blocks_module_and_stack_as_frames() {
     for e in events {
         common::write(&seg, 1, e);
     }
+    // A role list (FORMAT 1.2): the lm_head block is its weight.
+    std::thread::sleep(Duration::from_millis(20));
+    let roles = [
+        EventKind::Roles { list: 1, count: 1 },
+        EventKind::Role {
+            list: 1,
+            device: 0,
+            addr: base + (3 << 20),
+            bytes: 5 << 20,
+            held: vramscope::event::Held::Parameter,
+            module: 4,
+        },
+        EventKind::RolesEnd { list: 1, count: 1 },
+    ];
+    for r in roles {
+        common::write(&seg, 0, r);
+    }
     assert!(child.wait().expect("record ends").success());
 
     let out = dir.path().join("job.pickle");
     let said = export(&rec, &out);
-    assert!(said.contains("3 frames"), "{said}");
+    assert!(said.contains("5 frames"), "{said}");
     // Read back by `open`, the reader of every torch file.
     let file = snapfile::read(&out).expect("the export reads");
     let blocks: Vec<_> = file.segments.iter().flat_map(|s| &s.blocks).collect();
@@ -291,11 +308,21 @@ fn an_export_carries_each_blocks_module_and_stack_as_frames() {
             .map(|f| format!("{}:{}:{}", f.filename, f.line, f.name))
             .collect()
     };
+    // Each live block's last frame names its role: an activation (alive
+    // in the step it was made in, made in forward), and the parameter the
+    // role list names.
     assert_eq!(
         frames_of(base),
-        ["/src/model.py:42:attn", "transformer.h.3.attn:3:forward"]
+        [
+            "/src/model.py:42:attn",
+            "transformer.h.3.attn:3:forward",
+            "transformer.h.3.attn:0:role:activation"
+        ]
     );
-    assert_eq!(frames_of(base + (3 << 20)), ["lm_head:3:backward"]);
+    assert_eq!(
+        frames_of(base + (3 << 20)),
+        ["lm_head:3:backward", "lm_head:0:role:parameter"]
+    );
     // The free block has none; the alloc events have their block's stack.
     assert!(blocks.iter().any(|b| b.stack.is_none()));
     let allocs: Vec<_> = (file.traces.iter().flatten())
@@ -303,7 +330,13 @@ fn an_export_carries_each_blocks_module_and_stack_as_frames() {
         .collect();
     assert_eq!(allocs.len(), 2);
     let block0 = blocks.iter().find(|b| b.address == base).expect("block");
-    assert_eq!(allocs[0].stack, block0.stack, "one stack, shared");
+    let frames = |s: Option<u32>| file.stacks.get(s.expect("a stack")).unwrap().to_vec();
+    let (alloc_frames, block_frames) = (frames(allocs[0].stack), frames(block0.stack));
+    assert_eq!(
+        alloc_frames,
+        block_frames[..block_frames.len() - 1],
+        "the block's frames are the allocation's, and its role"
+    );
     // `open --json --trace` lists the frames once each.
     let o = common::succeeded(
         common::vramscope()
@@ -319,7 +352,7 @@ fn an_export_carries_each_blocks_module_and_stack_as_frames() {
         .iter()
         .map(|f| f["filename"].as_str().expect("filename"))
         .collect();
-    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
     assert!(names.contains(&"transformer.h.3.attn"), "{names:?}");
     // Python's own pickle: the block's frames name its module, and the
     // alloc event's frames are the very same objects (memo references).
@@ -328,10 +361,11 @@ import pickle, sys
 s = pickle.load(open(sys.argv[1], 'rb'))
 blocks = [b for seg in s['segments'] for b in seg['blocks']]
 b = next(b for b in blocks if b['address'] == int(sys.argv[2]))
-assert [f['filename'] for f in b['frames']] == ['/src/model.py', 'transformer.h.3.attn'], b
-assert (b['frames'][-1]['name'], b['frames'][-1]['line']) == ('forward', 3)
+assert [f['filename'] for f in b['frames']] == ['/src/model.py', 'transformer.h.3.attn', 'transformer.h.3.attn'], b
+assert (b['frames'][1]['name'], b['frames'][1]['line']) == ('forward', 3)
+assert b['frames'][-1]['name'] == 'role:activation', b
 a = next(e for e in s['device_traces'][0] if e['action'] == 'alloc' and e['addr'] == b['address'])
-assert a['frames'] is b['frames'] and a['frames'][0] is b['frames'][0]
+assert a['frames'][0] is b['frames'][0] and a['frames'][1] is b['frames'][1]
 print('ok')
 "#;
     match Command::new("python3")

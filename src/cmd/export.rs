@@ -4,7 +4,8 @@
 //! blocks at the end of the recording, and its allocator events as the
 //! trace, each block and event with the frames of the context it was
 //! tagged with (its module, phase and step, and the stack captured there:
-//! `snapfile::write::Attributor`). PyTorch's viewer and
+//! `snapfile::write::Attributor`); a live block's last frame names its
+//! role (`role:parameter`, `role:activation`, ...). PyTorch's viewer and
 //! `torch.cuda.memory._memory_viz` read it, so a job vramscope watched
 //! never needs `_record_memory_history`.
 use std::collections::{HashMap, VecDeque};

@@ -278,8 +278,8 @@ mod diff {
                 .max(12);
             let _ = writeln!(
                 o,
-                "  {:<width$}  {:<9}  {:>10}  {:>6}  {:>10}",
-                "MODULE", "PHASE", "ASKED", "BLOCKS", "HELD"
+                "  {:<width$}  {:<9}  {:<11}  {:>10}  {:>6}  {:>10}",
+                "MODULE", "PHASE", "ROLE", "ASKED", "BLOCKS", "HELD"
             );
             for r in &d.rows {
                 let module = if r.module.is_empty() {
@@ -289,8 +289,9 @@ mod diff {
                 };
                 let _ = writeln!(
                     o,
-                    "  {module:<width$}  {:<9}  {:>10}  {:>6}  {:>10}",
+                    "  {module:<width$}  {:<9}  {:<11}  {:>10}  {:>6}  {:>10}",
                     r.phase.name(),
+                    r.role.label(),
                     bytes(r.size),
                     r.blocks,
                     bytes(r.bytes)

@@ -858,7 +858,7 @@ impl Process {
 
     /// A block as views show it: its role, and the module holding it when
     /// a role list named it.
-    fn block_view(&self, device: u16, addr: u64, b: &Block) -> BlockView {
+    pub(crate) fn block_view(&self, device: u16, addr: u64, b: &Block) -> BlockView {
         let (role, held) = if b.state == BlockState::Allocated {
             self.block_role(device, addr, b)
         } else {

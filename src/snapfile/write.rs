@@ -13,6 +13,7 @@ use std::io::{self, Write};
 
 use crate::event::{BlockState, CtxTag, Event, EventKind, PoolId};
 use crate::model::attrib::{Definitions, Origin};
+use crate::model::roles::Role;
 use crate::model::Process;
 
 use super::{Action, Block, EntryMeta, Frame, Segment, SnapshotFile, TraceEntry};
@@ -352,6 +353,8 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
 pub(crate) struct Attributor<'a> {
     defs: &'a Definitions,
     stacks: HashMap<Origin, Option<u32>>,
+    /// Blocks' stacks: their context's, then a frame naming their role.
+    block_stacks: HashMap<(Origin, Role, Option<String>), Option<u32>>,
     frames: HashMap<Frame, u32>,
 }
 
@@ -360,8 +363,48 @@ impl<'a> Attributor<'a> {
         Attributor {
             defs,
             stacks: HashMap::new(),
+            block_stacks: HashMap::new(),
             frames: HashMap::new(),
         }
+    }
+
+    /// The stack of a live block: [`Attributor::stack`]'s frames, then one
+    /// naming its role (`model::roles`): `filename` the module holding it
+    /// (its role list's, else its context's), `name` `role:parameter`,
+    /// `role:gradient`, ... So PyTorch's viewer groups by role, too.
+    pub(crate) fn block_stack(
+        &mut self,
+        file: &mut SnapshotFile,
+        origin: Origin,
+        role: Role,
+        held_by: Option<String>,
+    ) -> Option<u32> {
+        let key = (origin, role, held_by);
+        if let Some(&s) = self.block_stacks.get(&key) {
+            return s;
+        }
+        let mut ids: Vec<u32> = match self.stack(file, origin) {
+            Some(s) => file.stacks.get(s).map(<[u32]>::to_vec).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let module = match &key.2 {
+            Some(m) => m.clone(),
+            None => self.defs.context_view(origin.context).module,
+        };
+        let f = Frame {
+            filename: module,
+            line: 0,
+            name: format!("role:{}", role.name()),
+            extra: Vec::new(),
+        };
+        let next = file.frames.len() as u32;
+        ids.push(*self.frames.entry(f.clone()).or_insert_with(|| {
+            file.frames.push(f);
+            next
+        }));
+        let s = Some(file.stacks.push(&ids));
+        self.block_stacks.insert(key, s);
+        s
     }
 
     /// The stack (in `file`) of what was tagged `origin`; `None` when it
@@ -443,6 +486,13 @@ pub fn from_model(
                 blocks: Vec::new(),
             };
             for (addr, b) in d.blocks_of(s) {
+                let stack = if b.state == BlockState::Allocated {
+                    let v = process.block_view(d.device(), addr, b);
+                    let role = v.role.unwrap_or(Role::Other);
+                    attr.block_stack(&mut file, b.origin, role, v.held_by)
+                } else {
+                    attr.stack(&mut file, b.origin)
+                };
                 match b.state {
                     BlockState::Allocated => {
                         seg.allocated_size += b.size;
@@ -457,7 +507,7 @@ pub fn from_model(
                     size: b.size,
                     requested_size: b.requested,
                     state: b.state,
-                    stack: attr.stack(&mut file, b.origin),
+                    stack,
                 });
             }
             file.segments.push(seg);
