@@ -102,8 +102,10 @@ fn leak_is_flagged_with_the_growing_size() {
         .any(|s| s["live_growth_per_step"].as_f64().unwrap() >= 1.0));
 
     // Attribution through the ring: the simulated job names its layers and
-    // phases. The rows add up to the allocated bytes; each layer holds its
-    // weight, its gradient and one 16 MiB validation activation per step.
+    // phases, and sends role lists. The rows add up to the allocated bytes;
+    // each layer holds its weight, its gradient, Adam's two states (named
+    // by the role list: made in the optimizer's code, held for the layer)
+    // and one 16 MiB validation activation per step.
     let a = &r["process"]["view"]["attribution"];
     assert_eq!(u(a, "/step"), 16);
     let rows = a["by_module"].as_array().unwrap();
@@ -116,8 +118,20 @@ fn leak_is_flagged_with_the_growing_size() {
             .find(|m| m["module"] == format!("model.layers.{l}"))
             .unwrap_or_else(|| panic!("layer {l} in {a}"));
         let bytes = m["bytes"].as_u64().unwrap();
-        assert!(bytes >= 2 * 48 * MIB + 16 * 16 * MIB, "{m}");
-        assert!(bytes < 2 * 48 * MIB + 16 * 16 * MIB + MIB, "{m}");
+        assert!(bytes >= 4 * 48 * MIB + 16 * 16 * MIB, "{m}");
+        assert!(bytes < 4 * 48 * MIB + 16 * 16 * MIB + MIB, "{m}");
+        // By role: weight and bias (48 MiB + 12 KiB, each in its block),
+        // their gradients, twice that of optimizer state.
+        let role = |r: &str| -> u64 {
+            (a["by_role"].as_array().unwrap().iter())
+                .filter(|x| x["module"] == format!("model.layers.{l}") && x["role"] == r)
+                .map(|x| x["bytes"].as_u64().unwrap())
+                .sum()
+        };
+        let param = role("parameter");
+        assert!((48 * MIB..49 * MIB).contains(&param), "{param} in {a}");
+        assert_eq!(role("gradient"), param);
+        assert_eq!(role("optimizer_state"), 2 * param);
     }
     let phase = |p: &str| {
         let row = a["by_phase"]

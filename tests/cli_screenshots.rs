@@ -140,7 +140,7 @@ fn headless_keys_show_the_attribution_panes() {
     );
     let t = shot("cn");
     assert!(
-        t.contains("· by module") && t.contains("b model.layers.0"),
+        t.contains("· by module") && t.contains("a model.layers.0"),
         "{t}"
     );
     assert!(t.contains("selected 0x") && t.contains("born step"), "{t}");

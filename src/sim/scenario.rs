@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
 #[cfg(test)]
 use super::conf::AllocConf;
-use crate::event::{CtxTag, Event, EventKind, Phase};
+use crate::event::{CtxTag, Event, EventKind, Held, Phase};
 use crate::text::format::bytes;
 
 const MIB: u64 = 1 << 20;
@@ -53,6 +53,10 @@ pub enum Op {
     /// definitions are written on first use, and the allocations that
     /// follow carry it.
     Context(u32),
+    /// A role list (FORMAT 1.2), as the agent writes at a step boundary:
+    /// the tensors PyTorch holds, each (tensor, its bytes, its role, the
+    /// module path's 1-based index in [`Scenario::modules`]).
+    Roles(Vec<(u32, u64, Held, u32)>),
 }
 
 /// An operation at a simulated time, with the caption to show from then on.
@@ -245,6 +249,22 @@ impl Gen {
     fn free(&mut self, id: u32) {
         self.push(Op::Free { tensor: id });
     }
+    /// A role list of (tensor, bytes, role, module path).
+    fn roles(&mut self, tensors: Vec<(u32, u64, Held, String)>) {
+        let list = tensors
+            .into_iter()
+            .map(|(t, bytes, held, module)| {
+                let m =
+                    (self.modules.iter().position(|x| *x == module)).map_or(0, |i| i as u32 + 1);
+                (t, bytes, held, m)
+            })
+            .collect();
+        self.ops.push(TimedOp {
+            time_ns: self.t,
+            op: Op::Roles(list),
+            caption: None,
+        });
+    }
     /// Enter module `module` (empty: none) in `phase`: takes no time, so
     /// the script's timing is that of the job without attribution.
     fn enter(&mut self, module: &str, phase: Phase) {
@@ -347,7 +367,33 @@ impl Model {
         self.backward(g, &at, act, logits, saved);
         g.free(input);
         self.optimizer_step(g, &at);
+        // The agent's role list at the step boundary. The agent walks at
+        // most once a second (a walk costs it Python time); the simulated
+        // job's costs nothing, so it sends one every step, and the demo's
+        // gradients are named even where a leak moves them.
+        self.send_roles(g);
         loss
+    }
+
+    /// The role list: each layer's weight and bias, their gradients (made
+    /// in backward, last layer first) and Adam's two states per parameter.
+    fn send_roles(&self, g: &mut Gen) {
+        let sizes: Vec<u64> = self.param_sizes().collect();
+        let of_param = |i: usize| layer(i / 2);
+        let mut list = Vec::new();
+        for (i, &t) in self.params.iter().enumerate() {
+            list.push((t, sizes[i], Held::Parameter, of_param(i)));
+        }
+        for (k, &t) in self.grads.iter().enumerate() {
+            // Pushed weight, bias of the last layer first.
+            let l = self.layers - 1 - k / 2;
+            let i = 2 * l + k % 2;
+            list.push((t, sizes[i], Held::Gradient, of_param(i)));
+        }
+        for (j, &t) in self.adam.iter().enumerate() {
+            list.push((t, sizes[j / 2], Held::OptimizerState, of_param(j / 2)));
+        }
+        g.roles(list);
     }
 
     /// `optimizer.zero_grad()` (set_to_none): the gradients die.
@@ -699,6 +745,10 @@ pub struct ScenarioRunner {
     /// The definitions stack capture made (kept across runs: ids are
     /// never reused within a segment).
     stack_defs: StackDefs,
+    /// The last role list (sent again with every snapshot), and the lists
+    /// written so far.
+    roles: Vec<(u32, u64, Held, u32)>,
+    roles_sent: u32,
 }
 
 /// Stack capture under way: step boundaries left, frames kept.
@@ -806,6 +856,8 @@ impl ScenarioRunner {
             alloc,
             cursor: 0,
             live: HashMap::new(),
+            roles: Vec::new(),
+            roles_sent: 0,
             caption,
             last_oom: None,
             last_stats_ns: None,
@@ -999,6 +1051,10 @@ impl ScenarioRunner {
             Op::Snapshot => {
                 self.snapshot(sink);
             }
+            Op::Roles(ref tensors) => {
+                self.roles = tensors.clone();
+                self.write_roles(time_ns, sink);
+            }
             Op::Context(c) => {
                 let i = c as usize;
                 if (1..=self.scenario.contexts.len()).contains(&i)
@@ -1108,7 +1164,39 @@ impl ScenarioRunner {
                 kind: kind.clone(),
             });
         }
-        self.alloc.snapshot(sink)
+        let id = self.alloc.snapshot(sink);
+        // The role list again, after the snapshot's blocks (as the agent).
+        self.write_roles(t, sink);
+        id
+    }
+
+    /// Writes the last role list (the tensors still alive) as list
+    /// `self.roles_sent + 1`.
+    fn write_roles(&mut self, time_ns: u64, sink: &mut dyn EventSink) {
+        if self.roles.is_empty() {
+            return;
+        }
+        self.roles_sent += 1;
+        let list = self.roles_sent;
+        let live: Vec<(u64, u64, Held, u32)> = (self.roles.iter())
+            .filter_map(|&(t, bytes, held, module)| {
+                self.live.get(&t).map(|&addr| (addr, bytes, held, module))
+            })
+            .collect();
+        let count = live.len() as u64;
+        let mut emit = |kind| sink.emit(Event { time_ns, kind });
+        emit(EventKind::Roles { list, count });
+        for (addr, bytes, held, module) in live {
+            emit(EventKind::Role {
+                list,
+                device: 0,
+                addr,
+                bytes,
+                held,
+                module,
+            });
+        }
+        emit(EventKind::RolesEnd { list, count });
     }
 
     fn observe(&mut self) {
@@ -1154,9 +1242,10 @@ mod tests {
             assert_eq!(s.name, *name);
             assert!(!desc.is_empty());
             assert!(!s.ops.is_empty());
-            // Entering a module takes no time; every other op does.
+            // Entering a module and a role list take no time; every other
+            // op does.
             let timed: Vec<&TimedOp> = (s.ops.iter())
-                .filter(|o| !matches!(o.op, Op::Context(_)))
+                .filter(|o| !matches!(o.op, Op::Context(_) | Op::Roles(_)))
                 .collect();
             assert!(
                 timed.windows(2).all(|w| w[0].time_ns < w[1].time_ns),
