@@ -305,6 +305,18 @@ def main():
         base = statistics.median(times["bare"])
         res["per_call_us"] = {v: round((statistics.median(times[v]) - base) / 129 * 1e6, 3) for v in variants}
         print("per module call, us over bare:", json.dumps(res["per_call_us"]))
+    if roles is not None:
+        # What one walk costs: the role lists' share of a job's time is this
+        # once a second (and in this benchmark once per round of a variant).
+        walks = []
+        for _ in range(21):
+            roles.last = 0.0
+            roles.refresh()
+            walks.append(roles.walk_s)
+        res["roles_walk_ms"] = round(statistics.median(walks) * 1e3, 3)
+        res["roles_tensors"] = len(roles.collect()[0]) // 5
+        print("roles: a walk of %d tensors takes %.3f ms (median of 21); lists written %d" % (
+            res["roles_tensors"], res["roles_walk_ms"], roles.lists))
     print("%-8s %10s %8s %18s" % ("variant", "step ms", "ratio", "95% interval"))
     for v in variants:
         ratios = [t / b for t, b in zip(times[v], times["bare"])]

@@ -36,7 +36,7 @@ for w in "${what[@]}"; do
             --rounds "${BENCH_ROUNDS:-40}" --steps "${BENCH_STEPS:-10}" --variants attrib,attrib_noroles \
             --batch "$batch" --out "$LOG/roles-$w.json" > "$LOG/roles-$w.log" 2>&1
         echo "$w (batch $batch): rc=$? ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
-        grep -E '^(variant|bare|attrib|attrib_noroles) ' "$LOG/roles-$w.log" | tee -a "$SUMMARY"
+        grep -E '^(variant|bare|attrib|attrib_noroles|roles:) ' "$LOG/roles-$w.log" | tee -a "$SUMMARY"
         ;;
     fsdp2 | ddp)
         VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 300 torchrun --nproc_per_node 2 tests/gpu/test_roles.py "$w" \
