@@ -577,6 +577,20 @@ fn block_map_by_module_and_phase() {
     press(&mut app, Char('x'));
     assert!(app.process.only.is_none());
     assert!(!frame(&app).contains("· only forward"));
+    // c: by role (issue 26): the layers' weights are parameters (the
+    // simulated job sends role lists), Adam's state optimizer state.
+    press(&mut app, Char('c'));
+    let f = frame(&app);
+    assert!(f.contains("by role") && f.contains("P parameter"), "{f}");
+    assert!(f.contains("O optim state") && f.contains("PPPP"), "{f}");
+    // v: only parameters; a selected block names its role.
+    press(&mut app, Char('v'));
+    let f = frame(&app);
+    assert!(f.contains("only parameter"), "{f}");
+    press(&mut app, Char('n'));
+    let f = frame(&app);
+    assert!(f.contains("role parameter"), "{f}");
+    press(&mut app, Char('x'));
     press(&mut app, Char('c'));
     let f = frame(&app);
     assert!(f.contains("allocated") && f.contains("pending-free"), "{f}");
@@ -651,7 +665,7 @@ fn block_map_by_module_80x24_monochrome_ascii() {
     let f = frame(&app);
     assert!(f.is_ascii(), "{f}");
     assert!(
-        f.contains("b model.layers.0") && f.contains("~ M: all"),
+        f.contains("a model.layers.0") && f.contains("~ M: all"),
         "{f}"
     );
 }

@@ -191,6 +191,9 @@ pub fn text(r: &HeadlessReport) -> String {
         for text in diagnosis::origins_text(leak, " <- ") {
             let _ = writeln!(o, "           {text}");
         }
+        if let Some(text) = diagnosis::roles_text(&v.attribution) {
+            let _ = writeln!(o, "           {text}");
+        }
         for s in leak.top_sizes.iter().take(3) {
             let _ = writeln!(
                 o,

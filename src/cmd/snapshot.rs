@@ -193,6 +193,9 @@ pub fn table(s: &Snapshot) -> String {
             for text in diagnosis::origins_text(leak, " <- ") {
                 let _ = writeln!(o, "        {text}");
             }
+            if let Some(text) = diagnosis::roles_text(&p.view.attribution) {
+                let _ = writeln!(o, "        {text}");
+            }
         }
     }
     for pr in &s.problems {

@@ -218,6 +218,29 @@ pub(crate) fn origin_text(o: &LeakOrigin, arrow: &str) -> String {
 
 /// The growing modules of a flagged leak, one line each, and a last line
 /// for those left out.
+/// "Live by role: parameter 576M · gradient 576M · ... · other 2.88G
+/// (outlived its step, named by no role list)": where a leak's bytes sit
+/// among what PyTorch holds (None when no block has a role but other).
+pub fn roles_text(a: &crate::model::attrib::Attribution) -> Option<String> {
+    use crate::model::roles::Role;
+    if a.roles.iter().all(|r| r.role == Role::Other) {
+        return None;
+    }
+    let parts: Vec<String> = (a.roles.iter())
+        .map(|r| format!("{} {}", r.role.label(), format::bytes_short(r.bytes)))
+        .collect();
+    let other = a.roles.iter().any(|r| r.role == Role::Other);
+    Some(format!(
+        "Live by role: {}{}",
+        parts.join(" · "),
+        if other {
+            " (other: outlived its step, named by no role list)"
+        } else {
+            ""
+        }
+    ))
+}
+
 pub fn origins_text(l: &LeakReport, arrow: &str) -> Vec<String> {
     let mut out: Vec<String> = l.origins.iter().map(|o| origin_text(o, arrow)).collect();
     if l.more_origins > 0 {
@@ -272,6 +295,9 @@ fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'stat
             "No module's allocations outlive most of the last steps.",
             t.dim(),
         ));
+    }
+    if let Some(text) = roles_text(&v.attribution) {
+        out.push(Line::styled(text, t.dim()));
     }
     if l.top_sizes.is_empty() {
         out.push(Line::styled(
