@@ -356,6 +356,16 @@ def compare(kind, model, opts):
     others = {r["role"]: r["bytes"] for r in view["attribution"].get("roles", []) if r["role"] not in EXACT}
     print("%s: torch holds %d tensors (%d outside every block); by role %s; vramscope's other roles %s; lists %s" % (
         kind, n, missing, totals, others, rl))
+    truth = os.environ.get("ROLES_TRUTH")
+    if truth:
+        # For a recording of this job (tests/gpu/roles_record.sh): torch's
+        # figures at this point, then the job holds still while the
+        # recording stops (its teardown would free everything).
+        with open(truth + ".tmp", "w") as f:
+            json.dump({"pid": os.getpid(), "stack": kind,
+                       "rows": sorted([m, r, b] for (m, r), b in want.items())}, f)
+        os.replace(truth + ".tmp", truth)
+        time.sleep(float(os.environ.get("ROLES_HOLD", "20")))
     check(not wrong and not extra and want,
           "%s: bytes by module and role equal torch's: %d of %d (module, role) rows%s%s" % (
               kind, len(same), len(want), "" if not wrong else "; differ: %s" % wrong[:4],
