@@ -9,7 +9,8 @@ WORKLOAD: gpt2 (transformers causal LM, AdamW, bf16 autocast), resnet
 DataLoader workers), lbfgs (GPT-2 under torch.optim.LBFGS, whose
 closure runs forward, backward and the leak), compiled (torch.compile'd GPT-2), inference (GPT-2
 generation-free forward loop, no optimizer, no_grad), ddp (GPT-2 under
-DDP, launched by torchrun). Models are built from configs (nothing is
+DDP, launched by torchrun), bert-varlen (transformers BERT, a random
+sequence length and batch every step). Models are built from configs (nothing is
 downloaded).
 
 --leak keeps a tensor alive every step: fast 1 MiB + 4 KiB (the way a
@@ -95,6 +96,28 @@ def train_lm(model, steps, s, batch=8, seq=128, vocab=8192, compiled=False):
     fwd = torch.compile(model) if compiled else model
     x = torch.randint(0, vocab, (batch, seq), device="cuda")
     train(steps, s, opt, lambda: fwd(input_ids=x, labels=x).loss)
+
+
+def bert_varlen(steps, s):
+    """transformers BERT (masked LM, 4 layers) with a random sequence length
+    and batch every step: floors that swing by hundreds of MB with the
+    previous step's logits (issue 26, item 3)."""
+    import random
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    rng = random.Random(0)
+    cfg = BertConfig(num_hidden_layers=4, hidden_size=256, num_attention_heads=8, intermediate_size=1024,
+                     vocab_size=30522, max_position_embeddings=512)
+    model = BertForMaskedLM(cfg).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def forward():
+        b, t = rng.choice([4, 8, 16, 32]), rng.choice([32, 64, 128, 256, 384, 512])
+        x = torch.randint(0, cfg.vocab_size, (b, t), device="cuda")
+        return model(input_ids=x, labels=x).loss
+
+    train(steps, s, opt, forward)
 
 
 def resnet(steps, s):
@@ -192,7 +215,8 @@ def ddp(steps, s):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "lbfgs", "compiled", "inference", "ddp"])
+    p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "lbfgs", "compiled", "inference", "ddp",
+                                        "bert-varlen"])
     p.add_argument("--leak", choices=sorted(LEAK), default="none")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
@@ -221,6 +245,8 @@ def main():
         lbfgs(a.steps, s)
     elif w == "ddp":
         ddp(a.steps, s)
+    elif w == "bert-varlen":
+        bert_varlen(a.steps, s)
     s.done()
 
 
