@@ -711,6 +711,24 @@ impl LeakDetector {
         }
     }
 
+    /// The step of this run (1 the first) that was under way at time `t`,
+    /// dated by the step starts the survivor test keeps (None before the
+    /// oldest of them): how blocks are given a step where no step tag
+    /// says it (steps found from the allocation period, inference loops).
+    pub(crate) fn step_at(&self, t: u64) -> Option<u64> {
+        let starts = &self.step_starts;
+        if starts.front().is_none_or(|&s| t < s) {
+            return None;
+        }
+        let first = (self.steps + 2).saturating_sub(starts.len() as u64);
+        Some(first + starts.partition_point(|&s| s <= t) as u64 - 1)
+    }
+
+    /// The step under way (this run's counted steps and one).
+    pub(crate) fn step_now(&self) -> u64 {
+        self.steps + 1
+    }
+
     /// The steps counted so far in this run (changes at each boundary).
     pub(crate) fn boundaries(&self) -> (u64, u64) {
         (self.run, self.steps)

@@ -770,15 +770,24 @@ impl Process {
                 .chain(d.orphans().map(|(_, b)| b))
         });
         let mut report = self.leak.report(now_ns, blocks);
-        if let (true, Some(now)) = (report.flagged, self.clock.step()) {
-            (report.origins, report.more_origins) = self.leak_origins(now);
+        if report.flagged {
+            // Steps from step tags where the producer's clock has steps
+            // (markers, optimizer steps) and they name something; else the
+            // leak detector's own steps (the allocation period, a producer
+            // without tags), blocks dated by birth time.
+            let tagged = self.clock.step().map(|now| self.leak_origins(now, false));
+            (report.origins, report.more_origins) = match tagged {
+                Some(found) if !found.0.is_empty() => found,
+                _ => self.leak_origins(self.leak.step_now(), true),
+            };
         }
         report
     }
 
     /// The modules and stacks whose live blocks outlive their step, step
-    /// after step (see [`super::leak::growing_origins`]).
-    fn leak_origins(&self, now: u64) -> (Vec<super::leak::LeakOrigin>, u64) {
+    /// after step (see [`super::leak::growing_origins`]); a block's step
+    /// from its tag, or (`by_time`) from its birth time.
+    fn leak_origins(&self, now: u64, by_time: bool) -> (Vec<super::leak::LeakOrigin>, u64) {
         let mut contexts: HashMap<u32, attrib::ContextView> = HashMap::new();
         let mut live: Vec<(u32, u64, u64)> = Vec::new();
         for d in &self.devices {
@@ -789,7 +798,12 @@ impl Process {
                 let c = contexts
                     .entry(b.origin.context)
                     .or_insert_with(|| self.defs.context_view(b.origin.context));
-                if let Some(step) = c.step.or(b.origin.step.map(u64::from)) {
+                let step = if by_time {
+                    self.leak.step_at(b.since_ns)
+                } else {
+                    c.step.or(b.origin.step.map(u64::from))
+                };
+                if let Some(step) = step {
                     live.push((b.origin.context, step, b.size));
                 }
             }

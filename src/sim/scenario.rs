@@ -161,6 +161,14 @@ const LIST: &[(&str, &str)] = &[
 ];
 
 impl Scenario {
+    /// The same job watched through a producer that sends no role lists
+    /// (format 1.1): Adam's state is then the optimizer's (made outside
+    /// every module), not its layer's.
+    pub fn without_roles(mut self) -> Scenario {
+        self.ops.retain(|o| !matches!(o.op, Op::Roles(_)));
+        self
+    }
+
     /// Every scenario name with a one-line description.
     pub(crate) fn list() -> &'static [(&'static str, &'static str)] {
         LIST

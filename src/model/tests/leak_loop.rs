@@ -93,6 +93,12 @@ fn kept_loss_tensors_are_flagged_and_named() {
         assert_eq!(top.live, 120);
         assert!(top.oldest_age_ns.is_some());
         assert_eq!(p.inconsistencies(), 0);
+        // Its origin, with steps from markers or from the allocation
+        // period alike (issue 26: origins were empty without step tags):
+        // outside every module, one 512-byte block a step.
+        let o = rep.origins.first().unwrap_or_else(|| panic!("{rep:?}"));
+        assert_eq!((o.module.as_str(), o.bytes_per_step), ("", 512), "{rep:?}");
+        assert!(o.steps_with_survivors * 4 >= o.window_steps * 3);
     }
 }
 
