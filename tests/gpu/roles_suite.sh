@@ -45,7 +45,9 @@ for w in "${what[@]}"; do
         grep -E '(  ok|  FAIL|torch holds|vramscope:|Error)' "$LOG/roles-$w.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     *)
-        VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 300 python3 tests/gpu/test_roles.py "$w" > "$LOG/roles-$w.log" 2>&1
+        # (One GPU: on two, HF Trainer would wrap the model in DataParallel.)
+        CUDA_VISIBLE_DEVICES=0 VRAMSCOPE_SHM_DIR=$shm VRAMSCOPE_AUTO=1 timeout 300 python3 tests/gpu/test_roles.py "$w" \
+            > "$LOG/roles-$w.log" 2>&1
         echo "$w: rc=$? ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
         grep -E '^(  ok|  FAIL|.*torch holds|vramscope:|.*Error)' "$LOG/roles-$w.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;

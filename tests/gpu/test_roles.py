@@ -48,7 +48,21 @@ import torch  # noqa: E402
 import vramscope  # noqa: E402
 
 BIN = os.environ.get("VRAMSCOPE_BIN") or os.path.join(ROOT, "target", "release", "vramscope")
-STEPS = 6
+STEPS = int(os.environ.get("ROLES_STEPS", "6"))
+# ROLES_LEAK=1: a module keeps a copy of its output every call (a leak
+# planted in `transformer.h.1.mlp`, GPT-2's; `layer2.0.conv2`, ResNet's);
+# the job then checks the leak is flagged and named after that module.
+LEAK = os.environ.get("ROLES_LEAK") == "1"
+KEPT = []
+LEAK_PATH = {"gpt2": "transformer.h.1.mlp", "resnet": "layer2.0.conv2"}
+
+
+def plant(model, path):
+    # A forward hook runs inside the module's call (and goes with replicas).
+    def keep(module, args, out):
+        KEPT.append(out.detach().clone())
+
+    model.get_submodule(path).register_forward_hook(keep)
 EXACT = ("parameter", "buffer", "gradient", "optimizer_state")
 
 
@@ -56,7 +70,10 @@ def gpt2_model():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(n_layer=4, n_embd=256, n_head=8, vocab_size=8192, n_positions=256)
-    return GPT2LMHeadModel(cfg), cfg
+    model = GPT2LMHeadModel(cfg)
+    if LEAK:
+        plant(model, LEAK_PATH["gpt2"])
+    return model, cfg
 
 
 def batch_of(cfg, b=8, t=128):
@@ -188,6 +205,8 @@ def stack_resnet():
 
     model = timm.create_model("resnet50", pretrained=False, num_classes=100).cuda()
     model = model.to(memory_format=torch.channels_last)
+    if LEAK:
+        plant(model, LEAK_PATH["resnet"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
@@ -356,6 +375,15 @@ def compare(kind, model, opts):
     others = {r["role"]: r["bytes"] for r in view["attribution"].get("roles", []) if r["role"] not in EXACT}
     print("%s: torch holds %d tensors (%d outside every block); by role %s; vramscope's other roles %s; lists %s" % (
         kind, n, missing, totals, others, rl))
+    if LEAK:
+        leak = view["leak"]
+        origins = [(o.get("module"), o.get("bytes_per_step")) for o in leak.get("origins", [])]
+        path = LEAK_PATH["resnet" if kind == "resnet" else "gpt2"]
+        # (Under Lightning the root is the LightningModule: `model.` first.)
+        named = bool(origins) and any(m and m.endswith(path) for m, _ in origins[:2])
+        if not check(leak.get("flagged") and named, "%s: the leak planted in %s is flagged (at step %s) and named: %s" % (
+                kind, path, leak.get("flagged_at_step"), origins[:3])):
+            print("leak report: %s" % json.dumps({k: v for k, v in leak.items() if k not in ("earlier_runs",)})[:3000])
     truth = os.environ.get("ROLES_TRUTH")
     if truth:
         # For a recording of this job (tests/gpu/roles_record.sh): torch's
