@@ -79,7 +79,10 @@ impl DeviceState {
                 problem = Problem::Overflow { addr, size };
             }
             return Applied {
-                live: Live::Up(request),
+                live: Live::Up {
+                    requested: request,
+                    size,
+                },
                 problem: Some(problem),
             };
         }
@@ -137,7 +140,10 @@ impl DeviceState {
         }
         self.learn_pool_kind(template.segment, request);
         Applied {
-            live: Live::Up(request),
+            live: Live::Up {
+                requested: request,
+                size,
+            },
             problem,
         }
     }
@@ -198,7 +204,10 @@ impl DeviceState {
             problem = Problem::Overflow { addr, size };
         }
         Applied {
-            live: Live::Up(request),
+            live: Live::Up {
+                requested: request,
+                size,
+            },
             problem: Some(problem),
         }
     }
@@ -219,12 +228,17 @@ impl DeviceState {
                 found: b.state,
             });
         }
+        let born_ns = b.since_ns;
         b.state = BlockState::PendingFree;
         b.since_ns = t;
         let (size, requested) = (b.size, b.requested);
         self.allocated = self.allocated.saturating_sub(size);
         Applied {
-            live: Live::Down(requested),
+            live: Live::Down {
+                requested,
+                size,
+                born_ns,
+            },
             problem: None,
         }
     }
@@ -241,7 +255,11 @@ impl DeviceState {
             BlockState::Allocated => {
                 // The free request was missed.
                 self.allocated = self.allocated.saturating_sub(b.size);
-                Live::Down(b.requested)
+                Live::Down {
+                    requested: b.requested,
+                    size: b.size,
+                    born_ns: b.since_ns,
+                }
             }
             BlockState::PendingFree => Live::None,
         };
@@ -270,7 +288,11 @@ impl DeviceState {
         };
         match b.state {
             BlockState::Allocated => Applied {
-                live: Live::Down(b.requested),
+                live: Live::Down {
+                    requested: b.requested,
+                    size: b.size,
+                    born_ns: b.since_ns,
+                },
                 problem: Some(problem),
             },
             BlockState::PendingFree => Applied::default(),
