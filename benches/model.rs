@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
 use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
-use vramscope::model::{Model, ModelConfig, Process, ProcessKey};
+use vramscope::model::{Model, ModelConfig, Process, ProcessKey, ViewOptions};
 
 const KEY: ProcessKey = ProcessKey {
     pid: 1,
@@ -262,6 +262,25 @@ fn bench(c: &mut Criterion) {
             offset += span;
         });
     });
+    g.finish();
+    // What a view of the process costs (the dashboard takes one per
+    // process each frame; `serve` one per scrape): figures, the leak
+    // verdict and attribution by module, phase and role over its 5,052
+    // blocks; then with the block map (the selected process).
+    let m = run(&events, SETUP, span, scaled(200_000));
+    let p = m.process(KEY).expect("primed");
+    let mut g = c.benchmark_group("model");
+    let brief = ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    };
+    g.bench_function("view", |b| b.iter(|| black_box(p.view(0, &brief))));
+    let full = ViewOptions {
+        block_map: true,
+        ..brief
+    };
+    g.bench_function("view_block_map", |b| b.iter(|| black_box(p.view(0, &full))));
     g.finish();
 }
 
