@@ -184,15 +184,10 @@ pub enum Problem {
 pub(crate) enum Live {
     #[default]
     None,
-    /// A tensor of this requested size came to life, in a block of `size`.
-    Up { requested: u64, size: u64 },
-    /// A tensor of this requested size was released: its block of `size`
-    /// was allocated at `born_ns`.
-    Down {
-        requested: u64,
-        size: u64,
-        born_ns: u64,
-    },
+    /// A tensor of this requested size came to life.
+    Up(u64),
+    /// A tensor of this requested size was released.
+    Down(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -349,6 +344,10 @@ impl DeviceState {
     /// installed snapshot (its figures cannot be true).
     pub(crate) fn saturated(&self) -> bool {
         self.saturated
+    }
+    /// Blocks held, orphans included.
+    pub(crate) fn block_count(&self) -> usize {
+        self.blocks.len() + self.orphans.len()
     }
     /// Orphan blocks held.
     pub fn orphan_count(&self) -> usize {

@@ -402,13 +402,6 @@ pub struct LeakDetector {
     /// [`SURVIVOR_WINDOW`] + [`SURVIVOR_SKIP`] + 1): the survivor test
     /// dates live blocks by them.
     step_starts: VecDeque<u64>,
-    /// Bytes of the allocated blocks born in each step of `step_starts`
-    /// (same index) still alive, kept as blocks are born and die, so the
-    /// survivor test reads no block (`alive_exact`: false after an event
-    /// the counts may have missed; the next boundary counts again from
-    /// the blocks).
-    alive: VecDeque<u64>,
-    alive_exact: bool,
     /// The survivor test at the latest step boundary.
     survivors: SurvivorTest,
 }
@@ -463,8 +456,6 @@ impl LeakDetector {
             earlier_runs: VecDeque::new(),
             started: false,
             step_starts: VecDeque::new(),
-            alive: VecDeque::new(),
-            alive_exact: true,
             survivors: SurvivorTest::default(),
         }
     }
@@ -533,59 +524,6 @@ impl LeakDetector {
         if let Some(e) = self.sizes.get_mut(&requested) {
             e.live = e.live.saturating_sub(1);
         }
-    }
-
-    /// The index in `step_starts` (and `alive`) of the step under way at
-    /// `t`, if it is one of the kept ones.
-    #[inline]
-    fn slot_at(&self, t: u64) -> Option<usize> {
-        let starts = &self.step_starts;
-        // Most blocks are born and die within the step under way.
-        match starts.back() {
-            Some(&last) if t >= last => return Some(starts.len() - 1),
-            None => return None,
-            _ => {}
-        }
-        if starts.front().is_none_or(|&s| t < s) {
-            return None;
-        }
-        Some(starts.partition_point(|&s| s <= t) - 1)
-    }
-
-    /// A block of `size` bytes was allocated at `t`: the survivor counts.
-    #[inline]
-    pub(crate) fn alive_up(&mut self, size: u64, t: u64) {
-        if let Some(i) = self.slot_at(t) {
-            self.alive[i] = self.alive[i].saturating_add(size);
-        }
-    }
-
-    /// A block of `size` bytes allocated at `born_ns` was released.
-    #[inline]
-    pub(crate) fn alive_down(&mut self, size: u64, born_ns: u64) {
-        if let Some(i) = self.slot_at(born_ns) {
-            if self.alive[i] < size {
-                self.alive_exact = false; // (a count missed its birth)
-            }
-            self.alive[i] = self.alive[i].saturating_sub(size);
-        }
-    }
-
-    /// The counts may have missed an event (a lost event, a block taken
-    /// over, a snapshot installed): the next test counts from the blocks.
-    pub(crate) fn alive_unsure(&mut self) {
-        self.alive_exact = false;
-    }
-
-    /// The survivor counts, oldest step first (for tests).
-    #[cfg(test)]
-    pub(crate) fn alive_counts(&self) -> Vec<u64> {
-        self.alive.iter().copied().collect()
-    }
-
-    /// Whether the survivor counts are to be rebuilt from the blocks.
-    pub(crate) fn alive_needs_blocks(&self) -> bool {
-        !self.alive_exact
     }
 
     /// Replace live counts by a recount (after a snapshot).
@@ -700,7 +638,6 @@ impl LeakDetector {
         self.first_step_ns = None;
         self.first_flag = None;
         self.step_starts.clear();
-        self.alive.clear();
         self.survivors = SurvivorTest::default();
         for e in self.sizes.values_mut() {
             e.hist = [0; SIZE_HISTORY];
@@ -767,10 +704,8 @@ impl LeakDetector {
         self.first_step_ns.get_or_insert(self.now_ns);
         if self.step_starts.len() as u64 > SURVIVOR_WINDOW + SURVIVOR_SKIP {
             self.step_starts.pop_front();
-            self.alive.pop_front();
         }
         self.step_starts.push_back(self.now_ns);
-        self.alive.push_back(0);
         if self.first_flag.is_none() && self.may_flag() && self.floor_trend(false).flagged {
             self.first_flag = Some((self.steps, self.now_ns));
         }
@@ -799,19 +734,13 @@ impl LeakDetector {
         (self.run, self.steps)
     }
 
-    /// The survivor counts rebuilt from the birth times and sizes of the
-    /// live allocated blocks.
-    pub(crate) fn recount_alive(&mut self, born: impl Iterator<Item = (u64, u64)>) {
-        self.alive.iter_mut().for_each(|b| *b = 0);
-        for (t, size) in born {
-            self.alive_up(size, t);
-        }
-        self.alive_exact = true;
-    }
-
-    /// The survivor test at the boundary just counted, from the survivor
-    /// counts.
-    pub(crate) fn test_survivors(&mut self) {
+    /// The survivor test at the boundary just counted, given the birth
+    /// times and sizes of the live allocated blocks.
+    pub(crate) fn note_survivors(&mut self, born: impl Iterator<Item = (u64, u64)>) {
+        // Step k of this run (1 the first) began at starts[k - first]: the
+        // latest start is the one of step `steps + 1`, under way. The steps
+        // looked at are the finished ones before the latest
+        // SURVIVOR_SKIP, after the warm-up.
         let starts = &self.step_starts;
         let n = starts.len() as u64;
         if n == 0 {
@@ -822,11 +751,18 @@ impl LeakDetector {
         let hi = (self.steps + 1).saturating_sub(SURVIVOR_SKIP); // steps < hi
         let window = hi.saturating_sub(lo).min(SURVIVOR_WINDOW);
         let lo = hi - window;
-        let with: Vec<u64> = (lo..hi).map(|k| self.alive[(k - first) as usize]).collect();
-        self.survivors_from(window, &with);
-    }
-
-    fn survivors_from(&mut self, window: u64, with: &[u64]) {
+        let mut with = vec![0u64; window as usize];
+        if window > 0 {
+            let from = starts[(lo - first) as usize];
+            for (t, bytes) in born.filter(|&(t, _)| t >= from) {
+                // The step whose start is the latest at or before `t`.
+                let k = first + starts.partition_point(|&s| s <= t) as u64 - 1;
+                if (lo..hi).contains(&k) {
+                    let b = &mut with[(k - lo) as usize];
+                    *b = b.saturating_add(bytes);
+                }
+            }
+        }
         let steps_with = with.iter().filter(|&&b| b > 0).count() as u64;
         self.survivors = SurvivorTest {
             window_steps: window,

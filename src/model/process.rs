@@ -135,6 +135,11 @@ pub struct Process {
     leak: LeakDetector,
     /// The leak detector's (run, steps) when its survivor test last ran.
     leak_seen: (u64, u64),
+    /// Events since the survivor test last ran: it reads every live
+    /// block, so it runs only once as many events have come (short steps
+    /// over many blocks would make it quadratic; a real step has about as
+    /// many events as live blocks, so it runs at most steps apart).
+    survivor_credit: u64,
     /// Events of devices beyond `Bounds::devices`.
     dropped_devices: u64,
     /// The collector's drop counts by what (`Input::Dropped`), bounded by
@@ -180,6 +185,7 @@ impl Process {
             nvml_series: Series::new(cfg.series.clone()),
             leak: LeakDetector::new(cfg.leak.clone()).with_max_sizes(cfg.bounds.leak_sizes),
             leak_seen: (0, 0),
+            survivor_credit: 0,
             dropped_devices: 0,
             collector_drops: BTreeMap::new(),
             watch: Watch::default(),
@@ -373,23 +379,24 @@ impl Process {
     /// At each step boundary the leak detector counted, its survivor test
     /// over the live allocated blocks (when each was born).
     fn after_leak(&mut self) {
+        self.survivor_credit = self.survivor_credit.saturating_add(1);
         let now = self.leak.boundaries();
         if now == self.leak_seen {
             return;
         }
-        self.leak_seen = now;
-        // The survivor counts follow births and deaths; only after an
-        // event they may have missed are they counted from the blocks.
-        if self.leak.alive_needs_blocks() {
-            let born = self.devices.iter().flat_map(|d| {
-                (d.blocks().map(|(_, b)| b))
-                    .chain(d.orphans().map(|(_, b)| b))
-                    .filter(|b| b.state == crate::event::BlockState::Allocated)
-                    .map(|b| (b.since_ns, b.size))
-            });
-            self.leak.recount_alive(born);
+        let blocks: usize = self.devices.iter().map(DeviceState::block_count).sum();
+        if self.survivor_credit < blocks as u64 {
+            return;
         }
-        self.leak.test_survivors();
+        self.survivor_credit = 0;
+        self.leak_seen = now;
+        let born = self.devices.iter().flat_map(|d| {
+            (d.blocks().map(|(_, b)| b))
+                .chain(d.orphans().map(|(_, b)| b))
+                .filter(|b| b.state == crate::event::BlockState::Allocated)
+                .map(|b| (b.since_ns, b.size))
+        });
+        self.leak.note_survivors(born);
     }
 
     /// The allocated total the leak detector follows: the block map for
@@ -468,24 +475,11 @@ impl Process {
                 };
                 self.event_fed[i] = true;
                 match applied.live {
-                    Live::Up { requested, size } => {
-                        self.leak.on_alloc(requested);
-                        self.leak.alive_up(size, t);
-                    }
-                    Live::Down {
-                        requested,
-                        size,
-                        born_ns,
-                    } => {
-                        self.leak.on_release(requested);
-                        self.leak.alive_down(size, born_ns);
-                    }
+                    Live::Up(r) => self.leak.on_alloc(r),
+                    Live::Down(r) => self.leak.on_release(r),
                     Live::None => {}
                 }
                 if let Some(p) = applied.problem {
-                    // (A block taken over, a missed free: the survivor
-                    // counts may be off.)
-                    self.leak.alive_unsure();
                     self.problem(t, i, p);
                 }
                 let v = self.leak_signal();
@@ -619,7 +613,6 @@ impl Process {
                         .chain(d.orphans().map(|(_, b)| b))
                 });
                 self.leak.recount(blocks);
-                self.leak.alive_unsure();
                 let v = self.leak_signal();
                 self.leak.on_value(v, t);
             }
@@ -634,7 +627,6 @@ impl Process {
         }
         self.lost_events = self.lost_events.saturating_add(count);
         self.loss_unsynced = true;
-        self.leak.alive_unsure();
         for d in &mut self.devices {
             d.desync();
             d.taint_snapshot();

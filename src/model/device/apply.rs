@@ -79,10 +79,7 @@ impl DeviceState {
                 problem = Problem::Overflow { addr, size };
             }
             return Applied {
-                live: Live::Up {
-                    requested: request,
-                    size,
-                },
+                live: Live::Up(request),
                 problem: Some(problem),
             };
         }
@@ -140,10 +137,7 @@ impl DeviceState {
         }
         self.learn_pool_kind(template.segment, request);
         Applied {
-            live: Live::Up {
-                requested: request,
-                size,
-            },
+            live: Live::Up(request),
             problem,
         }
     }
@@ -204,10 +198,7 @@ impl DeviceState {
             problem = Problem::Overflow { addr, size };
         }
         Applied {
-            live: Live::Up {
-                requested: request,
-                size,
-            },
+            live: Live::Up(request),
             problem: Some(problem),
         }
     }
@@ -228,17 +219,12 @@ impl DeviceState {
                 found: b.state,
             });
         }
-        let born_ns = b.since_ns;
         b.state = BlockState::PendingFree;
         b.since_ns = t;
         let (size, requested) = (b.size, b.requested);
         self.allocated = self.allocated.saturating_sub(size);
         Applied {
-            live: Live::Down {
-                requested,
-                size,
-                born_ns,
-            },
+            live: Live::Down(requested),
             problem: None,
         }
     }
@@ -255,11 +241,7 @@ impl DeviceState {
             BlockState::Allocated => {
                 // The free request was missed.
                 self.allocated = self.allocated.saturating_sub(b.size);
-                Live::Down {
-                    requested: b.requested,
-                    size: b.size,
-                    born_ns: b.since_ns,
-                }
+                Live::Down(b.requested)
             }
             BlockState::PendingFree => Live::None,
         };
@@ -288,11 +270,7 @@ impl DeviceState {
         };
         match b.state {
             BlockState::Allocated => Applied {
-                live: Live::Down {
-                    requested: b.requested,
-                    size: b.size,
-                    born_ns: b.since_ns,
-                },
+                live: Live::Down(b.requested),
                 problem: Some(problem),
             },
             BlockState::PendingFree => Applied::default(),

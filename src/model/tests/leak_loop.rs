@@ -320,36 +320,3 @@ fn healthy_loops_with_noise_are_never_flagged_in_300_steps() {
         );
     }
 }
-
-/// The survivor counts, kept as blocks are born and die (no block read at
-/// a step boundary), equal a count of the live blocks by birth step, on
-/// loops whose blocks come and go in every pattern above.
-#[test]
-fn survivor_counts_kept_incrementally_equal_a_count_of_the_blocks() {
-    use Beside::*;
-    for beside in [
-        Nothing,
-        PreviousLogits,
-        Accumulation,
-        Evaluation,
-        EmptyCache,
-    ] {
-        let m = swinging_loop(90, true, beside);
-        let p = m.process(KEY).unwrap();
-        let kept = p.leak().alive_counts();
-        let mut recount = p.leak().clone();
-        let born = p.devices().iter().flat_map(|d| {
-            (d.blocks().map(|(_, b)| *b))
-                .chain(d.orphans().map(|(_, b)| *b))
-                .filter(|b| b.state == BlockState::Allocated)
-                .map(|b| (b.since_ns, b.size))
-                .collect::<Vec<_>>()
-        });
-        recount.recount_alive(born);
-        assert_eq!(kept, recount.alive_counts(), "{beside:?}");
-        assert!(
-            kept.iter().filter(|&&b| b > 0).count() > 40,
-            "{beside:?}: {kept:?}"
-        );
-    }
-}
