@@ -514,6 +514,45 @@ fn by_module_overlay() {
     assert!(!frame(&app).contains("By module"));
 }
 
+/// Issue 26: `r` in the By module table shows one role's bytes per
+/// module, then the next role, then all again; at 80x24 and 120x40.
+#[test]
+fn by_module_role_filter() {
+    use crossterm::event::KeyCode::Char;
+    for (w, h) in [(80, 24), (120, 40)] {
+        let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
+        press(&mut app, Char('M'));
+        let f = frame(&app);
+        assert!(f.contains("r role: all") && f.contains("ROLE"), "{f}");
+        assert!(f.contains("optim state"), "{f}");
+        // The first role: parameters, each layer's weight and bias.
+        press(&mut app, Char('r'));
+        snapshot_showing(
+            &format!("by_module_parameters_{w}x{h}"),
+            &app,
+            "role: parameter",
+        );
+        let f = frame(&app);
+        assert!(f.contains("model.layers.0"), "{f}");
+        assert!(f.contains("48.0 MiB") || f.contains("48.1 MiB"), "{f}");
+        assert!(
+            !f.contains("(no module)"),
+            "no parameter is outside every module: {f}"
+        );
+        // Buffers (none in this job), then gradients.
+        press(&mut app, Char('r'));
+        assert!(frame(&app).contains("role: buffer"));
+        press(&mut app, Char('r'));
+        assert!(frame(&app).contains("role: gradient"));
+        // Through every role and back to all.
+        for _ in 0..5 {
+            press(&mut app, Char('r'));
+        }
+        let f = frame(&app);
+        assert!(f.contains("r role: all"), "{f}");
+    }
+}
+
 /// Every overlay fits a tiny terminal (cut, never out of bounds): the
 /// legend, help, and the By module table.
 #[test]
