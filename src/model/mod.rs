@@ -41,6 +41,7 @@
 //! | event log (`eventlog`): the history, OOM context and snapshot placement | [`RECENT_EVENTS`] = 65,536 events × 40 B, and ≤ [`Bounds::places`] places × 32 B | 2.5 MiB |
 //! | time series, per device: allocated, reserved and active in one bucket (`Series<3>`) | 5 tiers × 4,096 buckets × 80 B | 1.5625 MiB |
 //! | period finder window (`period`), only while no markers or optimizer steps give the steps | 32,768 × 16 B | 0.5 MiB |
+//! | role lists (`roles`): the list in use and the one being received | 2 × [`Bounds::roles`] = 2 × 65,536 tensors × 24 B | 3 MiB (GPT-2 small with Adam: about 600 tensors, 28 KiB) |
 //! | block map, segments, orphans, attribution, leak sizes | [`Bounds`] | a few KiB for a real job |
 //!
 //! ```text

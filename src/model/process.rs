@@ -1140,6 +1140,44 @@ mod tests {
             ev(&mut p, EventKind::FreeCompleted { place, addr, size });
         }
         assert!(p.log.memory_bytes() <= history + 64 * 1024);
+        // Role lists: a hostile list of 200,000 tensors, never ended, after
+        // a complete one as long: at most two lists of the bound are kept.
+        let roles = 2 * crate::model::Bounds::default().roles * 24;
+        assert_eq!(roles, 3 * MIB);
+        for list in [1u32, 2] {
+            ev(
+                &mut p,
+                EventKind::Roles {
+                    list,
+                    count: 200_000,
+                },
+            );
+            for i in 0..200_000u64 {
+                let role = EventKind::Role {
+                    list,
+                    device: 0,
+                    addr: i << 10,
+                    bytes: 512,
+                    held: crate::event::Held::Parameter,
+                    module: 0,
+                };
+                ev(&mut p, role);
+            }
+            if list == 1 {
+                ev(
+                    &mut p,
+                    EventKind::RolesEnd {
+                        list,
+                        count: 200_000,
+                    },
+                );
+            }
+        }
+        assert!(
+            p.roles.memory_bytes() <= roles,
+            "{}",
+            p.roles.memory_bytes()
+        );
         for d in &p.devices {
             let held = d.series.memory_bytes();
             assert!(held <= series + 3 * 1024, "{held}");

@@ -391,6 +391,12 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_24_bytes() {
+        // (The model's memory table counts role lists at 24 B a tensor.)
+        assert_eq!(std::mem::size_of::<Entry>(), 24);
+    }
+
+    #[test]
     fn lifetime_rule() {
         use PhaseKey as P;
         assert_eq!(
