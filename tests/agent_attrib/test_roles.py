@@ -220,6 +220,22 @@ def main():
     while len(lib.lists) == n and time.monotonic() < deadline:
         time.sleep(0.05)
     check(len(lib.lists) == n + 1, "a snapshot written (a reader attached) is followed by a fresh list")
+    # A module changed while it was walked (RuntimeError): walked again
+    # later, not turned off.
+    class Changing(dict):
+        def values(self):
+            raise RuntimeError("dictionary changed size during iteration")
+
+    saved = l1._parameters
+    object.__setattr__(l1, "_parameters", Changing(saved))
+    a.roles.last -= _roles.EVERY
+    n = len(lib.lists)
+    a.step()
+    object.__setattr__(l1, "_parameters", saved)
+    a.roles.last -= _roles.EVERY
+    a.step()
+    check(not a.roles.failed and len(lib.lists) == n + 1 and not warnings,
+          "a walk that meets a module being changed is tried again, not turned off")
     # A failure turns role lists off with one line and never reaches the job.
     l1._parameters["weight"] = object()
     a.roles.last -= _roles.EVERY

@@ -45,6 +45,7 @@ EVERY = 1.0  # seconds between lists at step boundaries
 IDLE = 2.0  # seconds with no list before the background thread writes one
 POLL = 0.25  # how often the background thread looks
 MIN_GAP = 0.1
+TRANSIENT = 3  # walks in a row that may fail with RuntimeError
 
 
 class Roles:
@@ -59,6 +60,7 @@ class Roles:
         self.last = 0.0
         self.lists = 0
         self.failed = False
+        self.transient = 0  # RuntimeErrors in a row
         self.walk_s = 0.0  # the last walk's time, for status and benchmarks
         self.lock = threading.Lock()
         self.thread = None
@@ -123,6 +125,16 @@ class Roles:
             ptr = words.buffer_info()[0] if n else None
             if self.lib.vs_agent_roles(ptr, n):
                 self.lists += 1
+            self.transient = 0
+        except RuntimeError as e:
+            # The job changed a module or an optimizer while the background
+            # thread walked it ("dictionary changed size during
+            # iteration"): walk again later; only a walk that keeps failing
+            # turns role lists off.
+            self.transient += 1
+            self.dirty = True
+            if self.transient >= TRANSIENT:
+                self.fail(e)
         except Exception as e:
             self.fail(e)
         finally:
