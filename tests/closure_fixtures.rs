@@ -11,9 +11,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use common::succeeded;
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -22,19 +20,7 @@ fn dir() -> PathBuf {
 
 /// The leak report of the job's process as the replay of `NAME.vsrec` ends.
 fn leak_of(name: &str) -> (Value, Value) {
-    let truth: Value =
-        serde_json::from_slice(&std::fs::read(dir().join(format!("{name}.truth.json"))).unwrap())
-            .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("replay")
-        .arg(dir().join(format!("{name}.vsrec")))
-        .arg("--json")
-        .output()
-        .unwrap();
-    let snap: Value = serde_json::from_slice(&succeeded(out).stdout).unwrap();
-    let p = (snap["processes"].as_array().unwrap().iter())
-        .find(|p| p["identity"]["host_pid"] == truth["pid"])
-        .unwrap_or_else(|| panic!("pid {} not in {name}", truth["pid"]));
+    let (truth, p) = common::replayed_job(&dir(), name);
     (truth, p["view"]["leak"].clone())
 }
 

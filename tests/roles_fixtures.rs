@@ -10,9 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 
-use common::succeeded;
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -23,19 +21,7 @@ type Rows = BTreeMap<(Option<String>, String), u64>;
 
 /// torch's rows, and the replay's exact-role rows of the same process.
 fn rows_of(name: &str) -> (Rows, Rows, Value) {
-    let truth: Value =
-        serde_json::from_slice(&std::fs::read(dir().join(format!("{name}.truth.json"))).unwrap())
-            .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
-        .arg("replay")
-        .arg(dir().join(format!("{name}.vsrec")))
-        .arg("--json")
-        .output()
-        .unwrap();
-    let snap: Value = serde_json::from_slice(&succeeded(out).stdout).unwrap();
-    let p = (snap["processes"].as_array().unwrap().iter())
-        .find(|p| p["identity"]["host_pid"] == truth["pid"])
-        .unwrap_or_else(|| panic!("pid {} not in {name}", truth["pid"]));
+    let (truth, p) = common::replayed_job(&dir(), name);
     let key = |m: &Value, r: &Value| {
         (
             m.as_str().map(String::from),

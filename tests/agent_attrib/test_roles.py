@@ -6,6 +6,7 @@ keeps each role list it is handed. Run by tests/agent_attrib.rs; prints
 import ctypes
 import time
 
+import test_attrib  # (its stand-in tracker; its checks run only as a script)
 import torch
 from torch import nn
 from torch.optim.optimizer import Optimizer
@@ -16,51 +17,14 @@ from vramscope._attrib import Attribution
 NAMES = {1: "parameter", 2: "buffer", 3: "gradient", 4: "optimizer_state"}
 
 
-class Fn:
-    def __init__(self, f):
-        self.f = f
-
-    def __call__(self, *args):
-        return self.f(*args)
-
-
-class Lib:
-    """The tracker's attribution and role list API, kept in Python."""
+class Lib(test_attrib.Lib):
+    """test_attrib.py's stand-in tracker, which also keeps each role list
+    it is handed and counts snapshots as the tracker does."""
 
     def __init__(self):
-        for name in dir(self):
-            if name.startswith("vs_agent_"):
-                setattr(self, name, Fn(getattr(self, name)))
-        self.strings = {}
+        super().__init__()
         self.lists = []
-        self.dropped = {}
-        self.capture = (ctypes.c_uint64 * 3)()
-        self.word = ctypes.c_uint32(0)
         self.snaps = 0
-
-    def vs_agent_context_slot(self):
-        return ctypes.addressof(self.word)
-
-    def vs_agent_set_attribution(self, on):
-        return on
-
-    def vs_agent_define_string(self, sid, b, n):
-        self.strings[sid] = b[:n].decode()
-
-    def vs_agent_define_frame(self, *a):
-        pass
-
-    def vs_agent_define_stack(self, *a):
-        pass
-
-    def vs_agent_define_context(self, *a):
-        pass
-
-    def vs_agent_count_dropped(self, what, n):
-        self.dropped[what] = self.dropped.get(what, 0) + n
-
-    def vs_agent_capture_request(self):
-        return ctypes.addressof(self.capture)
 
     def vs_agent_snapshots(self):
         return self.snaps

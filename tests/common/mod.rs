@@ -45,6 +45,28 @@ pub fn succeeded(out: Output) -> Output {
     out
 }
 
+/// A job recorded on a GPU machine with what torch said of it
+/// (`DIR/NAME.vsrec` and `DIR/NAME.truth.json`, whose `pid` is the job's):
+/// the truth, and the job's process as `vramscope replay --json` of the
+/// recording leaves it.
+pub fn replayed_job(dir: &std::path::Path, name: &str) -> (serde_json::Value, serde_json::Value) {
+    let truth_file = dir.join(format!("{name}.truth.json"));
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(truth_file).unwrap()).unwrap();
+    let out = vramscope()
+        .arg("replay")
+        .arg(dir.join(format!("{name}.vsrec")))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let snap: serde_json::Value = serde_json::from_slice(&succeeded(out).stdout).unwrap();
+    let p = (snap["processes"].as_array().unwrap().iter())
+        .find(|p| p["identity"]["host_pid"] == truth["pid"])
+        .unwrap_or_else(|| panic!("pid {} not in {name}", truth["pid"]))
+        .clone();
+    (truth, p)
+}
+
 /// Asserts the command exited with status `code` (showing its stderr if
 /// not); returns its stderr.
 pub fn exited_with(code: i32, out: Output) -> String {

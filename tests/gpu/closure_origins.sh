@@ -16,23 +16,10 @@ set -u
 STEPS=${STEPS:-60}; LAYERS=${LAYERS:-4}
 fail=0
 for w in ${*:-lightning lbfgs}; do
-    shm=$(mktemp -d /tmp/vs-closure-XXXXXX)
-    export VRAMSCOPE_SHM_DIR=$shm
-    "$B" record -o "$D/$w.vsrec" > "$D/$w.rec.log" 2>&1 &
-    rec=$!
-    sleep 0.5
     # The job holds its leak for 30 s after its last step: the recording
-    # stops meanwhile, so its end shows the leak alive (the job's teardown
-    # would free it).
-    rm -f "$D/$w.truth.json"
-    timeout 600 "$B" run -- python3 tests/gpu/diag_job.py "$w" --leak slow --steps "$STEPS" --layers "$LAYERS" --out "$D/$w.truth.json" \
-        --hold 30 > "$D/$w.job.log" 2>&1 &
-    job=$!
-    await_mark "$D/$w.truth.json" $job 3000 0.1
-    sleep 1
-    kill -INT $rec; wait $rec
-    kill $job 2>/dev/null; wait $job
-    "$B" replay "$D/$w.vsrec" --json > "$D/$w.json" 2> "$D/$w.replay.err"
+    # stops meanwhile, so its end shows the leak alive.
+    record_job "$w" python3 tests/gpu/diag_job.py "$w" --leak slow --steps "$STEPS" --layers "$LAYERS" \
+        --out "$D/$w.truth.json" --hold 30
     python3 - "$D/$w.json" "$w" <<'PY' | tee -a "$D/closure_origins.txt"
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -48,6 +35,5 @@ print(f"{'PASS' if ok else 'FAIL'} {sys.argv[2]}: steps {leak.get('steps_observe
 sys.exit(0 if ok else 1)
 PY
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
-    rm -rf "$shm"
 done
 exit $fail

@@ -124,3 +124,31 @@ def snapshot_segments(evs, device, sid=None):
         elif n == "SnapshotEnd" and cur is not None and f["device"] == device and f["id"] == seen_id:
             out, cur = cur, None
     return out
+
+
+def torch_blocks():
+    """addr -> size of torch's own allocated blocks (memory_snapshot)."""
+    import torch
+
+    out = {}
+    for seg in torch.cuda.memory_snapshot():
+        a = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                out[a] = b["size"]
+            a += b["size"]
+    return out
+
+
+def read_own_view(binary):
+    """This process's view as `vramscope snapshot --json --blocks` (the real
+    reader, attaching now) gives it."""
+    r = subprocess.run([binary, "snapshot", "--json", "--blocks", "--no-nvml"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("vramscope snapshot failed: %s" % r.stderr.decode()[-2000:])
+    doc = json.loads(r.stdout.decode())
+    for p in doc.get("processes", []):
+        if p.get("identity", {}).get("host_pid") == os.getpid() or p.get("view", {}).get("key", {}).get("pid") == os.getpid():
+            return p["view"]
+    raise RuntimeError("this process is not in `vramscope snapshot`")

@@ -23,3 +23,28 @@ await_mark() {
     done
     return 1
 }
+
+# record_job NAME COMMAND...: records a job from its start. `vramscope
+# record` writes $D/NAME.vsrec while COMMAND (run under `vramscope run`,
+# its output in $D/NAME.job.log) works; COMMAND writes $D/NAME.truth.json
+# at the point to keep and then holds still; the recording stops there
+# (the job's teardown would free what it holds), the job is stopped, and
+# the recording is replayed into $D/NAME.json. Each job has its own
+# segment directory.
+record_job() {
+    local name=$1 shm rec job
+    shift
+    shm=$(mktemp -d /tmp/vs-rec-XXXXXX)
+    VRAMSCOPE_SHM_DIR=$shm "$B" record -o "$D/$name.vsrec" > "$D/$name.rec.log" 2>&1 &
+    rec=$!
+    sleep 0.5
+    rm -f "$D/$name.truth.json"
+    VRAMSCOPE_SHM_DIR=$shm timeout 600 "$B" run -- "$@" > "$D/$name.job.log" 2>&1 &
+    job=$!
+    await_mark "$D/$name.truth.json" $job 3000 0.1
+    sleep 1
+    kill -INT $rec; wait $rec
+    kill $job 2>/dev/null; wait $job
+    "$B" replay "$D/$name.vsrec" --json > "$D/$name.json" 2> "$D/$name.replay.err"
+    rm -rf "$shm"
+}

@@ -13,20 +13,8 @@ fail=0
 for run in "slow 160" "none 300"; do
     set -- $run
     leak=$1 steps=$2 w=bert-$1
-    shm=$(mktemp -d /tmp/vs-noisy-XXXXXX)
-    export VRAMSCOPE_SHM_DIR=$shm
-    "$B" record -o "$D/$w.vsrec" > "$D/$w.rec.log" 2>&1 &
-    rec=$!
-    sleep 0.5
-    rm -f "$D/$w.truth.json"
-    timeout 600 "$B" run -- python3 tests/gpu/diag_job.py bert-varlen --leak "$leak" --steps "$steps" \
-        --out "$D/$w.truth.json" --hold 30 > "$D/$w.job.log" 2>&1 &
-    job=$!
-    await_mark "$D/$w.truth.json" $job 3000 0.1
-    sleep 1
-    kill -INT $rec; wait $rec
-    kill $job 2>/dev/null; wait $job
-    "$B" replay "$D/$w.vsrec" --json > "$D/$w.json" 2> "$D/$w.replay.err"
+    record_job "$w" python3 tests/gpu/diag_job.py bert-varlen --leak "$leak" --steps "$steps" \
+        --out "$D/$w.truth.json" --hold 30
     python3 - "$D/$w.json" "$D/$w.truth.json" "$w" <<'PY' | tee -a "$D/noisy_leak.txt"
 import json, sys
 doc, truth = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -41,6 +29,5 @@ print(f"{'PASS' if ok else 'FAIL'} {sys.argv[3]}: {truth['steps']} steps, flagge
 sys.exit(0 if ok else 1)
 PY
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
-    rm -rf "$shm"
 done
 exit $fail

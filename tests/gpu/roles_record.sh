@@ -13,20 +13,7 @@ export PYTHONPATH=$PWD/assets/agent
 "$B" doctor > "$D/doctor.log" 2>&1
 fail=0
 for w in ${*:-plain resnet}; do
-    shm=$(mktemp -d /tmp/vs-roles-XXXXXX)
-    export VRAMSCOPE_SHM_DIR=$shm
-    "$B" record -o "$D/$w.vsrec" > "$D/$w.rec.log" 2>&1 &
-    rec=$!
-    sleep 0.5
-    rm -f "$D/$w.truth.json"
-    ROLES_TRUTH="$D/$w.truth.json" ROLES_HOLD=30 timeout 300 "$B" run -- python3 tests/gpu/test_roles.py "$w" \
-        > "$D/$w.job.log" 2>&1 &
-    job=$!
-    await_mark "$D/$w.truth.json" $job 2400 0.1
-    sleep 1
-    kill -INT $rec; wait $rec
-    kill $job 2>/dev/null; wait $job
-    "$B" replay "$D/$w.vsrec" --json > "$D/$w.json" 2> "$D/$w.replay.err"
+    ROLES_TRUTH="$D/$w.truth.json" ROLES_HOLD=30 record_job "$w" python3 tests/gpu/test_roles.py "$w"
     python3 - "$D/$w.json" "$D/$w.truth.json" "$w" <<'PY' | tee -a "$D/roles_record.txt"
 import json, sys
 doc, truth = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -42,6 +29,5 @@ print(f"{'PASS' if ok else 'FAIL'} {sys.argv[3]}: {len(want)} (module, role) row
 sys.exit(0 if ok else 1)
 PY
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
-    rm -rf "$shm"
 done
 exit $fail

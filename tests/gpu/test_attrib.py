@@ -40,7 +40,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, check, cmd, done, wait_mode  # noqa: E402
+from common import ROOT, check, cmd, done, read_own_view, torch_blocks, wait_mode  # noqa: E402
 
 import torch  # noqa: E402  (the agent attaches here, before CUDA is initialised)
 
@@ -101,34 +101,6 @@ def blocks_of(view):
             for b in seg["blocks"]:
                 if b["state"] == "Allocated":
                     out[b["addr"]] = b
-    return out
-
-
-def read_view():
-    r = subprocess.run(
-        [BIN, "snapshot", "--json", "--blocks", "--no-nvml"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        timeout=120,
-    )
-    if r.returncode != 0:
-        raise RuntimeError("vramscope snapshot failed: %s" % r.stderr.decode()[-2000:])
-    doc = json.loads(r.stdout.decode())
-    for p in doc.get("processes", []):
-        if p.get("identity", {}).get("host_pid") == os.getpid() or p.get("view", {}).get("key", {}).get("pid") == os.getpid():
-            return p["view"]
-    raise RuntimeError("this process is not in `vramscope snapshot`: %s" % list(doc.keys()))
-
-
-def torch_blocks():
-    """addr -> size of torch's own allocated blocks (memory_snapshot)."""
-    out = {}
-    for seg in torch.cuda.memory_snapshot():
-        a = seg["address"]
-        for b in seg["blocks"]:
-            if b["state"] == "active_allocated":
-                out[a] = b["size"]
-            a += b["size"]
     return out
 
 
@@ -235,7 +207,7 @@ def main():
     torch.cuda.synchronize()
     time.sleep(0.3)
     tb = torch_blocks()
-    view = read_view()
+    view = read_own_view(BIN)
     ours = blocks_of(view)
     ctx = {c["id"]: c for c in view["attribution"]["contexts"]}
     addrs = sorted(tb)

@@ -35,13 +35,12 @@ path (agent, ring, reader, model, JSON).
 import bisect
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, check, done, wait_mode  # noqa: E402
+from common import ROOT, check, done, read_own_view, torch_blocks, wait_mode  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -83,17 +82,6 @@ def batch_of(cfg, b=8, t=128):
 
 def local(t):
     return t.to_local() if hasattr(t, "to_local") else t
-
-
-def torch_blocks():
-    out = {}
-    for seg in torch.cuda.memory_snapshot():
-        a = seg["address"]
-        for b in seg["blocks"]:
-            if b["state"] == "active_allocated":
-                out[a] = b["size"]
-            a += b["size"]
-    return out
 
 
 def shared(paths):
@@ -163,18 +151,6 @@ def expected(model, optimizers):
         key = (shared(mods) if mods else None, role)
         out[key] = out.get(key, 0) + tb[blk]
     return out, len(tensors), missing
-
-
-def read_view():
-    r = subprocess.run([BIN, "snapshot", "--json", "--blocks", "--no-nvml"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("vramscope snapshot failed: %s" % r.stderr.decode()[-2000:])
-    doc = json.loads(r.stdout.decode())
-    for p in doc.get("processes", []):
-        if p.get("identity", {}).get("host_pid") == os.getpid() or p.get("view", {}).get("key", {}).get("pid") == os.getpid():
-            return p["view"]
-    raise RuntimeError("this process is not in `vramscope snapshot`")
 
 
 def plain_loop(model, opt, cfg, steps=STEPS, run=None):
@@ -360,7 +336,7 @@ def compare(kind, model, opts):
     torch.cuda.synchronize()
     time.sleep(3.0)  # a quiescent job: the agent's background thread writes a list
     want, n, missing = expected(model, opts)
-    view = read_view()
+    view = read_own_view(BIN)
     rl = view["attribution"].get("role_lists", {})
     got = {}
     for r in view["attribution"].get("by_role", []):
