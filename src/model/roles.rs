@@ -390,6 +390,40 @@ mod tests {
         t.apply(b, at, &end);
     }
 
+    proptest::proptest! {
+        /// Hostile role records (any list numbers, addresses and sizes up
+        /// to the top of the address space, lists never ended, counts that
+        /// lie, unknown role codes): no panic, the bound holds, and a
+        /// block born after every list is never named by one (unless a
+        /// gradient made again, which needs backward).
+        #[test]
+        fn hostile_role_records(
+            records in proptest::collection::vec(
+                (0u8..3, 0u32..4, proptest::num::u64::ANY, proptest::num::u64::ANY, 0u8..8, 0u64..100),
+                0..300,
+            ),
+            blocks in proptest::collection::vec((proptest::num::u64::ANY, 1u64..1 << 40, 0u64..2000), 1..20),
+        ) {
+            let b = Bounds { roles: 64, ..Bounds::default() };
+            let mut t = RoleTable::default();
+            for (i, (kind, list, addr, bytes, held, count)) in records.into_iter().enumerate() {
+                let held = crate::ring::codec::held_of(u64::from(held));
+                let ev = match kind {
+                    0 => EventKind::Roles { list, count },
+                    1 => EventKind::Role { list, device: 0, addr, bytes, held, module: list },
+                    _ => EventKind::RolesEnd { list, count },
+                };
+                t.apply(&b, i as u64, &ev);
+                proptest::prop_assert!(t.memory_bytes() <= 2 * 64 * 24 + 4096);
+            }
+            for (addr, size, since) in blocks {
+                let _ = t.lookup(0, addr, &block(size, since), PhaseKey::Backward);
+                let late = block(size, u64::MAX);
+                proptest::prop_assert_eq!(t.lookup(0, addr, &late, PhaseKey::Forward), None);
+            }
+        }
+    }
+
     #[test]
     fn an_entry_is_24_bytes() {
         // (The model's memory table counts role lists at 24 B a tensor.)

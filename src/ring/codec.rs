@@ -201,7 +201,7 @@ fn held_code(h: Held) -> u64 {
     }
 }
 
-fn held_of(w: u64) -> Held {
+pub(crate) fn held_of(w: u64) -> Held {
     match w as u8 {
         1 => Held::Parameter,
         2 => Held::Buffer,
