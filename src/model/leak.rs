@@ -259,7 +259,10 @@ pub struct LeakOrigin {
     pub window_steps: u64,
     /// Bytes alive now that were born in the window.
     pub live_bytes: u64,
-    /// The earliest step a live block of the group was born in.
+    /// The earliest step a live block of the group was born in. Where
+    /// blocks are dated by birth time (steps from the allocation period),
+    /// only blocks born in the steps whose starts the survivor test keeps
+    /// (about the last 50) are dated, and this is the earliest of those.
     pub first_step: u64,
 }
 

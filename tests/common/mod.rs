@@ -46,25 +46,57 @@ pub fn succeeded(out: Output) -> Output {
 }
 
 /// A job recorded on a GPU machine with what torch said of it
-/// (`DIR/NAME.vsrec` and `DIR/NAME.truth.json`, whose `pid` is the job's):
-/// the truth, and the job's process as `vramscope replay --json` of the
-/// recording leaves it.
+/// (`DIR/NAME.vsrec` or `DIR/NAME.vsrec.gz`, and `DIR/NAME.truth.json`,
+/// whose `pid` is the job's): the truth, and the job's process as
+/// `vramscope replay --json` of the recording leaves it.
 pub fn replayed_job(dir: &std::path::Path, name: &str) -> (serde_json::Value, serde_json::Value) {
-    let truth_file = dir.join(format!("{name}.truth.json"));
-    let truth: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(truth_file).unwrap()).unwrap();
+    replayed_jobs(dir, name).swap_remove(0)
+}
+
+/// [`replayed_job`] for a job of several processes (the ranks of a
+/// distributed job): one truth per process, `NAME.truth.json` for the
+/// first and `NAME.truth.json.rankN` for the others, each with the
+/// process it names, replayed once.
+pub fn replayed_jobs(
+    dir: &std::path::Path,
+    name: &str,
+) -> Vec<(serde_json::Value, serde_json::Value)> {
+    let raw = dir.join(format!("{name}.vsrec"));
+    // Larger recordings are committed gzipped: unpacked for the replay.
+    let unpacked = (!raw.exists()).then(|| {
+        let gz = std::fs::File::open(dir.join(format!("{name}.vsrec.gz"))).unwrap();
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut tmp).unwrap();
+        tmp
+    });
     let out = vramscope()
         .arg("replay")
-        .arg(dir.join(format!("{name}.vsrec")))
+        .arg(unpacked.as_ref().map_or(raw.as_path(), |t| t.path()))
         .arg("--json")
         .output()
         .unwrap();
     let snap: serde_json::Value = serde_json::from_slice(&succeeded(out).stdout).unwrap();
-    let p = (snap["processes"].as_array().unwrap().iter())
-        .find(|p| p["identity"]["host_pid"] == truth["pid"])
-        .unwrap_or_else(|| panic!("pid {} not in {name}", truth["pid"]))
-        .clone();
-    (truth, p)
+    let mut truths: Vec<std::path::PathBuf> = (std::fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let f = p.file_name().unwrap().to_string_lossy();
+            f == format!("{name}.truth.json") || f.starts_with(&format!("{name}.truth.json.rank"))
+        })
+        .collect();
+    truths.sort();
+    assert!(!truths.is_empty(), "no truth for {name}");
+    truths
+        .into_iter()
+        .map(|f| {
+            let truth: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let p = (snap["processes"].as_array().unwrap().iter())
+                .find(|p| p["identity"]["host_pid"] == truth["pid"])
+                .unwrap_or_else(|| panic!("pid {} not in {name}", truth["pid"]))
+                .clone();
+            (truth, p)
+        })
+        .collect()
 }
 
 /// Asserts the command exited with status `code` (showing its stderr if

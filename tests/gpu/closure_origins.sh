@@ -20,20 +20,7 @@ for w in ${*:-lightning lbfgs}; do
     # stops meanwhile, so its end shows the leak alive.
     record_job "$w" python3 tests/gpu/diag_job.py "$w" --leak slow --steps "$STEPS" --layers "$LAYERS" \
         --out "$D/$w.truth.json" --hold 30
-    python3 - "$D/$w.json" "$w" <<'PY' | tee -a "$D/closure_origins.txt"
-import json, sys
-doc = json.load(open(sys.argv[1]))
-procs = [p for p in doc["processes"] if p.get("view", {}).get("leak")]
-leak = max((p["view"]["leak"] for p in procs), key=lambda l: l.get("steps_observed", 0))
-origins = [(o.get("module"), o.get("bytes_per_step")) for o in leak.get("origins", [])]
-# The leak is planted outside every module (Lightning's training_step, the
-# LBFGS closure): its origin is null, and no origin is an optimizer.
-bad = [o for o in origins if str(o[0]).startswith("optimizer.")]
-ok = leak.get("flagged") and bool(origins) and origins[0][0] is None and not bad
-print(f"{'PASS' if ok else 'FAIL'} {sys.argv[2]}: steps {leak.get('steps_observed')}, flagged at "
-      f"{leak.get('flagged_at_step')}, origins {origins}")
-sys.exit(0 if ok else 1)
-PY
+    python3 tests/gpu/leak_verdict.py "$D/$w.json" "$D/$w.truth.json" "$w" --origin null | tee -a "$D/closure_origins.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 done
 exit $fail

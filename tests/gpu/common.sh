@@ -30,7 +30,8 @@ await_mark() {
 # at the point to keep and then holds still; the recording stops there
 # (the job's teardown would free what it holds), the job is stopped, and
 # the recording is replayed into $D/NAME.json. Each job has its own
-# segment directory.
+# segment directory. REC_SETTLE: seconds between the truth and the end of
+# the recording (default 1; more where several ranks write their own).
 record_job() {
     local name=$1 shm rec job
     shift
@@ -42,7 +43,7 @@ record_job() {
     VRAMSCOPE_SHM_DIR=$shm timeout 600 "$B" run -- "$@" > "$D/$name.job.log" 2>&1 &
     job=$!
     await_mark "$D/$name.truth.json" $job 3000 0.1
-    sleep 1
+    sleep "${REC_SETTLE:-1}"
     kill -INT $rec; wait $rec
     kill $job 2>/dev/null; wait $job
     "$B" replay "$D/$name.vsrec" --json > "$D/$name.json" 2> "$D/$name.replay.err"

@@ -10,8 +10,27 @@ DataLoader workers), lbfgs (GPT-2 under torch.optim.LBFGS, whose
 closure runs forward, backward and the leak), compiled (torch.compile'd GPT-2), inference (GPT-2
 generation-free forward loop, no optimizer, no_grad), ddp (GPT-2 under
 DDP, launched by torchrun), bert-varlen (transformers BERT, a random
-sequence length and batch every step). Models are built from configs (nothing is
-downloaded).
+sequence length and batch every step), noisy (GPT-2 with the noise sources
+of a healthy job named by --noise), lightning-noisy and trainer-noisy (the
+same sources as Lightning and HF Trainer make them: validation every 25
+steps, checkpoints, gradient accumulation, pinned batches). Models are
+built from configs (nothing is downloaded).
+
+--noise (noisy only), a comma-separated list, or `all`:
+  eval         an evaluation pass every 10 steps (batch 32, no_grad, its
+               predictions gathered into a list and dropped after)
+  accum        gradient accumulation, 4 micro-batches per optimizer step
+  save         every 50 steps torch.save of the model's and optimizer's
+               state, and a GPU copy of the weights kept as the best so
+               far (the old copy freed)
+  compile      torch.compile'd model, a new sequence length at step 100
+               (a second compilation mid-run)
+  pinned       a DataLoader with pinned memory and 2 workers, copied with
+               non_blocking=True
+  empty_cache  torch.cuda.empty_cache() every 20 steps
+  cublas       from step 100, an evaluation forward on a side stream every
+               5 steps (cuBLAS makes a workspace for that stream once:
+               memory that grows, then is stable)
 
 --leak keeps a tensor alive every step: fast 1 MiB + 4 KiB (the way a
 `losses.append(logits)` leak grows), slow 256 KiB. The true step count, the
@@ -24,8 +43,31 @@ import os
 import time
 
 import torch
+import torch.utils.data
 
 LEAK = {"none": 0, "fast": (1 << 20) + 4096, "slow": 256 << 10}
+
+
+class Tokens(torch.utils.data.Dataset):
+    """`n` rows of 128 random tokens, row i seeded by i (a DataLoader's
+    workers give the same batches)."""
+
+    def __init__(self, n, vocab=8192):
+        self.n, self.vocab = n, vocab
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.randint(0, self.vocab, (128,), generator=torch.Generator().manual_seed(i))
+
+
+def lightning_trainer(steps, **extra):
+    """A Lightning Trainer on one GPU, bf16-mixed, quiet."""
+    import lightning as L
+
+    return L.Trainer(max_steps=steps, accelerator="gpu", devices=1, precision="bf16-mixed", logger=False,
+                     enable_progress_bar=False, enable_model_summary=False, **extra)
 
 
 LAYERS = 4
@@ -120,6 +162,135 @@ def bert_varlen(steps, s):
     train(steps, s, opt, forward)
 
 
+NOISE = ("eval", "accum", "save", "compile", "pinned", "empty_cache", "cublas")
+
+
+def noisy(steps, s, noise, vocab=8192):
+    """GPT-2 under the noise sources of a healthy job (issue 26, item 3):
+    none of them may be flagged as a leak."""
+    import tempfile
+
+    model = gpt2().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd = torch.compile(model) if "compile" in noise else model
+    accum = 4 if "accum" in noise else 1
+    side = torch.cuda.Stream() if "cublas" in noise else None
+    tmp = tempfile.mkdtemp()
+    best = None
+
+    def batches():
+        g = torch.Generator().manual_seed(1)
+        if "pinned" in noise:
+            loader = torch.utils.data.DataLoader(Tokens(1 << 30, vocab), batch_size=8, num_workers=2,
+                                                 pin_memory=True)
+            for b in loader:
+                yield b.cuda(non_blocking=True)
+        while True:
+            yield torch.randint(0, vocab, (8, 128), generator=g).cuda()
+
+    data = batches()
+    for step in range(steps):
+        for _ in range(accum):
+            x = next(data)
+            if "compile" in noise and step >= 100:
+                x = x[:, :64]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = fwd(input_ids=x, labels=x).loss / accum
+            loss.backward()
+            del loss, x
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        s.step()
+        if "eval" in noise and step % 10 == 9:
+            model.eval()
+            preds = []
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                for _ in range(2):
+                    x = torch.randint(0, vocab, (32, 128), device="cuda")
+                    preds.append(fwd(input_ids=x).logits.argmax(-1))
+            acc = sum(float((p == 0).float().mean()) for p in preds)
+            del preds, acc
+            model.train()
+        if "save" in noise and step % 50 == 49:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, os.path.join(tmp, "last.pt"))
+            best = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if side is not None and step >= 100 and step % 5 == 0:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                x = torch.randint(0, vocab, (8, 128), device="cuda")
+                fwd(input_ids=x).logits.float().sum().item()
+                del x
+            torch.cuda.current_stream().wait_stream(side)
+        if "empty_cache" in noise and step % 20 == 19:
+            torch.cuda.empty_cache()
+    del best
+
+
+def lightning_noisy(steps, s, vocab=8192):
+    """Lightning's own noise: validation every 25 steps, a checkpoint
+    every 50, 2 accumulated batches per step, pinned batches from 2
+    workers."""
+    import tempfile
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader
+
+    class LM(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.m = gpt2()
+
+        def training_step(self, batch, i):
+            return self.m(input_ids=batch, labels=batch).loss
+
+        def validation_step(self, batch, i):
+            self.log("val_loss", self.m(input_ids=batch, labels=batch).loss)
+
+        def on_train_batch_end(self, *args):
+            if self.trainer.global_step > len(s.times):  # an optimizer step
+                s.step()
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    trainer = lightning_trainer(
+        steps,
+        accumulate_grad_batches=2,
+        val_check_interval=50,
+        limit_val_batches=4,
+        num_sanity_val_steps=0,
+        callbacks=[ModelCheckpoint(dirpath=tempfile.mkdtemp(), every_n_train_steps=50, save_top_k=-1)],
+    )
+    kw = dict(batch_size=8, num_workers=2, pin_memory=True, persistent_workers=True)
+    trainer.fit(LM(), DataLoader(Tokens(steps * 2 * 8, vocab), shuffle=True, **kw), DataLoader(Tokens(64, vocab), **kw))
+
+
+def trainer_noisy(steps, s, vocab=8192):
+    """HF Trainer's own noise: evaluation every 25 steps, a checkpoint
+    every 100, 2 accumulated batches per step, pinned batches."""
+    import inspect
+    import tempfile
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Count(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            s.step()
+
+    g = torch.Generator().manual_seed(0)
+    train = [{"input_ids": t, "labels": t} for t in torch.randint(0, vocab, (steps * 2 * 8, 128), generator=g)]
+    evals = [{"input_ids": t, "labels": t} for t in torch.randint(0, vocab, (64, 128), generator=g)]
+    strategy = "eval_strategy" if "eval_strategy" in inspect.signature(TrainingArguments).parameters \
+        else "evaluation_strategy"
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=8,
+                             per_device_eval_batch_size=16, gradient_accumulation_steps=2, eval_steps=25,
+                             save_strategy="steps", save_steps=100, report_to=[], logging_strategy="no",
+                             bf16=True, dataloader_num_workers=2, dataloader_pin_memory=True, disable_tqdm=True,
+                             **{strategy: "steps"})
+    Trainer(model=gpt2(), args=args, train_dataset=train, eval_dataset=evals, callbacks=[Count()]).train()
+
+
 def resnet(steps, s):
     import timm
 
@@ -143,15 +314,7 @@ def inference(steps, s):
 
 def lightning(steps, s):
     import lightning as L
-    from torch.utils.data import DataLoader, Dataset
-
-    class Tokens(Dataset):
-        def __len__(self):
-            return steps * 8
-
-        def __getitem__(self, i):
-            g = torch.Generator().manual_seed(i)
-            return torch.randint(0, 8192, (128,), generator=g)
+    from torch.utils.data import DataLoader
 
     class LM(L.LightningModule):
         def __init__(self):
@@ -166,17 +329,8 @@ def lightning(steps, s):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-4)
 
-    trainer = L.Trainer(
-        max_steps=steps,
-        accelerator="gpu",
-        devices=1,
-        precision="bf16-mixed",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(LM(), DataLoader(Tokens(), batch_size=8, num_workers=2, persistent_workers=True))
+    trainer = lightning_trainer(steps, enable_checkpointing=False)
+    trainer.fit(LM(), DataLoader(Tokens(steps * 8), batch_size=8, num_workers=2, persistent_workers=True))
 
 
 def lbfgs(steps, s):
@@ -216,7 +370,8 @@ def ddp(steps, s):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("workload", choices=["gpt2", "resnet", "lightning", "lbfgs", "compiled", "inference", "ddp",
-                                        "bert-varlen"])
+                                        "bert-varlen", "noisy", "lightning-noisy", "trainer-noisy"])
+    p.add_argument("--noise", default="", help="noisy: comma-separated sources (%s) or all" % ",".join(NOISE))
     p.add_argument("--leak", choices=sorted(LEAK), default="none")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
@@ -247,6 +402,16 @@ def main():
         ddp(a.steps, s)
     elif w == "bert-varlen":
         bert_varlen(a.steps, s)
+    elif w == "noisy":
+        noise = NOISE if a.noise == "all" else tuple(n for n in a.noise.split(",") if n)
+        unknown = [n for n in noise if n not in NOISE]
+        if unknown:
+            p.error("unknown --noise %s (known: %s)" % (",".join(unknown), ",".join(NOISE)))
+        noisy(a.steps, s, noise)
+    elif w == "lightning-noisy":
+        lightning_noisy(a.steps, s)
+    elif w == "trainer-noisy":
+        trainer_noisy(a.steps, s)
     s.done()
 
 

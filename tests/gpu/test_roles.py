@@ -51,8 +51,19 @@ STEPS = int(os.environ.get("ROLES_STEPS", "6"))
 # ROLES_LEAK=1: a module keeps a copy of its output every call (a leak
 # planted in `transformer.h.1.mlp`, GPT-2's; `layer2.0.conv2`, ResNet's);
 # the job then checks the leak is flagged and named after that module.
-LEAK = os.environ.get("ROLES_LEAK") == "1"
+# ROLES_LEAK=body: the loop body (or a Trainer callback, or Lightning's
+# training_step) keeps 256 KiB every step, outside every module: it must
+# be flagged with its origin outside every module (null).
+LEAK_MODE = os.environ.get("ROLES_LEAK", "")
+LEAK = LEAK_MODE == "1"
+BODY = LEAK_MODE == "body"
 KEPT = []
+
+
+def keep_body():
+    """The loop-body leak (ROLES_LEAK=body): 256 KiB kept every step."""
+    if BODY:
+        KEPT.append(torch.empty(256 << 10, dtype=torch.uint8, device="cuda"))
 LEAK_PATH = {"gpt2": "transformer.h.1.mlp", "resnet": "layer2.0.conv2"}
 
 
@@ -160,6 +171,7 @@ def plain_loop(model, opt, cfg, steps=STEPS, run=None):
         x = batch_of(cfg)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = run(x, labels=x).loss
+        keep_body()
         loss.backward()
         opt.step()
         del loss, x
@@ -189,6 +201,7 @@ def stack_resnet():
         x = torch.randn(16, 3, 128, 128, device="cuda").to(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
+        keep_body()
         loss.backward()
         opt.step()
         del loss, x
@@ -203,7 +216,13 @@ def stack_trainer():
     args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=STEPS, per_device_train_batch_size=8,
                              report_to=[], save_strategy="no", logging_strategy="no", bf16=True,
                              dataloader_num_workers=0, disable_tqdm=True)
-    tr = Trainer(model=model, args=args, train_dataset=data)
+    from transformers import TrainerCallback
+
+    class Body(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            keep_body()
+
+    tr = Trainer(model=model, args=args, train_dataset=data, callbacks=[Body()])
     tr.train()
     opt = tr.optimizer
     opts = [getattr(opt, "optimizer", opt)] if opt is not None else []
@@ -221,6 +240,7 @@ def stack_accelerate():
         opt.zero_grad()
         x = batch_of(cfg)
         loss = model(x, labels=x).loss
+        keep_body()
         acc.backward(loss)
         opt.step()
         del loss, x
@@ -241,6 +261,7 @@ def stack_lightning(manual):
         def training_step(self, batch, i):
             x = batch[0].cuda()
             loss = self.model(x, labels=x).loss
+            keep_body()
             if manual:
                 opt = self.optimizers()
                 opt.zero_grad()
@@ -277,6 +298,7 @@ def stack_inference():
         while time.monotonic() - t0 < 4.0:
             x = batch_of(cfg)
             model(x)
+            keep_body()
             del x
     return model, []
 
@@ -330,6 +352,11 @@ def main():
     done()
 
 
+def leak_path(kind):
+    """Where the planted leak is: a module path, or "null" (the loop body)."""
+    return "null" if BODY else LEAK_PATH["resnet" if kind == "resnet" else "gpt2"]
+
+
 def compare(kind, model, opts):
     st = wait_mode(vramscope)
     check(st["mode"] == "exact", "%s: exact mode" % kind)
@@ -351,12 +378,13 @@ def compare(kind, model, opts):
     others = {r["role"]: r["bytes"] for r in view["attribution"].get("roles", []) if r["role"] not in EXACT}
     print("%s: torch holds %d tensors (%d outside every block); by role %s; vramscope's other roles %s; lists %s" % (
         kind, n, missing, totals, others, rl))
-    if LEAK:
+    if LEAK or BODY:
         leak = view["leak"]
         origins = [(o.get("module"), o.get("bytes_per_step")) for o in leak.get("origins", [])]
-        path = LEAK_PATH["resnet" if kind == "resnet" else "gpt2"]
+        path = leak_path(kind)
         # (Under Lightning the root is the LightningModule: `model.` first.)
-        named = bool(origins) and any(m and m.endswith(path) for m, _ in origins[:2])
+        named = bool(origins) and (origins[0][0] is None if BODY else
+                                   any(m and m.endswith(path) for m, _ in origins[:2]))
         if not check(leak.get("flagged") and named, "%s: the leak planted in %s is flagged (at step %s) and named: %s" % (
                 kind, path, leak.get("flagged_at_step"), origins[:3])):
             print("leak report: %s" % json.dumps({k: v for k, v in leak.items() if k not in ("earlier_runs",)})[:3000])
@@ -365,8 +393,12 @@ def compare(kind, model, opts):
         # For a recording of this job (tests/gpu/roles_record.sh): torch's
         # figures at this point, then the job holds still while the
         # recording stops (its teardown would free everything).
+        # (Ranks after the first write NAME.truth.json.rankN.)
+        rank = int(os.environ.get("RANK", "0"))
+        truth = truth if rank == 0 else "%s.rank%d" % (truth, rank)
         with open(truth + ".tmp", "w") as f:
-            json.dump({"pid": os.getpid(), "stack": kind,
+            json.dump({"pid": os.getpid(), "stack": kind, "rank": rank,
+                       "leak_path": leak_path(kind) if LEAK or BODY else None,
                        "rows": sorted([m, r, b] for (m, r), b in want.items())}, f)
         os.replace(truth + ".tmp", truth)
         time.sleep(float(os.environ.get("ROLES_HOLD", "20")))

@@ -52,7 +52,8 @@ impl DeviceState {
         let Some(segments) = disjoint_segments(p.segments) else {
             return SnapshotOutcome::Discarded;
         };
-        let blocks = tile(&segments, p.blocks, p.time_ns);
+        let mut blocks = tile(&segments, p.blocks, p.time_ns);
+        self.keep_births(&mut blocks);
         if blocks.len() > self.bounds.blocks {
             // With the gaps filled it is more blocks than the bound allows.
             self.dropped.snapshots = self.dropped.snapshots.saturating_add(1);
@@ -67,6 +68,28 @@ impl DeviceState {
         SnapshotOutcome::Installed {
             replay_problems,
             first_problem,
+        }
+    }
+
+    /// A snapshot dates its blocks at its own time; a block the state
+    /// already holds (same address, size, request, state and context) is
+    /// the same allocation and keeps its birth time and origin. Another
+    /// reader's snapshot, or one asked for after lost events, must not make
+    /// every live block look born now: the survivor test and leak origins
+    /// date blocks by birth.
+    fn keep_births(&self, blocks: &mut BTreeMap<u64, Block>) {
+        for (addr, b) in blocks.iter_mut() {
+            if b.state == BlockState::Inactive {
+                continue;
+            }
+            let same = |o: &&Block| {
+                (o.size, o.requested, o.state, o.origin.context)
+                    == (b.size, b.requested, b.state, b.origin.context)
+            };
+            if let Some(old) = self.blocks.get(addr).filter(same) {
+                b.since_ns = old.since_ns.min(b.since_ns);
+                b.origin.step = old.origin.step.or(b.origin.step);
+            }
         }
     }
 

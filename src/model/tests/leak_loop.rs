@@ -18,6 +18,18 @@ impl Rng {
 /// every step's loss alive (the classic `losses.append(loss)` leak);
 /// `noise` adds temporaries of random size living 1–3 steps.
 fn training_loop(steps: u64, keep_loss: bool, noise: bool, markers: bool) -> Model {
+    training_loop_with(steps, keep_loss, noise, markers, None)
+}
+
+/// [`training_loop`], with a snapshot (another reader attaching) after
+/// every `snapshot_every` steps.
+fn training_loop_with(
+    steps: u64,
+    keep_loss: bool,
+    noise: bool,
+    markers: bool,
+    snapshot_every: Option<u64>,
+) -> Model {
     let mut m = synced_model();
     let mut r = RefAlloc::new();
     let mut rng = Rng(99);
@@ -63,6 +75,10 @@ fn training_loop(steps: u64, keep_loss: bool, noise: bool, markers: bool) -> Mod
             }
         }
         feed(&mut m, &r.take());
+        if snapshot_every.is_some_and(|k| step % k == k - 1) {
+            let snap = r.snapshot(step as u32 + 1);
+            feed(&mut m, &snap);
+        }
     }
     m
 }
@@ -100,6 +116,29 @@ fn kept_loss_tensors_are_flagged_and_named() {
         assert_eq!((o.module.as_str(), o.bytes_per_step), ("", 512), "{rep:?}");
         assert!(o.steps_with_survivors * 4 >= o.window_steps * 3);
     }
+}
+
+/// Another reader's snapshot (a dashboard attaching, `vramscope
+/// snapshot`) dates its blocks at its own time; the blocks this reader
+/// already knew keep their birth, so a loop with steps from the
+/// allocation period (an inference loop) still has its leak's origin, and
+/// the leak is no older than it was.
+#[test]
+fn a_snapshot_from_another_reader_keeps_the_leak_origin() {
+    for every in [7, 40] {
+        let m = training_loop_with(120, true, false, false, Some(every));
+        let p = m.process(KEY).unwrap();
+        let rep = p.leak_report(u64::MAX / 2);
+        assert_eq!(rep.source, StepSource::AllocationPeriod, "{rep:?}");
+        assert!(rep.flagged, "every {every}: {rep:?}");
+        let o = rep.origins.first().unwrap_or_else(|| panic!("{rep:?}"));
+        assert_eq!((o.module.as_str(), o.bytes_per_step), ("", 512), "{rep:?}");
+        assert!(rep.survivors.flagged, "{:?}", rep.survivors);
+        assert_eq!(p.inconsistencies(), 0);
+    }
+    // Without the births kept, every block would be born at the last
+    // snapshot: the test above fails (origins empty) when `keep_births`
+    // does nothing.
 }
 
 #[test]
