@@ -37,36 +37,20 @@ struct Attached {
     agent: Vec<bool>,
 }
 
-/// A segment's records of one tick, merged by time into `events` / `at`,
-/// which are handed to the hub and come back to be reused. The first
-/// device ring that gives records (the main one: a process on one GPU has
-/// one) goes straight into `events` / `at` as drained; the other rings'
-/// records (the agent's: statistics, markers, definitions; another
-/// device's) wait in their own queues and are merged in afterwards. An
-/// event is 104 bytes and a busy process gives thousands a tick: copying
-/// each once less is a tenth of the live path.
+/// A segment's records of one tick: each ring's, as drained (in position
+/// order), then merged by time into `events` / `at`, which are handed to
+/// the hub and come back to be reused.
 #[derive(Default)]
 struct Drained {
-    /// Per ring: its records not yet merged, and their positions, in
-    /// position order (the main ring's are in `events` / `at` instead).
+    /// Per ring: its events and their positions, in position order.
     rings: Vec<(VecDeque<Event>, VecDeque<u64>)>,
     /// Per ring: whether it is the agent's.
     agent: Vec<bool>,
     /// The merge's running latest time per ring.
     latest: Vec<u64>,
-    /// The ring whose records are in `events` / `at` as drained.
-    main: Option<usize>,
     events: Vec<Event>,
     at: Vec<RingPos>,
-    /// The other rings' records merged by time, each with its merge key,
-    /// and how many main records go before each.
-    others: Vec<(Key, Event, RingPos)>,
-    before: Vec<usize>,
 }
-
-/// A record's place in the merge: the latest time of its ring so far, then
-/// whether its ring is the agent's, then the ring's index.
-type Key = (u64, bool, usize);
 
 /// Per ring of a segment: whether it is the agent's.
 fn agent_rings(reader: &SegmentReader) -> Vec<bool> {
@@ -86,21 +70,10 @@ impl Drained {
             .resize_with(agent.len().max(self.rings.len()), Default::default);
         self.agent.resize(self.rings.len(), false);
         self.latest.resize(self.rings.len(), 0);
-        self.main = None;
     }
 
     fn push(&mut self, ring: usize, position: u64, e: Event) {
-        let Some(agent) = self.agent.get(ring) else {
-            return;
-        };
-        if self.main.is_none() && !agent && self.events.is_empty() {
-            self.main = Some(ring);
-        }
-        if self.main == Some(ring) {
-            self.events.push(e);
-            let ring = ring as u32;
-            self.at.push(RingPos { ring, position });
-        } else if let Some((ev, pos)) = self.rings.get_mut(ring) {
+        if let Some((ev, pos)) = self.rings.get_mut(ring) {
             ev.push_back(e);
             pos.push_back(position);
         }
@@ -116,22 +89,15 @@ impl Drained {
     /// ring's, never the record's, so records of one ring that share a
     /// time (a sample and its STATS_C) keep their order too. (The model
     /// places snapshots exactly by the positions, which travel with the
-    /// events; the time order is for the timeline.) Nothing is allocated
-    /// once the buffers have grown.
+    /// events; the time order is for the timeline.) Runs of one ring are
+    /// moved at once; nothing is allocated once the buffers have grown.
     fn merge(&mut self) {
         self.latest.iter_mut().for_each(|t| *t = 0);
-        let main = self.main.take();
-        if self.rings.iter().all(|(ev, _)| ev.is_empty()) {
-            return;
-        }
-        // The other rings' records, merged among themselves by key.
-        let mut others = std::mem::take(&mut self.others);
-        others.clear();
         loop {
             // The ring whose next record comes first, and the key of the
             // first record of any other ring (its run ends before it).
-            let mut best: Option<Key> = None;
-            let mut bound: Option<Key> = None;
+            let mut best: Option<(u64, bool, usize)> = None;
+            let mut bound: Option<(u64, bool, usize)> = None;
             for (r, (ev, _)) in self.rings.iter().enumerate() {
                 let Some(first) = ev.front() else { continue };
                 let key = (self.latest[r].max(first.time_ns), self.agent[r], r);
@@ -145,71 +111,29 @@ impl Drained {
             let Some((_, agent, r)) = best else { break };
             let (ev, pos) = &mut self.rings[r];
             let mut t = self.latest[r];
-            while let Some(e) = ev.front() {
-                let key = (t.max(e.time_ns), agent, r);
-                if bound.is_some_and(|b| key >= b) {
-                    break;
+            let n = match bound {
+                None => {
+                    t = ev.iter().fold(t, |t, e| t.max(e.time_ns));
+                    ev.len()
                 }
-                t = key.0;
-                let (e, position) = (ev.pop_front(), pos.pop_front());
-                let (Some(e), Some(position)) = (e, position) else {
-                    break;
-                };
-                let ring = r as u32;
-                others.push((key, e, RingPos { ring, position }));
-            }
+                Some(bound) => {
+                    let mut n = 0;
+                    for e in ev.iter() {
+                        let next = t.max(e.time_ns);
+                        if (next, agent, r) >= bound {
+                            break;
+                        }
+                        t = next;
+                        n += 1;
+                    }
+                    n
+                }
+            };
             self.latest[r] = t;
-        }
-        match main {
-            None => {
-                for (_, e, at) in others.drain(..) {
-                    self.events.push(e);
-                    self.at.push(at);
-                }
-            }
-            Some(m) => self.merge_into_main(m, &mut others),
-        }
-        self.others = others;
-    }
-
-    /// Puts `others` (in key order) among the main ring `m`'s records in
-    /// `events` / `at`: each goes after every main record whose key is
-    /// smaller. The main records after the first insertion move back, once
-    /// each, from the end; those before it are not touched.
-    fn merge_into_main(&mut self, m: usize, others: &mut Vec<(Key, Event, RingPos)>) {
-        let n = self.events.len();
-        // Where each other record goes: the count of main records before it.
-        let before = &mut self.before;
-        before.clear();
-        let (mut i, mut t) = (0, 0u64);
-        for (key, _, _) in others.iter() {
-            while i < n && (t.max(self.events[i].time_ns), false, m) < *key {
-                t = t.max(self.events[i].time_ns);
-                i += 1;
-            }
-            before.push(i);
-        }
-        let k = others.len();
-        let Some(filler) = others.first().map(|(_, e, at)| (e.clone(), *at)) else {
-            return;
-        };
-        // Room for them at the end, then from the back: a slot `w` takes
-        // the last main record not yet moved, or the last other record when
-        // every main record after its place has moved.
-        self.events.resize(n + k, filler.0);
-        self.at.resize(n + k, filler.1);
-        let mut r = n;
-        let mut w = n + k;
-        for (j, (_, e, at)) in others.drain(..).enumerate().rev() {
-            while r > self.before[j] {
-                r -= 1;
-                w -= 1;
-                self.events.swap(w, r);
-                self.at.swap(w, r);
-            }
-            w -= 1;
-            self.events[w] = e;
-            self.at[w] = at;
+            self.events.extend(ev.drain(..n));
+            let ring = r as u32;
+            self.at
+                .extend(pos.drain(..n).map(|position| RingPos { ring, position }));
         }
     }
 
@@ -791,10 +715,8 @@ mod tests {
         let order: Vec<(u32, u64)> = batch.iter().map(|(_, a)| (a.ring, a.position)).collect();
         assert_eq!(order, [(1, 0), (0, 3), (0, 4)]);
     }
-
     proptest::proptest! {
-        /// The merge (the main ring's records in place, the others merged
-        /// in) gives what a stable sort of every record by its key gives:
+        /// The merge gives what a stable sort of every record by its key gives:
         /// (its ring's latest time so far, agent ring, ring), each ring's
         /// order kept; whatever the rings, their order of arrival, and
         /// clocks that step back. Run twice on one `Drained`, as a
@@ -820,7 +742,7 @@ mod tests {
                     }
                 }
                 d.merge();
-                let mut want: Vec<(Key, usize, u64)> = Vec::new();
+                let mut want: Vec<((u64, bool, usize), usize, u64)> = Vec::new();
                 for (r, (a, times)) in rings.iter().enumerate() {
                     let mut latest = 0;
                     for (i, t) in times.iter().enumerate() {

@@ -38,7 +38,7 @@
 //!
 //! | structure | bound | bytes at most |
 //! |---|---|---:|
-//! | event log (`eventlog`): the history, OOM context and snapshot placement | [`RECENT_EVENTS`] = 65,536 events × 40 B, and ≤ [`Bounds::places`] places × 32 B | 2.5 MiB |
+//! | event log (`eventlog`): the history, OOM context and snapshot placement | [`RECENT_EVENTS`] = 32,768 events × 40 B, and ≤ [`Bounds::places`] places × 32 B | 1.25 MiB |
 //! | time series, per device: allocated, reserved and active in one bucket (`Series<3>`) | 5 tiers × 4,096 buckets × 80 B | 1.5625 MiB |
 //! | period finder window (`period`), only while no markers or optimizer steps give the steps | 32,768 × 16 B | 0.5 MiB |
 //! | role lists (`roles`): the list in use and the one being received | 2 × [`Bounds::roles`] = 2 × 65,536 tensors × 24 B | 3 MiB (GPT-2 small with Adam: about 600 tensors, 28 KiB) |
@@ -135,14 +135,18 @@ pub enum Mode {
 }
 
 /// Events the history shows per process by default
-/// ([`ModelConfig::recent_events`]).
-pub const RECENT_EVENTS: usize = 1 << 16;
+/// ([`ModelConfig::recent_events`]): seconds of a typical job's events,
+/// 0.33 s at 100,000 a second; sized for the Events pane and its search. 65,536 until issue 28 measured what it costs: at eight
+/// busy processes the logs were 20 MiB of a watcher's memory, written to
+/// at every event.
+pub const RECENT_EVENTS: usize = 1 << 15;
 
 /// Events the process's log keeps at least, whatever the history shows:
 /// placing a snapshot by its ring position needs the events after it, and
 /// a snapshot is asked for and answered within a few collector ticks (at
-/// 100,000 events a second, 65,536 events are 0.65 s).
-pub(crate) const PLACEMENT_LOG: usize = 1 << 16;
+/// 100,000 events a second, 32,768 events are 0.33 s, six collector
+/// ticks).
+pub(crate) const PLACEMENT_LOG: usize = 1 << 15;
 
 /// Settings of the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1063,14 +1063,14 @@ mod tests {
     }
 
     #[test]
-    fn the_event_history_holds_65_536_events_within_its_bound() {
+    fn the_event_history_holds_32_768_events_within_its_bound() {
         use crate::event::EventKind;
         let key = ProcessKey {
             pid: 1,
             start_time: 1,
         };
         let cfg = ModelConfig::default();
-        assert_eq!(cfg.recent_events, 65_536);
+        assert_eq!(cfg.recent_events, 32_768);
         let mut p = Process::new(key, cfg.clone());
         let quiet = p.memory_bytes();
         let n = cfg.recent_events as u64 + 50_000;
@@ -1089,7 +1089,7 @@ mod tests {
             timeline: None,
         };
         let v = p.view(n, &all);
-        // The newest 65,536, oldest first.
+        // The newest 32,768, oldest first.
         assert_eq!(v.recent_events.len(), cfg.recent_events);
         assert_eq!(v.recent_events.last().unwrap().time_ns, n - 1);
         assert_eq!(v.recent_events[0].time_ns, n - cfg.recent_events as u64);
@@ -1107,7 +1107,7 @@ mod tests {
         const MIB: usize = 1 << 20;
         // The documented figures are what the structures hold at most.
         let history = crate::model::RECENT_EVENTS * 40;
-        assert_eq!(history * 2, 5 * MIB);
+        assert_eq!(history * 4, 5 * MIB);
         let series = 5 * 4096 * 80;
         assert_eq!(series * 64, 100 * MIB);
         let period = (1 << 15) * 16;
