@@ -136,9 +136,10 @@ pub enum Mode {
 
 /// Events the history shows per process by default
 /// ([`ModelConfig::recent_events`]): seconds of a typical job's events,
-/// 0.33 s at 100,000 a second; sized for the Events pane and its search. 65,536 until issue 28 measured what it costs: at eight
-/// busy processes the logs were 20 MiB of a watcher's memory, written to
-/// at every event.
+/// 0.33 s at 100,000 a second; sized for the Events pane and its search.
+/// It was 65,536 until issue 28 measured what that costs: at eight busy
+/// processes the logs were 20 MiB of a watcher's memory, written to at
+/// every event.
 pub const RECENT_EVENTS: usize = 1 << 15;
 
 /// Events the process's log keeps at least, whatever the history shows:
