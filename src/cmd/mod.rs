@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub mod advise;
 pub mod agent;
 pub mod completions;
 pub mod config;
@@ -61,6 +62,9 @@ pub enum Command {
     Snapshot(snapshot::Args),
     /// Replay allocation requests under any allocator configuration.
     Sim(sim::Args),
+    /// Which allocator setting a recorded job should use: its requests
+    /// replayed under each candidate, best first.
+    Advise(advise::Args),
     /// Run a command (e.g. `python train.py`) with the PyTorch agent injected;
     /// the script needs no change.
     #[command(trailing_var_arg = true)]
@@ -111,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Demo(a)) => demo::run(a),
         Some(Command::Snapshot(a)) => snapshot::run(a),
         Some(Command::Sim(a)) => sim::run(a),
+        Some(Command::Advise(a)) => advise::run(a),
         Some(Command::Run(a)) => run::run(a),
         Some(Command::Agent(a)) => agent::run(a),
         Some(Command::Doctor(a)) => doctor::run(a),

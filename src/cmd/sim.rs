@@ -26,6 +26,7 @@ use vramscope::model::ProcessKey;
 use vramscope::recording::{Replayer, MAGIC};
 use vramscope::sim::from_events::PlacedSample;
 use vramscope::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
+use vramscope::sim::spread::{Spread, SpreadReplay};
 use vramscope::sim::{self, NullSink, Request, StepReport};
 use vramscope::text::format::bytes;
 
@@ -86,15 +87,36 @@ pub fn run(args: Args) -> Result<()> {
     if magic != MAGIC {
         let input = std::io::Read::chain(std::io::Cursor::new(magic), file);
         let mut reader = sim::TraceReader::new(std::io::BufReader::with_capacity(1 << 16, input));
-        let mut replay = sim::Replay::new(&cfg);
+        // Segments the trace does not place go in the driver's order, with
+        // other placements beside it: a figure a tie between equal free
+        // blocks decides is given as a range.
+        let mut replay = SpreadReplay::new(&cfg, false);
         while let Some(req) = reader
             .next_request()
             .with_context(|| format!("in {}", path.display()))?
         {
-            let r = replay.step(&req, &mut NullSink);
-            printer.report(&r, None, &[])?;
+            let (r, spread) = replay.step(&req);
+            printer.report(&r, None, &[], spread.as_ref())?;
         }
-        return printer.finish();
+        printer.finish()?;
+        if let Some(t) = replay.totals() {
+            let range = |r: sim::spread::Range| {
+                if r.is_spread() {
+                    format!("{} to {}", bytes(r.lo), bytes(r.hi))
+                } else {
+                    bytes(r.lo)
+                }
+            };
+            vramscope::text::stderr_line(format_args!(
+                "placement: segments the trace does not place go where the driver puts most (large ones downwards, small ones upwards); {} of {} steps were decided by a tie between equal free blocks (their figures are ranges over {} placements); peak reserved {}, reserved at the end {}",
+                replay.tied,
+                replay.steps,
+                sim::spread::BESIDE + 1,
+                range(t.reserved_peak),
+                range(t.reserved_now),
+            ));
+        }
+        return Ok(());
     }
     drop(file);
     let FromRecording {
@@ -102,6 +124,7 @@ pub fn run(args: Args) -> Result<()> {
         recorded,
         placed,
         capacity,
+        ..
     } = from_recording(path, args.pid, args.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
         vramscope::text::stderr_line(format_args!(
@@ -121,7 +144,7 @@ pub fn run(args: Args) -> Result<()> {
         compare.add(&r, rec.as_ref());
         closed.extend(check.at(r.step + 1, &replay.stats()));
         closed.iter().for_each(|c| compare.placed.add(c));
-        printer.report(&r, rec.as_ref(), &closed)?;
+        printer.report(&r, rec.as_ref(), &closed, None)?;
         closed.clear();
     }
     closed.iter().for_each(|c| compare.placed.add(c));
@@ -151,9 +174,13 @@ impl Printer {
         r: &StepReport,
         recorded: Option<&Stats>,
         placed: &[Checked],
+        spread: Option<&Spread>,
     ) -> Result<()> {
         if self.json {
             let mut v = serde_json::to_value(r)?;
+            if let Some(s) = spread {
+                v["tie_range"] = serde_json::to_value(s)?;
+            }
             if let Some(s) = recorded {
                 v["recorded"] = serde_json::to_value(s)?;
             }
@@ -167,9 +194,31 @@ impl Printer {
                     .write_all(sim::table_header().as_bytes())
                     .map_err(out::wrap)?;
             }
-            self.out
-                .write_all(sim::table_row(r).as_bytes())
-                .map_err(out::wrap)?;
+            let mut row = sim::table_row(r);
+            if let Some(s) = spread {
+                row.pop();
+                let spread: Vec<String> = [
+                    ("reserved", s.reserved),
+                    ("split", s.inactive_split),
+                    ("allocated", s.allocated),
+                ]
+                .into_iter()
+                .filter(|(_, r)| r.is_spread())
+                .map(|(name, r)| format!("{name} {} to {}", bytes(r.lo), bytes(r.hi)))
+                .chain(
+                    [
+                        ("segs", s.segments),
+                        ("retries", s.alloc_retries),
+                        ("OOMs", s.ooms),
+                    ]
+                    .into_iter()
+                    .filter(|(_, r)| r.is_spread())
+                    .map(|(name, r)| format!("{name} {} to {}", r.lo, r.hi)),
+                )
+                .collect();
+                row.push_str(&format!("  (tie: {})\n", spread.join(", ")));
+            }
+            self.out.write_all(row.as_bytes()).map_err(out::wrap)?;
         }
         self.last = Some(r.clone());
         Ok(())
@@ -188,33 +237,43 @@ impl Printer {
 }
 
 /// The statistics a recorded process reported after each request.
-type Recorded = Vec<Option<Stats>>;
+pub(super) type Recorded = Vec<Option<Stats>>;
 
 /// The requests of one process of the recording at `path` (`pid`, else the
 /// one with the most events), and the statistics it reported after each.
 /// Two passes: counting, then keeping only that process's events.
 /// Device memory when neither the flag nor the recording says (an H100).
-const DEFAULT_CAPACITY: u64 = 80 << 30;
+pub(super) const DEFAULT_CAPACITY: u64 = 80 << 30;
 
 /// One process of a recording, ready to replay.
-struct FromRecording {
-    requests: Vec<Request>,
+pub(super) struct FromRecording {
+    pub(super) requests: Vec<Request>,
     /// The statistics the process recorded without a usable position, per
     /// request (placed by time).
-    recorded: Recorded,
+    pub(super) recorded: Recorded,
     /// The samples placed by ring positions.
-    placed: Vec<PlacedSample>,
+    pub(super) placed: Vec<PlacedSample>,
     /// Its GPU's capacity when the recording's NVML readings show it on
     /// exactly one GPU (bytes, NVML index).
-    capacity: Option<(u64, u32)>,
+    pub(super) capacity: Option<(u64, u32)>,
+    /// The requests that ran out of memory, and whether it allocated in
+    /// pools other than the default.
+    pub(super) ooms: Vec<usize>,
+    pub(super) graph_pools: bool,
+    pub(super) expandable: bool,
+    /// The process: its pid, command line and framework (`torch 2.11.0`).
+    pub(super) pid: u32,
+    pub(super) cmdline: String,
+    pub(super) framework: Option<String>,
 }
 
-fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromRecording> {
+pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromRecording> {
     let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
     // NVML index → total, and the NVML indices each host pid was seen on.
     let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
     let mut seen_on: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
     let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
+    let mut who: BTreeMap<ProcessKey, (String, Option<String>)> = BTreeMap::new();
     let mut mid_run: std::collections::BTreeSet<ProcessKey> = Default::default();
     let mut r = Replayer::open(path)?;
     while let Some((_, input)) = r.next_input()? {
@@ -226,9 +285,10 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
                 key,
                 identity,
                 watch,
-                ..
+                source,
             } => {
                 host_pid.insert(key, identity.host_pid);
+                who.insert(key, (identity.cmdline.clone(), source.framework.clone()));
                 if watch.mid_run {
                     mid_run.insert(key);
                 }
@@ -321,11 +381,18 @@ fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromReco
         _ => None,
     };
     let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
+    let (cmdline, framework) = who.remove(&key).unwrap_or_default();
     Ok(FromRecording {
         requests: got.requests,
         recorded: got.recorded,
         placed: got.placed,
         capacity,
+        ooms: got.ooms,
+        graph_pools: got.graph_pools,
+        expandable: got.expandable,
+        pid: key.pid,
+        cmdline,
+        framework,
     })
 }
 

@@ -18,9 +18,8 @@ use std::io::BufRead;
 
 use serde::Deserialize;
 
+use super::placement::Placement;
 use super::{AllocConf, NullSink, SimAllocator, SimConfig};
-use crate::event::SegmentPool;
-use crate::pytorch::pool_for_size;
 
 /// The figures compared at every step, in the order a step records them.
 pub(crate) const FIGURES: [&str; 6] = [
@@ -39,6 +38,9 @@ pub enum Addresses {
     Real,
     /// In the order the driver hands out most segments.
     Own,
+    /// Ascending, never reused (the simulator's order before the driver's
+    /// was measured): the baseline `Own` is compared with.
+    Ascending,
 }
 
 /// The first step of a trace where the simulator and PyTorch disagree.
@@ -72,6 +74,9 @@ pub struct Report {
     /// matching anyway.
     pub after_tie: usize,
     pub after_tie_matching: usize,
+    /// Tie-decided steps whose six real figures each lie in the range the
+    /// replays span (what `sim` and the advisor report for such a step).
+    pub after_tie_in_range: usize,
     /// Successful allocations, and those at the real address.
     pub allocs: usize,
     pub addresses_matching: usize,
@@ -121,30 +126,6 @@ type Step = (
     u64,
 );
 
-/// Where a run's segments go.
-enum Placement {
-    /// Where the trace says (`Addresses::Real`).
-    Given,
-    /// Each pool's segments one after the other, upwards or downwards from
-    /// `at` (small pool first, then large).
-    Ordered { up: [bool; 2], at: [u64; 2] },
-    /// At pseudo-random addresses (xorshift state).
-    Shuffled(u64),
-}
-
-/// The order the driver hands out most segments in, measured on the corpus
-/// (tests/gpu/RESULTS.md): each new large segment below the last, small
-/// ones above.
-const DRIVER: Placement = Placement::Ordered {
-    up: [true, false],
-    at: [ORDERED_FROM, ORDERED_FROM],
-};
-/// The opposite order.
-const REVERSE: Placement = Placement::Ordered {
-    up: [false, true],
-    at: [ORDERED_FROM, ORDERED_FROM],
-};
-
 /// One simulator replaying a trace.
 struct Run {
     sim: SimAllocator,
@@ -157,26 +138,19 @@ struct Run {
 /// space must hold several devices' worth).
 const MAX_CAPACITY: u64 = 1 << 50;
 
-/// Where `Placement::Ordered` starts.
-const ORDERED_FROM: u64 = 0x7c00_0000_0000;
-/// `Placement::Shuffled`: slots from here, `SLOTS` of them.
-const SHUFFLE_FROM: u64 = 0x6000_0000_0000;
-const SLOTS: u64 = 1 << 14;
 /// How many shuffled runs beside the reversed one.
 const SHUFFLED_RUNS: u64 = 4;
 
 /// The runs beside the one compared: one with the reversed order, and
 /// `SHUFFLED_RUNS` shuffled ones, seeded by the trace's number.
 fn other_runs(cfg: &SimConfig, trace: u64) -> Vec<Run> {
-    let shuffled = (1..=SHUFFLED_RUNS)
-        .map(|k| Placement::Shuffled(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k) ^ trace));
-    let mut runs: Vec<Run> = std::iter::once(REVERSE)
-        .chain(shuffled)
+    let mut runs: Vec<Run> = Placement::alternatives(1 + SHUFFLED_RUNS as usize, trace)
+        .into_iter()
         .map(|p| Run::new(cfg, p))
         .collect();
     // The driver's order with every tie between equal free blocks broken
     // the other way: a step whose figures then differ was decided by one.
-    let mut flipped = Run::new(cfg, DRIVER);
+    let mut flipped = Run::new(cfg, Placement::driver());
     flipped.sim.break_ties_high(true);
     runs.push(flipped);
     runs
@@ -192,6 +166,7 @@ impl Run {
     }
 
     /// Applies one request; returns the address an allocation got.
+    /// `real_addr`: where the real segment went (`Addresses::Real`).
     fn apply(
         &mut self,
         op: &str,
@@ -203,43 +178,12 @@ impl Run {
         let sim = &mut self.sim;
         match op {
             "a" => {
-                let before = (sim.stats().segments, sim.stats().reserved);
-                let cfg = sim.config();
-                let es = cfg.alloc.expandable_segments;
-                let pool = match pool_for_size(cfg.alloc.round_size(size)) {
-                    SegmentPool::Small => 0,
-                    SegmentPool::Large => 1,
-                };
-                // Apart by more than any segment (or expandable reservation).
-                let apart: u64 = if es {
-                    cfg.capacity.saturating_mul(2).max(1 << 30)
-                } else {
-                    1 << 30
-                };
-                let hint = match &mut self.placement {
-                    Placement::Given => real_addr,
-                    Placement::Ordered { up, at } if up[pool] => Some(at[pool]),
-                    Placement::Ordered { at, .. } => Some(at[pool].saturating_sub(apart)),
-                    Placement::Shuffled(x) => {
-                        *x ^= *x << 13;
-                        *x ^= *x >> 7;
-                        *x ^= *x << 17;
-                        let slots = (SLOTS << 30) / apart;
-                        Some(SHUFFLE_FROM + *x % slots.max(1) * apart)
-                    }
-                };
-                sim.set_segment_addr(hint);
-                let got = sim.malloc(size, stream, &mut NullSink).ok();
+                let got = self
+                    .placement
+                    .malloc(sim, size, stream, real_addr, &mut NullSink)
+                    .ok();
                 if let Some(a) = got {
                     self.addrs.insert(id, a);
-                }
-                let grew = (sim.stats().segments, sim.stats().reserved) > before;
-                if let (true, Placement::Ordered { up, at }) = (grew, &mut self.placement) {
-                    at[pool] = if up[pool] {
-                        at[pool].saturating_add(apart)
-                    } else {
-                        at[pool].saturating_sub(apart)
-                    };
                 }
                 return Ok(got);
             }
@@ -332,11 +276,13 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
                     run: Run::new(
                         &cfg,
                         match addresses {
-                            Addresses::Real => Placement::Given,
-                            Addresses::Own => DRIVER,
+                            // Every new segment's address is given.
+                            Addresses::Real => Placement::Ascending,
+                            Addresses::Own => Placement::driver(),
+                            Addresses::Ascending => Placement::Ascending,
                         },
                     ),
-                    others: if addresses == Addresses::Own {
+                    others: if addresses != Addresses::Real {
                         other_runs(&cfg, t.trace)
                     } else {
                         Vec::new()
@@ -353,7 +299,7 @@ pub fn replay(input: impl BufRead, addresses: Addresses) -> Result<Report, Strin
         } else if line.contains("\"end\"") {
             let end: TraceEnd = serde_json::from_str(&line).map_err(|e| bad(n, &e))?;
             if let Some(r) = cur.take() {
-                let own = addresses == Addresses::Own;
+                let own = addresses != Addresses::Real;
                 let key = |addr: u64, size: u64| if own { (0, size) } else { (addr, size) };
                 let mut real: Vec<_> = end.segments.iter().map(|s| key(s.0, s.1)).collect();
                 let mut sim: Vec<_> = r
@@ -410,6 +356,13 @@ impl Replay {
         if tied {
             report.after_tie += 1;
             report.after_tie_matching += same as usize;
+            let in_range = (0..6).all(|k| {
+                let all =
+                    std::iter::once(got[k]).chain(self.others.iter().map(|o| figures(&o.sim)[k]));
+                let (lo, hi) = all.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)));
+                (lo..=hi).contains(&real[k])
+            });
+            report.after_tie_in_range += in_range as usize;
         } else {
             report.compared += 1;
             report.matching += same as usize;

@@ -5,7 +5,9 @@
 //! - ALLOC → an `alloc` of the caller's request on its stream; the real
 //!   address names the tensor until it is freed.
 //! - FREE_REQUESTED → `free` (allocated bytes drop there in PyTorch too).
-//! - OOM → an `alloc` of the failed (rounded) request, never freed.
+//! - OOM → an `alloc` of the failed (rounded) request and its `free` at
+//!   once: the job never held it, and a replay under a setting that serves
+//!   it must not hold it either.
 //! - SEGMENT_FREE / SEGMENT_UNMAP bursts: PyTorch releases segments in
 //!   `empty_cache()` and while retrying a failed allocation. A burst followed
 //!   by an ALLOC or OOM is the allocator's own retry (the simulator repeats
@@ -21,7 +23,7 @@
 use std::collections::HashMap;
 
 use crate::event::RingPos;
-use crate::event::{Event, EventKind, RingSpan, Stats};
+use crate::event::{Event, EventKind, PoolId, RingSpan, Stats};
 
 use super::trace::Request;
 
@@ -40,6 +42,13 @@ pub struct Recovered {
     pub unplaceable: u64,
     /// Frees of addresses never seen allocated (allocated before recording).
     pub unknown_frees: u64,
+    /// The requests that were out-of-memory errors (indices).
+    pub ooms: Vec<usize>,
+    /// Some allocation was in a pool other than the default (a CUDA graph's
+    /// or a `MemPool`'s, which the simulator does not keep apart).
+    pub graph_pools: bool,
+    /// The allocator mapped pages (`expandable_segments:True` was on).
+    pub expandable: bool,
 }
 
 /// A statistics sample placed by its ring positions: it reflects the first
@@ -105,11 +114,16 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
     for (e, at, span) in &events {
         match &e.kind {
             EventKind::Alloc { place, addr, size } if place.device == device => {
+                r.out.graph_pools |= place.pool != PoolId::default();
                 let id = r.alloc(*size, place.stream, *at);
                 r.live.insert(*addr, id);
             }
             EventKind::Oom { place, request, .. } if place.device == device => {
-                r.alloc(*request, place.stream, *at);
+                // Never used: freed at once where a replay under another
+                // setting serves it (a no-op where it fails again).
+                r.out.ooms.push(r.out.requests.len());
+                let id = r.alloc(*request, place.stream, *at);
+                r.push(Request::Free { id }, Span::of(*at));
             }
             EventKind::FreeRequested { place, addr, .. } if place.device == device => {
                 r.end_burst();
@@ -124,6 +138,7 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
             | EventKind::SegmentMap { place, addr, .. }
                 if place.device == device =>
             {
+                r.out.expandable |= matches!(e.kind, EventKind::SegmentMap { .. });
                 r.segment.get_or_insert(*addr);
             }
             EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
@@ -212,6 +227,7 @@ impl Recovery {
     /// burst just before it was the allocator's own retry, not a request.
     fn alloc(&mut self, size: u64, stream: u64, at: Option<RingPos>) -> u64 {
         let segment_addr = self.segment.take();
+        let released_before = self.burst.is_some();
         let span = match self.burst.take() {
             Some(b) => Span::join(b, Span::of(at)),
             None => Span::of(at),
@@ -224,6 +240,7 @@ impl Recovery {
                 size,
                 stream,
                 segment_addr,
+                released_before,
             },
             span,
         );
@@ -285,6 +302,78 @@ mod tests {
 
     /// Events from the simulator itself, turned back into requests and
     /// replayed, give the same figures after every request.
+    /// `empty_cache()` right before an allocation leaves the same events
+    /// as the allocator's own retry (segments released, then the ALLOC):
+    /// the replay tells them apart, with the device near full (retries)
+    /// and far from it (the job's `empty_cache`). Where both explain the
+    /// events (the cache was what kept the request from fitting), the
+    /// replay takes the retry: the state after it is the same, and only
+    /// the retry count can be one more than the job's.
+    #[test]
+    fn an_empty_cache_before_an_allocation_is_not_taken_for_a_retry() {
+        for capacity in [4u64 << 30, 1 << 30] {
+            let cfg = SimConfig {
+                capacity,
+                ..SimConfig::default()
+            };
+            let mut a = SimAllocator::new(cfg.clone());
+            let mut ev: Vec<Event> = Vec::new();
+            let mut held = Vec::new();
+            let mut truth = Vec::new();
+            for i in 0..400u64 {
+                let size = (i * 7919 % 60 + 1) << 20;
+                if i % 3 == 2 && !held.is_empty() {
+                    let p: u64 = held.remove((i as usize * 13) % held.len());
+                    a.free(p, &mut ev).unwrap();
+                } else {
+                    if i % 10 == 0 {
+                        a.empty_cache(&mut ev);
+                    }
+                    if let Ok(p) = a.malloc(size, 0, &mut ev) {
+                        held.push(p);
+                    }
+                }
+                if i % 7 == 6 {
+                    a.emit_stats(&mut ev);
+                    truth.push(a.stats());
+                }
+            }
+            let got = recover(ev.into_iter().map(|e| (e, None)).collect(), 0);
+            let reports = replay(&got.requests, &cfg);
+            let mut compared = 0;
+            for (r, rec) in reports.iter().zip(&got.recorded) {
+                if let Some(s) = rec {
+                    assert_eq!(
+                        (r.allocated, r.reserved, r.segments, r.ooms),
+                        (s.allocated, s.reserved, s.segments, s.ooms),
+                        "capacity {capacity}, step {}",
+                        r.step
+                    );
+                    assert!(r.alloc_retries >= s.alloc_retries, "step {}", r.step);
+                    compared += 1;
+                }
+            }
+            assert!(compared >= 50, "{compared}");
+            let released = got
+                .requests
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r,
+                        Request::Alloc {
+                            released_before: true,
+                            ..
+                        }
+                    )
+                })
+                .count();
+            assert!(
+                released > 0,
+                "capacity {capacity}: no release before an allocation"
+            );
+        }
+    }
+
     #[test]
     fn round_trip_through_the_simulator() {
         let cfg = SimConfig {

@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::allocator::{EventSink, NullSink, OomError, SimAllocator, SimConfig};
+use super::placement::Placement;
 use crate::text::format::{bytes, percent};
 
 /// One request of a trace.
@@ -56,6 +57,14 @@ pub enum Request {
         /// by the same addresses as in PyTorch.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         segment_addr: Option<u64>,
+        /// The real allocator released segments just before this request
+        /// (a recording saw the release but cannot tell why): either its
+        /// own retry, when the request did not fit, or the job's
+        /// `empty_cache()`. The replay tells them apart: when the request
+        /// fits without releasing anything, it was `empty_cache()`, and
+        /// the replay empties the cache first.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        released_before: bool,
     },
     Free {
         id: u64,
@@ -262,19 +271,49 @@ pub fn replay_with_sink(
 
 /// A replay one request at a time: the allocator and the live tensors'
 /// addresses, nothing of the requests already applied.
+///
+/// A new segment goes where the request says the real one went
+/// (`segment_addr`), else where the replay's [`Placement`] puts it (by
+/// default the driver's order, [`Placement::driver`]).
 pub struct Replay {
     a: SimAllocator,
     addrs: HashMap<u64, u64>,
     step: usize,
+    placement: Placement,
+    given: bool,
 }
 
 impl Replay {
     pub fn new(cfg: &SimConfig) -> Self {
+        Self::with_placement(cfg, Placement::driver())
+    }
+
+    /// A replay whose segments go where `placement` puts them when the
+    /// request does not say.
+    pub fn with_placement(cfg: &SimConfig, placement: Placement) -> Self {
         Replay {
             a: SimAllocator::new(cfg.clone()),
             addrs: HashMap::new(),
             step: 0,
+            placement,
+            given: true,
         }
+    }
+
+    /// Leaves out the addresses the requests give: every segment goes
+    /// where the placement puts it (a what-if replay under another
+    /// setting, where the real addresses mean nothing).
+    pub fn ignoring_addresses(mut self) -> Self {
+        self.given = false;
+        self
+    }
+
+    /// Among equal free blocks, takes the one at the highest address
+    /// (PyTorch takes the lowest): beside a replay without it, shows the
+    /// steps a tie decides.
+    pub fn breaking_ties_high(mut self) -> Self {
+        self.a.break_ties_high(true);
+        self
     }
 
     /// The allocator's statistics after the requests applied so far.
@@ -287,7 +326,15 @@ impl Replay {
         let step = self.step;
         self.step += 1;
         self.a.set_time((step as u64).saturating_mul(1_000_000));
-        let outcome = apply(&mut self.a, &mut self.addrs, req, sink);
+        let given = self.given;
+        let outcome = apply(
+            &mut self.a,
+            &mut self.placement,
+            given,
+            &mut self.addrs,
+            req,
+            sink,
+        );
         StepReport::after(step, req, &self.a, outcome)
     }
 }
@@ -304,9 +351,30 @@ fn skipped(id: u64) -> String {
     format!("id {id} was never allocated (out of memory); skipped")
 }
 
+/// Whether `a` serves `size` bytes without releasing cached segments
+/// itself (no retry, no garbage collection, no OOM): tried on a copy.
+fn fits_without_releasing(
+    a: &SimAllocator,
+    placement: &Placement,
+    size: u64,
+    stream: u64,
+    at: Option<u64>,
+) -> bool {
+    let (mut probe, mut p) = (a.clone(), placement.clone());
+    let mut released = false;
+    let mut sink = super::allocator::FnSink(|e: crate::event::Event| {
+        use crate::event::EventKind::{SegmentFree, SegmentUnmap};
+        released |= matches!(e.kind, SegmentFree { .. } | SegmentUnmap { .. });
+    });
+    let ok = p.malloc(&mut probe, size, stream, at, &mut sink).is_ok();
+    ok && !released
+}
+
 /// Applies one request; `addrs` maps live tensor ids to their addresses.
 fn apply(
     a: &mut SimAllocator,
+    placement: &mut Placement,
+    given: bool,
     addrs: &mut HashMap<u64, u64>,
     req: &Request,
     sink: &mut dyn EventSink,
@@ -318,9 +386,14 @@ fn apply(
             size,
             stream,
             segment_addr,
+            released_before,
         } => {
-            a.set_segment_addr(segment_addr);
-            match a.malloc(size, stream, sink) {
+            let at = segment_addr.filter(|_| given);
+            if released_before && fits_without_releasing(a, placement, size, stream, at) {
+                a.empty_cache(sink);
+                out.note = Some("segments released before it: an empty_cache()".into());
+            }
+            match placement.malloc(a, size, stream, at, sink) {
                 Ok(p) => {
                     addrs.insert(id, p);
                     out.addr = Some(p);
@@ -457,12 +530,14 @@ mod tests {
                     size: 3 * MIB,
                     stream: 0,
                     segment_addr: None,
+                    released_before: false,
                 },
                 Request::Alloc {
                     id: 2,
                     size: 5 * MIB,
                     stream: 0,
                     segment_addr: None,
+                    released_before: false,
                 },
                 Request::Free { id: 1 },
             ],
@@ -504,6 +579,7 @@ mod tests {
                 size: 1 << 20,
                 stream: 0,
                 segment_addr: None,
+                released_before: false,
             }
         );
         assert_eq!(
@@ -513,6 +589,7 @@ mod tests {
                 size: 512,
                 stream: 0,
                 segment_addr: None,
+                released_before: false,
             }
         );
         assert_eq!(reqs[4], Request::EmptyCache);

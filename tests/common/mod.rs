@@ -45,6 +45,34 @@ pub fn succeeded(out: Output) -> Output {
     out
 }
 
+/// A committed recording, `DIR/NAME.vsrec` or (larger ones, gzipped)
+/// `DIR/NAME.vsrec.gz` unpacked into a temporary file.
+pub enum Recording {
+    Plain(std::path::PathBuf),
+    Unpacked(tempfile::NamedTempFile),
+}
+
+impl Recording {
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Recording::Plain(p) => p,
+            Recording::Unpacked(t) => t.path(),
+        }
+    }
+}
+
+/// The recording `DIR/NAME.vsrec` or `DIR/NAME.vsrec.gz`.
+pub fn recording(dir: &std::path::Path, name: &str) -> Recording {
+    let raw = dir.join(format!("{name}.vsrec"));
+    if raw.exists() {
+        return Recording::Plain(raw);
+    }
+    let gz = std::fs::File::open(dir.join(format!("{name}.vsrec.gz"))).unwrap();
+    let mut tmp = tempfile::NamedTempFile::new().unwrap();
+    std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut tmp).unwrap();
+    Recording::Unpacked(tmp)
+}
+
 /// A job recorded on a GPU machine with what torch said of it
 /// (`DIR/NAME.vsrec` or `DIR/NAME.vsrec.gz`, and `DIR/NAME.truth.json`,
 /// whose `pid` is the job's): the truth, and the job's process as
@@ -61,17 +89,10 @@ pub fn replayed_jobs(
     dir: &std::path::Path,
     name: &str,
 ) -> Vec<(serde_json::Value, serde_json::Value)> {
-    let raw = dir.join(format!("{name}.vsrec"));
-    // Larger recordings are committed gzipped: unpacked for the replay.
-    let unpacked = (!raw.exists()).then(|| {
-        let gz = std::fs::File::open(dir.join(format!("{name}.vsrec.gz"))).unwrap();
-        let mut tmp = tempfile::NamedTempFile::new().unwrap();
-        std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut tmp).unwrap();
-        tmp
-    });
+    let rec = recording(dir, name);
     let out = vramscope()
         .arg("replay")
-        .arg(unpacked.as_ref().map_or(raw.as_path(), |t| t.path()))
+        .arg(rec.path())
         .arg("--json")
         .output()
         .unwrap();

@@ -120,7 +120,8 @@ def child(name, out_path, seconds):
          "device": props.name, "torch": torch.__version__})
     k = 0
     while time.time() < deadline and raw.tell() < MAX_BYTES:
-        seed = zlib.crc32(f"{name}/{k}".encode())
+        # SIM_DIFF_SALT: other traces than the committed corpus's.
+        seed = zlib.crc32(f"{os.environ.get('SIM_DIFF_SALT', '')}{name}/{k}".encode())
         rng = random.Random(seed)
         plan = Plan(rng)
         torch.cuda.synchronize()
