@@ -18,6 +18,9 @@ fn main() -> ExitCode {
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if cmd::out::is_closed(&e) => ExitCode::SUCCESS,
+        Err(e) if e.is::<cmd::ExitStatus>() => {
+            ExitCode::from(e.downcast_ref::<cmd::ExitStatus>().map_or(1, |s| s.0))
+        }
         Err(e) => {
             vramscope::text::stderr_line(format_args!("vramscope: {}", message(&e)));
             ExitCode::FAILURE

@@ -21,6 +21,7 @@ pub mod completions;
 pub mod config;
 pub mod dashboard;
 pub mod demo;
+pub mod diff;
 pub mod doctor;
 pub mod empty_cache;
 pub mod export;
@@ -65,6 +66,10 @@ pub enum Command {
     /// Which allocator setting a recorded job should use: its requests
     /// replayed under each candidate, best first.
     Advise(advise::Args),
+    /// Compare two runs (recordings or snapshot files): peaks, steady
+    /// state, by phase, role and module, and where they part; a CI gate
+    /// with --fail-over.
+    Diff(diff::Args),
     /// Run a command (e.g. `python train.py`) with the PyTorch agent injected;
     /// the script needs no change.
     #[command(trailing_var_arg = true)]
@@ -108,6 +113,19 @@ pub enum Command {
     Serve(serve::Args),
 }
 
+/// A command's verdict that is not a failure to run: exit with this status,
+/// its line already printed (`diff --fail-over`).
+#[derive(Debug)]
+pub struct ExitStatus(pub u8);
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitStatus {}
+
 /// Runs the command line's job.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -116,6 +134,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Snapshot(a)) => snapshot::run(a),
         Some(Command::Sim(a)) => sim::run(a),
         Some(Command::Advise(a)) => advise::run(a),
+        Some(Command::Diff(a)) => diff::run(a),
         Some(Command::Run(a)) => run::run(a),
         Some(Command::Agent(a)) => agent::run(a),
         Some(Command::Doctor(a)) => doctor::run(a),

@@ -234,6 +234,23 @@ impl fmt::Display for Count {
     }
 }
 
+/// A percentage (`diff --fail-over 10`): 0 to 1,000,000.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Percent(f64);
+
+impl Percent {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for Percent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        decimal(s, "the percentage", 0.0, false, 1_000_000.0).map(Percent)
+    }
+}
+
 /// A share of the device (`sim --fraction`, as
 /// `torch.cuda.set_per_process_memory_fraction`): more than 0, at most 1.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -45,6 +45,7 @@ pub(crate) mod fixtures;
 pub(crate) mod hub;
 pub(crate) mod nvml;
 pub mod procfs;
+pub mod profile;
 pub mod replay;
 pub(crate) mod rings;
 pub mod signals;

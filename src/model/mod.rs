@@ -60,6 +60,7 @@ pub(crate) mod period;
 pub(crate) mod process;
 pub mod roles;
 pub(crate) mod rules;
+pub mod rundiff;
 pub(crate) mod series;
 pub(crate) mod view;
 

@@ -49,6 +49,21 @@ pub struct Recovered {
     pub graph_pools: bool,
     /// The allocator mapped pages (`expandable_segments:True` was on).
     pub expandable: bool,
+    /// Step markers: the number of requests before each, where it came
+    /// from, its value and its time.
+    pub marks: Vec<Mark>,
+    /// Each request's time (its first event's).
+    pub times: Vec<u64>,
+}
+
+/// A step marker among the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// Requests before it.
+    pub at: usize,
+    pub source: crate::event::MarkSource,
+    pub value: u64,
+    pub time_ns: u64,
 }
 
 /// A statistics sample placed by its ring positions: it reflects the first
@@ -112,6 +127,7 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
     // once every request is known.
     let mut samples: Vec<(Stats, Option<RingSpan>, usize)> = Vec::new();
     for (e, at, span) in &events {
+        r.now_ns = e.time_ns;
         match &e.kind {
             EventKind::Alloc { place, addr, size } if place.device == device => {
                 r.out.graph_pools |= place.pool != PoolId::default();
@@ -147,6 +163,14 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
                 r.burst = Some(match r.burst {
                     None => Span::of(*at),
                     Some(b) => Span::join(b, Span::of(*at)),
+                });
+            }
+            EventKind::Marker { value, source } => {
+                r.out.marks.push(Mark {
+                    at: r.out.requests.len(),
+                    source: *source,
+                    value: *value,
+                    time_ns: e.time_ns,
                 });
             }
             EventKind::Stats { device: d, stats } if *d == device => {
@@ -214,11 +238,14 @@ struct Recovery {
     burst: Option<Option<Span>>,
     /// Where the real allocator put the segment made for the next request.
     segment: Option<u64>,
+    /// The time of the event being read.
+    now_ns: u64,
 }
 
 impl Recovery {
     fn push(&mut self, r: Request, span: Option<Span>) {
         self.out.requests.push(r);
+        self.out.times.push(self.now_ns);
         self.out.recorded.push(None);
         self.spans.push(span);
     }

@@ -43,7 +43,7 @@ check() {
 
 # The agent builds its tracker on first use: built here, before any job is
 # recorded (a job would run unwatched while it builds).
-timeout 300 "$B" run -- python3 -c "import torch; torch.zeros(1, device='cuda')" > "$D/warm.log" 2>&1
+warm_agent
 JOBS=${*:-gpt2 convnext oom}
 for job in $JOBS; do
     case $job in

@@ -13,7 +13,9 @@ Workloads (sizes and shapes from a fixed seed; no download):
   fixed     GPT-2 as above at one length (--batch, --seq, --compile): the
             run diff's recordings
 
-With --fraction the job calls set_per_process_memory_fraction and, like
+With --leak-mb it keeps that many MiB each step (the forecast's job: under
+a fraction it runs out). With --fraction the job calls
+set_per_process_memory_fraction and, like
 training loops that skip a batch that does not fit, catches each
 out-of-memory error, frees what the step held and goes on.
 
@@ -58,6 +60,7 @@ def main():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hold", type=float, default=0.0)
+    p.add_argument("--leak-mb", type=int, default=0, help="keep this many MiB each step (a leak)")
     a = p.parse_args()
 
     torch.manual_seed(0)
@@ -86,9 +89,12 @@ def main():
         return lambda: fwd(input_ids=ids, labels=ids).loss
 
     ooms = []
+    kept = []
     for step in range(1, a.steps + 1):
         mark(step)
         try:
+            if a.leak_mb:
+                kept.append(torch.empty(a.leak_mb << 20, dtype=torch.uint8, device=dev))
             loss_of = batch()
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = loss_of()
@@ -115,6 +121,8 @@ def main():
         "num_ooms": st.get("num_ooms", 0),
         "alloc_retries": st.get("num_alloc_retries", 0),
         "total_memory": torch.cuda.get_device_properties(0).total_memory,
+        "leak_mb": a.leak_mb,
+        "first_oom_step": ooms[0] if ooms else None,
     }
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:

@@ -49,3 +49,21 @@ record_job() {
     "$B" replay "$D/$name.vsrec" --json > "$D/$name.json" 2> "$D/$name.replay.err"
     rm -rf "$shm"
 }
+
+# warm_agent: has the agent build its tracker and native attribution (the
+# first use builds them in a background thread, and a job recorded
+# meanwhile runs unwatched): a short job under `vramscope run` that waits
+# until the agent is exact and attribution native, or 240 s.
+warm_agent() {
+    timeout 300 "$B" run -- python3 -c "
+import time, torch
+torch.zeros(1, device='cuda')
+import vramscope
+for _ in range(480):
+    s = vramscope.status()
+    if s.get('mode') not in (None, 'pending') and s.get('attribution_native') is not False:
+        break
+    time.sleep(0.5)
+print(vramscope.status())
+" > "$D/warm.log" 2>&1
+}

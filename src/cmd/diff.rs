@@ -1,0 +1,193 @@
+//! `vramscope diff A B`: two runs compared (recordings made by `vramscope
+//! record`, or PyTorch snapshot files): peak and steady-state allocated and
+//! reserved, the live memory at each run's peak by phase, role and module,
+//! what is new in B or grew, and the step at which the runs part
+//! (`vramscope::model::rundiff`). With `--fail-over PCT` it is a CI gate:
+//! exit status 3 when B's peak reserved exceeds A's by more than PCT %.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use vramscope::collect::profile::{profile, Source};
+use vramscope::input::Input;
+use vramscope::model::rundiff::{compare, Diff, Profile, Row};
+use vramscope::recording::{Replayer, MAGIC};
+use vramscope::snapfile;
+use vramscope::text::format::{bytes, percent};
+
+use super::out;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The run compared against: a recording or a PyTorch snapshot file.
+    a: PathBuf,
+    /// The run compared.
+    b: PathBuf,
+    /// The process of A (default: the one with the most events).
+    #[arg(long, value_name = "PID")]
+    pid_a: Option<u32>,
+    /// The process of B (default: the one with the most events).
+    #[arg(long, value_name = "PID")]
+    pid_b: Option<u32>,
+    /// The comparison as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Exit with status 3 when B's peak reserved exceeds A's by more than
+    /// PCT percent (0 to 1000000).
+    #[arg(long, value_name = "PCT", allow_negative_numbers = true)]
+    fail_over: Option<super::value::Percent>,
+    /// Module rows shown (largest changes first; 0: all).
+    #[arg(long, default_value_t = 15)]
+    top: usize,
+}
+
+/// Exit status when `--fail-over` trips.
+pub const FAIL_OVER_EXIT: u8 = 3;
+
+/// Whether `path` starts as a vramscope recording does.
+fn is_recording(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(MAGIC.len());
+    std::fs::File::open(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(head == MAGIC)
+}
+
+/// The profile of one run.
+fn of(path: &Path, pid: Option<u32>) -> Result<Profile> {
+    let name = path.display().to_string();
+    let result = if is_recording(path)? {
+        let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
+            let mut r = Replayer::open(path).map_err(|e| e.to_string())?;
+            while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {
+                apply(t, input);
+            }
+            Ok(())
+        };
+        profile(&name, pid, &mut source as &mut Source<'_>)
+    } else {
+        let file = snapfile::read(path)?;
+        let start = snapfile::inputs::starting_state(&file);
+        let label = path
+            .file_name()
+            .map_or(name.clone(), |f| f.to_string_lossy().into_owned());
+        let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
+            snapfile::inputs::feed(&file, &label, Default::default(), &start, apply);
+            Ok(())
+        };
+        profile(&name, pid, &mut source as &mut Source<'_>)
+    };
+    result.map_err(anyhow::Error::msg)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let a = of(&args.a, args.pid_a)?;
+    let b = of(&args.b, args.pid_b)?;
+    let d = compare(&a, &b);
+    if args.json {
+        out::print(&format!("{}\n", serde_json::to_value(&d)?))?;
+    } else {
+        out::print(&text(&d, args.top))?;
+    }
+    if let (Some(limit), Some(change)) = (args.fail_over, d.peak_reserved_change) {
+        if change * 100.0 > limit.get() {
+            vramscope::text::stderr_line(format_args!(
+                "vramscope: B's peak reserved is {} above A's ({} against {}), more than --fail-over {}%",
+                percent(change),
+                bytes(d.figures[1].b),
+                bytes(d.figures[1].a),
+                limit.get()
+            ));
+            return Err(super::ExitStatus(FAIL_OVER_EXIT).into());
+        }
+    }
+    Ok(())
+}
+
+fn change(r: &Row) -> String {
+    let c = r.change();
+    let sign = if c < 0 { "-" } else { "+" };
+    let abs = bytes(c.unsigned_abs());
+    match (c, r.share()) {
+        (0, _) => "same".into(),
+        (_, Some(s)) => format!("{sign}{abs} ({sign}{})", percent(s.abs())),
+        (_, None) => format!("{sign}{abs} (new)"),
+    }
+}
+
+fn table(title: &str, rows: &[Row], top: usize) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let w = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(title.len());
+    let mut s = format!("{title:<w$}  {:>10}  {:>10}  B - A\n", "A", "B");
+    let shown = if top == 0 { rows.len() } else { top };
+    for r in rows.iter().take(shown) {
+        s.push_str(&format!(
+            "{:<w$}  {:>10}  {:>10}  {}\n",
+            vramscope::text::printable(&r.name),
+            bytes(r.a),
+            bytes(r.b),
+            change(r)
+        ));
+    }
+    if rows.len() > shown {
+        s.push_str(&format!(
+            "… {} more (--top 0 shows all)\n",
+            rows.len() - shown
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+fn text(d: &Diff, top: usize) -> String {
+    let mut s = String::new();
+    for (tag, run) in [("A", &d.a), ("B", &d.b)] {
+        s.push_str(&format!(
+            "{tag}: {} (process {}{}), {} steps{}\n",
+            vramscope::text::printable(&run.name),
+            run.pid,
+            if run.cmdline.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", vramscope::text::printable(&run.cmdline))
+            },
+            run.steps,
+            run.peak_step
+                .map(|k| format!(", peak allocated in step {k}"))
+                .unwrap_or_default()
+        ));
+    }
+    s.push('\n');
+    s.push_str(&table("", &d.figures, 0));
+    match &d.parted_at {
+        Some(p) => s.push_str(&format!(
+            "the runs part at step {}: {} {} in A, {} in B\n\n",
+            p.step,
+            p.figure,
+            bytes(p.a),
+            bytes(p.b)
+        )),
+        None if d.a.steps > 0 && d.b.steps > 0 => s.push_str(
+            "the runs do not part: every step common to both is the same within 1 MiB or 1 %\n\n",
+        ),
+        None => s.push_str("no step markers in both runs: the steps cannot be compared\n\n"),
+    }
+    s.push_str("at each run's peak allocated:\n");
+    s.push_str(&table("phase", &d.by_phase, 0));
+    s.push_str(&table("role", &d.by_role, 0));
+    s.push_str(&table("module", &d.by_module, top));
+    s.push_str(&table("new in B", &d.new_in_b, top));
+    s.push_str(&table("grew in B", &d.grew_in_b, top));
+    s.push_str(&table("less in B", &d.shrank_in_b, top));
+    s
+}

@@ -1,0 +1,284 @@
+//! A run's [`Profile`] for `vramscope diff`: one process of a recording or
+//! a snapshot file (the one asked for, else the one with the most events).
+//!
+//! 1. Its allocation requests are recovered from its events, in time order
+//!    (`sim::from_events`), and replayed through the simulator with the
+//!    addresses the real segments had, which gives allocated and reserved
+//!    exactly after every request (PyTorch's events carry requested sizes;
+//!    the blocks' sizes, and so `allocated`, come from the allocator's
+//!    rules). Step markers cut the requests into steps: the job's own
+//!    (`vramscope.mark`) where it has them, else the optimizer's, else any.
+//! 2. The inputs are fed to a fresh model, cut at the time of the
+//!    allocated peak and at the last step marker, and the model's
+//!    attribution (phases, roles, modules) is taken at both.
+//!
+//! Memory: one process's events while its requests are recovered (as
+//! `vramscope sim` holds them), then one [`StepFigures`] per step, at most
+//! [`MAX_STEPS`].
+
+use std::collections::BTreeMap;
+
+use crate::event::{Event, MarkSource};
+use crate::input::Input;
+use crate::model::rundiff::{Breakdown, Profile, StepFigures};
+use crate::model::{ProcessKey, ViewOptions};
+use crate::sim::from_events::{recover, Mark};
+use crate::sim::{NullSink, Replay, SimConfig};
+
+use super::Hub;
+
+/// The most steps a profile keeps.
+pub const MAX_STEPS: usize = 1 << 20;
+
+/// Feeds every input of the source, in order, to the closure given.
+pub type Source<'a> = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + 'a;
+
+/// The kinds of markers, by preference: the job's own (`vramscope.mark`),
+/// the optimizer's steps, any other.
+fn track_of(source: MarkSource) -> u8 {
+    match source {
+        MarkSource::User => 0,
+        MarkSource::OptimizerStep { .. } => 1,
+        _ => 2,
+    }
+}
+
+/// The steps the marks of the preferred kind make, given allocated and
+/// reserved after each request; and the step the request `peak` fell in.
+fn steps(
+    marks: &[Mark],
+    figures: &[(u64, u64)],
+    peak: usize,
+) -> (Vec<StepFigures>, Option<u64>, Option<u64>) {
+    let Some(kind) =
+        (0..3).find(|k| marks.iter().filter(|m| track_of(m.source) == *k).count() >= 2)
+    else {
+        return (Vec::new(), None, None);
+    };
+    let marks: Vec<&Mark> = marks
+        .iter()
+        .filter(|m| track_of(m.source) == kind)
+        .collect();
+    let at = |k: usize| {
+        k.checked_sub(1)
+            .and_then(|i| figures.get(i))
+            .copied()
+            .unwrap_or((0, 0))
+    };
+    let mut out = Vec::new();
+    let mut peak_step = None;
+    for w in marks.windows(2) {
+        let (from, to) = (w[0].at, w[1].at.min(figures.len()));
+        let start = at(from);
+        let (mut pa, mut pr) = start;
+        for &(a, r) in figures.get(from..to).unwrap_or(&[]) {
+            pa = pa.max(a);
+            pr = pr.max(r);
+        }
+        if (from..to).contains(&peak) {
+            peak_step = Some(w[0].value);
+        }
+        let end = at(to);
+        if out.len() == MAX_STEPS {
+            break;
+        }
+        {
+            out.push(StepFigures {
+                step: w[0].value,
+                peak_allocated: pa,
+                peak_reserved: pr,
+                end_allocated: end.0,
+                end_reserved: end.1,
+            });
+        }
+    }
+    let steady_time = marks.last().map(|m| m.time_ns);
+    (out, peak_step, steady_time)
+}
+
+/// The attribution the model gives `key` now.
+fn breakdown(hub: &Hub, now: u64, key: ProcessKey) -> Breakdown {
+    let opts = ViewOptions {
+        block_map: true,
+        recent_events: 0,
+        timeline: None,
+    };
+    let snap = hub.snapshot_at_for(now, &opts, Some(key));
+    let Some(p) = snap.processes.iter().find(|p| p.key() == key) else {
+        return Breakdown::default();
+    };
+    let a = &p.view.attribution;
+    let module = |m: &str| {
+        if m.is_empty() {
+            "(outside every module)".to_string()
+        } else {
+            m.to_string()
+        }
+    };
+    Breakdown {
+        by_phase: (a.by_phase.iter())
+            .map(|r| (r.phase.name().to_string(), r.bytes))
+            .collect(),
+        by_role: (a.roles.iter())
+            .map(|r| (r.role.name().to_string(), r.bytes))
+            .collect(),
+        by_module: (a.by_module.iter())
+            .map(|r| (module(&r.module), r.bytes))
+            .collect(),
+        by_module_role: (a.by_role.iter())
+            .map(|r| {
+                (
+                    format!("{} / {}", module(&r.module), r.role.name()),
+                    r.bytes,
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The profile of process `pid` (else the one with the most events) of the
+/// inputs `source` feeds, named `name`.
+pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<Profile, String> {
+    // Which process, and which of its devices.
+    let mut counts: BTreeMap<ProcessKey, (u64, u32, String, BTreeMap<u16, u64>)> = BTreeMap::new();
+    source(&mut |_, input| match input {
+        Input::Attach { key, identity, .. } => {
+            let c = counts.entry(key).or_default();
+            c.1 = identity.host_pid;
+            c.2 = identity.cmdline;
+        }
+        Input::Events(b) => {
+            let c = counts.entry(b.key).or_default();
+            c.0 += b.events.len() as u64;
+            for e in &b.events {
+                if let Some(p) = e.kind.place() {
+                    *c.3.entry(p.device).or_default() += 1;
+                }
+            }
+        }
+        _ => {}
+    })?;
+    let key = match pid {
+        Some(p) => (counts.iter())
+            .find(|(k, c)| k.pid == p || c.1 == p)
+            .map(|(k, _)| *k),
+        None => counts.iter().max_by_key(|(_, c)| c.0).map(|(k, _)| *k),
+    };
+    let Some((key, (_, host_pid, cmdline, devices))) = key
+        .and_then(|k| counts.remove(&k).map(|c| (k, c)))
+        .filter(|(_, c)| c.0 > 0)
+    else {
+        return Err(format!(
+            "{name}: no events of {}",
+            pid.map_or("any process".into(), |p| format!("process {p}"))
+        ));
+    };
+    let device = devices
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map_or(0, |(d, _)| *d);
+    // Its requests, replayed (the last run, where a demo started over).
+    let mut events: Vec<(Event, Option<crate::event::RingPos>)> = Vec::new();
+    source(&mut |_, input| {
+        if let Input::Events(b) = input {
+            if b.key == key {
+                for e in b.events {
+                    if e.kind.starts_run() {
+                        events.clear();
+                    }
+                    events.push((e, None));
+                }
+            }
+        }
+    })?;
+    let got = recover(events, device);
+    let mut replay = Replay::new(&SimConfig {
+        device,
+        capacity: u64::MAX >> 8,
+        ..SimConfig::default()
+    });
+    let figures: Vec<(u64, u64)> = (got.requests.iter())
+        .map(|r| {
+            let s = replay.step(r, &mut NullSink);
+            (s.allocated, s.reserved)
+        })
+        .collect();
+    let (peak_allocated, peak_at) = figures.iter().enumerate().fold(
+        (0, None),
+        |(m, at), (i, f)| if f.0 > m { (f.0, Some(i)) } else { (m, at) },
+    );
+    let peak_reserved = figures.iter().map(|f| f.1).max().unwrap_or(0);
+    let (steps, peak_step, steady_time) =
+        steps(&got.marks, &figures, peak_at.unwrap_or(usize::MAX));
+    let peak_time = peak_at.and_then(|i| got.times.get(i)).copied();
+    drop(figures);
+    // The model, cut at those times.
+    let mut cuts: Vec<(u64, bool)> = [(peak_time, true), (steady_time, false)]
+        .into_iter()
+        .filter_map(|(t, p)| Some((t?, p)))
+        .collect();
+    cuts.sort_unstable();
+    let hub = Hub::default();
+    let mut next = 0usize;
+    let (mut at_peak, mut at_steady) = (Breakdown::default(), Breakdown::default());
+    let mut last_t = 0;
+    source(&mut |t, input| {
+        last_t = t;
+        let Input::Events(mut batch) = input else {
+            hub.apply(input);
+            return;
+        };
+        if batch.key != key {
+            hub.apply(Input::Events(batch));
+            return;
+        }
+        while let Some(&(cut, is_peak)) = cuts.get(next) {
+            // The events up to and including the cut's time go first.
+            let k = batch.events.partition_point(|e| e.time_ns <= cut);
+            if k == batch.events.len() {
+                break;
+            }
+            let mut rest = batch.clone();
+            batch.events.truncate(k);
+            rest.events.drain(..k);
+            if rest.at.len() >= k {
+                batch.at.truncate(k);
+                rest.at.drain(..k);
+            }
+            hub.apply(Input::Events(batch));
+            let b = breakdown(&hub, cut.max(t), key);
+            if is_peak {
+                at_peak = b;
+            } else {
+                at_steady = b;
+            }
+            next += 1;
+            batch = rest;
+        }
+        hub.apply(Input::Events(batch));
+    })?;
+    // A cut at the very end (the last marker, or the peak, in the last
+    // batch's last event): taken now.
+    for &(_, is_peak) in cuts.get(next..).unwrap_or(&[]) {
+        let b = breakdown(&hub, last_t, key);
+        if is_peak {
+            at_peak = b;
+        } else {
+            at_steady = b;
+        }
+    }
+    let steps_dropped = (got.marks.len() as u64).saturating_sub(steps.len() as u64 + 1);
+    Ok(Profile {
+        name: name.to_string(),
+        pid: if host_pid != 0 { host_pid } else { key.pid },
+        cmdline,
+        peak_allocated,
+        peak_reserved,
+        peak_step,
+        at_peak,
+        steady: steps.last().copied(),
+        at_steady,
+        steps_dropped,
+        steps,
+    })
+}
