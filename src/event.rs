@@ -164,6 +164,13 @@ pub enum MarkSource {
     /// 5: a new run of the job begins (e.g. the demo's scenario starts
     /// over): step counts and leak verdicts start again. `value` is 0.
     Run,
+    /// 6: not a step: the most the allocator of `device` may reserve
+    /// (`value`, bytes): the device's memory times the process's memory
+    /// fraction (`torch.cuda.set_per_process_memory_fraction`);
+    /// `whole_device` when no fraction is set (then other processes and
+    /// the CUDA context come off it too). Sent when the producer starts
+    /// and when it changes.
+    MemoryLimit { device: u16, whole_device: bool },
     /// 4 ("other") or a code this build does not know.
     Other(u8),
 }

@@ -424,7 +424,7 @@ impl StepClock {
                 self.step = Some(0);
                 return before != self.step;
             }
-            MarkSource::Other(_) => return false,
+            MarkSource::Other(_) | MarkSource::MemoryLimit { .. } => return false,
         };
         if self.source.is_some_and(|s| key < s) {
             return false;

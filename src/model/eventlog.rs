@@ -110,6 +110,10 @@ fn source_code(s: MarkSource) -> u64 {
         MarkSource::Inferred => 3,
         MarkSource::Run => 4,
         MarkSource::Other(x) => 5 | u64::from(x) << 8,
+        MarkSource::MemoryLimit {
+            device,
+            whole_device,
+        } => 6 | u64::from(device) << 8 | u64::from(whole_device) << 24,
     }
 }
 
@@ -123,6 +127,10 @@ fn source_of(code: u64) -> MarkSource {
         3 => MarkSource::Inferred,
         4 => MarkSource::Run,
         5 => MarkSource::Other(arg as u8),
+        6 => MarkSource::MemoryLimit {
+            device: arg as u16,
+            whole_device: arg >> 16 & 1 == 1,
+        },
         _ => MarkSource::Unknown,
     }
 }

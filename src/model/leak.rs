@@ -481,7 +481,14 @@ impl LeakDetector {
         self.sizes.len()
     }
 
-    #[cfg(test)]
+    /// Nanoseconds per step over this run's steps so far (None before two).
+    pub(crate) fn step_period_ns(&self) -> Option<f64> {
+        let first = self.first_step_ns?;
+        (self.steps >= 2 && self.now_ns > first)
+            .then(|| (self.now_ns - first) as f64 / (self.steps - 1) as f64)
+    }
+
+    /// Steps counted in this run.
     pub(crate) fn steps(&self) -> u64 {
         self.steps
     }
@@ -604,7 +611,7 @@ impl LeakDetector {
                 StepSource::OptimizerSteps
             }
             MarkSource::Run => return self.new_run(),
-            MarkSource::Inferred | MarkSource::Other(_) => return,
+            MarkSource::Inferred | MarkSource::Other(_) | MarkSource::MemoryLimit { .. } => return,
         };
         if from < self.source {
             return;

@@ -55,6 +55,7 @@
 pub mod attrib;
 pub mod device;
 pub(crate) mod eventlog;
+pub mod forecast;
 pub(crate) mod leak;
 pub(crate) mod period;
 pub(crate) mod process;

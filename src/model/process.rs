@@ -21,6 +21,13 @@ use crate::event::RingPos;
 use crate::event::{BlockState, Event, EventKind, MarkSource, SegmentPool};
 use crate::model::Watch;
 
+/// Step boundaries whose reserved bytes the forecast measures growth over
+/// (from 16 of them on; before, the floor's growth alone).
+const STEP_RESERVED: usize = 32;
+/// The first steps, whose reserved bytes grow with the job's setting up
+/// (optimizer state, caches), are not measured.
+const FORECAST_WARM_UP: u64 = 4;
+
 /// Events per second over a sliding window of event timestamps, in O(1)
 /// per event: counts in fixed slots of `window / SLOTS`.
 #[derive(Debug, Clone)]
@@ -127,6 +134,16 @@ pub struct Process {
     log: EventLog,
     ooms: VecDeque<OomRecord>,
     ooms_total: u64,
+    /// The producer's memory limit per device (MARKER source 6): bytes,
+    /// and whether it is the whole device's; at most
+    /// `Bounds::devices` devices.
+    limits: BTreeMap<u16, (u64, bool)>,
+    /// Reserved bytes at the latest step boundaries (at most
+    /// [`STEP_RESERVED`]): how fast reserved memory grows per step.
+    step_reserved: VecDeque<u64>,
+    /// The largest request of the step under way, and of the last one:
+    /// the allocation most likely to fail first.
+    step_largest: (u64, u64),
     /// The last NVML reading: (time, used bytes, this process's reserved
     /// bytes as the model knew them when the reading was applied).
     nvml: Option<(u64, u64, u64)>,
@@ -180,6 +197,9 @@ impl Process {
             ),
             ooms: VecDeque::new(),
             ooms_total: 0,
+            limits: BTreeMap::new(),
+            step_reserved: VecDeque::new(),
+            step_largest: (0, 0),
             nvml: None,
             nvml_peak: None,
             nvml_series: Series::new(cfg.series.clone()),
@@ -456,6 +476,9 @@ impl Process {
             | EventKind::SegmentUnmap { place, .. } => {
                 self.events += 1;
                 self.rate.note(t);
+                if let EventKind::Alloc { size, .. } = ev.kind {
+                    self.step_largest.0 = self.step_largest.0.max(size);
+                }
                 let Some(i) = self.device_index(place.device) else {
                     self.remember(t, &ev.kind, None);
                     return;
@@ -548,6 +571,18 @@ impl Process {
                 self.events += 1;
                 self.rate.note(t);
                 self.remember(t, &ev.kind, None);
+                if let MarkSource::MemoryLimit {
+                    device,
+                    whole_device,
+                } = *source
+                {
+                    if self.limits.len() < self.cfg.bounds.devices
+                        || self.limits.contains_key(&device)
+                    {
+                        self.limits.insert(device, (*value, whole_device));
+                    }
+                    return;
+                }
                 if self.clock.on_marker(*source, *value) {
                     for d in &mut self.devices {
                         d.set_step(self.clock.step());
@@ -560,8 +595,21 @@ impl Process {
                 if *source == MarkSource::Run {
                     self.leak.on_run(*value, t);
                 } else if !self.waiting_for_anchor() {
+                    let steps = self.leak.steps();
                     self.leak.on_marker(*source, t);
                     self.after_leak();
+                    if self.leak.steps() > steps {
+                        self.step_largest = (0, self.step_largest.0);
+                    }
+                    if self.leak.steps() > steps && self.leak.steps() > FORECAST_WARM_UP {
+                        let reserved = (self.devices.iter())
+                            .map(|d| self.device_figures(d).reserved)
+                            .fold(0u64, u64::saturating_add);
+                        if self.step_reserved.len() == STEP_RESERVED {
+                            self.step_reserved.pop_front();
+                        }
+                        self.step_reserved.push_back(reserved);
+                    }
                 }
             }
             // Attribution (1.1): definitions kept, bounded.
@@ -763,6 +811,59 @@ impl Process {
     }
 
     /// The leak verdict at `now_ns`.
+    /// The out-of-memory forecast, while a leak is flagged and the producer
+    /// said its memory limit: for the device with the most reserved that
+    /// has one.
+    fn forecast(
+        &self,
+        devs: &[DeviceFigures],
+        figures: &ProcessFigures,
+        leak: &LeakReport,
+    ) -> Option<crate::model::forecast::Forecast> {
+        if !leak.flagged {
+            return None;
+        }
+        let (reserved, limit) = devs
+            .iter()
+            .filter_map(|d| Some((d.reserved, *self.limits.get(&d.device)?)))
+            .max_by_key(|(r, _)| *r)?;
+        let largest = self.step_largest.0.max(self.step_largest.1);
+        let request = (largest > 0).then_some(largest);
+        // The floor's growth, or reserved memory's where it grows faster
+        // (a leaked block's segment is more than the block).
+        // Least squares over the boundaries kept: reserved rises in whole
+        // segments, a staircase whose ends alone would swing the slope, and
+        // whose latest stair would swing the start; the fitted line gives
+        // both (from 16 boundaries on).
+        let r = &self.step_reserved;
+        let (reserved_slope, fitted) = if r.len() >= 16 {
+            let n = r.len() as f64;
+            let mx = (n - 1.0) / 2.0;
+            let my = r.iter().map(|&y| y as f64).sum::<f64>() / n;
+            let (sxy, sxx) = r
+                .iter()
+                .enumerate()
+                .fold((0.0, 0.0), |(sxy, sxx), (x, &y)| {
+                    let dx = x as f64 - mx;
+                    (sxy + dx * (y as f64 - my), sxx + dx * dx)
+                });
+            let slope = sxy / sxx;
+            (slope, Some((my + slope * (n - 1.0 - mx)).max(0.0) as u64))
+        } else {
+            (0.0, None)
+        };
+        let reserved = fitted.unwrap_or(reserved);
+        crate::model::forecast::forecast(&crate::model::forecast::Inputs {
+            step: self.leak.steps(),
+            growth_per_step: leak.floor_slope_bytes_per_step.max(reserved_slope),
+            reserved,
+            limit: Some(limit),
+            non_pytorch: figures.non_pytorch.and_then(|b| u64::try_from(b).ok()),
+            step_ns: self.leak.step_period_ns(),
+            request,
+        })
+    }
+
     pub fn leak_report(&self, now_ns: u64) -> LeakReport {
         let blocks = self.devices.iter().flat_map(|d| {
             d.blocks()
@@ -1009,16 +1110,20 @@ impl Process {
             })
             .collect();
         let figs: Vec<DeviceFigures> = devices.iter().map(|d| d.figures).collect();
+        let figures = self.figures_from(&figs, now_ns);
+        let leak = self.leak_report(now_ns);
+        let forecast = self.forecast(&figs, &figures, &leak);
         ProcessView {
             key: self.key,
             mode: self.mode,
             needs_resync: self.needs_resync(),
-            figures: self.figures_from(&figs, now_ns),
+            figures,
             devices,
             recent_events: (self.log).newest(opts.recent_events.min(self.cfg.recent_events)),
             ooms: self.ooms.iter().cloned().collect(),
             ooms_total: self.ooms_total,
-            leak: self.leak_report(now_ns),
+            leak,
+            forecast,
             snapshots_installed: self.snapshots_installed,
             snapshots_discarded: self.snapshots_discarded,
             last_problem: self.last_problem,

@@ -305,6 +305,10 @@ pub struct ProcessView {
     pub ooms: Vec<OomRecord>,
     pub ooms_total: u64,
     pub leak: LeakReport,
+    /// When the job would run out of memory, while a leak is flagged and
+    /// the producer said its memory limit (`model::forecast`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<crate::model::forecast::Forecast>,
     pub snapshots_installed: u64,
     pub snapshots_discarded: u64,
     pub last_problem: Option<ProblemRecord>,

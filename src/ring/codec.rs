@@ -128,6 +128,10 @@ fn mark_source_words(s: &MarkSource) -> (u64, u64) {
         MarkSource::OptimizerStep { optimizer } => (2, optimizer as u64),
         MarkSource::Inferred => (3, 0),
         MarkSource::Run => (5, 0),
+        MarkSource::MemoryLimit {
+            device,
+            whole_device,
+        } => (6, device as u64 | (whole_device as u64) << 32),
         MarkSource::Other(c) => (c as u64, 0),
     }
 }
@@ -141,6 +145,10 @@ fn mark_source_of(w3: u64, w4: u64) -> MarkSource {
         },
         3 => MarkSource::Inferred,
         5 => MarkSource::Run,
+        6 => MarkSource::MemoryLimit {
+            device: (w4 & 0xffff) as u16,
+            whole_device: w4 >> 32 & 1 == 1,
+        },
         c => MarkSource::Other(c),
     }
 }

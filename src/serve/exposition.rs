@@ -171,6 +171,14 @@ const P_LEAK_GROWTH: Def = gauge(
     "vramscope_process_leak_growth_bytes_per_step",
     "Robust slope of the allocated floor per step (Theil-Sen); absent until enough steps were seen.",
 );
+const P_OOM_STEP: Def = gauge(
+    "vramscope_process_oom_forecast_step",
+    "While a leak is flagged: the step at which the allocator would run out of memory, projected from the leak's growth against the memory limit the agent states (the device's memory times the memory fraction); absent otherwise.",
+);
+const P_OOM_SECONDS: Def = gauge(
+    "vramscope_process_oom_forecast_seconds",
+    "While a leak is flagged: seconds until that step at the measured step period; absent otherwise.",
+);
 const P_MODULE: Def = gauge(
     "vramscope_process_module_allocated_bytes",
     "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\"; a path that begins with ( has one more ( in front.",
@@ -421,6 +429,12 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
                 &l,
                 Value::F(leak.floor_slope_bytes_per_step),
             );
+        }
+        if let Some(f) = &p.view.forecast {
+            out.put(&P_OOM_STEP, &l, Value::U(f.oom_step));
+            if let Some(ns) = f.in_ns {
+                out.put(&P_OOM_SECONDS, &l, Value::F(ns as f64 / 1e9));
+            }
         }
         attribution(out, &l, &p.view.attribution);
     }

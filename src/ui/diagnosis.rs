@@ -266,6 +266,33 @@ pub fn runs_text(l: &LeakReport) -> Option<String> {
     Some(format!("Earlier runs: {}.", runs.join("; ")))
 }
 
+/// `Out of memory at about step 49 (in about 2.1s): reserved 1.19 GiB of
+/// the 2.38 GiB the memory fraction allows, +32.0 MiB a step; the 32.0 MiB
+/// allocation would fail.`
+pub fn forecast_text(f: &crate::model::forecast::Forecast) -> String {
+    use crate::text::format::{bytes, duration};
+    let when = f
+        .in_ns
+        .map(|ns| format!(" (in about {})", duration(ns)))
+        .unwrap_or_default();
+    let of = if f.fraction {
+        "the memory fraction allows"
+    } else {
+        "the device has for PyTorch"
+    };
+    let request = f
+        .request
+        .map(|r| format!("; the {} allocation would fail", bytes(r)))
+        .unwrap_or_default();
+    format!(
+        "Out of memory at about step {}{when}: reserved {} of the {} {of}, +{} a step{request}.",
+        f.oom_step,
+        bytes(f.reserved),
+        bytes(f.limit),
+        bytes(f.growth_per_step),
+    )
+}
+
 fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'static>>) {
     let l = &v.leak;
     let (tone, verdict) = verdict_text(l, &v.leak_criterion);
@@ -281,6 +308,9 @@ fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'stat
     if !l.flagged {
         out.push(Line::styled(criterion_text(&v.leak_criterion), t.dim()));
         return;
+    }
+    if let Some(f) = &v.forecast {
+        out.push(Line::styled(forecast_text(f), t.alert()));
     }
     if !l.origins.is_empty() {
         out.push(Line::styled(

@@ -185,13 +185,22 @@ fn detail(k: &EventKind) -> String {
             source: MarkSource::Run,
             ..
         } => "a new run begins".to_string(),
+        K::Marker {
+            value,
+            source: MarkSource::MemoryLimit { device, .. },
+        } => format!(
+            "memory limit of cuda:{device}: {}",
+            crate::text::format::bytes(*value)
+        ),
         K::Marker { value, source } => {
             let from = match source {
                 MarkSource::Unknown => "",
                 MarkSource::User => " (mark)",
                 MarkSource::OptimizerStep { .. } => " (optimizer step)",
                 MarkSource::Inferred => " (inferred)",
-                MarkSource::Other(_) | MarkSource::Run => " (other)",
+                MarkSource::Other(_) | MarkSource::Run | MarkSource::MemoryLimit { .. } => {
+                    " (other)"
+                }
             };
             format!("marker {value}{from}")
         }

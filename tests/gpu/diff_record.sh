@@ -22,6 +22,7 @@ for n in ${*:-gpt2-b8 gpt2-b8-compiled gpt2-b16 leak-oom}; do
     # The forecast's job: 32 MiB kept each step under a 3 % memory
     # fraction, until it runs out (and on: it skips the steps that do not fit).
     leak-oom) args=(--batch 8 --leak-mb 32 --fraction 0.03 --steps 100) ;;
+    leak-oom-12) args=(--batch 8 --leak-mb 12 --fraction 0.03 --steps 200) ;;
     *) echo "unknown recording $n"; continue ;;
     esac
     record_job "$n" python3 "$J" fixed --steps 30 "${args[@]}" --out "$D/$n.truth.json" --hold 30

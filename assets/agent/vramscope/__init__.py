@@ -94,6 +94,7 @@ _st = {
     "mark_from": None,  # the tracker's vs_agent_mark_from (markers with a source)
     "step_hook": None,  # the optimizer step hook's handle (False: unavailable)
     "attrib": None,  # _attrib.Attribution while module attribution is on
+    "limit": None,  # the memory limit last reported: (device, bytes, whole device)
 }
 
 
@@ -227,6 +228,7 @@ def _attach(label, mode, shm_dir, wait):
 _SOURCE_USER = 1
 _SOURCE_OPTIMIZER = 2
 _SOURCE_RUN = 5
+_SOURCE_LIMIT = 6
 
 
 def mark(value):
@@ -259,8 +261,37 @@ def _mark(value, source, arg):
                 _st["lib"].vs_agent_mark(v)
         elif _st["mode"] == "sampled" and _st["sampler"] is not None:
             _st["sampler"].mark(v, source, arg)
+        if source in (_SOURCE_USER, _SOURCE_OPTIMIZER):
+            _report_limit()
     except Exception as e:
         _warn("step markers disabled: %s" % e, key="mark")
+
+
+def _report_limit():
+    """Writes the most the allocator may reserve (MARKER source 6, FORMAT.md)
+    when it is new or changed: the current device's memory times the
+    process's memory fraction (torch.cuda.set_per_process_memory_fraction),
+    for the dashboard's out-of-memory forecast. Checked at each step
+    boundary (two cheap calls into torch). Never raises."""
+    try:
+        if _st["mode"] != "exact" or _st["mark_from"] is None or _st["forked"]:
+            return
+        t = sys.modules.get("torch")
+        if t is None or not t.cuda.is_initialized():
+            return
+        d = t.cuda.current_device()
+        total = int(t.cuda.get_device_properties(d).total_memory)
+        get = getattr(getattr(t.cuda, "memory", None), "get_per_process_memory_fraction", None)
+        f = float(get(d)) if get is not None else 1.0
+        whole = not (0.0 < f < 1.0)
+        limit = total if whole else int(f * total)
+        key = (d, limit, whole)
+        if _st["limit"] == key:
+            return
+        _st["limit"] = key
+        _st["mark_from"](limit, _SOURCE_LIMIT, d | (int(whole) << 32))
+    except Exception:
+        pass
 
 
 class _OptimizerSteps:
@@ -538,6 +569,7 @@ class _Starter(threading.Thread):
             _st["mode"] = "exact"
             _st["path"] = lib.vs_agent_path().decode()
             _st["mark_from"] = mark_from
+            _report_limit()
             if _st["capturing"] > 0:
                 lib.vs_agent_capture(_st["capturing"])
             _hook_optimizer_steps(self.torch)

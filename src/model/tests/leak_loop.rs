@@ -1,6 +1,7 @@
 //! Leak detection on synthetic training loops.
 use super::*;
-use crate::model::StepSource;
+use crate::event::MarkSource;
+use crate::model::{StepSource, ViewOptions};
 
 struct Rng(u64);
 impl Rng {
@@ -358,4 +359,87 @@ fn healthy_loops_with_noise_are_never_flagged_in_300_steps() {
             "{beside:?}: {rep:?}"
         );
     }
+}
+
+/// A loop that keeps 8 MiB a step, under a memory limit the producer
+/// states (MARKER source 6): once the leak is flagged, the view forecasts
+/// the step the allocator runs out at, from the room left over the growth;
+/// the forecast moves as the steps pass and keeps its step. Without the
+/// limit, no forecast.
+#[test]
+fn a_flagged_leak_forecasts_the_step_it_runs_out_at() {
+    let limit = 2048 * MIB;
+    let mut forecasts = Vec::new();
+    for with_limit in [true, false] {
+        let mut m = synced_model();
+        let mut r = RefAlloc::new();
+        r.alloc(64 * MIB); // weights
+        if with_limit {
+            let ev = r.ev.at(EventKind::Marker {
+                value: limit,
+                source: MarkSource::MemoryLimit {
+                    device: 0,
+                    whole_device: false,
+                },
+            });
+            r.out.push(ev);
+        }
+        for step in 0..60u64 {
+            let ev = r.ev.at(EventKind::Marker {
+                value: step,
+                source: MarkSource::User,
+            });
+            r.out.push(ev);
+            let acts: Vec<u64> = (0..4).map(|i| r.alloc((20 + i) * MIB)).collect();
+            r.alloc(8 * MIB); // kept: the leak
+            for a in acts.into_iter().rev() {
+                r.free(a);
+            }
+            feed(&mut m, &r.take());
+            let v = m.view(u64::MAX / 2, &ViewOptions::default());
+            let p = &v.processes[0];
+            if let Some(f) = p.forecast {
+                forecasts.push((step, f, p.figures.reserved));
+            }
+        }
+        if !with_limit {
+            let v = m.view(u64::MAX / 2, &ViewOptions::default());
+            assert!(v.processes[0].leak.flagged);
+            assert!(v.processes[0].forecast.is_none());
+        }
+    }
+    let (first_step, first, reserved) = forecasts[0];
+    assert!(first_step < 20, "flagged late: step {first_step}");
+    assert!(first.fraction);
+    assert_eq!(first.limit, limit);
+    // The step's largest request: the fourth activation.
+    assert_eq!(first.request, Some(23 * MIB));
+    assert_eq!(first.reserved, reserved);
+    // The room left, in steps of the growth.
+    let expect = (limit - reserved - 23 * MIB) / first.growth_per_step;
+    assert!(first.steps_left.abs_diff(expect) <= 1, "{first:?}");
+    // Two 8 MiB blocks fill a 20 MiB segment and nothing else fits its
+    // last 4 MiB: reserved memory grows 10 MiB a step, more than the
+    // floor's 8. Once reserved has been measured over enough steps the
+    // forecast grows by that, and the step it names stays put.
+    let last = forecasts.last().unwrap().1;
+    assert!(
+        last.growth_per_step.abs_diff(10 * MIB) * 50 <= 10 * MIB,
+        "{last:?}"
+    );
+    let settled: Vec<u64> = forecasts
+        .iter()
+        .rev()
+        .take(10)
+        .map(|f| f.1.oom_step)
+        .collect();
+    assert!(
+        settled.iter().all(|s| s.abs_diff(last.oom_step) <= 1),
+        "{settled:?}"
+    );
+    // The first forecast, from the floor alone, was within 25 % of it.
+    assert!(
+        first.oom_step.abs_diff(last.oom_step) * 4 <= last.oom_step,
+        "{first:?} {last:?}"
+    );
 }
