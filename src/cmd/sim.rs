@@ -317,6 +317,15 @@ pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Resu
             pid.map_or("any process".into(), |p| format!("process {p}"))
         );
     };
+    let n = counts.get(&key).copied().unwrap_or(0);
+    if n > sim::from_events::MAX_REPLAY_EVENTS {
+        bail!(
+            "{}: process {} has {n} allocator events; a replay holds at most {} (record a shorter stretch of the job)",
+            path.display(),
+            key.pid,
+            sim::from_events::MAX_REPLAY_EVENTS
+        );
+    }
     // In the order read (each ring's records in ring order), with their
     // ring positions where the recording has them. A new run of the job (a
     // demo restarting its scenario: MARKER source 5) starts from an empty

@@ -164,7 +164,7 @@ pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<
             .map(|(k, _)| *k),
         None => counts.iter().max_by_key(|(_, c)| c.0).map(|(k, _)| *k),
     };
-    let Some((key, (_, host_pid, cmdline, devices))) = key
+    let Some((key, (total, host_pid, cmdline, devices))) = key
         .and_then(|k| counts.remove(&k).map(|c| (k, c)))
         .filter(|(_, c)| c.0 > 0)
     else {
@@ -173,6 +173,13 @@ pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<
             pid.map_or("any process".into(), |p| format!("process {p}"))
         ));
     };
+    if total > crate::sim::from_events::MAX_REPLAY_EVENTS {
+        return Err(format!(
+            "{name}: process {} has {total} events; a replay holds at most {} (record a shorter stretch of the job)",
+            key.pid,
+            crate::sim::from_events::MAX_REPLAY_EVENTS
+        ));
+    }
     let device = devices
         .iter()
         .max_by_key(|(_, n)| **n)

@@ -27,6 +27,12 @@ use crate::event::{Event, EventKind, PoolId, RingSpan, Stats};
 
 use super::trace::Request;
 
+/// The most events of one process a replay of a recording holds (16 Mi,
+/// about 1.5 GiB with their positions): recovering requests sorts them by
+/// time, so they are held at once. A process with more is refused with
+/// one line (`sim`, `advise`, `diff`), before any is read.
+pub const MAX_REPLAY_EVENTS: u64 = 1 << 24;
+
 /// Requests of one device, and the statistics the process reported.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recovered {
