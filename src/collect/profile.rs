@@ -92,6 +92,12 @@ fn steps(
             });
         }
     }
+    // After the last mark: the step under way when the run ended.
+    if let (None, Some(last)) = (peak_step, marks.last()) {
+        if peak >= last.at && peak < figures.len() {
+            peak_step = Some(last.value);
+        }
+    }
     let steady_time = marks.last().map(|m| m.time_ns);
     (out, peak_step, steady_time)
 }
@@ -139,6 +145,21 @@ fn breakdown(hub: &Hub, now: u64, key: ProcessKey) -> Breakdown {
 /// The profile of process `pid` (else the one with the most events) of the
 /// inputs `source` feeds, named `name`.
 pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<Profile, String> {
+    profile_within(
+        name,
+        pid,
+        source,
+        crate::sim::from_events::MAX_REPLAY_EVENTS,
+    )
+}
+
+/// [`profile`], refusing a process of more than `max_events` events.
+pub(crate) fn profile_within(
+    name: &str,
+    pid: Option<u32>,
+    source: &mut Source<'_>,
+    max_events: u64,
+) -> Result<Profile, String> {
     // Which process, and which of its devices.
     let mut counts: BTreeMap<ProcessKey, (u64, u32, String, BTreeMap<u16, u64>)> = BTreeMap::new();
     source(&mut |_, input| match input {
@@ -173,11 +194,10 @@ pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<
             pid.map_or("any process".into(), |p| format!("process {p}"))
         ));
     };
-    if total > crate::sim::from_events::MAX_REPLAY_EVENTS {
+    if total > max_events {
         return Err(format!(
-            "{name}: process {} has {total} events; a replay holds at most {} (record a shorter stretch of the job)",
+            "{name}: process {} has {total} events; a replay holds at most {max_events} (record a shorter stretch of the job)",
             key.pid,
-            crate::sim::from_events::MAX_REPLAY_EVENTS
         ));
     }
     let device = devices
@@ -288,4 +308,105 @@ pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<
         steps_dropped,
         steps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, EventKind, Place};
+    use crate::input::{EventBatch, Identity, Source as InputSource};
+    use crate::model::{Mode, Watch};
+
+    /// A process's inputs: attach, then `n` allocations a step apart.
+    fn inputs(n: u64) -> Vec<(u64, Input)> {
+        let key = ProcessKey {
+            pid: 7,
+            start_time: 1,
+        };
+        let mut out = vec![(
+            0,
+            Input::Attach {
+                key,
+                identity: Identity::of_pid(7),
+                source: InputSource::unattached(Mode::Exact),
+                watch: Watch::default(),
+            },
+        )];
+        let events: Vec<Event> = (0..n)
+            .flat_map(|i| {
+                let place = Place::default();
+                [
+                    Event {
+                        time_ns: 10 * i + 1,
+                        kind: EventKind::Marker {
+                            value: i,
+                            source: MarkSource::User,
+                        },
+                    },
+                    Event {
+                        time_ns: 10 * i + 2,
+                        kind: EventKind::SegmentAlloc {
+                            place,
+                            addr: (i + 1) << 30,
+                            size: 2 << 20,
+                        },
+                    },
+                    Event {
+                        time_ns: 10 * i + 3,
+                        kind: EventKind::Alloc {
+                            place,
+                            addr: (i + 1) << 30,
+                            size: 1 << 20,
+                        },
+                    },
+                ]
+            })
+            .collect();
+        out.push((
+            1,
+            Input::Events(EventBatch {
+                key,
+                delivered: events.len() as u64,
+                events,
+                lost: 0,
+                lost_now: 0,
+                at: Vec::new(),
+            }),
+        ));
+        out
+    }
+
+    fn run(n: u64, max: u64) -> Result<Profile, String> {
+        let all = inputs(n);
+        let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
+            for (t, i) in all.iter().cloned() {
+                apply(t, i);
+            }
+            Ok(())
+        };
+        profile_within("job", None, &mut source, max)
+    }
+
+    #[test]
+    fn steps_and_peaks_come_from_the_requests() {
+        let p = run(10, 1000).unwrap();
+        // Each step keeps one more 1 MiB block; the replay packs two to a
+        // 2 MiB small-pool segment, as PyTorch does (the figures are the
+        // allocator's rules applied to the requests).
+        assert_eq!(p.peak_allocated, 10 << 20);
+        assert_eq!(p.peak_reserved, 10 << 20);
+        assert_eq!(p.steps.len(), 9);
+        assert_eq!(p.steps[0].end_allocated, 1 << 20);
+        assert_eq!(p.peak_step, Some(9));
+    }
+
+    #[test]
+    fn a_process_over_the_bound_is_refused_before_it_is_read() {
+        let e = run(10, 29).unwrap_err();
+        assert!(
+            e.contains("has 30 events; a replay holds at most 29"),
+            "{e}"
+        );
+        assert!(run(10, 30).is_ok());
+    }
 }
