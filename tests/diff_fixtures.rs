@@ -132,3 +132,23 @@ fn eager_against_compiled() {
     succeeded(diff(a, b, &["--fail-over", "0"]));
     exited_with(3, diff(b, a, &["--fail-over", "50"]));
 }
+
+/// A job the recording began watching mid-run: its replay would start from
+/// an empty allocator it never had, so it is refused, as `sim` refuses it.
+#[test]
+fn a_job_watched_from_mid_run_is_refused() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/v1.1-synthetic.vsrec");
+    let out = vramscope()
+        .arg("diff")
+        .arg(&rec)
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let err = exited_with(1, out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("already running when the recording began"),
+        "{err}"
+    );
+}

@@ -33,6 +33,19 @@ pub const MAX_STEPS: usize = 1 << 20;
 /// Feeds every input of the source, in order, to the closure given.
 pub type Source<'a> = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + 'a;
 
+/// What the first reading learns of each process.
+#[derive(Debug, Default)]
+struct Seen {
+    events: u64,
+    host_pid: u32,
+    cmdline: String,
+    /// Allocator events per device.
+    devices: BTreeMap<u16, u64>,
+    /// Watched from mid-run, and whether a new run began since.
+    mid_run: bool,
+    new_run: bool,
+}
+
 /// The kinds of markers, by preference: the job's own (`vramscope.mark`),
 /// the optimizer's steps, any other.
 fn track_of(source: MarkSource) -> u8 {
@@ -161,43 +174,69 @@ pub(crate) fn profile_within(
     max_events: u64,
 ) -> Result<Profile, String> {
     // Which process, and which of its devices.
-    let mut counts: BTreeMap<ProcessKey, (u64, u32, String, BTreeMap<u16, u64>)> = BTreeMap::new();
+    let mut counts: BTreeMap<ProcessKey, Seen> = BTreeMap::new();
     source(&mut |_, input| match input {
-        Input::Attach { key, identity, .. } => {
+        Input::Attach {
+            key,
+            identity,
+            watch,
+            ..
+        } => {
             let c = counts.entry(key).or_default();
-            c.1 = identity.host_pid;
-            c.2 = identity.cmdline;
+            c.host_pid = identity.host_pid;
+            c.cmdline = identity.cmdline;
+            c.mid_run |= watch.mid_run;
         }
         Input::Events(b) => {
             let c = counts.entry(b.key).or_default();
-            c.0 += b.events.len() as u64;
+            c.events += b.events.len() as u64;
             for e in &b.events {
                 if let Some(p) = e.kind.place() {
-                    *c.3.entry(p.device).or_default() += 1;
+                    *c.devices.entry(p.device).or_default() += 1;
                 }
+                c.new_run |= e.kind.starts_run();
             }
         }
         _ => {}
     })?;
     let key = match pid {
         Some(p) => (counts.iter())
-            .find(|(k, c)| k.pid == p || c.1 == p)
+            .find(|(k, c)| k.pid == p || c.host_pid == p)
             .map(|(k, _)| *k),
-        None => counts.iter().max_by_key(|(_, c)| c.0).map(|(k, _)| *k),
+        None => (counts.iter())
+            .max_by_key(|(_, c)| c.events)
+            .map(|(k, _)| *k),
     };
-    let Some((key, (total, host_pid, cmdline, devices))) = key
+    let Some((key, seen)) = key
         .and_then(|k| counts.remove(&k).map(|c| (k, c)))
-        .filter(|(_, c)| c.0 > 0)
+        .filter(|(_, c)| c.events > 0)
     else {
         return Err(format!(
             "{name}: no events of {}",
             pid.map_or("any process".into(), |p| format!("process {p}"))
         ));
     };
+    let Seen {
+        events: total,
+        host_pid,
+        cmdline,
+        devices,
+        mid_run,
+        new_run,
+    } = seen;
     if total > max_events {
         return Err(format!(
             "{name}: process {} has {total} events; a replay holds at most {max_events} (record a shorter stretch of the job)",
             key.pid,
+        ));
+    }
+    // The requests are replayed from an empty allocator: a job watched
+    // from mid-run would be replayed on a state it never had (as `sim`
+    // says), unless it started a new run since.
+    if mid_run && !new_run {
+        return Err(format!(
+            "{name}: process {} was already running when the recording began: its peaks and steps would not be the job's; record from before the job starts (`vramscope record` first)",
+            key.pid
         ));
     }
     let device = devices
