@@ -88,14 +88,31 @@ impl Spread {
     }
 }
 
+/// One replay's outcome so far, in [`Totals`]' order: reserved now, peak
+/// reserved, peak allocated, inactive split now, its peak, retries, OOMs.
+type Outcome = [u64; 7];
+
+/// `r`'s outcome, after `before`.
+fn outcome(before: Option<Outcome>, r: &StepReport) -> Outcome {
+    let split_peak = before.map_or(0, |o| o[4]).max(r.inactive_split);
+    [
+        r.reserved,
+        r.reserved_peak,
+        r.allocated_peak,
+        r.inactive_split,
+        split_peak,
+        r.alloc_retries,
+        r.ooms,
+    ]
+}
+
 /// The driver-order replay and the ones beside it.
 pub struct SpreadReplay {
     main: Replay,
     others: Vec<Replay>,
-    /// Per replay (the driver's first): the last report, and the highest
-    /// inactive split so far.
-    last: Vec<Option<StepReport>>,
-    split_peak: Vec<u64>,
+    /// Per replay (the driver's first), its outcome so far (None before
+    /// any step): [`Outcome`]'s figures.
+    last: Vec<Option<Outcome>>,
     /// Steps so far, and those a tie decided.
     pub steps: usize,
     pub tied: usize,
@@ -133,7 +150,6 @@ impl SpreadReplay {
         SpreadReplay {
             main: make(Placement::driver()),
             last: vec![None; others.len() + 1],
-            split_peak: vec![0; others.len() + 1],
             others,
             steps: 0,
             tied: 0,
@@ -147,7 +163,6 @@ impl SpreadReplay {
             main: Replay::new(cfg),
             others: Vec::new(),
             last: vec![None],
-            split_peak: vec![0],
             steps: 0,
             tied: 0,
         }
@@ -158,14 +173,12 @@ impl SpreadReplay {
     pub fn step(&mut self, req: &Request) -> (StepReport, Option<Spread>) {
         let r = self.main.step(req, &mut NullSink);
         let mut spread = Spread::of(&r);
-        self.split_peak[0] = self.split_peak[0].max(r.inactive_split);
-        for (i, o) in self.others.iter_mut().enumerate() {
+        self.last[0] = Some(outcome(self.last[0], &r));
+        for (o, last) in self.others.iter_mut().zip(&mut self.last[1..]) {
             let x = o.step(req, &mut NullSink);
             spread.add(&x);
-            self.split_peak[i + 1] = self.split_peak[i + 1].max(x.inactive_split);
-            self.last[i + 1] = Some(x);
+            *last = Some(outcome(*last, &x));
         }
-        self.last[0] = Some(r.clone());
         self.steps += 1;
         let tied = spread.is_spread();
         self.tied += tied as usize;
@@ -175,17 +188,8 @@ impl SpreadReplay {
     /// The outcome so far over every placement (None before any step).
     pub fn totals(&self) -> Option<Totals> {
         let mut t: Option<Totals> = None;
-        for (last, &split_peak) in self.last.iter().zip(&self.split_peak) {
-            let r = last.as_ref()?;
-            let figures = [
-                r.reserved,
-                r.reserved_peak,
-                r.allocated_peak,
-                r.inactive_split,
-                split_peak,
-                r.alloc_retries,
-                r.ooms,
-            ];
+        for last in &self.last {
+            let figures = (*last)?;
             match &mut t {
                 None => {
                     let [a, b, c, d, e, f, g] = figures.map(Range::of);
