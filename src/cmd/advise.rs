@@ -18,7 +18,7 @@ use vramscope::sim::{AllocConf, SimConfig};
 use vramscope::text::format::{bytes, percent};
 
 use super::out;
-use super::sim::{from_recording, DEFAULT_CAPACITY};
+use super::sim::{from_recording, Process, DEFAULT_CAPACITY};
 use super::value::{Fraction, Gib};
 
 #[derive(Debug, clap::Args)]
@@ -26,12 +26,8 @@ pub struct Args {
     /// A recording made by `vramscope record` (from before the job
     /// started).
     recording: PathBuf,
-    /// The process to advise (default: the one with the most events).
-    #[arg(long, value_name = "PID")]
-    pid: Option<u32>,
-    /// The CUDA device to replay.
-    #[arg(long, default_value_t = 0)]
-    device: u16,
+    #[command(flatten)]
+    process: Process,
     /// The job's own PYTORCH_CUDA_ALLOC_CONF (default: what the recording
     /// shows, else PyTorch's defaults).
     #[arg(long, value_name = "CONF")]
@@ -49,7 +45,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let rec = from_recording(&args.recording, args.pid, args.device)?;
+    let rec = from_recording(&args.recording, args.process.pid, args.process.device)?;
     let conf = match (&args.conf, rec.expandable) {
         (Some(c), _) => c.clone(),
         (None, true) => {
@@ -70,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         requests: rec.requests,
         conf: conf.clone(),
         cfg: SimConfig {
-            device: args.device,
+            device: args.process.device,
             capacity,
             alloc,
             memory_fraction: args.fraction.map(Fraction::get),
@@ -109,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
             .map(|f| format!(", {f}"))
             .unwrap_or_default(),
         advice.requests,
-        args.device,
+        args.process.device,
         bytes(advice.capacity),
         advice
             .memory_fraction

@@ -6,12 +6,12 @@
 //! exit status 3 when B's peak reserved exceeds A's by more than PCT %.
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use vramscope::collect::profile::{profile, Source};
 use vramscope::input::Input;
 use vramscope::model::rundiff::{compare, Diff, Profile, Row};
-use vramscope::recording::{Replayer, MAGIC};
+use vramscope::recording::Replayer;
 use vramscope::snapfile;
 use vramscope::text::format::{bytes, percent};
 
@@ -44,22 +44,10 @@ pub struct Args {
 /// Exit status when `--fail-over` trips.
 pub const FAIL_OVER_EXIT: u8 = 3;
 
-/// Whether `path` starts as a vramscope recording does.
-fn is_recording(path: &Path) -> Result<bool> {
-    use std::io::Read;
-    let mut head = Vec::with_capacity(MAGIC.len());
-    std::fs::File::open(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .take(MAGIC.len() as u64)
-        .read_to_end(&mut head)
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(head == MAGIC)
-}
-
 /// The profile of one run.
 fn of(path: &Path, pid: Option<u32>) -> Result<Profile> {
     let name = path.display().to_string();
-    let result = if is_recording(path)? {
+    let result = if super::open::is_recording(path) {
         let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
             let mut r = Replayer::open(path).map_err(|e| e.to_string())?;
             while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {

@@ -47,7 +47,7 @@ pub struct Args {
 
 /// Whether `path` is a regular file that starts as a vramscope recording
 /// does (anything else, or a read error: no; a FIFO is never opened here).
-fn is_recording(path: &std::path::Path) -> bool {
+pub(super) fn is_recording(path: &std::path::Path) -> bool {
     use std::io::Read;
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return false;

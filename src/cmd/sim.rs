@@ -39,13 +39,8 @@ pub struct Args {
     /// made by `vramscope record` of a real process.
     #[arg(long, value_name = "FILE")]
     trace: PathBuf,
-    /// With a recording: the process to replay (default: the one with the
-    /// most events).
-    #[arg(long, value_name = "PID")]
-    pid: Option<u32>,
-    /// With a recording: the CUDA device to replay.
-    #[arg(long, default_value_t = 0)]
-    device: u16,
+    #[command(flatten)]
+    process: Process,
     /// Allocator settings, as in PYTORCH_CUDA_ALLOC_CONF.
     #[arg(long, value_name = "CONF")]
     conf: Option<String>,
@@ -125,7 +120,7 @@ pub fn run(args: Args) -> Result<()> {
         placed,
         capacity,
         ..
-    } = from_recording(path, args.pid, args.device)?;
+    } = from_recording(path, args.process.pid, args.process.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
         vramscope::text::stderr_line(format_args!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
@@ -234,6 +229,19 @@ impl Printer {
         }
         self.out.flush().map_err(out::wrap)
     }
+}
+
+/// Which process of a recording, and which of its devices (`sim`,
+/// `advise`).
+#[derive(Debug, clap::Args)]
+pub struct Process {
+    /// With a recording: the process to replay (default: the one with the
+    /// most events).
+    #[arg(long, value_name = "PID")]
+    pub(super) pid: Option<u32>,
+    /// With a recording: the CUDA device to replay.
+    #[arg(long, default_value_t = 0)]
+    pub(super) device: u16,
 }
 
 /// The statistics a recorded process reported after each request.
