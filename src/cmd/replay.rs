@@ -28,6 +28,10 @@ pub struct Args {
     /// Watch the recording in the dashboard, at --speed (default 1).
     #[arg(long)]
     ui: bool,
+    /// Run the live advisor on every process while playing (its advice in
+    /// the table and the JSON, and under `A` with --ui).
+    #[arg(long, conflicts_with = "diff")]
+    advise: bool,
     /// Step diff: what each process allocated in step K that is still
     /// alive when its step N ends, by module, phase and size (`3..8`).
     #[arg(long, value_name = "K..N", conflicts_with_all = ["ui", "speed"])]
@@ -110,6 +114,9 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
     fn toggle_pause(&self) {}
 }
 
+/// The live advisor's share of one core, as the dashboard's.
+const ADVISOR_SHARE: f64 = vramscope::collect::ADVISOR_CPU_SHARE;
+
 pub fn run(args: Args) -> Result<()> {
     let reader = Replayer::open(&args.file)?;
     if let Some(range) = args.diff {
@@ -124,13 +131,25 @@ pub fn run(args: Args) -> Result<()> {
         let live = Arc::new(
             Live::replay(reader, speed, status.progress.clone()).context("starting the replay")?,
         );
+        if args.advise {
+            live.hub().enable_advisor(true, false, Some(ADVISOR_SHARE));
+        }
         return vramscope::ui::run(live.hub().clone(), live, Some(Arc::new(status)), opts);
     }
     let hub = Hub::default();
     let pace = args
         .speed
         .map_or(Pace::Fast, |s| Pace::Recorded(s.factor()));
+    if args.advise {
+        // Played as fast as it is read, the advisor is waited for; at a
+        // recorded pace it keeps the share a live one has.
+        let share = matches!(pace, Pace::Recorded(_)).then_some(ADVISOR_SHARE);
+        hub.enable_advisor(true, false, share);
+    }
     let played = super::runtime()?.block_on(play(reader, &hub, pace))?;
+    if args.advise {
+        hub.advisor_flush(std::time::Duration::from_secs(600));
+    }
     // Figures as of the end of the recording, whatever the clock says now.
     let opts = ViewOptions {
         block_map: args.json,

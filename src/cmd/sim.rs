@@ -269,6 +269,9 @@ pub(super) struct FromRecording {
     pub(super) ooms: Vec<usize>,
     pub(super) graph_pools: bool,
     pub(super) expandable: bool,
+    /// The last memory limit the agent stated for the device: bytes, and
+    /// whether it is the whole device (no memory fraction).
+    pub(super) limit: Option<(u64, bool)>,
     /// The process: its pid, command line and framework (`torch 2.11.0`).
     pub(super) pid: u32,
     pub(super) cmdline: String,
@@ -399,7 +402,15 @@ pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Resu
     };
     let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
     let (cmdline, framework) = who.remove(&key).unwrap_or_default();
+    let limit = got.marks.iter().rev().find_map(|m| match m.source {
+        vramscope::event::MarkSource::MemoryLimit {
+            device: d,
+            whole_device,
+        } if d == device => Some((m.value, whole_device)),
+        _ => None,
+    });
     Ok(FromRecording {
+        limit,
         requests: got.requests,
         recorded: got.recorded,
         placed: got.placed,

@@ -200,6 +200,19 @@ pub fn table(s: &Snapshot) -> String {
                 let _ = writeln!(o, "        {text}");
             }
         }
+        if let Some(a) = &p.advice {
+            use vramscope::sim::advice_text::{coverage_line, summary};
+            let _ = writeln!(
+                o,
+                "        advice: {}",
+                vramscope::text::printable(&summary(a))
+            );
+            let _ = writeln!(
+                o,
+                "          over {}",
+                vramscope::text::printable(&coverage_line(&a.coverage))
+            );
+        }
     }
     for pr in &s.problems {
         // The message names the path already when it starts with it.

@@ -201,6 +201,7 @@ impl Fixture {
                         .cloned()
                         .unwrap_or_else(|| Source::unattached(v.mode)),
                     view: v,
+                    advice: None,
                 })
                 .collect(),
             problems: Vec::new(),

@@ -11,6 +11,7 @@ use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::recording::Recorder;
 use crate::ring::monotonic_ns;
 
+use super::advisor;
 use super::state::{self, ProcessEntry, Snapshot};
 
 type Listener = Box<dyn Fn() + Send + Sync>;
@@ -28,6 +29,21 @@ struct Inner {
     /// Segments removed because their producer was gone, the newest last.
     cleaned: std::collections::VecDeque<state::CleanedSegment>,
     cleaned_total: u64,
+    /// The live advisor, once asked for.
+    advising: Option<Advising>,
+}
+
+/// The live advisor's state in the hub: its worker's end, and which
+/// processes it follows.
+struct Advising {
+    tap: advisor::Tap,
+    /// Every process (`serve --advise`, `advise PID`), not only those asked.
+    all: bool,
+    /// The processes' pids are this host's (not a recording's).
+    host: bool,
+    /// The processes followed; true once the hub stopped sending one's
+    /// events (the worker fell behind).
+    following: HashMap<ProcessKey, bool>,
 }
 
 impl Inner {
@@ -51,6 +67,11 @@ impl Inner {
                     self.problems.retain(|p| &p.path != seg);
                 }
                 self.sources.insert(key, source);
+                if self.advising.as_ref().is_some_and(|a| a.all) {
+                    // A process that cannot be advised yet (its state not
+                    // known) is tried again at its next events.
+                    let _ = self.advise(key);
+                }
             }
             Input::Events(b) => self.apply_events(&b),
             Input::Gone { key } => {
@@ -62,6 +83,11 @@ impl Inner {
                 }
             }
             Input::Forget { key } => {
+                if let Some(a) = &mut self.advising {
+                    if a.following.remove(&key).is_some() {
+                        a.tap.send(advisor::Msg::Forget { key });
+                    }
+                }
                 self.model.remove(key);
                 self.identities.remove(&key);
                 self.sources.remove(&key);
@@ -87,12 +113,94 @@ impl Inner {
 
     fn apply_events(&mut self, b: &EventBatch) {
         self.model.apply_all_at(b.key, b.events.iter(), &b.at);
+        self.advise_events(b);
         if b.lost_now > 0 {
             self.model.note_loss(b.key, b.lost_now);
         }
         if let Some(s) = self.sources.get_mut(&b.key) {
             s.delivered = b.delivered;
             s.lost = b.lost;
+        }
+    }
+
+    /// Starts advising `key` (nothing when it is already followed).
+    fn advise(&mut self, key: ProcessKey) -> Result<(), String> {
+        let Some(a) = &mut self.advising else {
+            return Err("the advisor is not running".into());
+        };
+        if a.following.contains_key(&key) {
+            return Ok(());
+        }
+        let p = self
+            .model
+            .process(key)
+            .ok_or_else(|| format!("process {} is not followed", key.pid))?;
+        let start = match p.advisor_start()? {
+            None => advisor::Start::FromStart,
+            Some((device, held)) => advisor::Start::Held { device, held },
+        };
+        // Device memory: NVML's, where every GPU has the same (the
+        // process's CUDA ordinal need not be NVML's index).
+        let totals: Vec<Option<u64>> = self.machine.gpus.iter().map(|g| g.total).collect();
+        let capacity = totals
+            .first()
+            .copied()
+            .flatten()
+            .filter(|t| totals.iter().all(|x| *x == Some(*t)));
+        let torch = self
+            .sources
+            .get(&key)
+            .and_then(|s| s.framework.as_deref())
+            .and_then(crate::sim::advise::torch_version);
+        let host_pid = self.identities.get(&key).map(|i| i.host_pid);
+        a.following.insert(key, false);
+        a.tap.send(advisor::Msg::Start {
+            key,
+            host_pid: host_pid.filter(|_| a.host),
+            start,
+            capacity,
+            torch,
+        });
+        Ok(())
+    }
+
+    /// Hands the events of an advised process to the advisor; when its
+    /// queue is full, stops following the process and says so.
+    fn advise_events(&mut self, b: &EventBatch) {
+        let Some(a) = &self.advising else {
+            return;
+        };
+        match a.following.get(&b.key) {
+            Some(true) => return,
+            Some(false) => {}
+            None if a.all => {
+                if self.advise(b.key).is_err() {
+                    return;
+                }
+            }
+            None => return,
+        }
+        let Some(a) = &mut self.advising else {
+            return;
+        };
+        let events: Vec<_> = b
+            .events
+            .iter()
+            .filter(|e| advisor::wanted(e))
+            .cloned()
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        if !a.tap.send_events(b.key, events) {
+            a.following.insert(b.key, true);
+            a.tap.send(advisor::Msg::Stop {
+                key: b.key,
+                why: format!(
+                    "the job makes events faster than the advisor replays them within {:.0} % of a core",
+                    advisor::CPU_SHARE * 100.0
+                ),
+            });
         }
     }
 
@@ -256,6 +364,17 @@ impl Hub {
     ) -> Snapshot {
         self.with(|inner| {
             let view = inner.model.view_for(now, opts, focus);
+            let advice = inner
+                .advising
+                .as_ref()
+                .map(|a| {
+                    a.tap
+                        .results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone()
+                })
+                .unwrap_or_default();
             let processes = view
                 .processes
                 .into_iter()
@@ -272,6 +391,7 @@ impl Hub {
                             .get(&key)
                             .cloned()
                             .unwrap_or_else(|| Source::unattached(v.mode)),
+                        advice: advice.get(&key).cloned(),
                         view: v,
                     }
                 })
@@ -421,6 +541,56 @@ impl Hub {
     /// process's view.)
     pub fn dropped(&self) -> BTreeMap<String, u64> {
         self.with(|i| i.dropped())
+    }
+
+    /// Starts the live advisor (its thread) if it is not running; `all`:
+    /// every process is advised from now on, not only those asked for;
+    /// `host`: the processes are this host's (their environment says their
+    /// setting), not a recording's.
+    /// `share`: the share of one core the advisor may use (None: no bound;
+    /// a recording played as fast as it is read waits for it instead).
+    pub fn enable_advisor(&self, all: bool, host: bool, share: Option<f64>) {
+        self.with(|i| {
+            let a = i.advising.get_or_insert_with(|| Advising {
+                tap: advisor::Tap::spawn(share),
+                all,
+                host,
+                following: HashMap::new(),
+            });
+            a.all |= all;
+            if all {
+                let keys: Vec<ProcessKey> = i.model.processes().map(|p| p.key()).collect();
+                for k in keys {
+                    let _ = i.advise(k);
+                }
+            }
+        });
+    }
+
+    /// Events waiting for the advisor (0 when it does not run).
+    pub fn advisor_backlog(&self) -> usize {
+        self.with(|i| i.advising.as_ref().map_or(0, |a| a.tap.backlog()))
+    }
+
+    /// Waits until the advisor has replayed every event sent to it and
+    /// published its advice (at most `limit`).
+    pub fn advisor_flush(&self, limit: std::time::Duration) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let sent = self.with(|i| {
+            i.advising
+                .as_ref()
+                .map(|a| a.tap.send(advisor::Msg::Flush(tx)))
+                .is_some()
+        });
+        if sent {
+            let _ = rx.recv_timeout(limit);
+        }
+    }
+
+    /// Advises `key` from now on (the advisor must be enabled); an error
+    /// says why it cannot be.
+    pub fn advise(&self, key: ProcessKey) -> Result<(), String> {
+        self.with(|i| i.advise(key))
     }
 
     /// Resets the model's peak figures of `key` (after a producer's reset).

@@ -40,6 +40,7 @@
 //! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
 //! [`replay`] (a recording played back at any speed), [`signals`].
 
+pub(crate) mod advisor;
 #[cfg(any(test, feature = "fixtures"))]
 pub(crate) mod fixtures;
 pub(crate) mod hub;
@@ -62,6 +63,7 @@ use crate::ring::client::{self, Expect};
 use crate::ring::{monotonic_ns, Command, Outcome, RingError, Status};
 
 pub(crate) use crate::input::{Identity, Input, Machine};
+pub use advisor::CPU_SHARE as ADVISOR_CPU_SHARE;
 pub use hub::Hub;
 pub use state::{CleanedSegment, ProcessEntry, Snapshot};
 

@@ -77,6 +77,13 @@ pub(crate) async fn play_with(
     let mut cut: u64 = 0;
     let mut latest: u64 = 0;
     while let Some((t, mut input)) = reader.next_input()? {
+        // Played as fast as it is read: the live advisor, when it runs,
+        // is waited for rather than left behind.
+        if speed.is_none() {
+            while hub.advisor_backlog() > super::advisor::MAX_QUEUED / 2 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let t0 = *first.get_or_insert(t);
         let mut since = t.saturating_sub(t0).saturating_sub(cut);
         if let Some(speed) = speed {

@@ -15,6 +15,10 @@ pub struct ProcessEntry {
     pub identity: Identity,
     pub source: Source,
     pub view: ProcessView,
+    /// The live advisor's advice, when it follows the process
+    /// (`crate::sim::live`). Not read back from JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none", skip_deserializing)]
+    pub advice: Option<crate::sim::live::LiveAdvice>,
 }
 
 impl ProcessEntry {

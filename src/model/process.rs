@@ -111,6 +111,9 @@ impl EventRate {
     }
 }
 
+/// Tensors a process holds: address, requested size, stream.
+pub(crate) type HeldTensors = Vec<(u64, u64, u64)>;
+
 /// Everything the model knows about one process.
 #[derive(Debug, Clone)]
 pub struct Process {
@@ -250,6 +253,47 @@ impl Process {
     pub(crate) fn snapshots_discarded(&self) -> u64 {
         self.snapshots_discarded
     }
+    /// Where the live advisor starts on this process: `Ok(None)` when no
+    /// device holds a segment and watching began with the process (its
+    /// allocator is as it was at start: a replay from here is exact);
+    /// else the device holding the most and the tensors allocated there
+    /// (address, requested size, stream), in address order. An error
+    /// names why it cannot start (the mode, a state not known yet).
+    pub(crate) fn advisor_start(&self) -> Result<Option<(u16, HeldTensors)>, String> {
+        if self.mode != Mode::Exact {
+            return Err(
+                "the advisor needs every allocator event, and this process is not watched through its tracker"
+                    .into(),
+            );
+        }
+        if self.waiting_for_anchor() || self.devices.iter().any(|d| !d.synced()) {
+            return Err("its allocator's state is not known yet (waiting for its snapshot)".into());
+        }
+        let empty = self.devices.iter().all(|d| d.segments().next().is_none());
+        if empty && !self.watch.mid_run {
+            return Ok(None);
+        }
+        let Some(d) = self
+            .devices
+            .iter()
+            .max_by_key(|d| d.segments().map(|s| s.size).sum::<u64>())
+        else {
+            return Ok(None);
+        };
+        let held = d
+            .blocks()
+            .filter(|(_, b)| b.state != BlockState::Inactive)
+            .map(|(a, b)| {
+                (
+                    a,
+                    if b.requested > 0 { b.requested } else { b.size },
+                    b.stream,
+                )
+            })
+            .collect();
+        Ok(Some((d.device(), held)))
+    }
+
     /// Allocator events applied (snapshot records and stats not counted).
     pub fn events(&self) -> u64 {
         self.events

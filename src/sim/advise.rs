@@ -73,7 +73,7 @@ pub struct Candidate {
     /// It is the job's own setting.
     pub own: bool,
     #[serde(skip)]
-    parsed: AllocConf,
+    pub(crate) parsed: AllocConf,
 }
 
 /// Whether one OOM the job hit happens under a candidate.
@@ -89,7 +89,7 @@ pub enum OomFate {
 }
 
 /// A candidate's replay.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
     #[serde(flatten)]
     pub candidate: Candidate,
@@ -128,7 +128,7 @@ impl OwnCheck {
 }
 
 /// The advice: the own replay's check, and every candidate best first.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
     pub requests: usize,
     pub capacity: u64,
@@ -179,7 +179,7 @@ fn options(text: &str) -> Vec<(String, String)> {
 }
 
 /// The job's options with `set` replacing or added to them.
-fn with_options(own: &str, set: &[(&str, String)]) -> String {
+pub(crate) fn with_options(own: &str, set: &[(&str, String)]) -> String {
     let mut opts = options(own);
     for (k, v) in set {
         match opts.iter_mut().find(|(key, _)| key == k) {
@@ -409,7 +409,7 @@ fn replay(job: &Job, c: &Candidate, exact: bool) -> Outcome {
 
 impl OwnCheck {
     /// One recorded sample compared: `diffs` are the figures that differ.
-    fn see(&mut self, diffs: &[samples::Difference], recorded: &Stats) {
+    pub(crate) fn see(&mut self, diffs: &[samples::Difference], recorded: &Stats) {
         let peak = self.recorded_peak_reserved.unwrap_or(0);
         self.recorded_peak_reserved = Some(peak.max(recorded.reserved));
         self.compared += 1;
@@ -457,6 +457,40 @@ fn check_own(job: &Job) -> OwnCheck {
     own
 }
 
+/// Sets each outcome's change against the job's own (the one marked
+/// `own`), sorts them best first and gives the recommendation's index:
+/// the first, when it is usable and beats the job's own setting.
+pub(crate) fn rank(outcomes: &mut [Outcome]) -> Option<usize> {
+    let own_peak = outcomes
+        .iter()
+        .find(|o| o.candidate.own)
+        .map_or(0, |o| o.totals.reserved_peak.hi);
+    for o in outcomes.iter_mut() {
+        o.peak_change = o.totals.reserved_peak.hi as i64 - own_peak as i64;
+    }
+    outcomes.sort_by_key(|o| {
+        (
+            o.candidate.unusable.is_some(),
+            o.totals.ooms.hi,
+            o.totals.reserved_peak.hi,
+            o.totals.reserved_now.hi,
+            !o.candidate.own,
+        )
+    });
+    let own_at = outcomes.iter().position(|o| o.candidate.own);
+    match (outcomes.first(), own_at) {
+        (Some(first), Some(at)) if at > 0 && first.candidate.unusable.is_none() => {
+            let own = &outcomes[at];
+            let (p, q) = (&first.totals, &own.totals);
+            let fewer_ooms = p.ooms.hi < q.ooms.lo || (p.ooms.hi < q.ooms.hi && q.ooms.lo > 0);
+            let saves = p.reserved_peak.hi as f64 <= q.reserved_peak.lo as f64 * (1.0 - MIN_SAVING)
+                && p.ooms.hi <= q.ooms.lo;
+            (fewer_ooms || saves).then_some(0)
+        }
+        _ => None,
+    }
+}
+
 /// The advice for `job`: its own setting checked, every candidate
 /// replayed (on up to `threads` threads), best first.
 pub fn advise(job: &Job, threads: usize) -> Advice {
@@ -486,31 +520,7 @@ pub fn advise(job: &Job, threads: usize) -> Advice {
         all.sort_by_key(|(i, _)| *i);
         outcomes.extend(all.into_iter().map(|(_, o)| o));
     });
-    let own_peak = outcomes[0].totals.reserved_peak.hi;
-    for o in &mut outcomes {
-        o.peak_change = o.totals.reserved_peak.hi as i64 - own_peak as i64;
-    }
-    outcomes.sort_by_key(|o| {
-        (
-            o.candidate.unusable.is_some(),
-            o.totals.ooms.hi,
-            o.totals.reserved_peak.hi,
-            o.totals.reserved_now.hi,
-            !o.candidate.own,
-        )
-    });
-    let own_at = outcomes.iter().position(|o| o.candidate.own);
-    let best = match (outcomes.first(), own_at) {
-        (Some(first), Some(at)) if at > 0 && first.candidate.unusable.is_none() => {
-            let own = &outcomes[at];
-            let (p, q) = (&first.totals, &own.totals);
-            let fewer_ooms = p.ooms.hi < q.ooms.lo || (p.ooms.hi < q.ooms.hi && q.ooms.lo > 0);
-            let saves = p.reserved_peak.hi as f64 <= q.reserved_peak.lo as f64 * (1.0 - MIN_SAVING)
-                && p.ooms.hi <= q.ooms.lo;
-            (fewer_ooms || saves).then_some(0)
-        }
-        _ => None,
-    };
+    let best = rank(&mut outcomes);
     Advice {
         requests: job.requests.len(),
         capacity: job.cfg.capacity,

@@ -133,57 +133,8 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
     // once every request is known.
     let mut samples: Vec<(Stats, Option<RingSpan>, usize)> = Vec::new();
     for (e, at, span) in &events {
-        r.now_ns = e.time_ns;
-        match &e.kind {
-            EventKind::Alloc { place, addr, size } if place.device == device => {
-                r.out.graph_pools |= place.pool != PoolId::default();
-                let id = r.alloc(*size, place.stream, *at);
-                r.live.insert(*addr, id);
-            }
-            EventKind::Oom { place, request, .. } if place.device == device => {
-                // Never used: freed at once where a replay under another
-                // setting serves it (a no-op where it fails again).
-                r.out.ooms.push(r.out.requests.len());
-                let id = r.alloc(*request, place.stream, *at);
-                r.push(Request::Free { id }, Span::of(*at));
-            }
-            EventKind::FreeRequested { place, addr, .. } if place.device == device => {
-                r.end_burst();
-                match r.live.remove(addr) {
-                    Some(id) => r.push(Request::Free { id }, Span::of(*at)),
-                    None => r.out.unknown_frees += 1,
-                }
-            }
-            // A segment made (or address space mapped) for the request
-            // whose ALLOC follows: the replay puts its segment there too.
-            EventKind::SegmentAlloc { place, addr, .. }
-            | EventKind::SegmentMap { place, addr, .. }
-                if place.device == device =>
-            {
-                r.out.expandable |= matches!(e.kind, EventKind::SegmentMap { .. });
-                r.segment.get_or_insert(*addr);
-            }
-            EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
-                if place.device == device =>
-            {
-                r.burst = Some(match r.burst {
-                    None => Span::of(*at),
-                    Some(b) => Span::join(b, Span::of(*at)),
-                });
-            }
-            EventKind::Marker { value, source } => {
-                r.out.marks.push(Mark {
-                    at: r.out.requests.len(),
-                    source: *source,
-                    value: *value,
-                    time_ns: e.time_ns,
-                });
-            }
-            EventKind::Stats { device: d, stats } if *d == device => {
-                r.end_burst();
-                samples.push((*stats, *span, r.out.requests.len()));
-            }
-            _ => {}
+        if let Some(stats) = r.feed(e, *at, device) {
+            samples.push((stats, *span, r.out.requests.len()));
         }
     }
     r.end_burst();
@@ -204,6 +155,104 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
         }
     }
     r.out
+}
+
+/// What [`Stream::feed`] found in one event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// A request; `oom`: the job's allocation that ran out of memory.
+    Request { request: Request, oom: bool },
+    /// A marker (step boundary, new run, memory limit).
+    Mark {
+        source: crate::event::MarkSource,
+        value: u64,
+    },
+    /// A statistics sample of the device, after the requests before it.
+    Sample(Stats),
+    /// The allocator mapped pages (`expandable_segments:True`).
+    Expandable,
+    /// An allocation in a pool other than the default.
+    GraphPool,
+}
+
+/// Requests recovered from a live process's events as they arrive (in
+/// ring order, as a collector reads them), one event at a time, holding
+/// nothing but the live tensors' ids: what [`recover`] does for a whole
+/// recording, for the live advisor.
+#[derive(Default)]
+pub struct Stream {
+    r: Recovery,
+    device: u16,
+}
+
+impl Stream {
+    /// Reads the requests of `device`.
+    pub fn new(device: u16) -> Stream {
+        Stream {
+            r: Recovery {
+                next_id: 1,
+                ..Recovery::default()
+            },
+            device,
+        }
+    }
+
+    /// A tensor the process held before the stream began, at `addr`: its
+    /// `alloc` (a later free of `addr` frees it).
+    pub fn held(&mut self, addr: u64, size: u64, stream: u64) -> Request {
+        let id = self.r.next_id;
+        self.r.next_id += 1;
+        self.r.live.insert(addr, id);
+        Request::Alloc {
+            id,
+            size,
+            stream,
+            segment_addr: None,
+            released_before: false,
+        }
+    }
+
+    /// Tensors live now.
+    pub fn live(&self) -> usize {
+        self.r.live.len()
+    }
+
+    /// Frees of addresses never seen allocated.
+    pub fn unknown_frees(&self) -> u64 {
+        self.r.out.unknown_frees
+    }
+
+    /// Reads one event; what it made is appended to `out` (requests first).
+    pub fn feed(&mut self, e: &Event, out: &mut Vec<Found>) {
+        let (expandable, graph) = (self.r.out.expandable, self.r.out.graph_pools);
+        let sample = self.r.feed(e, None, self.device);
+        let o = &mut self.r.out;
+        for (i, request) in o.requests.drain(..).enumerate() {
+            out.push(Found::Request {
+                request,
+                oom: o.ooms.first() == Some(&i),
+            });
+        }
+        o.ooms.clear();
+        o.times.clear();
+        o.recorded.clear();
+        self.r.spans.clear();
+        for m in o.marks.drain(..) {
+            out.push(Found::Mark {
+                source: m.source,
+                value: m.value,
+            });
+        }
+        if o.expandable && !expandable {
+            out.push(Found::Expandable);
+        }
+        if o.graph_pools && !graph {
+            out.push(Found::GraphPool);
+        }
+        if let Some(s) = sample {
+            out.push(Found::Sample(s));
+        }
+    }
 }
 
 /// The position each sample of `device` carries (STATS_C follows its STATS_B
@@ -249,6 +298,64 @@ struct Recovery {
 }
 
 impl Recovery {
+    /// Reads one event of `device` (others are passed over); a statistics
+    /// sample is given back, for the caller to place.
+    fn feed(&mut self, e: &Event, at: Option<RingPos>, device: u16) -> Option<Stats> {
+        self.now_ns = e.time_ns;
+        match &e.kind {
+            EventKind::Alloc { place, addr, size } if place.device == device => {
+                self.out.graph_pools |= place.pool != PoolId::default();
+                let id = self.alloc(*size, place.stream, at);
+                self.live.insert(*addr, id);
+            }
+            EventKind::Oom { place, request, .. } if place.device == device => {
+                // Never used: freed at once where a replay under another
+                // setting serves it (a no-op where it fails again).
+                self.out.ooms.push(self.out.requests.len());
+                let id = self.alloc(*request, place.stream, at);
+                self.push(Request::Free { id }, Span::of(at));
+            }
+            EventKind::FreeRequested { place, addr, .. } if place.device == device => {
+                self.end_burst();
+                match self.live.remove(addr) {
+                    Some(id) => self.push(Request::Free { id }, Span::of(at)),
+                    None => self.out.unknown_frees += 1,
+                }
+            }
+            // A segment made (or address space mapped) for the request
+            // whose ALLOC follows: the replay puts its segment there too.
+            EventKind::SegmentAlloc { place, addr, .. }
+            | EventKind::SegmentMap { place, addr, .. }
+                if place.device == device =>
+            {
+                self.out.expandable |= matches!(e.kind, EventKind::SegmentMap { .. });
+                self.segment.get_or_insert(*addr);
+            }
+            EventKind::SegmentFree { place, .. } | EventKind::SegmentUnmap { place, .. }
+                if place.device == device =>
+            {
+                self.burst = Some(match self.burst {
+                    None => Span::of(at),
+                    Some(b) => Span::join(b, Span::of(at)),
+                });
+            }
+            EventKind::Marker { value, source } => {
+                self.out.marks.push(Mark {
+                    at: self.out.requests.len(),
+                    source: *source,
+                    value: *value,
+                    time_ns: e.time_ns,
+                });
+            }
+            EventKind::Stats { device: d, stats } if *d == device => {
+                self.end_burst();
+                return Some(*stats);
+            }
+            _ => {}
+        }
+        None
+    }
+
     fn push(&mut self, r: Request, span: Option<Span>) {
         self.out.requests.push(r);
         self.out.times.push(self.now_ns);

@@ -48,12 +48,14 @@
 //! processes); `recordStream` frees complete at the next `malloc`,
 //! `empty_cache` or `synchronize` (the simulated GPU is never busy);
 //! addresses come from a deterministic bump allocator and are never reused.
+pub mod advice_text;
 pub mod advise;
 pub(crate) mod allocator;
 pub(crate) mod conf;
 pub mod diff;
 pub mod from_events;
 pub mod gpu;
+pub mod live;
 pub mod placement;
 pub mod samples;
 pub(crate) mod scenario;

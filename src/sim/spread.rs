@@ -168,6 +168,23 @@ impl SpreadReplay {
         }
     }
 
+    /// The driver-order replay alone, ignoring the addresses the requests
+    /// give: the live advisor's, which cannot afford the others.
+    pub fn driver_only(cfg: &SimConfig) -> SpreadReplay {
+        SpreadReplay {
+            main: Replay::with_placement(cfg, Placement::driver()).ignoring_addresses(),
+            others: Vec::new(),
+            last: vec![None],
+            steps: 0,
+            tied: 0,
+        }
+    }
+
+    /// The driver-order replay's statistics now.
+    pub fn stats(&self) -> crate::event::Stats {
+        self.main.stats()
+    }
+
     /// Applies the next request to every replay: the driver-order replay's
     /// report, and the figures' ranges when the replays disagree.
     pub fn step(&mut self, req: &Request) -> (StepReport, Option<Spread>) {

@@ -263,6 +263,7 @@ mod tests {
             identity: Identity::of_pid(1),
             source: Source::unattached(Mode::Exact),
             view,
+            advice: None,
         };
         let mut term = Terminal::new(TestBackend::new(72, 30)).unwrap();
         let theme = Theme::new(false, false);

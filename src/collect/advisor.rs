@@ -1,0 +1,302 @@
+//! The live advisor's worker: one thread that replays the advised
+//! processes' allocator events under every candidate setting
+//! ([`crate::sim::live`]), within a share of one core.
+//!
+//! ```text
+//!  Hub::apply_events ──Msg::Events (copies, bounded)──▶ worker ──LiveAdvice──▶ Results ──▶ Snapshot
+//! ```
+//!
+//! - **Cost.** The worker measures its own CPU time and keeps it within
+//!   [`CPU_SHARE`] of one core since it started, plus [`CREDIT`] it may
+//!   spend ahead (so a short job is advised at once). Behind that, it
+//!   sleeps; events wait in the queue.
+//! - **Memory.** At most [`MAX_QUEUED`] events wait. When a batch would
+//!   pass that, the hub stops following that process and the advisor says
+//!   so: its advice covers the job up to there (a sample of the stream,
+//!   from its start), and the process is replayed no further.
+//! - **The job's setting** is read here (the one I/O): its
+//!   `PYTORCH_CUDA_ALLOC_CONF` (or `PYTORCH_ALLOC_CONF`) from
+//!   `/proc/<pid>/environ`, its memory limit from the agent's marker.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::event::Event;
+use crate::model::ProcessKey;
+use crate::sim::live::{Live, LiveAdvice, Setting};
+
+/// The share of one core the worker may use, over its life.
+pub const CPU_SHARE: f64 = 0.05;
+/// CPU time the worker may spend ahead of its share.
+pub const CREDIT: Duration = Duration::from_secs(2);
+/// The most events waiting for the worker (about 8 MiB).
+pub const MAX_QUEUED: usize = 1 << 17;
+/// How often a process's advice is published while it changes.
+const PUBLISH: Duration = Duration::from_millis(250);
+/// Device memory assumed when NVML does not say (an 80 GB card).
+const DEFAULT_CAPACITY: u64 = 80 << 30;
+
+/// Where watching a process began, for its advisor.
+#[derive(Debug, Clone)]
+pub(crate) enum Start {
+    /// From its first allocation.
+    FromStart,
+    /// From now: the tensors it holds on `device` (address, size, stream).
+    Held {
+        device: u16,
+        held: Vec<(u64, u64, u64)>,
+    },
+}
+
+/// What the worker is told.
+pub(crate) enum Msg {
+    Start {
+        key: ProcessKey,
+        /// Its pid on this host (None for a replay's: its environment is
+        /// not here).
+        host_pid: Option<u32>,
+        start: Start,
+        capacity: Option<u64>,
+        torch: Option<(u32, u32)>,
+    },
+    Events {
+        key: ProcessKey,
+        events: Vec<Event>,
+    },
+    Stop {
+        key: ProcessKey,
+        why: String,
+    },
+    Forget {
+        key: ProcessKey,
+    },
+    /// Answered once everything sent before it is replayed and published.
+    Flush(std::sync::mpsc::SyncSender<()>),
+}
+
+/// The advice per process, written by the worker, read into snapshots.
+pub(crate) type Results = Arc<Mutex<HashMap<ProcessKey, LiveAdvice>>>;
+
+/// The hub's end: sends to the worker, bounded.
+pub(crate) struct Tap {
+    tx: Sender<Msg>,
+    queued: Arc<AtomicUsize>,
+    pub(crate) results: Results,
+}
+
+impl Tap {
+    /// Starts the worker thread; `share`: the share of one core it may use
+    /// (None: no bound, for a recording played as fast as it is read).
+    pub(crate) fn spawn(share: Option<f64>) -> Tap {
+        let (tx, rx) = channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let results: Results = Arc::default();
+        let worker = Worker {
+            rx,
+            queued: queued.clone(),
+            results: results.clone(),
+            lives: HashMap::new(),
+            share,
+        };
+        // The worker ends when the hub (and its Tap) is dropped.
+        std::thread::Builder::new()
+            .name("vramscope-advisor".into())
+            .spawn(move || worker.run())
+            .expect("spawning the advisor thread");
+        Tap {
+            tx,
+            queued,
+            results,
+        }
+    }
+
+    pub(crate) fn send(&self, m: Msg) {
+        // The worker only ends when this Tap is dropped.
+        let _ = self.tx.send(m);
+    }
+
+    /// Events waiting for the worker.
+    pub(crate) fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Sends a batch of `key`'s events; false when the queue is full (the
+    /// batch is not sent).
+    pub(crate) fn send_events(&self, key: ProcessKey, events: Vec<Event>) -> bool {
+        let n = events.len();
+        if self.queued.load(Ordering::Relaxed) + n > MAX_QUEUED {
+            return false;
+        }
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        self.send(Msg::Events { key, events });
+        true
+    }
+}
+
+/// Whether the advisor wants an event: the allocator's own, markers and
+/// statistics samples.
+pub(crate) fn wanted(e: &Event) -> bool {
+    use crate::event::EventKind as K;
+    matches!(
+        e.kind,
+        K::Alloc { .. }
+            | K::FreeRequested { .. }
+            | K::Oom { .. }
+            | K::SegmentAlloc { .. }
+            | K::SegmentFree { .. }
+            | K::SegmentMap { .. }
+            | K::SegmentUnmap { .. }
+            | K::Marker { .. }
+            | K::Stats { .. }
+    )
+}
+
+struct Worker {
+    rx: Receiver<Msg>,
+    queued: Arc<AtomicUsize>,
+    results: Results,
+    lives: HashMap<ProcessKey, (Live, Instant)>,
+    share: Option<f64>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let began = Instant::now();
+        let cpu0 = thread_cpu();
+        while let Ok(m) = self.rx.recv() {
+            self.take(m);
+            // Within the share: sleep off what was spent ahead of it.
+            let Some(share) = self.share else {
+                continue;
+            };
+            let spent = thread_cpu().saturating_sub(cpu0);
+            let allowed = began.elapsed().mul_f64(share) + CREDIT;
+            if spent > allowed {
+                std::thread::sleep((spent - allowed).div_f64(share));
+            }
+        }
+    }
+
+    fn take(&mut self, m: Msg) {
+        match m {
+            Msg::Start {
+                key,
+                host_pid,
+                start,
+                capacity,
+                torch,
+            } => {
+                let (conf, note) = match host_pid {
+                    Some(pid) => alloc_conf(pid),
+                    None => (
+                        String::new(),
+                        Some("a recorded job: its setting is taken as the defaults".into()),
+                    ),
+                };
+                let setting = Setting {
+                    conf,
+                    capacity: capacity.unwrap_or(DEFAULT_CAPACITY),
+                    torch,
+                };
+                let live = match start {
+                    Start::FromStart => Live::from_start(setting.clone()),
+                    Start::Held { device, held } => Live::held(setting.clone(), device, held),
+                };
+                let mut live = match live {
+                    Ok(l) => l,
+                    // The job's own text does not parse: advise from the
+                    // defaults and say so.
+                    Err(e) => {
+                        let mut l = Live::from_start(Setting {
+                            conf: String::new(),
+                            ..setting
+                        })
+                        .expect("the defaults parse");
+                        l.stop(format!("{e}: not a setting the advisor knows"));
+                        l
+                    }
+                };
+                if let Some(n) = note {
+                    live.note(n);
+                }
+                publish(&self.results, key, &live);
+                self.lives.insert(key, (live, Instant::now()));
+            }
+            Msg::Events { key, events } => {
+                self.queued.fetch_sub(events.len(), Ordering::Relaxed);
+                let idle = self.queued.load(Ordering::Relaxed) == 0;
+                let Some((live, last)) = self.lives.get_mut(&key) else {
+                    return;
+                };
+                for e in &events {
+                    live.feed(e);
+                }
+                // Nothing else waits: publish now (a quiet job's advice is
+                // current); else at most every PUBLISH.
+                if idle || last.elapsed() >= PUBLISH {
+                    *last = Instant::now();
+                    publish(&self.results, key, live);
+                }
+            }
+            Msg::Stop { key, why } => {
+                if let Some((live, _)) = self.lives.get_mut(&key) {
+                    live.stop(why);
+                    publish(&self.results, key, live);
+                }
+            }
+            Msg::Flush(done) => {
+                for (key, (live, _)) in &self.lives {
+                    publish(&self.results, *key, live);
+                }
+                let _ = done.send(());
+            }
+            Msg::Forget { key } => {
+                self.lives.remove(&key);
+                self.results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+            }
+        }
+    }
+}
+
+fn publish(results: &Results, key: ProcessKey, live: &Live) {
+    let advice = live.advice();
+    results
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, advice);
+}
+
+/// The job's `PYTORCH_CUDA_ALLOC_CONF` from its environment ("" when not
+/// set), and a note when the environment could not be read.
+fn alloc_conf(pid: u32) -> (String, Option<String>) {
+    let env = procfs::process::Process::new(pid as i32).and_then(|p| p.environ());
+    match env {
+        Ok(env) => {
+            let get = |k: &str| env.get(std::ffi::OsStr::new(k));
+            let v = get("PYTORCH_CUDA_ALLOC_CONF").or_else(|| get("PYTORCH_ALLOC_CONF"));
+            // A bound on what a hostile environment can make us parse.
+            let text: String = v
+                .map(|v| v.to_string_lossy().chars().take(4096).collect())
+                .unwrap_or_default();
+            (text, None)
+        }
+        Err(e) => (
+            String::new(),
+            Some(format!(
+                "the job's environment could not be read ({e}): its setting is taken as the defaults"
+            )),
+        ),
+    }
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}

@@ -1,0 +1,135 @@
+//! The live advisor (issue 27): a recorded H100 job played back through
+//! the collector's hub with the advisor on (`replay --advise`), one event
+//! at a time as a live job's reach it, against `vramscope advise` on the
+//! same recording. The live advisor runs one placement per candidate (the
+//! driver's order), so each of its figures must lie inside the range
+//! `advise` gives over seven; its own replay must reproduce the job; and
+//! both must recommend the same setting.
+
+mod common;
+
+use std::path::Path;
+
+use common::{recording, succeeded, vramscope};
+use serde_json::Value;
+
+fn dir(sub: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings")
+        .join(sub)
+}
+
+fn json(args: &[&str], rec: &Path) -> Value {
+    let out = succeeded(vramscope().args(args).arg(rec).output().unwrap());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The live advice of the one advised process, and `advise`'s.
+fn both(sub: &str, name: &str) -> (Value, Value) {
+    let rec = recording(&dir(sub), name);
+    let snap = json(&["replay", "--advise", "--json"], rec.path());
+    let live: Vec<&Value> = snap["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.get("advice"))
+        .collect();
+    assert_eq!(live.len(), 1, "advised processes: {live:?}");
+    let batch = json(&["advise", "--json"], rec.path());
+    (live[0].clone(), batch)
+}
+
+fn range(v: &Value) -> (u64, u64) {
+    (v["lo"].as_u64().unwrap(), v["hi"].as_u64().unwrap())
+}
+
+fn agree(sub: &str, name: &str) -> Value {
+    let (live, batch) = both(sub, name);
+    let cov = &live["coverage"];
+    assert_eq!(cov["from_start"], true, "{cov}");
+    assert!(cov["stopped"].is_null(), "{cov}");
+    assert_eq!(cov["requests"], batch["requests"], "{cov}");
+    let advice = &live["advice"];
+    let own = &advice["own"];
+    assert!(own["compared"].as_u64().unwrap() > 0, "{own}");
+    assert_eq!(own["matching"], own["compared"], "live own replay: {own}");
+    assert_eq!(own["replay_ooms"], own["job_ooms"], "{own}");
+    let find = |a: &Value, conf: &str| -> Option<Value> {
+        a["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["conf"] == conf)
+            .cloned()
+    };
+    let mut compared = 0;
+    for o in advice["outcomes"].as_array().unwrap() {
+        let conf = o["conf"].as_str().unwrap();
+        // Candidates chosen from the warm-up's sizes may differ from those
+        // chosen from the whole job: only shared ones are compared.
+        let Some(b) = find(&batch, conf) else {
+            continue;
+        };
+        compared += 1;
+        for fig in ["reserved_peak", "reserved_now", "ooms", "alloc_retries"] {
+            let (lo, hi) = range(&b["totals"][fig]);
+            let (x, y) = range(&o["totals"][fig]);
+            assert_eq!(x, y, "{name} {conf:?} {fig}: one placement live");
+            assert!(
+                (lo..=hi).contains(&x),
+                "{name} {conf:?} {fig}: live {x} outside advise's {lo}..={hi}"
+            );
+        }
+    }
+    assert!(compared >= 5, "{name}: {compared} candidates in common");
+    let best = |a: &Value| {
+        a["best"]
+            .as_u64()
+            .map(|i| a["outcomes"][i as usize]["conf"].clone())
+    };
+    assert_eq!(best(advice), best(&batch), "{name}: recommendations differ");
+    live
+}
+
+#[test]
+fn the_live_advisor_agrees_with_advise_on_a_convnext_job() {
+    let live = agree("advise", "convnext");
+    // Expandable segments save 162 MiB of 930 (the real rerun: the same).
+    let a = &live["advice"];
+    let best = &a["outcomes"][a["best"].as_u64().unwrap() as usize];
+    assert_eq!(best["conf"], "expandable_segments:True");
+    assert_eq!(best["peak_change"].as_i64().unwrap(), -162 * (1 << 20));
+}
+
+#[test]
+fn the_live_advisor_takes_the_limit_the_job_stated() {
+    // GPT-2 leaking under a memory fraction of 0.03 until it runs out 53
+    // times: the agent's limit marker gives the fraction, so the job's own
+    // setting replays its 53 OOMs exactly, live and in `advise`.
+    let live = agree("forecast", "leak-oom");
+    let own = &live["advice"]["own"];
+    assert_eq!(own["job_ooms"], 53, "{own}");
+    let f = live["advice"]["memory_fraction"].as_f64().unwrap();
+    assert!((0.02..0.04).contains(&f), "fraction {f}");
+}
+
+#[test]
+fn the_snapshot_table_says_what_the_advice_covers() {
+    let rec = recording(&dir("advise"), "convnext");
+    let out = succeeded(
+        vramscope()
+            .args(["replay", "--advise"])
+            .arg(rec.path())
+            .output()
+            .unwrap(),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("advice: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: saves 162 MiB (17%) of peak reserved"),
+        "{text}"
+    );
+    assert!(
+        text.contains("over 107023 requests from the job's start, steps 1 to 60"),
+        "{text}"
+    );
+}
