@@ -133,3 +133,88 @@ fn the_snapshot_table_says_what_the_advice_covers() {
         "{text}"
     );
 }
+
+/// `vramscope advise PID` on a running job (this test process writing the
+/// simulator's allocator events into a real segment), watched from its
+/// first allocation: it follows six steps, then answers with the advice,
+/// the job's own replay checked against the samples it sent.
+#[test]
+fn advise_pid_follows_a_running_job_from_its_start() {
+    use vramscope::event::{EventKind, MarkSource};
+    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+    use vramscope::sim::{SimAllocator, SimConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let seg = SegmentWriter::create(&SegmentConfig::new(
+        dir.path(),
+        Producer::TorchExact,
+        1,
+        1 << 16,
+    ))
+    .unwrap();
+    let mut child = vramscope()
+        .args(["advise", &std::process::id().to_string(), "--steps", "6"])
+        .args(["--json", "--no-nvml", "--seconds", "60", "--shm-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The job starts once `advise` has had time to find its segment.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut a = SimAllocator::new(SimConfig {
+        capacity: 8 << 30,
+        ..SimConfig::default()
+    });
+    let mut ev = Vec::new();
+    let mut params = Vec::new();
+    let started = std::time::Instant::now();
+    let mut step = 0u64;
+    let write = |ev: &mut Vec<vramscope::event::Event>| {
+        for e in ev.drain(..) {
+            common::write_at(&seg, 0, e.kind, e.time_ns);
+        }
+    };
+    while child.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 50 {
+        a.set_time(vramscope::ring::monotonic_ns());
+        if step == 0 {
+            for i in 0..10u64 {
+                params.push(a.malloc((i % 4 + 1) << 21, 0, &mut ev).unwrap());
+            }
+        }
+        let mut acts = Vec::new();
+        for j in 0..40u64 {
+            acts.push(
+                a.malloc(((step * 7 + j * 13) % 30 + 1) << 20, 0, &mut ev)
+                    .unwrap(),
+            );
+        }
+        for p in acts {
+            a.free(p, &mut ev).unwrap();
+        }
+        a.emit_stats(&mut ev);
+        step += 1;
+        write(&mut ev);
+        common::write(
+            &seg,
+            0,
+            EventKind::Marker {
+                source: MarkSource::User,
+                value: step,
+            },
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = succeeded(child.wait_with_output().unwrap());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cov = &v["coverage"];
+    assert_eq!(cov["from_start"], true, "{v}");
+    assert!(cov["steps"].as_u64().unwrap() >= 6, "{cov}");
+    let own = &v["advice"]["own"];
+    assert!(own["compared"].as_u64().unwrap() >= 4, "{own}");
+    assert_eq!(own["matching"], own["compared"], "{own}");
+    assert!(
+        v["advice"]["outcomes"].as_array().unwrap().len() >= 4,
+        "{v}"
+    );
+}

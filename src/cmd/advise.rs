@@ -20,13 +20,16 @@ use vramscope::text::format::bytes as bytes_fmt;
 
 use super::out;
 use super::sim::{from_recording, Process, DEFAULT_CAPACITY};
-use super::value::{Fraction, Gib};
+use super::value::{Fraction, Gib, Seconds};
+use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A recording made by `vramscope record` (from before the job
-    /// started).
-    recording: PathBuf,
+    /// started), or the pid of a running instrumented job: its requests
+    /// are followed from now by the live advisor.
+    #[arg(value_name = "RECORDING|PID")]
+    target: PathBuf,
     #[command(flatten)]
     process: Process,
     /// The job's own PYTORCH_CUDA_ALLOC_CONF (default: what the recording
@@ -43,10 +46,27 @@ pub struct Args {
     /// The advice as one JSON object.
     #[arg(long)]
     json: bool,
+    /// With a PID: the steps to follow before answering (the job's step
+    /// marks; it also answers when the job exits or on Ctrl-C).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    steps: u64,
+    /// With a PID: the longest to follow it.
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value = "300",
+        value_name = "S"
+    )]
+    seconds: Seconds,
+    #[command(flatten)]
+    collect: CollectFlags,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let rec = from_recording(&args.recording, args.process.pid, args.process.device)?;
+    if let Some(pid) = as_pid(&args.target) {
+        return live::run(pid, &args);
+    }
+    let rec = from_recording(&args.target, args.process.pid, args.process.device)?;
     let conf = match (&args.conf, rec.expandable) {
         (Some(c), _) => c.clone(),
         (None, true) => {
@@ -135,4 +155,156 @@ pub fn run(args: Args) -> Result<()> {
     text.push('\n');
     text.push_str(&verdict(&advice));
     out::print(&text)
+}
+
+/// A pid given in place of a recording: digits only, and no file of that
+/// name here.
+fn as_pid(target: &std::path::Path) -> Option<u32> {
+    let s = target.to_str()?;
+    if target.exists() || s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// `vramscope advise PID`: the live advisor on a running job.
+mod live {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Result};
+
+    use vramscope::collect::{Live, ADVISOR_CPU_SHARE};
+    use vramscope::model::ViewOptions;
+    use vramscope::sim::advice_text::{coverage_line, own_line, table, verdict};
+    use vramscope::sim::live::LiveAdvice;
+    use vramscope::text::printable;
+
+    use super::super::out;
+    use super::Args;
+
+    /// How long the job's segment and state may take to appear.
+    const FIND: Duration = Duration::from_secs(10);
+
+    pub(super) fn run(pid: u32, args: &Args) -> Result<()> {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("{pid}: no such process, and no such recording");
+        }
+        let live = Live::start(args.collect.config())?;
+        let hub = live.hub().clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        live.on_signal({
+            let stop = stop.clone();
+            move || stop.store(true, Ordering::Relaxed)
+        });
+        hub.enable_advisor(false, true, Some(ADVISOR_CPU_SHARE));
+        // The job's segment is found, then its state read (a snapshot
+        // asked of it): the advisor starts from the tensors it holds.
+        let began = Instant::now();
+        let key = loop {
+            let why = match hub.find_pid(pid) {
+                None => format!(
+                    "process {pid} has no vramscope segment in {} (is it running with the agent? `vramscope doctor` checks)",
+                    args.collect.config().shm_dir.display()
+                ),
+                Some(key) => match hub.advise(key) {
+                    Ok(()) => break key,
+                    Err(e) => format!("process {pid}: {e}"),
+                },
+            };
+            if began.elapsed() > FIND || stop.load(Ordering::Relaxed) {
+                bail!(why);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let limit = args.seconds.duration();
+        let opts = ViewOptions {
+            block_map: false,
+            recent_events: 0,
+            timeline: None,
+        };
+        let began = Instant::now();
+        let (entry, why) = loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let snap = hub.snapshot_for(&opts, Some(key));
+            let Some(p) = snap.processes.into_iter().find(|p| p.key() == key) else {
+                bail!("process {pid} went away before the advisor saw anything");
+            };
+            let steps = p.advice.as_ref().map_or(0, |a| a.coverage.steps);
+            let why = if steps >= args.steps {
+                Some(format!("{steps} steps followed"))
+            } else if !p.identity.alive {
+                Some("the job exited".into())
+            } else if p
+                .advice
+                .as_ref()
+                .is_some_and(|a| a.coverage.stopped.is_some())
+            {
+                Some("the advisor stopped following".into())
+            } else if began.elapsed() >= limit {
+                Some(format!("--seconds {} passed", args.seconds.secs()))
+            } else if stop.load(Ordering::Relaxed) {
+                Some("interrupted".into())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                break (p, why);
+            }
+        };
+        hub.advisor_flush(Duration::from_secs(5));
+        let snap = hub.snapshot_for(&opts, Some(key));
+        let p = snap
+            .processes
+            .into_iter()
+            .find(|p| p.key() == key)
+            .unwrap_or(entry);
+        let Some(a) = p.advice else {
+            bail!("process {pid}: the advisor has no advice ({why})");
+        };
+        if args.json {
+            let mut v = serde_json::to_value(&a)?;
+            v["pid"] = pid.into();
+            v["cmdline"] = p.identity.cmdline.clone().into();
+            v["framework"] = p.source.framework.clone().into();
+            v["recommended_env"] = a
+                .best()
+                .map(|(o, _)| super::env_line(&o.candidate.conf))
+                .into();
+            return out::print(&format!("{v}\n"));
+        }
+        out::print(&text(pid, &p.identity.cmdline, &why, &a))
+    }
+
+    fn text(pid: u32, cmdline: &str, why: &str, a: &LiveAdvice) -> String {
+        let mut s = format!(
+            "process {pid} ({}): followed until {why}\n",
+            printable(cmdline)
+        );
+        s.push_str(&format!(
+            "over {}\n",
+            printable(&coverage_line(&a.coverage))
+        ));
+        let Some(advice) = &a.advice else {
+            s.push_str("no advice: too few requests to choose the candidates from\n");
+            return s;
+        };
+        if a.coverage.from_start {
+            s.push_str(&own_line(advice, &a.conf));
+        } else {
+            s.push_str(&format!(
+                "the job's own setting {} (from its environment): every setting, its own included, replayed from the tensors it held when the advisor began\n",
+                vramscope::sim::advice_text::shown(&a.conf)
+            ));
+        }
+        s.push('\n');
+        s.push_str(&table(advice));
+        s.push('\n');
+        s.push_str(&verdict(advice));
+        s.push_str(
+            "the live advisor runs one placement per setting (the driver's order); `vramscope record` and `advise RECORDING` give ranges over seven\n",
+        );
+        s
+    }
 }

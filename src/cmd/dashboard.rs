@@ -14,6 +14,11 @@ use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Run the live advisor on every instrumented process from the start
+    /// (`A` in a process view shows it; without this flag, `A` starts it
+    /// for that process from then on), within 5 % of one core.
+    #[arg(long)]
+    pub advise: bool,
     #[command(flatten)]
     pub collect: CollectFlags,
     #[command(flatten)]
@@ -109,7 +114,7 @@ impl UiFlags {
 
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
-    open(cfg, None, args.ui.options()?)
+    open(cfg, None, args.ui.options()?, args.advise)
 }
 
 /// Starts the collector and opens the dashboard on it (and on the demo's
@@ -118,9 +123,14 @@ pub fn open(
     cfg: vramscope::collect::Config,
     demo: Option<Arc<dyn DemoHandle>>,
     opts: vramscope::ui::UiOptions,
+    advise: bool,
 ) -> Result<()> {
     let mut cfg = cfg;
     cfg.readonly = opts.readonly;
     let live = Arc::new(Live::start(cfg).context("starting the collector")?);
+    if advise {
+        live.hub()
+            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+    }
     vramscope::ui::run(live.hub().clone(), live, demo, opts)
 }

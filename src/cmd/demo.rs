@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
     opts.initial_process = opts.initial_process.or(Some(std::process::id()));
-    let r = super::dashboard::open(cfg, Some(demo.clone()), opts);
+    let r = super::dashboard::open(cfg, Some(demo.clone()), opts, false);
     demo.stop();
     r
 }

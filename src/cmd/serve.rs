@@ -20,6 +20,11 @@ pub struct Args {
     /// The `host` label of every series [default: this machine's hostname].
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
+    /// Run the live advisor on every instrumented process (its best setting
+    /// and saving as vramscope_process_advice_* series), within 5 % of one
+    /// core; a process that starts after `serve` is advised from its start.
+    #[arg(long)]
+    advise: bool,
     #[command(flatten)]
     collect: CollectFlags,
 }
@@ -34,6 +39,10 @@ pub fn run(args: Args) -> Result<()> {
         None => vramscope::serve::hostname(),
     };
     let live = Live::start(args.collect.config()).context("starting the collector")?;
+    if args.advise {
+        live.hub()
+            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+    }
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::new(live.hub().clone(), host, limits.max_age));
     let stop = Arc::new(tokio::sync::Notify::new());

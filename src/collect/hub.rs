@@ -427,7 +427,7 @@ impl Hub {
 
     /// The process this machine calls `pid`, or that calls itself `pid`
     /// (inside a container); among several, an attached one first.
-    pub(crate) fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
+    pub fn find_pid(&self, pid: u32) -> Option<ProcessKey> {
         self.with(|i| {
             let mut found: Vec<ProcessKey> = i
                 .identities

@@ -179,6 +179,22 @@ const P_OOM_SECONDS: Def = gauge(
     "vramscope_process_oom_forecast_seconds",
     "While a leak is flagged: seconds until that step at the measured step period; absent otherwise.",
 );
+const P_ADVICE_SAVING: Def = gauge(
+    "vramscope_process_advice_saving_bytes",
+    "The live advisor's recommendation (serve --advise): bytes of peak reserved memory the setting in the conf label saves against the job's own, replaying the job's requests from where the advisor began; conf=\"\" and 0 where the job's own setting is best; absent until the advisor has chosen its candidates.",
+);
+const P_ADVICE_OOMS: Def = gauge(
+    "vramscope_process_advice_ooms",
+    "Out-of-memory errors the replay of a setting had: candidate=\"own\" the job's own, candidate=\"best\" the recommendation (conf label as in vramscope_process_advice_saving_bytes).",
+);
+const P_ADVICE_REQUESTS: Def = counter(
+    "vramscope_process_advice_requests_total",
+    "Allocation requests the live advisor replayed under every candidate; it stops growing where the advisor stopped following the job to stay within its share of a core (vramscope_process_advice_following 0).",
+);
+const P_ADVICE_FOLLOWING: Def = gauge(
+    "vramscope_process_advice_following",
+    "1 while the live advisor follows the process's allocator events, 0 once it stopped (its advice then covers the requests before).",
+);
 const P_MODULE: Def = gauge(
     "vramscope_process_module_allocated_bytes",
     "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\"; a path that begins with ( has one more ( in front.",
@@ -437,6 +453,9 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
             }
         }
         attribution(out, &l, &p.view.attribution);
+        if let Some(a) = &p.advice {
+            advice(out, &l, a);
+        }
     }
     // The GPUs NVML shows this process on: a device of the process is
     // named after one only when the pairing is unambiguous.
@@ -502,6 +521,41 @@ pub(crate) fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
 
 /// Live bytes by module (the largest [`TOP_MODULES`], then `(other)`) and
 /// by phase, when the producer tags its allocations.
+/// The longest `conf` label value (a job's own setting is its own text).
+const MAX_CONF_LABEL: usize = 256;
+
+fn advice(out: &mut Out, l: &Labels, a: &crate::sim::live::LiveAdvice) {
+    out.put(&P_ADVICE_REQUESTS, l, Value::U(a.coverage.requests));
+    out.put(
+        &P_ADVICE_FOLLOWING,
+        l,
+        Value::U(u64::from(a.coverage.stopped.is_none())),
+    );
+    let Some(advice) = &a.advice else {
+        return;
+    };
+    let conf = |c: &str| c.chars().take(MAX_CONF_LABEL).collect::<String>();
+    let (best_conf, saving, best_ooms) = match a.best() {
+        Some((b, saving)) => (conf(&b.candidate.conf), saving, Some(b.totals.ooms.hi)),
+        None => (String::new(), 0, None),
+    };
+    out.put(
+        &P_ADVICE_SAVING,
+        &l.with("conf", best_conf.clone()),
+        Value::U(saving),
+    );
+    if let Some(own) = advice.outcomes.iter().find(|o| o.candidate.own) {
+        let own_l = l
+            .with("candidate", "own")
+            .with("conf", conf(&own.candidate.conf));
+        out.put(&P_ADVICE_OOMS, &own_l, Value::U(own.totals.ooms.hi));
+    }
+    if let Some(n) = best_ooms {
+        let best_l = l.with("candidate", "best").with("conf", best_conf);
+        out.put(&P_ADVICE_OOMS, &best_l, Value::U(n));
+    }
+}
+
 fn attribution(out: &mut Out, l: &Labels, a: &crate::model::attrib::Attribution) {
     // Roles: exact ones need role lists, the others context tags.
     if a.tagged() || a.role_lists.lists > 0 {
