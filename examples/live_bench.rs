@@ -665,6 +665,18 @@ fn producer(a: ProducerArgs) {
 
 // ----------------------------------------------------------- measurement
 
+/// CPU seconds of `pid`'s live advisor thread (`vramscope-advisor`,
+/// 15 characters of it in `comm`), None when it has none.
+fn advisor_cpu(pid: i32) -> Option<f64> {
+    let p = procfs::process::Process::new(pid).ok()?;
+    p.tasks()
+        .ok()?
+        .flatten()
+        .filter_map(|t| t.stat().ok())
+        .find(|s| s.comm.starts_with("vramscope-advis"))
+        .map(|s| cpu_ticks_s(&s))
+}
+
 fn cpu_ticks_s(stat: &procfs::process::Stat) -> f64 {
     (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
 }
@@ -853,7 +865,13 @@ fn watcher_cmd(bin: &Path, heaptrack: Option<&Path>, name: &str) -> (PathBuf, Ve
     }
 }
 
-fn start_serve(bin: &Path, dir: &Path, nvml: bool, heaptrack: Option<&Path>) -> Serve {
+fn start_serve(
+    bin: &Path,
+    dir: &Path,
+    nvml: bool,
+    heaptrack: Option<&Path>,
+    advise: bool,
+) -> Serve {
     use std::io::BufRead;
     let (exe, pre) = watcher_cmd(bin, heaptrack, "serve");
     let mut cmd = Command::new(exe);
@@ -865,6 +883,9 @@ fn start_serve(bin: &Path, dir: &Path, nvml: bool, heaptrack: Option<&Path>) -> 
         .stderr(Stdio::inherit());
     if !nvml {
         cmd.arg("--no-nvml");
+    }
+    if advise {
+        cmd.arg("--advise");
     }
     let mut child = cmd.spawn().expect("start vramscope serve");
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -976,6 +997,7 @@ fn start_dash(
     size: (u16, u16),
     nvml: bool,
     heaptrack: Option<&Path>,
+    advise: bool,
 ) -> Dash {
     use portable_pty::{native_pty_system, CommandBuilder, PtySize};
     let pair = native_pty_system()
@@ -994,6 +1016,9 @@ fn start_dash(
     cmd.arg(dir);
     if !nvml {
         cmd.arg("--no-nvml");
+    }
+    if advise {
+        cmd.arg("--advise");
     }
     if let Some(p) = pid {
         cmd.arg("--pid");
@@ -1047,6 +1072,9 @@ struct Watcher {
     /// thread, serve's HTTP runtime); `cpu_s` less it is the collector's
     /// runtime.
     main_s: f64,
+    /// With `--advise`: the advisor thread's CPU seconds since the watcher
+    /// started, and how long that was.
+    advisor: Option<(f64, f64)>,
 }
 
 impl Watcher {
@@ -1079,6 +1107,10 @@ struct RunResult {
     dash: Option<Watcher>,
     lost: Option<f64>,
     events_total: Option<f64>,
+    /// With `--advise`: serve's advisor, summed over processes: requests
+    /// replayed, and processes it still follows.
+    advice_requests: Option<f64>,
+    advice_following: Option<f64>,
     written_counted_total: u64,
     dash_bytes_per_s: f64,
     /// The dashboard's LOST column at the end, one per process.
@@ -1104,6 +1136,8 @@ struct RunOpts {
     perf_freq: u32,
     heaptrack: Option<PathBuf>,
     screen: Option<PathBuf>,
+    /// `--advise`: the watchers run the live advisor on every process.
+    advise: bool,
 }
 
 fn perf_record(pid: i32, out: &Path, secs: f64, freq: u32) -> Child {
@@ -1159,11 +1193,14 @@ fn run_once(o: &RunOpts) -> RunResult {
     if let Some(d) = ht {
         std::fs::create_dir_all(d).unwrap();
     }
-    let serve = o.serve.then(|| start_serve(&o.bin, dir.path(), o.nvml, ht));
+    let serve = o
+        .serve
+        .then(|| start_serve(&o.bin, dir.path(), o.nvml, ht, o.advise));
     let dash = o.dash.then(|| {
         let pid = if o.view_process { first_pid } else { None };
-        start_dash(&o.bin, dir.path(), pid, o.size, o.nvml, ht)
+        start_dash(&o.bin, dir.path(), pid, o.size, o.nvml, ht, o.advise)
     });
+    let watchers_began = Instant::now();
     let pids: Vec<(&str, i32)> = (serve.iter().map(|s| ("serve", s.pid)))
         .chain(dash.iter().map(|d| ("dash", d.pid())))
         .collect();
@@ -1184,6 +1221,7 @@ fn run_once(o: &RunOpts) -> RunResult {
     let mut rss: HashMap<&str, Vec<u64>> = HashMap::new();
     let mut begin: HashMap<&str, (f64, f64)> = HashMap::new();
     let mut end: HashMap<&str, (f64, f64)> = HashMap::new();
+    let mut advisor_end: HashMap<&str, (f64, f64)> = HashMap::new();
     let prod_cpu = |ps: &[Killed]| -> f64 {
         ps.iter()
             .filter_map(|p| sample(p.0.id() as i32))
@@ -1204,6 +1242,9 @@ fn run_once(o: &RunOpts) -> RunResult {
                     begin.insert(name, (cpu, th));
                 }
                 end.insert(name, (cpu, th));
+            }
+            if let Some(a) = advisor_cpu(*pid) {
+                advisor_end.insert(name, (a, watchers_began.elapsed().as_secs_f64()));
             }
         }
         if tick == o.warmup as u64 {
@@ -1290,12 +1331,19 @@ fn run_once(o: &RunOpts) -> RunResult {
             cpu_s: c1 - c0,
             rss: rss.get(name).cloned().unwrap_or_default(),
             main_s: t1 - t0,
+            advisor: advisor_end.get(name).copied(),
         })
     };
     let (events_per_s, counted_per_s, records_per_s) = rates(&w_begin.0, &w_end);
     let lost = text
         .as_deref()
         .and_then(|t| metric_sum(t, "vramscope_process_lost_events_total"));
+    let advice_requests = text
+        .as_deref()
+        .and_then(|t| metric_sum(t, "vramscope_process_advice_requests_total"));
+    let advice_following = text
+        .as_deref()
+        .and_then(|t| metric_sum(t, "vramscope_process_advice_following"));
     let events_total = text
         .as_deref()
         .and_then(|t| metric_sum(t, "vramscope_process_events_total"));
@@ -1323,6 +1371,8 @@ fn run_once(o: &RunOpts) -> RunResult {
         dash: watcher("dash"),
         lost,
         events_total,
+        advice_requests,
+        advice_following,
         written_counted_total: w_all.values().map(|w| w.counted).sum(),
         dash_bytes_per_s: dash_bytes as f64 / t0.elapsed().as_secs_f64(),
         dash_lost: overview.as_deref().and_then(|t| lost_column(t, o.n)),
@@ -1369,6 +1419,14 @@ fn print_row(name: &str, w: &Watcher, r: &RunResult) {
         w.main_s / r.window_s * 100.0,
         (w.cpu_s - w.main_s) / r.window_s * 100.0
     );
+    if let Some((cpu, life)) = w.advisor {
+        println!(
+            "         the advisor thread {:.2} % of a core over its {:.0} s ({:.2} CPU s)",
+            cpu / life * 100.0,
+            life,
+            cpu
+        );
+    }
 }
 
 fn print_result(r: &RunResult) {
@@ -1402,6 +1460,13 @@ fn print_result(r: &RunResult) {
             "  serve at the end: lost {l}, events_total {} (the producers wrote {} such events)",
             r.events_total.unwrap_or(f64::NAN),
             r.written_counted_total
+        );
+    }
+    if let Some(n) = r.advice_requests {
+        println!(
+            "  serve's advisor: {n} requests replayed under every candidate; following {} of {} processes",
+            r.advice_following.unwrap_or(f64::NAN),
+            r.producers
         );
     }
     if let Some(l) = &r.dash_lost {
@@ -1914,6 +1979,7 @@ fn main() {
                     std::fs::canonicalize(d).unwrap()
                 }),
                 screen: flag(&args, "--screen").map(PathBuf::from),
+                advise: has(&args, "--advise"),
             };
             let runs: usize = flag(&args, "--runs")
                 .and_then(|s| s.parse().ok())

@@ -7,9 +7,11 @@
 //! ```
 //!
 //! - **Cost.** The worker measures its own CPU time and keeps it within
-//!   [`CPU_SHARE`] of one core since it started, plus [`CREDIT`] it may
-//!   spend ahead (so a short job is advised at once). Behind that, it
-//!   sleeps; events wait in the queue.
+//!   [`CPU_SHARE`] of one core: a bucket fills at that share of wall time,
+//!   up to [`CREDIT`] (so a short job is advised at once, and a watcher
+//!   idle for days has saved no more than that), and each batch's CPU time
+//!   is taken out of it. When it is empty the worker sleeps until it is
+//!   not; events wait in the queue.
 //! - **Memory.** At most [`MAX_QUEUED`] events wait. When a batch would
 //!   pass that, the hub stops following that process and the advisor says
 //!   so: its advice covers the job up to there (a sample of the stream,
@@ -30,8 +32,8 @@ use crate::sim::live::{Live, LiveAdvice, Setting};
 
 /// The share of one core the worker may use, over its life.
 pub const CPU_SHARE: f64 = 0.05;
-/// CPU time the worker may spend ahead of its share.
-pub const CREDIT: Duration = Duration::from_secs(2);
+/// The most CPU time the worker may spend ahead of its share.
+pub const CREDIT: Duration = Duration::from_secs(1);
 /// The most events waiting for the worker (about 8 MiB).
 pub const MAX_QUEUED: usize = 1 << 17;
 /// How often a process's advice is published while it changes.
@@ -77,6 +79,9 @@ pub(crate) enum Msg {
     Flush(std::sync::mpsc::SyncSender<()>),
 }
 
+/// The hub's change listener, shared.
+pub(crate) type Listener = Arc<Mutex<Option<super::hub::Listener>>>;
+
 /// The advice per process, written by the worker, read into snapshots.
 pub(crate) type Results = Arc<Mutex<HashMap<ProcessKey, LiveAdvice>>>;
 
@@ -90,7 +95,7 @@ pub(crate) struct Tap {
 impl Tap {
     /// Starts the worker thread; `share`: the share of one core it may use
     /// (None: no bound, for a recording played as fast as it is read).
-    pub(crate) fn spawn(share: Option<f64>) -> Tap {
+    pub(crate) fn spawn(share: Option<f64>, listener: Listener) -> Tap {
         let (tx, rx) = channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let results: Results = Arc::default();
@@ -100,6 +105,7 @@ impl Tap {
             results: results.clone(),
             lives: HashMap::new(),
             share,
+            listener,
         };
         // The worker ends when the hub (and its Tap) is dropped.
         std::thread::Builder::new()
@@ -160,27 +166,38 @@ struct Worker {
     results: Results,
     lives: HashMap<ProcessKey, (Live, Instant)>,
     share: Option<f64>,
+    /// The hub's change listener: told after each publication, so a view
+    /// redraws with the advice.
+    listener: Listener,
 }
 
 impl Worker {
     fn run(mut self) {
-        let began = Instant::now();
-        let cpu0 = thread_cpu();
+        // The bucket, in CPU seconds: full at start.
+        let mut tokens = CREDIT.as_secs_f64();
+        let (mut last, mut cpu_last) = (Instant::now(), thread_cpu());
         while let Ok(m) = self.rx.recv() {
-            self.take(m);
-            // Within the share: sleep off what was spent ahead of it.
+            if self.take(m) {
+                notify(&self.listener);
+            }
             let Some(share) = self.share else {
                 continue;
             };
-            let spent = thread_cpu().saturating_sub(cpu0);
-            let allowed = began.elapsed().mul_f64(share) + CREDIT;
-            if spent > allowed {
-                std::thread::sleep((spent - allowed).div_f64(share));
+            let (now, cpu) = (Instant::now(), thread_cpu());
+            tokens += (now - last).as_secs_f64() * share;
+            tokens = tokens.min(CREDIT.as_secs_f64());
+            tokens -= cpu.saturating_sub(cpu_last).as_secs_f64();
+            (last, cpu_last) = (now, cpu);
+            // Overspent: sleep until the bucket is back at zero.
+            if tokens < 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(-tokens / share));
             }
         }
     }
 
-    fn take(&mut self, m: Msg) {
+    /// Takes one message; whether it published advice.
+    fn take(&mut self, m: Msg) -> bool {
+        let mut published = false;
         match m {
             Msg::Start {
                 key,
@@ -222,14 +239,14 @@ impl Worker {
                 if let Some(n) = note {
                     live.note(n);
                 }
-                publish(&self.results, key, &live);
+                published |= publish(&self.results, key, &live);
                 self.lives.insert(key, (live, Instant::now()));
             }
             Msg::Events { key, events } => {
                 self.queued.fetch_sub(events.len(), Ordering::Relaxed);
                 let idle = self.queued.load(Ordering::Relaxed) == 0;
                 let Some((live, last)) = self.lives.get_mut(&key) else {
-                    return;
+                    return false;
                 };
                 for e in &events {
                     live.feed(e);
@@ -238,18 +255,18 @@ impl Worker {
                 // current); else at most every PUBLISH.
                 if idle || last.elapsed() >= PUBLISH {
                     *last = Instant::now();
-                    publish(&self.results, key, live);
+                    published |= publish(&self.results, key, live);
                 }
             }
             Msg::Stop { key, why } => {
                 if let Some((live, _)) = self.lives.get_mut(&key) {
                     live.stop(why);
-                    publish(&self.results, key, live);
+                    published |= publish(&self.results, key, live);
                 }
             }
             Msg::Flush(done) => {
                 for (key, (live, _)) in &self.lives {
-                    publish(&self.results, *key, live);
+                    published |= publish(&self.results, *key, live);
                 }
                 let _ = done.send(());
             }
@@ -261,15 +278,24 @@ impl Worker {
                     .remove(&key);
             }
         }
+        published
     }
 }
 
-fn publish(results: &Results, key: ProcessKey, live: &Live) {
+/// Publishes `key`'s advice (true: done).
+fn publish(results: &Results, key: ProcessKey, live: &Live) -> bool {
     let advice = live.advice();
     results
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, advice);
+    true
+}
+
+fn notify(listener: &Listener) {
+    if let Some(f) = listener.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        f();
+    }
 }
 
 /// The job's `PYTORCH_CUDA_ALLOC_CONF` from its environment ("" when not

@@ -4,7 +4,7 @@
 //! besides writing the inputs into a recording when one is running.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
@@ -14,7 +14,7 @@ use crate::ring::monotonic_ns;
 use super::advisor;
 use super::state::{self, ProcessEntry, Snapshot};
 
-type Listener = Box<dyn Fn() + Send + Sync>;
+pub(crate) type Listener = Box<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
@@ -287,7 +287,8 @@ impl Inner {
 /// the lock only to apply a batch; readers only to take a snapshot.
 pub struct Hub {
     inner: Mutex<Inner>,
-    listener: Mutex<Option<Listener>>,
+    /// Shared with the advisor's worker, which calls it when it publishes.
+    listener: Arc<Mutex<Option<Listener>>>,
     recorder: Mutex<Recording>,
 }
 
@@ -315,7 +316,7 @@ impl Hub {
                 model: Model::new(cfg),
                 ..Inner::default()
             }),
-            listener: Mutex::new(None),
+            listener: Arc::new(Mutex::new(None)),
             recorder: Mutex::new(Recording::Off),
         }
     }
@@ -550,9 +551,10 @@ impl Hub {
     /// `share`: the share of one core the advisor may use (None: no bound;
     /// a recording played as fast as it is read waits for it instead).
     pub fn enable_advisor(&self, all: bool, host: bool, share: Option<f64>) {
+        let listener = self.listener.clone();
         self.with(|i| {
             let a = i.advising.get_or_insert_with(|| Advising {
-                tap: advisor::Tap::spawn(share),
+                tap: advisor::Tap::spawn(share, listener),
                 all,
                 host,
                 following: HashMap::new(),

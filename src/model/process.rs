@@ -257,7 +257,8 @@ impl Process {
     /// device holds a segment and watching began with the process (its
     /// allocator is as it was at start: a replay from here is exact);
     /// else the device holding the most and the tensors allocated there
-    /// (address, requested size, stream), in address order. An error
+    /// (address, requested size, stream; not those pending free), in
+    /// address order. An error
     /// names why it cannot start (the mode, a state not known yet).
     pub(crate) fn advisor_start(&self) -> Result<Option<(u16, HeldTensors)>, String> {
         if self.mode != Mode::Exact {
@@ -280,9 +281,11 @@ impl Process {
         else {
             return Ok(None);
         };
+        // A block pending free was freed by its tensor already (its
+        // FREE_REQUESTED is past): a replay would hold it for ever.
         let held = d
             .blocks()
-            .filter(|(_, b)| b.state != BlockState::Inactive)
+            .filter(|(_, b)| b.state == BlockState::Allocated)
             .map(|(a, b)| {
                 (
                     a,

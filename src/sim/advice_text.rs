@@ -48,7 +48,9 @@ pub fn own_line(a: &Advice, conf: &str) -> String {
     s
 }
 
-fn range_bytes(r: Range) -> String {
+/// A figure over the placements: one value, or "A to B" where a tie
+/// between equal free blocks decides.
+pub fn range_bytes(r: Range) -> String {
     if r.is_spread() {
         format!("{} to {}", bytes(r.lo), bytes(r.hi))
     } else {
@@ -56,7 +58,8 @@ fn range_bytes(r: Range) -> String {
     }
 }
 
-fn range_count(r: Range) -> String {
+/// A count over the placements, as [`range_bytes`].
+pub fn range_count(r: Range) -> String {
     if r.is_spread() {
         format!("{} to {}", r.lo, r.hi)
     } else {
@@ -64,7 +67,8 @@ fn range_count(r: Range) -> String {
     }
 }
 
-fn signed_bytes(d: i64) -> String {
+/// A change of bytes: `-1.00 GiB`, `+2.00 MiB`, `same`.
+pub fn signed_bytes(d: i64) -> String {
     match d.cmp(&0) {
         std::cmp::Ordering::Less => format!("-{}", bytes(d.unsigned_abs())),
         std::cmp::Ordering::Equal => "same".into(),
@@ -191,11 +195,21 @@ pub fn coverage_line(c: &Coverage) -> String {
         _ => String::new(),
     };
     let from = if c.from_start {
-        "from the job's start"
+        "from the job's start".to_string()
     } else {
-        "from when the advisor began (the tensors held then placed afresh under each setting)"
+        format!(
+            "from when the advisor began (the {} tensors held then, {}, placed afresh under each setting)",
+            c.held,
+            bytes(c.held_bytes)
+        )
     };
     let mut s = format!("{} requests {from}{steps}", c.requests);
+    if c.unknown_frees > 0 {
+        s.push_str(&format!(
+            "; {} frees of tensors never seen allocated",
+            c.unknown_frees
+        ));
+    }
     if let Some(why) = &c.stopped {
         s.push_str(&format!("; stopped there: {why}"));
     }

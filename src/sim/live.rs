@@ -64,6 +64,13 @@ pub struct Coverage {
     pub from_start: bool,
     /// The device advised.
     pub device: Option<u16>,
+    /// Watched from mid-run: the tensors held when the advisor began, and
+    /// their bytes.
+    pub held: u64,
+    pub held_bytes: u64,
+    /// Frees of tensors the advisor never saw allocated (a replay keeps
+    /// nothing for them; a count above 0 means its figures miss some).
+    pub unknown_frees: u64,
     /// Why the advisor stopped following the job, if it did: the advice
     /// covers the requests before that.
     pub stopped: Option<String>,
@@ -135,9 +142,12 @@ impl Live {
     /// An advisor for a job watched from now, holding `held` tensors
     /// (address, size, stream) on `device`.
     pub fn held(setting: Setting, device: u16, held: Vec<(u64, u64, u64)>) -> Result<Live, String> {
+        let (n, bytes) = (held.len() as u64, held.iter().map(|h| h.1).sum());
         let mut l = Live::new(setting, false, held)?;
         l.stream = Some(Stream::new(device));
         l.coverage.device = Some(device);
+        l.coverage.held = n;
+        l.coverage.held_bytes = bytes;
         Ok(l)
     }
 
@@ -392,6 +402,8 @@ impl Live {
 
     /// The advice so far.
     pub fn advice(&self) -> LiveAdvice {
+        let mut coverage = self.coverage.clone();
+        coverage.unknown_frees = self.stream.as_ref().map_or(0, Stream::unknown_frees);
         let advice = (!self.runs.is_empty()).then(|| {
             let mut outcomes: Vec<Outcome> = self
                 .runs
@@ -418,7 +430,7 @@ impl Live {
             }
         });
         LiveAdvice {
-            coverage: self.coverage.clone(),
+            coverage,
             advice: advice.filter(|a| !a.outcomes.is_empty()),
             conf: self.setting.conf.clone(),
         }

@@ -11,9 +11,9 @@
 //! (`App::key_contexts` into [`super::keys`]'s table). Each screen's keys
 //! beside it, in `ui/app/`: `overview.rs` (the process table),
 //! `process.rs` (panes, the timeline's window, the block map),
-//! `overlays.rs` (help, legend, By module, step diff, stacks), `prompt.rs`
-//! (a filter being typed), `commands.rs` (what is sent to a process), and
-//! `clock.rs` (time and frames).
+//! `overlays.rs` (help, legend, By module, step diff, advisor, stacks),
+//! `prompt.rs` (a filter being typed), `commands.rs` (what is sent to a
+//! process), and `clock.rs` (time and frames).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -95,6 +95,17 @@ pub enum Effect {
     /// Rebuild the state at this event of the snapshot file's trace
     /// ([`super::Driver::seek`]); the answer goes to [`App::set_trace`].
     Seek(usize),
+    /// Start the hub's live advisor if it is not running (`host`: the
+    /// processes are this host's, whose environment it may read; false for
+    /// a demo, a replay or a snapshot file), then advise the process `key`;
+    /// a refusal goes to [`App::advise_refused`].
+    Advise {
+        key: ProcessKey,
+        host: bool,
+    },
+    /// Put this text on the user's clipboard (OSC 52 to the terminal,
+    /// [`super::clipboard`]).
+    Copy(String),
 }
 
 /// Write one frame after a delay, then quit.
@@ -455,6 +466,7 @@ impl App {
             Some(Overlay::Legend(_)) => return vec![Context::Always, Context::Legend],
             Some(Overlay::Modules(_)) => return vec![Context::Always, Context::Modules],
             Some(Overlay::StepDiff(_)) => return vec![Context::Always, Context::StepDiff],
+            Some(Overlay::Advisor(_)) => return vec![Context::Always, Context::Advisor],
             Some(Overlay::Stacks) => return vec![Context::Always, Context::Stacks, Context::Trace],
             Some(Overlay::Prompt) | None => {}
         }
@@ -540,6 +552,11 @@ impl App {
             | A::StepDiffNewer
             | A::StepDiffUp
             | A::StepDiffDown
+            | A::Advisor
+            | A::CloseAdvisor
+            | A::AdvisorUp
+            | A::AdvisorDown
+            | A::AdvisorCopy
             | A::TraceStacks
             | A::CloseStacks => self.overlay_act(action),
             A::FilterKeep | A::FilterClear | A::FilterBackspace => self.prompt_act(action),

@@ -132,8 +132,14 @@ pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: us
         })
         .collect();
     let two = area.width >= 78;
+    // Two columns split at the middle, but a section's title never ends
+    // the left one: it goes over with its lines.
+    let mut split = items.len().div_ceil(2);
+    if rows[..split].last().is_some_and(|(_, d, _)| d.is_empty()) {
+        split -= 1;
+    }
     let per_col = if two {
-        items.len().div_ceil(2)
+        split.max(items.len() - split)
     } else {
         items.len()
     };
@@ -158,7 +164,7 @@ pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: us
     if two {
         let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
             .areas(body);
-        let (a, b) = items.split_at(per_col);
+        let (a, b) = items.split_at(split);
         frame.render_widget(Paragraph::new(a.to_vec()).scroll((scroll, 0)), l);
         frame.render_widget(Paragraph::new(b.to_vec()).scroll((scroll, 0)), r);
     } else {

@@ -118,6 +118,16 @@ pub enum Action {
     CloseStacks,
     /// The fleet view: ask Prometheus now.
     Refresh,
+    /// The advisor overlay of the selected process: starts advising it
+    /// (the hub's live advisor) if nothing does yet.
+    Advisor,
+    CloseAdvisor,
+    /// Select the previous / next candidate of the advisor's table.
+    AdvisorUp,
+    AdvisorDown,
+    /// Copy the selected candidate's `PYTORCH_CUDA_ALLOC_CONF=…` line
+    /// (OSC 52, and shown in the footer).
+    AdvisorCopy,
 }
 
 impl Action {
@@ -148,6 +158,8 @@ pub enum Context {
     Modules,
     /// The step diff overlay.
     StepDiff,
+    /// The allocator advisor overlay.
+    Advisor,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
@@ -179,6 +191,7 @@ impl Context {
             Context::Legend => "Legend",
             Context::Modules => "By module",
             Context::StepDiff => "Step diff",
+            Context::Advisor => "Advisor",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
@@ -299,8 +312,8 @@ impl Binding {
 
 use Action as A;
 use Context::{
-    Always, Confirm, Filter, Fleet, FleetList, FleetNode, Global, Help, Legend, Modules, Overview,
-    Process, Report, Stacks, StepDiff, Trace,
+    Advisor, Always, Confirm, Filter, Fleet, FleetList, FleetNode, Global, Help, Legend, Modules,
+    Overview, Process, Report, Stacks, StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -342,6 +355,11 @@ pub const KEYS: &[Binding] = &[
     bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
     bind(StepDiff, &[k(Up), c('k')], A::StepDiffUp),
     bind(StepDiff, &[k(Down), c('j')], A::StepDiffDown),
+    // The advisor overlay (other keys are ignored).
+    bind(Advisor, &[k(Esc), c('A'), c('q')], A::CloseAdvisor),
+    bind(Advisor, &[k(Up), c('k')], A::AdvisorUp),
+    bind(Advisor, &[k(Down), c('j')], A::AdvisorDown),
+    bind(Advisor, &[c('y')], A::AdvisorCopy),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).
@@ -435,6 +453,12 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[c('d')], A::StepDiff)
         .help("d", "step diff: left alive")
         .hint("d", "diff", 10),
+    // Not a process action: the advisor replays what the collector already
+    // reads and sends the process nothing, so it works read-only and in a
+    // replay too.
+    bind(Process, &[c('A')], A::Advisor)
+        .help("A", "allocator setting advice")
+        .hint("A", "advise", 12),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),
@@ -670,5 +694,24 @@ mod tests {
         assert!(A::CaptureStacks.is_process_action());
         let help: Vec<_> = help(Process).collect();
         assert!(help.iter().any(|(k, _, process)| *k == "C" && *process));
+    }
+
+    #[test]
+    fn advisor_keys() {
+        let key = |ch| press(KeyCode::Char(ch), KeyModifiers::SHIFT);
+        assert_eq!(action(&key('A'), &[Global, Process]), Some(A::Advisor));
+        assert_eq!(action(&key('A'), &[Global, Overview]), None);
+        // Its overlay takes the keys: A closes it, y copies, j/k select.
+        let plain = |ch| press(KeyCode::Char(ch), KeyModifiers::NONE);
+        assert_eq!(action(&key('A'), &[Advisor]), Some(A::CloseAdvisor));
+        assert_eq!(action(&plain('y'), &[Advisor]), Some(A::AdvisorCopy));
+        assert_eq!(action(&plain('j'), &[Advisor]), Some(A::AdvisorDown));
+        let esc = press(Esc, KeyModifiers::NONE);
+        assert_eq!(action(&esc, &[Always, Advisor]), Some(A::CloseAdvisor));
+        // It sends the process nothing: on in read-only mode and replays,
+        // listed in the help and the footer.
+        assert!(!A::Advisor.is_process_action());
+        assert!(help(Process).any(|(k, _, process)| k == "A" && !process));
+        assert!(footer(&[Process], true, false).iter().any(|h| h.key == "A"));
     }
 }

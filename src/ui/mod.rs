@@ -15,6 +15,10 @@
 //!   its answer comes back as `CommandDone` ([`send_command`]); unless the
 //!   [`Driver`] refuses every command ([`Driver::refusal`]: `--readonly`, a
 //!   recording played back, a snapshot file), when that is the answer;
+//! - the hub's live advisor: `A` ([`Effect::Advise`]) starts it on the
+//!   hub and has it advise the selected process; its advice arrives in
+//!   the snapshots (`ProcessEntry::advice`), and `y` copies a setting
+//!   through the terminal ([`Effect::Copy`], OSC 52, written by the shell);
 //! - the [`Driver`]'s [`Driver::on_signal`] callback sends `Signal`
 //!   (SIGINT, SIGTERM, SIGHUP);
 //! - the keyboard and mouse: the shell's thread blocked in crossterm's reader
@@ -45,15 +49,19 @@
 //! what it draws: [`overview`], [`process`] (with [`timeline`],
 //! [`blockmap`], [`stats`], [`events`], [`diagnosis`]), [`bars`] (header,
 //! demo caption, footer), [`help`], [`legend`], [`popup`], [`attribution`]
-//! (the "By module" overlay), [`stepdiff`] (the step diff overlay).
+//! (the "By module" overlay), [`stepdiff`] (the step diff overlay),
+//! [`advisor`] (the allocator advisor overlay; [`clipboard`] copies its
+//! line through the terminal).
 //! [`layout`] places them (pure geometry); [`rows`] the overview's rows;
 //! [`theme`] owns colours and glyphs; [`svg`] writes screenshots;
 //! [`fixtures`] builds deterministic snapshots for tests.
 
+pub(crate) mod advisor;
 pub mod app;
 pub(crate) mod attribution;
 pub(crate) mod bars;
 pub mod blockmap;
+pub(crate) mod clipboard;
 pub mod diagnosis;
 pub(crate) mod events;
 #[cfg(any(test, feature = "fixtures"))]
@@ -340,6 +348,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
         (Some(Overlay::StepDiff(d)), Screen::Process) => {
             if let Some(e) = app.selected_entry() {
                 stepdiff::render(frame, areas.body, &e.view, &d, t);
+            }
+        }
+        (Some(Overlay::Advisor(v)), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                advisor::render(frame, areas.body, e.advice.as_ref(), &v, t);
             }
         }
         _ => {}

@@ -13,8 +13,8 @@ use ratatui::Frame;
 
 use super::app::{App, AppEvent, Effect, Shot};
 use super::shell::{Screen, Shell, Wake};
-use super::{send_command, DemoHandle, Driver};
-use crate::collect::{Hub, Snapshot};
+use super::{clipboard, send_command, DemoHandle, Driver};
+use crate::collect::{Hub, Snapshot, ADVISOR_CPU_SHARE};
 
 pub use super::shell::FALLBACK_SIZE;
 
@@ -28,6 +28,9 @@ pub(crate) struct Dashboard {
     /// A `Changed` is queued (or held back by App), and no snapshot was
     /// taken since: the hub queues no more.
     changed: Arc<AtomicBool>,
+    /// Bytes for the terminal itself (OSC 52), written by the shell
+    /// before the next frame.
+    to_terminal: Vec<u8>,
 }
 
 impl Dashboard {
@@ -58,6 +61,7 @@ impl Dashboard {
             demo,
             tx,
             changed,
+            to_terminal: Vec::new(),
         }
     }
 
@@ -94,6 +98,21 @@ impl Dashboard {
                         self.app.set_trace(Some(s));
                         refresh = true;
                     }
+                }
+                Effect::Advise { key, host } => {
+                    // The advisor's worker starts once, on the first `A`
+                    // (nothing is replayed before anyone asks), within its
+                    // share of a core; then this process joins it.
+                    self.hub
+                        .enable_advisor(false, host, Some(ADVISOR_CPU_SHARE));
+                    if let Err(why) = self.hub.advise(key) {
+                        self.app.advise_refused(key, &why);
+                    }
+                    refresh = true;
+                }
+                Effect::Copy(text) => {
+                    self.to_terminal
+                        .extend_from_slice(clipboard::osc52(&text).as_bytes());
                 }
                 Effect::DemoTogglePause => {
                     if let Some(d) = &self.demo {
@@ -165,5 +184,72 @@ impl Screen for Dashboard {
 
     fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
         self.app.frame_drawn(now_ns)
+    }
+
+    fn take_terminal_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.to_terminal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+
+    use super::*;
+    use crate::ui::fixtures::{app_with, Fixture};
+    use crate::ui::{AppConfig, Overlay, ShellOptions};
+
+    /// A driver whose processes may be sent commands (none are here).
+    struct Local;
+
+    impl Driver for Local {
+        fn refusal(&self) -> Option<&str> {
+            None
+        }
+        fn on_signal(&self, _f: Box<dyn Fn() + Send + Sync>) {}
+    }
+
+    fn key(c: char) -> AppEvent {
+        AppEvent::Input(Event::Key(KeyEvent::new(
+            KeyCode::Char(c),
+            KeyModifiers::NONE,
+        )))
+    }
+
+    /// `A` starts the hub's advisor and advises the process; the hub
+    /// refuses one its model does not follow, and the footer says why.
+    /// `y` leaves the OSC 52 sequence for the shell to write.
+    #[test]
+    fn the_loop_advises_through_the_hub_and_copies_through_the_terminal() {
+        let fx = Fixture::new(2);
+        let mut app = app_with(&fx, AppConfig::default(), 80, 24);
+        app.overview.selected = Some(app.snap.processes[0].key());
+        app.open();
+        let shell = Shell::new(ShellOptions {
+            size: Some((80, 24)),
+            ..ShellOptions::default()
+        });
+        let hub = Arc::new(Hub::default());
+        let mut d = Dashboard::new(app, hub.clone(), Arc::new(Local), None, &shell);
+        assert!(d.apply(key('A')));
+        assert_eq!(d.app.overlay, None);
+        let said = d.app.message.clone().unwrap_or_default();
+        assert!(
+            said.starts_with("advisor: ") && said.contains("not followed"),
+            "{said}"
+        );
+        assert!(d.take_terminal_bytes().is_empty());
+        // With advice to copy: `y` hands the shell the OSC 52 sequence.
+        let mut snap = (*d.app.snap).clone();
+        snap.processes[0].advice = Some(crate::ui::advisor::tests::advice());
+        d.app.set_snapshot(snap);
+        assert!(!d.apply(key('A')));
+        assert!(matches!(d.app.overlay, Some(Overlay::Advisor(_))));
+        assert!(!d.apply(key('y')));
+        assert_eq!(
+            d.take_terminal_bytes(),
+            clipboard::osc52("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512").into_bytes()
+        );
+        assert!(d.take_terminal_bytes().is_empty());
     }
 }

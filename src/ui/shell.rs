@@ -85,6 +85,12 @@ pub(crate) trait Screen {
     /// as, if one was asked for (the answer comes back as
     /// [`Wake::ScreenshotWritten`]).
     fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot>;
+    /// Bytes for the terminal itself rather than the screen (an OSC 52
+    /// copy to the clipboard), written as they are between two frames;
+    /// without a terminal they are dropped.
+    fn take_terminal_bytes(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// How the shell runs, for every screen.
@@ -198,6 +204,7 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
             if self.done(screen) {
                 return Ok(());
             }
+            out.write_raw(&screen.take_terminal_bytes())?;
             if screen.should_draw(monotonic_ns()) {
                 if let Some(written) = out.draw(screen, &mut shots)? {
                     screen.wake(vec![Wake::ScreenshotWritten(written).into()]);
@@ -269,6 +276,18 @@ impl Output {
             term,
             _guard: guard,
         })
+    }
+
+    /// `bytes` to the terminal as they are, outside any frame (nowhere
+    /// without one).
+    fn write_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        if let (Output::Tty { term, .. }, false) = (self, bytes.is_empty()) {
+            let out = term.backend_mut();
+            out.write_all(bytes)?;
+            out.flush()?;
+        }
+        Ok(())
     }
 
     /// Columns and rows.

@@ -79,6 +79,8 @@ pub enum Overlay {
     Modules(super::attribution::ModulesView),
     /// What an earlier step left alive (`d`).
     StepDiff(super::stepdiff::StepDiffView),
+    /// The allocator advisor's advice for the selected process (`A`).
+    Advisor(super::advisor::AdvisorView),
     /// The stacks of a snapshot file's event (`t`; its stepping keys still
     /// count).
     Stacks,

@@ -112,6 +112,10 @@ class Steps:
                     "steps": len(self.times),
                     "seconds": self.times[-1] - self.times[0] if self.times else 0,
                     "pid": os.getpid(),
+                    "peak_reserved": torch.cuda.max_memory_reserved(),
+                    "peak_allocated": torch.cuda.max_memory_allocated(),
+                    "reserved": torch.cuda.memory_reserved(),
+                    "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
                 },
                 f,
             )

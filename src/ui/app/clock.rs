@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use super::{
-    App, Effect, Screen, Shot, IDLE_AFTER_NS, IDLE_TICK_NS, MIN_FRAME_NS, PID_WAIT_NS, TICK_NS,
+    App, Effect, Overlay, Screen, Shot, IDLE_AFTER_NS, IDLE_TICK_NS, MIN_FRAME_NS, PID_WAIT_NS,
+    TICK_NS,
 };
 use crate::collect::Snapshot;
 use crate::text::format;
@@ -74,6 +75,12 @@ impl App {
             self.clock.next_tick_ns = now + if idle { IDLE_TICK_NS } else { TICK_NS };
             if self.age_label() != self.redraw.label {
                 self.dirty = true;
+            }
+            // The advisor publishes its advice on its own thread without
+            // telling the hub's listeners: a quiet job's (a replay at its
+            // end) would never show. While its overlay is up, look again.
+            if matches!(self.overlay, Some(Overlay::Advisor(_))) {
+                fx.push(Effect::Refresh);
             }
         }
         if self.message.is_some() && now >= self.message_until_ns {
