@@ -218,3 +218,52 @@ fn advise_pid_follows_a_running_job_from_its_start() {
         "{v}"
     );
 }
+
+/// A job already running when the advisor begins (`A`, `advise PID`): the
+/// recorded Lightning job played through a hub, advised from a point in
+/// its middle. It starts from the tensors the model holds then; every
+/// later free finds its tensor (those freed while the candidates are
+/// chosen too), so the job's own setting never holds more than the job
+/// did: its allocated peak is the job's.
+#[test]
+fn a_job_advised_from_mid_run_holds_what_it_held() {
+    use vramscope::collect::Hub;
+    use vramscope::input::Input;
+    use vramscope::model::ViewOptions;
+    use vramscope::recording::Replayer;
+
+    let rec = recording(&dir("closure"), "lightning");
+    let mut r = Replayer::open(rec.path()).unwrap();
+    let hub = Hub::default();
+    hub.enable_advisor(false, false, None);
+    let (mut n, mut advised) = (0, None);
+    while let Some((_, input)) = r.next_input().unwrap() {
+        let key = match &input {
+            Input::Events(b) => Some(b.key),
+            _ => None,
+        };
+        hub.apply(input);
+        n += 1;
+        if let (Some(k), None, true) = (key, advised, n >= 40) {
+            hub.advise(k).unwrap();
+            advised = Some(k);
+        }
+    }
+    hub.advisor_flush(std::time::Duration::from_secs(60));
+    let key = advised.expect("advised");
+    let snap = hub.snapshot(&ViewOptions::default());
+    let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
+    let a = p.advice.as_ref().unwrap();
+    let c = &a.coverage;
+    assert!(!c.from_start && c.held > 0 && c.steps >= 20, "{c:?}");
+    assert_eq!(c.unknown_frees, 0, "{c:?}");
+    let advice = a.advice.as_ref().unwrap();
+    let own = advice.outcomes.iter().find(|o| o.candidate.own).unwrap();
+    assert_eq!(own.totals.allocated_peak.hi, p.view.figures.peak_allocated);
+    // Reserved from a fresh placement of what it held: near the job's.
+    let (sim, real) = (
+        own.totals.reserved_peak.hi as f64,
+        p.view.figures.peak_reserved as f64,
+    );
+    assert!((sim / real - 1.0).abs() < 0.10, "{sim} vs {real}");
+}

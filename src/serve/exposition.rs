@@ -181,7 +181,7 @@ const P_OOM_SECONDS: Def = gauge(
 );
 const P_ADVICE_SAVING: Def = gauge(
     "vramscope_process_advice_saving_bytes",
-    "The live advisor's recommendation (serve --advise): bytes of peak reserved memory the setting in the conf label saves against the job's own, replaying the job's requests from where the advisor began; conf=\"\" and 0 where the job's own setting is best; absent until the advisor has chosen its candidates.",
+    "The live advisor's recommendation (serve --advise): bytes of peak reserved memory the setting in the conf label saves against the job's own, replaying the job's requests from where the advisor began (negative where it trades memory for fewer out-of-memory errors); conf=\"\" and 0 where the job's own setting is best; absent until the advisor has chosen its candidates.",
 );
 const P_ADVICE_OOMS: Def = gauge(
     "vramscope_process_advice_ooms",
@@ -542,7 +542,7 @@ fn advice(out: &mut Out, l: &Labels, a: &crate::sim::live::LiveAdvice) {
     out.put(
         &P_ADVICE_SAVING,
         &l.with("conf", best_conf.clone()),
-        Value::U(saving),
+        Value::I(saving),
     );
     if let Some(own) = advice.outcomes.iter().find(|o| o.candidate.own) {
         let own_l = l

@@ -235,17 +235,19 @@ pub fn summary(a: &LiveAdvice) -> String {
         Some((best, saving)) => {
             let own = advice.outcomes.iter().find(|o| o.candidate.own);
             let own_peak = own.map_or(0, |o| o.totals.reserved_peak.hi).max(1);
+            let own_ooms = own.map_or(0, |o| o.totals.ooms.hi);
             let what = if saving > 0 {
                 format!(
                     "saves {} ({}) of peak reserved",
-                    bytes(saving),
+                    bytes(saving as u64),
                     percent(saving as f64 / own_peak as f64)
                 )
             } else {
                 format!(
-                    "{} OOMs instead of {}",
+                    "{} OOMs instead of {}, peak reserved {}",
                     best.totals.ooms.hi,
-                    own.map_or(0, |o| o.totals.ooms.hi)
+                    own_ooms,
+                    signed_bytes(-saving)
                 )
             };
             format!("{}: {what}", env_line(&best.candidate.conf))
