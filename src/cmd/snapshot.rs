@@ -189,10 +189,10 @@ pub fn table(s: &Snapshot) -> String {
         let (_, verdict) = diagnosis::verdict_text(leak, &p.view.leak_criterion);
         let _ = writeln!(o, "        {verdict}");
         let _ = writeln!(o, "        {}", diagnosis::steps_text(leak));
+        if let Some(f) = &p.view.forecast {
+            let _ = writeln!(o, "        {}", diagnosis::forecast_text(f));
+        }
         if leak.flagged {
-            if let Some(f) = &p.view.forecast {
-                let _ = writeln!(o, "        {}", diagnosis::forecast_text(f));
-            }
             for text in diagnosis::origins_text(leak, " <- ") {
                 let _ = writeln!(o, "        {text}");
             }

@@ -1,5 +1,8 @@
-//! The out-of-memory forecast: when a leak is flagged, the step at which
-//! the job's allocator would run out, projected from its measured growth.
+//! The out-of-memory forecast: when a leak is flagged, or reserved memory
+//! grew at every one of the last [`GROWING_STEPS`] step boundaries (a
+//! cache that keeps growing: fragmentation, growing shapes), the step at
+//! which the job's allocator would run out, projected from its measured
+//! growth.
 //!
 //! Each step leaves `growth` more bytes live (the leak detector's floor
 //! slope); a leaked block outlives the step, so the cache cannot reuse its
@@ -13,6 +16,21 @@
 //! [`Forecast`] out; refreshed at every view as steps pass.
 
 use serde::{Deserialize, Serialize};
+
+/// Step boundaries in a row at each of which reserved memory must have
+/// grown for a forecast without a flagged leak.
+pub const GROWING_STEPS: usize = 8;
+
+/// Why a forecast is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A leak is flagged.
+    #[default]
+    Leak,
+    /// Reserved memory grew at each of the last [`GROWING_STEPS`] steps.
+    ReservedGrowth,
+}
 
 /// When the job would run out of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -35,6 +53,9 @@ pub struct Forecast {
     /// The request most likely to fail: the step's largest (None when
     /// not known).
     pub request: Option<u64>,
+    /// Why the forecast is made.
+    #[serde(default)]
+    pub cause: Cause,
 }
 
 /// What the forecast is made from.
@@ -52,6 +73,7 @@ pub struct Inputs {
     /// Nanoseconds per step.
     pub step_ns: Option<f64>,
     pub request: Option<u64>,
+    pub cause: Cause,
 }
 
 /// The forecast, when there is growth and a limit above reserved.
@@ -81,7 +103,17 @@ pub fn forecast(i: &Inputs) -> Option<Forecast> {
         growth_per_step: i.growth_per_step as u64,
         fraction: !whole,
         request: i.request,
+        cause: i.cause,
     })
+}
+
+/// Whether the last [`GROWING_STEPS`] boundaries of `reserved` (bytes at
+/// each step boundary, oldest first) each rose above the one before.
+pub fn keeps_growing(reserved: &[u64]) -> bool {
+    reserved.len() > GROWING_STEPS
+        && reserved[reserved.len() - GROWING_STEPS - 1..]
+            .windows(2)
+            .all(|w| w[1] > w[0])
 }
 
 #[cfg(test)]
@@ -100,6 +132,7 @@ mod tests {
             non_pytorch: Some(500 * MIB),
             step_ns: Some(50e6),
             request: Some(32 * MIB),
+            cause: Cause::Leak,
         })
         .unwrap();
         // 1000 MiB of room, less the 32 MiB request's segment, 32 MiB a
@@ -153,5 +186,20 @@ mod tests {
         })
         .unwrap();
         assert_eq!((over.steps_left, over.oom_step), (0, 1));
+    }
+
+    #[test]
+    fn reserved_keeps_growing_only_when_every_one_of_the_last_steps_rose() {
+        let rising: Vec<u64> = (0..12).map(|i| 100 + i * 10).collect();
+        assert!(keeps_growing(&rising));
+        // Too few boundaries.
+        assert!(!keeps_growing(&rising[..GROWING_STEPS]));
+        // One flat step among the last ones.
+        let mut flat = rising.clone();
+        flat[10] = flat[9];
+        assert!(!keeps_growing(&flat));
+        // A plateau after growth (a cache that warmed up): none.
+        let plateau: Vec<u64> = (0..20).map(|i| 100 + i.min(10) * 10).collect();
+        assert!(!keeps_growing(&plateau));
     }
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use super::attrib::{self, Definitions, StepClock};
 use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
 use super::eventlog::{EventLog, LetGo};
+use super::forecast::{self, Cause};
 use super::leak::{LeakDetector, LeakReport};
 use super::roles::{self, Role, RoleTable};
 use super::rules;
@@ -858,18 +859,23 @@ impl Process {
     }
 
     /// The leak verdict at `now_ns`.
-    /// The out-of-memory forecast, while a leak is flagged and the producer
-    /// said its memory limit: for the device with the most reserved that
-    /// has one.
+    /// The out-of-memory forecast, while a leak is flagged or reserved
+    /// memory keeps growing step after step, and the producer said its
+    /// memory limit: for the device with the most reserved that has one.
     fn forecast(
         &self,
         devs: &[DeviceFigures],
         figures: &ProcessFigures,
         leak: &LeakReport,
     ) -> Option<crate::model::forecast::Forecast> {
-        if !leak.flagged {
+        let r: Vec<u64> = self.step_reserved.iter().copied().collect();
+        let cause = if leak.flagged {
+            Cause::Leak
+        } else if forecast::keeps_growing(&r) {
+            Cause::ReservedGrowth
+        } else {
             return None;
-        }
+        };
         let (reserved, limit) = devs
             .iter()
             .filter_map(|d| Some((d.reserved, *self.limits.get(&d.device)?)))
@@ -882,7 +888,6 @@ impl Process {
         // segments, a staircase whose ends alone would swing the slope, and
         // whose latest stair would swing the start; the fitted line gives
         // both (from 16 boundaries on).
-        let r = &self.step_reserved;
         let (reserved_slope, fitted) = if r.len() >= 16 {
             let n = r.len() as f64;
             let mx = (n - 1.0) / 2.0;
@@ -896,6 +901,12 @@ impl Process {
                 });
             let slope = sxy / sxx;
             (slope, Some((my + slope * (n - 1.0 - mx)).max(0.0) as u64))
+        } else if cause == Cause::ReservedGrowth {
+            // Fewer boundaries than a fit needs: the rise over the last
+            // GROWING_STEPS of them.
+            let n = forecast::GROWING_STEPS;
+            let rise = r[r.len() - 1].saturating_sub(r[r.len() - 1 - n]);
+            (rise as f64 / n as f64, None)
         } else {
             (0.0, None)
         };
@@ -908,6 +919,7 @@ impl Process {
             non_pytorch: figures.non_pytorch.and_then(|b| u64::try_from(b).ok()),
             step_ns: self.leak.step_period_ns(),
             request,
+            cause,
         })
     }
 

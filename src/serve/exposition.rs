@@ -173,11 +173,11 @@ const P_LEAK_GROWTH: Def = gauge(
 );
 const P_OOM_STEP: Def = gauge(
     "vramscope_process_oom_forecast_step",
-    "While a leak is flagged: the step at which the allocator would run out of memory, projected from the leak's growth against the memory limit the agent states (the device's memory times the memory fraction); absent otherwise.",
+    "While a leak is flagged, or reserved memory grew at each of the last 8 step boundaries: the step at which the allocator would run out of memory, projected from that growth against the memory limit the agent states (the device's memory times the memory fraction); absent otherwise.",
 );
 const P_OOM_SECONDS: Def = gauge(
     "vramscope_process_oom_forecast_seconds",
-    "While a leak is flagged: seconds until that step at the measured step period; absent otherwise.",
+    "While vramscope_process_oom_forecast_step is given: seconds until that step at the measured step period; absent otherwise.",
 );
 const P_ADVICE_SAVING: Def = gauge(
     "vramscope_process_advice_saving_bytes",

@@ -284,8 +284,16 @@ pub fn forecast_text(f: &crate::model::forecast::Forecast) -> String {
         .request
         .map(|r| format!("; the {} allocation would fail", bytes(r)))
         .unwrap_or_default();
+    let why = match f.cause {
+        crate::model::forecast::Cause::Leak => String::new(),
+        crate::model::forecast::Cause::ReservedGrowth => format!(
+            "Reserved memory grew at each of the last {} steps (no leak flagged): ",
+            crate::model::forecast::GROWING_STEPS
+        ),
+    };
     format!(
-        "Out of memory at about step {}{when}: reserved {} of the {} {of}, +{} a step{request}.",
+        "{why}{}ut of memory at about step {}{when}: reserved {} of the {} {of}, +{} a step{request}.",
+        if why.is_empty() { "O" } else { "o" },
         f.oom_step,
         bytes(f.reserved),
         bytes(f.limit),
@@ -305,12 +313,12 @@ fn leak_lines(v: &crate::model::ProcessView, t: &Theme, out: &mut Vec<Line<'stat
     if let Some(runs) = runs_text(l) {
         out.push(Line::styled(runs, t.dim()));
     }
+    if let Some(f) = &v.forecast {
+        out.push(Line::styled(forecast_text(f), t.alert()));
+    }
     if !l.flagged {
         out.push(Line::styled(criterion_text(&v.leak_criterion), t.dim()));
         return;
-    }
-    if let Some(f) = &v.forecast {
-        out.push(Line::styled(forecast_text(f), t.alert()));
     }
     if !l.origins.is_empty() {
         out.push(Line::styled(
@@ -411,6 +419,32 @@ fn oom_lines(o: &OomRecord, total: u64, now: u64, t: &Theme, out: &mut Vec<Line<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forecast_says_why_it_is_made() {
+        use crate::model::forecast::{Cause, Forecast};
+        const MIB: u64 = 1 << 20;
+        let mut f = Forecast {
+            oom_step: 57,
+            steps_left: 20,
+            in_ns: None,
+            limit: 2048 * MIB,
+            reserved: 1024 * MIB,
+            growth_per_step: 50 * MIB,
+            fraction: true,
+            request: None,
+            cause: Cause::Leak,
+        };
+        assert_eq!(
+            forecast_text(&f),
+            "Out of memory at about step 57: reserved 1.00 GiB of the 2.00 GiB the memory fraction allows, +50.0 MiB a step."
+        );
+        f.cause = Cause::ReservedGrowth;
+        assert_eq!(
+            forecast_text(&f),
+            "Reserved memory grew at each of the last 8 steps (no leak flagged): out of memory at about step 57: reserved 1.00 GiB of the 2.00 GiB the memory fraction allows, +50.0 MiB a step."
+        );
+    }
 
     #[test]
     fn a_leak_found_by_its_survivors_alone_says_so() {

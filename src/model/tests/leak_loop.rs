@@ -443,3 +443,58 @@ fn a_flagged_leak_forecasts_the_step_it_runs_out_at() {
         "{first:?} {last:?}"
     );
 }
+
+/// A loop whose activations grow every step (a sequence length that keeps
+/// rising): nothing outlives its step, so no leak is flagged, but the
+/// cache cannot reuse the smaller blocks and reserved memory rises at
+/// every boundary. Under a stated limit it is forecast, and says why; the
+/// same loop at one size is not.
+#[test]
+fn reserved_memory_that_grows_every_step_is_forecast_without_a_leak() {
+    let limit = 2048 * MIB;
+    for growing in [true, false] {
+        let mut m = synced_model();
+        let mut r = RefAlloc::new();
+        r.alloc(64 * MIB); // weights
+        let ev = r.ev.at(EventKind::Marker {
+            value: limit,
+            source: MarkSource::MemoryLimit {
+                device: 0,
+                whole_device: false,
+            },
+        });
+        r.out.push(ev);
+        let mut first = None;
+        for step in 0..40u64 {
+            let ev = r.ev.at(EventKind::Marker {
+                value: step,
+                source: MarkSource::User,
+            });
+            r.out.push(ev);
+            let size = if growing {
+                (30 + 2 * step) * MIB
+            } else {
+                30 * MIB
+            };
+            let a = r.alloc(size);
+            r.free(a);
+            feed(&mut m, &r.take());
+            let v = m.view(u64::MAX / 2, &ViewOptions::default());
+            let p = &v.processes[0];
+            assert!(!p.leak.flagged, "step {step}: {:?}", p.leak);
+            if let (Some(f), None) = (p.forecast, first) {
+                first = Some((step, f));
+            }
+        }
+        match (growing, first) {
+            (true, Some((step, f))) => {
+                assert_eq!(f.cause, crate::model::forecast::Cause::ReservedGrowth);
+                // Four steps of warm-up, then nine boundaries that rose.
+                assert!(step <= 15, "first forecast at step {step}");
+                assert!(f.growth_per_step > 0 && f.oom_step > step, "{f:?}");
+            }
+            (false, None) => {}
+            other => panic!("growing {growing}: {other:?}"),
+        }
+    }
+}
