@@ -134,52 +134,28 @@ fn the_snapshot_table_says_what_the_advice_covers() {
     );
 }
 
-/// `vramscope advise PID` on a running job (this test process writing the
-/// simulator's allocator events into a real segment), watched from its
-/// first allocation: it follows six steps, then answers with the advice,
-/// the job's own replay checked against the samples it sent.
-#[test]
-fn advise_pid_follows_a_running_job_from_its_start() {
+/// Writes the simulator's allocator events into `seg` as a training job
+/// would (parameters, then steps of activations allocated and freed, a
+/// statistics sample and a step marker each), one step every 100 ms,
+/// from 1.5 s after it is called until `child` exits (at most 50 s).
+fn job_until(seg: &vramscope::ring::SegmentWriter, child: &mut std::process::Child) {
     use vramscope::event::{EventKind, MarkSource};
-    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
     use vramscope::sim::{SimAllocator, SimConfig};
 
-    let dir = tempfile::tempdir().unwrap();
-    let seg = SegmentWriter::create(&SegmentConfig::new(
-        dir.path(),
-        Producer::TorchExact,
-        1,
-        1 << 16,
-    ))
-    .unwrap();
-    let mut child = vramscope()
-        .args(["advise", &std::process::id().to_string(), "--steps", "6"])
-        .args(["--json", "--no-nvml", "--seconds", "60", "--shm-dir"])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The job starts once `advise` has had time to find its segment.
+    // The job starts once the watcher has had time to find its segment.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let mut a = SimAllocator::new(SimConfig {
         capacity: 8 << 30,
         ..SimConfig::default()
     });
     let mut ev = Vec::new();
-    let mut params = Vec::new();
     let started = std::time::Instant::now();
     let mut step = 0u64;
-    let write = |ev: &mut Vec<vramscope::event::Event>| {
-        for e in ev.drain(..) {
-            common::write_at(&seg, 0, e.kind, e.time_ns);
-        }
-    };
     while child.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 50 {
         a.set_time(vramscope::ring::monotonic_ns());
         if step == 0 {
             for i in 0..10u64 {
-                params.push(a.malloc((i % 4 + 1) << 21, 0, &mut ev).unwrap());
+                a.malloc((i % 4 + 1) << 21, 0, &mut ev).unwrap();
             }
         }
         let mut acts = Vec::new();
@@ -194,9 +170,11 @@ fn advise_pid_follows_a_running_job_from_its_start() {
         }
         a.emit_stats(&mut ev);
         step += 1;
-        write(&mut ev);
+        for e in ev.drain(..) {
+            common::write_at(seg, 0, e.kind, e.time_ns);
+        }
         common::write(
-            &seg,
+            seg,
             0,
             EventKind::Marker {
                 source: MarkSource::User,
@@ -205,8 +183,17 @@ fn advise_pid_follows_a_running_job_from_its_start() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let out = succeeded(child.wait_with_output().unwrap());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+}
+
+fn job_segment(dir: &Path) -> vramscope::ring::SegmentWriter {
+    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+    SegmentWriter::create(&SegmentConfig::new(dir, Producer::TorchExact, 1, 1 << 16)).unwrap()
+}
+
+/// The advice a watcher printed as JSON (`advise PID --json`'s object, or
+/// the advised process's `advice` in `snapshot --json`): from the job's
+/// start, its own replay checked against every sample it sent.
+fn check_from_start(v: &Value) {
     let cov = &v["coverage"];
     assert_eq!(cov["from_start"], true, "{v}");
     assert!(cov["steps"].as_u64().unwrap() >= 6, "{cov}");
@@ -217,6 +204,56 @@ fn advise_pid_follows_a_running_job_from_its_start() {
         v["advice"]["outcomes"].as_array().unwrap().len() >= 4,
         "{v}"
     );
+}
+
+/// `vramscope advise PID` on a running job (this test process writing the
+/// simulator's allocator events into a real segment), watched from its
+/// first allocation: it follows six steps, then answers with the advice,
+/// the job's own replay checked against the samples it sent.
+#[test]
+fn advise_pid_follows_a_running_job_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = job_segment(dir.path());
+    let mut child = vramscope()
+        .args(["advise", &std::process::id().to_string(), "--steps", "6"])
+        .args(["--json", "--no-nvml", "--seconds", "60", "--shm-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    job_until(&seg, &mut child);
+    let out = succeeded(child.wait_with_output().unwrap());
+    check_from_start(&serde_json::from_slice(&out.stdout).unwrap());
+}
+
+/// `snapshot --advise --for 4 --json`: the advice of a job that started
+/// while it watched, in the process's `advice`.
+#[test]
+fn snapshot_advise_has_the_advice_in_its_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = job_segment(dir.path());
+    let mut child = vramscope()
+        .args([
+            "snapshot",
+            "--advise",
+            "--for",
+            "4",
+            "--json",
+            "--no-nvml",
+            "--shm-dir",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    job_until(&seg, &mut child);
+    let out = succeeded(child.wait_with_output().unwrap());
+    let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &snap["processes"][0];
+    assert_eq!(p["identity"]["host_pid"], std::process::id(), "{snap}");
+    check_from_start(&p["advice"]);
 }
 
 /// A job already running when the advisor begins (`A`, `advise PID`): the

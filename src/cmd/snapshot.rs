@@ -18,6 +18,7 @@ use super::value::{Seconds, TermSize};
 use super::{NvmlFlag, ShmFlag};
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("time").args(["watch_for", "watch"]).multiple(true)))]
 pub struct Args {
     /// JSON instead of a table.
     #[arg(long)]
@@ -31,6 +32,11 @@ pub struct Args {
     /// verdict needs the steps seen in that time (at least 8).
     #[arg(long = "for", allow_negative_numbers = true, value_name = "SECS")]
     watch_for: Option<Seconds>,
+    /// Run the live advisor on every process while watching (with --for or
+    /// --watch): each one's recommended setting and saving under it, and
+    /// as `advice` in the JSON.
+    #[arg(long, requires = "time")]
+    advise: bool,
     /// Look again every this many seconds, until Ctrl-C (a table, or one
     /// JSON document per line).
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
@@ -53,6 +59,11 @@ pub fn run(args: Args) -> Result<()> {
     let dir = args.shm.dir();
     std::fs::read_dir(&dir).with_context(|| format!("segment directory {}", dir.display()))?;
     let mut collector = Collector::new(super::collect_config(&args.shm, &args.nvml, None));
+    if args.advise {
+        collector
+            .hub()
+            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+    }
     let rt = super::runtime()?;
     if let Some(secs) = args.watch_for {
         rt.block_on(collector.look(Duration::from_secs(1)));
