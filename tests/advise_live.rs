@@ -212,45 +212,34 @@ fn check_from_start(v: &Value) {
 /// the job's own replay checked against the samples it sent.
 #[test]
 fn advise_pid_follows_a_running_job_from_its_start() {
+    let pid = std::process::id().to_string();
+    let out = watching_a_job(&["advise", &pid, "--steps", "6", "--json", "--seconds", "60"]);
+    check_from_start(&serde_json::from_slice(&out).unwrap());
+}
+
+/// What `vramscope ARGS --no-nvml --shm-dir DIR` prints while this process
+/// runs the stand-in job in DIR ([`job_until`]), until it exits.
+fn watching_a_job(args: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let seg = job_segment(dir.path());
     let mut child = vramscope()
-        .args(["advise", &std::process::id().to_string(), "--steps", "6"])
-        .args(["--json", "--no-nvml", "--seconds", "60", "--shm-dir"])
+        .args(args)
+        .args(["--no-nvml", "--shm-dir"])
         .arg(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     job_until(&seg, &mut child);
-    let out = succeeded(child.wait_with_output().unwrap());
-    check_from_start(&serde_json::from_slice(&out.stdout).unwrap());
+    succeeded(child.wait_with_output().unwrap()).stdout
 }
 
 /// `snapshot --advise --for 4 --json`: the advice of a job that started
 /// while it watched, in the process's `advice`.
 #[test]
 fn snapshot_advise_has_the_advice_in_its_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let seg = job_segment(dir.path());
-    let mut child = vramscope()
-        .args([
-            "snapshot",
-            "--advise",
-            "--for",
-            "4",
-            "--json",
-            "--no-nvml",
-            "--shm-dir",
-        ])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    job_until(&seg, &mut child);
-    let out = succeeded(child.wait_with_output().unwrap());
-    let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = watching_a_job(&["snapshot", "--advise", "--for", "4", "--json"]);
+    let snap: Value = serde_json::from_slice(&out).unwrap();
     let p = &snap["processes"][0];
     assert_eq!(p["identity"]["host_pid"], std::process::id(), "{snap}");
     check_from_start(&p["advice"]);

@@ -37,7 +37,8 @@ struct Inner {
 /// processes it follows.
 struct Advising {
     tap: advisor::Tap,
-    /// Every process (`serve --advise`, `advise PID`), not only those asked.
+    /// Every process (`serve --advise`, `vramscope --advise`, `snapshot
+    /// --advise`, `replay --advise`), not only those asked for.
     all: bool,
     /// The processes' pids are this host's (not a recording's).
     host: bool,
@@ -365,17 +366,11 @@ impl Hub {
     ) -> Snapshot {
         self.with(|inner| {
             let view = inner.model.view_for(now, opts, focus);
-            let advice = inner
-                .advising
+            // The advisor's advice, read under its lock once per snapshot.
+            let results = inner.advising.as_ref().map(|a| a.tap.results.clone());
+            let advice = results
                 .as_ref()
-                .map(|a| {
-                    a.tap
-                        .results
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone()
-                })
-                .unwrap_or_default();
+                .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()));
             let processes = view
                 .processes
                 .into_iter()
@@ -392,7 +387,7 @@ impl Hub {
                             .get(&key)
                             .cloned()
                             .unwrap_or_else(|| Source::unattached(v.mode)),
-                        advice: advice.get(&key).cloned(),
+                        advice: advice.as_ref().and_then(|a| a.get(&key).cloned()),
                         view: v,
                     }
                 })

@@ -198,8 +198,9 @@ pub fn coverage_line(c: &Coverage) -> String {
         "from the job's start".to_string()
     } else {
         format!(
-            "from when the advisor began (the {} tensors held then, {}, placed afresh under each setting)",
+            "from when the advisor began (the {} tensor{} held then, {}, placed afresh under each setting)",
             c.held,
+            if c.held == 1 { "" } else { "s" },
             bytes(c.held_bytes)
         )
     };

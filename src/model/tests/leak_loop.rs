@@ -361,6 +361,19 @@ fn healthy_loops_with_noise_are_never_flagged_in_300_steps() {
     }
 }
 
+/// The producer states a memory limit of `limit` bytes on device 0 (a
+/// memory fraction's: MARKER source 6).
+fn state_limit(r: &mut RefAlloc, limit: u64) {
+    let ev = r.ev.at(EventKind::Marker {
+        value: limit,
+        source: MarkSource::MemoryLimit {
+            device: 0,
+            whole_device: false,
+        },
+    });
+    r.out.push(ev);
+}
+
 /// A loop that keeps 8 MiB a step, under a memory limit the producer
 /// states (MARKER source 6): once the leak is flagged, the view forecasts
 /// the step the allocator runs out at, from the room left over the growth;
@@ -375,14 +388,7 @@ fn a_flagged_leak_forecasts_the_step_it_runs_out_at() {
         let mut r = RefAlloc::new();
         r.alloc(64 * MIB); // weights
         if with_limit {
-            let ev = r.ev.at(EventKind::Marker {
-                value: limit,
-                source: MarkSource::MemoryLimit {
-                    device: 0,
-                    whole_device: false,
-                },
-            });
-            r.out.push(ev);
+            state_limit(&mut r, limit);
         }
         for step in 0..60u64 {
             let ev = r.ev.at(EventKind::Marker {
@@ -456,14 +462,7 @@ fn reserved_memory_that_grows_every_step_is_forecast_without_a_leak() {
         let mut m = synced_model();
         let mut r = RefAlloc::new();
         r.alloc(64 * MIB); // weights
-        let ev = r.ev.at(EventKind::Marker {
-            value: limit,
-            source: MarkSource::MemoryLimit {
-                device: 0,
-                whole_device: false,
-            },
-        });
-        r.out.push(ev);
+        state_limit(&mut r, limit);
         let mut first = None;
         for step in 0..40u64 {
             let ev = r.ev.at(EventKind::Marker {
