@@ -158,7 +158,7 @@ fn primed(events: &[Event], setup: usize) -> Model {
 /// Applies `body` to `p` with every time shifted by `offset`.
 fn apply_shifted(p: &mut Process, body: &[Event], offset: u64) {
     for ev in body {
-        let mut e = ev.clone();
+        let mut e = *ev;
         e.time_ns += offset;
         p.apply(black_box(&e));
     }

@@ -305,7 +305,7 @@ impl Looped {
     fn rewrite(&mut self, e: &Event, now: u64) -> Option<Event> {
         let first = self.round == 0;
         let shift = self.shift();
-        let kind = match e.kind.clone() {
+        let kind = match e.kind {
             EventKind::Alloc { place, addr, size } => {
                 let addr = addr + shift;
                 let place = self.retag(place);
@@ -1708,13 +1708,13 @@ fn stages(events: usize, procs: usize, rec: Option<PathBuf>) {
         for chunk in stream.chunks(5000) {
             let t = Instant::now();
             for x in chunk {
-                std::hint::black_box(x.clone());
+                std::hint::black_box(*x);
             }
             clone_only += t.elapsed();
             let t = Instant::now();
             let mut batch: Vec<(Event, RingPos)> = Vec::new();
             for x in chunk {
-                batch.push(x.clone());
+                batch.push(*x);
             }
             push += t.elapsed();
             let t = Instant::now();

@@ -221,7 +221,7 @@ pub enum Held {
 }
 
 /// One event, timestamped with the writer's `CLOCK_MONOTONIC` in nanoseconds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub time_ns: u64,
     pub kind: EventKind,
@@ -275,7 +275,7 @@ pub struct Stats {
     pub segments: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     /// A tensor asked for `size` bytes and got the block at `addr`
     /// (`size` is the request, not the rounded block).

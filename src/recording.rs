@@ -601,7 +601,7 @@ mod tests {
                         size: 4096,
                     },
                 ),
-                ev(2, stats.clone()),
+                ev(2, stats),
                 ev(
                     3,
                     EventKind::Alloc {

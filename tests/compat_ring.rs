@@ -582,7 +582,7 @@ fn strings_apart(events: &[new::Event]) -> (new_codec::Strings, Vec<new::EventKi
             } => {
                 strings.add(*id, *len, *offset, bytes);
             }
-            k => seen.push(k.clone()),
+            k => seen.push(*k),
         }
     }
     (strings, seen)

@@ -221,3 +221,73 @@ fn truncation_under_load_is_survived() {
     assert!(why.contains("truncated"), "{why}");
     println!("CHILD-OK: {why}");
 }
+
+/// The resident pages of every mapping of `path` in this process, in bytes.
+fn resident_by_mapping(path: &std::path::Path) -> Vec<u64> {
+    let want = std::fs::canonicalize(path).unwrap();
+    let maps = procfs::process::Process::myself().unwrap().smaps().unwrap();
+    maps.into_iter()
+        .filter(|m| matches!(&m.pathname, procfs::process::MMapPath::Path(p) if *p == want))
+        .map(|m| m.extension.map.get("Rss").copied().unwrap_or(0))
+        .collect()
+}
+
+/// Writes four laps of a 4 MiB ring, read as they are written, with the
+/// reader's hot lap set to `hot_lap`; returns the resident bytes of the
+/// reader's mapping and of the writer's.
+fn resident_after_four_laps(hot_lap: Duration) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let slots = 65_536u64;
+    let mut cfg = SegmentConfig::new(dir.path(), Producer::Test, 1, slots);
+    cfg.tag = Some("resident".into());
+    let seg = SegmentWriter::create(&cfg).unwrap();
+    let mut reader = SegmentReader::open(seg.path()).unwrap();
+    reader.set_hot_lap(hot_lap);
+    let ring = seg.ring(1);
+    let mut delivered = 0u64;
+    for i in 0..4 * slots {
+        assert!(ring.write(&record(0, i)));
+        if i % 1000 == 999 {
+            delivered += reader
+                .drain_ring_raw(1, 1 << 20, false, |_, _| {})
+                .delivered;
+        }
+    }
+    delivered += reader
+        .drain_ring_raw(1, 1 << 20, false, |_, _| {})
+        .delivered;
+    assert_eq!(delivered, 4 * slots);
+    let mut rss = resident_by_mapping(seg.path());
+    rss.sort();
+    assert_eq!(
+        rss.len(),
+        2,
+        "the writer's mapping and the reader's: {rss:?}"
+    );
+    let ring_bytes = slots * 64;
+    assert!(rss[1] >= ring_bytes, "the writer holds its ring: {rss:?}");
+    (rss[0], rss[1])
+}
+
+/// A reader lets go of the ring pages it has consumed: after four laps of
+/// a 4 MiB ring the reader's mapping holds well under a lap in its
+/// resident set, while the writer's holds the whole ring. A hot ring (four
+/// laps in well under a second, here) stays mapped instead: remapping it
+/// every lap would cost more than reading it.
+#[test]
+fn a_reader_does_not_keep_the_ring_it_consumed_resident() {
+    let ring_bytes = 65_536 * 64;
+    let (reader, _) = resident_after_four_laps(Duration::ZERO);
+    assert!(
+        reader <= ring_bytes / 4,
+        "the reader holds {} KiB of a {} KiB ring",
+        reader / 1024,
+        ring_bytes / 1024
+    );
+    let (hot, _) = resident_after_four_laps(vramscope::ring::HOT_LAP);
+    assert!(
+        hot >= ring_bytes,
+        "a hot ring stays mapped: {} KiB",
+        hot / 1024
+    );
+}

@@ -5,7 +5,7 @@
 //! problems shown to the user, never crashes. No threads, no commands: the
 //! [`Collector`](super::Collector) drives this and sends the commands.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,7 +43,9 @@ struct Attached {
 #[derive(Default)]
 struct Drained {
     /// Per ring: its events and their positions, in position order.
-    rings: Vec<(VecDeque<Event>, VecDeque<u64>)>,
+    rings: Vec<(Vec<Event>, Vec<u64>)>,
+    /// Per ring, while merging: how many of its records are merged.
+    taken: Vec<usize>,
     /// Per ring: whether it is the agent's.
     agent: Vec<bool>,
     /// The merge's running latest time per ring.
@@ -70,12 +72,13 @@ impl Drained {
             .resize_with(agent.len().max(self.rings.len()), Default::default);
         self.agent.resize(self.rings.len(), false);
         self.latest.resize(self.rings.len(), 0);
+        self.taken.resize(self.rings.len(), 0);
     }
 
     fn push(&mut self, ring: usize, position: u64, e: Event) {
         if let Some((ev, pos)) = self.rings.get_mut(ring) {
-            ev.push_back(e);
-            pos.push_back(position);
+            ev.push(e);
+            pos.push(position);
         }
     }
 
@@ -92,14 +95,34 @@ impl Drained {
     /// events; the time order is for the timeline.) Runs of one ring are
     /// moved at once; nothing is allocated once the buffers have grown.
     fn merge(&mut self) {
+        let mut busy = self
+            .rings
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.0.is_empty());
+        if let (Some((r, _)), None) = (busy.next(), busy.next()) {
+            // One ring had records (the usual tick: the agent's ring writes a
+            // few a second): they are the batch as they are, not copied.
+            let (ev, pos) = &mut self.rings[r];
+            std::mem::swap(&mut self.events, ev);
+            let ring = r as u32;
+            self.at
+                .extend(pos.iter().map(|&position| RingPos { ring, position }));
+            ev.clear();
+            pos.clear();
+            return;
+        }
         self.latest.iter_mut().for_each(|t| *t = 0);
+        self.taken.iter_mut().for_each(|n| *n = 0);
         loop {
             // The ring whose next record comes first, and the key of the
             // first record of any other ring (its run ends before it).
             let mut best: Option<(u64, bool, usize)> = None;
             let mut bound: Option<(u64, bool, usize)> = None;
             for (r, (ev, _)) in self.rings.iter().enumerate() {
-                let Some(first) = ev.front() else { continue };
+                let Some(first) = ev.get(self.taken[r]) else {
+                    continue;
+                };
                 let key = (self.latest[r].max(first.time_ns), self.agent[r], r);
                 if best.is_none_or(|b| key < b) {
                     bound = best;
@@ -109,16 +132,17 @@ impl Drained {
                 }
             }
             let Some((_, agent, r)) = best else { break };
-            let (ev, pos) = &mut self.rings[r];
+            let (ev, pos) = &self.rings[r];
+            let from = self.taken[r];
             let mut t = self.latest[r];
             let n = match bound {
                 None => {
-                    t = ev.iter().fold(t, |t, e| t.max(e.time_ns));
-                    ev.len()
+                    t = ev[from..].iter().fold(t, |t, e| t.max(e.time_ns));
+                    ev.len() - from
                 }
                 Some(bound) => {
                     let mut n = 0;
-                    for e in ev.iter() {
+                    for e in &ev[from..] {
                         let next = t.max(e.time_ns);
                         if (next, agent, r) >= bound {
                             break;
@@ -130,10 +154,18 @@ impl Drained {
                 }
             };
             self.latest[r] = t;
-            self.events.extend(ev.drain(..n));
+            self.taken[r] = from + n;
+            self.events.extend_from_slice(&ev[from..from + n]);
             let ring = r as u32;
-            self.at
-                .extend(pos.drain(..n).map(|position| RingPos { ring, position }));
+            self.at.extend(
+                pos[from..from + n]
+                    .iter()
+                    .map(|&position| RingPos { ring, position }),
+            );
+        }
+        for (ev, pos) in &mut self.rings {
+            ev.clear();
+            pos.clear();
         }
     }
 
@@ -652,6 +684,7 @@ mod tests {
             rings: (0..rings).map(|_| Default::default()).collect(),
             agent: (0..rings as u32).map(agent).collect(),
             latest: vec![0; rings],
+            taken: vec![0; rings],
             ..Drained::default()
         };
         for (e, at) in batch.drain(..) {

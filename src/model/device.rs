@@ -391,6 +391,7 @@ impl DeviceState {
     /// and feed the timelines when the map is trusted.
     #[inline]
     pub(crate) fn after_change(&mut self, t: u64) {
+        self.blocks.tidy();
         self.totals[self.totals_pos] = (self.allocated, self.reserved);
         self.totals_pos = (self.totals_pos + 1) % TOTALS_RING;
         self.peaks.allocated = self.peaks.allocated.max(self.allocated);

@@ -190,8 +190,8 @@ pub struct ModelConfig {
 /// ([`ModelConfig::max_ooms`] × [`ModelConfig::oom_context`]) and floors of
 /// the leak analysis ([`LeakConfig::window_steps`]).
 ///
-/// With the defaults, one device holds at most about 62 MiB (orphans
-/// ≈ 7.5 MiB, blocks ≈ 30 MiB, segments ≈ 6 MiB, the replay buffer of a
+/// With the defaults, one device holds at most about 76 MiB (orphans
+/// ≈ 7.5 MiB, blocks ≤ 44 MiB, segments ≈ 6 MiB, the replay buffer of a
 /// snapshot ≈ 16 MiB, its series ≈ 1.6 MiB), and one process's attribution
 /// definitions at most about 20 MiB (4 MiB of strings, 4 × 65,536 table
 /// entries); real allocators stay far below every bound (a busy training

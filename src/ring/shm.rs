@@ -324,6 +324,33 @@ impl Shared {
         );
     }
 
+    /// Lets go of this process's view of the whole pages inside
+    /// `[off, off + len)`: they leave its resident set, and a later read
+    /// maps them again from the file (their contents stay the file's). A
+    /// reader calls it on ring slots it has consumed, so that the producer's
+    /// ring does not count in the watcher's memory. Ranges outside the
+    /// mapping are cut to it; an error of the call is ignored (the pages
+    /// just stay mapped).
+    pub(crate) fn release(&self, off: usize, len: usize) {
+        let page = page_size();
+        let end = off.saturating_add(len).min(self.len()) / page * page;
+        let start = off.div_ceil(page) * page;
+        if start >= end {
+            return;
+        }
+        // SAFETY: `[start, end)` is page-aligned and inside our mapping. The
+        // mapping is `MAP_SHARED` of a file, so MADV_DONTNEED only drops this
+        // process's page-table entries: the data stays in the file (tmpfs or
+        // the page cache) and the next access maps it again, exactly as the
+        // first one did. No Rust reference into the mapping is invalidated:
+        // every access goes through atomics (`u64_at`, `Slot`) that read the
+        // file's current contents whenever they run.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
+    }
+
     /// The 64-bit word at byte offset `off`.
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
         self.check(off, 8);

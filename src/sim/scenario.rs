@@ -783,10 +783,7 @@ struct StackDefs {
 
 impl StackDefs {
     fn emit(&mut self, kind: EventKind, time_ns: u64, sink: &mut dyn EventSink) {
-        sink.emit(Event {
-            time_ns,
-            kind: kind.clone(),
-        });
+        sink.emit(Event { time_ns, kind });
         self.records.push(kind);
     }
 
@@ -1169,7 +1166,7 @@ impl ScenarioRunner {
         for kind in &self.stack_defs.records {
             sink.emit(Event {
                 time_ns: t,
-                kind: kind.clone(),
+                kind: *kind,
             });
         }
         let id = self.alloc.snapshot(sink);

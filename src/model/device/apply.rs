@@ -318,9 +318,7 @@ impl DeviceState {
 
     /// Tag the blocks in `[from, end)` as belonging to segment `segment`.
     fn retag(&mut self, from: u64, end: u64, segment: u64) {
-        for b in self.blocks.range_mut(from..end).map(|(_, b)| b) {
-            b.segment = segment;
-        }
+        self.blocks.update_range(from..end, |b| b.segment = segment);
     }
 
     // ---- segments ----

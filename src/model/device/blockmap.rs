@@ -1,193 +1,261 @@
-//! The block map of one device: blocks by address, in short sorted chunks.
+//! The block map of one device: blocks by address.
 //!
-//! A `BTreeMap<u64, Block>` costs one descent per lookup, and applying a
-//! free took five to seven of them (the block, its right neighbour, its
-//! left neighbour, the removals). Here the blocks are kept in address order
-//! in chunks of at most [`CHUNK_MAX`] entries, with the first address of
-//! every chunk in a separate sorted vector. A lookup is two binary searches
-//! (the chunk, then the block in it), and it yields a [`Pos`] from which
-//! the neighbours are one index away: an allocation or a free with its
-//! merges costs one lookup.
+//! Applying an allocator event touches one block and its neighbours: an
+//! allocation finds the free block at its address and splits it, a free
+//! finds its block and merges it with free neighbours. So blocks live in a
+//! slab, linked in address order (`prev`, `next`), with a hash index from
+//! address to slot: the block at an address and its neighbours are found
+//! in constant time, and a split or a merge changes a few links. (A sorted
+//! structure costs a descent per lookup, and applying one event took two
+//! or three: that was a third of the live path's time per event.)
 //!
-//! Memory: 88 bytes a block (`(u64, Block)`), chunks grown by doubling and
-//! shrunk when a quarter full, plus 32 bytes a chunk.
+//! Questions by order (the block at or below an address that starts no
+//! block, the blocks in a range) start from an ordered set of addresses
+//! that is brought up to date lazily: blocks added since are found by
+//! walking the links from the nearest address the set has, and the set
+//! takes the additions and removals that still matter only after
+//! [`SYNC_AFTER`] of them (a split made and merged again in between, a
+//! temporary tensor's, never touches it). So an ordered question costs at
+//! most a descent of the set plus [`SYNC_AFTER`] steps.
+//!
+//! Memory, per block: a slab entry ([`BlockMap::NODE_BYTES`]), an entry of
+//! the hash index (12 bytes in a table at most 7/8 full, plus a control
+//! byte) and of the ordered set (8 bytes in B-tree nodes at least half
+//! full); slots left by removed blocks are reused, and the slab is rebuilt
+//! smaller when under a quarter of it is in use ([`BlockMap::tidy`]).
 
-use std::ops::{Bound, Range, RangeBounds};
+use std::collections::{BTreeSet, HashMap};
+use std::ops::{Bound, RangeBounds};
 
 use super::Block;
 
-/// Most entries in one chunk; a fuller one is split in two.
-const CHUNK_MAX: usize = 32;
+/// Additions and removals the ordered set may lag behind by.
+const SYNC_AFTER: usize = 1024;
 
-type Entry = (u64, Block);
+/// No slot.
+const NIL: u32 = u32::MAX;
+
+/// The index's hasher: fast on addresses, seeded per process (an address
+/// pattern cannot be chosen to collide).
+type Hasher = foldhash::fast::RandomState;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    addr: u64,
+    prev: u32,
+    next: u32,
+    /// Whether `addr` is in the ordered set for this block.
+    indexed: bool,
+    block: Block,
+}
 
 /// Blocks by address (see the module documentation).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct BlockMap {
-    /// The first address of each chunk, ascending.
-    firsts: Vec<u64>,
-    /// Non-empty chunks in address order; every address of chunk `i` is
-    /// below `firsts[i + 1]`.
-    chunks: Vec<Vec<Entry>>,
-    len: usize,
+    /// The slab: live blocks and vacant slots.
+    nodes: Vec<Node>,
+    /// Slots of `nodes` not in use.
+    vacant: Vec<u32>,
+    /// The slot of each live block, by address.
+    slot_of: HashMap<u64, u32, Hasher>,
+    /// The lowest and highest block.
+    head: u32,
+    tail: u32,
+    /// The addresses of the blocks as of the last [`Self::sync`], less
+    /// none of those removed since (`removed`), without those added since
+    /// (`added`).
+    ordered: BTreeSet<u64>,
+    added: Vec<u64>,
+    removed: Vec<u64>,
 }
 
-/// Where an entry is: chunk and index. Valid until the map changes (except
-/// as the methods that change it say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pos {
-    c: usize,
-    i: usize,
+impl Default for BlockMap {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            vacant: Vec::new(),
+            slot_of: HashMap::default(),
+            head: NIL,
+            tail: NIL,
+            ordered: BTreeSet::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
 }
+
+/// Where an entry is. Valid until that entry is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pos(u32);
 
 impl BlockMap {
+    /// Bytes of one slab entry.
+    pub(crate) const NODE_BYTES: usize = std::mem::size_of::<Node>();
+
     /// A map of entries already sorted by address, without duplicates.
-    pub(crate) fn from_sorted(entries: impl IntoIterator<Item = Entry>) -> Self {
+    pub(crate) fn from_sorted(entries: impl IntoIterator<Item = (u64, Block)>) -> Self {
         let mut map = Self::default();
-        let mut chunk: Vec<Entry> = Vec::new();
-        for e in entries {
-            debug_assert!(map.len == 0 || chunk.last().is_none_or(|l| l.0 < e.0));
-            chunk.push(e);
-            map.len += 1;
-            if chunk.len() == CHUNK_MAX / 2 {
-                map.firsts.push(chunk[0].0);
-                map.chunks.push(std::mem::take(&mut chunk));
+        for (addr, block) in entries {
+            debug_assert!(map.tail == NIL || map.nodes[map.tail as usize].addr < addr);
+            let s = map.nodes.len() as u32;
+            map.nodes.push(Node {
+                addr,
+                prev: map.tail,
+                next: NIL,
+                indexed: true,
+                block,
+            });
+            match map.tail {
+                NIL => map.head = s,
+                t => map.nodes[t as usize].next = s,
             }
+            map.tail = s;
+            map.slot_of.insert(addr, s);
         }
-        if !chunk.is_empty() {
-            map.firsts.push(chunk[0].0);
-            map.chunks.push(chunk);
-        }
+        map.ordered = map.nodes.iter().map(|n| n.addr).collect();
         map
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.slot_of.len()
     }
 
     /// Heap bytes held.
     pub(crate) fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.firsts.capacity() * size_of::<u64>()
-            + self.chunks.capacity() * size_of::<Vec<Entry>>()
-            + (self.chunks.iter())
-                .map(|c| c.capacity() * size_of::<Entry>())
-                .sum::<usize>()
+        self.nodes.capacity() * Self::NODE_BYTES
+            + self.vacant.capacity() * size_of::<u32>()
+            + self.slot_of.capacity() * (size_of::<(u64, u32)>() + 1)
+            // B-tree nodes hold up to 11 keys (and 12 edges when inner).
+            + self.ordered.len().div_ceil(5) * (11 * size_of::<u64>() + 12 * size_of::<usize>())
+            + (self.added.capacity() + self.removed.capacity()) * size_of::<u64>()
     }
 
-    /// The chunk that holds `k` if anything does (the last one starting at
-    /// or before `k`).
     #[inline]
-    fn chunk_of(&self, k: u64) -> Option<usize> {
-        self.firsts.partition_point(|&f| f <= k).checked_sub(1)
+    fn node(&self, s: u32) -> &Node {
+        &self.nodes[s as usize]
     }
 
     /// The entry at address `k`.
     #[inline]
     pub(crate) fn find(&self, k: u64) -> Option<Pos> {
-        let c = self.chunk_of(k)?;
-        let i = self.chunks[c].binary_search_by_key(&k, |e| e.0).ok()?;
-        Some(Pos { c, i })
+        self.slot_of.get(&k).map(|&s| Pos(s))
     }
 
     /// The entry with the greatest address at or below `k`.
     #[inline]
     pub(crate) fn find_le(&self, k: u64) -> Option<Pos> {
-        let c = self.chunk_of(k)?;
-        // The chunk's first address is at most `k`, so `i ≥ 1`.
-        let i = self.chunks[c].partition_point(|e| e.0 <= k) - 1;
-        Some(Pos { c, i })
+        match self.find(k) {
+            Some(p) => Some(p),
+            None => self.find_le_ordered(k),
+        }
+    }
+
+    /// `find_le` by the ordered set: its greatest address at or below `k`
+    /// that is still a block's (at most `removed.len()` are not), then
+    /// forward along the links past blocks added since (at most
+    /// `added.len()`).
+    fn find_le_ordered(&self, k: u64) -> Option<Pos> {
+        let anchor = (self.ordered.range(..=k).rev()).find_map(|a| self.slot_of.get(a).copied());
+        let mut cur = match anchor {
+            Some(s) => s,
+            None if self.head != NIL && self.node(self.head).addr <= k => self.head,
+            None => return None,
+        };
+        loop {
+            let next = self.node(cur).next;
+            if next == NIL || self.node(next).addr > k {
+                return Some(Pos(cur));
+            }
+            cur = next;
+        }
     }
 
     #[inline]
     pub(crate) fn at(&self, p: Pos) -> (u64, &Block) {
-        let e = &self.chunks[p.c][p.i];
-        (e.0, &e.1)
+        let n = self.node(p.0);
+        (n.addr, &n.block)
     }
 
     #[inline]
     pub(crate) fn at_mut(&mut self, p: Pos) -> &mut Block {
-        &mut self.chunks[p.c][p.i].1
+        &mut self.nodes[p.0 as usize].block
     }
 
     /// The entry after `p`.
     #[inline]
     pub(crate) fn next(&self, p: Pos) -> Option<Pos> {
-        if p.i + 1 < self.chunks[p.c].len() {
-            Some(Pos { c: p.c, i: p.i + 1 })
-        } else if p.c + 1 < self.chunks.len() {
-            Some(Pos { c: p.c + 1, i: 0 })
-        } else {
-            None
-        }
+        let n = self.node(p.0).next;
+        (n != NIL).then_some(Pos(n))
     }
 
     /// The entry before `p`.
     #[inline]
     pub(crate) fn prev(&self, p: Pos) -> Option<Pos> {
-        if p.i > 0 {
-            Some(Pos { c: p.c, i: p.i - 1 })
-        } else if p.c > 0 {
-            Some(Pos {
-                c: p.c - 1,
-                i: self.chunks[p.c - 1].len() - 1,
-            })
-        } else {
-            None
+        let n = self.node(p.0).prev;
+        (n != NIL).then_some(Pos(n))
+    }
+
+    /// A new node for `(k, b)` between slots `prev` and `next` (either
+    /// may be NIL); returns its slot.
+    fn link(&mut self, prev: u32, next: u32, k: u64, b: Block) -> u32 {
+        let node = Node {
+            addr: k,
+            prev,
+            next,
+            indexed: false,
+            block: b,
+        };
+        let s = match self.vacant.pop() {
+            Some(s) => {
+                self.nodes[s as usize] = node;
+                s
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        match prev {
+            NIL => self.head = s,
+            p => self.nodes[p as usize].next = s,
         }
+        match next {
+            NIL => self.tail = s,
+            n => self.nodes[n as usize].prev = s,
+        }
+        self.slot_of.insert(k, s);
+        self.added.push(k);
+        s
     }
 
     /// Insert `(k, b)` right after `p`; the caller guarantees that `k`
-    /// lies between `p`'s address and the next one. Returns the new entry's
-    /// position (`p` stays valid only when it is returned unsplit: use the
-    /// returned one).
+    /// lies between `p`'s address and the next one. Returns the new
+    /// entry's position (`p` stays valid).
     pub(crate) fn insert_after(&mut self, p: Pos, k: u64, b: Block) -> Pos {
-        debug_assert!(self.chunks[p.c][p.i].0 < k);
+        debug_assert!(self.at(p).0 < k);
         debug_assert!(self.next(p).is_none_or(|n| k < self.at(n).0));
-        self.chunks[p.c].insert(p.i + 1, (k, b));
-        self.len += 1;
-        let at = Pos { c: p.c, i: p.i + 1 };
-        self.split_if_full(at)
+        let next = self.node(p.0).next;
+        Pos(self.link(p.0, next, k, b))
     }
 
-    /// Split the chunk of `at` when it is over the limit; returns where the
-    /// entry of `at` is afterwards.
-    fn split_if_full(&mut self, at: Pos) -> Pos {
-        let c = at.c;
-        if self.chunks[c].len() <= CHUNK_MAX {
-            return at;
+    /// Remove the entry at `p`. Other positions stay valid.
+    pub(crate) fn remove_at(&mut self, p: Pos) -> (u64, Block) {
+        let n = *self.node(p.0);
+        match n.prev {
+            NIL => self.head = n.next,
+            q => self.nodes[q as usize].next = n.next,
         }
-        let half = self.chunks[c].len() / 2;
-        let tail = self.chunks[c].split_off(half);
-        self.firsts.insert(c + 1, tail[0].0);
-        self.chunks.insert(c + 1, tail);
-        if at.i >= half {
-            Pos {
-                c: c + 1,
-                i: at.i - half,
-            }
-        } else {
-            at
+        match n.next {
+            NIL => self.tail = n.prev,
+            q => self.nodes[q as usize].prev = n.prev,
         }
-    }
-
-    /// Remove the entry at `p`. Positions before `p` stay valid.
-    pub(crate) fn remove_at(&mut self, p: Pos) -> Entry {
-        let chunk = &mut self.chunks[p.c];
-        let e = chunk.remove(p.i);
-        self.len -= 1;
-        if chunk.is_empty() {
-            self.chunks.remove(p.c);
-            self.firsts.remove(p.c);
-        } else {
-            if p.i == 0 {
-                self.firsts[p.c] = chunk[0].0;
-            }
-            if chunk.capacity() > CHUNK_MAX && chunk.len() * 4 < chunk.capacity() {
-                chunk.shrink_to(chunk.len() * 2);
-            }
+        self.slot_of.remove(&n.addr);
+        if n.indexed {
+            self.removed.push(n.addr);
         }
-        e
+        self.vacant.push(p.0);
+        (n.addr, n.block)
     }
 
     pub(crate) fn get(&self, k: &u64) -> Option<&Block> {
@@ -201,27 +269,19 @@ impl BlockMap {
 
     /// Insert or replace the block at `k`; returns the one replaced.
     pub(crate) fn insert(&mut self, k: u64, b: Block) -> Option<Block> {
-        match self.find_le(k) {
-            Some(p) if self.at(p).0 == k => Some(std::mem::replace(self.at_mut(p), b)),
+        if let Some(p) = self.find(k) {
+            return Some(std::mem::replace(self.at_mut(p), b));
+        }
+        match self.find_le_ordered(k) {
             Some(p) => {
                 self.insert_after(p, k, b);
-                None
-            }
-            None if self.chunks.is_empty() => {
-                self.firsts.push(k);
-                self.chunks.push(vec![(k, b)]);
-                self.len += 1;
-                None
             }
             None => {
-                // Below every address: at the start of the first chunk.
-                self.chunks[0].insert(0, (k, b));
-                self.firsts[0] = k;
-                self.len += 1;
-                self.split_if_full(Pos { c: 0, i: 0 });
-                None
+                // Below every address.
+                self.link(NIL, self.head, k, b);
             }
         }
+        None
     }
 
     /// Remove the block at `k`.
@@ -230,70 +290,153 @@ impl BlockMap {
         Some(self.remove_at(p).1)
     }
 
-    /// The chunks that may hold addresses in `(lo, hi)`.
-    fn chunk_span(&self, lo: Bound<u64>, hi: Bound<u64>) -> Range<usize> {
-        let a = match lo {
-            Bound::Included(s) | Bound::Excluded(s) => self.chunk_of(s).unwrap_or(0),
-            Bound::Unbounded => 0,
+    /// Between events (no position is held): brings the ordered set up to
+    /// date once it lags by [`SYNC_AFTER`] changes, and rebuilds the slab
+    /// when under a quarter of it is in use. Both cost O(blocks) at most
+    /// once per that many changes.
+    pub(crate) fn tidy(&mut self) {
+        if self.added.len() + self.removed.len() > SYNC_AFTER {
+            self.sync();
+        }
+        if self.nodes.len() > 4 * SYNC_AFTER && self.len() * 4 < self.nodes.len() {
+            let live: Vec<(u64, Block)> = self.iter().map(|(a, b)| (*a, *b)).collect();
+            *self = Self::from_sorted(live);
+        }
+    }
+
+    /// Applies the changes since the last sync to the ordered set: the
+    /// removed addresses leave it, then the added ones still in the map
+    /// join it.
+    fn sync(&mut self) {
+        for a in self.removed.drain(..) {
+            self.ordered.remove(&a);
+        }
+        for a in self.added.drain(..) {
+            if let Some(&s) = self.slot_of.get(&a) {
+                let n = &mut self.nodes[s as usize];
+                if !n.indexed {
+                    n.indexed = true;
+                    self.ordered.insert(a);
+                }
+            }
+        }
+        if self.added.capacity() > 2 * SYNC_AFTER {
+            self.added.shrink_to(SYNC_AFTER);
+        }
+        if self.removed.capacity() > 2 * SYNC_AFTER {
+            self.removed.shrink_to(SYNC_AFTER);
+        }
+    }
+
+    /// The first and last slots with addresses in `(lo, hi)`, if any.
+    fn span(&self, lo: Bound<u64>, hi: Bound<u64>) -> Option<(u32, u32)> {
+        let first = match lo {
+            Bound::Unbounded => self.head,
+            Bound::Included(s) => match self.find_le(s) {
+                Some(p) if self.at(p).0 == s => p.0,
+                Some(p) => self.node(p.0).next,
+                None => self.head,
+            },
+            Bound::Excluded(s) => match self.find_le(s) {
+                Some(p) => self.node(p.0).next,
+                None => self.head,
+            },
         };
-        let b = match hi {
-            Bound::Included(e) => self.firsts.partition_point(|&f| f <= e),
-            Bound::Excluded(e) => self.firsts.partition_point(|&f| f < e),
-            Bound::Unbounded => self.firsts.len(),
+        let last = match hi {
+            Bound::Unbounded => self.tail,
+            Bound::Included(e) => self.find_le(e).map_or(NIL, |p| p.0),
+            Bound::Excluded(0) => NIL,
+            Bound::Excluded(e) => self.find_le(e - 1).map_or(NIL, |p| p.0),
         };
-        a..b.max(a)
+        (first != NIL && last != NIL && self.node(first).addr <= self.node(last).addr)
+            .then_some((first, last))
     }
 
     /// Blocks with addresses in `r`, in address order.
-    pub(crate) fn range<R: RangeBounds<u64>>(
-        &self,
-        r: R,
-    ) -> impl DoubleEndedIterator<Item = (&u64, &Block)> + '_ {
-        let (lo, hi) = (r.start_bound().cloned(), r.end_bound().cloned());
-        self.chunks[self.chunk_span(lo, hi)]
-            .iter()
-            .flat_map(move |c| c[slice_of(c, lo, hi)].iter().map(|e| (&e.0, &e.1)))
+    pub(crate) fn range<R: RangeBounds<u64>>(&self, r: R) -> Iter<'_> {
+        let (front, back) = self
+            .span(r.start_bound().cloned(), r.end_bound().cloned())
+            .unwrap_or((NIL, NIL));
+        Iter {
+            map: self,
+            front,
+            back,
+        }
     }
 
-    /// Blocks with addresses in `r`, in address order, to change.
-    pub(crate) fn range_mut<R: RangeBounds<u64>>(
+    /// Calls `f` on each block with an address in `r`, in address order.
+    pub(crate) fn update_range<R: RangeBounds<u64>>(
         &mut self,
         r: R,
-    ) -> impl DoubleEndedIterator<Item = (&u64, &mut Block)> + '_ {
-        let (lo, hi) = (r.start_bound().cloned(), r.end_bound().cloned());
-        let span = self.chunk_span(lo, hi);
-        self.chunks[span].iter_mut().flat_map(move |c| {
-            let s = slice_of(c, lo, hi);
-            c[s].iter_mut().map(|e| {
-                let (k, b) = e;
-                (&*k, b)
-            })
-        })
+        mut f: impl FnMut(&mut Block),
+    ) {
+        let Some((first, last)) = self.span(r.start_bound().cloned(), r.end_bound().cloned())
+        else {
+            return;
+        };
+        let mut s = first;
+        loop {
+            let n = &mut self.nodes[s as usize];
+            f(&mut n.block);
+            if s == last {
+                return;
+            }
+            s = n.next;
+        }
     }
 
     /// All blocks in address order.
-    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (&u64, &Block)> + '_ {
-        self.chunks.iter().flatten().map(|e| (&e.0, &e.1))
+    pub(crate) fn iter(&self) -> Iter<'_> {
+        Iter {
+            map: self,
+            front: self.head,
+            back: self.tail,
+        }
     }
 
     pub(crate) fn values(&self) -> impl DoubleEndedIterator<Item = &Block> + '_ {
-        self.chunks.iter().flatten().map(|e| &e.1)
+        self.iter().map(|(_, b)| b)
     }
 }
 
-/// The part of `chunk` with addresses in `(lo, hi)`.
-fn slice_of(chunk: &[Entry], lo: Bound<u64>, hi: Bound<u64>) -> Range<usize> {
-    let a = match lo {
-        Bound::Included(s) => chunk.partition_point(|e| e.0 < s),
-        Bound::Excluded(s) => chunk.partition_point(|e| e.0 <= s),
-        Bound::Unbounded => 0,
-    };
-    let b = match hi {
-        Bound::Included(e) => chunk.partition_point(|x| x.0 <= e),
-        Bound::Excluded(e) => chunk.partition_point(|x| x.0 < e),
-        Bound::Unbounded => chunk.len(),
-    };
-    a..b.max(a)
+/// Blocks from `front` to `back` (inclusive, along the links), or none
+/// when both are NIL.
+pub(crate) struct Iter<'a> {
+    map: &'a BlockMap,
+    front: u32,
+    back: u32,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a u64, &'a Block);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.front == NIL {
+            return None;
+        }
+        let n = &self.map.nodes[self.front as usize];
+        if self.front == self.back {
+            (self.front, self.back) = (NIL, NIL);
+        } else {
+            self.front = n.next;
+        }
+        Some((&n.addr, &n.block))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.back == NIL {
+            return None;
+        }
+        let n = &self.map.nodes[self.back as usize];
+        if self.front == self.back {
+            (self.front, self.back) = (NIL, NIL);
+        } else {
+            self.back = n.prev;
+        }
+        Some((&n.addr, &n.block))
+    }
 }
 
 #[cfg(test)]
@@ -325,17 +468,66 @@ mod tests {
         let a: Vec<_> = m.iter().map(|(k, b)| (*k, *b)).collect();
         let b: Vec<_> = r.iter().map(|(k, b)| (*k, *b)).collect();
         assert_eq!(a, b);
-        for (i, c) in m.chunks.iter().enumerate() {
-            assert!(!c.is_empty() && c.len() <= CHUNK_MAX);
-            assert_eq!(m.firsts[i], c[0].0);
+        let back: Vec<_> = m.iter().rev().map(|(k, _)| *k).collect();
+        assert!(back.iter().rev().eq(r.keys()));
+        // The links, the index and the ordered set agree.
+        let mut prev = NIL;
+        let mut s = m.head;
+        while s != NIL {
+            let n = m.node(s);
+            assert_eq!(n.prev, prev);
+            assert_eq!(m.slot_of.get(&n.addr), Some(&s));
+            assert_eq!(
+                n.indexed,
+                m.ordered.contains(&n.addr) && !m.removed.contains(&n.addr)
+            );
+            prev = s;
+            s = n.next;
         }
+        assert_eq!(m.tail, prev);
+    }
+
+    /// At the block bound (`Bounds::blocks`, 262,144 a device) the map
+    /// holds at most the 44 MiB the model's documentation says (`Bounds`),
+    /// and it gives the memory back once the blocks are gone.
+    #[test]
+    fn memory_at_the_block_bound_is_as_documented() {
+        const MIB: usize = 1 << 20;
+        let n = crate::model::Bounds::default().blocks as u64;
+        assert_eq!(n, 1 << 18);
+        let mut m = BlockMap::default();
+        // Inserted out of order, then split further by position, as the
+        // device does: the slab, the index and the ordered set all grow.
+        for i in 0..n / 2 {
+            let a = (i * 0x9E37_79B9) % (n / 2);
+            m.insert(a * 1024, block(512));
+            m.tidy();
+        }
+        for i in 0..n / 2 {
+            let p = m.find(i * 1024).unwrap();
+            m.insert_after(p, i * 1024 + 512, block(512));
+            m.tidy();
+        }
+        assert_eq!(m.len() as u64, n);
+        m.sync();
+        let full = m.memory_bytes();
+        assert!(full <= 44 * MIB, "{} MiB", full / MIB);
+        assert!(full >= n as usize * BlockMap::NODE_BYTES);
+        for i in 0..n - 100 {
+            m.remove(&(i * 512));
+            m.tidy();
+        }
+        assert_eq!(m.len(), 100);
+        // The slab is rebuilt down to what is in use once it holds over
+        // 4 × SYNC_AFTER slots (384 KiB of them).
+        assert!(m.memory_bytes() <= MIB, "{} KiB", m.memory_bytes() / 1024);
     }
 
     proptest! {
         /// The map behaves as a `BTreeMap` under inserts, removals, ranges
         /// and neighbour walks.
         #[test]
-        fn same_as_btreemap(ops in proptest::collection::vec((0u8..6, 0u64..400, 0u64..400), 0..600)) {
+        fn same_as_btreemap(ops in proptest::collection::vec((0u8..8, 0u64..400, 0u64..400), 0..600)) {
             let mut m = BlockMap::default();
             let mut r = BTreeMap::new();
             for (op, k, k2) in ops {
@@ -362,13 +554,32 @@ mod tests {
                             prop_assert_eq!(q, r.range(..m.at(p).0).next_back().map(|(k, _)| *k));
                         }
                     }
+                    5 => {
+                        m.update_range(k.min(k2)..=k.max(k2), |b| b.size += 1);
+                        for (_, b) in r.range_mut(k.min(k2)..=k.max(k2)) {
+                            b.size += 1;
+                        }
+                    }
+                    6 => {
+                        // Splits and merges by position, as the device applies them.
+                        if let Some(p) = m.find_le(k) {
+                            let at = m.at(p).0;
+                            let next = m.next(p).map_or(u64::MAX, |n| m.at(n).0);
+                            if k2 % 2 == 0 && at + 1 < next {
+                                let key = at + 1 + k2 % (next - at - 1).min(7);
+                                m.insert_after(p, key, block(k2));
+                                r.insert(key, block(k2));
+                            } else if let Some(n) = m.next(p) {
+                                let (key, _) = m.remove_at(n);
+                                r.remove(&key);
+                            }
+                        }
+                    }
                     _ => {
-                        for (_, b) in m.range_mut(k.min(k2)..k.max(k2)) {
-                            b.size += 1;
+                        if k2 % 4 == 0 {
+                            m.sync();
                         }
-                        for (_, b) in r.range_mut(k.min(k2)..k.max(k2)) {
-                            b.size += 1;
-                        }
+                        m.tidy();
                     }
                 }
                 check(&m, &r);

@@ -106,7 +106,7 @@ impl Pending {
             self.replay = Vec::new();
             true
         } else {
-            self.replay.push((t, kind.clone()));
+            self.replay.push((t, *kind));
             false
         }
     }
