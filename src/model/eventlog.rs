@@ -11,7 +11,7 @@
 //! entries (a real job has a handful), and an event of a place beyond it is
 //! not kept (counted, see [`EventLog::dropped`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::event::{CtxTag, Event, EventKind, MarkSource, Place, PoolId};
 
@@ -90,7 +90,9 @@ pub(crate) struct LetGo {
 /// The log (see the module's documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct EventLog {
-    recs: VecDeque<Rec>,
+    /// The records, a ring once full: the oldest at `oldest`.
+    recs: Vec<Rec>,
+    oldest: usize,
     capacity: usize,
     places: Vec<PlaceKey>,
     index: HashMap<PlaceKey, u16>,
@@ -141,7 +143,8 @@ impl EventLog {
     pub(crate) fn new(capacity: usize, max_places: usize) -> Self {
         let capacity = capacity.max(1);
         Self {
-            recs: VecDeque::with_capacity(capacity.min(256)),
+            recs: Vec::with_capacity(capacity.min(256)),
+            oldest: 0,
             capacity,
             places: Vec::new(),
             index: HashMap::new(),
@@ -228,20 +231,7 @@ impl EventLog {
             },
             None => (0, 0),
         };
-        let mut let_go = None;
-        if self.recs.len() >= self.capacity {
-            let oldest = self.next_seq - self.recs.len() as u64;
-            if let Some(old) = self.recs.pop_front() {
-                if old.flags & POSITIONED != 0 {
-                    let_go = Some(LetGo {
-                        seq: oldest,
-                        device: self.places[usize::from(old.place)].device,
-                        pos: old.pos,
-                    });
-                }
-            }
-        }
-        self.recs.push_back(Rec {
+        let rec = Rec {
             t,
             a,
             b,
@@ -250,7 +240,34 @@ impl EventLog {
             place: index,
             kind: code,
             flags: if pos.is_some() { POSITIONED } else { 0 },
-        });
+        };
+        let mut let_go = None;
+        if self.recs.len() < self.capacity {
+            if self.recs.len() == self.recs.capacity() {
+                // Doubling, but never past the capacity.
+                let more = self
+                    .recs
+                    .len()
+                    .max(256)
+                    .min(self.capacity - self.recs.len());
+                self.recs.reserve_exact(more);
+            }
+            self.recs.push(rec);
+        } else {
+            let oldest = self.next_seq - self.recs.len() as u64;
+            let old = std::mem::replace(&mut self.recs[self.oldest], rec);
+            self.oldest += 1;
+            if self.oldest == self.recs.len() {
+                self.oldest = 0;
+            }
+            if old.flags & POSITIONED != 0 {
+                let_go = Some(LetGo {
+                    seq: oldest,
+                    device: self.places[usize::from(old.place)].device,
+                    pos: old.pos,
+                });
+            }
+        }
         self.next_seq += 1;
         (let_go, true)
     }
@@ -306,6 +323,12 @@ impl EventLog {
         }
     }
 
+    /// The records kept, oldest first.
+    fn iter(&self) -> impl Iterator<Item = &Rec> {
+        let (newer, older) = self.recs.split_at(self.oldest);
+        older.iter().chain(newer)
+    }
+
     /// Events kept.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -315,7 +338,7 @@ impl EventLog {
     /// The newest `n` events kept, oldest first.
     pub(crate) fn newest(&self, n: usize) -> Vec<Event> {
         let skip = self.recs.len().saturating_sub(n);
-        (self.recs.iter().skip(skip))
+        (self.iter().skip(skip))
             .map(|r| Event {
                 time_ns: r.t,
                 kind: self.kind(r),
@@ -328,7 +351,7 @@ impl EventLog {
     pub(crate) fn positioned(&self, device: u16, from_seq: u64, from_pos: u64) -> Vec<Positioned> {
         let first = self.next_seq - self.recs.len() as u64;
         let skip = from_seq.saturating_sub(first).min(self.recs.len() as u64) as usize;
-        (self.recs.iter().skip(skip))
+        (self.iter().skip(skip))
             .filter(|r| {
                 r.flags & POSITIONED != 0
                     && r.pos >= from_pos
@@ -496,6 +519,57 @@ mod tests {
             log.newest(2).iter().map(|e| e.time_ns).collect::<Vec<_>>(),
             [4, 5]
         );
+    }
+
+    /// Many laps of a log whose capacity is no power of two, against a
+    /// plain double-ended queue of what it should hold: the newest events
+    /// in order, the positioned ones by sequence number, each let-go in
+    /// turn, and no room allocated past the capacity.
+    #[test]
+    fn a_full_log_turns_like_a_queue_and_never_grows_past_its_capacity() {
+        use std::collections::VecDeque;
+        for cap in [1usize, 3, 257, 1000] {
+            let mut log = EventLog::new(cap, 16);
+            let mut want: VecDeque<(u64, u16, Option<u64>)> = VecDeque::new();
+            for t in 0..(cap as u64 * 3 + 7) {
+                let d = (t % 3) as u16;
+                let pos = (t % 2 == 0).then_some(t * 10);
+                let k = EventKind::Alloc {
+                    place: place(d, 0, 0),
+                    addr: t,
+                    size: 1,
+                };
+                let (gone, kept) = log.push(t, &k, pos);
+                assert!(kept);
+                want.push_back((t, d, pos));
+                let expect = if want.len() > cap {
+                    let (old_t, old_d, old_pos) = want.pop_front().unwrap();
+                    old_pos.map(|p| LetGo {
+                        seq: old_t,
+                        device: old_d,
+                        pos: p,
+                    })
+                } else {
+                    None
+                };
+                assert_eq!(gone, expect, "cap {cap} at {t}");
+            }
+            assert_eq!(log.len(), cap);
+            assert!(log.memory_bytes() < cap * EventLog::RECORD_BYTES + 1024);
+            let newest: Vec<u64> = log.newest(cap + 5).iter().map(|e| e.time_ns).collect();
+            assert_eq!(newest, want.iter().map(|w| w.0).collect::<Vec<_>>());
+            let last2: Vec<u64> = log.newest(2).iter().map(|e| e.time_ns).collect();
+            assert_eq!(last2, newest[newest.len().saturating_sub(2)..]);
+            let from_seq = want[want.len() / 2].0;
+            let placed: Vec<(u64, u64)> = (log.positioned(1, from_seq, 0).iter())
+                .map(|p| (p.t, p.pos))
+                .collect();
+            let expect: Vec<(u64, u64)> = (want.iter())
+                .filter(|w| w.0 >= from_seq && w.1 == 1)
+                .filter_map(|w| w.2.map(|p| (w.0, p)))
+                .collect();
+            assert_eq!(placed, expect, "cap {cap}");
+        }
     }
 
     #[test]

@@ -162,11 +162,13 @@ impl<const N: usize> Series<N> {
         self.points += 1;
         if t < self.open_end {
             if let Some(b) = self.tiers[0].buckets.back_mut() {
+                // Element by element: a whole-array copy of `values` right
+                // after its parts were stored stalls on store forwarding.
                 for (i, &v) in values.iter().enumerate() {
                     b.min[i] = b.min[i].min(v);
                     b.max[i] = b.max[i].max(v);
+                    b.last[i] = v;
                 }
-                b.last = values;
                 return;
             }
         }
