@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::event::{Event, RingPos};
 use crate::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 use crate::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use crate::recording::Recorder;
@@ -115,12 +116,17 @@ impl Inner {
     fn apply_events(&mut self, b: &EventBatch) {
         self.model.apply_all_at(b.key, b.events.iter(), &b.at);
         self.advise_events(b);
-        if b.lost_now > 0 {
-            self.model.note_loss(b.key, b.lost_now);
+        self.note_tally(b.key, Tally::of(b));
+    }
+
+    /// A segment's delivery counts, as of the batch just applied.
+    fn note_tally(&mut self, key: ProcessKey, t: Tally) {
+        if t.lost_now > 0 {
+            self.model.note_loss(key, t.lost_now);
         }
-        if let Some(s) = self.sources.get_mut(&b.key) {
-            s.delivered = b.delivered;
-            s.lost = b.lost;
+        if let Some(s) = self.sources.get_mut(&key) {
+            s.delivered = t.delivered;
+            s.lost = t.lost;
         }
     }
 
@@ -281,6 +287,25 @@ impl Inner {
             self.model.remove(k);
         }
         self.machine = machine;
+    }
+}
+
+/// A segment's delivery counts as of a tick's records (the counts of an
+/// [`EventBatch`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tally {
+    pub delivered: u64,
+    pub lost: u64,
+    pub lost_now: u64,
+}
+
+impl Tally {
+    fn of(b: &EventBatch) -> Self {
+        Tally {
+            delivered: b.delivered,
+            lost: b.lost,
+            lost_now: b.lost_now,
+        }
     }
 }
 
@@ -474,6 +499,49 @@ impl Hub {
         self.with(|inner| inner.apply_events(&batch));
         self.changed();
         batch
+    }
+
+    /// Applies one tick's records of `key`, in order, as
+    /// [`apply_events`](Self::apply_events) applies the same records
+    /// gathered into one batch. They are gathered (copied) only when a
+    /// recording runs or the advisor follows processes, which keep
+    /// batches; else they are applied where they lie.
+    pub(crate) fn apply_merged<'a>(
+        &self,
+        key: ProcessKey,
+        records: impl Iterator<Item = (&'a Event, RingPos)> + Clone,
+        tally: Tally,
+    ) {
+        let batch = || {
+            let (events, at) = records.clone().map(|(e, at)| (*e, at)).unzip();
+            EventBatch {
+                key,
+                events,
+                delivered: tally.delivered,
+                lost: tally.lost,
+                lost_now: tally.lost_now,
+                at,
+            }
+        };
+        let recording = matches!(
+            *self.recorder.lock().unwrap_or_else(|p| p.into_inner()),
+            Recording::On(_)
+        );
+        if recording {
+            self.apply_events(batch());
+            return;
+        }
+        self.with(|inner| {
+            if inner.advising.is_some() {
+                inner.apply_events(&batch());
+            } else {
+                inner
+                    .model
+                    .apply_records(key, records.clone().map(|(e, at)| (e, Some(at))));
+                inner.note_tally(key, tally);
+            }
+        });
+        self.changed();
     }
 
     /// Writes `input` into the recording, if one runs. The lock is taken

@@ -15,9 +15,10 @@ use crate::model::{Mode, ProcessKey};
 use crate::ring::discover::{self, FileId, Found, Liveness, Located, SegmentDir};
 use crate::ring::{monotonic_ns, Producer, RingError, SegmentReader, Start};
 
+use super::hub::Tally;
 use super::{procfs, Config, Hub};
 use crate::event::RingPos;
-use crate::input::{EventBatch, Input};
+use crate::input::Input;
 use crate::input::{Identity, Source, SourceProblem};
 use crate::model::Watch;
 
@@ -38,8 +39,10 @@ struct Attached {
 }
 
 /// A segment's records of one tick: each ring's, as drained (in position
-/// order), then merged by time into `events` / `at`, which are handed to
-/// the hub and come back to be reused.
+/// order), and the order that merges them by time, as runs of one ring's
+/// records ([`Drained::merged`]). The records are applied from where they
+/// were drained: nothing is copied to merge them (a copy only for a
+/// recording or the advisor, which keep batches).
 #[derive(Default)]
 struct Drained {
     /// Per ring: its events and their positions, in position order.
@@ -50,8 +53,8 @@ struct Drained {
     agent: Vec<bool>,
     /// The merge's running latest time per ring.
     latest: Vec<u64>,
-    events: Vec<Event>,
-    at: Vec<RingPos>,
+    /// The merged order: runs of `(ring, first record, records)`.
+    runs: Vec<(usize, usize, usize)>,
 }
 
 /// Per ring of a segment: whether it is the agent's.
@@ -82,36 +85,25 @@ impl Drained {
         }
     }
 
-    /// Merges the rings' records into `events` / `at` by time, keeping
-    /// each ring's order: each record is ordered by the latest time seen
-    /// so far in its own ring, so a clock that steps back inside a ring
-    /// cannot move a record before an earlier one of the same ring. At
-    /// equal times, records of the agent's rings come after those of the
-    /// device rings (a sample or snapshot taken at time T already reflects
-    /// what happened at T), and then by ring index; the tie-break is the
-    /// ring's, never the record's, so records of one ring that share a
-    /// time (a sample and its STATS_C) keep their order too. (The model
-    /// places snapshots exactly by the positions, which travel with the
-    /// events; the time order is for the timeline.) Runs of one ring are
-    /// moved at once; nothing is allocated once the buffers have grown.
+    /// Records drained.
+    fn len(&self) -> usize {
+        self.rings.iter().map(|(ev, _)| ev.len()).sum()
+    }
+
+    /// Merges the rings' records by time into `runs`, keeping each ring's
+    /// order: each record is ordered by the latest time seen so far in its
+    /// own ring, so a clock that steps back inside a ring cannot move a
+    /// record before an earlier one of the same ring. At equal times,
+    /// records of the agent's rings come after those of the device rings
+    /// (a sample or snapshot taken at time T already reflects what
+    /// happened at T), and then by ring index; the tie-break is the ring's,
+    /// never the record's, so records of one ring that share a time (a
+    /// sample and its STATS_C) keep their order too. (The model places
+    /// snapshots exactly by the positions, which travel with the events;
+    /// the time order is for the timeline.) Nothing is allocated once the
+    /// buffers have grown.
     fn merge(&mut self) {
-        let mut busy = self
-            .rings
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.0.is_empty());
-        if let (Some((r, _)), None) = (busy.next(), busy.next()) {
-            // One ring had records (the usual tick: the agent's ring writes a
-            // few a second): they are the batch as they are, not copied.
-            let (ev, pos) = &mut self.rings[r];
-            std::mem::swap(&mut self.events, ev);
-            let ring = r as u32;
-            self.at
-                .extend(pos.iter().map(|&position| RingPos { ring, position }));
-            ev.clear();
-            pos.clear();
-            return;
-        }
+        self.runs.clear();
         self.latest.iter_mut().for_each(|t| *t = 0);
         self.taken.iter_mut().for_each(|n| *n = 0);
         loop {
@@ -132,14 +124,13 @@ impl Drained {
                 }
             }
             let Some((_, agent, r)) = best else { break };
-            let (ev, pos) = &self.rings[r];
+            let ev = &self.rings[r].0;
             let from = self.taken[r];
             let mut t = self.latest[r];
             let n = match bound {
-                None => {
-                    t = ev[from..].iter().fold(t, |t, e| t.max(e.time_ns));
-                    ev.len() - from
-                }
+                // The last ring with records: the rest of it, in order
+                // (its latest time is not needed any more).
+                None => ev.len() - from,
                 Some(bound) => {
                     let mut n = 0;
                     for e in &ev[from..] {
@@ -155,14 +146,26 @@ impl Drained {
             };
             self.latest[r] = t;
             self.taken[r] = from + n;
-            self.events.extend_from_slice(&ev[from..from + n]);
+            self.runs.push((r, from, n));
+        }
+    }
+
+    /// The records in the merged order, each with its ring position.
+    fn merged(&self) -> impl Iterator<Item = (&Event, RingPos)> + Clone {
+        self.runs.iter().flat_map(move |&(r, from, n)| {
+            let (ev, pos) = &self.rings[r];
             let ring = r as u32;
-            self.at.extend(
+            (ev[from..from + n].iter()).zip(
                 pos[from..from + n]
                     .iter()
-                    .map(|&position| RingPos { ring, position }),
-            );
-        }
+                    .map(move |&position| RingPos { ring, position }),
+            )
+        })
+    }
+
+    /// Empties the rings' buffers (their capacity is kept).
+    fn clear(&mut self) {
+        self.runs.clear();
         for (ev, pos) in &mut self.rings {
             ev.clear();
             pos.clear();
@@ -172,11 +175,9 @@ impl Drained {
     /// Gives back memory a burst made the buffers grow to.
     fn trim(&mut self, used: usize) {
         const KEEP: usize = 16_384;
-        if self.events.capacity() > KEEP && used < self.events.capacity() / 4 {
-            let to = (used * 2).max(KEEP);
-            self.events.shrink_to(to);
-            self.at.shrink_to(to);
-            for (ev, pos) in &mut self.rings {
+        for (ev, pos) in &mut self.rings {
+            if ev.capacity() > KEEP && used < ev.capacity() / 4 {
+                let to = (used * 2).max(KEEP);
                 ev.shrink_to(to);
                 pos.shrink_to(to);
             }
@@ -571,26 +572,23 @@ impl RingSet {
             let totals = a.reader.totals();
             let lost_now = totals.lost - a.lost_seen;
             a.lost_seen = totals.lost;
-            let key = a.key;
-            let used = buf.events.len();
+            let used = buf.len();
             if used > 0 || lost_now > 0 {
-                let back = hub.apply_events(EventBatch {
-                    key,
-                    events: std::mem::take(&mut buf.events),
-                    delivered: totals.delivered,
-                    lost: totals.lost,
-                    lost_now,
-                    at: std::mem::take(&mut buf.at),
-                });
-                buf.events = back.events;
-                buf.at = back.at;
-                buf.events.clear();
-                buf.at.clear();
+                hub.apply_merged(
+                    a.key,
+                    buf.merged(),
+                    Tally {
+                        delivered: totals.delivered,
+                        lost: totals.lost,
+                        lost_now,
+                    },
+                );
             }
+            buf.clear();
             buf.trim(used);
             if gone && a.gone_at.is_none() {
                 a.gone_at = Some(Instant::now());
-                hub.apply(Input::Gone { key });
+                hub.apply(Input::Gone { key: a.key });
             }
             // A segment another process cut short is damaged, not stale:
             // shown as a problem with its reason, and never deleted.
@@ -691,8 +689,10 @@ mod tests {
             d.push(at.ring as usize, at.position, e);
         }
         d.merge();
-        assert_eq!(d.events.len(), d.at.len());
-        batch.extend(d.events.into_iter().zip(d.at));
+        let merged: Vec<(Event, RingPos)> = d.merged().map(|(e, at)| (*e, at)).collect();
+        assert_eq!(merged.len(), d.len());
+        batch.extend(merged);
+        d.clear();
         assert!(d.rings.iter().all(|(e, p)| e.is_empty() && p.is_empty()));
     }
 
@@ -784,7 +784,7 @@ mod tests {
                     }
                 }
                 want.sort_by_key(|(k, i, _)| (*k, *i));
-                let got: Vec<(u32, u64, u64)> = (d.events.iter().zip(&d.at))
+                let got: Vec<(u32, u64, u64)> = d.merged()
                     .map(|(e, at)| match e.kind {
                         EventKind::Alloc { addr, .. } => (at.ring, at.position, addr),
                         _ => unreachable!(),
@@ -793,9 +793,8 @@ mod tests {
                 let want: Vec<(u32, u64, u64)> =
                     want.iter().map(|((_, _, r), i, addr)| (*r as u32, *i as u64, *addr)).collect();
                 proptest::prop_assert_eq!(got, want);
+                d.clear();
                 proptest::prop_assert!(d.rings.iter().all(|(e, p)| e.is_empty() && p.is_empty()));
-                d.events.clear();
-                d.at.clear();
             }
         }
     }

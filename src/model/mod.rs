@@ -361,14 +361,25 @@ impl Model {
         events: impl IntoIterator<Item = &'a Event>,
         at: &[RingPos],
     ) {
+        let records = (events.into_iter().enumerate()).map(|(i, ev)| (ev, at.get(i).copied()));
+        self.apply_records(key, records);
+    }
+
+    /// Apply events of `key` in order, each with its ring position when
+    /// given (one map lookup for all).
+    pub(crate) fn apply_records<'a>(
+        &mut self,
+        key: ProcessKey,
+        records: impl IntoIterator<Item = (&'a Event, Option<RingPos>)>,
+    ) {
         match self.process_mut(key) {
             Some(p) => {
-                for (i, ev) in events.into_iter().enumerate() {
-                    p.apply_at(ev, at.get(i).copied());
+                for (ev, at) in records {
+                    p.apply_at(ev, at);
                 }
             }
             None => {
-                let n = events.into_iter().count() as u64;
+                let n = records.into_iter().count() as u64;
                 self.dropped_events = self.dropped_events.saturating_add(n.saturating_sub(1));
             }
         }
