@@ -25,7 +25,7 @@ STAGES = [
     ("  liveness / intact checks (/proc, fstat)", r"SegmentReader::liveness$|SegmentReader::still_intact$|Shared::intact$"),
     ("  Hub::apply", r"Hub::apply$"),
     ("    recording hook (Hub::record)", r"Hub::record$"),
-    ("    model (Model::apply_all_at)", r"Model::apply_all_at$"),
+    ("    model (Model::apply_records)", r"Model::apply_(all_at|records)$"),
     ("      event history (Process::remember)", r"Process::remember$"),
     ("      ring positions (Placement::keep / placed::apply_at)", r"Placement::keep$"),
     ("      block map (DeviceState::apply_unbuffered)", r"DeviceState>::apply_unbuffered$"),

@@ -31,7 +31,7 @@ pub mod writer;
 
 pub use control::{Command, Outcome, Status};
 pub use layout::Producer;
-pub use reader::{RingCounts, SegmentReader, Start, HOT_LAP, KEEP_SLOTS};
+pub use reader::{RingCounts, SegmentReader, Start};
 pub use shm::monotonic_ns;
 pub use writer::{RingSpec, RingWriter, SegmentConfig, SegmentWriter};
 

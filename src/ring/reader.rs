@@ -23,13 +23,6 @@ pub(crate) const DEFAULT_STALL_LIMIT: Duration = Duration::from_millis(100);
 /// at most this much of each ring behind its cursor.
 pub(crate) const RELEASE_SLOTS: u64 = 4096;
 
-/// A ring read faster than a lap in this keeps its pages mapped, if it has
-/// at most [`KEEP_SLOTS`] slots ([`SegmentReader::release_consumed`]).
-pub const HOT_LAP: Duration = Duration::from_secs(1);
-
-/// The largest ring whose pages a reader keeps mapped when it is hot: 4 MiB.
-pub const KEEP_SLOTS: u64 = 1 << 16;
-
 /// The largest segment a reader maps (FORMAT.md, "Reader limits"): 4 GiB,
 /// e.g. nine rings of 2^22 slots, far above the 4 MiB rings producers make
 /// by default. Larger files are refused before a ring is touched.
@@ -72,10 +65,9 @@ struct Cursor {
     stall: Option<(u64, Instant)>,
     counts: RingCounts,
     decoder: Decoder,
-    /// Slots below this position have been let go of, or kept on purpose
-    /// ([`SegmentReader::release_consumed`]), and when.
+    /// Slots below this position have been let go of
+    /// ([`SegmentReader::release_consumed`]).
     released: u64,
-    released_at: Option<Instant>,
 }
 
 /// An open, validated segment.
@@ -90,7 +82,6 @@ pub struct SegmentReader {
     cursors: Vec<Cursor>,
     stall_limit: Duration,
     /// Rings read faster than a lap in this keep their pages mapped.
-    hot_lap: Duration,
     /// Why the segment can no longer be read (truncated, holes punched),
     /// once found; reading stops for good then.
     broken: Option<String>,
@@ -166,7 +157,6 @@ impl SegmentReader {
                     },
                     decoder: Decoder::default(),
                     released: pos,
-                    released_at: None,
                 }
             })
             .collect();
@@ -178,7 +168,6 @@ impl SegmentReader {
             header,
             cursors,
             stall_limit: DEFAULT_STALL_LIMIT,
-            hot_lap: HOT_LAP,
             broken: None,
             intact_every: Duration::ZERO,
             intact_at: None,
@@ -198,13 +187,6 @@ impl SegmentReader {
 
     pub fn header(&self) -> &Header {
         &self.header
-    }
-
-    /// A ring of at most [`KEEP_SLOTS`] slots read faster than one lap per
-    /// `lap` keeps its pages mapped ([`Self::release_consumed`]); zero lets
-    /// go of every ring's consumed pages.
-    pub fn set_hot_lap(&mut self, lap: Duration) {
-        self.hot_lap = lap;
     }
 
     pub fn set_stall_limit(&mut self, limit: Duration) {
@@ -423,15 +405,11 @@ impl SegmentReader {
     /// Lets go of the pages of ring `i` that hold only consumed slots, once
     /// [`RELEASE_SLOTS`] of them have piled up: a watcher's resident memory
     /// then holds a few pages of each producer's ring, not the whole ring
-    /// (which it would after the ring's first lap). The pages stay the
-    /// producer's; reading them again maps them again.
-    ///
-    /// Except on a hot ring: one of at most [`KEEP_SLOTS`] slots (4 MiB,
-    /// the agent's default) read faster than a lap per [`HOT_LAP`]. Its
-    /// pages would be mapped again within a second, and unmapping and
-    /// mapping them again costs more than reading them (about 1.3 µs a
-    /// page on the project's VM: 10 % of the watcher's time at 8 × 100 k
-    /// events/s); it stays mapped, 4 MiB at most.
+    /// (which it would after the ring's first lap), however many producers
+    /// it watches. The pages stay the producer's; reading them again maps
+    /// them again. That costs about 1.3 µs a page on the project's VM
+    /// (3 % of the watcher's time at 8 real jobs on one H200, 8 % at 8 ×
+    /// 100 k events/s on the VM) and saves 4 MiB per busy ring.
     fn release_consumed(&mut self, i: usize) {
         let cur = &mut self.cursors[i];
         if cur.pos.saturating_sub(cur.released) < RELEASE_SLOTS {
@@ -441,17 +419,7 @@ impl SegmentReader {
         // At most one lap: older positions share these slots.
         let from = cur.released.max(cur.pos.saturating_sub(n));
         let to = cur.pos;
-        let now = Instant::now();
-        let hot = n <= KEEP_SLOTS
-            && cur.released_at.is_some_and(|at| {
-                let lap = now.duration_since(at).as_secs_f64() * n as f64 / (to - from) as f64;
-                lap < self.hot_lap.as_secs_f64()
-            });
         cur.released = to;
-        cur.released_at = Some(now);
-        if hot {
-            return;
-        }
         for (off, len) in self.slot_bytes(i, from, to) {
             self.shared.release(off, len);
         }
