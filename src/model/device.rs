@@ -325,6 +325,12 @@ impl DeviceState {
             reserved: self.reserved,
         }
     }
+    /// The reserved figure shown for this device: the last statistics
+    /// sample's, else the block map's (`Process::device_figures`'s
+    /// `reserved`, without the block summary).
+    pub(crate) fn reserved_figure(&self) -> u64 {
+        self.stats().map_or(self.reserved, |(_, s)| s.reserved)
+    }
     /// Peaks of the derived totals since the last reset.
     pub(crate) fn derived_peaks(&self) -> Derived {
         self.peaks

@@ -564,6 +564,11 @@ impl LeakDetector {
             self.pending_alloc = None;
             return;
         }
+        self.find_period(value);
+    }
+
+    /// The period finder's part of [`Self::on_value`].
+    fn find_period(&mut self, value: u64) {
         let found = match self.pending_alloc.take() {
             Some(size) => self.period.on_alloc(size, value),
             None => {

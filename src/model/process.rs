@@ -357,10 +357,16 @@ impl Process {
 
     /// The index of `device`, created while fewer than `Bounds::devices`
     /// are known (`None` beyond: the event is dropped and counted).
+    #[inline]
     fn device_index(&mut self, device: u16) -> Option<usize> {
-        if let Some(i) = self.devices.iter().position(|d| d.device() == device) {
-            return Some(i);
+        match self.devices.iter().position(|d| d.device() == device) {
+            Some(i) => Some(i),
+            None => self.new_device(device),
         }
+    }
+
+    #[cold]
+    fn new_device(&mut self, device: u16) -> Option<usize> {
         if self.devices.len() >= self.cfg.bounds.devices.max(1) {
             self.dropped_devices = self.dropped_devices.saturating_add(1);
             return None;
@@ -651,7 +657,7 @@ impl Process {
                     }
                     if self.leak.steps() > steps && self.leak.steps() > FORECAST_WARM_UP {
                         let reserved = (self.devices.iter())
-                            .map(|d| self.device_figures(d).reserved)
+                            .map(DeviceState::reserved_figure)
                             .fold(0u64, u64::saturating_add);
                         if self.step_reserved.len() == STEP_RESERVED {
                             self.step_reserved.pop_front();

@@ -299,7 +299,7 @@ impl DeviceState {
             if na == end && nb.state == BlockState::Inactive && nb.segment == b.segment {
                 size += nb.size;
                 // `p` is before `n`, so it stays valid.
-                self.blocks.remove_at(n);
+                self.blocks.unlink(n);
             }
         }
         if let Some(q) = self.blocks.prev(p) {
@@ -309,7 +309,7 @@ impl DeviceState {
                 && pb.segment == b.segment
             {
                 self.blocks.at_mut(q).size += size;
-                self.blocks.remove_at(p);
+                self.blocks.unlink(p);
                 return;
             }
         }

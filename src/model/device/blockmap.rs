@@ -241,21 +241,35 @@ impl BlockMap {
 
     /// Remove the entry at `p`. Other positions stay valid.
     pub(crate) fn remove_at(&mut self, p: Pos) -> (u64, Block) {
-        let n = *self.node(p.0);
-        match n.prev {
-            NIL => self.head = n.next,
-            q => self.nodes[q as usize].next = n.next,
+        let block = self.node(p.0).block;
+        (self.unlink(p), block)
+    }
+
+    /// Remove the entry at `p`, returning its address (the block is not
+    /// copied out). Other positions stay valid.
+    #[inline]
+    pub(crate) fn unlink(&mut self, p: Pos) -> u64 {
+        let &Node {
+            addr,
+            prev,
+            next,
+            indexed,
+            ..
+        } = self.node(p.0);
+        match prev {
+            NIL => self.head = next,
+            q => self.nodes[q as usize].next = next,
         }
-        match n.next {
-            NIL => self.tail = n.prev,
-            q => self.nodes[q as usize].prev = n.prev,
+        match next {
+            NIL => self.tail = prev,
+            q => self.nodes[q as usize].prev = prev,
         }
-        self.slot_of.remove(&n.addr);
-        if n.indexed {
-            self.removed.push(n.addr);
+        self.slot_of.remove(&addr);
+        if indexed {
+            self.removed.push(addr);
         }
         self.vacant.push(p.0);
-        (n.addr, n.block)
+        addr
     }
 
     pub(crate) fn get(&self, k: &u64) -> Option<&Block> {
@@ -294,19 +308,27 @@ impl BlockMap {
     /// date once it lags by [`SYNC_AFTER`] changes, and rebuilds the slab
     /// when under a quarter of it is in use. Both cost O(blocks) at most
     /// once per that many changes.
+    #[inline]
     pub(crate) fn tidy(&mut self) {
         if self.added.len() + self.removed.len() > SYNC_AFTER {
             self.sync();
         }
         if self.nodes.len() > 4 * SYNC_AFTER && self.len() * 4 < self.nodes.len() {
-            let live: Vec<(u64, Block)> = self.iter().map(|(a, b)| (*a, *b)).collect();
-            *self = Self::from_sorted(live);
+            self.rebuild();
         }
+    }
+
+    /// The slab rebuilt with only the live blocks, in address order.
+    #[cold]
+    fn rebuild(&mut self) {
+        let live: Vec<(u64, Block)> = self.iter().map(|(a, b)| (*a, *b)).collect();
+        *self = Self::from_sorted(live);
     }
 
     /// Applies the changes since the last sync to the ordered set: the
     /// removed addresses leave it, then the added ones still in the map
     /// join it.
+    #[cold]
     fn sync(&mut self) {
         for a in self.removed.drain(..) {
             self.ordered.remove(&a);

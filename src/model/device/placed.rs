@@ -181,10 +181,17 @@ impl DeviceState {
 
     /// Whether the event at `pos` lies in the installed snapshot's
     /// ambiguous window and its effect is already in the state (counted).
+    #[inline]
     pub(super) fn reflected_in_window(&mut self, pos: u64, kind: &EventKind) -> bool {
         if self.placement.window_end.is_none_or(|end| pos >= end) {
             return false;
         }
+        self.reflected_in_prefix(kind)
+    }
+
+    /// [`Self::reflected_in_window`] for an event inside the window.
+    #[cold]
+    fn reflected_in_prefix(&mut self, kind: &EventKind) -> bool {
         if self.placement.in_prefix && self.already_reflected(kind) {
             self.placement.reflected += 1;
             return true;

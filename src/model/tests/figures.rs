@@ -45,6 +45,32 @@ fn headline_from_block_map_then_stats() {
     assert_eq!(f.peak_allocated, 9 * MIB);
 }
 
+/// The reserved total the step forecast takes at each step boundary
+/// (`DeviceState::reserved_figure`, no block summary) is the one the
+/// figures show: the block map's, then the statistics sample's.
+#[test]
+fn the_forecast_takes_the_reserved_figure_shown() {
+    let mut m = synced_model();
+    let mut r = RefAlloc::new();
+    r.alloc(3 * MIB);
+    feed(&mut m, &r.take());
+    let d = dev(&m);
+    let shown = m.process(KEY).unwrap().device_figures(d).reserved;
+    assert_eq!((d.reserved_figure(), shown), (20 * MIB, 20 * MIB));
+    let s = Stats {
+        allocated: 3 * MIB,
+        reserved: 40 * MIB,
+        active: 3 * MIB,
+        ..Stats::default()
+    };
+    let mut e = Ev::new();
+    e.t = r.ev.t;
+    m.apply(KEY, &e.stats(s));
+    let d = dev(&m);
+    let shown = m.process(KEY).unwrap().device_figures(d).reserved;
+    assert_eq!((d.reserved_figure(), shown), (40 * MIB, 40 * MIB));
+}
+
 #[test]
 fn non_pytorch_remainder_absent_without_nvml() {
     let mut m = synced_model();
