@@ -365,6 +365,8 @@ impl Process {
         }
     }
 
+    /// [`Self::device_index`] for a device not seen before: added in
+    /// device order while the bound allows.
     #[cold]
     fn new_device(&mut self, device: u16) -> Option<usize> {
         if self.devices.len() >= self.cfg.bounds.devices.max(1) {

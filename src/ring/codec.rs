@@ -599,40 +599,51 @@ impl Decoder {
     }
 }
 
-/// Every record but the statistics ones: each stands alone.
+/// Every record but the statistics ones: each stands alone. Each kind is
+/// returned as it is built, and the function is kept out of line so that
+/// it builds the event in its caller's slot: a chain of `or_else`
+/// closures moved every event through temporaries (callgrind, the
+/// GPT-2 job's records: 135 → 100 instructions per record decoded).
+#[inline(never)]
 fn stateless(kind: u16, device: u16, aux: u32, w: &Words) -> EventKind {
-    placed_of(kind, place_of(device, aux, w), w)
-        .or_else(|| snapshot_of(kind, device, aux, w))
-        .or_else(|| definition_of(kind, aux, w))
-        .unwrap_or_else(|| match kind {
-            K_MARKER => EventKind::Marker {
-                value: w[2],
-                source: mark_source_of(w[3], w[4]),
-            },
-            K_DROPPED => EventKind::Dropped {
-                device,
-                what: drop_of(aux),
-                count: w[2],
-                bound: w[3],
-            },
-            K_ROLES => EventKind::Roles {
-                list: aux,
-                count: w[2],
-            },
-            K_ROLE => EventKind::Role {
-                list: aux,
-                device,
-                addr: w[2],
-                bytes: w[3],
-                held: held_of(w[4]),
-                module: w[5] as u32,
-            },
-            K_ROLES_END => EventKind::RolesEnd {
-                list: aux,
-                count: w[2],
-            },
-            other => EventKind::Unknown { kind: other },
-        })
+    if let Some(e) = placed_of(kind, place_of(device, aux, w), w) {
+        return e;
+    }
+    if let Some(e) = snapshot_of(kind, device, aux, w) {
+        return e;
+    }
+    if let Some(e) = definition_of(kind, aux, w) {
+        return e;
+    }
+    match kind {
+        K_MARKER => EventKind::Marker {
+            value: w[2],
+            source: mark_source_of(w[3], w[4]),
+        },
+        K_DROPPED => EventKind::Dropped {
+            device,
+            what: drop_of(aux),
+            count: w[2],
+            bound: w[3],
+        },
+        K_ROLES => EventKind::Roles {
+            list: aux,
+            count: w[2],
+        },
+        K_ROLE => EventKind::Role {
+            list: aux,
+            device,
+            addr: w[2],
+            bytes: w[3],
+            held: held_of(w[4]),
+            module: w[5] as u32,
+        },
+        K_ROLES_END => EventKind::RolesEnd {
+            list: aux,
+            count: w[2],
+        },
+        other => EventKind::Unknown { kind: other },
+    }
 }
 
 /// The allocator records: a place and two words.
