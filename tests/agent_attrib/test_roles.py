@@ -4,6 +4,7 @@ keeps each role list it is handed. Run by tests/agent_attrib.rs; prints
 "ok ..." lines, raises on a failure."""
 
 import ctypes
+import threading
 import time
 
 import test_attrib  # (its stand-in tracker; its checks run only as a script)
@@ -24,6 +25,7 @@ class Lib(test_attrib.Lib):
     def __init__(self):
         super().__init__()
         self.lists = []
+        self.threads = []  # the thread that handed each list
         self.snaps = 0
 
     def vs_agent_snapshots(self):
@@ -36,6 +38,7 @@ class Lib(test_attrib.Lib):
             dev, addr, nbytes, role, module = words[5 * i : 5 * i + 5]
             rows.append((dev, addr, nbytes, NAMES[role], self.strings.get(module, "") if module else None))
         self.lists.append(rows)
+        self.threads.append(threading.current_thread())
         return len(self.lists)
 
 
@@ -170,6 +173,7 @@ def main():
           "a list is bounded and what is left out is counted (DROPPED 7): %s" % lib.dropped)
     # Inference: no step boundaries; the background thread writes a list.
     _roles.IDLE = 0.3
+    _roles.QUIET = 0.3
     n = len(lib.lists)
     deadline = time.monotonic() + 5
     while len(lib.lists) == n and time.monotonic() < deadline:
@@ -184,6 +188,20 @@ def main():
     while len(lib.lists) == n and time.monotonic() < deadline:
         time.sleep(0.05)
     check(len(lib.lists) == n + 1, "a snapshot written (a reader attached) is followed by a fresh list")
+    check(lib.threads[-1] is not threading.main_thread(), "with no step boundary, the background thread walks")
+    # While step boundaries come, a snapshot makes no walk from the
+    # background thread (one while the job trains races with backward
+    # inside PyTorch): the next boundary walks, on the job's own thread.
+    _roles.QUIET = 2.0
+    time.sleep(0.15)
+    a.step()
+    n = len(lib.lists)
+    lib.snaps += 1
+    time.sleep(0.6)
+    check(len(lib.lists) == n, "while boundaries come, a snapshot makes no walk from the background thread")
+    a.step()
+    check(len(lib.lists) == n + 1 and lib.threads[-1] is threading.main_thread(),
+          "the next boundary walks, on the job's thread")
     # A module changed while it was walked (RuntimeError): walked again
     # later, not turned off.
     class Changing(dict):
