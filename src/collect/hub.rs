@@ -32,6 +32,9 @@ struct Inner {
     cleaned_total: u64,
     /// The live advisor, once asked for.
     advising: Option<Advising>,
+    /// The live path's floor, for measuring only (`collect::floor`).
+    #[cfg(feature = "live-floor")]
+    floor: super::floor::Blocks,
 }
 
 /// The live advisor's state in the hub: its worker's end, and which
@@ -532,6 +535,11 @@ impl Hub {
             return;
         }
         self.with(|inner| {
+            #[cfg(feature = "live-floor")]
+            if inner.floor.apply(key, records.clone()) {
+                inner.note_tally(key, tally);
+                return;
+            }
             if inner.advising.is_some() {
                 inner.apply_events(&batch());
             } else {

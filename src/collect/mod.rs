@@ -43,6 +43,8 @@
 pub(crate) mod advisor;
 #[cfg(any(test, feature = "fixtures"))]
 pub(crate) mod fixtures;
+#[cfg(feature = "live-floor")]
+mod floor;
 pub(crate) mod hub;
 pub(crate) mod nvml;
 pub mod procfs;
