@@ -78,7 +78,7 @@ fn role_lists_without_torch() {
         return;
     };
     assert!(text.contains("test_roles.py: all passed"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 19);
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 23);
 }
 
 #[test]

@@ -202,6 +202,43 @@ def main():
     a.step()
     check(len(lib.lists) == n + 1 and lib.threads[-1] is threading.main_thread(),
           "the next boundary walks, on the job's thread")
+    # Steps that take longer than QUIET: the pause between two of them is
+    # no quiet time (backward may be running); three of them is.
+    _roles.QUIET = 0.1
+    _roles.IDLE = 0.3
+    time.sleep(0.15)
+    a.step()
+    time.sleep(0.35)
+    a.step()  # a step of 0.35 s: quiet only after 1.05 s without a boundary
+    n = len(lib.lists)
+    lib.snaps += 1
+    time.sleep(0.6)
+    check(len(lib.lists) == n, "within three of the job's steps, a snapshot makes no background walk")
+    deadline = time.monotonic() + 5
+    while len(lib.lists) == n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(len(lib.lists) == n + 1 and lib.threads[-1] is not threading.main_thread(),
+          "after three of its steps with no boundary, the background thread walks")
+    # Backward ran and no boundary came yet (a training job's first step):
+    # no background walk either.
+    class Engine:
+        pass
+
+    engine = Engine()
+    a.roles.last_step = None
+    a.roles.step_gap = 0.0
+    a.backward_threads.add(engine)
+    n = len(lib.lists)
+    time.sleep(0.8)
+    check(len(lib.lists) == n, "after backward ran and before the first boundary, no background walk")
+    a.backward_threads.discard(engine)
+    deadline = time.monotonic() + 5
+    while len(lib.lists) == n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(len(lib.lists) == n + 1, "with no backward and no boundary (inference), the background thread walks")
+    _roles.QUIET = 2.0
+    _roles.IDLE = 3600.0
+    a.step()
     # A module changed while it was walked (RuntimeError): walked again
     # later, not turned off.
     class Changing(dict):

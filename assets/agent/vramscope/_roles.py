@@ -23,10 +23,13 @@ than every 100 ms. A walk of GPT-2 small (148 parameters, their
 gradients, Adam's state: about 600 tensors) takes well under a millisecond
 of Python, so the cost is bounded by the once-a-second rule.
 
-Only where no step boundary came for two seconds (inference loops, a job
-between phases) does a background thread walk instead: when two seconds
-pass with no list while a model exists, and within a quarter of a second
-of a snapshot. While boundaries come, the job's own thread walks, at a
+Only where no step boundary came for two seconds, and for three of the
+job's longest recent steps (inference loops, a job between phases; a model
+whose steps take seconds is not between phases between two of them), does
+a background thread walk instead: when two seconds pass with no list while
+a model exists, and within a quarter of a second of a snapshot. Nor does
+it walk once backward has run (an autograd thread met attribution's
+hooks) before the first boundary: that is a training job's first step. While boundaries come, the job's own thread walks, at a
 boundary: a snapshot only marks the list stale. A walk from another thread
 while the job trains reads tensors that backward and the optimizer are
 changing without the GIL, a data race inside PyTorch: it crashed real jobs
@@ -52,6 +55,7 @@ FIRST_STEPS = 3
 EVERY = 1.0  # seconds between lists at step boundaries
 IDLE = 2.0  # seconds with no list before the background thread writes one
 QUIET = 2.0  # seconds with no step boundary before the background thread may walk
+QUIET_STEPS = 3  # ... and at least this many of the job's longest recent step
 POLL = 0.25  # how often the background thread looks
 MIN_GAP = 0.1
 TRANSIENT = 3  # walks in a row that may fail with RuntimeError
@@ -66,6 +70,7 @@ class Roles:
         self.optimizers = weakref.WeakSet()
         self.steps = 0
         self.last_step = None  # when the last step boundary came
+        self.step_gap = 0.0  # the longest recent time between two boundaries
         self.dirty = True
         self.last = 0.0
         self.lists = 0
@@ -111,6 +116,9 @@ class Roles:
         """A step boundary."""
         self.steps += 1
         now = time.monotonic()
+        if self.last_step is not None:
+            # The longest recent step (an old long one fades by a tenth a step).
+            self.step_gap = max(self.step_gap * 0.9, now - self.last_step)
         self.last_step = now
         if self.steps <= FIRST_STEPS or self.dirty or now - self.last >= EVERY:
             self.refresh(now)
@@ -231,8 +239,11 @@ class Roles:
             if snapped:
                 self.dirty = True
             now = time.monotonic()
-            if self.last_step is not None and now - self.last_step < QUIET:
+            quiet = max(QUIET, QUIET_STEPS * self.step_gap)
+            if self.last_step is not None and now - self.last_step < quiet:
                 continue  # boundaries come: the next one walks (dirty)
+            if self.last_step is None and len(a.backward_threads):
+                continue  # backward ran, no boundary yet: a first step; its end walks
             if snapped or now - self.last >= IDLE:
                 self.refresh()
 
