@@ -56,13 +56,11 @@ impl Blocks {
                 for (e, _) in records {
                     match e.kind {
                         EventKind::Alloc { addr, size, .. } => {
-                            *bytes += size;
-                            if let Some(old) = live.insert(addr, size) {
-                                *bytes -= old;
-                            }
+                            let old = live.insert(addr, size).unwrap_or(0);
+                            *bytes = bytes.wrapping_add(size).wrapping_sub(old);
                         }
                         EventKind::FreeRequested { addr, .. } => {
-                            *bytes -= live.remove(&addr).unwrap_or(0);
+                            *bytes = bytes.wrapping_sub(live.remove(&addr).unwrap_or(0));
                         }
                         _ => {}
                     }

@@ -23,14 +23,15 @@ than every 100 ms. A walk of GPT-2 small (148 parameters, their
 gradients, Adam's state: about 600 tensors) takes well under a millisecond
 of Python, so the cost is bounded by the once-a-second rule.
 
-Only where no step boundary came for two seconds, and for three of the
-job's longest recent steps (inference loops, a job between phases; a model
-whose steps take seconds is not between phases between two of them), does
-a background thread walk instead: when two seconds pass with no list while
-a model exists, and within a quarter of a second of a snapshot. Nor does
-it walk once backward has run (an autograd thread met attribution's
-hooks) before the first boundary: that is a training job's first step. While boundaries come, the job's own thread walks, at a
-boundary: a snapshot only marks the list stale. A walk from another thread
+While boundaries come, the job's own thread walks, at a boundary: a
+snapshot only marks the list stale. Only where no step boundary came for
+two seconds, and for three of the job's longest recent steps (inference
+loops, a job between phases; a model whose steps take seconds is not
+between phases between two of them), does a background thread walk
+instead: when two seconds pass with no list while a model exists, and
+within a quarter of a second of a snapshot. Nor does it walk once backward
+has run (an autograd thread met attribution's hooks) before the first
+boundary: that is a training job's first step. A walk from another thread
 while the job trains reads tensors that backward and the optimizer are
 changing without the GIL, a data race inside PyTorch: it crashed real jobs
 (a segfault in ``data_ptr``, 7 of 16 transformers jobs on one GPU, with a
@@ -55,7 +56,7 @@ FIRST_STEPS = 3
 EVERY = 1.0  # seconds between lists at step boundaries
 IDLE = 2.0  # seconds with no list before the background thread writes one
 QUIET = 2.0  # seconds with no step boundary before the background thread may walk
-QUIET_STEPS = 3  # ... and at least this many of the job's longest recent step
+QUIET_STEPS = 3  # ... and at least this many of the job's longest recent steps
 POLL = 0.25  # how often the background thread looks
 MIN_GAP = 0.1
 TRANSIENT = 3  # walks in a row that may fail with RuntimeError
