@@ -83,6 +83,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::event::RingPos;
 use crate::event::{Event, EventKind};
@@ -265,6 +267,12 @@ pub(crate) fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
 }
 
 /// Reads a recording frame by frame.
+///
+/// A file that ends inside a frame (a recorder killed mid-write, a disk
+/// that filled, a copy cut short) is read up to its last complete frame:
+/// the torn frame ends the file as a clean end would, and where it
+/// stopped is said once on standard error (once for all the readings of
+/// one file that [`Replayer::again`] makes) and kept ([`Replayer::cut_short`]).
 pub struct Replayer {
     input: BufReader<File>,
     path: PathBuf,
@@ -274,6 +282,23 @@ pub struct Replayer {
     ahead: Option<Frame>,
     decoders: HashMap<ProcessKey, Decoder>,
     skipped_inputs: u64,
+    /// Complete frames read.
+    frames: u64,
+    cut: Option<CutShort>,
+    /// Whether a torn end was said already (shared by every reading of
+    /// the file [`Replayer::again`] makes); `None`: never said.
+    said: Option<Arc<AtomicBool>>,
+}
+
+/// Where a recording cut short stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CutShort {
+    /// The byte offset of the torn frame (everything before it was read).
+    pub offset: u64,
+    /// The complete frames before it.
+    pub frames: u64,
+    /// What is there of the torn frame.
+    pub why: String,
 }
 
 struct Frame {
@@ -323,6 +348,9 @@ impl Replayer {
             ahead: None,
             decoders: HashMap::new(),
             skipped_inputs: 0,
+            frames: 0,
+            cut: None,
+            said: Some(Arc::new(AtomicBool::new(false))),
         };
         let mut head = [0u8; 16];
         let n = r.read_up_to(&mut head)?;
@@ -354,6 +382,50 @@ impl Replayer {
     /// The file's minor version.
     pub fn minor(&self) -> u16 {
         self.minor
+    }
+
+    /// The same file from its start, for another reading (`diff`, `sim`
+    /// and `replay --ui` read a recording more than once): a torn end is
+    /// said once for all of them.
+    pub fn again(&self) -> Result<Self, RecordingError> {
+        let mut r = Replayer::open(&self.path)?;
+        r.said.clone_from(&self.said);
+        Ok(r)
+    }
+
+    /// Says nothing on standard error of a torn end (the fuzz targets,
+    /// tests); [`Replayer::cut_short`] still tells.
+    pub fn quiet(mut self) -> Self {
+        self.said = None;
+        self
+    }
+
+    /// Where the file stopped, when it ended inside a frame (known once
+    /// the reading reached it).
+    pub fn cut_short(&self) -> Option<&CutShort> {
+        self.cut.as_ref()
+    }
+
+    /// The file ends inside the frame at `at`: the end of the reading.
+    fn torn(&mut self, at: u64, why: String) -> Option<Frame> {
+        let cut = CutShort {
+            offset: at,
+            frames: self.frames,
+            why,
+        };
+        if let Some(said) = &self.said {
+            if !said.swap(true, Ordering::Relaxed) {
+                crate::text::stderr_line(format_args!(
+                    "vramscope: {}: cut short at byte {}, after {} complete frames ({}): read up to there",
+                    self.path.display(),
+                    cut.offset,
+                    cut.frames,
+                    cut.why
+                ));
+            }
+        }
+        self.cut = Some(cut);
+        None
     }
 
     /// Inputs skipped so far because this build does not know their
@@ -392,25 +464,34 @@ impl Replayer {
         if let Some(f) = self.ahead.take() {
             return Ok(Some(f));
         }
+        if self.cut.is_some() {
+            return Ok(None);
+        }
         let at = self.offset;
         let mut len = [0u8; 4];
         match self.read_up_to(&mut len)? {
             0 => return Ok(None),
             4 => {}
-            n => return Err(self.bad(at, format!("truncated frame header ({n} of 4 bytes)"))),
+            n => return Ok(self.torn(at, format!("{n} of the 4 bytes of a frame header"))),
         }
         let len = u32_le(&len);
         if !(9..=MAX_FRAME).contains(&len) {
             return Err(self.bad(at, format!("frame length {len} is out of range")));
         }
-        let mut body = vec![0u8; len as usize];
-        let n = self.read_up_to(&mut body)?;
-        if n < body.len() {
-            return Err(self.bad(
-                at,
-                format!("truncated frame: {len} bytes announced, {n} present"),
-            ));
+        // Read as it comes, never more than is there: a length that
+        // announces more than the file holds costs what the file holds.
+        let mut body = Vec::with_capacity((len as usize).min(1 << 20));
+        let n = std::io::Read::by_ref(&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut body)
+            .map_err(|e| RecordingError::Io {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        if n < len as usize {
+            return Ok(self.torn(at, format!("a frame of {len} bytes announced, {n} present")));
         }
+        self.frames += 1;
         self.offset = at + 4 + len as u64;
         let kind = body[0];
         let time = u64_le(&body[1..9]);

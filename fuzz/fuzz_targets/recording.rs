@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         f.write_all(data).unwrap();
     }
     drop(f);
-    let Ok(mut r) = Replayer::open(path) else {
+    let Ok(mut r) = Replayer::open(path).map(Replayer::quiet) else {
         return;
     };
     let _ = r.minor();

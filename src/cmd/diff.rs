@@ -48,8 +48,10 @@ pub const FAIL_OVER_EXIT: u8 = 3;
 fn of(path: &Path, pid: Option<u32>) -> Result<Profile> {
     let name = path.display().to_string();
     let result = if super::open::is_recording(path) {
+        // Read three times, a torn end said once.
+        let first = Replayer::open(path)?;
         let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
-            let mut r = Replayer::open(path).map_err(|e| e.to_string())?;
+            let mut r = first.again().map_err(|e| e.to_string())?;
             while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {
                 apply(t, input);
             }

@@ -52,8 +52,8 @@ struct ReplayStatus {
 
 impl ReplayStatus {
     /// Reads the recording once for its length (inputs and recorded time).
-    fn new(path: &std::path::Path, speed: f64) -> Result<ReplayStatus> {
-        let mut r = Replayer::open(path)?;
+    fn new(reader: &Replayer, path: &std::path::Path, speed: f64) -> Result<ReplayStatus> {
+        let mut r = reader.again()?;
         let (mut n, mut first, mut last) = (0u64, None, 0u64);
         while let Some((t, _)) = r.next_input()? {
             n += 1;
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> Result<()> {
         let mut opts = args.view.options()?;
         // A recording cannot be sent commands.
         opts.readonly = true;
-        let status = ReplayStatus::new(&args.file, speed)?;
+        let status = ReplayStatus::new(&reader, &args.file, speed)?;
         let live = Arc::new(
             Live::replay(reader, speed, status.progress.clone()).context("starting the replay")?,
         );

@@ -286,7 +286,8 @@ pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Resu
     let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
     let mut who: BTreeMap<ProcessKey, (String, Option<String>)> = BTreeMap::new();
     let mut mid_run: std::collections::BTreeSet<ProcessKey> = Default::default();
-    let mut r = Replayer::open(path)?;
+    let first = Replayer::open(path)?;
+    let mut r = first.again()?;
     while let Some((_, input)) = r.next_input()? {
         match input {
             Input::Events(b) => {
@@ -344,7 +345,7 @@ pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Resu
     let mut events: Vec<(Event, Option<RingPos>)> = Vec::new();
     let mut runs = 1u64;
     let mut lost = 0;
-    let mut r = Replayer::open(path)?;
+    let mut r = first.again()?;
     while let Some((_, input)) = r.next_input()? {
         if let Input::Events(b) = input {
             if b.key != key {

@@ -1,0 +1,153 @@
+//! The files the commands read (issue 44, items 2, 3, 6, 8, 9): recordings
+//! and PyTorch snapshot files given to `diff`, `open`, `replay`, `export`,
+//! `sim --trace` and `advise FILE`: peaks never below the state a file
+//! holds, the CI gate against a run of 0 B, files from a pipe, the tool's
+//! own export read back as it was written, and recordings cut short.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{succeeded, vramscope};
+use serde_json::Value;
+use vramscope::input::{EventBatch, Identity, Input, Source};
+use vramscope::model::{Mode, ProcessKey, Watch};
+use vramscope::sim::{Scenario, ScenarioRunner};
+
+/// A demo scenario run to its end as a recording: the process attached,
+/// then its events in batches of 64, as a collector delivers them.
+fn scenario_recording(name: &str, path: &Path) {
+    let mut events = Vec::new();
+    ScenarioRunner::new(Scenario::by_name(name).unwrap()).run_to_end(&mut events);
+    let key = ProcessKey {
+        pid: 4242,
+        start_time: 1,
+    };
+    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    let attach = Input::Attach {
+        key,
+        identity: Identity {
+            name: format!("demo: {name}"),
+            ..Identity::of_pid(4242)
+        },
+        source: Source::unattached(Mode::Exact),
+        watch: Watch::default(),
+    };
+    rec.write(events[0].time_ns, &attach).unwrap();
+    for (i, batch) in events.chunks(64).enumerate() {
+        let input = Input::Events(EventBatch {
+            key,
+            events: batch.to_vec(),
+            delivered: (i * 64 + batch.len()) as u64,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        });
+        rec.write(batch[0].time_ns, &input).unwrap();
+    }
+    rec.finish().unwrap();
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> Output {
+    vramscope().args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: Output) -> Value {
+    serde_json::from_slice(&succeeded(o).stdout).unwrap()
+}
+
+// ---------------------------------------------------------------------
+// Item 9: a recording cut short is read up to its last complete frame.
+// ---------------------------------------------------------------------
+
+/// The byte offsets where each frame of a recording starts (after the
+/// 16-byte header).
+fn frame_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 16;
+    let mut out = Vec::new();
+    while at + 4 <= bytes.len() {
+        out.push(at);
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += 4 + len;
+    }
+    out
+}
+
+#[test]
+fn item9_a_recording_cut_short_is_read_to_its_last_complete_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("leak.vsrec");
+    scenario_recording("leak", &whole);
+    let bytes = std::fs::read(&whole).unwrap();
+    let starts = frame_starts(&bytes);
+    let last = *starts.last().unwrap();
+    // What the reader must keep: the file up to the last complete frame.
+    let kept = dir.path().join("kept.vsrec");
+    std::fs::write(&kept, &bytes[..last]).unwrap();
+    // A torn final frame (its length and 9 of its bytes), as a recorder
+    // killed mid-write leaves it; and a torn frame header (2 of 4 bytes).
+    let torn = dir.path().join("torn.vsrec");
+    std::fs::write(&torn, &bytes[..last + 4 + 9]).unwrap();
+    let torn_header = dir.path().join("torn-header.vsrec");
+    std::fs::write(&torn_header, &bytes[..last + 2]).unwrap();
+    let want = json(run(&[
+        "replay".as_ref(),
+        kept.as_os_str(),
+        "--json".as_ref(),
+    ]));
+    let frames = starts.len() - 1;
+    let out = dir.path().join("out.pickle");
+    for (file, what) in [(&torn, "9"), (&torn_header, "2")] {
+        // Every reader of recordings reads it, and says once where it stopped.
+        let readers: Vec<Vec<&std::ffi::OsStr>> = vec![
+            vec!["replay".as_ref(), file.as_os_str(), "--json".as_ref()],
+            vec![
+                "replay".as_ref(),
+                file.as_os_str(),
+                "--diff".as_ref(),
+                "3..5".as_ref(),
+            ],
+            vec![
+                "export".as_ref(),
+                file.as_os_str(),
+                "-o".as_ref(),
+                out.as_os_str(),
+            ],
+            vec!["diff".as_ref(), file.as_os_str(), kept.as_os_str()],
+            vec!["sim".as_ref(), "--trace".as_ref(), file.as_os_str()],
+            vec!["advise".as_ref(), file.as_os_str()],
+        ];
+        for args in readers {
+            let o = run(&args);
+            let err = stderr(&o);
+            assert!(o.status.success(), "{args:?}: {err}");
+            let said: Vec<&str> = err.lines().filter(|l| l.contains("cut short")).collect();
+            assert_eq!(said.len(), 1, "{args:?}: {err}");
+            let line = said[0];
+            assert!(
+                line.contains(&format!("at byte {last}"))
+                    && line.contains(&format!("after {frames} complete frames"))
+                    && line.contains(what),
+                "{args:?}: {line}"
+            );
+        }
+        // What is read is everything before the torn frame.
+        let got = json(run(&[
+            "replay".as_ref(),
+            file.as_os_str(),
+            "--json".as_ref(),
+        ]));
+        assert_eq!(
+            got["processes"][0]["view"]["figures"],
+            want["processes"][0]["view"]["figures"]
+        );
+    }
+    // A complete file says nothing of the kind.
+    let o = succeeded(run(&["replay".as_ref(), whole.as_os_str()]));
+    assert!(!stderr(&o).contains("cut short"), "{}", stderr(&o));
+}
