@@ -30,6 +30,8 @@
 //! - [`fleet`]: many machines through Prometheus (`vramscope fleet`).
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
 //!   [`ui::run`] is its entry point.
+//! - [`given`]: a file named on the command line (a recording or a snapshot
+//!   file), told apart and read once whatever it is (a pipe too).
 //!
 //! Layers, floor 0 first. A module imports only from floors below its own
 //! (`tests/layers.rs` reads every `crate::` path and holds the code to this
@@ -43,12 +45,13 @@
 //! 5. recording, sim
 //! 6. collect, agent
 //! 7. snapfile, demo, serve, fleet
-//! 8. ui
+//! 8. ui, given
 pub mod agent;
 pub mod collect;
 pub mod demo;
 pub mod event;
 pub mod fleet;
+pub mod given;
 pub mod input;
 pub mod model;
 pub mod pickle;

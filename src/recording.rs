@@ -274,7 +274,9 @@ pub(crate) fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
 /// stopped is said once on standard error (once for all the readings of
 /// one file that [`Replayer::again`] makes) and kept ([`Replayer::cut_short`]).
 pub struct Replayer {
-    input: BufReader<File>,
+    input: BufReader<Box<dyn Read + Send>>,
+    /// What the bytes come from, to read them again ([`Replayer::again`]).
+    bytes: Option<Arc<[u8]>>,
     path: PathBuf,
     offset: u64,
     minor: u16,
@@ -340,8 +342,24 @@ impl Replayer {
             path: path.to_path_buf(),
             source: e,
         })?;
+        Self::start(path, Box::new(file), None)
+    }
+
+    /// A recording held in memory (read once from a pipe), named `path`
+    /// in what is said of it.
+    pub fn from_bytes(path: &Path, bytes: Arc<[u8]>) -> Result<Self, RecordingError> {
+        let input = Box::new(std::io::Cursor::new(bytes.clone()));
+        Self::start(path, input, Some(bytes))
+    }
+
+    fn start(
+        path: &Path,
+        input: Box<dyn Read + Send>,
+        bytes: Option<Arc<[u8]>>,
+    ) -> Result<Self, RecordingError> {
         let mut r = Replayer {
-            input: BufReader::new(file),
+            input: BufReader::new(input),
+            bytes,
             path: path.to_path_buf(),
             offset: 0,
             minor: 0,
@@ -388,7 +406,10 @@ impl Replayer {
     /// and `replay --ui` read a recording more than once): a torn end is
     /// said once for all of them.
     pub fn again(&self) -> Result<Self, RecordingError> {
-        let mut r = Replayer::open(&self.path)?;
+        let mut r = match &self.bytes {
+            Some(b) => Replayer::from_bytes(&self.path, b.clone())?,
+            None => Replayer::open(&self.path)?,
+        };
         r.said.clone_from(&self.said);
         Ok(r)
     }

@@ -6,14 +6,23 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Output;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-use common::{succeeded, vramscope};
+use common::{exited_with, succeeded, vramscope};
 use serde_json::Value;
 use vramscope::input::{EventBatch, Identity, Input, Source};
 use vramscope::model::{Mode, ProcessKey, Watch};
 use vramscope::sim::{Scenario, ScenarioRunner};
+
+fn snapshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/torch-2.11")
+}
+
+fn pickle(name: &str) -> PathBuf {
+    snapshots().join(format!("torch-2.11-{name}.pickle"))
+}
 
 /// A demo scenario run to its end as a recording: the process attached,
 /// then its events in batches of 64, as a collector delivers them.
@@ -150,4 +159,151 @@ fn item9_a_recording_cut_short_is_read_to_its_last_complete_frame() {
     // A complete file says nothing of the kind.
     let o = succeeded(run(&["replay".as_ref(), whole.as_os_str()]));
     assert!(!stderr(&o).contains("cut short"), "{}", stderr(&o));
+}
+
+// ---------------------------------------------------------------------
+// Item 6: files from a pipe.
+// ---------------------------------------------------------------------
+
+/// `vramscope ARGS` through bash, so that ARGS may hold `<(…)`; `{v}` in
+/// ARGS is the binary.
+fn through_bash(args: &str) -> Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("exec \"$V\" {args}"))
+        .env("V", env!("CARGO_BIN_EXE_vramscope"))
+        .output()
+        .unwrap()
+}
+
+/// `path` as bash quotes it.
+fn q(path: &Path) -> String {
+    format!("'{}'", path.display())
+}
+
+/// What a diff says, without the files' names (a pipe's is `/dev/fd/N`).
+fn figures_of_diff(v: &Value) -> Value {
+    let mut v = v.clone();
+    for run in ["a", "b"] {
+        v[run]["name"] = Value::Null;
+        v[run]["cmdline"] = Value::Null;
+    }
+    v
+}
+
+/// `open --json`'s figures and state, without the file's name.
+fn open_figures(v: &Value) -> Value {
+    v["state"]["processes"][0]["view"]["figures"].clone()
+}
+
+#[test]
+fn item6_every_command_that_takes_a_file_reads_it_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        dir.path().join("healthy.vsrec"),
+        dir.path().join("leak.vsrec"),
+    );
+    scenario_recording("healthy", &a);
+    scenario_recording("leak", &b);
+    let (pa, pb) = (pickle("all"), pickle("python"));
+    // diff: recordings, snapshot files, one of each.
+    for (x, y) in [(&a, &b), (&pa, &pb), (&a, &pb)] {
+        let want = json(run(&[
+            "diff".as_ref(),
+            x.as_os_str(),
+            y.as_os_str(),
+            "--json".as_ref(),
+        ]));
+        let got = json(through_bash(&format!(
+            "diff <(cat {}) <(cat {}) --json",
+            q(x),
+            q(y)
+        )));
+        assert_eq!(figures_of_diff(&got), figures_of_diff(&want), "{x:?} {y:?}");
+    }
+    // open: a snapshot file; a recording is named as one.
+    let want = json(run(&["open".as_ref(), pa.as_os_str(), "--json".as_ref()]));
+    let got = json(through_bash(&format!("open --json <(cat {})", q(&pa))));
+    assert_eq!(open_figures(&got), open_figures(&want));
+    let err = exited_with(1, through_bash(&format!("open <(cat {})", q(&a))));
+    assert!(err.contains("is a vramscope recording"), "{err}");
+    // replay, replay --diff, export, sim --trace, advise.
+    let want = json(run(&["replay".as_ref(), b.as_os_str(), "--json".as_ref()]));
+    let got = json(through_bash(&format!("replay --json <(cat {})", q(&b))));
+    assert_eq!(
+        got["processes"][0]["view"]["figures"],
+        want["processes"][0]["view"]["figures"]
+    );
+    let want = succeeded(run(&[
+        "replay".as_ref(),
+        b.as_os_str(),
+        "--diff".as_ref(),
+        "3..5".as_ref(),
+    ]));
+    let got = succeeded(through_bash(&format!(
+        "replay --diff 3..5 <(cat {})",
+        q(&b)
+    )));
+    assert_eq!(got.stdout, want.stdout);
+    let out = dir.path().join("out.pickle");
+    succeeded(through_bash(&format!(
+        "export <(cat {}) -o {}",
+        q(&b),
+        q(&out)
+    )));
+    let direct = dir.path().join("direct.pickle");
+    succeeded(run(&[
+        "export".as_ref(),
+        b.as_os_str(),
+        "-o".as_ref(),
+        direct.as_os_str(),
+    ]));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&direct).unwrap()
+    );
+    let want = succeeded(run(&[
+        "sim".as_ref(),
+        "--trace".as_ref(),
+        b.as_os_str(),
+        "--json".as_ref(),
+    ]));
+    let got = succeeded(through_bash(&format!(
+        "sim --json --trace <(cat {})",
+        q(&b)
+    )));
+    assert_eq!(got.stdout, want.stdout);
+    let want = succeeded(run(&["advise".as_ref(), b.as_os_str(), "--json".as_ref()]));
+    let got = succeeded(through_bash(&format!("advise --json <(cat {})", q(&b))));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&got.stdout).unwrap()["outcomes"],
+        serde_json::from_slice::<Value>(&want.stdout).unwrap()["outcomes"]
+    );
+}
+
+/// A pipe that never ends is read up to a bound, then refused in one
+/// line; one that starts as neither kind of file is refused at once.
+#[test]
+fn item6_a_pipe_that_never_ends_is_bounded() {
+    for (args, what) in [
+        ("diff <(cat /dev/zero) <(cat /dev/zero)", "neither"),
+        ("open <(yes)", "neither"),
+        (
+            "diff <(printf '\\x80\\x04'; cat /dev/zero) <(printf '\\x80\\x04')",
+            "more than",
+        ),
+        (
+            "replay <(printf 'VSCOPREC\\x01\\x00\\x01\\x00\\x00\\x00\\x00\\x00'; cat /dev/zero)",
+            "more than",
+        ),
+    ] {
+        let start = Instant::now();
+        let err = exited_with(1, through_bash(args));
+        assert!(start.elapsed() < Duration::from_secs(60), "{args}");
+        assert_eq!(err.lines().count(), 1, "{args}: {err}");
+        assert!(
+            err.contains(what) && err.contains("/dev/fd/"),
+            "{args}: {err}"
+        );
+    }
 }

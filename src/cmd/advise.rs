@@ -66,7 +66,8 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(pid) = as_pid(&args.target) {
         return live::run(pid, &args);
     }
-    let rec = from_recording(&args.target, args.process.pid, args.process.device)?;
+    let given = vramscope::given::Given::open(&args.target)?;
+    let rec = from_recording(&given, args.process.pid, args.process.device)?;
     let conf = match (&args.conf, rec.expandable) {
         (Some(c), _) => c.clone(),
         (None, true) => {

@@ -8,11 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use vramscope::collect::profile::{profile, Source};
-use vramscope::input::Input;
+use vramscope::given::Given;
 use vramscope::model::rundiff::{compare, Diff, Profile, Row};
-use vramscope::recording::Replayer;
-use vramscope::snapfile;
 use vramscope::text::format::{bytes, percent};
 
 use super::out;
@@ -46,31 +43,7 @@ pub const FAIL_OVER_EXIT: u8 = 3;
 
 /// The profile of one run.
 fn of(path: &Path, pid: Option<u32>) -> Result<Profile> {
-    let name = path.display().to_string();
-    let result = if super::open::is_recording(path) {
-        // Read three times, a torn end said once.
-        let first = Replayer::open(path)?;
-        let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
-            let mut r = first.again().map_err(|e| e.to_string())?;
-            while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {
-                apply(t, input);
-            }
-            Ok(())
-        };
-        profile(&name, pid, &mut source as &mut Source<'_>)
-    } else {
-        let file = snapfile::read(path)?;
-        let start = snapfile::inputs::starting_state(&file);
-        let label = path
-            .file_name()
-            .map_or(name.clone(), |f| f.to_string_lossy().into_owned());
-        let mut source = |apply: &mut dyn FnMut(u64, Input)| -> Result<(), String> {
-            snapfile::inputs::feed(&file, &label, Default::default(), &start, apply);
-            Ok(())
-        };
-        profile(&name, pid, &mut source as &mut Source<'_>)
-    };
-    result.map_err(anyhow::Error::msg)
+    Given::open(path)?.profile(pid).map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: Args) -> Result<()> {

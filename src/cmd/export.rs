@@ -15,10 +15,10 @@ use anyhow::{bail, Context, Result};
 
 use vramscope::event::Event;
 use vramscope::event::RingPos;
+use vramscope::given::Given;
 use vramscope::input::Input;
 use vramscope::model::device::AnchoredFrom;
 use vramscope::model::{Model, Process, ProcessKey};
-use vramscope::recording::Replayer;
 use vramscope::snapfile::write;
 
 use super::value::Count;
@@ -47,7 +47,7 @@ type Stepped = (Event, Option<u64>);
 type Kept = (Event, Option<RingPos>, Option<u64>);
 
 pub fn run(args: Args) -> Result<()> {
-    let mut reader = Replayer::open(&args.file)?;
+    let mut reader = Given::open(&args.file)?.replayer()?;
     let max = args.max_entries.get() as usize;
     let mut model = Model::default();
     // Per process: events seen, and the newest `max` with the process's

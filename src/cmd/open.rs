@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use vramscope::collect::Hub;
+use vramscope::given::Given;
 use vramscope::model::ViewOptions;
 use vramscope::snapfile::inputs::{self, Plan, Timed};
 use vramscope::snapfile::step::{self, Stepper, TraceStatus};
@@ -45,20 +46,6 @@ pub struct Args {
     view: UiFlags,
 }
 
-/// Whether `path` is a regular file that starts as a vramscope recording
-/// does (anything else, or a read error: no; a FIFO is never opened here).
-pub(super) fn is_recording(path: &std::path::Path) -> bool {
-    use std::io::Read;
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let magic = vramscope::recording::MAGIC;
-    let mut head = vec![0u8; magic.len()];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| head == magic)
-}
-
 /// An address, in decimal or 0x-hex.
 fn parse_addr(s: &str) -> Result<u64, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -70,10 +57,11 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 
 pub fn run(args: Args) -> Result<()> {
     let name = args.file.display().to_string();
-    if is_recording(&args.file) {
+    let given = Given::open(&args.file)?;
+    if given.is_recording() {
         bail!("{name} is a vramscope recording, not a PyTorch snapshot file: see it with `vramscope replay {name}`");
     }
-    let file = snapfile::read(&args.file)?;
+    let file = given.snapshot()?;
     let events: usize = file.traces.iter().map(Vec::len).sum();
     if let Some(n) = args.at.filter(|n| n.get() > events as u64) {
         bail!(

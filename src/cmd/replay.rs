@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use vramscope::collect::replay::{play, Pace, Progress};
 use vramscope::collect::{Hub, Live};
 use vramscope::demo::DemoStatus;
+use vramscope::given::Given;
 use vramscope::model::ViewOptions;
 use vramscope::recording::Replayer;
 
@@ -118,7 +119,7 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
 const ADVISOR_SHARE: f64 = vramscope::collect::ADVISOR_CPU_SHARE;
 
 pub fn run(args: Args) -> Result<()> {
-    let reader = Replayer::open(&args.file)?;
+    let reader = Given::open(&args.file)?.replayer()?;
     if let Some(range) = args.diff {
         return diff::run(reader, range, args.json);
     }

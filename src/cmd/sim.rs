@@ -15,15 +15,16 @@
 //! the requests they reflect (`vramscope::sim::samples`); others by time.
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
 use vramscope::event::RingPos;
 use vramscope::event::{Event, Stats};
+use vramscope::given::Given;
 use vramscope::input::Input;
 use vramscope::model::ProcessKey;
-use vramscope::recording::{Replayer, MAGIC};
+use vramscope::recording::MAGIC;
 use vramscope::sim::from_events::PlacedSample;
 use vramscope::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
 use vramscope::sim::spread::{Spread, SpreadReplay};
@@ -113,14 +114,21 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    drop(file);
+    // A recording: read more than once, so a pipe's bytes are kept (a
+    // regular file is read again from its path).
+    let given = if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        drop(file);
+        Given::open(path)?
+    } else {
+        Given::from_stream(path, magic, file)?
+    };
     let FromRecording {
         requests: reqs,
         recorded,
         placed,
         capacity,
         ..
-    } = from_recording(path, args.process.pid, args.process.device)?;
+    } = from_recording(&given, args.process.pid, args.process.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
         vramscope::text::stderr_line(format_args!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
@@ -278,7 +286,12 @@ pub(super) struct FromRecording {
     pub(super) framework: Option<String>,
 }
 
-pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Result<FromRecording> {
+pub(super) fn from_recording(
+    given: &Given,
+    pid: Option<u32>,
+    device: u16,
+) -> Result<FromRecording> {
+    let path = given.path();
     let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
     // NVML index → total, and the NVML indices each host pid was seen on.
     let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
@@ -286,7 +299,7 @@ pub(super) fn from_recording(path: &Path, pid: Option<u32>, device: u16) -> Resu
     let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
     let mut who: BTreeMap<ProcessKey, (String, Option<String>)> = BTreeMap::new();
     let mut mid_run: std::collections::BTreeSet<ProcessKey> = Default::default();
-    let first = Replayer::open(path)?;
+    let first = given.replayer()?;
     let mut r = first.again()?;
     while let Some((_, input)) = r.next_input()? {
         match input {

@@ -464,9 +464,29 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    read_from(path, len, || std::fs::File::open(path))
+}
+
+/// [`read`] of a file held in memory (read once from a pipe): errors name
+/// `path` and the byte offset, as a file's do.
+pub fn read_bytes(path: &Path, bytes: &[u8]) -> Result<SnapshotFile, SnapError> {
+    read_from(path, bytes.len() as u64, || Ok(bytes))
+}
+
+/// [`read`] of the `len` bytes `open` gives (each time it is called, from
+/// their start), named `path`.
+fn read_from<R: std::io::Read>(
+    path: &Path,
+    len: u64,
+    open: impl Fn() -> std::io::Result<R>,
+) -> Result<SnapshotFile, SnapError> {
+    let io = |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let taking = {
+        let file = open().map_err(io)?;
         let mut st = State::streaming(len);
         match pickle::parse_taking(file, len, &mut st) {
             Ok(doc) => st.walk(&doc).ok(),
@@ -476,19 +496,22 @@ pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
     // What that reading made is gone before the plain one begins.
     match taking {
         Some(read) => Ok(read),
-        None => read_plain(path, len),
+        None => read_plain(path, len, open),
     }
 }
 
 /// [`read`] without taking anything while parsing: the whole pickle as
 /// plain values first.
-fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
+fn read_plain<R: std::io::Read>(
+    path: &Path,
+    len: u64,
+    open: impl Fn() -> std::io::Result<R>,
+) -> Result<SnapshotFile, SnapError> {
     let io = |source| SnapError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let doc = pickle::parse(file, len).map_err(|source| SnapError::Pickle {
+    let doc = pickle::parse(open().map_err(io)?, len).map_err(|source| SnapError::Pickle {
         path: path.to_path_buf(),
         source,
     })?;
@@ -497,10 +520,11 @@ fn read_plain(path: &Path, len: u64) -> Result<SnapshotFile, SnapError> {
     }
     drop(doc);
     // The shape is wrong: read again, keeping offsets, to say where.
-    let file = std::fs::File::open(path).map_err(io)?;
-    let doc = pickle::parse_with_offsets(file, len).map_err(|source| SnapError::Pickle {
-        path: path.to_path_buf(),
-        source,
+    let doc = pickle::parse_with_offsets(open().map_err(io)?, len).map_err(|source| {
+        SnapError::Pickle {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let (at, why, node) = match State::plain(len).walk(&doc) {
         Ok(read) => return Ok(read),
