@@ -16,6 +16,8 @@ use vramscope::input::{EventBatch, Identity, Input, Source};
 use vramscope::model::{Mode, ProcessKey, Watch};
 use vramscope::sim::{Scenario, ScenarioRunner};
 
+const MIB: u64 = 1 << 20;
+
 fn snapshots() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/torch-2.11")
 }
@@ -306,4 +308,74 @@ fn item6_a_pipe_that_never_ends_is_bounded() {
             "{args}: {err}"
         );
     }
+}
+
+// ---------------------------------------------------------------------
+// Items 2 and 3: diff's peaks, and its CI gate against a run of 0 B.
+// ---------------------------------------------------------------------
+
+fn row<'a>(rows: &'a Value, name: &str) -> &'a Value {
+    (rows.as_array().unwrap().iter())
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no row {name} in {rows}"))
+}
+
+fn diff_json(a: &Path, b: &Path) -> Value {
+    json(run(&[
+        "diff".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+        "--json".as_ref(),
+    ]))
+}
+
+/// Every snapshot fixture of torch 2.11: `diff`'s peaks are those `open`
+/// gives the same file (one place computes them), never below the state
+/// the file holds.
+#[test]
+fn item2_a_peak_is_never_below_the_state_held() {
+    let mut names: Vec<PathBuf> = (std::fs::read_dir(snapshots()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 8);
+    for p in &names {
+        let open = json(run(&["open".as_ref(), p.as_os_str(), "--json".as_ref()]));
+        let held = &open["devices"][0];
+        let model = open_figures(&open);
+        let d = diff_json(p, p);
+        let peak = |name: &str| row(&d["figures"], name)["a"].as_u64().unwrap();
+        let (alloc, reserved) = (peak("peak allocated"), peak("peak reserved"));
+        assert!(
+            alloc >= held["allocated"].as_u64().unwrap()
+                && reserved >= held["reserved"].as_u64().unwrap(),
+            "{p:?}: peaks {alloc} / {reserved} below the state held {held}"
+        );
+        assert_eq!(
+            (Some(alloc), Some(reserved)),
+            (
+                model["peak_allocated"].as_u64(),
+                model["peak_reserved"].as_u64()
+            ),
+            "{p:?}: diff's peaks against open's"
+        );
+    }
+    // The review's case: state_only holds 132 MiB reserved, all at most
+    // 128 MiB: growth the gate sees.
+    let (all, state) = (pickle("all"), pickle("state_only"));
+    let d = diff_json(&all, &state);
+    assert_eq!(row(&d["figures"], "peak reserved")["a"], 128 * MIB);
+    assert_eq!(row(&d["figures"], "peak reserved")["b"], 132 * MIB);
+    let err = exited_with(
+        3,
+        run(&[
+            "diff".as_ref(),
+            all.as_os_str(),
+            state.as_os_str(),
+            "--fail-over".as_ref(),
+            "0".as_ref(),
+        ]),
+    );
+    assert!(err.contains("more than --fail-over 0%"), "{err}");
 }

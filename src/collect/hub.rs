@@ -671,4 +671,18 @@ impl Hub {
         self.with(|i| i.model.reset_peaks(key));
         self.changed();
     }
+
+    /// What `key`'s block map holds allocated on `device` now, and the
+    /// most it held since its peaks were last reset (0, 0 when unknown):
+    /// a constant-time reading, for `diff` to find where a run peaked.
+    pub(crate) fn allocated_on(&self, key: ProcessKey, device: u16) -> (u64, u64) {
+        self.with(|i| {
+            let d = (i.model.process(key).into_iter())
+                .flat_map(|p| p.devices())
+                .find(|d| d.device() == device);
+            d.map_or((0, 0), |d| {
+                (d.derived().allocated, d.derived_peaks().allocated)
+            })
+        })
+    }
 }

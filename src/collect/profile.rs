@@ -8,9 +8,18 @@
 //!    the blocks' sizes, and so `allocated`, come from the allocator's
 //!    rules). Step markers cut the requests into steps: the job's own
 //!    (`vramscope.mark`) where it has them, else the optimizer's, else any.
+//!    The replay runs with the job's expandable segments when it mapped
+//!    pages; a request that failed (OOM) holds nothing, and the cache is
+//!    released in its place, as PyTorch releases it before it fails.
 //! 2. The inputs are fed to a fresh model, cut at the time of the
 //!    allocated peak and at the last step marker, and the model's
 //!    attribution (phases, roles, modules) is taken at both.
+//! 3. A peak is never below what the model says of the same run, which is
+//!    what `open` and `replay` say of it (the state a snapshot file holds,
+//!    a starting state no request shows, the job's own statistics): the
+//!    peaks are the higher of the two, and where the model's allocated
+//!    peak is the higher, the attribution is taken where its block map
+//!    first reached it (a second reading).
 //!
 //! Memory: one process's events while its requests are recovered (as
 //! `vramscope sim` holds them), then one [`StepFigures`] per step, at most
@@ -19,11 +28,13 @@
 use std::collections::BTreeMap;
 
 use crate::event::{Event, MarkSource};
+use crate::input::EventBatch;
 use crate::input::Input;
 use crate::model::rundiff::{Breakdown, Profile, StepFigures};
 use crate::model::{ProcessKey, ViewOptions};
-use crate::sim::from_events::{recover, Mark};
-use crate::sim::{NullSink, Replay, SimConfig};
+use crate::sim::from_events::{recover, Mark, Recovered};
+use crate::sim::trace::Request;
+use crate::sim::{AllocConf, NullSink, Replay, SimConfig};
 
 use super::Hub;
 
@@ -258,79 +269,45 @@ pub(crate) fn profile_within(
         }
     })?;
     let got = recover(events, device);
+    // The job's own allocator: expandable segments where it mapped pages.
     let mut replay = Replay::new(&SimConfig {
         device,
         capacity: u64::MAX >> 8,
+        alloc: AllocConf {
+            expandable_segments: got.expandable,
+            ..AllocConf::default()
+        },
         ..SimConfig::default()
     });
-    let figures: Vec<(u64, u64)> = (got.requests.iter())
-        .map(|r| {
-            let s = replay.step(r, &mut NullSink);
-            (s.allocated, s.reserved)
-        })
-        .collect();
-    let (peak_allocated, peak_at) = figures.iter().enumerate().fold(
-        (0, None),
-        |(m, at), (i, f)| if f.0 > m { (f.0, Some(i)) } else { (m, at) },
-    );
-    let peak_reserved = figures.iter().map(|f| f.1).max().unwrap_or(0);
-    let (steps, peak_step, steady_time) =
+    let figures = replayed(&mut replay, &got);
+    let (replay_peak, peak_at) =
+        figures.iter().enumerate().fold(
+            (0, None),
+            |(m, at), (i, f)| if f.0 > m { (f.0, Some(i)) } else { (m, at) },
+        );
+    let replay_peak_reserved = figures.iter().map(|f| f.1).max().unwrap_or(0);
+    let (steps, mut peak_step, steady_time) =
         steps(&got.marks, &figures, peak_at.unwrap_or(usize::MAX));
     let peak_time = peak_at.and_then(|i| got.times.get(i)).copied();
     drop(figures);
-    // The model, cut at those times.
-    let mut cuts: Vec<(u64, bool)> = [(peak_time, true), (steady_time, false)]
-        .into_iter()
-        .filter_map(|(t, p)| Some((t?, p)))
-        .collect();
-    cuts.sort_unstable();
-    let hub = Hub::default();
-    let mut next = 0usize;
-    let (mut at_peak, mut at_steady) = (Breakdown::default(), Breakdown::default());
-    let mut last_t = 0;
-    source(&mut |t, input| {
-        last_t = t;
-        let Input::Events(mut batch) = input else {
-            hub.apply(input);
-            return;
-        };
-        if batch.key != key {
-            hub.apply(Input::Events(batch));
-            return;
-        }
-        while let Some(&(cut, is_peak)) = cuts.get(next) {
-            // The events up to and including the cut's time go first.
-            let k = batch.events.partition_point(|e| e.time_ns <= cut);
-            if k == batch.events.len() {
-                break;
-            }
-            let mut rest = batch.clone();
-            batch.events.truncate(k);
-            rest.events.drain(..k);
-            if rest.at.len() >= k {
-                batch.at.truncate(k);
-                rest.at.drain(..k);
-            }
-            hub.apply(Input::Events(batch));
-            let b = breakdown(&hub, cut.max(t), key);
-            if is_peak {
+    // The model, cut at those times: its attribution there, and its own
+    // figures of the run.
+    let cuts = [peak_time, steady_time];
+    let seen = attribute(source, key, device, &cuts, None)?;
+    let [mut at_peak, at_steady] = seen.at;
+    // A peak is never below what the model says of the same run (what
+    // `open` and `replay` say of it: the state a file holds, a starting
+    // state the requests do not show, the job's own statistics). Where the
+    // model's allocated peak is the higher, the attribution is taken where
+    // the model reached it.
+    let (model_peak, model_peak_reserved) = seen.peaks;
+    if model_peak > replay_peak {
+        if let Some(at) = seen.peak_piece {
+            let again = attribute(source, key, device, &cuts, Some(at))?;
+            if let Some((b, step)) = again.at_model_peak {
                 at_peak = b;
-            } else {
-                at_steady = b;
+                peak_step = step.or(peak_step);
             }
-            next += 1;
-            batch = rest;
-        }
-        hub.apply(Input::Events(batch));
-    })?;
-    // A cut at the very end (the last marker, or the peak, in the last
-    // batch's last event): taken now.
-    for &(_, is_peak) in cuts.get(next..).unwrap_or(&[]) {
-        let b = breakdown(&hub, last_t, key);
-        if is_peak {
-            at_peak = b;
-        } else {
-            at_steady = b;
         }
     }
     let steps_dropped = (got.marks.len() as u64).saturating_sub(steps.len() as u64 + 1);
@@ -338,8 +315,8 @@ pub(crate) fn profile_within(
         name: name.to_string(),
         pid: if host_pid != 0 { host_pid } else { key.pid },
         cmdline,
-        peak_allocated,
-        peak_reserved,
+        peak_allocated: replay_peak.max(model_peak),
+        peak_reserved: replay_peak_reserved.max(model_peak_reserved),
         peak_step,
         at_peak,
         steady: steps.last().copied(),
@@ -347,6 +324,189 @@ pub(crate) fn profile_within(
         steps_dropped,
         steps,
     })
+}
+
+/// Allocated and reserved after each request of `got`, replayed. A
+/// request that was an out-of-memory error holds nothing, before or after:
+/// the job never had it, and its allocator had released every cached
+/// segment before it failed (as PyTorch does), so the replay does that in
+/// its place (and in the place of the free that follows it).
+fn replayed(replay: &mut Replay, got: &Recovered) -> Vec<(u64, u64)> {
+    let ooms: std::collections::HashSet<usize> = got.ooms.iter().copied().collect();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(got.requests.len());
+    let mut skip_free = false;
+    for (i, r) in got.requests.iter().enumerate() {
+        let r = if ooms.contains(&i) {
+            skip_free = true;
+            &Request::EmptyCache
+        } else if std::mem::take(&mut skip_free) && matches!(r, Request::Free { .. }) {
+            // The OOM's own free: nothing to free.
+            let last = out.last().copied().unwrap_or_default();
+            out.push(last);
+            continue;
+        } else {
+            r
+        };
+        let s = replay.step(r, &mut NullSink);
+        out.push((s.allocated, s.reserved));
+    }
+    out
+}
+
+/// What one reading of a run through a fresh model gives.
+struct Attributed {
+    /// The attribution at each cut asked for (at the end when the run
+    /// never reached it; empty when there was no cut).
+    at: [Breakdown; 2],
+    /// The model's peak allocated and reserved of the process at the end
+    /// of its last run: what `open` and `replay` say.
+    peaks: (u64, u64),
+    /// Where the block map's allocated on the device peaked in the last
+    /// run: the piece of the process's events it peaked in (its batches
+    /// cut at the cuts and at new runs, counted), and that peak.
+    peak_piece: Option<(usize, u64)>,
+    /// With a piece asked for: the attribution when the block map first
+    /// held that much in it, and the step under way.
+    at_model_peak: Option<(Breakdown, Option<u64>)>,
+}
+
+/// Feeds `source` to a fresh model: the attribution of `key` at each cut
+/// (a time: what the events up to and including it leave), the model's own
+/// peaks, and where the block map on `device` peaked; with `exact`, the
+/// attribution there (see [`Attributed`]).
+fn attribute(
+    source: &mut Source<'_>,
+    key: ProcessKey,
+    device: u16,
+    cuts: &[Option<u64>; 2],
+    exact: Option<(usize, u64)>,
+) -> Result<Attributed, String> {
+    // The cuts in time order, with where each goes.
+    let mut order: Vec<(u64, usize)> = (cuts.iter().enumerate())
+        .filter_map(|(i, c)| Some(((*c)?, i)))
+        .collect();
+    order.sort_unstable();
+    let hub = Hub::default();
+    let mut out = Attributed {
+        at: Default::default(),
+        peaks: (0, 0),
+        peak_piece: None,
+        at_model_peak: None,
+    };
+    let mut taken = [false; 2];
+    let mut next = 0usize;
+    let mut piece = 0usize;
+    let mut peak_before = 0u64;
+    let mut last_t = 0;
+    source(&mut |t, input| {
+        last_t = t;
+        let Input::Events(batch) = input else {
+            hub.apply(input);
+            return;
+        };
+        if batch.key != key {
+            hub.apply(Input::Events(batch));
+            return;
+        }
+        for (mut part, new_run) in at_runs(batch) {
+            loop {
+                // The events up to and including the next cut's time go
+                // first; the cut is taken between the two.
+                let cut = order.get(next).copied();
+                let k = cut.map_or(part.events.len(), |(c, _)| {
+                    part.events.partition_point(|e| e.time_ns <= c)
+                });
+                let whole = k == part.events.len();
+                let rest = (!whole).then(|| split(&mut part, k));
+                // One piece.
+                match exact {
+                    Some((p, want)) if p == piece && out.at_model_peak.is_none() => {
+                        let events = std::mem::take(&mut part.events);
+                        let at = std::mem::take(&mut part.at);
+                        for (i, e) in events.into_iter().enumerate() {
+                            let mut one = part.clone();
+                            one.events = vec![e];
+                            one.at = at.get(i).copied().into_iter().collect();
+                            hub.apply(Input::Events(one));
+                            if out.at_model_peak.is_none()
+                                && hub.allocated_on(key, device).0 >= want
+                            {
+                                let b = breakdown(&hub, e.time_ns.max(t), key);
+                                out.at_model_peak = Some((b, hub.step(key)));
+                            }
+                        }
+                    }
+                    _ => hub.apply(Input::Events(part)),
+                }
+                let (_, peak) = hub.allocated_on(key, device);
+                if peak > peak_before {
+                    out.peak_piece = Some((piece, peak));
+                }
+                peak_before = peak;
+                piece += 1;
+                let Some(rest) = rest else { break };
+                if let Some((c, i)) = cut {
+                    out.at[i] = breakdown(&hub, c.max(t), key);
+                    taken[i] = true;
+                    next += 1;
+                }
+                part = rest;
+            }
+            if new_run {
+                // What came before is another run's: its peaks too.
+                hub.reset_peaks(key);
+                out.peak_piece = None;
+                peak_before = hub.allocated_on(key, device).1;
+            }
+        }
+    })?;
+    // A cut at the very end (the last marker, or the peak, in the last
+    // batch's last event): taken now.
+    for (_, i) in order.get(next..).unwrap_or(&[]) {
+        if !taken[*i] {
+            out.at[*i] = breakdown(&hub, last_t, key);
+        }
+    }
+    let opts = ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    };
+    let snap = hub.snapshot_at_for(last_t, &opts, Some(key));
+    if let Some(p) = snap.processes.iter().find(|p| p.key() == key) {
+        out.peaks = (p.view.figures.peak_allocated, p.view.figures.peak_reserved);
+    }
+    Ok(out)
+}
+
+/// `batch` cut after each event that starts a new run: the parts, each
+/// with whether it ends with such an event.
+fn at_runs(mut batch: EventBatch) -> Vec<(EventBatch, bool)> {
+    let mut out = Vec::new();
+    while let Some(k) = batch.events.iter().position(|e| e.kind.starts_run()) {
+        let rest = split(&mut batch, k + 1);
+        out.push((batch, true));
+        batch = rest;
+    }
+    out.push((batch, false));
+    out
+}
+
+/// Cuts `batch` at event `k`: it keeps the first `k`, the rest is returned.
+/// (What the batch lost is counted with its first part.)
+fn split(batch: &mut EventBatch, k: usize) -> EventBatch {
+    EventBatch {
+        key: batch.key,
+        events: batch.events.split_off(k.min(batch.events.len())),
+        delivered: batch.delivered,
+        lost: batch.lost,
+        lost_now: 0,
+        at: if batch.at.len() > k {
+            batch.at.split_off(k)
+        } else {
+            Vec::new()
+        },
+    }
 }
 
 #[cfg(test)]
