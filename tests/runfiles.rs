@@ -379,3 +379,75 @@ fn item2_a_peak_is_never_below_the_state_held() {
     );
     assert!(err.contains("more than --fail-over 0%"), "{err}");
 }
+
+/// A recording of a job that allocated nothing: its step marks only.
+fn empty_recording(path: &Path) {
+    use vramscope::event::{Event, EventKind, MarkSource};
+    let key = ProcessKey {
+        pid: 7,
+        start_time: 1,
+    };
+    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    let attach = Input::Attach {
+        key,
+        identity: Identity::of_pid(7),
+        source: Source::unattached(Mode::Exact),
+        watch: Watch::default(),
+    };
+    rec.write(1, &attach).unwrap();
+    let events: Vec<Event> = (1..=3)
+        .map(|step| Event {
+            time_ns: step * 1000,
+            kind: EventKind::Marker {
+                value: step,
+                source: MarkSource::User,
+            },
+        })
+        .collect();
+    let input = Input::Events(EventBatch {
+        key,
+        delivered: events.len() as u64,
+        events,
+        lost: 0,
+        lost_now: 0,
+        at: Vec::new(),
+    });
+    rec.write(2, &input).unwrap();
+    rec.finish().unwrap();
+}
+
+#[test]
+fn item3_fail_over_fires_on_growth_from_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.vsrec");
+    empty_recording(&empty);
+    let all = pickle("all");
+    let d = diff_json(&empty, &all);
+    assert_eq!(row(&d["figures"], "peak reserved")["a"], 0);
+    assert_eq!(d["peak_reserved_change"], Value::Null);
+    // Growth from nothing exceeds any percentage: the gate fails, saying why.
+    for pct in ["0", "1000000"] {
+        let err = exited_with(
+            3,
+            run(&[
+                "diff".as_ref(),
+                empty.as_os_str(),
+                all.as_os_str(),
+                "--fail-over".as_ref(),
+                pct.as_ref(),
+            ]),
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("A's is 0 B"), "{err}");
+    }
+    // Nothing against nothing, and a saving to nothing: no growth.
+    for (a, b) in [(&empty, &empty), (&all, &empty)] {
+        succeeded(run(&[
+            "diff".as_ref(),
+            a.as_os_str(),
+            b.as_os_str(),
+            "--fail-over".as_ref(),
+            "0".as_ref(),
+        ]));
+    }
+}

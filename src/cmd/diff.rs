@@ -3,7 +3,8 @@
 //! reserved, the live memory at each run's peak by phase, role and module,
 //! what is new in B or grew, and the step at which the runs part
 //! (`vramscope::model::rundiff`). With `--fail-over PCT` it is a CI gate:
-//! exit status 3 when B's peak reserved exceeds A's by more than PCT %.
+//! exit status 3 when B's peak reserved exceeds A's by more than PCT % (or
+//! A's is 0 B and B's is not: growth from nothing exceeds any percentage).
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -30,7 +31,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Exit with status 3 when B's peak reserved exceeds A's by more than
-    /// PCT percent (0 to 1000000).
+    /// PCT percent (0 to 1000000). Against an A of 0 B, any B above 0 B
+    /// fails (growth from nothing exceeds every percentage).
     #[arg(long, value_name = "PCT", allow_negative_numbers = true)]
     fail_over: Option<super::value::Percent>,
     /// Module rows shown (largest changes first; 0: all).
@@ -55,7 +57,20 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         out::print(&text(&d, args.top))?;
     }
-    if let (Some(limit), Some(change)) = (args.fail_over, d.peak_reserved_change) {
+    let Some(limit) = args.fail_over else {
+        return Ok(());
+    };
+    let (a, b) = (d.figures[1].a, d.figures[1].b);
+    // Growth from nothing exceeds any percentage.
+    if a == 0 && b > 0 {
+        vramscope::text::stderr_line(format_args!(
+            "vramscope: B's peak reserved is {} and A's is 0 B: growth from nothing is more than any --fail-over ({}%)",
+            bytes(b),
+            limit.get()
+        ));
+        return Err(super::ExitStatus(FAIL_OVER_EXIT).into());
+    }
+    if let Some(change) = d.peak_reserved_change {
         if change * 100.0 > limit.get() {
             vramscope::text::stderr_line(format_args!(
                 "vramscope: B's peak reserved is {} above A's ({} against {}), more than --fail-over {}%",
