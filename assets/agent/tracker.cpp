@@ -107,7 +107,8 @@ int& g_devices = g_hot.devices;
 pid_t g_owner_pid = 0;
 uint32_t g_sample = 0;                 // agent thread only
 std::atomic<uint64_t> g_stats_period_ns{100000000ull};
-std::mutex g_start_mu;                 // start/stop from Python only, never in the callback
+std::timed_mutex g_start_mu;           // start/stop from Python and exit, never in the callback
+std::atomic<int> g_exiting{0};         // exit() has begun: never start again
 std::atomic<int> g_started{0};
 std::atomic<int> g_attached{0};        // the tracker callback is attached (forever)
 
@@ -1076,6 +1077,9 @@ void atfork_child() {
   g_enabled.store(0, std::memory_order_release);
   if (g_live.exchange(0) != 0) vs_segment_forget(&g_seg);
   g_stop.store(1, std::memory_order_release);
+  // No agent thread in the child: nothing for exit() to wait for.
+  g_started.store(0);
+  g_thread_done.store(1, std::memory_order_release);
 }
 
 void set_err(char* err, size_t len, const char* msg) {
@@ -1109,7 +1113,11 @@ int vs_agent_is_empty_variant(void) {
 int vs_agent_start(const char* framework, const char* label, const char* dir, uint32_t slots,
                    char* err, size_t errlen) {
   try {
-    std::lock_guard<std::mutex> lock(g_start_mu);
+    std::lock_guard<std::timed_mutex> lock(g_start_mu);
+    if (g_exiting.load() != 0) {
+      set_err(err, errlen, "vramscope: the process is exiting");
+      return -5;
+    }
     if (g_started.load() != 0) {
       set_err(err, errlen, "vramscope: tracker already started in this process");
       return -4;
@@ -1209,23 +1217,60 @@ int vs_agent_start(const char* framework, const char* label, const char* dir, ui
   }
 }
 
+}  // extern "C"
+
+namespace {
+
 // Stops the thread (waits up to `wait_ms` for it), disables the callback,
 // marks the segment closed and unlinks it. Only the process that created the
 // segment does so. The mapping is kept: another thread may be inside the
-// callback right now, and the process is about to exit anyway.
-void vs_agent_stop(int wait_ms) {
-  try {
-    std::lock_guard<std::mutex> lock(g_start_mu);
-    g_enabled.store(0, std::memory_order_release);
-    if (g_started.load() == 0) return;
+// callback right now, and the process is about to exit anyway. g_start_mu held.
+void stop_locked(int wait_ms) noexcept {
+  g_enabled.store(0, std::memory_order_release);
+  if (g_started.load() == 0) return;
+  g_stop.store(1, std::memory_order_release);
+  for (int i = 0; i < wait_ms && g_thread_done.load(std::memory_order_acquire) == 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (getpid() == g_owner_pid && g_live.exchange(0) != 0) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(g_seg.base + VS_OFF_STATE), 2u, __ATOMIC_RELEASE);
+    unlink(g_seg.path);
+  }
+}
+
+// exit(): runs before the static destructors of torch's libraries, which
+// were loaded (and their statics registered) before this one. The agent
+// thread calls into the allocator: left running, it would call a
+// half-destroyed allocator ("pure virtual method called", SIGABRT). So it
+// is stopped here, after any start still under way (a build that finished
+// while the job shut down) has finished; never started again after this.
+// Bounded: two seconds for the start, one for the thread.
+void at_exit() noexcept {
+  g_exiting.store(1);
+  g_enabled.store(0, std::memory_order_release);
+  if (g_start_mu.try_lock_for(std::chrono::seconds(2))) {
+    stop_locked(1000);
+    g_start_mu.unlock();
+  } else if (g_started.load() != 0) {
     g_stop.store(1, std::memory_order_release);
-    for (int i = 0; i < wait_ms && g_thread_done.load(std::memory_order_acquire) == 0; i++) {
+    for (int i = 0; i < 1000 && g_thread_done.load(std::memory_order_acquire) == 0; i++) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (getpid() == g_owner_pid && g_live.exchange(0) != 0) {
-      __atomic_store_n(reinterpret_cast<uint32_t*>(g_seg.base + VS_OFF_STATE), 2u, __ATOMIC_RELEASE);
-      unlink(g_seg.path);
-    }
+  }
+}
+
+// Registered when the library is loaded, so before any start can begin.
+__attribute__((constructor)) void register_at_exit() { std::atexit(at_exit); }
+
+}  // namespace
+
+extern "C" {
+
+void vs_agent_stop(int wait_ms) {
+  try {
+    if (!g_start_mu.try_lock_for(std::chrono::milliseconds(wait_ms + 2000))) return;
+    std::lock_guard<std::timed_mutex> lock(g_start_mu, std::adopt_lock);
+    stop_locked(wait_ms);
   } catch (...) {
   }
 }

@@ -13,6 +13,9 @@
 //! - [`doctor`] checks what the agent and the dashboard need, running the
 //!   agent's own search (`python3 -m vramscope.doctor`) for the Python side.
 //!
+//! - [`build`] builds the tracker before a job needs it (`run` does so
+//!   before it starts the command; `vramscope agent build` ahead of time).
+//!
 //! No `unsafe` here: process spawning and files only.
 
 use std::ffi::{OsStr, OsString};
@@ -26,6 +29,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+
+pub mod build;
+pub use build::prebuild_for;
 
 /// The agent's files: (path inside the extracted directory, contents).
 /// The C++ sources sit inside the package, where `vramscope/_build.py`
@@ -50,6 +56,10 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "vramscope/_build.py",
         include_str!("../../assets/agent/vramscope/_build.py"),
+    ),
+    (
+        "vramscope/_ensure.py",
+        include_str!("../../assets/agent/vramscope/_ensure.py"),
     ),
     (
         "vramscope/_sampled.py",
@@ -517,11 +527,23 @@ pub fn extract_to(root: &Path) -> Result<PathBuf> {
 /// `VRAMSCOPE_AUTO=1`, and `VRAMSCOPE_SHM_DIR` when `shm_dir` is given.
 /// Python started with `-S` or `-I` skips sitecustomize and is not
 /// instrumented.
+/// Before that, what the agent needs is built with the command's own Python
+/// ([`build::python_for`]) if it is not cached yet: one progress line on
+/// stderr, then the job starts and finds it. A build that fails or is not
+/// possible is said by the builder (or, later, by the job) and the job
+/// starts anyway.
 pub(crate) fn command(argv: &[OsString], shm_dir: Option<&Path>) -> Result<Command> {
     let Some((prog, args)) = argv.split_first() else {
         bail!("no command given: vramscope run <command> [args...]");
     };
     let dir = extract()?;
+    let python = build::python_for(argv);
+    if let Err(e) = build::ensure(&python, &dir, false, false) {
+        crate::text::stderr_line(format_args!(
+            "vramscope: building the tracker with {}: {e:#}; the job starts anyway",
+            python.to_string_lossy()
+        ));
+    }
     Ok(command_with(&dir, prog, args, shm_dir))
 }
 
@@ -596,16 +618,16 @@ impl Check {
 }
 
 /// Every check: the dashboard's own (NVML, segment directory, permissions)
-/// and the agent's (Python, torch, compiler, headers — from
-/// `python3 -m vramscope.doctor --json --build`, Python being
-/// `$VRAMSCOPE_PYTHON` or `python3`).
+/// and the agent's (Python, torch, compiler, headers, what is built — from
+/// `python3 -m vramscope.doctor --json`, Python being `$VRAMSCOPE_PYTHON`
+/// or `python3`). Builds nothing: `vramscope agent build` does.
 pub fn doctor(shm_dir: Option<&Path>) -> Vec<Check> {
     let python = std::env::var_os(ENV_PYTHON).unwrap_or_else(|| OsString::from("python3"));
-    doctor_with(&python, shm_dir, true)
+    doctor_with(&python, shm_dir, false)
 }
 
-/// [`doctor`] with an explicit Python; `build` also tries to compile the
-/// tracker (cached for later runs).
+/// [`doctor`] with an explicit Python; `build` also builds what is missing
+/// first (as `vramscope agent build`).
 pub fn doctor_with(python: &OsStr, shm_dir: Option<&Path>, build: bool) -> Vec<Check> {
     let mut out = vec![nvml_check()];
     let dir = crate::ring::discover::segment_dir(shm_dir);

@@ -95,6 +95,7 @@ _st = {
     "step_hook": None,  # the optimizer step hook's handle (False: unavailable)
     "attrib": None,  # _attrib.Attribution while module attribution is on
     "limit": None,  # the memory limit last reported: (device, bytes, whole device)
+    "closing": False,  # atexit has begun: no mode starts any more
 }
 
 
@@ -399,7 +400,11 @@ def _drop_attribution():
 
 
 class _Starter(threading.Thread):
-    """Builds the tracker while waiting for CUDA, then starts a mode."""
+    """Starts a mode once CUDA is initialised. The job never compiles
+    anything: the tracker is built before it (``vramscope run``, ``vramscope
+    agent build``) or, when it was not, by a detached builder
+    (``vramscope._ensure``) that outlives the job; the job runs in sampled
+    mode meanwhile and turns exact when the build is there."""
 
     def __init__(self, torch, label, mode, shm_dir):
         super().__init__(name="vramscope-start", daemon=True)
@@ -409,65 +414,76 @@ class _Starter(threading.Thread):
         self.shm_dir = shm_dir or os.environ.get("VRAMSCOPE_SHM_DIR") or None
         self.cuda_ready = threading.Event()
         self.poll_init = False
+        self.builder = None  # the detached builder's Popen, while it runs
 
     def run(self):
         try:
             self._run()
         except Exception as e:
-            _st["mode"] = "failed"
+            if _st["mode"] == "pending":
+                _st["mode"] = "failed"
             _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
+        self._settle()
+
+    def _settle(self):
         if _st["mode"] != "exact":
             _drop_attribution()  # nothing to tag for
         else:
-            _native_attribution(cached_only=False)
+            _native_attribution(cached_only=True)
 
     def run_inline(self):
-        self.run()
+        """attach() after CUDA is initialised: exact at once when the
+        tracker is cached, else the rest (sampled, the detached build) on
+        the starter thread: never blocks the caller for a build."""
+        try:
+            if self._try_now():
+                self._settle()
+                return
+        except Exception as e:
+            if _st["mode"] == "pending":
+                _st["mode"] = "failed"
+            _warn("disabled: %s: %s" % (type(e).__name__, e), key="attach")
+            return
+        self.start()
 
     def on_cuda_init(self):
         """torch.cuda's lazy initialisation calls this right after CUDA is
         initialised, on the thread that initialised it (often inside
         model.cuda()). With the tracker already built (cached), start it
         here, before the first tensor is copied, so that everything the job
-        allocates is seen and attributed; else the starter thread builds it.
+        allocates is seen and attributed; else the starter thread goes on.
         Never raises (an exception here would fail torch's initialisation)."""
         try:
             self.cuda_ready.set()
             if self.mode == "sampled" or _st["forked"] or _st["mode"] != "pending":
                 return
-            t = self.torch
-            abi = _torch_abi(t)
-            variant = os.environ.get("VRAMSCOPE_VARIANT", "")
-            lib_path = _build.build(t.__file__, t.__version__, abi, variant, cached_only=True)
+            lib_path = self._cached()
             if not lib_path:
                 return
             with _lock:
-                if _st["mode"] == "pending" and not _st["forked"]:
+                if _st["mode"] == "pending" and not _st["forked"] and not _st["closing"]:
                     self._start_exact(lib_path)
         except Exception:
             pass  # the starter thread tries again and says why
 
-    def _build(self):
-        if self.mode == "sampled":
-            return None, "VRAMSCOPE_MODE=sampled"
+    def _cached(self):
         t = self.torch
+        variant = os.environ.get("VRAMSCOPE_VARIANT", "")
+        return _build.build(t.__file__, t.__version__, _torch_abi(t), variant, cached_only=True)
+
+    def _why_not_exact(self):
+        """Why exact mode is out of reach for good (None: it is not)."""
+        if self.mode == "sampled":
+            return "VRAMSCOPE_MODE=sampled"
         # An allocator other than the native one (cudaMallocAsync, a
-        # pluggable one) refuses trackers: say so at once, without the
-        # seconds a first build takes.
+        # pluggable one) refuses trackers.
         try:
-            backend = t.cuda.get_allocator_backend()
+            backend = self.torch.cuda.get_allocator_backend()
         except Exception:
             backend = "native"
         if backend != "native":
-            return None, "the allocator (%s) refuses trackers" % backend
-        abi = _torch_abi(t)
-        variant = os.environ.get("VRAMSCOPE_VARIANT", "")
-        try:
-            return _build.build(t.__file__, t.__version__, abi, variant, warn=_warn), None
-        except _build.BuildError as e:
-            return None, str(e)
-        except Exception as e:
-            return None, "building the tracker failed: %s: %s" % (type(e).__name__, e)
+            return "the allocator (%s) refuses trackers" % backend
+        return None
 
     def _wait_cuda(self):
         while not self.cuda_ready.wait(0.5):
@@ -481,12 +497,26 @@ class _Starter(threading.Thread):
                     return False
         return True
 
-    def _run(self):
-        # Wait for CUDA first: a process that never uses CUDA (a spawned
-        # DataLoader worker, a CPU-only tool) never compiles anything.
-        if not self._wait_cuda():
-            return
-        lib_path, why = self._build()
+    def _try_now(self):
+        """Starts exact mode when the tracker is cached, or sampled mode for
+        good when exact is out of reach. True when a mode was settled; False
+        when the tracker is still to be built."""
+        why = self._why_not_exact()
+        lib_path = None
+        if why is None:
+            try:
+                lib_path = self._cached()
+            except _build.BuildError as e:
+                why = str(e)  # no compiler, no headers: for good
+            except Exception as e:
+                why = "finding the tracker failed: %s: %s" % (type(e).__name__, e)
+        if lib_path is None and why is None:
+            t = self.torch
+            name = _build.tracker_name(t.__file__, t.__version__, _torch_abi(t), os.environ.get("VRAMSCOPE_VARIANT", ""))
+            failed = _build.failed_before(name) if name else None
+            if failed is None:
+                return False
+            why = "%s (an earlier build failed; `vramscope agent build` tries again)" % failed
         # torch sets _initialized after its queued calls: let it finish.
         for _ in range(200):
             try:
@@ -496,22 +526,94 @@ class _Starter(threading.Thread):
                 break
             threading.Event().wait(0.01)
         with _lock:
-            if _st["forked"] or _st["mode"] != "pending":
-                return
+            if _st["forked"] or _st["mode"] != "pending" or _st["closing"]:
+                return True
             if lib_path:
                 rc, why = self._start_exact(lib_path)
                 if rc == 0:
-                    return
+                    return True
                 if rc not in (-2,):  # only a refusing allocator falls back
                     _st["mode"] = "failed"
                     _st["reason"] = why
                     _warn("disabled: %s" % why)
-                    return
+                    return True
             if self.mode == "exact":
                 _st["mode"] = "failed"
                 _st["reason"] = why
                 _warn("disabled (VRAMSCOPE_MODE=exact): %s" % why)
+                return True
+            self._start_sampled(why)
+        return True
+
+    def _run(self):
+        # Wait for CUDA first: a process that never uses CUDA (a spawned
+        # DataLoader worker, a CPU-only tool) never builds anything.
+        if not self._wait_cuda():
+            return
+        if self._try_now():
+            return
+        self._build_detached()
+
+    def _build_detached(self):
+        """The tracker is not built: a detached builder builds it (it
+        outlives the job, so the next job finds it), sampled mode runs
+        meanwhile, and exact mode starts when the build is there."""
+        from . import _ensure
+
+        self.builder = _ensure.spawn_detached()
+        if self.builder is None:
+            with _lock:
+                if _st["mode"] == "pending" and not _st["closing"] and not _st["forked"]:
+                    self._start_sampled("the tracker is not built and its builder could not start")
+            return
+        with _lock:
+            if _st["mode"] != "pending" or _st["closing"] or _st["forked"]:
                 return
+            self._start_sampled(
+                "the tracker is being built in the background (first run only; process %d); exact once it is built"
+                % self.builder.pid,
+                building=True,
+            )
+        while self.builder.poll() is None:
+            if _st["closing"] or _st["forked"] or _st["mode"] != "sampled":
+                return  # the builder goes on without us
+            threading.Event().wait(0.25)
+        self.builder = None
+        try:
+            lib_path = self._cached()
+        except Exception:
+            lib_path = None
+        if not lib_path:
+            t = self.torch
+            name = _build.tracker_name(t.__file__, t.__version__, _torch_abi(t), os.environ.get("VRAMSCOPE_VARIANT", ""))
+            why = (_build.failed_before(name) if name else None) or "the background build did not finish"
+            _st["reason"] = why
+            _warn("staying in sampled mode: %s" % why, key="late-build")
+            return
+        self._late_exact(lib_path)
+
+    def _late_exact(self, lib_path):
+        """Sampled mode hands over to the tracker: the sampler's segment is
+        closed, then the tracker makes its own (same name) and anchors on
+        the allocator's state as it attaches (its first snapshot)."""
+        with _lock:
+            if _st["closing"] or _st["forked"] or _st["mode"] != "sampled":
+                return
+            s = _st["sampler"]
+            if s is not None:
+                s.stop(1.0)
+            _st["sampler"] = None
+            _st["mode"] = "pending"
+            if _st["attrib"] is None:
+                _install_attribution(self.torch)
+            try:
+                rc, why = self._start_exact(lib_path)
+            except Exception as e:
+                rc, why = -5, "starting the tracker failed: %s: %s" % (type(e).__name__, e)
+            if rc == 0:
+                _warn("exact mode from now on (the tracker was built while the job ran)", key="late-exact")
+                return
+            _st["mode"] = "pending"
             self._start_sampled(why)
 
     def _start_exact(self, lib_path):
@@ -579,7 +681,7 @@ class _Starter(threading.Thread):
             _native_attribution(cached_only=True)
         return rc, why
 
-    def _start_sampled(self, why):
+    def _start_sampled(self, why, building=False):
         from ._sampled import Sampler
 
         s = Sampler(self.torch, self.label, self.shm_dir)
@@ -597,7 +699,10 @@ class _Starter(threading.Thread):
         _st["mode"] = "sampled"
         _st["path"] = s.seg.path
         _st["reason"] = why
-        _warn("sampled mode (statistics and snapshots, no per-event timeline): %s" % why, key="sampled")
+        if building:
+            _warn("sampled mode for now (statistics and snapshots, no per-event timeline): %s" % why, key="sampled")
+        else:
+            _warn("sampled mode (statistics and snapshots, no per-event timeline): %s" % why, key="sampled")
         s.start()
         _hook_optimizer_steps(self.torch)
 
@@ -665,16 +770,28 @@ def _after_fork_child():
 
 
 def _shutdown():
-    """atexit: close the segment (state closed, unlink). Never raises."""
+    """atexit, before the interpreter is finalised: no mode starts from now
+    on (a build that ends during shutdown is not used), the module hooks
+    and the native call path are removed, the tracker's thread is stopped
+    and the segment closed (state closed, unlinked). The tracker also stops
+    its thread from its own exit handler, before torch's static
+    destructors, should this not run. Never raises; bounded."""
     try:
+        _st["closing"] = True
         if _st["forked"] or _st["pid"] != os.getpid():
             return
-        if _st["mode"] == "exact" and _st["lib"] is not None:
-            _st["lib"].vs_agent_stop(500)
-        elif _st["mode"] == "sampled" and _st["sampler"] is not None:
-            _st["sampler"].stop(1.0)
-        if _st["mode"] == "pending":
-            _st["mode"] = "off"
+        got = _lock.acquire(timeout=2.0)  # a start under way finishes first
+        try:
+            _drop_attribution()
+            if _st["mode"] == "exact" and _st["lib"] is not None:
+                _st["lib"].vs_agent_stop(500)
+            elif _st["mode"] == "sampled" and _st["sampler"] is not None:
+                _st["sampler"].stop(1.0)
+            if _st["mode"] == "pending":
+                _st["mode"] = "off"
+        finally:
+            if got:
+                _lock.release()
     except Exception:
         pass
 

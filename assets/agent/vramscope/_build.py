@@ -338,19 +338,16 @@ def build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, out, varia
     return cmd
 
 
-def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=False):
-    """Returns the path of the tracker library, building it if needed.
+def tracker_name(torch_file, torch_version, abi, variant=""):
+    """The cached tracker's file name for this torch, compiler and headers,
+    or None when one of them is missing (``build`` says which)."""
+    try:
+        return _tracker_spec(torch_file, torch_version, abi, variant)[0]
+    except BuildError:
+        return None
 
-    Raises BuildError with a one-line reason (what is missing) otherwise.
-    The library is cached only in a directory private to this user
-    (``build_dir``); a cached one is reused only when ``verified_library``
-    (ours, and its content the one recorded when it was built), and rebuilt
-    otherwise (`cached_only`: returns None instead of building). When the
-    cache is not private, the library is built in a
-    fresh private directory and `warn` gets one line saying so.
-    Concurrent processes (DDP ranks) each build into a temporary file and
-    rename it into place; the rename is atomic, so every process loads a
-    complete library."""
+
+def _tracker_spec(torch_file, torch_version, abi, variant):
     cpp, hdr = source_files()
     if not cpp:
         raise BuildError("tracker source (tracker.cpp, vramscope_ring.h) not found next to %s" % _HERE)
@@ -366,12 +363,30 @@ def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=Fal
     key = _key((cpp, hdr), (cxx, torch_version, str(abi), variant) + tuple(cuda_inc))
     tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
     name = "tracker-torch%s-abi%d-%s-%s%s.so" % (tv, int(abi), AGENT_VERSION, key, "-" + variant if variant else "")
+    return name, lambda out: build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, out, variant)
+
+
+def build(torch_file, torch_version, abi, variant="", warn=None, cached_only=False, force=False, lock_say=None):
+    """Returns the path of the tracker library, building it if needed.
+
+    Raises BuildError with a one-line reason (what is missing) otherwise.
+    The library is cached only in a directory private to this user
+    (``build_dir``); a cached one is reused only when ``verified_library``
+    (ours, and its content the one recorded when it was built), and rebuilt
+    otherwise (`cached_only`: returns None instead of building). When the
+    cache is not private, the library is built in a
+    fresh private directory and `warn` gets one line saying so.
+    Concurrent processes (DDP ranks) build once: the others wait on the
+    cache's build lock and then find the library (``_cached_build``)."""
+    name, command = _tracker_spec(torch_file, torch_version, abi, variant)
     return _cached_build(
         name,
-        lambda out: build_command(cxx, cpp, torch_file, torch_version, abi, cuda_inc, out, variant),
+        command,
         "the tracker",
         warn,
         cached_only,
+        force,
+        lock_say,
     )
 
 
@@ -416,7 +431,7 @@ def fast_build_command(cxx, cpp, pyinc, out, torch_file=None, torch_version=None
     return cmd + [cpp, "-o", out, "-L" + lib, "-Wl,-rpath," + lib, "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", "-pthread"]
 
 
-def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_only=False):
+def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_only=False, force=False, lock_say=None):
     """The path of the native module call path (vramscope._vsfast), built
     for this Python if needed and cached like the tracker. With torch's
     headers (`torch_file` given) it is built with them (C++ backward
@@ -439,8 +454,8 @@ def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_onl
             key = _key((cpp,), (cxx, pyinc, torch_version, str(abi)))
             tv = "".join(c if c.isalnum() or c in ".-_" else "_" for c in torch_version)
             name = "fastcall-%s-torch%s-abi%d-%s-%s.so" % (py, tv, int(abi), AGENT_VERSION, key)
-            log = os.path.join(cache_dir(), name + ".log")
-            if not os.path.exists(log):  # (a failed build leaves its log: not tried again)
+            # (Once it failed to compile, the variant without torch is used.)
+            if force or failed_before(name) is None:
                 try:
                     return _cached_build(
                         name,
@@ -448,13 +463,15 @@ def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_onl
                         "the module call path with torch",
                         warn,
                         cached_only,
+                        force,
+                        lock_say,
                     )
                 except BuildError as e:
                     if warn is not None:
                         warn("backward pre-hooks stay in Python: %s" % e)
     key = _key((cpp,), (cxx, pyinc))
     name = "fastcall-%s-%s-%s.so" % (py, AGENT_VERSION, key)
-    return _cached_build(name, lambda out: fast_build_command(cxx, cpp, pyinc, out), "the module call path", warn, cached_only)
+    return _cached_build(name, lambda out: fast_build_command(cxx, cpp, pyinc, out), "the module call path", warn, cached_only, force, lock_say)
 
 
 def load_fast(path):
@@ -483,9 +500,169 @@ class BuildError(Exception):
     pass
 
 
-def _cached_build(name, command, what, warn, cached_only):
+# Every build in the cache runs under one lock (``build.lock``, flock):
+# eight ranks started at once build once, the others wait and then find
+# the library. Only the holder writes temporary files (``.building-…``),
+# so whoever holds the lock may remove any it finds: what a killed build
+# left. Temporary files of agents before the lock (``.tmp-tracker-…``,
+# ``.tmp-fastcall-…``) are removed once an hour old.
+LOCK_NAME = "build.lock"
+_TMP_PREFIX = ".building-"
+_LEGACY_TMP = (".tmp-tracker-", ".tmp-fastcall-")
+_LEGACY_AGE = 3600.0
+LOCK_WAIT = 900.0  # seconds a waiter waits for another process's build
+_lock_depth = 0  # this process's holds of the lock (one flock, counted)
+
+
+class _BuildLock:
+    """The cache's build lock, held from ``acquire`` to ``release``.
+    `say` gets one line when another process holds it (who, and that we
+    wait). A lock not had within LOCK_WAIT raises BuildError."""
+
+    def __init__(self, root, say=None):
+        self.path = os.path.join(root, LOCK_NAME)
+        self.say = say
+        self.fd = None
+
+    def acquire(self):
+        import fcntl
+        import time
+
+        global _lock_depth
+        if _lock_depth > 0:  # this process holds it already (ensure, then build)
+            _lock_depth += 1
+            self.fd = -1
+            self.waited = False
+            return self
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            why = _private_entry_problem(self.path, st, os.geteuid())
+            if why or not stat.S_ISREG(st.st_mode):
+                raise BuildError("build lock refused: %s" % (why or "%s is not a regular file" % self.path))
+            start = time.monotonic()
+            said = False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                if not said and self.say is not None:
+                    holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+                    self.say("waiting for process %s, which is building the tracker for this torch (first run only)" % holder)
+                    said = True
+                if time.monotonic() - start > LOCK_WAIT:
+                    raise BuildError("another process held the build lock %s for over %d s" % (self.path, LOCK_WAIT))
+                time.sleep(0.1)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.waited = said
+        _lock_depth = 1
+        return self
+
+    def release(self):
+        global _lock_depth
+        if self.fd == -1:
+            _lock_depth -= 1
+            self.fd = None
+            return
+        if self.fd is not None:
+            _lock_depth = 0
+            try:
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
+            os.close(self.fd)  # (closing releases the flock)
+            self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def clean_stale(root):
+    """With the build lock held: removes the temporary files of builds that
+    did not finish (killed, or their job exited), and legacy ones an hour
+    old. Returns how many were removed."""
+    import time
+
+    n = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    now = time.time()
+    for name in names:
+        path = os.path.join(root, name)
+        if name.startswith(_TMP_PREFIX):
+            stale = True
+        elif name.startswith(_LEGACY_TMP):
+            try:
+                stale = now - os.lstat(path).st_mtime > _LEGACY_AGE
+            except OSError:
+                stale = False
+        else:
+            continue
+        if stale:
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+def clean_if_idle():
+    """Removes what killed builds left when no build is under way (the lock
+    is free): cheap enough for every ``vramscope run``. Never raises."""
+    import fcntl
+
+    root = cache_dir()
+    try:
+        if private_problem(root) is not None:
+            return 0
+        if not any(n.startswith(_TMP_PREFIX) or n.startswith(_LEGACY_TMP) for n in os.listdir(root)):
+            return 0
+        fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return 0
+    try:
+        return clean_stale(root)
+    finally:
+        os.close(fd)
+
+
+def failed_before(name):
+    """The one-line reason an earlier build of `name` failed to compile
+    (``<name>.failed`` in the cache), or None. A failed build is not tried
+    again by jobs; ``vramscope agent build`` (force) tries again."""
+    root = cache_dir()
+    if private_problem(root) is not None:
+        return None
+    text = _read_private(os.path.join(root, name + ".failed"), os.geteuid(), lambda fd: os.read(fd, 1024))
+    if text is None:
+        return None
+    return text.decode("utf-8", "replace").strip() or "an earlier build failed"
+
+
+def _cached_build(name, command, what, warn, cached_only, force=False, lock_say=None):
     """`name` in the private cache, built by `command(out)` when missing or
-    not verified (see ``build``)."""
+    not verified (see ``build``), under the cache's build lock."""
     if cached_only and private_problem(cache_dir()) is not None:
         return None  # only a private cache is ever reused
     out_dir, note = build_dir()
@@ -496,42 +673,82 @@ def _cached_build(name, command, what, warn, cached_only):
         return out
     if cached_only:
         return None
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".so", dir=out_dir)
+    if note:  # a fresh private directory: ours alone, no lock needed
+        return _compile(out_dir, out, name, command, what)
+    if not force:
+        why = failed_before(name)
+        if why is not None:
+            raise BuildError("%s (an earlier build failed; `vramscope agent build` tries again)" % why)
+    with _BuildLock(out_dir, lock_say):
+        clean_stale(out_dir)
+        if verified_library(out):  # built while we waited
+            return out
+        return _compile(out_dir, out, name, command, what)
+
+
+def _compile(out_dir, out, name, command, what):
+    """Compiles into a temporary file beside `out`, renamed into place when
+    complete. The temporary file never outlives this call, whatever ends it
+    (a failed compiler, a timeout, an exception or a signal turned into
+    one); SIGKILL leaves it to the next lock holder's ``clean_stale``."""
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX + name + "-", suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = command(tmp)
+    stmp = None
     try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-    except Exception as e:
-        _rm(tmp)
-        raise BuildError("running %s failed: %s" % (cmd[0], e))
-    if r.returncode != 0:
-        _rm(tmp)
-        log = out + ".log"
+        cmd = command(tmp)
         try:
-            _rm(log)
-            lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(lfd, "wb") as f:
-                f.write((" ".join(cmd) + "\n\n").encode() + r.stdout)
-        except OSError:
-            log = "(log not written)"
-        first = next((l for l in r.stdout.decode("utf-8", "replace").splitlines() if "error" in l), "")
-        raise BuildError("compiling %s failed: %s (full log: %s)" % (what, first.strip()[:200], log))
-    try:
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, stdin=subprocess.DEVNULL)
+        except Exception as e:
+            raise BuildError("running %s failed: %s" % (cmd[0], e))
+        if r.returncode != 0:
+            log = out + ".log"
+            try:
+                _rm(log)
+                lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(lfd, "wb") as f:
+                    f.write((" ".join(cmd) + "\n\n").encode() + r.stdout)
+            except OSError:
+                log = "(log not written)"
+            first = next((l for l in r.stdout.decode("utf-8", "replace").splitlines() if "error" in l), "")
+            why = "compiling %s failed: %s (full log: %s)" % (what, first.strip()[:200], log)
+            _write_private(out + ".failed", why + "\n")
+            raise BuildError(why)
         os.chmod(tmp, 0o700)
         fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             digest = _digest_fd(fd)
         finally:
             os.close(fd)
-        sfd, stmp = tempfile.mkstemp(prefix=".tmp-%s-" % name, suffix=".sha256", dir=out_dir)
+        sfd, stmp = tempfile.mkstemp(prefix=_TMP_PREFIX + name + "-", suffix=".sha256", dir=out_dir)
         with os.fdopen(sfd, "w") as f:
             f.write(digest + "\n")
         os.replace(stmp, out + ".sha256")
+        stmp = None
         os.replace(tmp, out)
+        tmp = None
+        _rm(out + ".failed")
+        return out
     except OSError as e:
-        _rm(tmp)
         raise BuildError("storing %s in %s failed: %s" % (what, out_dir, e))
-    return out
+    finally:
+        for p in (tmp, stmp):
+            if p is not None:
+                _rm(p)
+
+
+def _write_private(path, text):
+    """`text` into `path` (mode 0600, replacing it; never through a link)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            _rm(tmp)
+            raise
+    except OSError:
+        pass
 
 
 def _rm(p):

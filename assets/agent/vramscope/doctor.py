@@ -127,30 +127,64 @@ def checks(build=False):
             )
         )
 
-    if build and torch is not None and cxx and inc and getattr(getattr(torch, "version", None), "cuda", None):
-        try:
-            abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
-            path = _build.build(torch.__file__, torch.__version__, abi, warn=lambda note: None)
-            out.append(_check("tracker build", "ok", path))
-            _build.discard_fresh()
-        except Exception as e:
-            out.append(_check("tracker build", "fail", str(e), "see the log named above; sampled mode still works"))
-    if build and cxx and pyinc:
-        notes = []
-        try:
-            if torch is not None:  # (abi read with it above)
-                path = _build.build_fast(torch.__file__, torch.__version__, abi, warn=notes.append)
-            else:
-                path = _build.build_fast(warn=notes.append)
-            fast = _build.load_fast(path)
-            if getattr(fast, "WITH_TORCH", 0):
-                out.append(_check("native calls", "ok", "%s (module calls and backward pre-hooks)" % path))
-            else:
-                out.append(_check("native calls", "warn", "%s (module calls only: %s)" % (path, "; ".join(notes) or "built without torch"),
-                                  "backward pre-hooks run in Python, slower"))
-            _build.discard_fresh()
-        except Exception as e:
-            out.append(_check("native calls", "warn", str(e), "module attribution runs in Python, slower"))
+    out.extend(_built(torch, build))
+    return out
+
+
+def _built(torch, build):
+    """What is built for this torch and Python ("tracker build", "native
+    calls"): with `build`, what is missing is built first (under the build
+    lock, as `vramscope agent build`)."""
+    if torch is None or not getattr(getattr(torch, "version", None), "cuda", None):
+        return []
+    out = []
+    took = ""
+    if build:
+        from . import _ensure
+
+        status, doc = _ensure.ensure(quiet=True)
+        if doc.get("status") == "built":
+            took = " (built now in %.1f s)" % doc.get("seconds", 0)
+        elif status == _ensure.NOTHING:
+            return [_check("tracker build", "warn", "nothing built: %s" % doc.get("reason", "?"))]
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    variant = os.environ.get("VRAMSCOPE_VARIANT", "")
+    try:
+        path = _build.build(torch.__file__, torch.__version__, abi, variant, cached_only=True)
+    except _build.BuildError as e:
+        return [_check("tracker build", "warn", "cannot be built: %s" % e, "sampled mode only; see the checks above")]
+    name = _build.tracker_name(torch.__file__, torch.__version__, abi, variant)
+    failed = _build.failed_before(name) if name else None
+    if path:
+        out.append(_check("tracker build", "ok", "built for torch %s: %s%s" % (torch.__version__, path, took)))
+    elif failed:
+        out.append(_check("tracker build", "fail", failed, "fix what the log says, then `vramscope agent build` tries again; sampled mode meanwhile"))
+    else:
+        out.append(
+            _check(
+                "tracker build",
+                "warn",
+                "not built yet for torch %s: a job started now would run sampled until it is" % torch.__version__,
+                "`vramscope agent build` builds it now (about 20 s, once); `vramscope run` builds it before the job",
+            )
+        )
+    try:
+        fast = _build.build_fast(torch.__file__, torch.__version__, abi, cached_only=True)
+    except _build.BuildError as e:
+        out.append(_check("native calls", "warn", str(e), "module attribution runs in Python, slower"))
+        return out
+    if fast:
+        with_torch = "-torch" in os.path.basename(fast)
+        out.append(
+            _check(
+                "native calls",
+                "ok" if with_torch else "warn",
+                "built: %s (%s)" % (fast, "module calls and backward pre-hooks" if with_torch else "module calls only"),
+                "" if with_torch else "backward pre-hooks run in Python, slower",
+            )
+        )
+    else:
+        out.append(_check("native calls", "warn", "not built yet", "`vramscope agent build` builds it with the tracker"))
     return out
 
 
