@@ -451,3 +451,91 @@ fn item3_fail_over_fires_on_growth_from_zero() {
         ]));
     }
 }
+
+// ---------------------------------------------------------------------
+// Item 8: the tool's own export reads back as it was written.
+// ---------------------------------------------------------------------
+
+/// What a process's view says of its steps, leak verdict and attribution
+/// (times aside: an export keeps microseconds).
+fn verdict_and_attribution(view: &Value) -> Value {
+    let leak = &view["leak"];
+    let sizes: Vec<Value> = (leak["top_sizes"].as_array().unwrap().iter())
+        .map(|s| {
+            serde_json::json!([
+                s["requested"],
+                s["block_size"],
+                s["live"],
+                s["live_growth"],
+                s["first_step"]
+            ])
+        })
+        .collect();
+    let a = &view["attribution"];
+    serde_json::json!({
+        "flagged": leak["flagged"],
+        "source": leak["source"],
+        "steps_observed": leak["steps_observed"],
+        "window_steps": leak["window_steps"],
+        "slope": leak["floor_slope_bytes_per_step"],
+        "last_floor": leak["last_floor"],
+        "flagged_at_step": leak["flagged_at_step"],
+        "top_sizes": sizes,
+        "step": a["step"],
+        "by_phase": a["by_phase"],
+        "by_module": a["by_module"],
+        "by_role": a["by_role"],
+        "roles": a["roles"],
+    })
+}
+
+#[test]
+fn item8_an_export_reads_back_with_its_steps_verdict_and_attribution() {
+    let dir = tempfile::tempdir().unwrap();
+    let (healthy, leak) = (
+        dir.path().join("healthy.vsrec"),
+        dir.path().join("leak.vsrec"),
+    );
+    scenario_recording("healthy", &healthy);
+    scenario_recording("leak", &leak);
+    let exported = dir.path().join("leak.pickle");
+    succeeded(run(&[
+        "export".as_ref(),
+        leak.as_os_str(),
+        "-o".as_ref(),
+        exported.as_os_str(),
+    ]));
+    // open reads what replay shows: the same steps (the job's own marks),
+    // the same verdict, the same attribution by phase, module and role.
+    let replayed = json(run(&[
+        "replay".as_ref(),
+        leak.as_os_str(),
+        "--json".as_ref(),
+    ]));
+    let opened = json(run(&[
+        "open".as_ref(),
+        exported.as_os_str(),
+        "--json".as_ref(),
+    ]));
+    let want = verdict_and_attribution(&replayed["processes"][0]["view"]);
+    let got = verdict_and_attribution(&opened["state"]["processes"][0]["view"]);
+    assert_eq!(want["source"], "markers", "{want}");
+    assert_eq!(want["steps_observed"], 15, "{want}");
+    assert_eq!(got, want);
+    // diff reads what it reads of the recording.
+    let from_rec = diff_json(&healthy, &leak);
+    let from_export = diff_json(&healthy, &exported);
+    for k in [
+        "figures",
+        "parted_at",
+        "by_phase",
+        "by_role",
+        "by_module",
+        "new_in_b",
+    ] {
+        assert_eq!(from_export[k], from_rec[k], "{k}");
+    }
+    assert_eq!(from_export["b"]["steps"], from_rec["b"]["steps"]);
+    assert_eq!(from_export["b"]["peak_step"], from_rec["b"]["peak_step"]);
+    assert_eq!(from_rec["b"]["steps"], 15);
+}

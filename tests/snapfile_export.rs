@@ -83,7 +83,8 @@ fn python_reads_an_export_as_pytorch_does() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("demo.pickle");
     export(&recording("v1.0-demo-leak.vsrec"), &out);
-    // What _memory_viz.segsum asserts, and the keys its plots read.
+    // What _memory_viz.segsum asserts, the keys its plots read, and an
+    // annotation's keys as torch writes them (`record_function`'s).
     let check = "import pickle,sys\n\
         d=pickle.load(open(sys.argv[1],'rb'))\n\
         assert set(d)>={'segments','device_traces'}\n\
@@ -95,8 +96,10 @@ fn python_reads_an_export_as_pytorch_does() {
         \x20   assert e['action'] in ('alloc','free_requested','free_completed','segment_alloc','segment_free','segment_map','segment_unmap','oom')\n\
         \x20   assert isinstance(e['frames'], list)\n\
         \x20   assert e['user_metadata']=='' and e['compile_context']=='N/A', e\n\
-        assert d['external_annotations']==[]\n\
-        print(len(d['segments']), len(d['device_traces'][0]))";
+        for a in d['external_annotations']:\n\
+        \x20   assert a['stage']=='START' and isinstance(a['name'],str) and a['vramscope']=='mark', a\n\
+        \x20   assert isinstance(a['device'],int) and isinstance(a['time_us'],int), a\n\
+        print(len(d['segments']), len(d['device_traces'][0]), len(d['external_annotations']))";
     let o = match Command::new("python3")
         .args(["-c", check])
         .arg(&out)
@@ -109,7 +112,9 @@ fn python_reads_an_export_as_pytorch_does() {
         }
     };
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "77 1696");
+    // 77 segments, 1696 trace events, and the 6 step boundaries of the
+    // run as annotations (what `open` reads back as markers).
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "77 1696 6");
 }
 
 #[test]

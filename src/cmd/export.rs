@@ -5,9 +5,11 @@
 //! trace, each block and event with the frames of the context it was
 //! tagged with (its module, phase and step, and the stack captured there:
 //! `snapfile::write::Attributor`); a live block's last frame names its
-//! role (`role:parameter`, `role:activation`, ...). PyTorch's viewer and
-//! `torch.cuda.memory._memory_viz` read it, so a job vramscope watched
-//! never needs `_record_memory_history`.
+//! role (`role:parameter`, `role:activation`, ...); its step boundaries
+//! are annotations. PyTorch's viewer and `torch.cuda.memory._memory_viz`
+//! read it, so a job vramscope watched never needs
+//! `_record_memory_history`; `open` and `diff` read it back as `replay`
+//! shows the recording (`snapfile::ours`).
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
@@ -42,6 +44,9 @@ pub struct Args {
 /// An allocator event, with the process's step when it was read.
 type Stepped = (Event, Option<u64>);
 
+/// A marker, and the index of the trace event it came before.
+type Placed = (usize, Event);
+
 /// An allocator event, where it was in its ring (when the recording says),
 /// and the process's step when it was read.
 type Kept = (Event, Option<RingPos>, Option<u64>);
@@ -53,6 +58,9 @@ pub fn run(args: Args) -> Result<()> {
     // Per process: events seen, and the newest `max` with the process's
     // step when each was read (what its step tag resolves against).
     let mut events: HashMap<ProcessKey, (u64, VecDeque<Kept>)> = HashMap::new();
+    // Per process: its markers (step boundaries, memory limits), each with
+    // the number of its allocator events before it.
+    let mut marks: HashMap<ProcessKey, Vec<(u64, Event)>> = HashMap::new();
     while let Some((_, input)) = reader.next_input()? {
         match input {
             Input::Attach {
@@ -71,6 +79,7 @@ pub fn run(args: Args) -> Result<()> {
                 }
                 let step = model.process(key).and_then(|p| p.step());
                 let (n, kept) = events.entry(key).or_default();
+                let marked = marks.entry(key).or_default();
                 for (e, pos) in b.positioned() {
                     if e.kind.starts_run() {
                         // A new run of the job (a demo starting its
@@ -78,6 +87,11 @@ pub fn run(args: Args) -> Result<()> {
                         // the state exported is the last run's, and so
                         // is the trace.
                         kept.clear();
+                        marked.clear();
+                        continue;
+                    }
+                    if matches!(e.kind, vramscope::event::EventKind::Marker { .. }) {
+                        marked.push((*n, e));
                         continue;
                     }
                     if !is_allocator_event(&e) {
@@ -123,13 +137,22 @@ pub fn run(args: Args) -> Result<()> {
     let Some(process) = model.process(key) else {
         bail!("{}: process {} has no state", args.file.display(), key.pid);
     };
-    let kept: Vec<Kept> = events
-        .remove(&key)
-        .map(|(_, v)| v.into())
-        .unwrap_or_default();
-    let trace = from_anchor(process, kept)
+    let (seen, kept) = events.remove(&key).unwrap_or_default();
+    let first = seen - kept.len() as u64;
+    let kept: Vec<Kept> = kept.into();
+    // The markers among the events kept: each with the index of the event
+    // it came before (of those before the first kept, the last one, at 0:
+    // the step the trace starts in). An event `from_anchor` drops moves
+    // the markers after it down.
+    let marked = marks.remove(&key).unwrap_or_default();
+    let before = marked.iter().rposition(|(at, _)| *at < first);
+    let marked: Vec<(u64, Event)> = (marked.into_iter().enumerate())
+        .filter(|(i, (at, _))| *at >= first || Some(*i) == before)
+        .map(|(_, (at, e))| (at.saturating_sub(first), e))
+        .collect();
+    let (trace, marked) = from_anchor(process, kept, marked)
         .map_err(|why| anyhow::anyhow!("{}: process {}: {why}", args.file.display(), key.pid))?;
-    let snap = write::from_model(process, &trace, 0);
+    let snap = write::from_model(process, &trace, &marked, 0);
     let out = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     write::write(&snap, out).with_context(|| format!("writing {}", args.output.display()))?;
@@ -151,9 +174,21 @@ pub fn run(args: Args) -> Result<()> {
 /// device's anchor snapshot (the state they are applied on). Events from
 /// the rings' backlog before it would land on blocks the state already
 /// holds. A device never anchored has no state to start from: an error.
-fn from_anchor(process: &Process, kept: Vec<Kept>) -> Result<Vec<Stepped>, String> {
+/// The markers (each with the index of the kept event it came before)
+/// are given back with the indices of the trace.
+fn from_anchor(
+    process: &Process,
+    kept: Vec<Kept>,
+    marks: Vec<(u64, Event)>,
+) -> Result<(Vec<Stepped>, Vec<Placed>), String> {
+    let at = |m: Vec<(u64, Event)>| -> Vec<Placed> {
+        m.into_iter().map(|(i, e)| (i as usize, e)).collect()
+    };
     if !process.watching().mid_run {
-        return Ok(kept.into_iter().map(|(e, _, s)| (e, s)).collect());
+        return Ok((
+            kept.into_iter().map(|(e, _, s)| (e, s)).collect(),
+            at(marks),
+        ));
     }
     let mut anchors: HashMap<u16, AnchoredFrom> = HashMap::new();
     for d in process.devices() {
@@ -169,16 +204,28 @@ fn from_anchor(process: &Process, kept: Vec<Kept>) -> Result<Vec<Stepped>, Strin
             }
         }
     }
-    Ok(kept
-        .into_iter()
-        .filter(|(e, at, _)| {
+    let keep: Vec<bool> = (kept.iter())
+        .map(|(e, at, _)| {
             e.kind
                 .place()
                 .and_then(|p| anchors.get(&p.device))
                 .is_some_and(|a| a.keeps(*at, e.time_ns))
         })
-        .map(|(e, _, s)| (e, s))
-        .collect())
+        .collect();
+    // Each marker's index among the events kept.
+    let mut kept_before = Vec::with_capacity(keep.len() + 1);
+    kept_before.push(0usize);
+    for k in &keep {
+        kept_before.push(kept_before.last().copied().unwrap_or(0) + usize::from(*k));
+    }
+    let marks = (marks.into_iter())
+        .map(|(i, e)| (kept_before[(i as usize).min(keep.len())], e))
+        .collect();
+    let trace = (kept.into_iter().zip(keep))
+        .filter(|(_, k)| *k)
+        .map(|((e, _, s), _)| (e, s))
+        .collect();
+    Ok((trace, marks))
 }
 
 fn is_allocator_event(e: &Event) -> bool {

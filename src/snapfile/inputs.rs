@@ -25,13 +25,14 @@
 //! and the inputs are fed as they are made, a chunk at a time, never held
 //! whole.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use crate::event::{BlockState, Event, EventKind, PoolId, SegmentPool};
+use crate::event::{BlockState, CtxTag, Event, EventKind, PoolId, SegmentPool};
 use crate::input::{EventBatch, Identity, Input, Source};
 use crate::model::Watch;
 use crate::model::{rules, Mode, ProcessKey};
 
+use super::ours::{Mark, Ours};
 use super::{Action, SnapshotFile, TraceEntry};
 
 /// The process a file is shown as (files have no pid: 0).
@@ -122,17 +123,30 @@ pub fn feed(
         events: Vec::new(),
         apply,
     };
+    // What an export of vramscope's adds (contexts, markers, roles).
+    let ours = Ours::read(file);
+    let mut extra = Extra::new(file, ours.as_ref(), &events);
+    for kind in ours.iter().flat_map(|o| o.defs.iter()) {
+        out.push(Event {
+            time_ns: first.saturating_sub(1000),
+            kind: *kind,
+        });
+    }
     let mut snapshot_id = 1u32;
     if !events.is_empty() {
         for (dev, segs) in start {
             let t = first.saturating_sub(1000);
-            snapshot_events(&mut out, t, *dev, snapshot_id, segs);
+            let tag = |a| extra.untouched_tag(*dev, a);
+            snapshot_events(&mut out, t, *dev, snapshot_id, segs, &tag);
             snapshot_id += 1;
+            extra.seed(*dev, segs);
         }
     }
     let n = plan.upto.unwrap_or(usize::MAX).min(events.len());
-    for e in &events[..n] {
-        if let Some(kind) = event_kind(e) {
+    for (i, e) in events[..n].iter().enumerate() {
+        extra.marks_before(i, e.time_ns, &mut out);
+        if let Some(kind) = event_kind(e, extra.tag(e.entry.stack)) {
+            extra.note(&kind);
             out.push(Event {
                 time_ns: e.time_ns,
                 kind,
@@ -140,12 +154,194 @@ pub fn feed(
         }
     }
     if plan.upto.is_none() {
+        let end = events.last().map_or(first, |e| e.time_ns);
+        extra.marks_before(events.len(), end, &mut out);
         for (dev, segs) in &final_state(file) {
-            snapshot_events(&mut out, dumped, *dev, snapshot_id, segs);
+            let tag = |a| extra.block_tag(*dev, a);
+            snapshot_events(&mut out, dumped, *dev, snapshot_id, segs, &tag);
             snapshot_id += 1;
         }
+        // The blocks installed now are born now: the role list after them.
+        extra.roles(dumped.saturating_add(1000), true, &mut out);
     }
     out.flush();
+}
+
+/// What an export's own keys add to the inputs, as they are fed: the
+/// context tags of entries and blocks, the markers in their places, and
+/// role lists.
+struct Extra<'f> {
+    ours: Option<&'f Ours>,
+    /// The markers not sent yet, each with the index in the timeline of
+    /// the event it comes before, in order.
+    marks: std::vec::IntoIter<(usize, Mark)>,
+    next_mark: Option<(usize, Mark)>,
+    /// The stacks of the file's blocks, by device and address.
+    block_stacks: HashMap<(u16, u64), Option<u32>>,
+    /// Addresses some trace entry allocates (a block of the starting
+    /// state there may not be the file's).
+    allocated_in_trace: std::collections::HashSet<(u16, u64)>,
+    /// The live allocations now, by device and address: their requests.
+    live: HashMap<(u16, u64), u64>,
+    /// The entries of the last role list sent, and the lists sent.
+    last_list: Option<Vec<usize>>,
+    lists: u32,
+    /// Role records sent: intermediate lists stop at [`MAX_ROLE_RECORDS`].
+    role_records: usize,
+}
+
+/// The most role records sent in lists before the last one (a list is
+/// sent at a marker when it changed).
+const MAX_ROLE_RECORDS: usize = 1 << 22;
+
+impl<'f> Extra<'f> {
+    fn new(file: &SnapshotFile, ours: Option<&'f Ours>, events: &[Timed]) -> Self {
+        let mut marks = Vec::new();
+        let mut block_stacks = HashMap::new();
+        let mut allocated_in_trace = std::collections::HashSet::new();
+        if let Some(o) = ours {
+            // Where each device's entries are in the timeline.
+            let mut at: HashMap<u16, Vec<usize>> = HashMap::new();
+            for (i, e) in events.iter().enumerate() {
+                at.entry(e.device).or_default().push(i);
+                if e.entry.action == Action::Alloc {
+                    allocated_in_trace.insert((e.device, e.entry.addr));
+                }
+            }
+            for m in &o.marks {
+                let place = at
+                    .get(&m.device)
+                    .map_or(events.len(), |v| match v.get(m.before) {
+                        Some(&i) => i,
+                        None => v.last().map_or(events.len(), |&l| l + 1),
+                    });
+                marks.push((place, *m));
+            }
+            // In the file's order where two go to one place.
+            marks.sort_by_key(|(place, _)| *place);
+            for s in &file.segments {
+                for b in &s.blocks {
+                    block_stacks.insert((s.device, b.address), b.stack);
+                }
+            }
+        }
+        let mut marks = marks.into_iter();
+        Extra {
+            ours,
+            next_mark: marks.next(),
+            marks,
+            block_stacks,
+            allocated_in_trace,
+            live: HashMap::new(),
+            last_list: None,
+            lists: 0,
+            role_records: 0,
+        }
+    }
+
+    /// The tag of what the file's stack `stack` was written for.
+    fn tag(&self, stack: Option<u32>) -> CtxTag {
+        self.ours.map_or(CtxTag::NONE, |o| o.tag(stack))
+    }
+
+    /// The tag of the file's block at `addr` of `device`.
+    fn block_tag(&self, device: u16, addr: u64) -> CtxTag {
+        self.tag(self.block_stacks.get(&(device, addr)).copied().flatten())
+    }
+
+    /// The tag of a block of the starting state: the file's block there,
+    /// when no trace entry allocates at that address (else unknown).
+    fn untouched_tag(&self, device: u16, addr: u64) -> CtxTag {
+        if self.allocated_in_trace.contains(&(device, addr)) {
+            return CtxTag::NONE;
+        }
+        self.block_tag(device, addr)
+    }
+
+    /// The allocations of a starting state.
+    fn seed(&mut self, device: u16, d: &DeviceStateOf) {
+        if self.ours.is_some() {
+            for (&a, &(_, requested, state)) in &d.live {
+                if state == BlockState::Allocated {
+                    self.live.insert((device, a), requested);
+                }
+            }
+        }
+    }
+
+    /// An allocator event sent.
+    fn note(&mut self, kind: &EventKind) {
+        if self.ours.is_none() {
+            return;
+        }
+        match *kind {
+            EventKind::Alloc { place, addr, size } => {
+                self.live.insert((place.device, addr), size);
+            }
+            EventKind::FreeRequested { place, addr, .. } => {
+                self.live.remove(&(place.device, addr));
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends the markers that come before the timeline's event `i` (at
+    /// `t`), each followed by the role list then, when it changed.
+    fn marks_before(&mut self, i: usize, t: u64, out: &mut Batch) {
+        while let Some((place, m)) = self.next_mark.filter(|(p, _)| *p <= i) {
+            let _ = place;
+            out.push(Event {
+                time_ns: t,
+                kind: EventKind::Marker {
+                    value: m.value,
+                    source: m.source,
+                },
+            });
+            self.next_mark = self.marks.next();
+            self.roles(t, false, out);
+        }
+    }
+
+    /// Sends the role list of the blocks named in the file whose address
+    /// holds, now, an allocation of their request: at the end (`all`),
+    /// every named block, always; before it, when the list changed.
+    fn roles(&mut self, t: u64, all: bool, out: &mut Batch) {
+        let Some(o) = self.ours else {
+            return;
+        };
+        if o.named.is_empty() {
+            return;
+        }
+        let entries: Vec<usize> = (o.named.iter().enumerate())
+            .filter(|(_, n)| all || self.live.get(&(n.device, n.addr)) == Some(&n.bytes))
+            .map(|(i, _)| i)
+            .collect();
+        if !all
+            && (self.last_list.as_ref() == Some(&entries)
+                || self.role_records + entries.len() > MAX_ROLE_RECORDS)
+        {
+            return;
+        }
+        self.role_records += entries.len();
+        self.lists += 1;
+        let list = self.lists;
+        let ev = |kind| Event { time_ns: t, kind };
+        let count = entries.len() as u64;
+        out.push(ev(EventKind::Roles { list, count }));
+        for &i in &entries {
+            let n = o.named[i];
+            out.push(ev(EventKind::Role {
+                list,
+                device: n.device,
+                addr: n.addr,
+                bytes: n.bytes,
+                held: n.held,
+                module: n.module,
+            }));
+        }
+        out.push(ev(EventKind::RolesEnd { list, count }));
+        self.last_list = Some(entries);
+    }
 }
 
 /// The time of the last input [`feed`] gives for `plan` (or, when the
@@ -219,14 +415,15 @@ fn attach(file: &SnapshotFile, name: &str) -> Input {
     }
 }
 
-/// The allocator event a trace entry is (a `snapshot` entry is none).
-fn event_kind(t: &Timed) -> Option<EventKind> {
+/// The allocator event a trace entry is (a `snapshot` entry is none),
+/// tagged `ctx`.
+fn event_kind(t: &Timed, ctx: CtxTag) -> Option<EventKind> {
     let e = t.entry;
     let place = crate::event::Place {
         device: t.device,
         stream: e.stream,
         pool: e.meta.as_ref().and_then(|m| m.pool).unwrap_or_default(),
-        ..Default::default()
+        ctx,
     };
     let (addr, size) = (e.addr, e.size);
     Some(match e.action {
@@ -464,8 +661,16 @@ fn segments_with_blocks(
     })
 }
 
-/// A state snapshot of one device as events.
-fn snapshot_events(out: &mut Batch, t: u64, device: u16, id: u32, d: &DeviceStateOf) {
+/// A state snapshot of one device as events, each block tagged as `tag`
+/// says of its address.
+fn snapshot_events(
+    out: &mut Batch,
+    t: u64,
+    device: u16,
+    id: u32,
+    d: &DeviceStateOf,
+    tag: &dyn Fn(u64) -> CtxTag,
+) {
     let ev = |kind| Event { time_ns: t, kind };
     let blocks = segments_with_blocks(d)
         .map(|(_, _, blocks)| blocks.count() as u64)
@@ -503,7 +708,11 @@ fn snapshot_events(out: &mut Batch, t: u64, device: u16, id: u32, d: &DeviceStat
                 size,
                 requested,
                 state,
-                ctx: Default::default(),
+                ctx: if state == BlockState::Inactive {
+                    CtxTag::NONE
+                } else {
+                    tag(a)
+                },
             }));
         }
     }

@@ -57,6 +57,7 @@
 //! is taken.
 
 pub mod inputs;
+pub(crate) mod ours;
 pub mod step;
 pub mod write;
 

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::event::{BlockState, CtxTag, Event, EventKind, PoolId};
+use crate::event::{BlockState, CtxTag, Event, EventKind, MarkSource, PoolId};
 use crate::model::attrib::{Definitions, Origin};
 use crate::model::roles::Role;
 use crate::model::Process;
@@ -340,11 +340,28 @@ pub fn write(file: &SnapshotFile, out: impl Write) -> io::Result<()> {
     p.out.flush()
 }
 
+/// The key that marks a frame or an annotation vramscope wrote, and its
+/// values: a context's frame, a live block's role frame, a marker.
+pub(crate) const OURS: &str = "vramscope";
+pub(crate) const CONTEXT: &str = "context";
+pub(crate) const ROLE: &str = "role";
+pub(crate) const MARK: &str = "mark";
+/// A context frame's key for its step.
+pub(crate) const STEP: &str = "step";
+/// A role frame's name: this, then the role's (`role:parameter`).
+pub(crate) const ROLE_PREFIX: &str = "role:";
+/// A context frame's `filename` when the context names no module.
+pub(crate) const NO_MODULE: &str = "(outside every module)";
+
 /// The `frames` of what a context tagged, as PyTorch's viewer shows them:
 /// the stack the producer captured in that context (innermost first, as
 /// torch writes frames), then one frame naming the context itself:
-/// `filename` its module path (`transformer.h.3.attn`), `name` its phase
-/// (`forward`, `backward`, `optimizer`, `other`), `line` the step. Last,
+/// `filename` its module path (`transformer.h.3.attn`, or
+/// [`NO_MODULE`]), `name` its phase (`forward`, `backward`, `optimizer`,
+/// `other`, `unknown`), `line` the step; its key `vramscope` is `context`
+/// and its key `step` the step, when known, so that vramscope reads it
+/// back (`snapfile::ours`; PyTorch's tools ignore keys they do not know,
+/// as they ignore the FX keys). Last,
 /// because the module's call holds the code that allocated: `_memory_viz`
 /// shows a frame as `filename:line:name` and builds its flame graphs
 /// outermost frame first, so memory is grouped by module first, then by
@@ -394,8 +411,8 @@ impl<'a> Attributor<'a> {
         let f = Frame {
             filename: module,
             line: 0,
-            name: format!("role:{}", role.name()),
-            extra: Vec::new(),
+            name: format!("{ROLE_PREFIX}{}", role.name()),
+            extra: vec![(OURS.into(), ROLE.into())],
         };
         let next = file.frames.len() as u32;
         ids.push(*self.frames.entry(f.clone()).or_insert_with(|| {
@@ -426,15 +443,21 @@ impl<'a> Attributor<'a> {
                 extra: Vec::new(),
             })
             .collect();
-        if !view.module.is_empty() {
-            let step = origin.step.map(u64::from).or(view.step);
-            frames.push(Frame {
-                filename: view.module,
-                line: step.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX)),
-                name: view.phase.name().into(),
-                extra: Vec::new(),
-            });
+        let step = origin.step.map(u64::from).or(view.step);
+        let mut extra = vec![(OURS.into(), CONTEXT.into())];
+        if let Some(s) = step {
+            extra.push((STEP.into(), s.to_string()));
         }
+        frames.push(Frame {
+            filename: if view.module.is_empty() {
+                NO_MODULE.into()
+            } else {
+                view.module
+            },
+            line: step.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX)),
+            name: view.phase.name().into(),
+            extra,
+        });
         let stack = (!frames.is_empty()).then(|| {
             let ids: Vec<u32> = frames
                 .into_iter()
@@ -462,6 +485,7 @@ impl<'a> Attributor<'a> {
 pub fn from_model(
     process: &Process,
     events: &[(Event, Option<u64>)],
+    marks: &[(usize, Event)],
     epoch_us: i64,
 ) -> SnapshotFile {
     let mut file = SnapshotFile {
@@ -513,7 +537,12 @@ pub fn from_model(
             file.segments.push(seg);
         }
     }
-    for (e, step) in events {
+    let mut marks = marks.iter().peekable();
+    for (i, (e, step)) in events.iter().enumerate() {
+        while let Some((_, m)) = marks.next_if(|(at, _)| *at <= i) {
+            let device = e.kind.place().map_or(0, |p| p.device);
+            annotate(&mut file, m, device, epoch_us);
+        }
         let Some((device, mut entry, tag)) = trace_entry(e, epoch_us) else {
             continue;
         };
@@ -527,10 +556,61 @@ pub fn from_model(
         }
         file.traces[d].push(entry);
     }
+    let last = (events.last())
+        .and_then(|(e, _)| e.kind.place())
+        .map_or(0, |p| p.device);
+    for (_, m) in marks {
+        annotate(&mut file, m, last, epoch_us);
+    }
     if file.traces.is_empty() {
         file.traces.push(Vec::new());
     }
     file
+}
+
+/// A marker (a step boundary, a memory limit) as an annotation, placed
+/// before the next trace entry of `device`: `name` says what it is to
+/// PyTorch's viewer (`step 12`), `vramscope` `mark`, `value`, `source`
+/// (`user`, `optimizer:1`, `inferred`, `unknown`, `limit:0:whole`,
+/// `limit:0:fraction`, `other:4`) and `trace_index` (the entries of that
+/// device's trace before it) say what vramscope reads back.
+fn annotate(file: &mut SnapshotFile, m: &Event, device: u16, epoch_us: i64) {
+    let EventKind::Marker { value, source } = m.kind else {
+        return;
+    };
+    let (name, source) = match source {
+        MarkSource::Run => return,
+        MarkSource::Unknown => (format!("step {value}"), "unknown".to_string()),
+        MarkSource::User => (format!("step {value}"), "user".into()),
+        MarkSource::OptimizerStep { optimizer } => {
+            (format!("step {value}"), format!("optimizer:{optimizer}"))
+        }
+        MarkSource::Inferred => (format!("step {value}"), "inferred".into()),
+        MarkSource::MemoryLimit {
+            device,
+            whole_device,
+        } => (
+            "memory limit".into(),
+            format!(
+                "limit:{device}:{}",
+                if whole_device { "whole" } else { "fraction" }
+            ),
+        ),
+        MarkSource::Other(c) => ("marker".into(), format!("other:{c}")),
+    };
+    let trace_index = file.traces.get(device as usize).map_or(0, Vec::len);
+    file.annotations.push(super::Annotation {
+        device: Some(i64::from(device)),
+        time_us: Some(epoch_us.saturating_add((m.time_ns / 1000) as i64)),
+        fields: vec![
+            ("name".into(), name),
+            ("stage".into(), "START".into()),
+            (OURS.into(), MARK.into()),
+            ("value".into(), value.to_string()),
+            ("source".into(), source),
+            ("trace_index".into(), trace_index.to_string()),
+        ],
+    });
 }
 
 /// The trace entry of an allocator event, with its device and context tag.
