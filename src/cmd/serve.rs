@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         .build()
         .context("starting the exporter's runtime")?;
     super::out::line(&format!("serving metrics on http://{addr}/metrics"))?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         serve(
             listener,
@@ -67,5 +67,12 @@ pub fn run(args: Args) -> Result<()> {
         )
         .await;
         anyhow::Ok(())
-    })
+    });
+    // A scrape still taking its view is not waited for (dropping the
+    // runtime would wait for it): stopped means stopped.
+    rt.shutdown_timeout(STOP_WAIT);
+    served
 }
+
+/// How long a stopping exporter waits for the scrapes it is answering.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);

@@ -368,6 +368,25 @@ impl Hub {
         f(&mut g)
     }
 
+    #[cfg(test)]
+    /// Holds the hub's lock for `d` on a thread of its own, as a view that
+    /// long would; returns once it is held.
+    pub(crate) fn hold_for(
+        self: &Arc<Self>,
+        d: std::time::Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let (held, told) = std::sync::mpsc::channel();
+        let hub = self.clone();
+        let h = std::thread::spawn(move || {
+            hub.with(|_| {
+                let _ = held.send(());
+                std::thread::sleep(d);
+            })
+        });
+        let _ = told.recv();
+        h
+    }
+
     /// A copy of everything, for a view or `snapshot --json`.
     pub fn snapshot(&self, opts: &ViewOptions) -> Snapshot {
         self.snapshot_at(monotonic_ns(), opts)

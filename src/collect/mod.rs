@@ -32,9 +32,9 @@
 //!   thread is not async. The dashboard reads the hub (`snapshot`,
 //!   `on_change`), asks [`Live::refusal`] whether its processes may be sent
 //!   commands (not under `--readonly`, nor a replay's) and hears signals
-//!   through [`Live::on_signal`]; signals come back as calls from the
-//!   runtime's threads, which the dashboard turns into events on its own
-//!   channel.
+//!   through [`Live::on_signal`]; signals come back as calls from a
+//!   thread of their own, which the dashboard turns into events on its
+//!   own channel.
 //!
 //! Files: [`hub`] (the shared state), [`state`] (the published picture),
 //! [`rings`] (segment discovery and draining), [`nvml`], [`procfs`],
@@ -403,10 +403,9 @@ fn own_runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// What [`on_own_thread`] started: the runtime's handle, the sender that
-/// stops the future, and a channel that hears when it has completed.
+/// What [`on_own_thread`] started: the sender that stops the future, and
+/// a channel that hears when it has completed.
 struct Started {
-    handle: tokio::runtime::Handle,
     stop: tokio::sync::oneshot::Sender<()>,
     done: std::sync::mpsc::Receiver<()>,
 }
@@ -421,7 +420,7 @@ where
     Fut: Future<Output = ()>,
 {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (ready, handle) = std::sync::mpsc::sync_channel(1);
+    let (ready, started) = std::sync::mpsc::sync_channel(1);
     let (finished, done) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("vramscope-collect".into())
@@ -433,24 +432,23 @@ where
                     return;
                 }
             };
-            let _ = ready.send(Ok(rt.handle().clone()));
+            let _ = ready.send(Ok(()));
             rt.block_on(make(stopped));
             let _ = finished.send(());
             // Blocking tasks (an NVML read, a command's wait) are not
             // waited for long.
             rt.shutdown_timeout(LIVE_STOP_WAIT);
         })?;
-    let handle = handle
+    started
         .recv()
         .map_err(|_| std::io::Error::other("the collector's thread ended at start"))??;
-    Ok(Started { handle, stop, done })
+    Ok(Started { stop, done })
 }
 
 /// The collector running on a thread and runtime of its own, for a
 /// dashboard whose thread is not async (see the module doc). Dropping it
 /// stops everything.
 pub struct Live {
-    rt: tokio::runtime::Handle,
     hub: Arc<Hub>,
     /// Why its processes are sent no command ([`Live::refusal`]).
     refusal: Option<&'static str>,
@@ -491,7 +489,6 @@ impl Live {
                 .await
         })?;
         Ok(Live {
-            rt: started.handle,
             hub,
             refusal,
             stop: Some(started.stop),
@@ -522,7 +519,6 @@ impl Live {
             }
         })?;
         Ok(Live {
-            rt: started.handle,
             hub,
             refusal: Some(REPLAYED),
             stop: Some(started.stop),
@@ -541,9 +537,14 @@ impl Live {
         self.refusal
     }
 
-    /// Calls `f` (from the runtime) on every SIGINT, SIGTERM and SIGHUP.
+    /// Calls `f` on every SIGINT, SIGTERM and SIGHUP, from a thread that
+    /// waits on nothing else (not from the collector's: it may wait on the
+    /// hub's lock behind a long view; see [`signals`]).
     pub fn on_signal(&self, f: impl Fn() + Send + Sync + 'static) {
-        let _guard = self.rt.enter();
-        signals::forward(f);
+        if let Err(e) = signals::forward_on_own_thread(f) {
+            crate::text::stderr_line(format_args!(
+                "vramscope: signals cannot be heard ({e}): quit with the keys"
+            ));
+        }
     }
 }

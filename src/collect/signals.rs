@@ -1,7 +1,13 @@
-//! Signals, through the collector's tokio runtime (no signal threads of our
-//! own): SIGINT, SIGTERM and SIGHUP either call a function each time
-//! ([`forward`], the dashboard turns that into an event on its channel) or
-//! end a wait ([`stopped`], `record`).
+//! Signals: SIGINT, SIGTERM and SIGHUP either call a function each time
+//! ([`forward`], [`forward_on_own_thread`]: the dashboard turns that into
+//! an event on its channel, `serve` into its end) or end a wait
+//! ([`stopped`], `record`).
+//!
+//! A runtime hears a signal only while its thread polls it. The
+//! collector's thread waits on the hub's lock while a view is taken, so
+//! [`crate::collect::Live`] hears signals on a thread of its own
+//! ([`forward_on_own_thread`]): a long view never holds one back (issue
+//! 44: `serve` ignored SIGTERM for as long as its views took).
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -47,4 +53,40 @@ pub fn forward(f: impl Fn() + Send + Sync + 'static) {
             }
         });
     }
+}
+
+/// [`forward`] on a thread of its own, with a runtime of its own that does
+/// nothing else: the signals are heard whatever the caller's threads wait
+/// on. The handlers are installed before it returns; the thread lives as
+/// long as the process.
+pub fn forward_on_own_thread(f: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let streams: Vec<Signal> = {
+        let _in = rt.enter();
+        STOPPING.iter().filter_map(|k| signal(k()).ok()).collect()
+    };
+    let f = std::sync::Arc::new(f);
+    std::thread::Builder::new()
+        .name("vramscope-signals".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let heard: Vec<_> = streams
+                    .into_iter()
+                    .map(|mut s| {
+                        let f = f.clone();
+                        tokio::spawn(async move {
+                            while s.recv().await.is_some() {
+                                f();
+                            }
+                        })
+                    })
+                    .collect();
+                for h in heard {
+                    let _ = h.await;
+                }
+            })
+        })?;
+    Ok(())
 }

@@ -310,6 +310,14 @@ impl Definitions {
         }
     }
 
+    /// [`Self::string`] without a copy when the text is known.
+    pub(crate) fn string_cow(&self, id: u32) -> std::borrow::Cow<'_, str> {
+        match self.strings.get(&id) {
+            Some(Str::Done(s)) => std::borrow::Cow::Borrowed(s),
+            _ => std::borrow::Cow::Owned(format!("string #{id}")),
+        }
+    }
+
     /// The phase and step (when keyed by step) of context `id`, cheaply.
     pub(crate) fn phase_step(&self, id: u32) -> (PhaseKey, Option<u64>) {
         self.contexts

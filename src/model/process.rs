@@ -8,7 +8,7 @@ use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
 use super::eventlog::{EventLog, LetGo};
 use super::forecast::{self, Cause};
 use super::leak::{LeakDetector, LeakReport};
-use super::roles::{self, Role, RoleTable};
+use super::roles::{self, Role, RoleMatches, RoleTable};
 use super::rules;
 use super::series::Series;
 use super::view::{
@@ -110,6 +110,19 @@ impl EventRate {
         let span = now_ns.saturating_sub(first).clamp(self.slot_ns, window);
         Some(sum as f64 * 1e9 / span as f64)
     }
+}
+
+/// Two address-ordered block sequences as one, in address order.
+fn merged<'a>(
+    a: impl Iterator<Item = (u64, &'a Block)>,
+    b: impl Iterator<Item = (u64, &'a Block)>,
+) -> impl Iterator<Item = (u64, &'a Block)> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
 }
 
 /// Tensors a process holds: address, requested size, stream.
@@ -1026,40 +1039,72 @@ impl Process {
         &self.defs
     }
 
-    /// The role of the allocated block at `addr` on `device`, and the
-    /// module paths (string ids) of the role list entries naming it.
-    fn block_role(&self, device: u16, addr: u64, b: &Block) -> (Role, Vec<u32>) {
-        let (phase, step) = self.defs.phase_step(b.origin.context);
-        if let Some(m) = self.roles.lookup(device, addr, b, phase) {
-            return (m.role, m.modules);
+    /// What the role lists say about every allocated block: one pass over
+    /// each device's blocks (orphans included) and its entries, so a view
+    /// costs the blocks plus the entries, never their product
+    /// ([`RoleTable::match_blocks`]).
+    pub(crate) fn role_matches(&self) -> RoleMatches {
+        let mut out = RoleMatches::default();
+        if self.roles.status().tensors == 0 {
+            return out;
         }
+        let phase = |b: &Block| self.defs.phase_step(b.origin.context).0;
+        for d in &self.devices {
+            let blocks = merged(d.blocks(), d.orphans());
+            self.roles.match_blocks(d.device(), blocks, phase, &mut out);
+        }
+        out.name_holders(|ids| {
+            let paths: Vec<std::borrow::Cow<'_, str>> =
+                ids.iter().map(|&m| self.defs.string_cow(m)).collect();
+            roles::shared_path(paths.iter().map(|p| p.as_ref()))
+        });
+        out
+    }
+
+    /// The role of the allocated block at `addr` on `device`
+    /// (`matches`: the view's [`Self::role_matches`]), and the role list
+    /// entries naming it, if any.
+    fn block_role<'m>(
+        &self,
+        matches: &'m RoleMatches,
+        device: u16,
+        addr: u64,
+        b: &Block,
+    ) -> (Role, Option<&'m roles::Match>) {
+        if let Some(m) = matches.get(device, addr) {
+            return (m.role, Some(m));
+        }
+        let (phase, step) = self.defs.phase_step(b.origin.context);
         let born = step.or(b.origin.step.map(u64::from));
-        let role = Role::by_lifetime(phase, born, self.clock.step());
-        (role, Vec::new())
+        (Role::by_lifetime(phase, born, self.clock.step()), None)
     }
 
     /// A block as views show it: its role, and the module holding it when
-    /// a role list named it.
-    pub(crate) fn block_view(&self, device: u16, addr: u64, b: &Block) -> BlockView {
-        let (role, held) = if b.state == BlockState::Allocated {
-            self.block_role(device, addr, b)
+    /// a role list named it (`matches`: the view's [`Self::role_matches`]).
+    pub(crate) fn block_view(
+        &self,
+        matches: &RoleMatches,
+        device: u16,
+        addr: u64,
+        b: &Block,
+    ) -> BlockView {
+        let allocated = b.state == BlockState::Allocated;
+        let (role, held) = if allocated {
+            self.block_role(matches, device, addr, b)
         } else {
-            (Role::Other, Vec::new())
+            (Role::Other, None)
         };
-        let held_by = (!held.is_empty()).then(|| {
-            let paths: Vec<String> = held.iter().map(|&m| self.defs.string(m)).collect();
-            roles::shared_path(paths.iter().map(String::as_str))
-        });
         BlockView {
             addr,
             block: *b,
-            role: (b.state == BlockState::Allocated).then_some(role),
-            held_by,
+            role: allocated.then_some(role),
+            held_by: held.and_then(|m| m.held_by.clone()),
         }
     }
 
-    /// Who holds the live memory: bytes by module, phase and role.
-    pub(crate) fn attribution(&self) -> attrib::Attribution {
+    /// Who holds the live memory: bytes by module, phase and role
+    /// (`matches`: the view's [`Self::role_matches`]).
+    pub(crate) fn attribution(&self, matches: &RoleMatches) -> attrib::Attribution {
         // Sums by group; consecutive blocks mostly share their context and
         // role, so the last context's phase and the last plain group are
         // kept at hand (a view of 5,052 blocks: 585 us with a lookup of
@@ -1086,17 +1131,17 @@ impl Process {
                     continue;
                 }
                 let ctx = b.origin.context;
-                let (phase, cstep) = match ctx_memo {
-                    Some((c, p, s)) if c == ctx => (p, s),
-                    _ => {
-                        let (p, s) = self.defs.phase_step(ctx);
-                        ctx_memo = Some((ctx, p, s));
-                        (p, s)
-                    }
-                };
-                let i = match self.roles.lookup(dev, addr, b, phase) {
-                    Some(m) => group(&mut index, &mut sums, (ctx, m.role, m.modules)),
+                let i = match matches.get(dev, addr) {
+                    Some(m) => group(&mut index, &mut sums, (ctx, m.role, m.modules.clone())),
                     None => {
+                        let (phase, cstep) = match ctx_memo {
+                            Some((c, p, s)) if c == ctx => (p, s),
+                            _ => {
+                                let (p, s) = self.defs.phase_step(ctx);
+                                ctx_memo = Some((ctx, p, s));
+                                (p, s)
+                            }
+                        };
                         let born = cstep.or(b.origin.step.map(u64::from));
                         let role = Role::by_lifetime(phase, born, now);
                         match last {
@@ -1139,6 +1184,7 @@ impl Process {
 
     /// A view for renderers and `snapshot --json`.
     pub fn view(&self, now_ns: u64, opts: &ViewOptions) -> ProcessView {
+        let matches = self.role_matches();
         let devices: Vec<DeviceView> = self
             .devices
             .iter()
@@ -1151,7 +1197,7 @@ impl Process {
                             segment: *s,
                             blocks: d
                                 .blocks_of(s)
-                                .map(|(addr, b)| self.block_view(d.device(), addr, b))
+                                .map(|(addr, b)| self.block_view(&matches, d.device(), addr, b))
                                 .collect(),
                         })
                         .collect()
@@ -1160,7 +1206,7 @@ impl Process {
                 },
                 orphans: if opts.block_map {
                     d.orphans()
-                        .map(|(addr, b)| self.block_view(d.device(), addr, b))
+                        .map(|(addr, b)| self.block_view(&matches, d.device(), addr, b))
                         .collect()
                 } else {
                     Vec::new()
@@ -1210,7 +1256,7 @@ impl Process {
                     .map(DeviceState::reflected_events)
                     .sum(),
             },
-            attribution: self.attribution(),
+            attribution: self.attribution(&matches),
         }
     }
 }

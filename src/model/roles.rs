@@ -29,10 +29,23 @@
 //!   address, its bytes requested);
 //! - several entries in one block (views into one buffer: FSDP2's
 //!   all-gather output, DDP's buckets): the role with the most bytes, and
-//!   the module path the entries' paths share.
+//!   the module path the entries' paths share;
+//! - an entry is weighed against one block only: the allocated block that
+//!   starts nearest below it (or at it). The allocator's blocks never
+//!   overlap, so that is the only one that can contain it; blocks that do
+//!   (a hostile producer's orphans) cannot make an entry count for many.
+//!
+//! Cost: a view matches every block at once, in one pass over each
+//! device's blocks and entries together ([`RoleTable::match_blocks`]): the
+//! blocks plus the entries, never their product (issue 44: 65,536
+//! overlapping orphans and 65,536 entries inside all of them made one
+//! view walk 2^32 entries).
 //!
 //! Memory: the current list and the one being received, each at most
-//! [`Bounds::roles`] entries of 32 bytes.
+//! [`Bounds::roles`] entries of 24 bytes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +162,9 @@ pub(crate) struct Match {
     /// The module path string ids of the entries of that role (sorted,
     /// distinct; empty when none was given).
     pub modules: Vec<u32>,
+    /// The path those modules share, once named
+    /// ([`RoleMatches::name_holders`]).
+    pub held_by: Option<Arc<str>>,
 }
 
 /// The role lists a process sent, the newest complete one in use.
@@ -262,30 +278,70 @@ impl RoleTable {
         (self.current.capacity() + open) * std::mem::size_of::<Entry>()
     }
 
-    /// What the lists say about the allocated block at `addr` on `device`
-    /// born in `phase` (None: no entry names it).
-    pub(crate) fn lookup(
+    /// What the lists say about the allocated blocks of `device`, given
+    /// in address order (`phase` tells each one's phase, asked only of a
+    /// block an entry falls in): each match goes to `out`.
+    ///
+    /// One pass over the blocks and the device's entries together: an
+    /// entry is weighed against one block only, the allocated block that
+    /// starts nearest below it (or at it). The allocator's blocks never
+    /// overlap, so no other could contain it; blocks that do overlap (a
+    /// hostile producer's orphans) cannot make one entry count for many,
+    /// nor a view walk the entries once per block.
+    pub(crate) fn match_blocks<'a>(
         &self,
         device: u16,
-        addr: u64,
-        block: &Block,
-        phase: PhaseKey,
-    ) -> Option<Match> {
-        if self.current.is_empty() || block.state != BlockState::Allocated {
-            return None;
+        blocks: impl Iterator<Item = (u64, &'a Block)>,
+        phase: impl Fn(&Block) -> PhaseKey,
+        out: &mut RoleMatches,
+    ) {
+        if self.current.is_empty() {
+            return;
         }
+        let from = self.current.partition_point(|e| e.device < device);
+        let to = self.current.partition_point(|e| e.device <= device);
+        let entries = &self.current[from..to];
+        if entries.is_empty() {
+            return;
+        }
+        let mut next = 0usize;
+        let mut blocks = blocks
+            .filter(|(_, b)| b.state == BlockState::Allocated)
+            .peekable();
+        while let Some((addr, block)) = blocks.next() {
+            out.steps += 1;
+            // This block's entries: from its start to the next one's.
+            while next < entries.len() && entries[next].addr < addr {
+                next += 1;
+                out.steps += 1;
+            }
+            let stop = blocks.peek().map_or(u64::MAX, |(a, _)| *a);
+            let first = next;
+            while next < entries.len() && entries[next].addr < stop {
+                next += 1;
+                out.steps += 1;
+            }
+            if next == first {
+                continue;
+            }
+            if let Some(m) = self.tally(&entries[first..next], addr, block, phase(block)) {
+                out.by_block.insert((device, addr), m);
+            }
+            if next == entries.len() {
+                break;
+            }
+        }
+    }
+
+    /// What `entries` (all starting in the block at `addr`, sorted) say
+    /// about that block, born in `phase` (None: none names it).
+    fn tally(&self, entries: &[Entry], addr: u64, block: &Block, phase: PhaseKey) -> Option<Match> {
         let end = addr.saturating_add(block.size);
-        let from = self
-            .current
-            .partition_point(|e| (e.device, e.addr) < (device, addr));
         let born_before = block.since_ns <= self.current_ns;
         let reborn_gradient = phase == PhaseKey::Backward;
         let mut best: [u64; 7] = [0; 7];
         let mut modules: Vec<(Role, u32)> = Vec::new();
-        for e in self.current[from..]
-            .iter()
-            .take_while(|e| e.device == device && e.addr < end)
-        {
+        for e in entries.iter().take_while(|e| e.addr < end) {
             if e.end() > end {
                 continue;
             }
@@ -321,7 +377,67 @@ impl RoleTable {
             .collect();
         modules.sort_unstable();
         modules.dedup();
-        Some(Match { role, modules })
+        Some(Match {
+            role,
+            modules,
+            held_by: None,
+        })
+    }
+
+    #[cfg(test)]
+    /// What the lists say about the allocated block at `addr` on `device`
+    /// born in `phase`, the only block there is (None: no entry names it).
+    pub(crate) fn lookup(
+        &self,
+        device: u16,
+        addr: u64,
+        block: &Block,
+        phase: PhaseKey,
+    ) -> Option<Match> {
+        let mut out = RoleMatches::default();
+        self.match_blocks(device, std::iter::once((addr, block)), |_| phase, &mut out);
+        out.by_block.remove(&(device, addr))
+    }
+}
+
+/// What the role lists say about the allocated blocks of a process, found
+/// once for a view ([`RoleTable::match_blocks`]), by (device, address).
+#[derive(Debug, Default)]
+pub(crate) struct RoleMatches {
+    by_block: HashMap<(u16, u64), Match>,
+    /// Blocks and entries stepped over: at most the blocks plus the
+    /// entries of each device.
+    pub(crate) steps: u64,
+}
+
+impl RoleMatches {
+    /// Names the module holding each matched block: `path` of its
+    /// entries' module ids, once per distinct set (a view's blocks share
+    /// one text each, however many name it).
+    pub(crate) fn name_holders(&mut self, path: impl Fn(&[u32]) -> String) {
+        let mut memo: HashMap<Vec<u32>, Arc<str>> = HashMap::new();
+        for m in self.by_block.values_mut() {
+            if m.modules.is_empty() {
+                continue;
+            }
+            let named = match memo.get(&m.modules) {
+                Some(s) => s.clone(),
+                None => {
+                    let s: Arc<str> = Arc::from(path(&m.modules));
+                    memo.insert(m.modules.clone(), s.clone());
+                    s
+                }
+            };
+            m.held_by = Some(named);
+        }
+    }
+
+    /// The match of the allocated block at `addr` on `device`.
+    pub(crate) fn get(&self, device: u16, addr: u64) -> Option<&Match> {
+        if self.by_block.is_empty() {
+            return None;
+        }
+        self.by_block.get(&(device, addr))
     }
 }
 
@@ -424,6 +540,88 @@ mod tests {
         }
     }
 
+    /// The rule before item 1 of issue 44, kept as the reference: every
+    /// entry inside the block, whatever other block holds it.
+    fn every_entry_inside(
+        t: &RoleTable,
+        addr: u64,
+        block: &Block,
+        phase: PhaseKey,
+    ) -> Option<Match> {
+        let end = addr.saturating_add(block.size);
+        let from = t
+            .current
+            .partition_point(|e| (e.device, e.addr) < (0, addr));
+        let inside: Vec<Entry> = (t.current[from..].iter())
+            .take_while(|e| e.device == 0 && e.addr < end)
+            .copied()
+            .collect();
+        t.tally(&inside, addr, block, phase)
+    }
+
+    proptest::proptest! {
+        /// Over blocks that do not overlap (the allocator's), one pass
+        /// says what asking each block for every entry inside it says.
+        #[test]
+        fn one_pass_matches_each_block_asked_alone(
+            sizes in proptest::collection::vec((1u64..5000, 0u64..3, 0u64..200, proptest::bool::ANY), 1..40),
+            entries in proptest::collection::vec((0u64..100_000, 1u64..3000, 0u8..5, 0u32..4), 0..80),
+        ) {
+            let b = Bounds::default();
+            let mut t = RoleTable::default();
+            let held = |h: u8| crate::ring::codec::held_of(u64::from(h));
+            let list_entries: Vec<(u64, u64, Held, u32)> =
+                entries.iter().map(|&(a, n, h, m)| (a, n, held(h), m)).collect();
+            list(&mut t, &b, 1, 100, &list_entries);
+            let mut at = 0u64;
+            let mut blocks = Vec::new();
+            for (size, gap, since, allocated) in sizes {
+                at += gap * 512;
+                let mut bl = block(size, since);
+                if !allocated {
+                    bl.state = BlockState::Inactive;
+                }
+                blocks.push((at, bl));
+                at += size;
+            }
+            let mut out = RoleMatches::default();
+            let phase = |bl: &Block| if bl.since_ns % 2 == 0 { PhaseKey::Backward } else { PhaseKey::Forward };
+            t.match_blocks(0, blocks.iter().map(|(a, bl)| (*a, bl)), phase, &mut out);
+            for (a, bl) in &blocks {
+                let want = if bl.state == BlockState::Allocated {
+                    every_entry_inside(&t, *a, bl, phase(bl))
+                } else {
+                    None
+                };
+                proptest::prop_assert_eq!(out.get(0, *a).cloned(), want);
+            }
+            proptest::prop_assert!(out.steps <= (blocks.len() + t.current.len()) as u64);
+        }
+    }
+
+    /// Item 1 of issue 44: blocks that all overlap (a hostile producer's
+    /// orphans) and entries above all of them: each entry is weighed
+    /// against one block, and the pass steps over each block and each
+    /// entry once (it walked every entry inside each block: n² steps).
+    #[test]
+    fn item1_one_pass_over_overlapping_blocks_is_linear() {
+        const N: u64 = 4096;
+        let b = Bounds::default();
+        let mut t = RoleTable::default();
+        let entries: Vec<_> = (0..N)
+            .map(|i| (0x1000 * N + i, 1, Held::Parameter, 0))
+            .collect();
+        list(&mut t, &b, 1, 100, &entries);
+        let blocks: Vec<(u64, Block)> = (0..N).map(|i| (0x1000 * i, block(1 << 50, 0))).collect();
+        let mut out = RoleMatches::default();
+        let iter = blocks.iter().map(|(a, bl)| (*a, bl));
+        t.match_blocks(0, iter, |_| PhaseKey::Forward, &mut out);
+        assert!(out.steps <= 2 * N, "{} steps", out.steps);
+        assert_eq!(out.by_block.len(), 1);
+        let m = out.get(0, 0x1000 * (N - 1)).unwrap();
+        assert_eq!(m.role, Role::Parameter);
+    }
+
     #[test]
     fn an_entry_is_24_bytes() {
         // (The model's memory table counts role lists at 24 B a tensor.)
@@ -517,7 +715,8 @@ mod tests {
             m,
             Some(Match {
                 role: Role::Parameter,
-                modules: vec![1, 2]
+                modules: vec![1, 2],
+                held_by: None,
             })
         );
         let paths = ["layers.3.attn.q", "layers.3.attn.k", "layers.3.mlp"];

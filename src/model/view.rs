@@ -236,9 +236,10 @@ pub struct BlockView {
     /// What the block is to PyTorch (`model::roles`; allocated blocks only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
-    /// The module holding the tensor, when a role list named the block.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_by: Option<String>,
+    /// The module holding the tensor, when a role list named the block
+    /// (one text shared by every block it holds).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "shared_text")]
+    pub held_by: Option<std::sync::Arc<str>>,
 }
 
 /// A segment and its blocks in address order.
@@ -370,5 +371,26 @@ pub(crate) mod module_json {
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+    }
+}
+
+/// An optional text shared between views' blocks (`Arc<str>`), in JSON
+/// a plain string (serde's own `Arc` support is a feature not enabled).
+pub(crate) mod shared_text {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(t) => s.serialize_some(&**t),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Arc<str>>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.map(Arc::from))
     }
 }

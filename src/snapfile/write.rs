@@ -493,6 +493,7 @@ pub fn from_model(
         ..SnapshotFile::default()
     };
     let mut attr = Attributor::new(process.definitions());
+    let matches = process.role_matches();
     for d in process.devices() {
         for s in d.segments() {
             let mut seg = Segment {
@@ -511,9 +512,10 @@ pub fn from_model(
             };
             for (addr, b) in d.blocks_of(s) {
                 let stack = if b.state == BlockState::Allocated {
-                    let v = process.block_view(d.device(), addr, b);
+                    let v = process.block_view(&matches, d.device(), addr, b);
                     let role = v.role.unwrap_or(Role::Other);
-                    attr.block_stack(&mut file, b.origin, role, v.held_by)
+                    let held_by = v.held_by.as_deref().map(str::to_string);
+                    attr.block_stack(&mut file, b.origin, role, held_by)
                 } else {
                     attr.stack(&mut file, b.origin)
                 };

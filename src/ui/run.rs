@@ -4,10 +4,16 @@
 //! while drawing), sends commands through the driver, and steers the demo
 //! and a snapshot file's trace. The frame loop, the terminal and the
 //! screenshots are the shell's.
+//!
+//! Snapshots are taken on a thread of their own ([`Taker`]): the loop
+//! waits for one up to [`SNAPSHOT_WAIT`], and one that takes longer
+//! comes later as an event on the loop's channel. Keys are read in the
+//! meantime, so a long view never keeps `q` waiting (issue 44: 73 s).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use ratatui::Frame;
 
@@ -15,6 +21,95 @@ use super::app::{App, AppEvent, Effect, Shot};
 use super::shell::{Screen, Shell, Wake};
 use super::{clipboard, send_command, DemoHandle, Driver};
 use crate::collect::{Hub, Snapshot, ADVISOR_CPU_SHARE};
+use crate::model::{ProcessKey, ViewOptions};
+
+/// How long the loop waits for a snapshot before it reads keys again (the
+/// snapshot then comes as an event).
+pub(crate) const SNAPSHOT_WAIT: Duration = Duration::from_millis(200);
+
+/// Where a snapshot the loop waits for is handed over.
+#[derive(Default)]
+struct Handoff {
+    /// The loop waits for the answer (else it goes to the loop's channel).
+    waiting: bool,
+    ready: Option<Snapshot>,
+}
+
+/// Takes the hub's snapshots on a thread of its own (module doc).
+struct Taker {
+    ask: Sender<(ViewOptions, Option<ProcessKey>)>,
+    handoff: Arc<(Mutex<Handoff>, Condvar)>,
+    /// A snapshot was asked for and has not come back.
+    in_flight: bool,
+    /// Another was wanted while one was in flight.
+    again: bool,
+}
+
+impl Taker {
+    /// The thread, answering to the loop's channel `tx` what the loop no
+    /// longer waits for. It ends with the dashboard (its channel closed).
+    fn start(hub: Arc<Hub>, tx: Sender<AppEvent>) -> Taker {
+        let (ask, asked) = std::sync::mpsc::channel::<(ViewOptions, Option<ProcessKey>)>();
+        let handoff: Arc<(Mutex<Handoff>, Condvar)> = Arc::default();
+        let h = handoff.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vramscope-snapshots".into())
+            .spawn(move || {
+                while let Ok((opts, focus)) = asked.recv() {
+                    let snap = hub.snapshot_for(&opts, focus);
+                    let mut g = h.0.lock().unwrap_or_else(|p| p.into_inner());
+                    if g.waiting {
+                        g.ready = Some(snap);
+                        h.1.notify_one();
+                    } else if tx.send(AppEvent::Snapshot(Box::new(snap))).is_err() {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            crate::text::stderr_line(format_args!(
+                "vramscope: cannot start the snapshot thread: {e}"
+            ));
+        }
+        Taker {
+            ask,
+            handoff,
+            in_flight: false,
+            again: false,
+        }
+    }
+
+    /// A snapshot with `opts` for `focus`, when it comes within
+    /// [`SNAPSHOT_WAIT`]; else None, and it comes later as
+    /// [`AppEvent::Snapshot`] (as does the one asked for before, while
+    /// that is still in flight: this one is asked for after it).
+    fn take(&mut self, opts: ViewOptions, focus: Option<ProcessKey>) -> Option<Snapshot> {
+        if self.in_flight {
+            self.again = true;
+            return None;
+        }
+        let (lock, ready) = &*self.handoff;
+        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.waiting = true;
+        if self.ask.send((opts, focus)).is_err() {
+            g.waiting = false;
+            return None;
+        }
+        let (mut g, _) = ready
+            .wait_timeout_while(g, SNAPSHOT_WAIT, |g| g.ready.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        g.waiting = false;
+        let snap = g.ready.take();
+        self.in_flight = snap.is_none();
+        snap
+    }
+
+    /// A late snapshot arrived; true when another is wanted.
+    fn arrived(&mut self) -> bool {
+        self.in_flight = false;
+        std::mem::take(&mut self.again)
+    }
+}
 
 pub use super::shell::FALLBACK_SIZE;
 
@@ -31,6 +126,8 @@ pub(crate) struct Dashboard {
     /// Bytes for the terminal itself (OSC 52), written by the shell
     /// before the next frame.
     to_terminal: Vec<u8>,
+    /// The hub's snapshots, off this thread.
+    taker: Taker,
 }
 
 impl Dashboard {
@@ -54,7 +151,9 @@ impl Dashboard {
             }
         });
         driver.on_signal(Box::new(shell.signal()));
+        let taker = Taker::start(hub.clone(), tx.clone());
         Dashboard {
+            taker,
             app,
             hub,
             driver,
@@ -125,10 +224,11 @@ impl Dashboard {
         refresh
     }
 
-    /// The hub's picture for App's current screen, and the demo's status.
-    fn snapshot(&mut self) -> Snapshot {
+    /// The hub's picture for App's current screen (None: it comes later,
+    /// as an event), and the demo's status.
+    fn snapshot(&mut self) -> Option<Snapshot> {
         self.changed.store(false, Ordering::Release);
-        let snap = (self.hub).snapshot_for(&self.app.view_options(), self.app.view_focus());
+        let snap = (self.taker).take(self.app.view_options(), self.app.view_focus());
         self.app
             .set_demo_status(self.demo.as_ref().map(|d| d.status()));
         snap
@@ -154,10 +254,15 @@ impl Screen for Dashboard {
     fn wake(&mut self, events: Vec<AppEvent>) {
         let mut refresh = false;
         for ev in events {
+            if matches!(ev, AppEvent::Snapshot(_)) {
+                refresh |= self.taker.arrived();
+            }
             refresh |= self.apply(ev);
         }
         while refresh && !self.app.quit {
-            let snap = self.snapshot();
+            let Some(snap) = self.snapshot() else {
+                break;
+            };
             refresh = self.apply(AppEvent::Snapshot(Box::new(snap)));
         }
     }
@@ -214,6 +319,39 @@ mod tests {
             KeyCode::Char(c),
             KeyModifiers::NONE,
         )))
+    }
+
+    /// Issue 44, item 1: a view that takes seconds (the hub's lock held
+    /// meanwhile) never keeps the loop from reading `q`: the snapshot
+    /// asked for is waited for a moment, then comes later.
+    #[test]
+    fn item1_a_long_view_never_keeps_q_waiting() {
+        let fx = Fixture::new(2);
+        let app = app_with(&fx, AppConfig::default(), 80, 24);
+        let shell = Shell::new(ShellOptions {
+            size: Some((80, 24)),
+            ..ShellOptions::default()
+        });
+        let hub = Arc::new(Hub::default());
+        let mut d = Dashboard::new(app, hub.clone(), Arc::new(Local), None, &shell);
+        let held = hub.hold_for(std::time::Duration::from_secs(5));
+        let start = std::time::Instant::now();
+        // New data: a snapshot is asked for, and not waited for long.
+        d.wake(vec![AppEvent::Changed]);
+        assert!(
+            d.taker.in_flight,
+            "the snapshot came while the hub was held"
+        );
+        // Another change meanwhile asks for no second one at once.
+        d.wake(vec![AppEvent::Changed]);
+        d.wake(vec![key('q')]);
+        assert!(d.quit());
+        let took = start.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(2),
+            "q heard after {took:?}"
+        );
+        let _ = held.join();
     }
 
     /// `A` starts the hub's advisor and advises the process; the hub

@@ -24,3 +24,10 @@ mod names;
 mod numbers;
 mod pickles;
 mod reader;
+mod views;
+
+#[test]
+#[ignore = "a stand-in producer, run by the tests of `views` as a process of its own"]
+fn stand_in_producer() {
+    stand_in::main();
+}

@@ -5,6 +5,11 @@
 //! marker per step, its allocated floor rising by `leak` bytes a step; then
 //! one statistics sample every `period` until its standard input closes
 //! (the test ended, or died).
+//!
+//! A hostile stand-in ([`spawn_role_list_attack`]) first writes issue 44's
+//! item 1: `n` allocations of 2^50 bytes at 0x1000·i with no segment
+//! (overlapping orphan blocks), then one role list of `n` one-byte
+//! tensors above all of them.
 #![allow(dead_code)] // each test binary uses a part
 
 use std::io::{BufRead, BufReader, Read};
@@ -78,6 +83,8 @@ pub fn start_reading_a_line(cmd: &mut Command) -> (Child, String) {
 }
 
 const ENV: &str = "VRAMSCOPE_STAND_IN";
+/// When set, the orphans and role-list entries of the role-list attack.
+const ROLES_ENV: &str = "VRAMSCOPE_STAND_IN_ROLES";
 
 /// What a stand-in writes.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +129,31 @@ impl Drop for StandIn {
 /// Starts `exe` (a binary whose `args` run [`main`]) as a stand-in writing
 /// into `dir` under `label`; returns once its segment is written.
 pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+    spawn_env(exe, args, dir, label, s, None)
+}
+
+/// [`spawn`] of a stand-in that first writes the role-list attack with
+/// `n` orphans and `n` tensors (module doc).
+pub fn spawn_role_list_attack(dir: &Path, label: &str, s: Shape, n: u64) -> StandIn {
+    let exe = std::env::current_exe().unwrap();
+    spawn_env(
+        &exe,
+        &PRODUCER_ARGS,
+        dir,
+        label,
+        s,
+        Some((ROLES_ENV, n.to_string())),
+    )
+}
+
+fn spawn_env(
+    exe: &Path,
+    args: &[&str],
+    dir: &Path,
+    label: &str,
+    s: Shape,
+    env: Option<(&str, String)>,
+) -> StandIn {
     let spec = format!(
         "{}|{label}|{}|{}|{}|{}|{}|{}|{}",
         dir.display(),
@@ -133,7 +165,11 @@ pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) 
         s.alloc_retries,
         s.period_ms
     );
-    let mut child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
         .args(args)
         .env(ENV, spec)
         .stdin(Stdio::piped())
@@ -175,6 +211,15 @@ pub fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> Sta
 }
 
 fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::codec::Words>) {
+    write_to(seg, 0, kind, words);
+}
+
+fn write_to(
+    seg: &SegmentWriter,
+    ring: usize,
+    kind: EventKind,
+    words: &mut Vec<vramscope::ring::codec::Words>,
+) {
     words.clear();
     encode(
         &vramscope::event::Event {
@@ -185,8 +230,38 @@ fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::
         words,
     );
     for w in words.iter() {
-        let _ = seg.ring(0).write(w);
+        let _ = seg.ring(ring).write(w);
     }
+}
+
+/// Issue 44, item 1: `n` allocations of 2^50 bytes at 0x1000·i on device
+/// 0 with no segment, then a role list of `n` one-byte parameters above
+/// all of them (each inside every block).
+fn role_list_attack(seg: &SegmentWriter, n: u64, words: &mut Vec<vramscope::ring::codec::Words>) {
+    use vramscope::event::{Held, Place};
+    let place = Place::default();
+    for i in 0..n {
+        let alloc = EventKind::Alloc {
+            place,
+            addr: 0x1000 * i,
+            size: 1 << 50,
+        };
+        write_to(seg, 1, alloc, words);
+    }
+    let above = 0x1000 * n;
+    write(seg, EventKind::Roles { list: 1, count: n }, words);
+    for i in 0..n {
+        let role = EventKind::Role {
+            list: 1,
+            device: 0,
+            addr: above + i,
+            bytes: 1,
+            held: Held::Parameter,
+            module: 0,
+        };
+        write(seg, role, words);
+    }
+    write(seg, EventKind::RolesEnd { list: 1, count: n }, words);
 }
 
 fn stats(s: &Shape, allocated: u64) -> EventKind {
@@ -225,10 +300,15 @@ pub fn main() {
         alloc_retries: n(7),
         period_ms: n(8),
     };
-    let mut cfg = SegmentConfig::new(f[0], Producer::Test, 1, 4096);
+    let attack: Option<u64> = std::env::var(ROLES_ENV).ok().and_then(|n| n.parse().ok());
+    let slots = attack.map_or(4096, |n| (2 * n + 4096).next_power_of_two());
+    let mut cfg = SegmentConfig::new(f[0], Producer::Test, 1, slots);
     cfg.label = f[1].to_string();
     let seg = SegmentWriter::create(&cfg).expect("create the segment");
     let mut words = Vec::new();
+    if let Some(n) = attack {
+        role_list_attack(&seg, n, &mut words);
+    }
     for k in 0..s.steps {
         let floor = s.base + s.leak * k;
         write(&seg, stats(&s, floor + (64 << 20)), &mut words);

@@ -367,3 +367,51 @@ fn roles_exact_from_lists_and_by_lifetime_for_the_rest() {
     assert_eq!(block["role"], "parameter");
     assert_eq!(json["attribution"]["roles"][0]["role"], "parameter");
 }
+
+/// Item 1 (issue 44): 65,536 orphan blocks of 2^50 bytes at 0x1000·i (no
+/// segment: each overlaps all those above it) and one role list of 65,536
+/// one-byte tensors above all of them. Every count is within its bound;
+/// each view walked every entry inside each block (2^32 steps: 92.7 s
+/// for one `snapshot`). A view now costs the blocks plus the entries: the
+/// guard below only catches a hang, and an entry names one block at most.
+#[test]
+fn item1_role_lists_cannot_make_views_quadratic() {
+    use crate::event::Held;
+    use crate::model::roles::Role;
+    const N: u64 = 1 << 16;
+    let mut m = model();
+    let mut ev = Ev::new();
+    for i in 0..N {
+        let e = ev.alloc(0x1000 * i, 1 << 50);
+        m.apply(KEY, &e);
+    }
+    let above = 0x1000 * N;
+    let tensors: Vec<_> = (0..N).map(|i| (above + i, 1, Held::Parameter, 0)).collect();
+    for e in role_list(&mut ev, 1, &tensors) {
+        m.apply(KEY, &e);
+    }
+    assert_eq!(dev(&m).orphan_count(), N as usize);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(m.view(0, &all()).processes.remove(0));
+    });
+    let v = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a view within 30 s (the attack's took 92.7 s in a release build)");
+    let a = &v.attribution;
+    // Every block counted once; the tensors name one block, the nearest
+    // below them, and no other.
+    let blocks: u64 = a.roles.iter().map(|r| r.blocks).sum();
+    assert_eq!(blocks, N);
+    let named: Vec<(Role, u64)> = (a.roles.iter())
+        .filter(|r| r.role.exact())
+        .map(|r| (r.role, r.blocks))
+        .collect();
+    assert_eq!(named, vec![(Role::Parameter, 1)]);
+    let orphans = &v.devices[0].orphans;
+    let roles: Vec<u64> = (orphans.iter())
+        .filter(|b| b.role == Some(Role::Parameter))
+        .map(|b| b.addr)
+        .collect();
+    assert_eq!(roles, vec![0x1000 * (N - 1)]);
+}
