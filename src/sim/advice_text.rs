@@ -194,21 +194,29 @@ pub fn coverage_line(c: &Coverage) -> String {
         (Some(a), _) => format!(", step {a}"),
         _ => String::new(),
     };
-    let from = if c.from_start {
-        "from the job's start".to_string()
-    } else {
-        format!(
-            "from when the advisor began (the {} tensor{} held then, {}, placed afresh under each setting)",
-            c.held,
-            if c.held == 1 { "" } else { "s" },
-            bytes(c.held_bytes)
-        )
+    let held = format!(
+        "the {} tensor{} held then, {}, placed afresh under each setting",
+        c.held,
+        if c.held == 1 { "" } else { "s" },
+        bytes(c.held_bytes)
+    );
+    let from = match (c.run, c.from_start) {
+        (None, true) => "from the job's start".to_string(),
+        (None, false) => format!("from when the advisor began ({held})"),
+        (Some(n), true) => format!("from the start of the job's run {n}"),
+        (Some(n), false) => format!("from the start of the job's run {n} ({held})"),
     };
     let mut s = format!("{} requests {from}{steps}", c.requests);
     if c.unknown_frees > 0 {
         s.push_str(&format!(
             "; {} frees of tensors never seen allocated",
             c.unknown_frees
+        ));
+    }
+    if c.unseen_frees > 0 {
+        s.push_str(&format!(
+            "; {} tensors let go of without a free seen",
+            c.unseen_frees
         ));
     }
     if let Some(why) = &c.stopped {

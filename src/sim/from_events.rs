@@ -173,6 +173,9 @@ pub enum Found {
     Expandable,
     /// An allocation in a pool other than the default.
     GraphPool,
+    /// Tensor `id` is no longer held, its free not seen (see
+    /// [`Stream::feed`]).
+    Unseen { id: u64 },
 }
 
 /// Requests recovered from a live process's events as they arrive (in
@@ -222,8 +225,32 @@ impl Stream {
         self.r.out.unknown_frees
     }
 
+    /// The tensors live now: (address, request id).
+    pub fn live_tensors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.r.live.iter().map(|(a, id)| (*a, *id))
+    }
+
+    /// Forgets every live tensor (the job holds none); returns their
+    /// request ids, in order.
+    pub fn forget_live(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.r.live.drain().map(|(_, id)| id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Reads one event; what it made is appended to `out` (requests first).
+    ///
+    /// An allocation at the address of a tensor still live here proves
+    /// that tensor gone (its free was never seen: a producer that started
+    /// over, events lost): its `free` comes first.
     pub fn feed(&mut self, e: &Event, out: &mut Vec<Found>) {
+        if let EventKind::Alloc { place, addr, .. } = &e.kind {
+            if place.device == self.device {
+                if let Some(id) = self.r.live.remove(addr) {
+                    out.push(Found::Unseen { id });
+                }
+            }
+        }
         let (expandable, graph) = (self.r.out.expandable, self.r.out.graph_pools);
         let sample = self.r.feed(e, None, self.device);
         let o = &mut self.r.out;

@@ -18,6 +18,17 @@
 //!   the figures compare the steps from then on, and the own replay cannot
 //!   be checked against the job's (its cache before then is not known).
 //!
+//! - **A new run** (MARKER source 5: the job starts over, as the demo's
+//!   looping scenario does) starts the advice again: the candidates are
+//!   chosen afresh from the new run's requests, every figure counts from
+//!   there, and the tensors the job may still hold are its start, as for a
+//!   job watched from mid-run. A tensor the job no longer holds leaves the
+//!   replay, its free seen or not: a free, an allocation at its address,
+//!   or a statistics sample saying the job holds nothing (a new process's
+//!   allocator, the demo's new run). A run that begins with an empty
+//!   allocator (the sample says nothing reserved either) is replayed
+//!   exactly, as from a job's start.
+//!
 //! Pure: no clock, no I/O. The collector decides how much of the stream it
 //! can afford to give it and says when it stopped ([`Live::stop`]).
 
@@ -71,12 +82,26 @@ pub struct Coverage {
     /// Frees of tensors the advisor never saw allocated (a replay keeps
     /// nothing for them; a count above 0 means its figures miss some).
     pub unknown_frees: u64,
+    /// Tensors the job no longer held whose free the advisor never saw
+    /// (an allocation came at the address, or a sample said the job held
+    /// nothing): freed in the replay there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unseen_frees: u64,
+    /// The run the advice covers, from its start (MARKER source 5: the
+    /// number the producer gave it), when the job started over while
+    /// advised; None: the job's first run, or the run it was in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u64>,
     /// Why the advisor stopped following the job, if it did: the advice
     /// covers the requests before that.
     pub stopped: Option<String>,
     /// What else the reader should know (the job's setting not read, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The live advice: the advice so far (None during the warm-up) and what
@@ -131,6 +156,9 @@ pub struct Live {
     graph_pools: bool,
     expandable: bool,
     found: Vec<Found>,
+    /// Each live tensor's request (id → size, stream): what a new run
+    /// carries over.
+    tensors: std::collections::HashMap<u64, (u64, u64)>,
 }
 
 impl Live {
@@ -151,6 +179,7 @@ impl Live {
             .into_iter()
             .map(|(addr, size, s)| stream.held(addr, size, s))
             .collect();
+        l.note_requests(&l.start.clone());
         l.stream = Some(stream);
         l.coverage.device = Some(device);
         l.coverage.held = n;
@@ -161,7 +190,11 @@ impl Live {
     fn new(setting: Setting, from_start: bool) -> Result<Live, String> {
         let alloc = AllocConf::parse(&setting.conf)
             .map_err(|e| format!("PYTORCH_CUDA_ALLOC_CONF={:?}: {e}", setting.conf))?;
-        Ok(Live {
+        Ok(Live::blank(setting, alloc, from_start))
+    }
+
+    fn blank(setting: Setting, alloc: AllocConf, from_start: bool) -> Live {
+        Live {
             setting,
             alloc,
             limits: Vec::new(),
@@ -178,7 +211,101 @@ impl Live {
             graph_pools: false,
             expandable: false,
             found: Vec::new(),
-        })
+            tensors: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The job starts over (run `number`): the advice starts again, from
+    /// the tensors it may still hold (module doc).
+    fn new_run(&mut self, number: u64) {
+        let mut carried: Vec<(u64, u64, u64)> = (self.stream.iter())
+            .flat_map(Stream::live_tensors)
+            .filter_map(|(addr, id)| {
+                let (size, stream) = *self.tensors.get(&id)?;
+                Some((addr, size, stream))
+            })
+            .collect();
+        carried.sort_unstable();
+        let mut next = Live::blank(self.setting.clone(), self.alloc.clone(), false);
+        next.limits = std::mem::take(&mut self.limits);
+        next.graph_pools = self.graph_pools;
+        next.expandable = self.expandable;
+        let c = &mut next.coverage;
+        c.note = self.coverage.note.take();
+        c.run = Some(number);
+        c.device = self.coverage.device;
+        c.held = carried.len() as u64;
+        c.held_bytes = carried.iter().fold(0u64, |a, t| a.saturating_add(t.1));
+        if let Some(device) = c.device {
+            let mut stream = Stream::new(device);
+            next.start = carried
+                .into_iter()
+                .map(|(addr, size, s)| stream.held(addr, size, s))
+                .collect();
+            next.note_requests(&next.start.clone());
+            next.stream = Some(stream);
+        }
+        *self = next;
+    }
+
+    /// A sample of the device says the job holds no tensor: every one the
+    /// advisor still holds is gone. Before any request of the advice,
+    /// they are not its start after all (and with nothing reserved
+    /// either, the allocator starts empty: replayed exactly, as from a
+    /// job's start); after, they are freed in the replay.
+    fn nothing_held(&mut self, s: &crate::event::Stats) {
+        if s.allocated != 0 {
+            return;
+        }
+        let ids = match &mut self.stream {
+            Some(stream) => stream.forget_live(),
+            None => Vec::new(),
+        };
+        let before_any = self.warm.is_some() && self.coverage.requests == 0;
+        if before_any {
+            self.start.clear();
+            self.tensors.clear();
+            self.coverage.held = 0;
+            self.coverage.held_bytes = 0;
+            if s.reserved == 0 && s.segments == 0 {
+                self.coverage.from_start = true;
+            }
+            return;
+        }
+        for id in ids {
+            self.unseen(id);
+        }
+    }
+
+    /// Tensor `id` is gone, its free not seen: freed in the replay.
+    fn unseen(&mut self, id: u64) {
+        self.coverage.unseen_frees += 1;
+        let request = Request::Free { id };
+        self.note_requests(std::slice::from_ref(&request));
+        match &mut self.warm {
+            Some(w) => w.push(Found::Request {
+                request,
+                oom: false,
+            }),
+            None => self.replay(&request, false),
+        }
+    }
+
+    /// Keeps each live tensor's size and stream (for a new run).
+    fn note_requests(&mut self, requests: &[Request]) {
+        for r in requests {
+            match *r {
+                Request::Alloc {
+                    id, size, stream, ..
+                } => {
+                    self.tensors.insert(id, (size, stream));
+                }
+                Request::Free { id } => {
+                    self.tensors.remove(&id);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The advisor stops following the job: the advice covers what it saw.
@@ -229,6 +356,7 @@ impl Live {
     fn take(&mut self, f: Found) {
         match f {
             Found::Request { request, oom } => {
+                self.note_requests(std::slice::from_ref(&request));
                 self.coverage.requests += 1;
                 match &mut self.warm {
                     Some(w) => {
@@ -240,7 +368,9 @@ impl Live {
                     None => self.replay(&request, oom),
                 }
             }
+            Found::Unseen { id } => self.unseen(id),
             Found::Sample(s) if self.warm.is_some() => {
+                self.nothing_held(&s);
                 if let Some(w) = &mut self.warm {
                     w.push(Found::Sample(s));
                     // Samples count against the warm-up's bound too.
@@ -250,7 +380,10 @@ impl Live {
                 }
             }
             Found::Mark { source, value } => self.mark(source, value),
-            Found::Sample(s) => self.check(&s),
+            Found::Sample(s) => {
+                self.nothing_held(&s);
+                self.check(&s);
+            }
             Found::Expandable => self.expandable = true,
             Found::GraphPool => self.graph_pools = true,
         }
@@ -275,7 +408,8 @@ impl Live {
                 self.limits.retain(|l| l.0 != device);
                 self.limits.push((device, value, whole_device));
             }
-            MarkSource::Run | MarkSource::Other(_) => {}
+            MarkSource::Run => self.new_run(value),
+            MarkSource::Other(_) => {}
             s => {
                 // Steps are counted by the first source that marks them
                 // (a job with its own marks and an optimizer's has both).
@@ -611,5 +745,85 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.contains("max_split_size_mb:banana"), "{e}");
+    }
+
+    /// Issue 44, item 7: `advise PID` begun as a run of `demo leak`
+    /// ended started from the run's 320 tensors (5.31 GiB) and kept them
+    /// for ever: the new run's replay peaked at 8.77 GiB, and the advice
+    /// was for memory the job had let go of. The demo starts a new run as
+    /// a new process would (MARKER source 5, then its fresh allocator's
+    /// empty snapshot and statistics). Now a new run resets the advice,
+    /// the tensors the job no longer holds leave the replay, and the run
+    /// is advised exactly as an advisor watching it from its start does.
+    #[test]
+    fn item7_a_new_run_resets_the_live_advisor() {
+        use crate::model::{Model, ModelConfig, ProcessKey};
+        use crate::sim::scenario::{Scenario, ScenarioRunner};
+        // Two runs of the demo's leak scenario, the run between them as
+        // `vramscope demo` makes it.
+        let mut runner = ScenarioRunner::new(Scenario::by_name("leak").unwrap());
+        let mut ev: Vec<Event> = Vec::new();
+        runner.run_to_end(&mut ev);
+        let ended = ev.len();
+        runner.allocator_mut().empty_cache(&mut ev);
+        runner = runner.next_run();
+        ev.push(Event {
+            time_ns: 0,
+            kind: EventKind::Marker {
+                value: 2,
+                source: MarkSource::Run,
+            },
+        });
+        let second = ev.len();
+        runner.run_to_end(&mut ev);
+        let run2_peak = runner.allocator().stats().reserved_peak;
+        // The advisor begins as run 1 ends, from what the model holds.
+        let key = ProcessKey {
+            pid: 1,
+            start_time: 1,
+        };
+        let mut m = Model::new(ModelConfig::default());
+        m.apply_all(key, ev[..ended].iter());
+        let (device, held) = m.process(key).unwrap().advisor_start().unwrap().unwrap();
+        assert_eq!(held.len(), 320);
+        let mut live = Live::held(setting(), device, held).unwrap();
+        for e in &ev[ended..] {
+            live.feed(e);
+        }
+        let a = live.advice();
+        // Run 2, from its allocator's start: nothing carried over.
+        assert_eq!(a.coverage.run, Some(2));
+        let said = crate::sim::advice_text::coverage_line(&a.coverage);
+        assert!(said.contains("from the start of the job's run 2"), "{said}");
+        assert!(a.coverage.from_start, "{:?}", a.coverage);
+        assert_eq!((a.coverage.held, a.coverage.unknown_frees), (0, 0));
+        let advice = a.advice.clone().unwrap();
+        let own = advice.outcomes.iter().find(|o| o.candidate.own).unwrap();
+        assert!(
+            own.totals.reserved_peak.hi <= run2_peak,
+            "own replay's peak {} above the job's {run2_peak}",
+            own.totals.reserved_peak.hi
+        );
+        assert!(advice.own.reproduces(), "{:?}", advice.own);
+        // What an advisor watching run 2 from its start says.
+        let mut fresh = Live::from_start(setting()).unwrap();
+        for e in &ev[second..] {
+            fresh.feed(e);
+        }
+        let f = fresh.advice().advice.unwrap();
+        let totals = |a: &Advice| -> Vec<(String, u64, u64)> {
+            (a.outcomes.iter())
+                .map(|o| {
+                    let t = &o.totals;
+                    (
+                        o.candidate.conf.clone(),
+                        t.reserved_peak.hi,
+                        t.allocated_peak.hi,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(totals(&advice), totals(&f));
+        assert_eq!(advice.best, f.best);
     }
 }
