@@ -139,6 +139,11 @@ fn the_snapshot_table_says_what_the_advice_covers() {
 /// statistics sample and a step marker each), one step every 100 ms,
 /// from 1.5 s after it is called until `child` exits (at most 50 s).
 fn job_until(seg: &vramscope::ring::SegmentWriter, child: &mut std::process::Child) {
+    job_while(seg, || child.try_wait().unwrap().is_none());
+}
+
+/// [`job_until`] while `going` says so.
+fn job_while(seg: &vramscope::ring::SegmentWriter, mut going: impl FnMut() -> bool) {
     use vramscope::event::{EventKind, MarkSource};
     use vramscope::sim::{SimAllocator, SimConfig};
 
@@ -151,7 +156,7 @@ fn job_until(seg: &vramscope::ring::SegmentWriter, child: &mut std::process::Chi
     let mut ev = Vec::new();
     let started = std::time::Instant::now();
     let mut step = 0u64;
-    while child.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 50 {
+    while going() && started.elapsed().as_secs() < 50 {
         a.set_time(vramscope::ring::monotonic_ns());
         if step == 0 {
             for i in 0..10u64 {
@@ -292,4 +297,142 @@ fn a_job_advised_from_mid_run_holds_what_it_held() {
         p.view.figures.peak_reserved as f64,
     );
     assert!((sim / real - 1.0).abs() < 0.10, "{sim} vs {real}");
+}
+
+/// Issue 44, item 5: a job's `PYTORCH_CUDA_ALLOC_CONF` with every line
+/// break and page break PyTorch's own parser would not read (the
+/// advisor's lexer drops them as spaces, so the setting parses): CR, LF,
+/// VT, FF, NEL, U+2028, U+2029, a tab.
+const HOSTILE_CONF: &str =
+    "max_split_size_mb:\r128,\n\x0bexpandable_segments:\x0cTrue\u{85}\u{2028}\u{2029}\t";
+
+const HOSTILE_JOB_ENV: &str = "VRAMSCOPE_HOSTILE_JOB_DIR";
+
+/// The job of [`item5_a_jobs_setting_reaches_no_output_raw`]: this test
+/// binary run again with the hostile setting in its environment, writing
+/// [`job_while`]'s events into a segment in the directory it is given
+/// until its standard input closes.
+#[test]
+#[ignore = "a job with a hostile setting, run by item5's test as a process of its own"]
+fn hostile_setting_job() {
+    use std::io::Read;
+    let Ok(dir) = std::env::var(HOSTILE_JOB_ENV) else {
+        return;
+    };
+    let seg = job_segment(Path::new(&dir));
+    println!("job ready");
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let o = open.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read(&mut [0u8; 1]);
+        o.store(false, std::sync::atomic::Ordering::SeqCst);
+    });
+    job_while(&seg, || open.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+/// Whether `text` holds a character no output may carry raw: a control
+/// (C0, DEL, C1) other than the line feeds ending its lines, a line or
+/// paragraph separator.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{2029}'))
+        .collect()
+}
+
+#[test]
+fn item5_a_jobs_setting_reaches_no_output_raw() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["hostile_setting_job", "--exact", "--ignored", "--nocapture"])
+        .env(HOSTILE_JOB_ENV, dir.path())
+        .env("PYTORCH_CUDA_ALLOC_CONF", HOSTILE_CONF)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(job.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("job ready"))));
+    let pid = job.id().to_string();
+    // `advise PID`: its own setting line and table.
+    let out = vramscope()
+        .args([
+            "advise",
+            &pid,
+            "--steps",
+            "6",
+            "--seconds",
+            "60",
+            "--no-nvml",
+            "--shm-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&succeeded(out).stdout).into_owned();
+    assert_eq!(raw_controls(&text), Vec::<char>::new(), "{text}");
+    let own = "max_split_size_mb:128,expandable_segments:True";
+    assert!(text.contains(&format!("own setting {own}")), "{text}");
+    assert!(text.contains(&format!("{own} (own)")), "{text}");
+    // `serve --advise`: the `conf` label.
+    let (mut ex, line) = start_serving(dir.path());
+    let addr = line.trim().trim_start_matches("serving metrics on http://");
+    let addr = addr.trim_end_matches("/metrics").to_string();
+    let start = std::time::Instant::now();
+    let body = loop {
+        let body = scrape(&addr);
+        if body.contains("vramscope_process_advice_ooms{") {
+            break body;
+        }
+        assert!(start.elapsed().as_secs() < 60, "no advice scraped: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let _ = ex.kill();
+    let _ = ex.wait();
+    drop(job.stdin.take());
+    let _ = job.wait();
+    assert_eq!(raw_controls(&body), Vec::<char>::new(), "{body}");
+    for l in body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        assert!(l.starts_with("vramscope_"), "a broken line: {l:?}");
+    }
+    let own_label = format!("candidate=\"own\",conf=\"{own}\"");
+    assert!(body.contains(&own_label), "{body}");
+}
+
+/// `serve --advise` on `dir`: the child and its first line.
+fn start_serving(dir: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = vramscope()
+        .args([
+            "serve",
+            "--advise",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-nvml",
+            "--shm-dir",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, b)| b.to_string())
 }

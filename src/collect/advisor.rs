@@ -18,7 +18,8 @@
 //!   from its start), and the process is replayed no further.
 //! - **The job's setting** is read here (the one I/O): its
 //!   `PYTORCH_CUDA_ALLOC_CONF` (or `PYTORCH_ALLOC_CONF`) from
-//!   `/proc/<pid>/environ`, its memory limit from the agent's marker.
+//!   `/proc/<pid>/environ` (made printable, as the parser reads it:
+//!   [`setting_shown`]), its memory limit from the agent's marker.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -310,7 +311,7 @@ fn alloc_conf(pid: u32) -> (String, Option<String>) {
             let text: String = v
                 .map(|v| v.to_string_lossy().chars().take(4096).collect())
                 .unwrap_or_default();
-            (text, None)
+            (setting_shown(&text), None)
         }
         Err(e) => (
             String::new(),
@@ -321,8 +322,40 @@ fn alloc_conf(pid: u32) -> (String, Option<String>) {
     }
 }
 
+/// The job's setting as the advisor takes it, parses it and shows it
+/// (issue 44, item 5): as the parser reads it (the whitespace it skips,
+/// line breaks included, gone), and printable (a control character left
+/// makes it a setting the parser refuses, and is shown as U+FFFD). Every
+/// candidate is made from this text, so none carries the job's raw bytes.
+fn setting_shown(raw: &str) -> String {
+    crate::text::printable(&crate::sim::AllocConf::as_read(raw))
+}
+
 /// This thread's CPU time.
 fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 44, item 5: what a job's environment holds between its
+    /// options reaches nothing raw; the setting parses as before.
+    #[test]
+    fn item5_the_jobs_setting_is_taken_printable() {
+        let raw =
+            "max_split_size_mb:\r128,\n\x0bexpandable_segments:\x0cTrue\u{85}\u{2028}\u{2029}\t";
+        let shown = setting_shown(raw);
+        assert_eq!(shown, "max_split_size_mb:128,expandable_segments:True");
+        assert_eq!(
+            crate::sim::AllocConf::parse(&shown),
+            crate::sim::AllocConf::parse(raw)
+        );
+        // A control the parser does not skip: refused, and shown replaced.
+        let shown = setting_shown("max_split_size_mb:128\x1b[2J");
+        assert_eq!(shown, "max_split_size_mb:128\u{fffd}[2J");
+        assert!(crate::sim::AllocConf::parse(&shown).is_err());
+    }
 }

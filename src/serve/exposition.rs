@@ -349,12 +349,18 @@ impl Out {
 
 /// A label value as the exposition formats want it: `\`, `"` and newlines
 /// escaped.
+/// A label value by the exposition format's rules (a backslash, a double
+/// quote and a line feed escaped), and printable: any other character
+/// [`crate::text::printable`] replaces (a carriage return, a page break, a
+/// line separator, an escape) is U+FFFD, whatever the label's source (a
+/// job's setting is its own text: issue 44, item 5).
 fn escape_label(v: &str, out: &mut String) {
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
+            c if crate::text::unsafe_char(c) => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -637,6 +643,21 @@ mod tests {
         let mut s = String::new();
         escape_label("a\\b\"c\nd", &mut s);
         assert_eq!(s, "a\\\\b\\\"c\\nd");
+    }
+
+    /// Issue 44, item 5: the other line and page breaks, escapes and
+    /// bidirectional overrides, whatever the label's source.
+    #[test]
+    fn item5_label_values_carry_no_control_character() {
+        let mut s = String::new();
+        escape_label(
+            "a\rb\x0bc\x0cd\u{85}e\u{2028}f\u{2029}g\x1b[2Jh\u{202e}\ti",
+            &mut s,
+        );
+        assert_eq!(
+            s,
+            "a\u{fffd}b\u{fffd}c\u{fffd}d\u{fffd}e\u{fffd}f\u{fffd}g\u{fffd}[2Jh\u{fffd}\u{fffd}i"
+        );
     }
 
     #[test]

@@ -1,21 +1,29 @@
 //! The advisor's answer as text: the table `vramscope advise` prints, the
 //! verdict under it, and the one-line summaries the live views show.
 
+use std::borrow::Cow;
+
 use super::advise::{Advice, OomFate, Outcome};
 use super::live::{Coverage, LiveAdvice};
 use super::spread::Range;
 use crate::text::format::{bytes, percent};
+use crate::text::printable;
 
-/// The environment line a user copies.
+/// The environment line a user copies (printable: a setting may be the
+/// job's own text).
 pub fn env_line(conf: &str) -> String {
-    format!("PYTORCH_CUDA_ALLOC_CONF={conf}")
+    format!("PYTORCH_CUDA_ALLOC_CONF={}", printable(conf))
 }
 
-pub fn shown(conf: &str) -> &str {
+/// A setting as shown: `(defaults)` for none, else its text made
+/// printable (a job's own text is the job's: issue 44, item 5).
+pub fn shown(conf: &str) -> Cow<'_, str> {
     if conf.is_empty() {
-        "(defaults)"
+        Cow::Borrowed("(defaults)")
+    } else if printable(conf) == conf {
+        Cow::Borrowed(conf)
     } else {
-        conf
+        Cow::Owned(printable(conf))
     }
 }
 
@@ -95,7 +103,7 @@ pub fn table(a: &Advice) -> String {
     let w = a
         .outcomes
         .iter()
-        .map(|o| shown(&o.candidate.conf).len() + if o.candidate.own { 6 } else { 0 })
+        .map(|o| shown(&o.candidate.conf).chars().count() + if o.candidate.own { 6 } else { 0 })
         .max()
         .unwrap_or(0)
         .max("PYTORCH_CUDA_ALLOC_CONF".len());
@@ -225,7 +233,8 @@ pub fn coverage_line(c: &Coverage) -> String {
     if let Some(n) = &c.note {
         s.push_str(&format!("; {n}"));
     }
-    s
+    // Why it stopped and its note may quote the job's setting.
+    printable(&s)
 }
 
 /// The live advice in one line: the recommendation and its saving, or
@@ -233,7 +242,7 @@ pub fn coverage_line(c: &Coverage) -> String {
 pub fn summary(a: &LiveAdvice) -> String {
     let Some(advice) = &a.advice else {
         return match &a.coverage.stopped {
-            Some(why) => format!("no advice: {why}"),
+            Some(why) => format!("no advice: {}", printable(why)),
             None => format!(
                 "choosing the candidates ({} requests seen)",
                 a.coverage.requests

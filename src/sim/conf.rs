@@ -249,6 +249,15 @@ fn parse_roundup_list(t: &mut Tokens, key: &str) -> Result<RoundupDivisions, Con
 }
 
 impl AllocConf {
+    /// A job's `PYTORCH_CUDA_ALLOC_CONF` as the parser reads it: without
+    /// the whitespace it skips (every kind: a CR, a line feed, a page
+    /// break, a line separator), the rest as it was. It parses as the text
+    /// does; what it still holds of control characters makes it a setting
+    /// the parser refuses.
+    pub fn as_read(s: &str) -> String {
+        lex(s).concat()
+    }
+
     /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string. An empty string gives the
     /// defaults.
     pub fn parse(s: &str) -> Result<AllocConf, ConfError> {

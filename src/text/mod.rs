@@ -36,7 +36,9 @@ pub(crate) fn push_printable(out: &mut String, s: &str) {
     );
 }
 
-fn unsafe_char(c: char) -> bool {
+/// Whether [`printable`] replaces `c` (for writers with escapes of their
+/// own, as the exporter's labels).
+pub(crate) fn unsafe_char(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

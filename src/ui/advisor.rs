@@ -154,7 +154,7 @@ fn row_text(i: usize, a: &Advice, cols: &[(Col, usize)], conf_w: usize, ellipsis
         (None, false) => (i + 1).to_string(),
     };
     let own = if c.own { OWN } else { "" };
-    let conf = format::truncate(shown(&c.conf), conf_w.saturating_sub(own.len()), ellipsis);
+    let conf = format::truncate(&shown(&c.conf), conf_w.saturating_sub(own.len()), ellipsis);
     let mut s = format!("{rank:>3} {:<conf_w$}", format!("{conf}{own}"));
     for (col, w) in cols {
         s.push_str(&format!("{:>w$}", col.cell(o), w = w + GAP));
@@ -517,6 +517,27 @@ pub(crate) mod tests {
             p.advice = advice.clone();
         }
         app.set_snapshot(snap);
+    }
+
+    /// Issue 44, item 5: advice whose settings and stop reason hold the
+    /// job's raw bytes (line and page breaks, an escape) draws none of
+    /// them: every setting shown goes through `printable`.
+    #[test]
+    fn item5_the_overlay_draws_no_control_character_of_a_setting() {
+        let raw = "max_split_size_mb:\r512\n\x0b\x0c\u{85}\u{2028}\u{2029}\x1b[2J";
+        let mut l = advice();
+        l.conf = raw.to_string();
+        l.coverage.stopped = Some(format!("PYTORCH_CUDA_ALLOC_CONF={raw}: refused"));
+        for o in &mut l.advice.as_mut().unwrap().outcomes {
+            o.candidate.conf = format!("{}{raw}", o.candidate.conf);
+        }
+        let bad = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+        for (w, h) in [(80, 24), (160, 40)] {
+            let shown = overlay(Some(&l), AdvisorView::default(), w, h);
+            let all = shown.join("\n");
+            assert!(!all.chars().filter(|c| *c != '\n').any(bad), "{w}: {all:?}");
+            assert!(all.contains("max_split_size_mb:\u{fffd}512"), "{w}: {all}");
+        }
     }
 
     #[test]
