@@ -28,6 +28,8 @@
 //! - [`demo`]: the simulator writing into a real segment, for `vramscope demo`.
 //! - [`serve`]: the collector's picture as Prometheus metrics (`vramscope serve`).
 //! - [`fleet`]: many machines through Prometheus (`vramscope fleet`).
+//! - [`attach`]: `vramscope attach PID`: the agent put into a running
+//!   Python process (a ptrace injector of its own, or `sys.remote_exec`).
 //! - [`ui`]: the terminal dashboard (ratatui): one loop, one pane per file,
 //!   [`ui::run`] is its entry point.
 //! - [`given`]: a file named on the command line (a recording or a snapshot
@@ -44,9 +46,10 @@
 //! 4. input, pickle
 //! 5. recording, sim
 //! 6. collect, agent
-//! 7. snapfile, demo, serve, fleet
+//! 7. snapfile, demo, serve, fleet, attach
 //! 8. ui, given
 pub mod agent;
+pub mod attach;
 pub mod collect;
 pub mod demo;
 pub mod event;

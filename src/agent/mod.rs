@@ -50,6 +50,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../assets/agent/vramscope/_attrib.py"),
     ),
     (
+        "vramscope/_remote.py",
+        include_str!("../../assets/agent/vramscope/_remote.py"),
+    ),
+    (
         "vramscope/_roles.py",
         include_str!("../../assets/agent/vramscope/_roles.py"),
     ),

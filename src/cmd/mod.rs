@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 
 pub mod advise;
 pub mod agent;
+pub mod attach;
 pub mod completions;
 pub mod config;
 pub mod dashboard;
@@ -76,6 +77,9 @@ pub enum Command {
     Run(run::Args),
     /// The embedded PyTorch agent.
     Agent(agent::Args),
+    /// Instrument a running PyTorch job (no restart): from then on it
+    /// runs the agent as under `vramscope run`.
+    Attach(attach::Args),
     /// Check and explain every requirement (NVML, segment directory, compiler,
     /// torch and CUDA headers), with what to do about each missing one.
     Doctor(doctor::Args),
@@ -137,6 +141,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Diff(a)) => diff::run(a),
         Some(Command::Run(a)) => run::run(a),
         Some(Command::Agent(a)) => agent::run(a),
+        Some(Command::Attach(a)) => attach::run(a),
         Some(Command::Doctor(a)) => doctor::run(a),
         Some(Command::Record(a)) => record::run(a),
         Some(Command::Replay(a)) => replay::run(a),
