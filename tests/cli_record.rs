@@ -675,3 +675,71 @@ fn a_producer_without_commands_is_recorded_with_its_backlog() {
     assert_eq!(p["view"]["figures"]["events_total"], 53u64);
     assert_eq!(p["view"]["watch"]["mid_run"], false);
 }
+
+/// Issue 44, item 4: a producer whose snapshots say `before = after =
+/// head + 10^9` of its device ring. `record` trusted the anchor: every
+/// later event counted as "already in the snapshot", the replay showed
+/// allocated 0 and peak 0, no SYNC flag, no problem, and `record` exited 0
+/// without a word. Now the anchor is refused and said (a problem, the SYNC
+/// flag), and a recording whose process never anchored says so on
+/// standard error and in the recording (its replay shows the events that
+/// had no state to go on).
+#[test]
+fn item4_record_refuses_an_anchor_past_the_rings_head_and_says_so() {
+    use vramscope::event::RingSpan;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("job.vsrec");
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let seg =
+        SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096)).unwrap();
+    write_backlog(&seg);
+    let answer = |req: &vramscope::ring::control::Request| {
+        if let Command::Snapshot { .. } = req.command {
+            let lie = seg.ring(1).head() + 1_000_000_000;
+            let at = RingSpan {
+                ring: 1,
+                before: lie,
+                after: lie,
+                exact: true,
+                ambiguous: false,
+            };
+            let blocks = [(50 << 20, vramscope::event::BlockState::Allocated)];
+            let t = vramscope::ring::monotonic_ns();
+            common::write_snapshot_at(&seg, 1, t, BASE, &blocks, Some(at));
+        }
+        (Status::Ok, 0, 0)
+    };
+    let out = answering(&seg, answer, || {
+        let child = bin()
+            .args(["record", "--no-nvml", "--duration", "3", "-o"])
+            .arg(&rec)
+            .arg("--shm-dir")
+            .arg(&shm)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        write_after_start(&seg);
+        child.wait_with_output().unwrap()
+    });
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let pid = std::process::id();
+    assert!(
+        err.lines()
+            .any(|l| l.contains(&format!("process {pid}")) && l.contains("no usable anchor")),
+        "{err}"
+    );
+    let out = succeeded(bin().args(["replay", "--json"]).arg(&rec).output().unwrap());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["processes"][0]["view"];
+    assert_eq!(
+        p["last_problem"]["problem"]["kind"], "anchor_past_head",
+        "{p}"
+    );
+    assert_eq!(p["needs_resync"], true, "the SYNC flag: {p}");
+    assert_eq!(p["watch"]["waiting_for_anchor"], true, "{}", p["watch"]);
+    let held = &p["dropped"]["collector"]["events_without_an_anchor"];
+    assert!(held.as_u64().is_some_and(|n| n >= 2), "{}", p["dropped"]);
+}

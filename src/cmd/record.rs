@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::{signals, Collector};
+use vramscope::collect::{signals, Collector, Hub};
+use vramscope::input::Input;
+use vramscope::model::device::Problem;
 use vramscope::model::ViewOptions;
 use vramscope::recording::Recorder;
 
@@ -73,6 +75,7 @@ pub fn run(args: Args) -> Result<()> {
         };
         collector.run_until(stop).await;
     });
+    say_unanchored(&hub);
     hub.stop_recording()
         .with_context(|| format!("writing the recording {}", args.output.display()))?;
     let snap = hub.snapshot(&ViewOptions {
@@ -88,4 +91,42 @@ pub fn run(args: Args) -> Result<()> {
         args.output.display()
     ));
     Ok(())
+}
+
+/// What the recording holds of a process watched from mid-run whose state
+/// never anchored (issue 44, item 4): its events, but no snapshot to apply
+/// them on (the producer never answered, failed, or sent one that could
+/// not be used), so a replay shows nothing of them. Said on standard error
+/// and in the recording itself (a drop count, `events_without_an_anchor`,
+/// which the replay shows).
+fn say_unanchored(hub: &Hub) {
+    let snap = hub.snapshot(&ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    });
+    for p in snap
+        .processes
+        .iter()
+        .filter(|p| p.view.watch.waiting_for_anchor)
+    {
+        let held = p.view.figures.events_total;
+        let why = match p.view.last_problem.map(|r| r.problem) {
+            Some(Problem::AnchorPastHead { .. }) => {
+                "its snapshot was placed past its ring's head, and refused"
+            }
+            _ if p.view.snapshots_discarded > 0 => "its snapshots could not be used",
+            _ => "it never answered a snapshot request with one",
+        };
+        vramscope::text::stderr_line(format_args!(
+            "vramscope: process {} ({}): no usable anchor snapshot came ({why}): its {held} events are recorded, but a replay has no state to apply them on (record --backlog keeps what its rings hold from before)",
+            p.identity.host_pid,
+            p.identity.name,
+        ));
+        hub.apply(Input::Dropped {
+            key: Some(p.key()),
+            what: "events_without_an_anchor".into(),
+            count: held,
+        });
+    }
 }

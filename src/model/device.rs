@@ -42,7 +42,7 @@ mod placed;
 mod snapshot;
 
 pub use placed::AnchoredFrom;
-pub(crate) use placed::Placement;
+pub(crate) use placed::{Placement, Verdict};
 
 use blockmap::BlockMap;
 
@@ -176,6 +176,16 @@ pub enum Problem {
     Drift {
         model_allocated: u64,
         stats_allocated: u64,
+    },
+    /// A snapshot placed past its device ring's head (FORMAT.md,
+    /// "Positions"): the ring had reached `reached` when a record below
+    /// `before`, written after the snapshot, came. It was refused as an
+    /// anchor: installed, it would have dropped every later record as
+    /// already in it.
+    AnchorPastHead {
+        ring: u8,
+        before: u64,
+        reached: Option<u64>,
     },
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::attrib::{self, Definitions, StepClock};
-use super::device::{DeviceState, Live, Problem, SnapshotOutcome};
+use super::device::{DeviceState, Live, Problem, SnapshotOutcome, Verdict};
 use super::eventlog::{EventLog, LetGo};
 use super::forecast::{self, Cause};
 use super::leak::{LeakDetector, LeakReport};
@@ -552,6 +552,11 @@ impl Process {
                     self.remember(t, &ev.kind, None);
                     return;
                 };
+                if let Some(at) = at {
+                    if self.devices[i].has_deferred() {
+                        self.settle_deferred(t, i, at);
+                    }
+                }
                 let rules = &self.cfg.rules;
                 let (pos, applied) = match at {
                     Some(at) => {
@@ -705,11 +710,37 @@ impl Process {
         }
     }
 
+    /// A record of device `i` read at `at` while a snapshot waits for its
+    /// ring: installs it once the ring reached it, refuses it (and says
+    /// so) when the record proves its positions past the ring's head.
+    #[cold]
+    fn settle_deferred(&mut self, t: u64, i: usize, at: RingPos) {
+        match self.devices[i].deferred_verdict(at, t) {
+            Some(Verdict::Install) => {
+                let outcome = self.devices[i].install_deferred(&self.cfg.rules, &self.log);
+                self.snapshot_outcome(t, i, outcome);
+            }
+            Some(Verdict::Refute) => {
+                if let Some(p) = self.devices[i].refuse_deferred(at.position) {
+                    self.snapshots_discarded += 1;
+                    self.problem(t, i, p);
+                }
+            }
+            None => {}
+        }
+    }
+
     fn snapshot(&mut self, t: u64, device: u16, kind: &EventKind) {
         let Some(i) = self.device_index(device) else {
             return;
         };
-        match self.devices[i].snapshot(t, kind, &self.cfg.rules, &self.log) {
+        let outcome = self.devices[i].snapshot(t, kind, &self.cfg.rules, &self.log);
+        self.snapshot_outcome(t, i, outcome);
+    }
+
+    /// What a snapshot of device `i` came to.
+    fn snapshot_outcome(&mut self, t: u64, i: usize, outcome: SnapshotOutcome) {
+        match outcome {
             SnapshotOutcome::Ongoing => {}
             SnapshotOutcome::Discarded => self.snapshots_discarded += 1,
             SnapshotOutcome::Installed {

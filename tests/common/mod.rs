@@ -178,6 +178,19 @@ pub fn write_snapshot(
     addr: u64,
     blocks: &[(u64, vramscope::event::BlockState)],
 ) {
+    write_snapshot_at(seg, id, t, addr, blocks, None);
+}
+
+/// [`write_snapshot`] placed in the device ring at `at` (FORMAT.md,
+/// "Positions"; a hostile producer's may lie).
+pub fn write_snapshot_at(
+    seg: &SegmentWriter,
+    id: u32,
+    t: u64,
+    addr: u64,
+    blocks: &[(u64, vramscope::event::BlockState)],
+    at: Option<vramscope::event::RingSpan>,
+) {
     use vramscope::event::{Place, SegmentPool};
     let size: u64 = blocks.iter().map(|(s, _)| s).sum();
     let begin = EventKind::SnapshotBegin {
@@ -185,7 +198,7 @@ pub fn write_snapshot(
         id,
         segments: 1,
         blocks: blocks.len() as u64,
-        at: None,
+        at,
     };
     write_at(seg, 0, begin, t);
     let segment = EventKind::SnapshotSegment {

@@ -17,7 +17,7 @@
 //! reader, not lost, not let go of by the log's bound.
 
 use super::snapshot::{Pending, SnapshotOutcome};
-use super::{Applied, DeviceState};
+use super::{Applied, DeviceState, Problem};
 use crate::event::RingPos;
 use crate::event::{BlockState, EventKind, RingSpan};
 use crate::model::eventlog::{EventLog, LetGo};
@@ -55,7 +55,35 @@ pub(crate) struct Placement {
     /// Where the first anchor of a reader that began mid-run put the
     /// start of what it watched (see [`DeviceState::anchored_from`]).
     first_anchor: Option<AnchoredFrom>,
+    /// A complete snapshot placed past the positions read so far in its
+    /// ring, waiting for the ring to reach it ([`DeviceState::deferred_verdict`]).
+    deferred: Option<Deferred>,
 }
+
+/// A snapshot waiting for its ring to reach its positions.
+#[derive(Debug, Clone)]
+struct Deferred {
+    pending: Pending,
+    /// When it ended (its SNAP_END's time).
+    t: u64,
+    span: RingSpan,
+}
+
+/// What a record of its ring says of a deferred snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The ring reached its positions: install it now.
+    Install,
+    /// A record below its `before`, written after it: its positions lie
+    /// past the ring's head. Refuse it.
+    Refute,
+}
+
+/// How much later than a snapshot's end a record below its `before` must
+/// be timed to prove the positions false (a record below `before` was
+/// written before the state was read, so before the snapshot ended; the
+/// margin covers a timestamp taken just after a slot was claimed).
+const PAST_HEAD_MARGIN_NS: u64 = 1_000_000;
 
 /// Where the state of a device watched from mid-run begins: the events
 /// from here on are applied on the anchor snapshot; those before it are in
@@ -203,6 +231,10 @@ impl DeviceState {
     /// Install the complete snapshot `p`, placed in the ring by `span`:
     /// the state, then the logged events it does not reflect. A snapshot
     /// after which records are missing is refused (a newer one is needed).
+    /// One placed past the positions read so far in its ring waits for the
+    /// ring to reach them (the reader drains rings one after another, so
+    /// the records before a snapshot may come after it); a record that
+    /// proves its positions false refuses it ([`Self::deferred_verdict`]).
     pub(super) fn install_placed(
         &mut self,
         p: Pending,
@@ -216,7 +248,91 @@ impl DeviceState {
             self.synced = false;
             return SnapshotOutcome::Discarded;
         }
+        if !self.reached(&span) {
+            self.placement.deferred = Some(Deferred {
+                pending: p,
+                t,
+                span,
+            });
+            return SnapshotOutcome::Ongoing;
+        }
+        self.install_reached(p, t, span, rules, log)
+    }
+
+    /// Whether the records of `span`'s ring below its `after` were all
+    /// read (or skipped by a reader that began there).
+    fn reached(&self, span: &RingSpan) -> bool {
+        let pl = &self.placement;
+        let start = pl.starts.get(usize::from(span.ring)).copied().unwrap_or(0);
+        let next = pl.newest.map_or(start, |n| n.saturating_add(1).max(start));
+        span.after.max(span.before) <= next
+    }
+
+    /// A snapshot waits for its ring to reach its positions.
+    pub(crate) fn has_deferred(&self) -> bool {
+        self.placement.deferred.is_some()
+    }
+
+    /// What a record of this device read at `at`, timed `t`, says of the
+    /// snapshot waiting for its ring: the ring reached it, or (a record
+    /// below its `before` written after it ended) its positions lie past
+    /// the ring's head.
+    pub(crate) fn deferred_verdict(&self, at: RingPos, t: u64) -> Option<Verdict> {
+        let d = self.placement.deferred.as_ref()?;
+        if u32::from(d.span.ring) != at.ring {
+            return None;
+        }
+        let reach = d.span.after.max(d.span.before);
+        if at.position.saturating_add(1) >= reach {
+            return Some(Verdict::Install);
+        }
+        let late = t > d.t.saturating_add(PAST_HEAD_MARGIN_NS);
+        (at.position < d.span.before && late).then_some(Verdict::Refute)
+    }
+
+    /// Installs the snapshot that waited for its ring (see
+    /// [`Self::deferred_verdict`]).
+    pub(crate) fn install_deferred(
+        &mut self,
+        rules: &BlockRules,
+        log: &EventLog,
+    ) -> SnapshotOutcome {
+        let Some(d) = self.placement.deferred.take() else {
+            return SnapshotOutcome::Ongoing;
+        };
+        if !self.placement.usable(&d.span) {
+            self.placement.refused += 1;
+            self.synced = false;
+            return SnapshotOutcome::Discarded;
+        }
+        self.install_reached(d.pending, d.t, d.span, rules, log)
+    }
+
+    /// Refuses the snapshot that waited for its ring: its positions lie
+    /// past the ring's head, which the record at `position` shows. The
+    /// problem to report.
+    pub(crate) fn refuse_deferred(&mut self, position: u64) -> Option<Problem> {
+        let d = self.placement.deferred.take()?;
+        self.placement.refused += 1;
+        self.synced = false;
+        Some(Problem::AnchorPastHead {
+            ring: d.span.ring,
+            before: d.span.before,
+            reached: Some(self.placement.newest.map_or(position, |n| n.max(position))),
+        })
+    }
+
+    /// [`Self::install_placed`] once the ring reached the snapshot.
+    fn install_reached(
+        &mut self,
+        p: Pending,
+        t: u64,
+        span: RingSpan,
+        rules: &BlockRules,
+        log: &EventLog,
+    ) -> SnapshotOutcome {
         let pl = &mut self.placement;
+        pl.deferred = None;
         if pl.holding && pl.first_anchor.is_none() {
             pl.first_anchor = Some(AnchoredFrom::Position {
                 ring: u32::from(span.ring),

@@ -3,6 +3,7 @@
 use super::*;
 use crate::event::RingPos;
 use crate::event::RingSpan;
+use crate::model::device::Problem;
 use crate::model::{Bounds, Watch};
 
 /// The device ring of device 0 (ring 0 is the agent's).
@@ -151,7 +152,64 @@ fn events_drained_after_the_snapshot_they_are_in_are_not_applied_twice() {
     let p = m.process(KEY).unwrap();
     assert_eq!(p.inconsistencies(), 0);
     assert_eq!(rows(dev(&m)), r.rows());
-    assert_eq!(dev(&m).reflected_events(), n - 10);
+    // The snapshot waited for its ring to reach it (issue 44, item 4): the
+    // events below it went on the state it replaced, and the last of them,
+    // which brought the ring there, was dropped as already in it.
+    assert_eq!(dev(&m).reflected_events(), 1);
+    assert_eq!(p.snapshots_installed(), 2);
+}
+
+/// Issue 44, item 4: a producer's snapshot placed a billion records past
+/// its device ring's head (`before = after = head + 10^9`). Installed, it
+/// dropped every later event as already in it: allocated 0, no problem
+/// said, nothing to resync. Now it waits for its ring to reach it; the
+/// first record below its position written after it proves the position
+/// false: refused, said (a problem, the resync flag), and the events are
+/// held for an anchor that holds.
+#[test]
+fn item4_an_anchor_past_the_rings_head_is_refused_and_said() {
+    let mut r = RefAlloc::new();
+    work(&mut r, 100, 8);
+    let backlog = positioned(r.take(), 0);
+    let head = backlog.len() as u64;
+    // Attached mid-run at the head; the lying snapshot, then the job's
+    // next events, written after it.
+    let mut m = model();
+    watch(&mut m, head);
+    let lie = placed_snapshot(&mut r, 9, head + 1_000_000_000, head + 1_000_000_000);
+    apply(&mut m, &lie);
+    let p = m.process(KEY).unwrap();
+    assert!(p.view(0, &Default::default()).watch.waiting_for_anchor);
+    let mut later = RefAlloc::new();
+    std::mem::swap(&mut later, &mut r);
+    work(&mut later, 40, 9);
+    let mut after = positioned(later.take(), head);
+    for (e, _) in &mut after {
+        e.time_ns += 10_000_000_000; // written well after the snapshot ended
+    }
+    apply(&mut m, &after);
+    let p = m.process(KEY).unwrap();
+    let v = p.view(0, &Default::default());
+    assert_eq!(p.snapshots_installed(), 0);
+    assert_eq!(p.snapshots_discarded(), 1);
+    assert!(v.needs_resync, "the SYNC flag");
+    assert!(v.watch.waiting_for_anchor);
+    assert_eq!(
+        p.last_problem().map(|r| r.problem),
+        Some(Problem::AnchorPastHead {
+            ring: RING as u8,
+            before: head + 1_000_000_000,
+            reached: Some(head),
+        })
+    );
+    // An honest snapshot anchors the held events.
+    let n = head + after.len() as u64;
+    let honest = placed_snapshot(&mut later, 10, n, n);
+    apply(&mut m, &honest);
+    let p = m.process(KEY).unwrap();
+    assert!(!p.view(0, &Default::default()).watch.waiting_for_anchor);
+    assert_eq!(rows(dev(&m)), later.rows());
+    assert_eq!(dev(&m).derived().allocated, later.allocated());
 }
 
 #[test]
