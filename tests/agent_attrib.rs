@@ -71,14 +71,15 @@ fn run_script(script: &str, mode: Option<&str>) -> Option<String> {
 /// (parameters, buffers, gradients, optimizer state by module; tied
 /// weights once; CPU tensors left out), when it writes a list, its bound,
 /// the background thread for loops without steps (and never while steps
-/// come: a snapshot then waits for the next boundary), and a failure.
+/// come: a snapshot then waits for the next boundary), a failure, and
+/// attribution installed while a forward runs (a late start, an attach).
 #[test]
 fn role_lists_without_torch() {
     let Some(text) = run_script("test_roles.py", None) else {
         return;
     };
     assert!(text.contains("test_roles.py: all passed"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 23);
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 26);
 }
 
 #[test]

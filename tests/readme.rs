@@ -158,18 +158,49 @@ fn commands(text: &str, subs: &[String]) -> Vec<(String, Vec<String>)> {
             .split_whitespace()
             .take_while(|w| *w != "--")
             .peekable();
-        let sub = match words.peek() {
-            Some(w) if subs.iter().any(|s| s == w) => words.next().unwrap_or_default(),
-            _ => "",
+        let mut sub = match words.peek() {
+            Some(w) if subs.iter().any(|s| s == w) => words.next().unwrap_or_default().to_string(),
+            _ => String::new(),
         };
+        // A subcommand's own subcommand (`vramscope agent build --force`):
+        // its flags are that one's.
+        if let Some(w) = words.peek().copied() {
+            if !sub.is_empty() && nested(&sub).iter().any(|n| n == w) {
+                sub = format!("{sub} {w}");
+                words.next();
+            }
+        }
         let flags = words
             .map(|w| w.trim_matches(|c| "[]().,;|".contains(c)))
             .filter(|w| w.starts_with("--") && w.len() > 2)
             .map(|w| w.split('=').next().unwrap_or(w).to_string())
             .collect();
-        out.push((sub.to_string(), flags));
+        out.push((sub, flags));
     }
     out
+}
+
+/// The subcommands of `vramscope SUB` (none for most), asked once each.
+fn nested(sub: &str) -> Vec<String> {
+    static SEEN: std::sync::Mutex<Vec<(String, Vec<String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, n)) = seen.iter().find(|(s, _)| s == sub) {
+        return n.clone();
+    }
+    let h = help(sub);
+    let n: Vec<String> = h
+        .split("Commands:")
+        .nth(1)
+        .and_then(|list| list.split("Options:").next())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| *w != "help")
+        .map(str::to_string)
+        .collect();
+    seen.push((sub.to_string(), n.clone()));
+    n
 }
 
 /// The prose's lists of the commands a flag belongs to: "`--no-nvml`

@@ -118,7 +118,29 @@ def by_role(rows):
     return out
 
 
+def installed_mid_forward():
+    """Attribution installed while a forward runs (a late start, an
+    attach): an inner module is called before the model's own call is ever
+    seen, and taken for a root; once the model is named, it is not one,
+    and a tied weight is named by the model's first module (as torch's
+    named_modules order has it), not by the inner one."""
+    a = Attribution(torch, lambda msg, key=None: None)
+    check(a.install(), "(mid-forward) the hooks install")
+    lib = Lib()
+    a.connect(lib)
+    model = Net()
+    model.head(None)  # the rest of a forward that began before the install
+    model(None)  # the next forward: the model is named
+    a.step()
+    got = by_role(lib.lists[-1])
+    check(("embed", 4096) in got["parameter"] and ("head", 4096) not in got["parameter"],
+          "installed mid-forward, a tied weight is named by the model's first module: %s" % got["parameter"])
+    check(model.head not in a.roles.roots and model in a.roles.roots, "an inner module taken for a root is a root no more")
+    a.remove()
+
+
 def main():
+    installed_mid_forward()
     warnings = []
     a = Attribution(torch, lambda msg, key=None: warnings.append(msg))
     check(a.install(), "the hooks install")

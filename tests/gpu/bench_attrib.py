@@ -3,7 +3,9 @@
     PYTHONPATH=assets/agent VRAMSCOPE_AUTO=1 python3 tests/gpu/bench_attrib.py \
         MODEL [--rounds 12] [--steps 20] [--out FILE.json]
 
-MODEL: calls (the cost per module call, on tiny CPU tensors: a Sequential
+MODEL: llama (transformers Llama, 12 layers of 1024, batch 8 x 512, bf16
+autocast, AdamW), vit (transformers ViT-Base, batch 64 x 224 x 224, bf16
+autocast, AdamW), calls (the cost per module call, on tiny CPU tensors: a Sequential
 of 64 x (Linear 16x16, ReLU) = 129 module calls per forward, forward and
 backward, so that Python's share is all there is), gpt2 (transformers GPT-2 small, 124 M parameters, batch 8 x 512,
 bf16 autocast, AdamW) or resnet (timm ResNet-50, batch 64 x 224 x 224,
@@ -64,7 +66,7 @@ import torch
 import vramscope
 
 
-BATCH = {"gpt2": (8, 512), "resnet": 64}
+BATCH = {"gpt2": (8, 512), "resnet": 64, "llama": (8, 512), "vit": 64}
 
 
 def phases(name):
@@ -81,6 +83,35 @@ def phases(name):
             opt.zero_grad(set_to_none=True)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return model(x, labels=x).loss
+
+        return forward, opt.step
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num_attention_heads=16,
+                          num_key_value_heads=16, vocab_size=32000, max_position_embeddings=1024)
+        model = LlamaForCausalLM(cfg).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, 32000, BATCH["llama"], device="cuda")
+
+        def forward():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(x, labels=x).loss
+
+        return forward, opt.step
+    if name == "vit":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        model = ViTForImageClassification(ViTConfig(num_labels=1000)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(BATCH["vit"], 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (BATCH["vit"],), device="cuda")
+
+        def forward():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(pixel_values=x, labels=y).loss
 
         return forward, opt.step
     import timm
@@ -166,7 +197,7 @@ def interval(xs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["gpt2", "resnet", "calls"])
+    ap.add_argument("model", choices=["gpt2", "resnet", "llama", "vit", "calls"])
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")
@@ -179,7 +210,8 @@ def main():
         BATCH[a.model] = tuple(int(v) for v in a.batch.split("x")) if "x" in a.batch else int(a.batch)
     if a.model == "calls":
         torch.zeros(1, device="cuda")  # CUDA up: the agent attaches
-    step = {"gpt2": gpt2, "resnet": resnet, "calls": calls}[a.model]()
+    step = {"gpt2": gpt2, "resnet": resnet, "calls": calls,
+            "llama": lambda: training_step("llama"), "vit": lambda: training_step("vit")}[a.model]()
     t0 = time.time()
     while vramscope.status()["mode"] in (None, "pending") and time.time() - t0 < 120:
         time.sleep(0.05)

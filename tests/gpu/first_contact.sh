@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 43 on a GPU machine: a new user's first jobs, each part on a fresh
 # build cache (XDG_CACHE_HOME), with the release binary.
-#   tests/gpu/first_contact.sh [PART...]   (default: runs eight late exit attach startup)
+#   tests/gpu/first_contact.sh [PART...]   (default: runs eight late exit attach cost startup)
 # runs    six short jobs in a row under `vramscope run`, `record` started
 #         before each: every one recorded from its first allocation (not
 #         mid-run), 0 inconsistencies, every step counted, figures equal to
@@ -12,11 +12,15 @@
 #         the sitecustomize) with the detached build delayed
 #         (VRAMSCOPE_TEST_BUILD_DELAY), on GPT-2, Llama and ViT recorded:
 #         sampled first, exact after, 0 inconsistencies, figures equal;
+# lateroles  the same on test_roles.py (plain GPT-2, ResNet-50, an
+#         inference loop): bytes by module and role equal torch's;
 # exit    20 jobs whose build ends at random points (before, during, after
 #         the job, and in its shutdown): each exits with its own status, no
 #         abort;
 # attach  `vramscope attach PID` on a running job started with no agent:
 #         exact from then on, figures equal to torch's at the end;
+# cost    step time with the agent (roles, attribution) against bare,
+#         alternated in one process (bench_attrib.py), GPT-2, Llama, ViT;
 # startup what `run` adds to a start once the build is cached.
 # Writes $D/summary.txt (one PASS/FAIL line per check) and logs beside it.
 set -u
@@ -127,6 +131,25 @@ part_late() {
     done
 }
 
+part_lateroles() {  # roles after a late start equal torch's (tests/gpu/test_roles.py)
+    fresh
+    local agent w steps pids=()
+    agent=$("$B" agent path)
+    for w in plain resnet inference; do
+        case $w in plain) steps=3000 ;; resnet) steps=2500 ;; *) steps=6 ;; esac
+        PYTHONPATH=$agent VRAMSCOPE_AUTO=1 VRAMSCOPE_TEST_BUILD_DELAY=2 ROLES_STEPS=$steps ROLES_SECONDS=50 VRAMSCOPE_SHM_DIR=$(mktemp -d /tmp/vs-lr-XXXXXX) \
+            timeout 300 python3 tests/gpu/test_roles.py "$w" > "$D/lateroles-$w.log" 2>&1 &
+        pids+=($!)
+        sleep 1
+    done
+    wait "${pids[@]}"
+    for w in plain resnet inference; do
+        ok=PASS; grep -q '  FAIL' "$D/lateroles-$w.log" && ok=FAIL
+        grep -q 'exact mode from now on' "$D/lateroles-$w.log" || ok=FAIL
+        say "$ok lateroles $w: $(grep -E '(  ok|  FAIL).*(roles? |bytes by)|torch holds' "$D/lateroles-$w.log" | tr '\n' ' ' | cut -c1-600)"
+    done
+}
+
 part_exit() {
     local wave i d l s pids names bad=0 abort=0 during=0 shut=0 after=0 never=0
     for wave in 1 2; do
@@ -175,9 +198,11 @@ PY
     say "$ok exit: 20 jobs ($switched turned exact while they ran), $bad with another status, $abort aborted; build ended during the run $during, in shutdown $shut, after exit $after, never $never"
 }
 
-attach_now() {  # ON_START hook: attach 12 s after the job started
-    ( sleep 12; VRAMSCOPE_SHM_DIR=$2 "$B" attach "$1" > "$D/attach.out" 2>&1; echo "attach exit $?" >> "$D/attach.out"
-      VRAMSCOPE_SHM_DIR=$2 "$B" attach "$1" >> "$D/attach.out" 2>&1; echo "again exit $?" >> "$D/attach.out" ) &
+attach_now() {  # ON_START hook: attach 12 s after the job started ($1 is its `timeout`)
+    ( sleep 12; pid=$(cat /proc/$1/task/$1/children | awk '{print $1}')
+      echo "job pid $pid" > "$D/attach.out"
+      VRAMSCOPE_SHM_DIR=$2 "$B" attach "$pid" >> "$D/attach.out" 2>&1; echo "attach exit $?" >> "$D/attach.out"
+      VRAMSCOPE_SHM_DIR=$2 "$B" attach "$pid" >> "$D/attach.out" 2>&1; echo "again exit $?" >> "$D/attach.out" ) &
 }
 
 part_attach() {
@@ -186,6 +211,28 @@ part_attach() {
     ON_START=attach_now rec_job attach "${JOB[@]}" gpt2 10 --seconds 30
     say "attach: job exit $rc; $(tr '\n' ' ' < "$D/attach.out")"
     check_rec attach any
+}
+
+part_cost() {  # the job's cost: step time, agent on (the default) vs bare, alternated in one process
+    fresh
+    local agent m
+    agent=$("$B" agent path)
+    "$B" agent build > "$D/cost-build.log" 2>&1
+    for m in gpt2 llama vit; do
+        PYTHONPATH=$agent VRAMSCOPE_AUTO=1 timeout 300 python3 tests/gpu/bench_attrib.py "$m" --variants attrib \
+            --rounds 40 --steps 3 --out "$D/cost-$m.json" > "$D/cost-$m.log" 2>&1
+        python3 - "$D/cost-$m.json" "$m" <<'PY' | tee -a "$S"
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("FAIL cost %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
+v = r["variants"]["attrib"]
+print("%s cost %s: step %.2f ms bare, %.2f ms with the agent: ratio %.4f (95%% %.4f..%.4f), %d rounds of %d steps, native %s"
+      % ("PASS" if v["ratio"] <= 1.01 else "FAIL", sys.argv[2], r["variants"]["bare"]["step_ms"], v["step_ms"], v["ratio"],
+         v["lo"], v["hi"], r["rounds"], r["steps"], r["native"]))
+PY
+    done
 }
 
 part_startup() {
@@ -205,7 +252,7 @@ print("%s startup: `python3 -c 'import torch'` median %.3f s bare, %.3f s under 
 PY
 }
 
-for part in ${*:-runs eight late exit attach startup}; do
+for part in ${*:-runs eight late lateroles exit attach cost startup}; do
     say "== $part"
     "part_$part"
 done

@@ -422,6 +422,7 @@ class Attribution:
                 self._info_for(m, name, level=name in level)
             self.renamed[id(root)] = time.monotonic()
             if self.roles is not None:
+                self.roles.unroot(m for _, m in named)
                 self.roles.root(root)
 
     def info(self, module, t):

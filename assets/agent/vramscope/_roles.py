@@ -105,6 +105,17 @@ class Roles:
             self.dirty = True
             self._start_thread()
 
+    def unroot(self, modules):
+        """`modules` lie inside a model that was named: none is a model of
+        its own. (Attribution installed while a forward ran, after a late
+        start or an attach, sees that forward's inner modules first and
+        takes them for roots; walked first, a tied weight would be named by
+        the inner module, GPT-2's embedding by `lm_head`.)"""
+        for m in modules:
+            if m in self.roots:
+                self.roots.discard(m)
+                self.dirty = True
+
     def optimizer(self, optimizer):
         if optimizer not in self.optimizers:
             self.optimizers.add(optimizer)
