@@ -416,3 +416,49 @@ fn agent_build_says_what_it_did() {
     );
     assert!(Path::new(&env.root).exists());
 }
+
+/// The README's first-run instructions are true: each `vramscope ...`
+/// line of the install section's block (building ahead, then the doctor)
+/// runs as written, with the stand-ins, and the doctor then says the
+/// tracker is built.
+#[test]
+fn the_readme_s_first_run_instructions_are_true() {
+    let Some(env) = Env::new() else { return };
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let at = readme
+        .find("to do it ahead of time")
+        .expect("the install section says how to build ahead");
+    let lines: Vec<&str> = readme[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .collect();
+    assert!(
+        lines.iter().any(|l| *l == "vramscope agent build"),
+        "{lines:?}"
+    );
+    let mut last = String::new();
+    for line in &lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&"vramscope"), "{line}");
+        let out = env
+            .vramscope(0.0)
+            .args(&words[1..])
+            .env("VRAMSCOPE_PYTHON", "python3")
+            .env("VRAMSCOPE_SHM_DIR", env.root.join("shm"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "`{line}`: {}", text(&out));
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+    }
+    let check = last
+        .lines()
+        .find(|l| l.contains("tracker build"))
+        .unwrap_or_else(|| panic!("the doctor says nothing of the build:\n{last}"));
+    assert!(
+        check.starts_with("[ok  ]") && check.contains("built for torch"),
+        "{check}"
+    );
+}
