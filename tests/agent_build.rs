@@ -435,10 +435,7 @@ fn the_readme_s_first_run_instructions_are_true() {
         .take_while(|l| l.starts_with("    "))
         .map(|l| l.split('#').next().unwrap_or_default().trim())
         .collect();
-    assert!(
-        lines.iter().any(|l| *l == "vramscope agent build"),
-        "{lines:?}"
-    );
+    assert!(lines.contains(&"vramscope agent build"), "{lines:?}");
     let mut last = String::new();
     for line in &lines {
         let words: Vec<&str> = line.split_whitespace().collect();

@@ -134,12 +134,7 @@ pub fn ensure(python: &OsStr, agent_dir: &Path, force: bool, quiet: bool) -> Res
     if quiet {
         cmd.arg("--quiet");
     }
-    let mut pp = OsString::from(agent_dir.as_os_str());
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-        pp.push(":");
-        pp.push(old);
-    }
-    cmd.env("PYTHONPATH", pp)
+    cmd.env("PYTHONPATH", super::pythonpath_with(agent_dir))
         .env_remove(ENV_AUTO)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());

@@ -551,12 +551,18 @@ pub(crate) fn command(argv: &[OsString], shm_dir: Option<&Path>) -> Result<Comma
     Ok(command_with(&dir, prog, args, shm_dir))
 }
 
-fn command_with(dir: &Path, prog: &OsStr, args: &[OsString], shm_dir: Option<&Path>) -> Command {
+/// `PYTHONPATH` with `dir` first, then what this process has.
+pub(crate) fn pythonpath_with(dir: &Path) -> OsString {
     let mut pp = OsString::from(dir.as_os_str());
     if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
         pp.push(":");
         pp.push(old);
     }
+    pp
+}
+
+fn command_with(dir: &Path, prog: &OsStr, args: &[OsString], shm_dir: Option<&Path>) -> Command {
+    let pp = pythonpath_with(dir);
     let mut cmd = Command::new(prog);
     cmd.args(args).env("PYTHONPATH", pp).env(ENV_AUTO, "1");
     if let Some(d) = shm_dir {
@@ -865,11 +871,7 @@ fn python_checks(python: &OsStr, build: bool) -> Vec<Check> {
     if build {
         cmd.arg("--build");
     }
-    let mut pp = OsString::from(dir.as_os_str());
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-        pp.push(":");
-        pp.push(old);
-    }
+    let pp = pythonpath_with(&dir);
     cmd.env("PYTHONPATH", pp)
         .env_remove(ENV_AUTO)
         .stdin(Stdio::null());
