@@ -182,8 +182,7 @@ fn commands(text: &str, subs: &[String]) -> Vec<(String, Vec<String>)> {
 
 /// The subcommands of `vramscope SUB` (none for most), asked once each.
 fn nested(sub: &str) -> Vec<String> {
-    static SEEN: std::sync::Mutex<Vec<(String, Vec<String>)>> =
-        std::sync::Mutex::new(Vec::new());
+    static SEEN: std::sync::Mutex<Vec<(String, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, n)) = seen.iter().find(|(s, _)| s == sub) {
         return n.clone();
