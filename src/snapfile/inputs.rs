@@ -186,13 +186,17 @@ struct Extra<'f> {
     /// The entries of the last role list sent, and the lists sent.
     last_list: Option<Vec<usize>>,
     lists: u32,
-    /// Role records sent: intermediate lists stop at [`MAX_ROLE_RECORDS`].
-    role_records: usize,
+    /// What the lists before the last one may still cost: entries
+    /// weighed and records sent, from [`ROLE_BUDGET`] down.
+    role_budget: usize,
 }
 
-/// The most role records sent in lists before the last one (a list is
-/// sent at a marker when it changed).
-const MAX_ROLE_RECORDS: usize = 1 << 22;
+/// What the role lists before the last one may cost in all: entries
+/// weighed at the markers and records sent (a list is sent at a marker
+/// when it changed). A file of many markers and many named blocks is read
+/// in time about linear in its size; past this, only the last list is
+/// sent.
+const ROLE_BUDGET: usize = 1 << 22;
 
 impl<'f> Extra<'f> {
     fn new(file: &SnapshotFile, ours: Option<&'f Ours>, events: &[Timed]) -> Self {
@@ -233,9 +237,10 @@ impl<'f> Extra<'f> {
             block_stacks,
             allocated_in_trace,
             live: HashMap::new(),
-            last_list: None,
+            // No list yet says no block is named.
+            last_list: Some(Vec::new()),
             lists: 0,
-            role_records: 0,
+            role_budget: ROLE_BUDGET,
         }
     }
 
@@ -309,20 +314,22 @@ impl<'f> Extra<'f> {
         let Some(o) = self.ours else {
             return;
         };
-        if o.named.is_empty() {
+        if o.named.is_empty() || (!all && self.role_budget < o.named.len()) {
             return;
+        }
+        if !all {
+            self.role_budget -= o.named.len();
         }
         let entries: Vec<usize> = (o.named.iter().enumerate())
             .filter(|(_, n)| all || self.live.get(&(n.device, n.addr)) == Some(&n.bytes))
             .map(|(i, _)| i)
             .collect();
-        if !all
-            && (self.last_list.as_ref() == Some(&entries)
-                || self.role_records + entries.len() > MAX_ROLE_RECORDS)
-        {
-            return;
+        if !all {
+            if self.last_list.as_ref() == Some(&entries) || self.role_budget < entries.len() {
+                return;
+            }
+            self.role_budget -= entries.len();
         }
-        self.role_records += entries.len();
         self.lists += 1;
         let list = self.lists;
         let ev = |kind| Event { time_ns: t, kind };

@@ -350,3 +350,97 @@ impl Ours {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::BlockState;
+    use crate::snapfile::inputs::{inputs, Plan};
+    use crate::snapfile::{Annotation, Block, Segment};
+
+    /// A hostile export: `blocks` live blocks each named a parameter by its
+    /// role frame, and `marks` step markers, none changing what is live.
+    fn many(blocks: u64, marks: usize) -> SnapshotFile {
+        let mut file = SnapshotFile {
+            traces: vec![Vec::new()],
+            ..SnapshotFile::default()
+        };
+        file.frames.push(Frame {
+            filename: "model.w".into(),
+            line: 0,
+            name: format!("{ROLE_PREFIX}parameter"),
+            extra: vec![(OURS.into(), ROLE.into())],
+        });
+        let stack = file.stacks.push(&[0]);
+        file.segments.push(Segment {
+            device: 0,
+            address: 1 << 30,
+            total_size: blocks * 512,
+            allocated_size: blocks * 512,
+            active_size: blocks * 512,
+            requested_size: blocks * 512,
+            stream: 0,
+            large: true,
+            pool: Default::default(),
+            expandable: false,
+            stack: None,
+            blocks: (0..blocks)
+                .map(|i| Block {
+                    address: (1 << 30) + i * 512,
+                    size: 512,
+                    requested_size: 512,
+                    state: BlockState::Allocated,
+                    stack: Some(stack),
+                })
+                .collect(),
+        });
+        file.annotations = (0..marks)
+            .map(|i| Annotation {
+                device: Some(0),
+                time_us: Some(i as i64),
+                fields: vec![
+                    (OURS.into(), MARK.into()),
+                    ("value".into(), i.to_string()),
+                    ("source".into(), "user".into()),
+                    ("trace_index".into(), "0".into()),
+                ],
+            })
+            .collect();
+        file
+    }
+
+    fn role_records(file: &SnapshotFile) -> (usize, usize, usize) {
+        let (mut lists, mut records, mut marks) = (0, 0, 0);
+        for (_, input) in inputs(file, "x", Plan::default()) {
+            if let crate::input::Input::Events(b) = input {
+                for e in &b.events {
+                    match e.kind {
+                        EventKind::Roles { .. } => lists += 1,
+                        EventKind::Role { .. } => records += 1,
+                        EventKind::Marker { .. } => marks += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        (lists, records, marks)
+    }
+
+    /// Every marker and every named block is read, and the role lists
+    /// sent stay within a bound whatever the product of the two: the last
+    /// list, with every named block, after the file's state.
+    #[test]
+    fn item8_many_markers_and_named_blocks_cost_bounded_role_lists() {
+        let file = many(1000, 10);
+        assert_eq!(role_records(&file), (1, 1000, 10));
+        let start = std::time::Instant::now();
+        let file = many(50_000, 20_000);
+        let (lists, records, marks) = role_records(&file);
+        assert_eq!((lists, records, marks), (1, 50_000, 20_000));
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}
