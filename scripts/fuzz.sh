@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #
 # TARGET: header, reader, recording, trace, control, snapshot, snapshot_shared
-# or fleet_json (fuzz/fuzz_targets/). A target with a dictionary,
+# diff or fleet_json (fuzz/fuzz_targets/). A target with a dictionary,
 # fuzz/TARGET.dict, is given it (-dict=).
 # The build is a release build of the fuzz package only, instrumented the way
 # cargo-fuzz does it (SanitizerCoverage, `--cfg fuzzing`, debug assertions);

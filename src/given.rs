@@ -33,6 +33,8 @@ pub struct Given {
     path: PathBuf,
     /// The bytes of a file that is not a regular one, read once.
     bytes: Option<Arc<[u8]>>,
+    /// Say nothing on standard error of a recording's torn end.
+    quiet: bool,
 }
 
 /// Why a given file could not be read.
@@ -64,6 +66,7 @@ impl Given {
             return Ok(Given {
                 path: path.to_path_buf(),
                 bytes: None,
+                quiet: false,
             });
         }
         let mut file = std::fs::File::open(path).map_err(io)?;
@@ -117,7 +120,15 @@ impl Given {
         Given {
             path: path.to_path_buf(),
             bytes: Some(bytes.into()),
+            quiet: false,
         }
+    }
+
+    /// Says nothing on standard error of a recording's torn end (the fuzz
+    /// targets).
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
     }
 
     /// The name it was given by.
@@ -146,10 +157,11 @@ impl Given {
 
     /// A reader of it as a recording, from its start.
     pub fn replayer(&self) -> Result<Replayer, RecordingError> {
-        match &self.bytes {
-            Some(b) => Replayer::from_bytes(&self.path, b.clone()),
-            None => Replayer::open(&self.path),
-        }
+        let r = match &self.bytes {
+            Some(b) => Replayer::from_bytes(&self.path, b.clone())?,
+            None => Replayer::open(&self.path)?,
+        };
+        Ok(if self.quiet { r.quiet() } else { r })
     }
 
     /// It read as a PyTorch snapshot file.
