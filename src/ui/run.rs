@@ -43,6 +43,9 @@ struct Taker {
     in_flight: bool,
     /// Another was wanted while one was in flight.
     again: bool,
+    /// The hub itself, when the thread could not be started: snapshots
+    /// are then taken on the loop's thread, as before there was one.
+    fallback: Option<Arc<Hub>>,
 }
 
 impl Taker {
@@ -52,11 +55,12 @@ impl Taker {
         let (ask, asked) = std::sync::mpsc::channel::<(ViewOptions, Option<ProcessKey>)>();
         let handoff: Arc<(Mutex<Handoff>, Condvar)> = Arc::default();
         let h = handoff.clone();
+        let hub2 = hub.clone();
         let spawned = std::thread::Builder::new()
             .name("vramscope-snapshots".into())
             .spawn(move || {
                 while let Ok((opts, focus)) = asked.recv() {
-                    let snap = hub.snapshot_for(&opts, focus);
+                    let snap = hub2.snapshot_for(&opts, focus);
                     let mut g = h.0.lock().unwrap_or_else(|p| p.into_inner());
                     if g.waiting {
                         g.ready = Some(snap);
@@ -66,16 +70,14 @@ impl Taker {
                     }
                 }
             });
-        if let Err(e) = spawned {
-            crate::text::stderr_line(format_args!(
-                "vramscope: cannot start the snapshot thread: {e}"
-            ));
-        }
+        // (Nothing on standard error: the terminal is the dashboard's.)
+        let fallback = spawned.is_err().then_some(hub);
         Taker {
             ask,
             handoff,
             in_flight: false,
             again: false,
+            fallback,
         }
     }
 
@@ -84,6 +86,9 @@ impl Taker {
     /// [`AppEvent::Snapshot`] (as does the one asked for before, while
     /// that is still in flight: this one is asked for after it).
     fn take(&mut self, opts: ViewOptions, focus: Option<ProcessKey>) -> Option<Snapshot> {
+        if let Some(hub) = &self.fallback {
+            return Some(hub.snapshot_for(&opts, focus));
+        }
         if self.in_flight {
             self.again = true;
             return None;
