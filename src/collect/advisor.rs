@@ -80,8 +80,12 @@ pub(crate) enum Msg {
     Flush(std::sync::mpsc::SyncSender<()>),
 }
 
+/// The hub's change listener: called when something a reader shows changed
+/// (the hub's listener; the advisor's worker calls it when it publishes).
+pub(crate) type Listener = Box<dyn Fn() + Send + Sync>;
+
 /// The hub's change listener, shared.
-pub(crate) type Listener = Arc<Mutex<Option<super::hub::Listener>>>;
+pub(crate) type SharedListener = Arc<Mutex<Option<Listener>>>;
 
 /// The advice per process, written by the worker, read into snapshots.
 pub(crate) type Results = Arc<Mutex<HashMap<ProcessKey, LiveAdvice>>>;
@@ -96,7 +100,7 @@ pub(crate) struct Tap {
 impl Tap {
     /// Starts the worker thread; `share`: the share of one core it may use
     /// (None: no bound, for a recording played as fast as it is read).
-    pub(crate) fn spawn(share: Option<f64>, listener: Listener) -> Tap {
+    pub(crate) fn spawn(share: Option<f64>, listener: SharedListener) -> Tap {
         let (tx, rx) = channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let results: Results = Arc::default();
@@ -169,7 +173,7 @@ struct Worker {
     share: Option<f64>,
     /// The hub's change listener: told after each publication, so a view
     /// redraws with the advice.
-    listener: Listener,
+    listener: SharedListener,
 }
 
 impl Worker {
@@ -293,7 +297,7 @@ fn publish(results: &Results, key: ProcessKey, live: &Live) -> bool {
     true
 }
 
-fn notify(listener: &Listener) {
+fn notify(listener: &SharedListener) {
     if let Some(f) = listener.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         f();
     }

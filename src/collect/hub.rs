@@ -15,8 +15,6 @@ use crate::ring::monotonic_ns;
 use super::advisor;
 use super::state::{self, ProcessEntry, Snapshot};
 
-pub(crate) type Listener = Box<dyn Fn() + Send + Sync>;
-
 #[derive(Default)]
 struct Inner {
     model: Model,
@@ -317,7 +315,7 @@ impl Tally {
 pub struct Hub {
     inner: Mutex<Inner>,
     /// Shared with the advisor's worker, which calls it when it publishes.
-    listener: Arc<Mutex<Option<Listener>>>,
+    listener: advisor::SharedListener,
     recorder: Mutex<Recording>,
 }
 

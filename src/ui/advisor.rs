@@ -247,7 +247,7 @@ pub(crate) fn render(
     // Heading, a gap, the table's header and rows, a gap, the line `y`
     // copies; and the border.
     let table_h = if rows > 0 { rows as u16 + 4 } else { 0 };
-    let popup = super::popup::centered(area, popup_w, head_h + table_h + 2);
+    let popup = super::layout::centered(area, popup_w, head_h + table_h + 2);
     frame.render_widget(Clear, popup);
     let mut title = vec![Span::styled(" Allocator advisor ", t.title())];
     if let Some(d) = advice.and_then(|l| l.coverage.device) {

@@ -152,7 +152,7 @@ pub(crate) fn render(
     let g = t.glyphs();
     let w = 100.min(area.width);
     let h = (a.by_module.len() as u16).saturating_add(7).max(9);
-    let popup = super::popup::centered(area, w, h);
+    let popup = super::layout::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let order = format!(
         " o sort: {}{} · O reverse · r role: {} · j/k move · Enter: map only this · Esc ",
@@ -242,7 +242,7 @@ pub(crate) fn render(
     let letter = |m: &str| {
         keys.iter()
             .position(|k| *k == m)
-            .map_or("+", |i| super::blockmap::LETTERS[i])
+            .map_or("+", |i| super::letters::LETTERS[i])
     };
     let table_rows = rows
         .iter()

@@ -22,7 +22,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::letters::{self, ModuleLetters};
+use super::letters::{self, ModuleLetters, LETTERS};
 use super::theme::Theme;
 use crate::collect::ProcessEntry;
 use crate::event::{BlockState, SegmentPool};
@@ -138,13 +138,6 @@ pub(crate) struct MapView<'a> {
     /// The process's module letters (none yet: given by live bytes).
     pub letters: Option<&'a ModuleLetters>,
 }
-
-/// The letters of modules in the map, in the order modules are first seen
-/// ([`letters`]; no `x`: that marks an expandable segment).
-pub(crate) const LETTERS: [&str; 25] = [
-    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
-    "t", "u", "v", "w", "y", "z",
-];
 
 /// The letter of each phase in the map.
 pub(crate) fn phase_letter(p: PhaseKey) -> &'static str {

@@ -146,7 +146,7 @@ pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: us
     let w = if two { 80 } else { 44 }.min(area.width);
     let footer_lines = 2;
     let h = ((per_col + footer_lines + 2) as u16).min(area.height);
-    let popup = super::popup::centered(area, w, h);
+    let popup = super::layout::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let fits = (per_col + footer_lines + 2) as u16 <= area.height;
     let title = if fits {

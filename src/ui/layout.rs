@@ -14,9 +14,42 @@
 //! ```
 
 use ratatui::layout::{Constraint, Layout, Rect};
+use serde::{Deserialize, Serialize};
 
-use super::state::Pane;
 use crate::collect::Machine;
+
+/// The panes of the process view (tabs when the terminal is small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pane {
+    Timeline,
+    Blocks,
+    Stats,
+    Events,
+    Diagnosis,
+}
+
+impl Pane {
+    pub const ALL: [Pane; 5] = [
+        Pane::Timeline,
+        Pane::Blocks,
+        Pane::Stats,
+        Pane::Events,
+        Pane::Diagnosis,
+    ];
+    /// The panes Tab moves the focus between on a large terminal (where
+    /// every pane shows): the ones that scroll.
+    pub(crate) const FOCUSABLE: [Pane; 4] =
+        [Pane::Blocks, Pane::Stats, Pane::Events, Pane::Diagnosis];
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Pane::Timeline => "Timeline",
+            Pane::Blocks => "Blocks",
+            Pane::Stats => "Stats",
+            Pane::Events => "Events",
+            Pane::Diagnosis => "OOM/Leak",
+        }
+    }
+}
 
 /// The frame's bands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,4 +237,16 @@ pub(crate) fn pane_inner(size: Rect, demo: bool, pane: Pane) -> Rect {
 /// it has one); 0 when it is not shown.
 pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
     pane_inner(size, demo, pane).height as usize
+}
+
+/// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny
+/// terminal is cut, never out of bounds).
+pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let (w, h) = (w.min(area.width), h.min(area.height));
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
 }

@@ -244,7 +244,7 @@ pub(crate) fn render_lines(
 ) {
     let w = 96.min(area.width);
     let h = (lines.len() as u16 + 2).min(area.height);
-    let popup = super::popup::centered(area, w, h);
+    let popup = super::layout::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let inner_h = h.saturating_sub(2) as usize;
     let scroll = scroll.min(lines.len().saturating_sub(inner_h));

@@ -7,8 +7,14 @@
 //! process ([`super::state::ProcessState::letters`]); the panes only read
 //! it.
 
-use super::blockmap::LETTERS;
 use crate::model::attrib::Attribution;
+
+/// The letters of modules in the map, in the order modules are first seen
+/// (no `x`: the block map marks an expandable segment with it).
+pub(crate) const LETTERS: [&str; 25] = [
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
+    "t", "u", "v", "w", "y", "z",
+];
 
 /// One process's modules by letter: the module at index `i` is drawn
 /// with `LETTERS[i]` (at most `LETTERS.len()` of them).

@@ -182,15 +182,3 @@ pub fn capture_line(asked: u32, granted: u64, began: u64) -> String {
     };
     format!("capturing stacks for {granted} steps from step {began}{bound}")
 }
-
-/// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny
-/// terminal is cut, never out of bounds).
-pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
-    let (w, h) = (w.min(area.width), h.min(area.height));
-    Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    }
-}

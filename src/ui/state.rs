@@ -1,8 +1,6 @@
 //! The dashboard's state, grouped by screen: what [`super::App`] changes and
 //! the panes draw. Plain data and small derived values; no events here.
 
-use serde::{Deserialize, Serialize};
-
 use super::rows::{self, Col, Row};
 use crate::collect::Snapshot;
 use crate::model::ProcessKey;
@@ -14,38 +12,7 @@ pub enum Screen {
     Process,
 }
 
-/// The panes of the process view (tabs when the terminal is small).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Pane {
-    Timeline,
-    Blocks,
-    Stats,
-    Events,
-    Diagnosis,
-}
-
-impl Pane {
-    pub const ALL: [Pane; 5] = [
-        Pane::Timeline,
-        Pane::Blocks,
-        Pane::Stats,
-        Pane::Events,
-        Pane::Diagnosis,
-    ];
-    /// The panes Tab moves the focus between on a large terminal (where
-    /// every pane shows): the ones that scroll.
-    pub(crate) const FOCUSABLE: [Pane; 4] =
-        [Pane::Blocks, Pane::Stats, Pane::Events, Pane::Diagnosis];
-    pub(crate) fn title(self) -> &'static str {
-        match self {
-            Pane::Timeline => "Timeline",
-            Pane::Blocks => "Blocks",
-            Pane::Stats => "Stats",
-            Pane::Events => "Events",
-            Pane::Diagnosis => "OOM/Leak",
-        }
-    }
-}
+pub use super::layout::Pane;
 
 /// Time windows `+` and `-` step through.
 pub const SPANS_NS: [u64; 13] = [

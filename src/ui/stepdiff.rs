@@ -69,7 +69,7 @@ pub(crate) fn render(
     let diff = born.map(|k| step_diff(view, k));
     let rows = diff.as_ref().map_or(0, |d| d.rows.len());
     let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
-    let popup = super::popup::centered(area, 100.min(area.width), h);
+    let popup = super::layout::centered(area, 100.min(area.width), h);
     frame.render_widget(Clear, popup);
     let title = match (born, now) {
         (Some(k), Some(n)) => format!(

@@ -63,7 +63,7 @@ pub(crate) fn render_stacks(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &
     lines.push(Line::styled("t or Esc closes", t.dim()));
     let w = area.width.saturating_sub(4).min(110);
     let h = (lines.len() as u16 + 2).min(area.height);
-    let popup = super::popup::centered(area, w, h);
+    let popup = super::layout::centered(area, w, h);
     frame.render_widget(Clear, popup);
     let block = t.block(Span::styled(" Stacks ", t.title()));
     frame.render_widget(Paragraph::new(lines).block(block), popup);
