@@ -770,7 +770,7 @@ fn step_diff_overlay() {
         let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
         let view = &app.selected_entry().unwrap().view;
         let now = view.attribution.step.unwrap();
-        let diff = vramscope::model::attrib::step_diff(view, now - 1);
+        let diff = vramscope::model::stepdiff::step_diff(view, now - 1);
         // The leak keeps every layer's validation activation of a step.
         assert!(diff.rows.iter().any(|r| r.module == "model.layers.11"
             && r.size == 16 << 20

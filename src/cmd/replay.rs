@@ -180,7 +180,7 @@ mod diff {
 
     use vramscope::collect::Hub;
     use vramscope::input::Input;
-    use vramscope::model::attrib::{step_diff, StepDiff};
+    use vramscope::model::stepdiff::{step_diff, StepDiff};
     use vramscope::model::{ProcessKey, ViewOptions};
     use vramscope::recording::Replayer;
     use vramscope::text::format::bytes;

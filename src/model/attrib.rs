@@ -17,111 +17,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use super::origin::natural_cmp;
+pub use super::origin::{Origin, PhaseKey};
 use super::roles::{shared_path, Role, RoleLists};
-use super::view::ProcessView;
 use super::Bounds;
-use crate::event::{BlockState, CtxTag, DropWhat, EventKind, MarkSource, Phase};
+use crate::event::{CtxTag, DropWhat, EventKind, MarkSource, Phase};
 use crate::text::printable;
 
 /// The longest string a producer sends (FORMAT.md: at most 4096 bytes).
 pub(crate) const MAX_STRING: u32 = 4096;
 /// Frames shown of one stack (a longer or looping chain is cut).
 pub(crate) const MAX_STACK_FRAMES: usize = 64;
-
-/// Where a block came from: the context of the allocation that made it and
-/// the step it was born in (resolved from the step tag when it was made).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct Origin {
-    /// The CONTEXT id (0: none given).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub context: u32,
-    /// The step the block was born in (None: not given or not resolvable).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u32>,
-}
-
-fn is_zero(v: &u32) -> bool {
-    *v == 0
-}
-
-impl Origin {
-    /// The origin of an allocation tagged `tag` while the reader's current
-    /// step is `now`.
-    #[inline]
-    pub(crate) fn of(tag: CtxTag, now: Option<u64>) -> Origin {
-        if tag.is_none() {
-            return Origin::default();
-        }
-        Origin {
-            context: tag.context,
-            step: resolve_step(tag.step_tag, now).and_then(|s| u32::try_from(s).ok()),
-        }
-    }
-
-    pub(crate) fn is_none(&self) -> bool {
-        *self == Origin::default()
-    }
-}
-
-/// The step whose tag is `tag` nearest to the current step `now`: `now`
-/// itself, the step after it (its boundary not read yet: rings are merged
-/// by time), or one of the 253 before it. FORMAT.md: the latest step
-/// boundary whose tag matches; steps last far longer than clock skew.
-pub(crate) fn resolve_step(tag: u8, now: Option<u64>) -> Option<u64> {
-    let now = now?;
-    if tag == 0 {
-        return None;
-    }
-    let want = u64::from(tag - 1);
-    let ahead = (want + 255 - now % 255) % 255;
-    match ahead {
-        0 => Some(now),
-        1 => now.checked_add(1),
-        _ => now.checked_sub(255 - ahead),
-    }
-}
-
-/// What a block's phase is, as shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PhaseKey {
-    Forward,
-    Backward,
-    Optimizer,
-    Other,
-    /// No context, an undefined one, or a context without a phase.
-    Unknown,
-}
-
-impl PhaseKey {
-    pub(crate) const ALL: [PhaseKey; 5] = [
-        PhaseKey::Forward,
-        PhaseKey::Backward,
-        PhaseKey::Optimizer,
-        PhaseKey::Other,
-        PhaseKey::Unknown,
-    ];
-
-    pub(crate) fn of(p: Phase) -> PhaseKey {
-        match p {
-            Phase::NotGiven => PhaseKey::Unknown,
-            Phase::Forward => PhaseKey::Forward,
-            Phase::Backward => PhaseKey::Backward,
-            Phase::Optimizer => PhaseKey::Optimizer,
-            Phase::Other(_) => PhaseKey::Other,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PhaseKey::Forward => "forward",
-            PhaseKey::Backward => "backward",
-            PhaseKey::Optimizer => "optimizer",
-            PhaseKey::Other => "other",
-            PhaseKey::Unknown => "unknown",
-        }
-    }
-}
 
 /// A string being received in 32-byte chunks, or complete.
 #[derive(Debug, Clone)]
@@ -569,44 +475,6 @@ impl Attribution {
     }
 }
 
-/// Text order with runs of digits compared as numbers, so that
-/// `model.layers.2` comes before `model.layers.10`.
-pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    fn chunks(s: &str) -> impl Iterator<Item = &str> {
-        let mut rest = s;
-        std::iter::from_fn(move || {
-            let first = rest.chars().next()?;
-            let digit = first.is_ascii_digit();
-            let end = rest
-                .find(|c: char| c.is_ascii_digit() != digit)
-                .unwrap_or(rest.len());
-            let (chunk, tail) = rest.split_at(end);
-            rest = tail;
-            Some(chunk)
-        })
-    }
-    let (mut x, mut y) = (chunks(a), chunks(b));
-    loop {
-        match (x.next(), y.next()) {
-            (None, None) => return a.cmp(b),
-            (None, Some(_)) => return std::cmp::Ordering::Less,
-            (Some(_), None) => return std::cmp::Ordering::Greater,
-            (Some(p), Some(q)) => {
-                let numeric = p.as_bytes()[0].is_ascii_digit() && q.as_bytes()[0].is_ascii_digit();
-                let o = if numeric {
-                    let (p, q) = (p.trim_start_matches('0'), q.trim_start_matches('0'));
-                    p.len().cmp(&q.len()).then_with(|| p.cmp(q))
-                } else {
-                    p.cmp(q)
-                };
-                if o.is_ne() {
-                    return o;
-                }
-            }
-        }
-    }
-}
-
 /// The name of a producer drop kind in [`Attribution::producer_dropped`].
 pub(crate) fn drop_name(w: DropWhat) -> Option<&'static str> {
     Some(match w {
@@ -717,127 +585,9 @@ pub(crate) fn attribution(
     }
 }
 
-/// One row of a step diff: live blocks of one module, phase and size.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiffRow {
-    #[serde(with = "crate::model::view::module_json")]
-    pub module: String,
-    pub phase: PhaseKey,
-    /// What the blocks are to PyTorch (`model::roles`).
-    #[serde(default = "Role::other")]
-    pub role: Role,
-    /// The requested size of each block of the row.
-    pub size: u64,
-    pub blocks: u64,
-    /// Allocated bytes (block sizes) in all.
-    pub bytes: u64,
-    /// The code location: the stack captured when the module was entered,
-    /// innermost first (empty: none captured).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stack: Vec<String>,
-}
-
-/// What was born in step `born` and is still alive at step `at`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepDiff {
-    pub born: u64,
-    /// The step the view was taken in.
-    pub at: Option<u64>,
-    pub bytes: u64,
-    pub blocks: u64,
-    /// Most bytes first.
-    pub rows: Vec<DiffRow>,
-}
-
-/// The step diff of a process view taken with its block map: the allocated
-/// blocks born in step `born`, grouped by module, phase, requested size and
-/// code location (the stack, where one was captured).
-/// A context keyed by step gives the step of its blocks.
-pub fn step_diff(view: &ProcessView, born: u64) -> StepDiff {
-    let attrib = &view.attribution;
-    let unknown = ContextView {
-        id: 0,
-        module: String::new(),
-        phase: PhaseKey::Unknown,
-        step: None,
-        stack: Vec::new(),
-    };
-    type Key<'a> = (&'a str, PhaseKey, Role, u64, &'a [String]);
-    let mut groups: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
-    let blocks = view
-        .devices
-        .iter()
-        .flat_map(|d| (d.segments.iter().flat_map(|s| s.blocks.iter())).chain(d.orphans.iter()));
-    for v in blocks {
-        let b = &v.block;
-        if b.state != BlockState::Allocated {
-            continue;
-        }
-        let c = attrib.context(b.origin.context).unwrap_or(&unknown);
-        let step = c.step.or(b.origin.step.map(u64::from));
-        if step != Some(born) {
-            continue;
-        }
-        // A block a role list names is its holder's (a gradient made
-        // in backward, optimizer state made in the step).
-        let module = v.held_by.as_deref().unwrap_or(c.module.as_str());
-        let role = v.role.unwrap_or(Role::Other);
-        let e = groups
-            .entry((module, c.phase, role, b.requested, c.stack.as_slice()))
-            .or_default();
-        e.0 = e.0.saturating_add(b.size);
-        e.1 += 1;
-    }
-    let mut rows: Vec<DiffRow> = groups
-        .into_iter()
-        .map(
-            |((module, phase, role, size, stack), (bytes, blocks))| DiffRow {
-                module: module.to_string(),
-                phase,
-                role,
-                size,
-                blocks,
-                bytes,
-                stack: stack.to_vec(),
-            },
-        )
-        .collect();
-    rows.sort_by(|a, b| {
-        b.bytes
-            .cmp(&a.bytes)
-            .then_with(|| natural_cmp(&a.module, &b.module))
-    });
-    StepDiff {
-        born,
-        at: attrib.step,
-        bytes: rows.iter().fold(0, |a, r| a.saturating_add(r.bytes)),
-        blocks: rows.iter().map(|r| r.blocks).sum(),
-        rows,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn step_tags_resolve_to_the_nearest_step() {
-        let tag = CtxTag::step_tag_of;
-        assert_eq!(resolve_step(tag(10), Some(10)), Some(10));
-        assert_eq!(resolve_step(tag(11), Some(10)), Some(11));
-        assert_eq!(resolve_step(tag(9), Some(10)), Some(9));
-        // 253 steps back still resolves; a tag of "now + 2" is 253 back.
-        assert_eq!(resolve_step(tag(1000 - 253), Some(1000)), Some(747));
-        assert_eq!(resolve_step(tag(1002), Some(1000)), Some(747));
-        assert_eq!(resolve_step(tag(5), Some(3)), None); // before step 0
-        assert_eq!(resolve_step(0, Some(3)), None);
-        assert_eq!(resolve_step(tag(3), None), None);
-        for now in [0u64, 1, 254, 255, 256, 1 << 40] {
-            for back in 0..=253u64.min(now) {
-                assert_eq!(resolve_step(tag(now - back), Some(now)), Some(now - back));
-            }
-        }
-    }
 
     #[test]
     fn strings_assemble_from_chunks_in_any_order() {

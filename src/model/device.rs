@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::attrib::Origin;
+use super::origin::Origin;
 use super::series::{Series, SeriesConfig};
 use super::Bounds;
 use crate::event::{BlockState, PoolId, SegmentPool, Stats};
@@ -269,7 +269,7 @@ pub struct DeviceState {
     /// Events kept with their ring positions, to place snapshots exactly.
     placement: Placement,
     /// The process's current step, which the step tags of new blocks
-    /// resolve against (see `attrib::resolve_step`).
+    /// resolve against (see `origin::resolve_step`).
     step_now: Option<u64>,
 }
 

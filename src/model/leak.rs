@@ -327,7 +327,7 @@ pub(crate) fn growing_origins<'a>(
     out.sort_by(|a, b| {
         b.bytes_per_step
             .cmp(&a.bytes_per_step)
-            .then_with(|| super::attrib::natural_cmp(&a.module, &b.module))
+            .then_with(|| super::origin::natural_cmp(&a.module, &b.module))
             .then_with(|| a.stack.cmp(&b.stack))
     });
     let more = out.len().saturating_sub(top) as u64;

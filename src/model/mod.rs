@@ -20,9 +20,14 @@
 //!   place that guesses).
 //! - [`series`]: bounded downsampling time series for timelines.
 //! - [`leak`]: step detection, floor trend, growing allocation sizes.
+//! - [`origin`]: where a block came from (its context and birth step), its
+//!   phase as shown, the order of module paths: the floor the block map,
+//!   leaks, roles and attribution stand on (it imports no other part).
 //! - [`attrib`]: attribution — the definitions a process sent (strings,
 //!   frames, stacks, contexts), the step its tags resolve against, live
-//!   bytes by module and phase, and the step diff.
+//!   bytes by module and phase.
+//! - [`roles`]: role lists matched to blocks (parameters, gradients, ...).
+//! - [`stepdiff`]: what a step allocated that is still alive, from a view.
 //! - [`view`]: the serde-serialisable snapshot the views read.
 //!
 //! Every structure that grows with the input has a bound in
@@ -57,12 +62,14 @@ pub mod device;
 pub(crate) mod eventlog;
 pub mod forecast;
 pub(crate) mod leak;
+pub mod origin;
 pub(crate) mod period;
 pub(crate) mod process;
 pub mod roles;
 pub(crate) mod rules;
 pub mod rundiff;
 pub(crate) mod series;
+pub mod stepdiff;
 pub(crate) mod view;
 
 #[cfg(test)]

@@ -49,8 +49,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::attrib::PhaseKey;
 use super::device::Block;
+use super::origin::PhaseKey;
 use super::Bounds;
 use crate::event::{BlockState, EventKind, Held};
 

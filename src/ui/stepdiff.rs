@@ -1,6 +1,6 @@
 //! The step diff overlay (`d` in the process view): what step k allocated
 //! that is still alive now, in step k + n, grouped by module, phase, role, size
-//! and code location (`attrib::step_diff`). `+`/`-` move k back and forth
+//! and code location (`model::stepdiff`). `+`/`-` move k back and forth
 //! (n = 1 at first: the step before the current one), j/k scroll.
 
 use ratatui::layout::Rect;
@@ -10,7 +10,7 @@ use ratatui::Frame;
 
 use super::blockmap::module_label;
 use super::theme::Theme;
-use crate::model::attrib::step_diff;
+use crate::model::stepdiff::step_diff;
 use crate::model::ProcessView;
 use crate::text::format;
 

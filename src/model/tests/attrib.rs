@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::event::{CtxTag, MarkSource, Phase};
-use crate::model::attrib::{step_diff, PhaseKey};
+use crate::model::attrib::PhaseKey;
+use crate::model::stepdiff::step_diff;
 use crate::model::ViewOptions;
 
 fn string(ev: &mut Ev, id: u32, text: &str) -> Vec<Event> {
