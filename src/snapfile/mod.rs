@@ -461,10 +461,7 @@ pub enum SnapError {
 /// fit (a damaged or hand-made file), the file is read again as plain
 /// values, which decide what is read or what is wrong.
 pub fn read(path: &Path) -> Result<SnapshotFile, SnapError> {
-    let io = |source| SnapError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = io_error(path);
     let len = std::fs::metadata(path).map_err(io)?.len();
     read_from(path, len, || std::fs::File::open(path))
 }
@@ -475,6 +472,14 @@ pub fn read_bytes(path: &Path, bytes: &[u8]) -> Result<SnapshotFile, SnapError> 
     read_from(path, bytes.len() as u64, || Ok(bytes))
 }
 
+/// An I/O error reading `path`, as [`SnapError::Io`].
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> SnapError + Copy + '_ {
+    move |source| SnapError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// [`read`] of the `len` bytes `open` gives (each time it is called, from
 /// their start), named `path`.
 fn read_from<R: std::io::Read>(
@@ -482,10 +487,7 @@ fn read_from<R: std::io::Read>(
     len: u64,
     open: impl Fn() -> std::io::Result<R>,
 ) -> Result<SnapshotFile, SnapError> {
-    let io = |source| SnapError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = io_error(path);
     let taking = {
         let file = open().map_err(io)?;
         let mut st = State::streaming(len);
@@ -508,10 +510,7 @@ fn read_plain<R: std::io::Read>(
     len: u64,
     open: impl Fn() -> std::io::Result<R>,
 ) -> Result<SnapshotFile, SnapError> {
-    let io = |source| SnapError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = io_error(path);
     let doc = pickle::parse(open().map_err(io)?, len).map_err(|source| SnapError::Pickle {
         path: path.to_path_buf(),
         source,

@@ -218,8 +218,9 @@ def ensure(force=False, quiet=False):
     variant = os.environ.get("VRAMSCOPE_VARIANT", "")
     native = os.environ.get("VRAMSCOPE_ATTRIBUTION_NATIVE", "1") != "0"
     # Both cached already (another process built them): nothing to say.
-    have_t = _build.build(tf, tv, abi, variant, cached_only=True) if _safe_cached() else None
-    have_f = _build.build_fast(tf, tv, abi, cached_only=True) if (native and _safe_cached()) else None
+    # (cached_only: None unless the cache is private and holds it.)
+    have_t = _build.build(tf, tv, abi, variant, cached_only=True)
+    have_f = _build.build_fast(tf, tv, abi, cached_only=True) if native else None
     doc = {"status": "cached", "torch": tv, "tracker": have_t, "fastcall": have_f}
     if have_t and (have_f or not native) and not force:
         _write_stamp(key, doc)
@@ -277,10 +278,6 @@ def ensure(force=False, quiet=False):
         if not quiet:
             _say(n)
     return status, doc
-
-
-def _safe_cached():
-    return _build.private_problem(_build.cache_dir()) is None
 
 
 def spawn_detached():
