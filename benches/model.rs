@@ -10,8 +10,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
-use vramscope::event::{Event, EventKind, Place, PoolId, Stats};
-use vramscope::model::{Model, ModelConfig, Process, ProcessKey, ViewOptions};
+use vramscope_core::model::{Model, ModelConfig, Process, ProcessKey, ViewOptions};
+use vramscope_wire::event::{Event, EventKind, Place, PoolId, Stats};
 
 const KEY: ProcessKey = ProcessKey {
     pid: 1,
@@ -29,7 +29,7 @@ const PLACE: Place = Place {
     device: 0,
     stream: 0,
     pool: PoolId(0, 0),
-    ctx: vramscope::event::CtxTag::NONE,
+    ctx: vramscope_wire::event::CtxTag::NONE,
 };
 
 /// A list of events `dt` apart; `t` is the time of the last one.

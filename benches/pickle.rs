@@ -4,7 +4,7 @@
 //! 205 MB (a trace of 800,000 events, each with its own 40-frame stack over
 //! 5,000 unique frames, as `_record_memory_history(stacks="python")`
 //! dumps), then in one run:
-//! - parses it with `vramscope::snapfile::read` (criterion, MB/s), the
+//! - parses it with `vramscope_core::snapfile::read` (criterion, MB/s), the
 //!   plain `pickle::parse` keeping every value (its rate and memory), and in a
 //!   child process its peak RSS (VmHWM) against the file's size (and, with
 //!   `VRAMSCOPE_PICKLE_BEFORE=PATH` naming another build of this bench, that
@@ -22,8 +22,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use vramscope::event::{BlockState, PoolId};
-use vramscope::snapfile::{self, write, Block, Frame, Segment, SnapshotFile, TraceEntry};
+use vramscope_core::snapfile::{self, write, Block, Frame, Segment, SnapshotFile, TraceEntry};
+use vramscope_wire::event::{BlockState, PoolId};
 
 fn synthetic(events: usize) -> SnapshotFile {
     let frames = (0..5000)
@@ -188,7 +188,7 @@ fn main() {
     for _ in 0..3 {
         let t = Instant::now();
         let f = std::fs::File::open(&path).expect("open");
-        let doc = vramscope::pickle::parse(f, len).expect("parses");
+        let doc = vramscope_core::pickle::parse(f, len).expect("parses");
         parse.push(t.elapsed().as_secs_f64());
         held = doc.memory_bytes();
     }

@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 const SLOTS: u64 = 1 << 16;
 

@@ -7,8 +7,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use vramscope::ui::fixtures::{app_with, refresh, Fixture};
-use vramscope::ui::{draw, App, AppConfig, Pane, Theme};
+use vramscope_ui::fixtures::{app_with, refresh, Fixture};
+use vramscope_ui::{draw, App, AppConfig, Pane, Theme};
 
 fn config() -> AppConfig {
     AppConfig {

@@ -4,9 +4,9 @@
 //!   cargo run --release --example busy_writer -- DIR SECONDS
 use std::time::{Duration, Instant};
 
-use vramscope::ring::codec::encode;
-use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
-use vramscope::sim::{SimAllocator, SimConfig};
+use vramscope_core::sim::{SimAllocator, SimConfig};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -40,7 +40,7 @@ fn main() {
             words.clear();
             sample += 1;
             encode(&e, sample, &mut words);
-            let ring = if matches!(e.kind, vramscope::event::EventKind::Stats { .. }) {
+            let ring = if matches!(e.kind, vramscope_wire::event::EventKind::Stats { .. }) {
                 0
             } else {
                 1

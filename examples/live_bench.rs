@@ -65,11 +65,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use vramscope::event::{Event, EventKind, MarkSource, Place, RingSpan};
-use vramscope::input::Input;
-use vramscope::recording::Replayer;
-use vramscope::ring::codec::{encode, Words};
-use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter, Status};
+use vramscope_core::input::Input;
+use vramscope_core::recording::Replayer;
+use vramscope_wire::event::{Event, EventKind, MarkSource, Place, RingSpan};
+use vramscope_wire::ring::codec::{encode, Words};
+use vramscope_wire::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter, Status};
 
 const DEFAULT_REC: &str = "tests/fixtures/recordings/placed/gpt2-placed.vsrec";
 /// The agent's default ring size (`VRAMSCOPE_SLOTS`).
@@ -201,7 +201,7 @@ impl Out for Sink<'_> {
 /// events a second).
 #[derive(Default)]
 struct MemSink {
-    out: Vec<(Event, vramscope::event::RingPos)>,
+    out: Vec<(Event, vramscope_wire::event::RingPos)>,
     heads: [u64; 2],
     t: u64,
 }
@@ -216,7 +216,7 @@ impl Out for MemSink {
             1
         };
         self.heads[ring] += records;
-        let at = vramscope::event::RingPos {
+        let at = vramscope_wire::event::RingPos {
             ring: ring as u32,
             position: self.heads[ring] - 1,
         };
@@ -294,7 +294,7 @@ impl Looped {
     fn retag(&self, mut place: Place) -> Place {
         if place.ctx.step_tag != 0 {
             let step = u64::from(place.ctx.step_tag - 1) + self.round * self.rec.steps;
-            place.ctx.step_tag = vramscope::event::CtxTag::step_tag_of(step);
+            place.ctx.step_tag = vramscope_wire::event::CtxTag::step_tag_of(step);
         }
         place
     }
@@ -486,7 +486,7 @@ impl Source for Looped {
 /// The simulator allocating and freeing (as `examples/busy_writer.rs`),
 /// with statistics every 100 ms and a step marker every 2,000 events.
 struct Simulated {
-    a: vramscope::sim::SimAllocator,
+    a: vramscope_core::sim::SimAllocator,
     held: Vec<u64>,
     buf: Vec<Event>,
     n: u64,
@@ -497,9 +497,9 @@ struct Simulated {
 impl Simulated {
     fn new() -> Self {
         Simulated {
-            a: vramscope::sim::SimAllocator::new(vramscope::sim::SimConfig {
+            a: vramscope_core::sim::SimAllocator::new(vramscope_core::sim::SimConfig {
                 capacity: 80 << 30,
-                ..vramscope::sim::SimConfig::default()
+                ..vramscope_core::sim::SimConfig::default()
             }),
             held: Vec::new(),
             buf: Vec::new(),
@@ -646,7 +646,7 @@ fn producer(a: ProducerArgs) {
                 .to_string();
             *commands.entry(name).or_insert(0) += 1;
             match req.command {
-                vramscope::ring::Command::Ping { value } => {
+                vramscope_wire::ring::Command::Ping { value } => {
                     server.answer(req, Status::Ok, value, 0)
                 }
                 _ => server.answer(req, Status::Unsupported, 0, 0),
@@ -916,10 +916,10 @@ impl Serve {
     /// Ends serve with SIGTERM (so a wrapper such as heaptrack finishes
     /// its file), waiting up to a minute.
     fn stop(mut self) {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(self.pid, libc::SIGTERM);
-        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
             if let Ok(Some(_)) = self.child.0.try_wait() {
@@ -1556,9 +1556,9 @@ fn check(secs: f64, rate: f64, rec: Option<PathBuf>, delay: f64) {
         go();
         std::thread::sleep(Duration::from_secs_f64(delay));
     }
-    let mut cfg = vramscope::collect::Config::new(dir.path().to_path_buf());
+    let mut cfg = vramscope_collect::Config::new(dir.path().to_path_buf());
     cfg.nvml = false;
-    let live = vramscope::collect::Live::start(cfg).unwrap();
+    let live = vramscope_collect::Live::start(cfg).unwrap();
     if delay <= 0.0 {
         // Attached from the start: the segment is found within a scan.
         let t = Instant::now();
@@ -1567,7 +1567,7 @@ fn check(secs: f64, rate: f64, rec: Option<PathBuf>, delay: f64) {
         }
         go();
     }
-    let opts = vramscope::model::ViewOptions {
+    let opts = vramscope_core::model::ViewOptions {
         block_map: true,
         recent_events: 10,
         timeline: None,
@@ -1634,16 +1634,17 @@ fn check(secs: f64, rate: f64, rec: Option<PathBuf>, delay: f64) {
 /// The collector's merge (a copy of `collect::rings::merge_by_time`, which
 /// is private): each record keyed by the latest time of its ring, agent
 /// rings after device rings at equal times, a stable sort.
-fn merge_copy(batch: &mut Vec<(Event, vramscope::event::RingPos)>) {
+fn merge_copy(batch: &mut Vec<(Event, vramscope_wire::event::RingPos)>) {
     let mut latest: HashMap<u32, u64> = HashMap::new();
-    let mut keyed: Vec<((u64, bool), (Event, vramscope::event::RingPos))> = std::mem::take(batch)
-        .into_iter()
-        .map(|(e, at)| {
-            let t = latest.entry(at.ring).or_insert(0);
-            *t = (*t).max(e.time_ns);
-            ((*t, at.ring == 0), (e, at))
-        })
-        .collect();
+    let mut keyed: Vec<((u64, bool), (Event, vramscope_wire::event::RingPos))> =
+        std::mem::take(batch)
+            .into_iter()
+            .map(|(e, at)| {
+                let t = latest.entry(at.ring).or_insert(0);
+                *t = (*t).max(e.time_ns);
+                ((*t, at.ring == 0), (e, at))
+            })
+            .collect();
     keyed.sort_by_key(|k| k.0);
     batch.extend(keyed.into_iter().map(|k| k.1));
 }
@@ -1651,8 +1652,8 @@ fn merge_copy(batch: &mut Vec<(Event, vramscope::event::RingPos)>) {
 /// The parts of the live path, in one process, on the same event stream:
 /// what each costs per event without the rest around it.
 fn stages(events: usize, procs: usize, rec: Option<PathBuf>) {
-    use vramscope::event::RingPos;
-    use vramscope::model::{Model, ModelConfig, ProcessKey, ViewOptions, Watch};
+    use vramscope_core::model::{Model, ModelConfig, ProcessKey, ViewOptions, Watch};
+    use vramscope_wire::event::RingPos;
     // The stream, as a producer writes it (100,000 events a second).
     let mut source: Box<dyn Source> = match &rec {
         Some(p) => Box::new(Looped::new(load(p))),
@@ -1683,7 +1684,7 @@ fn stages(events: usize, procs: usize, rec: Option<PathBuf>) {
     let t = Instant::now();
     let mut decoded = 0usize;
     for r in &rings {
-        let mut d = vramscope::ring::codec::Decoder::default();
+        let mut d = vramscope_wire::ring::codec::Decoder::default();
         for w in r {
             if let Some(e) = d.decode(w) {
                 decoded += 1;
@@ -1839,7 +1840,7 @@ fn stages(events: usize, procs: usize, rec: Option<PathBuf>) {
             ViewOptions {
                 block_map: true,
                 recent_events: 2 * 20 + 64,
-                timeline: Some(vramscope::model::TimelineRequest {
+                timeline: Some(vramscope_core::model::TimelineRequest {
                     from_ns: mem.t.saturating_sub(30_000_000_000),
                     to_ns: mem.t,
                     columns: 190,

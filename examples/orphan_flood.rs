@@ -12,11 +12,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use vramscope::collect::{Config, Live};
-use vramscope::event::{Event, EventKind, Place};
-use vramscope::model::ViewOptions;
-use vramscope::ring::codec::encode;
-use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
+use vramscope_collect::{Config, Live};
+use vramscope_core::model::ViewOptions;
+use vramscope_wire::event::{Event, EventKind, Place};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
 
 /// This process's resident set size in MiB.
 fn rss_mib() -> f64 {

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use vramscope::ring::discover;
-use vramscope::ring::{Command, SegmentReader};
+use vramscope_wire::ring::discover;
+use vramscope_wire::ring::{Command, SegmentReader};
 
 fn usage() -> ! {
     eprintln!(
@@ -85,7 +85,7 @@ fn dump(path: &Path) -> anyhow::Result<()> {
             "label": h.label,
             "state": r.state(),
             "heartbeat_ns": r.heartbeat_ns(),
-            "now_ns": vramscope::ring::monotonic_ns(),
+            "now_ns": vramscope_wire::ring::monotonic_ns(),
             "rings": rings,
             "totals": r.totals(),
             "dropped_samples": r.dropped_samples(),

@@ -51,7 +51,7 @@ fn cpu_s(pid: u32) -> f64 {
     let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    ticks / procfs::ticks_per_second() as f64
 }
 
 fn get(addr: &str) -> (Duration, String) {
@@ -296,8 +296,8 @@ fn fleet_bench(targets: usize) {
         .enable_all()
         .build()
         .unwrap();
-    let c = vramscope::fleet::prom::Client::new(
-        vramscope::fleet::prom::Endpoint::parse(&url).unwrap(),
+    let c = vramscope_collect::fleet::prom::Client::new(
+        vramscope_collect::fleet::prom::Endpoint::parse(&url).unwrap(),
         Duration::from_secs(10),
     );
     let start = Instant::now();
@@ -318,10 +318,10 @@ fn fleet_bench(targets: usize) {
     let mut fleet = None;
     for _ in 0..20 {
         let t = Instant::now();
-        let [up, figures, rates] = vramscope::fleet::model::queries("vramscope");
+        let [up, figures, rates] = vramscope_collect::fleet::model::queries("vramscope");
         let (a, b, r) =
             rt.block_on(async { tokio::join!(c.query(&up), c.query(&figures), c.query(&rates)) });
-        fleet = Some(vramscope::fleet::model::Fleet::build(
+        fleet = Some(vramscope_collect::fleet::model::Fleet::build(
             &a.unwrap(),
             &b.unwrap(),
             &r.unwrap(),

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             ExitCode::from(e.downcast_ref::<cmd::ExitStatus>().map_or(1, |s| s.0))
         }
         Err(e) => {
-            vramscope::text::stderr_line(format_args!("vramscope: {}", message(&e)));
+            vramscope_text::stderr_line(format_args!("vramscope: {}", message(&e)));
             ExitCode::FAILURE
         }
     }
@@ -64,7 +64,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .collect()
         }
     };
-    vramscope::text::stderr_line(format_args!(
+    vramscope_text::stderr_line(format_args!(
         "vramscope: {line} (see `{} --help`)",
         command.join(" ")
     ));

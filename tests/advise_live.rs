@@ -138,14 +138,14 @@ fn the_snapshot_table_says_what_the_advice_covers() {
 /// would (parameters, then steps of activations allocated and freed, a
 /// statistics sample and a step marker each), one step every 100 ms,
 /// from 1.5 s after it is called until `child` exits (at most 50 s).
-fn job_until(seg: &vramscope::ring::SegmentWriter, child: &mut std::process::Child) {
+fn job_until(seg: &vramscope_wire::ring::SegmentWriter, child: &mut std::process::Child) {
     job_while(seg, || child.try_wait().unwrap().is_none());
 }
 
 /// [`job_until`] while `going` says so.
-fn job_while(seg: &vramscope::ring::SegmentWriter, mut going: impl FnMut() -> bool) {
-    use vramscope::event::{EventKind, MarkSource};
-    use vramscope::sim::{SimAllocator, SimConfig};
+fn job_while(seg: &vramscope_wire::ring::SegmentWriter, mut going: impl FnMut() -> bool) {
+    use vramscope_core::sim::{SimAllocator, SimConfig};
+    use vramscope_wire::event::{EventKind, MarkSource};
 
     // The job starts once the watcher has had time to find its segment.
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -157,7 +157,7 @@ fn job_while(seg: &vramscope::ring::SegmentWriter, mut going: impl FnMut() -> bo
     let started = std::time::Instant::now();
     let mut step = 0u64;
     while going() && started.elapsed().as_secs() < 50 {
-        a.set_time(vramscope::ring::monotonic_ns());
+        a.set_time(vramscope_wire::ring::monotonic_ns());
         if step == 0 {
             for i in 0..10u64 {
                 a.malloc((i % 4 + 1) << 21, 0, &mut ev).unwrap();
@@ -190,8 +190,8 @@ fn job_while(seg: &vramscope::ring::SegmentWriter, mut going: impl FnMut() -> bo
     }
 }
 
-fn job_segment(dir: &Path) -> vramscope::ring::SegmentWriter {
-    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+fn job_segment(dir: &Path) -> vramscope_wire::ring::SegmentWriter {
+    use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter};
     SegmentWriter::create(&SegmentConfig::new(dir, Producer::TorchExact, 1, 1 << 16)).unwrap()
 }
 
@@ -258,10 +258,10 @@ fn snapshot_advise_has_the_advice_in_its_json() {
 /// did: its allocated peak is the job's.
 #[test]
 fn a_job_advised_from_mid_run_holds_what_it_held() {
-    use vramscope::collect::Hub;
-    use vramscope::input::Input;
-    use vramscope::model::ViewOptions;
-    use vramscope::recording::Replayer;
+    use vramscope_collect::Hub;
+    use vramscope_core::input::Input;
+    use vramscope_core::model::ViewOptions;
+    use vramscope_core::recording::Replayer;
 
     let rec = recording(&dir("closure"), "lightning");
     let mut r = Replayer::open(rec.path()).unwrap();

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 
-use vramscope::agent::{self, Level};
+use vramscope_collect::agent::{self, Level};
 
 mod common;
 

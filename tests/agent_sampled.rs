@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command as Proc, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope::event::{BlockState, EventKind, SegmentPool, Stats};
-use vramscope::ring::{Command, Producer, SegmentReader, Status};
+use vramscope_wire::event::{BlockState, EventKind, SegmentPool, Stats};
+use vramscope_wire::ring::{Command, Producer, SegmentReader, Status};
 
 /// A fake torch: two devices, fixed statistics and a fixed snapshot;
 /// `empty_cache` drops reserved to allocated (and records the device it ran
@@ -171,7 +171,7 @@ fn setup() -> Env {
     std::fs::create_dir_all(fake.join("torch/cuda")).unwrap();
     std::fs::write(fake.join("torch/__init__.py"), FAKE_TORCH).unwrap();
     std::fs::write(fake.join("torch/cuda/__init__.py"), FAKE_CUDA).unwrap();
-    let agent = vramscope::agent::extract_to(&tmp.path().join("cache")).unwrap();
+    let agent = vramscope_collect::agent::extract_to(&tmp.path().join("cache")).unwrap();
     let shm = tmp.path().join("shm");
     std::fs::create_dir(&shm).unwrap();
     let script = tmp.path().join("train_fake.py");

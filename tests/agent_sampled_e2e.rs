@@ -253,7 +253,7 @@ fn item1_a_sampled_mode_job_is_seen_by_snapshot_empty_cache_and_the_dashboard() 
     );
     let now = u(&after["reserved"]);
     assert!(now < reserved, "the stand-in released nothing: {after}");
-    use vramscope::text::format::bytes;
+    use vramscope_text::format::bytes;
     let want = format!(
         "process {pid}: released {} (reserved {} -> {})",
         bytes(reserved - now),

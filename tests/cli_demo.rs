@@ -271,8 +271,8 @@ fn a_looping_demo_keeps_its_verdict_in_every_run() {
 #[test]
 fn stacks_command_captures_code_locations_in_a_running_demo() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = vramscope::demo::scenario("leak", None).unwrap();
-    let control = vramscope::demo::start(sc, dir.path(), 5.0, None).unwrap();
+    let sc = vramscope_collect::demo::scenario("leak", None).unwrap();
+    let control = vramscope_collect::demo::start(sc, dir.path(), 5.0, None).unwrap();
     let pid = std::process::id().to_string();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_vramscope"))

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vramscope::event::{EventKind, Place, Stats};
-use vramscope::ring::codec::encode;
-use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
+use vramscope_wire::event::{EventKind, Place, Stats};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
 use common::{answering, succeeded, vramscope as bin, write};
@@ -143,7 +143,7 @@ fn empty_cache_pid_prints_what_was_released() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
     let seg = SegmentWriter::create(&cfg).unwrap();
-    let answer = |req: &vramscope::ring::control::Request| {
+    let answer = |req: &vramscope_wire::ring::control::Request| {
         assert_eq!(req.command, Command::EmptyCache { device: None });
         (Status::Ok, 3 << 30, 1 << 30)
     };
@@ -174,7 +174,7 @@ fn empty_cache_pid_prints_what_was_released() {
 /// `start_time`: the segment of a producer that is gone.
 fn left_behind(seg: &SegmentWriter, dir: &std::path::Path, name: &str, pid: u32, start_time: u64) {
     use std::os::unix::fs::PermissionsExt;
-    use vramscope::ring::layout::{OFF_PID, OFF_START_TIME};
+    use vramscope_wire::ring::layout::{OFF_PID, OFF_START_TIME};
     let mut bytes = std::fs::read(seg.path()).unwrap();
     bytes[OFF_PID..OFF_PID + 4].copy_from_slice(&pid.to_le_bytes());
     bytes[OFF_START_TIME..OFF_START_TIME + 8].copy_from_slice(&start_time.to_le_bytes());
@@ -189,7 +189,7 @@ fn left_behind(seg: &SegmentWriter, dir: &std::path::Path, name: &str, pid: u32,
 /// once, and its answer is printed; nothing else is read or changed.
 #[test]
 fn empty_cache_pid_finds_its_segment_among_many() {
-    use vramscope::ring::discover::{current_uid, segment_name};
+    use vramscope_wire::ring::discover::{current_uid, segment_name};
     let dir = tempfile::tempdir().unwrap();
     let me = std::process::id();
     let mut cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
@@ -238,7 +238,7 @@ fn empty_cache_pid_finds_its_segment_among_many() {
 
 #[test]
 fn sim_replays_a_recorded_process_and_matches_its_figures() {
-    use vramscope::sim::{SimAllocator, SimConfig};
+    use vramscope_core::sim::{SimAllocator, SimConfig};
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("job.vsrec");
     let shm = dir.path().join("shm");
@@ -255,7 +255,7 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
     let mut ev = Vec::new();
     let mut held = Vec::new();
     for i in 0..400u64 {
-        a.set_time(vramscope::ring::monotonic_ns());
+        a.set_time(vramscope_wire::ring::monotonic_ns());
         if i % 4 == 3 {
             let p = held.remove((i as usize * 7) % held.len());
             a.free(p, &mut ev).unwrap();
@@ -313,16 +313,16 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
 /// The demo's `leak` scenario as a recording (its events in batches of 64,
 /// as a collector delivers them).
 fn leak_recording(path: &std::path::Path) {
-    use vramscope::input::{EventBatch, Input};
-    use vramscope::model::ProcessKey;
-    use vramscope::sim::{Scenario, ScenarioRunner};
+    use vramscope_core::input::{EventBatch, Input};
+    use vramscope_core::model::ProcessKey;
+    use vramscope_core::sim::{Scenario, ScenarioRunner};
     let mut events = Vec::new();
     ScenarioRunner::new(Scenario::by_name("leak").unwrap()).run_to_end(&mut events);
     let key = ProcessKey {
         pid: 4242,
         start_time: 1,
     };
-    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    let mut rec = vramscope_core::recording::Recorder::create(path).unwrap();
     for (i, batch) in events.chunks(64).enumerate() {
         let input = Input::Events(EventBatch {
             key,
@@ -439,7 +439,7 @@ fn stacks_pid_posts_command_5_and_says_what_came_back() {
             .unwrap()
     };
     // Steps in bits 0-31, depth in bits 32-47 of the argument.
-    let answer = |req: &vramscope::ring::control::Request| {
+    let answer = |req: &vramscope_wire::ring::control::Request| {
         assert_eq!(
             req.command,
             Command::CaptureStacks {
@@ -566,15 +566,21 @@ fn record_job_with_backlog(producer: Producer, extra: &[&str]) -> (Value, usize)
     let seg = SegmentWriter::create(&SegmentConfig::new(&shm, producer, 1, 4096)).unwrap();
     write_backlog(&seg);
     let snapshots = AtomicUsize::new(0);
-    let answer = |req: &vramscope::ring::control::Request| {
+    let answer = |req: &vramscope_wire::ring::control::Request| {
         if let Command::Snapshot { .. } = req.command {
             snapshots.fetch_add(1, Ordering::Relaxed);
             let id = snapshots.load(Ordering::Relaxed) as u32;
             let blocks = [
-                (50 << 20, vramscope::event::BlockState::Allocated),
-                (14 << 20, vramscope::event::BlockState::Inactive),
+                (50 << 20, vramscope_wire::event::BlockState::Allocated),
+                (14 << 20, vramscope_wire::event::BlockState::Inactive),
             ];
-            common::write_snapshot(&seg, id, vramscope::ring::monotonic_ns(), BASE, &blocks);
+            common::write_snapshot(
+                &seg,
+                id,
+                vramscope_wire::ring::monotonic_ns(),
+                BASE,
+                &blocks,
+            );
         }
         (Status::Ok, 0, 0)
     };
@@ -686,7 +692,7 @@ fn a_producer_without_commands_is_recorded_with_its_backlog() {
 /// had no state to go on).
 #[test]
 fn item4_record_refuses_an_anchor_past_the_rings_head_and_says_so() {
-    use vramscope::event::RingSpan;
+    use vramscope_wire::event::RingSpan;
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("job.vsrec");
     let shm = dir.path().join("shm");
@@ -694,7 +700,7 @@ fn item4_record_refuses_an_anchor_past_the_rings_head_and_says_so() {
     let seg =
         SegmentWriter::create(&SegmentConfig::new(&shm, Producer::TorchExact, 1, 4096)).unwrap();
     write_backlog(&seg);
-    let answer = |req: &vramscope::ring::control::Request| {
+    let answer = |req: &vramscope_wire::ring::control::Request| {
         if let Command::Snapshot { .. } = req.command {
             let lie = seg.ring(1).head() + 1_000_000_000;
             let at = RingSpan {
@@ -704,8 +710,8 @@ fn item4_record_refuses_an_anchor_past_the_rings_head_and_says_so() {
                 exact: true,
                 ambiguous: false,
             };
-            let blocks = [(50 << 20, vramscope::event::BlockState::Allocated)];
-            let t = vramscope::ring::monotonic_ns();
+            let blocks = [(50 << 20, vramscope_wire::event::BlockState::Allocated)];
+            let t = vramscope_wire::ring::monotonic_ns();
             common::write_snapshot_at(&seg, 1, t, BASE, &blocks, Some(at));
         }
         (Status::Ok, 0, 0)

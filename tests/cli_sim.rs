@@ -148,14 +148,14 @@ fn capacity_comes_from_the_recording_and_fraction_caps_reserved() {
 /// lock and written after other threads got the lock again would be. With
 /// `positions`, each sample is followed by its STATS_C (exact); the last is
 /// read across two calls, a window (ambiguous). Returns the samples.
-fn burst_job(seg: &vramscope::ring::SegmentWriter, positions: bool) -> usize {
-    use vramscope::event::{Event, EventKind, RingSpan};
-    use vramscope::ring::codec::encode;
-    use vramscope::sim::{SimAllocator, SimConfig};
+fn burst_job(seg: &vramscope_wire::ring::SegmentWriter, positions: bool) -> usize {
+    use vramscope_core::sim::{SimAllocator, SimConfig};
+    use vramscope_wire::event::{Event, EventKind, RingSpan};
+    use vramscope_wire::ring::codec::encode;
     // `number`: the sample number (STATS_C repeats its sample's).
     let write = |ring: usize, kind: EventKind, number: u32| {
         let mut words = Vec::new();
-        let time_ns = vramscope::ring::monotonic_ns();
+        let time_ns = vramscope_wire::ring::monotonic_ns();
         encode(&Event { time_ns, kind }, number, &mut words);
         for w in &words {
             assert!(seg.ring(ring).write(w));
@@ -165,7 +165,7 @@ fn burst_job(seg: &vramscope::ring::SegmentWriter, positions: bool) -> usize {
     let mut held: Vec<u64> = Vec::new();
     let mut op = |a: &mut SimAllocator, i: u64| {
         let mut ev = Vec::new();
-        a.set_time(vramscope::ring::monotonic_ns());
+        a.set_time(vramscope_wire::ring::monotonic_ns());
         if i % 3 == 2 {
             let p = held.remove((i as usize * 7) % held.len());
             a.free(p, &mut ev).unwrap();
@@ -213,7 +213,7 @@ fn burst_job(seg: &vramscope::ring::SegmentWriter, positions: bool) -> usize {
 /// that followed it: none match.
 #[test]
 fn samples_placed_by_ring_positions_match_where_time_placement_fails() {
-    use vramscope::ring::{layout::FLAG_POSITIONS, Producer, SegmentConfig, SegmentWriter};
+    use vramscope_wire::ring::{layout::FLAG_POSITIONS, Producer, SegmentConfig, SegmentWriter};
     let dir = tempfile::tempdir().unwrap();
     let record = |name: &str| {
         let shm = dir.path().join(name);

@@ -4,8 +4,8 @@
 use std::process::Command as Proc;
 
 use serde_json::Value;
-use vramscope::event::{BlockState, EventKind, Place, Stats};
-use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
+use vramscope_wire::event::{BlockState, EventKind, Place, Stats};
+use vramscope_wire::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
 use common::{answering, succeeded, vramscope, write_at as write, write_snapshot};
@@ -19,7 +19,7 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
     let seg = SegmentWriter::create(&cfg).unwrap();
     let place = Place::default();
     let seg_addr = 0x7f00_0000_0000u64;
-    let t0 = vramscope::ring::monotonic_ns();
+    let t0 = vramscope_wire::ring::monotonic_ns();
     // State before attach, as a snapshot: one 20 MiB segment, 4 MiB allocated.
     let blocks = [
         (4 << 20, BlockState::Allocated),
@@ -53,7 +53,7 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
     write(&seg, 0, EventKind::Stats { device: 0, stats }, t0 + 2);
 
     // The "process" answers the snapshot command the collector sends.
-    let answer = |req: &vramscope::ring::control::Request| {
+    let answer = |req: &vramscope_wire::ring::control::Request| {
         assert_eq!(req.command, Command::Snapshot { device: None });
         (Status::Ok, 2, 0)
     };
@@ -106,8 +106,8 @@ fn snapshot_json_reports_a_writers_figures_exactly() {
 #[test]
 fn snapshot_reports_a_refused_segment_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let name = vramscope::ring::discover::segment_name(
-        vramscope::ring::discover::current_uid(),
+    let name = vramscope_wire::ring::discover::segment_name(
+        vramscope_wire::ring::discover::current_uid(),
         std::process::id(),
         Some("junk"),
     )
@@ -141,7 +141,7 @@ fn small_writer(dir: &std::path::Path) -> SegmentWriter {
     let mut cfg = SegmentConfig::new(dir, Producer::TorchExact, 1, 1024);
     cfg.label = "train.py".into();
     let seg = SegmentWriter::create(&cfg).unwrap();
-    let t0 = vramscope::ring::monotonic_ns();
+    let t0 = vramscope_wire::ring::monotonic_ns();
     let blocks = [
         (4 << 20, BlockState::Allocated),
         (16 << 20, BlockState::Inactive),

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 #[test]
 fn signals_end_a_wait_and_reach_the_dashboard() {
-    let rt = vramscope::collect::runtime().unwrap();
+    let rt = vramscope_collect::runtime().unwrap();
     let ended = rt.block_on(async {
-        let wait = tokio::spawn(vramscope::collect::signals::stopped());
+        let wait = tokio::spawn(vramscope_collect::signals::stopped());
         // Let the handlers install before raising.
         tokio::time::sleep(Duration::from_millis(50)).await;
         // tokio's handler is installed: the default action (exit) does not run.
@@ -19,9 +19,9 @@ fn signals_end_a_wait_and_reach_the_dashboard() {
     });
     assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
 
-    let mut cfg = vramscope::collect::Config::new(tempfile::tempdir().unwrap().keep());
+    let mut cfg = vramscope_collect::Config::new(tempfile::tempdir().unwrap().keep());
     cfg.nvml = false;
-    let live = vramscope::collect::Live::start(cfg).unwrap();
+    let live = vramscope_collect::Live::start(cfg).unwrap();
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     live.on_signal(move || {

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use vramscope::collect::{Collector, Config};
-use vramscope::event::{Event, EventKind, Place};
-use vramscope::model::{ProcessKey, ViewOptions};
-use vramscope::ring::client::{self, Expect};
-use vramscope::ring::codec::encode;
-use vramscope::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
+use vramscope_collect::{Collector, Config};
+use vramscope_core::model::{ProcessKey, ViewOptions};
+use vramscope_wire::event::{Event, EventKind, Place};
+use vramscope_wire::ring::client::{self, Expect};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::{Command, Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
 
@@ -38,7 +38,7 @@ fn alloc(seg: &SegmentWriter, addr: u64) {
         addr,
         size: 512,
     };
-    let time_ns = vramscope::ring::monotonic_ns();
+    let time_ns = vramscope_wire::ring::monotonic_ns();
     encode(&Event { time_ns, kind }, 0, &mut words);
     seg.ring(1).write(&words[0]);
 }
@@ -51,7 +51,7 @@ fn loss_makes_the_collector_ask_for_a_snapshot() {
     let hub = collector.hub().clone();
     let asked: Mutex<Vec<Command>> = Mutex::new(Vec::new());
     let done = AtomicBool::new(false);
-    let rt = vramscope::collect::runtime().unwrap();
+    let rt = vramscope_collect::runtime().unwrap();
     std::thread::scope(|s| {
         // The producer's side: answers commands, and floods its 64-slot ring
         // once the collector is attached.
@@ -148,16 +148,16 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
     // A replayed recording's processes cannot be sent commands.
     let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/recordings/v1.0-demo-leak.vsrec");
-    let live = vramscope::collect::Live::replay(
-        vramscope::recording::Replayer::open(&rec).unwrap(),
+    let live = vramscope_collect::Live::replay(
+        vramscope_core::recording::Replayer::open(&rec).unwrap(),
         1000.0,
         Default::default(),
     )
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let ping = Command::Ping { value: 1 };
-    vramscope::ui::send_command(&live, live.hub(), &tx, key, me, path, ping);
-    let vramscope::ui::AppEvent::CommandDone(r) = rx.recv_timeout(Duration::from_secs(5)).unwrap()
+    vramscope_ui::send_command(&live, live.hub(), &tx, key, me, path, ping);
+    let vramscope_ui::AppEvent::CommandDone(r) = rx.recv_timeout(Duration::from_secs(5)).unwrap()
     else {
         panic!("not an answer")
     };
@@ -174,7 +174,7 @@ fn host_figures_refresh_without_nvml() {
     let mut cfg = Config::new(dir.path().to_path_buf());
     cfg.nvml = false;
     cfg.nvml_interval = Duration::from_millis(300);
-    let live = vramscope::collect::Live::start(cfg).unwrap();
+    let live = vramscope_collect::Live::start(cfg).unwrap();
     let me = std::process::id();
     let t0 = Instant::now();
     let mut seen = Vec::new();

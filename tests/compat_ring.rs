@@ -13,30 +13,30 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 
 use serde_json::Value;
-use vramscope::collect::Hub;
-use vramscope::event as new;
-use vramscope::input::{EventBatch, Identity, Input, Source};
-use vramscope::model::{Mode, ProcessKey, ViewOptions};
-use vramscope::ring::codec::{self as new_codec, Decoder as NewDecoder};
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_collect::Hub;
+use vramscope_core::input::{EventBatch, Identity, Input, Source};
+use vramscope_core::model::{Mode, ProcessKey, ViewOptions};
+use vramscope_wire::event as new;
+use vramscope_wire::ring::codec::{self as new_codec, Decoder as NewDecoder};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 #[path = "common/c_writer.rs"]
 mod c_writer;
 
 // ---- the 1.0 reader side, frozen ------------------------------------------
 
-/// The 1.0 `crate::event` (e1cdefb:src/event.rs).
-#[allow(dead_code, unused_imports, clippy::all)]
+/// The 1.0 `crate::event` (e1cdefb:crates/wire/src/event.rs).
+#[allow(dead_code, unused_imports, unreachable_pub, clippy::all)]
 #[path = "compat/v1_0/event.rs.frozen"]
 mod event;
 
-/// The 1.0 slot codec (e1cdefb:src/ring/codec.rs).
-#[allow(dead_code, unused_imports, clippy::all)]
+/// The 1.0 slot codec (e1cdefb:crates/wire/src/ring/codec.rs).
+#[allow(dead_code, unused_imports, unreachable_pub, clippy::all)]
 #[path = "compat/v1_0/codec.rs.frozen"]
 mod codec;
 
-/// The 1.0 header parser (e1cdefb:src/ring/layout.rs).
-#[allow(dead_code, unused_imports, clippy::all)]
+/// The 1.0 header parser (e1cdefb:crates/wire/src/ring/layout.rs).
+#[allow(dead_code, unused_imports, unreachable_pub, clippy::all)]
 #[path = "compat/v1_0/layout.rs.frozen"]
 mod layout;
 
@@ -542,8 +542,8 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
     let mut r = SegmentReader::open(&path).unwrap();
     assert_eq!(r.header().minor, 2);
     let flags = r.header().flags;
-    assert_eq!(flags & vramscope::ring::layout::FLAG_POSITIONS, 8);
-    assert_eq!(flags & vramscope::ring::layout::FLAG_CONTEXTS, 16);
+    assert_eq!(flags & vramscope_wire::ring::layout::FLAG_POSITIONS, 8);
+    assert_eq!(flags & vramscope_wire::ring::layout::FLAG_CONTEXTS, 16);
     let recs = raw(&mut r);
     stop(child);
     let mut d = [NewDecoder::default(), NewDecoder::default()];
@@ -740,8 +740,8 @@ fn a_segment_of_another_major_is_refused_in_one_line() {
     let mut bytes = std::fs::read(seg.path()).unwrap();
     bytes[8..12].copy_from_slice(&[2, 0, 0, 0]); // major 2, minor 0
     let path = dir.path().join(
-        vramscope::ring::discover::segment_name(
-            vramscope::ring::discover::current_uid(),
+        vramscope_wire::ring::discover::segment_name(
+            vramscope_wire::ring::discover::current_uid(),
             std::process::id(),
             Some("major2"),
         )

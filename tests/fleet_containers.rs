@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stand_in::Shape;
-use vramscope::collect::{Collector, Config};
-use vramscope::ring::discover;
+use vramscope_collect::{Collector, Config};
+use vramscope_wire::ring::discover;
 
 #[test]
 #[ignore = "a stand-in producer, run by the other tests as a process of its own"]

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stand_in::{exporter, Shape};
-use vramscope::fleet::prom::{Client, Endpoint, Sample};
+use vramscope_collect::fleet::prom::{Client, Endpoint, Sample};
 
 #[test]
 #[ignore = "a stand-in producer, run by the other tests as a process of its own"]
@@ -371,8 +371,8 @@ fn top_modules_per_process_reach_prometheus() {
     std::fs::create_dir_all(&dir).unwrap();
     // The demo's leak scenario in this process (a real segment), fast: it
     // holds its final picture for 10 s, where statistics and blocks agree.
-    let sc = vramscope::demo::scenario("leak", None).unwrap();
-    let demo = vramscope::demo::start(sc, &dir, 20.0, None).unwrap();
+    let sc = vramscope_collect::demo::scenario("leak", None).unwrap();
+    let demo = vramscope_collect::demo::start(sc, &dir, 20.0, None).unwrap();
     let ex = exporter(&dir, "node-m");
     let (_prom, url) = prometheus(tmp.path(), &[&ex.addr]);
     let (rt, c) = client(&url);
@@ -469,14 +469,14 @@ fn item11_modules_named_like_the_aggregates_are_series_of_their_own() {
     // aggregates; it has thirteen modules and allocations outside them.
     // (A producer without role lists: Adam's state, made outside every
     // module, makes that row one of the ten largest.)
-    let mut sc = vramscope::demo::scenario("leak", None)
+    let mut sc = vramscope_collect::demo::scenario("leak", None)
         .unwrap()
         .without_roles();
     for (from, to) in [("model.layers.0", "(other)"), ("model.layers.1", "(none)")] {
         let i = sc.modules.iter().position(|m| m == from).unwrap();
         sc.modules[i] = to.to_string();
     }
-    let demo = vramscope::demo::start(sc, &dir, 20.0, None).unwrap();
+    let demo = vramscope_collect::demo::start(sc, &dir, 20.0, None).unwrap();
     let ex = exporter(&dir, "node-m");
     let me = std::process::id();
     let wanted = ["(other)", "(none)", "((other)", "((none)"];

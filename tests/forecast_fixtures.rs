@@ -14,12 +14,12 @@ use std::path::Path;
 
 use common::recording;
 use serde_json::Value;
-use vramscope::collect::Hub;
-use vramscope::event::{EventKind, MarkSource};
-use vramscope::input::Input;
-use vramscope::model::forecast::Forecast;
-use vramscope::model::ViewOptions;
-use vramscope::recording::Replayer;
+use vramscope_collect::Hub;
+use vramscope_core::input::Input;
+use vramscope_core::model::forecast::Forecast;
+use vramscope_core::model::ViewOptions;
+use vramscope_core::recording::Replayer;
+use vramscope_wire::event::{EventKind, MarkSource};
 
 fn dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/forecast")

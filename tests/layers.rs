@@ -1,19 +1,43 @@
-//! The layers of `src/lib.rs`, enforced: every `crate::…` path in every
-//! file under `src/` is read, and an import of a top-level module from one
-//! on a lower floor (or from the same floor: floors are ordered, rooms on
-//! one floor do not lean on each other) fails the test, naming the file
-//! and the line. A circle between top-level modules is impossible then.
+//! The layers inside each crate of the workspace, enforced. Between crates
+//! the compiler holds the floors (a crate uses only the crates it depends
+//! on, and Cargo refuses a circle); inside a crate this test does:
 //!
-//! The floors are read from `src/lib.rs` itself (its "Layers" list), so
-//! the order is written once.
+//! - where a crate's `lib.rs` has a "Layers" list (`//! N. name, name …`,
+//!   floor 0 first), every `crate::…` and `super::…` path in every file is
+//!   read, and an import of a module from one on a lower floor (or from the
+//!   same floor: rooms on one floor do not lean on each other) fails,
+//!   naming the file and the line;
+//! - in every crate, at every depth, modules that share a parent import
+//!   each other in no circle (`model::attrib` → `model::roles` →
+//!   `model::attrib` fails; a file's own test module is not counted).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The floors in `src/lib.rs`: lines `//! N. name, name …` under
-/// "Layers", floor 0 first.
-fn floors() -> BTreeMap<String, usize> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+/// Every crate of the workspace: its name and its `src` folder (the
+/// binary's own `src/` too).
+fn crates() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = vec![("vramscope".to_string(), root.join("src"))];
+    for e in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = e.unwrap().path();
+        if dir.join("Cargo.toml").is_file() {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            out.push((format!("vramscope-{name}"), dir.join("src")));
+        }
+    }
+    out.sort();
+    assert!(
+        out.len() >= 5,
+        "the workspace's crates were not found: {out:?}"
+    );
+    out
+}
+
+/// The floors in a crate's `lib.rs`: lines `//! N. name, name …` under
+/// "Layers", floor 0 first. Empty when it has no such list.
+fn floors(src: &Path) -> BTreeMap<String, usize> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
     let mut out = BTreeMap::new();
     let mut on = false;
     for line in lib.lines() {
@@ -47,12 +71,7 @@ fn floors() -> BTreeMap<String, usize> {
             }
         }
     }
-    assert!(!out.is_empty(), "src/lib.rs has no \"Layers\" list");
     out
-}
-
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -66,13 +85,226 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`src/model/device.rs` →
-/// `model`); `None` for `lib.rs` and `main.rs` (the binary's `cmd`).
-fn owner(path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(src()).unwrap();
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main" | "cmd")).then(|| name.to_string())
+/// The module path of a file inside its crate (`model/device/apply.rs` →
+/// `model`, `device`, `apply`; a `mod.rs` is its folder's module; `lib.rs`
+/// and `main.rs` are the crate's root, the empty path).
+fn module_path(src: &Path, path: &Path) -> Vec<String> {
+    let rel = path.strip_prefix(src).unwrap();
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
+    if !(stem == "mod" || (parts.is_empty() && (stem == "lib" || stem == "main"))) {
+        parts.push(stem);
+    }
+    parts
+}
+
+/// A file's code as whole statements (a `use` group may span lines), each
+/// with the line it starts on, its own test module left out.
+fn statements(text: &str) -> Vec<(usize, String)> {
+    let text = test_module_start(text).map_or(text, |i| &text[..i]);
+    let mut out = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        let code = code_of(line);
+        if let Some((at, mut s)) = pending.take() {
+            s.push_str(&code);
+            if code.contains(';') {
+                out.push((at, s));
+            } else {
+                pending = Some((at, s));
+            }
+            continue;
+        }
+        let starts = ["use ", "pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .any(|s| code.trim_start().starts_with(s));
+        if starts && !code.contains(';') {
+            pending = Some((i, code));
+        } else {
+            out.push((i, code));
+        }
+    }
+    out
+}
+
+/// One crate's files with their module paths and statements.
+type Parsed = Vec<(PathBuf, Vec<String>, Vec<(usize, String)>)>;
+
+fn parse(src: &Path) -> Parsed {
+    let mut all = Vec::new();
+    files(src, &mut all);
+    all.sort();
+    all.into_iter()
+        .map(|p| {
+            let me = module_path(src, &p);
+            let text = std::fs::read_to_string(&p).unwrap();
+            let stmts = statements(&text);
+            (p, me, stmts)
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_runs_up_or_sideways_between_the_floors_of_a_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut bad = Vec::new();
+    let mut listed = 0;
+    for (name, src) in crates() {
+        let floors = floors(&src);
+        if floors.is_empty() {
+            continue;
+        }
+        listed += 1;
+        for (path, me, stmts) in parse(&src) {
+            let Some(mine) = me.first() else { continue };
+            let Some(&my_floor) = floors.get(mine) else {
+                bad.push(format!(
+                    "{}: module `{mine}` is on no floor of {name}'s lib.rs",
+                    path.display()
+                ));
+                continue;
+            };
+            for (line, stmt) in &stmts {
+                let mut seen = BTreeSet::new();
+                for p in paths_named(stmt, &me) {
+                    let Some(m) = p.first() else { continue };
+                    if m == mine || !seen.insert(m.clone()) {
+                        continue;
+                    }
+                    match floors.get(m) {
+                        Some(&f) if f < my_floor => {}
+                        Some(&f) => bad.push(format!(
+                            "{}:{}: `{mine}` (floor {my_floor}) imports `{m}` (floor {f}): {}",
+                            path.strip_prefix(root).unwrap().display(),
+                            line + 1,
+                            stmt.trim()
+                        )),
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    assert!(listed >= 3, "fewer crates than expected list their floors");
+    assert!(
+        bad.is_empty(),
+        "imports that run up or sideways ({}):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Issue 45: in every crate, modules that share a parent (the files of the
+/// crate's root, the files of a folder) import each other in no circle,
+/// `super::` paths included.
+#[test]
+fn no_circle_between_modules_that_share_a_parent() {
+    let mut circles = Vec::new();
+    for (name, src) in crates() {
+        let parsed = parse(&src);
+        circles.extend(circles_in(&name, &parsed));
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles between modules of one parent ({}):\n{}",
+        circles.len(),
+        circles.join("\n")
+    );
+}
+
+/// The circles among sibling modules of one crate, each named once by
+/// where it starts.
+fn circles_in(name: &str, parsed: &Parsed) -> Vec<String> {
+    // Every module that exists: each file's path and its prefixes.
+    let known: BTreeSet<Vec<String>> = parsed
+        .iter()
+        .flat_map(|(_, me, _)| (1..=me.len()).map(move |n| me[..n].to_vec()))
+        .collect();
+    // parent -> (child -> children it imports)
+    type Edges = BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>>;
+    let mut edges: Edges = BTreeMap::new();
+    for (_, me, stmts) in parsed {
+        if me.iter().any(|m| m == "tests") {
+            continue;
+        }
+        for (_, stmt) in stmts {
+            for p in paths_named(stmt, me) {
+                let k = me.iter().zip(&p).take_while(|(a, b)| a == b).count();
+                if k >= me.len() || k >= p.len() {
+                    continue;
+                }
+                if known.contains(&p[..=k]) {
+                    let from = me[k].clone();
+                    edges
+                        .entry(p[..k].to_vec())
+                        .or_default()
+                        .entry(from)
+                        .or_default()
+                        .insert(p[k].clone());
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (parent, graph) in &edges {
+        let at = if parent.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}::{}", parent.join("::"))
+        };
+        for from in graph.keys() {
+            let mut seen = BTreeSet::new();
+            let mut todo = vec![from.clone()];
+            while let Some(m) = todo.pop() {
+                for next in graph.get(&m).into_iter().flatten() {
+                    if next == from {
+                        out.push(format!("{at}: `{from}` reaches itself (through `{m}`)"));
+                    }
+                    if seen.insert(next.clone()) {
+                        todo.push(next.clone());
+                    }
+                }
+            }
+        }
+    }
+    out.dedup();
+    out
+}
+
+#[test]
+fn a_circle_is_found_at_any_depth() {
+    let file = |m: &[&str], code: &str| {
+        (
+            PathBuf::new(),
+            m.iter().map(|s| s.to_string()).collect(),
+            statements(code),
+        )
+    };
+    let parsed = vec![
+        file(&["model", "a"], "use super::b::X;"),
+        file(&["model", "b"], "use crate::model::a::Y;"),
+        file(&["model", "c"], "use super::a::Z;"),
+        file(&["ui"], "use crate::model::c::W;"),
+    ];
+    let found = circles_in("demo", &parsed);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].contains("demo::model: `a` reaches itself"),
+        "{found:?}"
+    );
+    // The same shape through a test module is no circle.
+    let parsed = vec![
+        file(&["model", "a"], "use super::b::X;"),
+        file(
+            &["model", "b"],
+            "fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::model::a::Y;\n}\n",
+        ),
+    ];
+    assert!(circles_in("demo", &parsed).is_empty());
 }
 
 /// Code without comments or string literals (so a doc line naming a
@@ -156,75 +388,6 @@ fn named(text: &str) -> Vec<String> {
 }
 
 #[test]
-fn no_import_runs_up_or_sideways_between_top_level_modules() {
-    let floors = floors();
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    all.sort();
-    let mut bad = Vec::new();
-    for path in &all {
-        let Some(me) = owner(path) else { continue };
-        let Some(&my_floor) = floors.get(&me) else {
-            bad.push(format!(
-                "{}: module `{me}` is on no floor of src/lib.rs",
-                path.display()
-            ));
-            continue;
-        };
-        let text = std::fs::read_to_string(path).unwrap();
-        // Whole statements: a `use` may span lines; its first line is named.
-        let mut pending: Option<(usize, String)> = None;
-        for (i, line) in text.lines().enumerate() {
-            let code = code_of(line);
-            let stmt = match pending.take() {
-                Some((at, mut s)) => {
-                    s.push_str(&code);
-                    if !code.contains(';') {
-                        pending = Some((at, s));
-                        continue;
-                    }
-                    (at, s)
-                }
-                None if code.trim_start().starts_with("use ")
-                    || code.trim_start().starts_with("pub use ")
-                    || code.trim_start().starts_with("pub(crate) use ") =>
-                {
-                    if !code.contains(';') {
-                        pending = Some((i, code));
-                        continue;
-                    }
-                    (i, code)
-                }
-                None => (i, code),
-            };
-            for m in named(&stmt.1) {
-                if m == me {
-                    continue;
-                }
-                match floors.get(&m) {
-                    Some(&f) if f < my_floor => {}
-                    Some(&f) => bad.push(format!(
-                        "{}:{}: `{me}` (floor {my_floor}) imports `{m}` (floor {f}): {}",
-                        path.strip_prefix(src().parent().unwrap())
-                            .unwrap()
-                            .display(),
-                        stmt.0 + 1,
-                        stmt.1.trim()
-                    )),
-                    None => {}
-                }
-            }
-        }
-    }
-    assert!(
-        bad.is_empty(),
-        "imports that run up or sideways ({}):\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
-}
-
-#[test]
 fn the_reader_of_imports_reads_groups_and_paths() {
     assert_eq!(named("use crate::ring::layout::printable;"), ["ring"]);
     assert_eq!(
@@ -236,22 +399,6 @@ fn the_reader_of_imports_reads_groups_and_paths() {
         code_of("let s = \"crate::ui\"; // crate::model"),
         "let s = ; "
     );
-}
-
-/// The module path of a file (`src/model/device/apply.rs` → `model`,
-/// `device`, `apply`; a `mod.rs` is its folder's module).
-fn module_path(path: &Path) -> Vec<String> {
-    let rel = path.strip_prefix(src()).unwrap();
-    let mut parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    let last = parts.pop().unwrap_or_default();
-    let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
-    if stem != "mod" {
-        parts.push(stem);
-    }
-    parts
 }
 
 /// The modules `stmt` names, as absolute paths: `super::x` (relative to
@@ -293,7 +440,10 @@ fn paths_named(stmt: &str, me: &[String]) -> Vec<Vec<String>> {
     }
     for (i, _) in stmt.match_indices("crate::") {
         let rest = &stmt[i + "crate::".len()..];
-        if !rest.starts_with('{') {
+        if rest.starts_with('{') {
+            // A group: its first names (`crate::{model::x, text}`).
+            out.extend(named(&stmt[i..]).into_iter().map(|n| vec![n]));
+        } else {
             out.push(word(rest));
         }
     }
@@ -319,85 +469,6 @@ fn test_module_start(text: &str) -> Option<usize> {
     None
 }
 
-/// Issue 45: inside a top-level module, the files (second-level modules,
-/// `model::attrib`, `model::device` with its own files) import each other
-/// in no circle, `super::` paths included.
-#[test]
-fn no_circle_between_the_files_of_a_module() {
-    let mut all = Vec::new();
-    files(&src(), &mut all);
-    all.sort();
-    // Second-level modules that exist: (top, second).
-    let known: std::collections::BTreeSet<(String, String)> = all
-        .iter()
-        .map(|p| module_path(p))
-        .filter(|m| m.len() >= 2)
-        .map(|m| (m[0].clone(), m[1].clone()))
-        .collect();
-    let mut edges: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
-    for path in &all {
-        let me = module_path(path);
-        if me.len() < 2 || me[1] == "tests" {
-            continue;
-        }
-        let mine = (me[0].clone(), me[1].clone());
-        let text = std::fs::read_to_string(path).unwrap();
-        // (A file's own test module is not an import of another file: the
-        // text stops at a `#[cfg(test)]` whose next line declares a module.)
-        let text = test_module_start(&text).map_or(text.as_str(), |i| &text[..i]);
-        // Whole statements: a `use` group may span lines.
-        let mut stmt = String::new();
-        for line in text.lines() {
-            let code = code_of(line);
-            let starts = ["use ", "pub use ", "pub(crate) use ", "pub(super) use "]
-                .iter()
-                .any(|s| code.trim_start().starts_with(s));
-            if !stmt.is_empty() || (starts && !code.contains(';')) {
-                stmt.push_str(&code);
-                if !code.contains(';') {
-                    continue;
-                }
-            }
-            let code = if stmt.is_empty() {
-                code
-            } else {
-                std::mem::take(&mut stmt)
-            };
-            for p in paths_named(&code, &me) {
-                if p.len() >= 2 && p[0] == mine.0 && p[1] != mine.1 {
-                    let other = (p[0].clone(), p[1].clone());
-                    if known.contains(&other) {
-                        edges.entry(mine.clone()).or_default().insert(other.1);
-                    }
-                }
-            }
-        }
-    }
-    // A circle: a module that reaches itself.
-    let mut circles = Vec::new();
-    for (top, from) in edges.keys() {
-        let mut seen = std::collections::BTreeSet::new();
-        let mut todo = vec![from.clone()];
-        while let Some(m) = todo.pop() {
-            for next in edges.get(&(top.clone(), m.clone())).into_iter().flatten() {
-                if next == from {
-                    circles.push(format!("{top}::{from} reaches itself (through {top}::{m})"));
-                }
-                if seen.insert(next.clone()) {
-                    todo.push(next.clone());
-                }
-            }
-        }
-    }
-    circles.dedup();
-    assert!(
-        circles.is_empty(),
-        "import circles inside a module ({}):\n{}",
-        circles.len(),
-        circles.join("\n")
-    );
-}
-
 #[test]
 fn the_reader_of_module_paths_follows_super_and_crate() {
     let me: Vec<String> = ["model", "device", "apply"].map(String::from).to_vec();
@@ -416,9 +487,11 @@ fn the_reader_of_module_paths_follows_super_and_crate() {
         paths_named("let x: crate::model::roles::Role;", &me),
         vec![vec!["model", "roles", "Role"]]
     );
+    let src = Path::new("/x/src");
     assert_eq!(
-        module_path(&src().join("model/device/apply.rs")),
+        module_path(src, &src.join("model/device/apply.rs")),
         ["model", "device", "apply"]
     );
-    assert_eq!(module_path(&src().join("model/mod.rs")), ["model"]);
+    assert_eq!(module_path(src, &src.join("model/mod.rs")), ["model"]);
+    assert!(module_path(src, &src.join("lib.rs")).is_empty());
 }

@@ -16,15 +16,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 
 use serde_json::Value;
-use vramscope::event::RingPos;
-use vramscope::event::{
+use vramscope_core::input::{EventBatch, Identity, Input, Source};
+use vramscope_core::model::Watch;
+use vramscope_core::model::{Mode, ProcessKey};
+use vramscope_core::recording::{Recorder, Replayer};
+use vramscope_wire::event::RingPos;
+use vramscope_wire::event::{
     BlockState, CtxTag, DropWhat, Event, EventKind, MarkSource, Phase, Place, PoolId, RingSpan,
     SegmentPool, Stats,
 };
-use vramscope::input::{EventBatch, Identity, Input, Source};
-use vramscope::model::Watch;
-use vramscope::model::{Mode, ProcessKey};
-use vramscope::recording::{Recorder, Replayer};
 
 const MIB: u64 = 1 << 20;
 

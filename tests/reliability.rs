@@ -11,7 +11,7 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vramscope::ring::{Producer, SegmentConfig, SegmentWriter, Status};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
 use common::{answering, vramscope};
@@ -56,8 +56,8 @@ fn item2_a_recording_on_a_full_disk_stops_and_says_so() {
         return;
     }
     let shm = tempfile::tempdir().unwrap();
-    let scenario = vramscope::demo::scenario("leak", None).unwrap();
-    let demo = vramscope::demo::start(scenario, shm.path(), 50.0, None).unwrap();
+    let scenario = vramscope_collect::demo::scenario("leak", None).unwrap();
+    let demo = vramscope_collect::demo::start(scenario, shm.path(), 50.0, None).unwrap();
     let out = finish_within(
         vramscope()
             .args(["record", "--no-nvml", "--duration", "20", "-o", "/dev/full"])
@@ -94,8 +94,9 @@ fn open_at(file: &Path, at: usize) -> Value {
 /// the scenario's restarts while it ran.
 fn record_leak_demo_mid_run(rec: &Path, speed: f64, after: u64, secs: u64) -> u64 {
     let shm = tempfile::tempdir().unwrap();
-    let scenario = vramscope::demo::scenario("leak", None).unwrap();
-    let demo = vramscope::demo::start_with_slots(scenario, shm.path(), speed, None, 1024).unwrap();
+    let scenario = vramscope_collect::demo::scenario("leak", None).unwrap();
+    let demo =
+        vramscope_collect::demo::start_with_slots(scenario, shm.path(), speed, None, 1024).unwrap();
     std::thread::sleep(Duration::from_secs(after));
     let out = vramscope()
         .args(["record", "--no-nvml", "--duration", &secs.to_string(), "-o"])
@@ -381,13 +382,13 @@ fn item12_names_and_keys_from_outside_reach_stderr_printable() {
     assert_no_control("settings", &err);
 }
 
-/// Item 12, the class: nothing under `src/` writes to standard error but
+/// Item 12, the class: nothing under `src/` or `crates/` writes to standard error but
 /// `text::stderr_line` (which makes every line printable).
 #[test]
 fn item12_every_stderr_line_goes_through_one_function() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = Vec::new();
-    let mut dirs = vec![root];
+    let mut dirs = vec![root.join("src"), root.join("crates")];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -395,7 +396,7 @@ fn item12_every_stderr_line_goes_through_one_function() {
                 dirs.push(p);
                 continue;
             }
-            if p.extension().is_none_or(|x| x != "rs") || p.ends_with("src/text/mod.rs") {
+            if p.extension().is_none_or(|x| x != "rs") || p.ends_with("crates/text/src/lib.rs") {
                 continue;
             }
             let mut text = String::new();
@@ -416,7 +417,7 @@ fn item12_every_stderr_line_goes_through_one_function() {
     }
     assert!(
         found.is_empty(),
-        "standard error written around vramscope::text::stderr_line:\n{}",
+        "standard error written around vramscope_text::stderr_line:\n{}",
         found.join("\n")
     );
 }

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use vramscope::event::{EventKind, Stats};
-use vramscope::ring::discover::Liveness;
-use vramscope::ring::{Command, Producer, SegmentReader, Status};
+use vramscope_wire::event::{EventKind, Stats};
+use vramscope_wire::ring::discover::Liveness;
+use vramscope_wire::ring::{Command, Producer, SegmentReader, Status};
 
 #[path = "common/c_writer.rs"]
 mod c_writer;
@@ -55,7 +55,7 @@ fn check_header(reader: &SegmentReader, pid: u32, slots: u64) {
     assert_eq!(h.rings[1].slot_count, slots);
     assert_eq!(
         Some(h.start_time),
-        vramscope::ring::discover::proc_start_time(pid),
+        vramscope_wire::ring::discover::proc_start_time(pid),
         "the C writer's start time is field 22 of /proc/<pid>/stat"
     );
     assert_eq!(reader.liveness(), Liveness::Alive);
@@ -165,7 +165,7 @@ fn run_writer(cxx: bool, threads: u64, per_thread: u64, slots: u64) {
     check_commands(&mut reader);
     assert!(w.child.wait().unwrap().success());
     assert!(!w.path.exists(), "a clean exit removes the segment");
-    assert_eq!(reader.state(), vramscope::ring::layout::STATE_CLOSED);
+    assert_eq!(reader.state(), vramscope_wire::ring::layout::STATE_CLOSED);
 }
 
 #[test]
@@ -208,6 +208,6 @@ fn c_writer_killed_mid_run_costs_only_what_it_held() {
     assert_eq!(c.skipped + c.delivered + c.lost, reader.head(1), "{c:?}");
     // The killed writer left its file: it is stale now, and cleanup removes it.
     assert!(w.path.exists());
-    let removed = vramscope::ring::discover::remove_stale(&shm).unwrap();
+    let removed = vramscope_wire::ring::discover::remove_stale(&shm).unwrap();
     assert_eq!(removed, vec![w.path]);
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use vramscope::ring::control::Request;
-use vramscope::ring::{
+use vramscope_wire::ring::control::Request;
+use vramscope_wire::ring::{
     Command, Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter, Status,
 };
 
@@ -218,7 +218,7 @@ fn records_written_before_a_reader_opened_are_skipped_not_lost() {
 /// process), it is refused and nothing reaches the producer.
 #[test]
 fn the_client_gets_the_answer_of_the_producer_it_was_meant_for() {
-    use vramscope::ring::client::{command, Expect};
+    use vramscope_wire::ring::client::{command, Expect};
     let dir = tempfile::tempdir().unwrap();
     let seg = segment(dir.path(), 16);
     let h = seg.header();

@@ -4,10 +4,10 @@
 use std::os::unix::fs::PermissionsExt;
 
 use proptest::prelude::*;
-use vramscope::ring::codec::Decoder;
-use vramscope::ring::discover::{current_uid, segment_name};
-use vramscope::ring::layout::{self, parse_header, Parsed, MAGIC};
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::codec::Decoder;
+use vramscope_wire::ring::discover::{current_uid, segment_name};
+use vramscope_wire::ring::layout::{self, parse_header, Parsed, MAGIC};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]

@@ -4,9 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use vramscope::ring::discover::{self, current_uid, segment_name, Liveness};
-use vramscope::ring::layout::{HEADER_SIZE, OFF_MAGIC, OFF_MAJOR, OFF_PID, OFF_START_TIME};
-use vramscope::ring::{Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::discover::{self, current_uid, segment_name, Liveness};
+use vramscope_wire::ring::layout::{HEADER_SIZE, OFF_MAGIC, OFF_MAJOR, OFF_PID, OFF_START_TIME};
+use vramscope_wire::ring::{Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter};
 
 fn writer(dir: &Path, tag: &str) -> SegmentWriter {
     let mut cfg = SegmentConfig::new(dir, Producer::Test, 1, 64);
@@ -191,9 +191,9 @@ fn a_writer_replaces_its_own_stale_name() {
 /// its footer, once.
 #[test]
 fn a_removed_stale_segment_is_said() {
-    use vramscope::collect::{Config, Live};
-    use vramscope::model::ViewOptions;
-    use vramscope::ui::app::{App, AppConfig};
+    use vramscope_collect::{Config, Live};
+    use vramscope_core::model::ViewOptions;
+    use vramscope_ui::app::{App, AppConfig};
     let dir = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = child.id();

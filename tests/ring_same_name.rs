@@ -23,8 +23,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vramscope::ring::discover::{self, current_uid};
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::discover::{self, current_uid};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 #[test]
 #[ignore = "a stand-in producer, run by the other tests as a process of its own"]
@@ -84,7 +84,7 @@ impl Kit {
             .status()
             .is_ok_and(|s| s.success())
             .then_some(python);
-        let agent = vramscope::agent::extract_to(&t.join("cache")).unwrap();
+        let agent = vramscope_collect::agent::extract_to(&t.join("cache")).unwrap();
         std::fs::create_dir(t.join("user")).unwrap();
         std::fs::write(t.join("user/torch.py"), FAKE_TORCH).unwrap();
         let job = t.join("job.py");

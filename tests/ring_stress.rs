@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 /// Every word derives from (thread, i); `w[6]` ties them together.
 fn record(thread: u64, i: u64) -> [u64; 7] {

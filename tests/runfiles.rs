@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::{exited_with, succeeded, vramscope};
 use serde_json::Value;
-use vramscope::input::{EventBatch, Identity, Input, Source};
-use vramscope::model::{Mode, ProcessKey, Watch};
-use vramscope::sim::{Scenario, ScenarioRunner};
+use vramscope_core::input::{EventBatch, Identity, Input, Source};
+use vramscope_core::model::{Mode, ProcessKey, Watch};
+use vramscope_core::sim::{Scenario, ScenarioRunner};
 
 const MIB: u64 = 1 << 20;
 
@@ -35,7 +35,7 @@ fn scenario_recording(name: &str, path: &Path) {
         pid: 4242,
         start_time: 1,
     };
-    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    let mut rec = vramscope_core::recording::Recorder::create(path).unwrap();
     let attach = Input::Attach {
         key,
         identity: Identity {
@@ -382,12 +382,12 @@ fn item2_a_peak_is_never_below_the_state_held() {
 
 /// A recording of a job that allocated nothing: its step marks only.
 fn empty_recording(path: &Path) {
-    use vramscope::event::{Event, EventKind, MarkSource};
+    use vramscope_wire::event::{Event, EventKind, MarkSource};
     let key = ProcessKey {
         pid: 7,
         start_time: 1,
     };
-    let mut rec = vramscope::recording::Recorder::create(path).unwrap();
+    let mut rec = vramscope_core::recording::Recorder::create(path).unwrap();
     let attach = Input::Attach {
         key,
         identity: Identity::of_pid(7),

@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use flate2::read::GzDecoder;
-use vramscope::sim::diff::{percent, replay, Addresses, Report};
+use vramscope_core::sim::diff::{percent, replay, Addresses, Report};
 
 fn corpus() -> Vec<PathBuf> {
     // SIM_DIFF_DIR: another corpus (e.g. one recorded with SIM_DIFF_SALT).

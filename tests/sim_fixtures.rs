@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value;
-use vramscope::event::EventKind;
-use vramscope::sim::{AllocConf, NullSink, SimAllocator, SimConfig};
+use vramscope_core::sim::{AllocConf, NullSink, SimAllocator, SimConfig};
+use vramscope_wire::event::EventKind;
 
 fn segment_sizes(a: &mut SimAllocator) -> Vec<u64> {
     let mut ev = Vec::new();

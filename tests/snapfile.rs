@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use vramscope::collect::Hub;
-use vramscope::model::ViewOptions;
-use vramscope::snapfile::{self, inputs};
+use vramscope_collect::Hub;
+use vramscope_core::model::ViewOptions;
+use vramscope_core::snapfile::{self, inputs};
 
 fn dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -264,7 +264,7 @@ fn frames_and_the_stack_overlay_show_metadata_and_annotations() {
     assert!(text.contains("event 2: annotate"), "{text}");
     assert!(text.contains("user metadata: all-reduced first"), "{text}");
     let file = snapfile::read(&path).expect("reads");
-    let mut stepper = snapfile::step::Stepper::new(file, "metadata.pickle");
+    let mut stepper = vramscope_collect::trace::Stepper::new(file, "metadata.pickle");
     let status = stepper.seek(&Hub::default(), 3, 10_000_000_000);
     assert_eq!(
         status.event,

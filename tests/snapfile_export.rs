@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use vramscope::snapfile::{self, write};
+use vramscope_core::snapfile::{self, write};
 
 fn recording(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -189,8 +189,8 @@ fn a_real_jobs_export_has_the_figures_torch_reported() {
 #[test]
 fn an_export_carries_each_blocks_module_and_stack_as_frames() {
     use std::time::Duration;
-    use vramscope::event::{CtxTag, EventKind, MarkSource, Phase, Place};
-    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+    use vramscope_wire::event::{CtxTag, EventKind, MarkSource, Phase, Place};
+    use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let (rec, shm) = (dir.path().join("job.vsrec"), dir.path().join("shm"));
@@ -291,7 +291,7 @@ fn an_export_carries_each_blocks_module_and_stack_as_frames() {
             device: 0,
             addr: base + (3 << 20),
             bytes: 5 << 20,
-            held: vramscope::event::Held::Parameter,
+            held: vramscope_wire::event::Held::Parameter,
             module: 4,
         },
         EventKind::RolesEnd { list: 1, count: 1 },

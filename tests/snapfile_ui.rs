@@ -11,12 +11,12 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use vramscope::collect::Hub;
-use vramscope::model::ViewOptions;
-use vramscope::snapfile::inputs::{self, Plan};
-use vramscope::snapfile::step::Stepper;
-use vramscope::snapfile::{self, SnapshotFile};
-use vramscope::ui::{render_buffer, App, AppConfig, AppEvent, Effect, Theme};
+use vramscope_collect::trace::Stepper;
+use vramscope_collect::Hub;
+use vramscope_core::model::ViewOptions;
+use vramscope_core::snapfile::inputs::{self, Plan};
+use vramscope_core::snapfile::{self, SnapshotFile};
+use vramscope_ui::{render_buffer, App, AppConfig, AppEvent, Effect, Theme};
 
 /// The collector clock of every step and snapshot.
 const NOW: u64 = 5_000_000_000_000;

@@ -6,11 +6,11 @@
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use vramscope::fleet::fixtures::fleet;
-use vramscope::fleet::view::{FleetView, ProcSeries, Screen, SortKey};
-use vramscope::ui::fleet::{Ask, FleetApp, FleetEvent};
-use vramscope::ui::shell::{Shot, Wake};
-use vramscope::ui::{Overlay, Theme};
+use vramscope_collect::fleet::fixtures::fleet;
+use vramscope_collect::fleet::view::{FleetView, ProcSeries, Screen, SortKey};
+use vramscope_ui::fleet::{Ask, FleetApp, FleetEvent};
+use vramscope_ui::shell::{Shot, Wake};
+use vramscope_ui::{Overlay, Theme};
 
 /// A fleet view of [`fleet`], `w`×`h`.
 fn app(w: u16, h: u16) -> FleetApp {
@@ -38,7 +38,7 @@ fn names(a: &FleetApp) -> Vec<&str> {
 /// The frame as text, one line per row.
 fn frame(a: &FleetApp) -> String {
     let mut t = Terminal::new(TestBackend::new(a.size.width, a.size.height)).unwrap();
-    t.draw(|f| vramscope::ui::fleet::render(f, a)).unwrap();
+    t.draw(|f| vramscope_ui::fleet::render(f, a)).unwrap();
     t.backend().to_string()
 }
 
@@ -240,7 +240,7 @@ fn the_footer_shows_the_screens_keys() {
     ))));
     assert!(footer(&a).contains("screenshot written to f.svg"));
     a.handle(FleetEvent::Shell(Wake::Tick {
-        now_ns: 1_000 + vramscope::ui::app::MESSAGE_NS,
+        now_ns: 1_000 + vramscope_ui::app::MESSAGE_NS,
     }));
     assert!(footer(&a).contains("Enter open"));
     insta::assert_snapshot!("fleet_nodes_120x20", frame(&a));

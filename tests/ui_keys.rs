@@ -11,15 +11,15 @@ use std::time::Duration;
 use crossterm::event::{
     Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
-use vramscope::demo::DemoStatus;
-use vramscope::model::ProcessKey;
-use vramscope::ring::{Command, Outcome, Producer, SegmentConfig, SegmentWriter, Status};
-use vramscope::ui::app::{ActionState, SPANS_NS};
-use vramscope::ui::fixtures::{app_with, refresh, Fixture};
-use vramscope::ui::rows::Col;
-use vramscope::ui::{
+use vramscope_collect::demo::DemoStatus;
+use vramscope_core::model::ProcessKey;
+use vramscope_ui::app::{ActionState, SPANS_NS};
+use vramscope_ui::fixtures::{app_with, refresh, Fixture};
+use vramscope_ui::rows::Col;
+use vramscope_ui::{
     layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Overlay, Screen, Theme,
 };
+use vramscope_wire::ring::{Command, Outcome, Producer, SegmentConfig, SegmentWriter, Status};
 
 mod common;
 
@@ -199,11 +199,11 @@ fn open_process_view_and_back() {
     assert_eq!(tl.columns, 80 - 2 - layout::AXIS_WIDTH as usize);
     // Tabs.
     a.handle(key(KeyCode::Tab));
-    assert_eq!(a.process.pane, vramscope::ui::Pane::Blocks);
+    assert_eq!(a.process.pane, vramscope_ui::Pane::Blocks);
     a.handle(ch('5'));
-    assert_eq!(a.process.pane, vramscope::ui::Pane::Diagnosis);
+    assert_eq!(a.process.pane, vramscope_ui::Pane::Diagnosis);
     a.handle(key(KeyCode::BackTab));
-    assert_eq!(a.process.pane, vramscope::ui::Pane::Events);
+    assert_eq!(a.process.pane, vramscope_ui::Pane::Events);
     // Back.
     assert_eq!(a.handle(key(KeyCode::Esc)), vec![Effect::Refresh]);
     assert_eq!(a.screen, Screen::Overview);
@@ -266,14 +266,14 @@ fn block_map_scrolls() {
         a.handle(key(KeyCode::PageDown));
     }
     let e = a.selected_entry().unwrap();
-    let rows = vramscope::ui::blockmap::row_count(e);
-    let page = layout::pane_rows(a.size, false, vramscope::ui::Pane::Blocks);
+    let rows = vramscope_ui::blockmap::row_count(e);
+    let page = layout::pane_rows(a.size, false, vramscope_ui::Pane::Blocks);
     assert_eq!(a.process.block_scroll, rows - page);
 }
 
 #[test]
 fn tab_moves_the_focus_on_a_large_terminal_and_j_k_scroll_it() {
-    use vramscope::ui::Pane;
+    use vramscope_ui::Pane;
     let mut a = app_with(&FX, cfg(false), 200, 60);
     a.overview.selected = FX.key_of("leak");
     a.handle(key(KeyCode::Enter));
@@ -290,7 +290,7 @@ fn tab_moves_the_focus_on_a_large_terminal_and_j_k_scroll_it() {
     assert_eq!(a.process.event_scroll, 1);
     assert_eq!(a.process.block_scroll, 0);
     // The focused pane's border is drawn in the focus style.
-    let buf = vramscope::ui::render_buffer(&a, 200, 60);
+    let buf = vramscope_ui::render_buffer(&a, 200, 60);
     let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
     let ev = areas.events.unwrap();
     assert_eq!(buf[(ev.x, ev.y)].style().fg, a.config.theme.focus().fg);
@@ -311,7 +311,7 @@ fn a_scroll_set_small_never_empties_a_pane_when_enlarged() {
     assert!(a.process.event_scroll > 0);
     a.handle(AppEvent::Input(Event::Resize(200, 60)));
     refresh(&mut a, &FX);
-    let buf = vramscope::ui::render_buffer(&a, 200, 60);
+    let buf = vramscope_ui::render_buffer(&a, 200, 60);
     let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
     let ev = areas.events.unwrap();
     // Every row of the events pane has an event on it.
@@ -337,7 +337,7 @@ impl Driver for Sends {
 /// the segment of a fixture's process would.
 fn name_the_process(seg: &SegmentWriter, key: ProcessKey) {
     use std::os::unix::fs::FileExt;
-    use vramscope::ring::layout::{OFF_PID, OFF_START_TIME};
+    use vramscope_wire::ring::layout::{OFF_PID, OFF_START_TIME};
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(seg.path())
@@ -387,7 +387,7 @@ fn empty_cache_confirm_cancel_and_run() {
     name_the_process(&seg, *k);
     let calls = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel();
-    let hub = Arc::new(vramscope::collect::Hub::default());
+    let hub = Arc::new(vramscope_collect::Hub::default());
     let done = common::answering(
         &seg,
         |req| {
@@ -428,7 +428,7 @@ fn empty_cache_confirm_cancel_and_run() {
         panic!()
     };
     assert_eq!(r.nvml_after, Some(1 << 30));
-    let f = vramscope::ui::render_buffer(&a, 80, 24);
+    let f = vramscope_ui::render_buffer(&a, 80, 24);
     let text: String = f.content.iter().map(|c| c.symbol()).collect();
     assert!(text.contains("reserved 3.00 GiB -> 1.00 GiB   released 2.00 GiB"));
     assert!(text.contains("NVML used"));
@@ -457,7 +457,7 @@ fn the_empty_cache_question_quotes_the_latest_figures() {
         }) => assert_eq!((*reserved, *allocated), (Some(7 << 30), Some(1 << 30))),
         other => panic!("{other:?}"),
     }
-    let buf = vramscope::ui::render_buffer(&a, 80, 24);
+    let buf = vramscope_ui::render_buffer(&a, 80, 24);
     let text: String = buf.content.iter().map(|c| c.symbol()).collect();
     assert!(text.contains("reserved 7.00 GiB, allocated 1.00 GiB: up to 6.00 GiB"));
 }
@@ -536,7 +536,7 @@ fn help_overlay() {
     a.handle(key(KeyCode::Esc));
     assert_ne!(a.overlay, Some(Overlay::Help(0)));
     // Every key the footer names is in the help.
-    let all: Vec<&str> = vramscope::ui::keys::KEYS
+    let all: Vec<&str> = vramscope_ui::keys::KEYS
         .iter()
         .filter_map(|b| b.help.map(|h| h.0))
         .collect();
@@ -594,7 +594,7 @@ fn pause_freezes_the_view() {
     assert!(!a.paused);
     let f = {
         a.paused = true;
-        vramscope::ui::render_buffer(&a, 80, 24)
+        vramscope_ui::render_buffer(&a, 80, 24)
     };
     let top: String = f.content[..80].iter().map(|c| c.symbol()).collect();
     assert!(top.contains("PAUSED"), "{top}");
@@ -702,7 +702,7 @@ fn capture_stacks_key_posts_command_5_and_reports_the_answer() {
     assert_eq!(command.encode(), (5, 10));
     let (key, pid, command) = (*key, *pid, *command);
     let done = |status, result0, result1| {
-        AppEvent::CommandDone(vramscope::ui::CommandDone {
+        AppEvent::CommandDone(vramscope_ui::CommandDone {
             key,
             pid,
             command,
@@ -715,7 +715,7 @@ fn capture_stacks_key_posts_command_5_and_reports_the_answer() {
         })
     };
     let text = |a: &App| -> String {
-        let buf = vramscope::ui::render_buffer(a, 100, 30);
+        let buf = vramscope_ui::render_buffer(a, 100, 30);
         buf.content.iter().map(|c| c.symbol()).collect()
     };
     a.handle(done(Status::Ok, 10, 41));

@@ -8,9 +8,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
-use vramscope::ui::app::{MIN_FRAME_NS, PID_WAIT_NS, TICK_NS};
-use vramscope::ui::fixtures::{app_with, Fixture};
-use vramscope::ui::{App, AppConfig, AppEvent, Effect, Screen, ScreenshotAfter, Shot, Theme};
+use vramscope_ui::app::{MIN_FRAME_NS, PID_WAIT_NS, TICK_NS};
+use vramscope_ui::fixtures::{app_with, Fixture};
+use vramscope_ui::{App, AppConfig, AppEvent, Effect, Screen, ScreenshotAfter, Shot, Theme};
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 
@@ -185,13 +185,13 @@ fn pid_wait_gives_up_on_time_even_with_no_new_data() {
 
 /// The footer line of `a` at 80x24.
 fn footer(a: &App) -> String {
-    let buf = vramscope::ui::render_buffer(a, 80, 24);
+    let buf = vramscope_ui::render_buffer(a, 80, 24);
     (0..80).map(|x| buf[(x, 23)].symbol()).collect()
 }
 
 #[test]
 fn footer_messages_expire_and_the_key_hints_come_back() {
-    use vramscope::ui::app::MESSAGE_NS;
+    use vramscope_ui::app::MESSAGE_NS;
     let t0 = FX.now_ns;
     let mut shown = String::new();
     // Each way a message reaches the footer.
@@ -321,7 +321,7 @@ fn a_signal_quits() {
 
 #[test]
 fn no_color_is_applied_once_by_the_ui() {
-    use vramscope::ui::{app_config, UiOptions};
+    use vramscope_ui::{app_config, UiOptions};
     let opts = UiOptions::default();
     assert!(app_config(&opts, false).theme.color);
     assert!(!app_config(&opts, true).theme.color, "NO_COLOR");

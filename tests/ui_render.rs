@@ -8,10 +8,10 @@ use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
-use vramscope::demo::DemoStatus;
-use vramscope::ui::app::ActionState;
-use vramscope::ui::fixtures::{app_with, refresh, Fixture};
-use vramscope::ui::{render_buffer, App, AppConfig, Overlay, Pane, Theme};
+use vramscope_collect::demo::DemoStatus;
+use vramscope_ui::app::ActionState;
+use vramscope_ui::fixtures::{app_with, refresh, Fixture};
+use vramscope_ui::{render_buffer, App, AppConfig, Overlay, Pane, Theme};
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 static FX8: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(8));
@@ -122,11 +122,9 @@ fn the_overview_uses_a_large_screen_for_history() {
 fn overview_eight_processes_scrolls_at_80x24() {
     let mut app = app_with(&FX8, cfg(), 80, 16);
     for _ in 0..8 {
-        app.handle(vramscope::ui::AppEvent::Input(
-            crossterm::event::Event::Key(crossterm::event::KeyEvent::from(
-                crossterm::event::KeyCode::Down,
-            )),
-        ));
+        app.handle(vramscope_ui::AppEvent::Input(crossterm::event::Event::Key(
+            crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Down),
+        )));
     }
     insta::assert_snapshot!("overview_8_scrolled_80x16", frame(&app));
 }
@@ -219,7 +217,7 @@ fn oom_details_come_first_and_scroll_on_a_large_terminal() {
         assert_eq!(app.process.pane, Pane::Diagnosis);
         press(&mut app, PageDown);
         press(&mut app, Char('j'));
-        let page = vramscope::ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
+        let page = vramscope_ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
         assert_eq!(app.process.diagnosis_scroll, page + 1);
         if (w, h) == (120, 40) {
             snapshot_showing("process_oom_scrolled_120x40", &app, "Out of memory · lines");
@@ -232,7 +230,7 @@ fn oom_details_come_first_and_scroll_on_a_large_terminal() {
 #[test]
 fn nvml_only_process() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.overview.selected = Some(vramscope::model::ProcessKey {
+    app.overview.selected = Some(vramscope_core::model::ProcessKey {
         pid: 4242,
         start_time: 777,
     });
@@ -268,14 +266,12 @@ fn help_overlay() {
 fn legend_overlay() {
     // Every column's meaning is on it.
     let mut app = app_with(&FX, cfg(), 120, 40);
-    app.handle(vramscope::ui::AppEvent::Input(
-        crossterm::event::Event::Key(crossterm::event::KeyEvent::from(
-            crossterm::event::KeyCode::Char('L'),
-        )),
-    ));
+    app.handle(vramscope_ui::AppEvent::Input(crossterm::event::Event::Key(
+        crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('L')),
+    )));
     assert_eq!(app.overlay, Some(Overlay::Legend(0)));
     let f = frame(&app);
-    for c in vramscope::ui::rows::Col::ALL {
+    for c in vramscope_ui::rows::Col::ALL {
         assert!(f.contains(c.meaning()), "{:?} {f}", c);
     }
     insta::assert_snapshot!("legend_120x40", f);
@@ -291,7 +287,7 @@ fn legend_overlay() {
 #[test]
 fn a_long_event_history_scrolled_and_searched() {
     use crossterm::event::{Event, KeyCode, KeyEvent};
-    use vramscope::ui::AppEvent;
+    use vramscope_ui::AppEvent;
     let key = |c: KeyCode| AppEvent::Input(Event::Key(KeyEvent::from(c)));
     let mut app = process_app(&FX, "leak", 120, 40, Pane::Events);
     let total = app.selected_entry().unwrap().view.figures.events_total;
@@ -299,7 +295,7 @@ fn a_long_event_history_scrolled_and_searched() {
     // Scrolling back asks for the events further back; each page is there.
     for _ in 0..160 {
         for fx in app.handle(key(KeyCode::PageDown)) {
-            assert_eq!(fx, vramscope::ui::Effect::Refresh);
+            assert_eq!(fx, vramscope_ui::Effect::Refresh);
         }
         refresh(&mut app, &FX);
     }
@@ -318,10 +314,10 @@ fn a_long_event_history_scrolled_and_searched() {
     refresh(&mut app, &FX);
     let f = frame(&app);
     assert!(f.contains("search \"16.0m\""), "{f}");
-    let areas = vramscope::ui::layout::process(
+    let areas = vramscope_ui::layout::process(
         app.size,
         app.process.pane,
-        vramscope::ui::layout::screen(app.size, false).body,
+        vramscope_ui::layout::screen(app.size, false).body,
     );
     let ev = areas.events.unwrap();
     let rows: Vec<&str> = f
@@ -461,7 +457,7 @@ fn the_timeline_marks_where_watching_began_mid_run() {
     let began = fx.now_ns - 20_000_000_000;
     fx.model.watch(
         key,
-        &vramscope::model::Watch {
+        &vramscope_core::model::Watch {
             began_ns: Some(began),
             mid_run: true,
             ring_starts: vec![0, 4096],
@@ -480,7 +476,7 @@ fn the_timeline_marks_where_watching_began_mid_run() {
     let key = fx.key_of("leak").unwrap();
     fx.model.watch(
         key,
-        &vramscope::model::Watch {
+        &vramscope_core::model::Watch {
             began_ns: Some(1),
             ..Default::default()
         },
@@ -492,7 +488,7 @@ fn the_timeline_marks_where_watching_began_mid_run() {
 #[test]
 fn by_module_overlay() {
     use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
-    use vramscope::ui::app::AppEvent;
+    use vramscope_ui::app::AppEvent;
     let press = |app: &mut App, code| {
         app.handle(AppEvent::Input(Event::Key(KeyEvent::new(
             code,
@@ -558,7 +554,7 @@ fn by_module_role_filter() {
 #[test]
 fn overlays_fit_a_tiny_terminal() {
     use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
-    use vramscope::ui::app::AppEvent;
+    use vramscope_ui::app::AppEvent;
     for key in ['M', 'L', '?'] {
         let mut app = process_app(&FX, "leak", 24, 6, Pane::Timeline);
         app.handle(AppEvent::Input(Event::Key(KeyEvent::new(
@@ -572,7 +568,7 @@ fn overlays_fit_a_tiny_terminal() {
 
 fn press(app: &mut App, code: crossterm::event::KeyCode) {
     use crossterm::event::{Event, KeyEvent, KeyModifiers};
-    app.handle(vramscope::ui::app::AppEvent::Input(Event::Key(
+    app.handle(vramscope_ui::app::AppEvent::Input(Event::Key(
         KeyEvent::new(code, KeyModifiers::NONE),
     )));
 }
@@ -731,7 +727,7 @@ fn by_module_enter_filters_and_a_selected_block_says_where_it_came_from() {
         press(&mut app, Char('n'));
         let addr = app.process.selected_block.expect("a block selected");
         let e = app.selected_entry().unwrap();
-        let b = vramscope::ui::blockmap::find_block(e, addr).unwrap().1;
+        let b = vramscope_ui::blockmap::find_block(e, addr).unwrap().1;
         assert_eq!(e.view.attribution.module_of(b.block.origin.context), second);
         let f = frame(&app);
         assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
@@ -770,7 +766,7 @@ fn step_diff_overlay() {
         let mut app = process_app(&FX, "leak", w, h, Pane::Timeline);
         let view = &app.selected_entry().unwrap().view;
         let now = view.attribution.step.unwrap();
-        let diff = vramscope::model::stepdiff::step_diff(view, now - 1);
+        let diff = vramscope_core::model::stepdiff::step_diff(view, now - 1);
         // The leak keeps every layer's validation activation of a step.
         assert!(diff.rows.iter().any(|r| r.module == "model.layers.11"
             && r.size == 16 << 20
@@ -785,7 +781,7 @@ fn step_diff_overlay() {
             "{f}"
         );
         assert!(
-            f.contains(&vramscope::text::format::bytes(diff.bytes)),
+            f.contains(&vramscope_text::format::bytes(diff.bytes)),
             "{f}"
         );
         insta::assert_snapshot!(format!("step_diff_{w}x{h}"), f);
@@ -803,7 +799,7 @@ fn step_diff_overlay() {
 fn a_click_on_the_block_map_selects_that_block() {
     use crossterm::event::{Event, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
     let click = |app: &mut App, column, row| {
-        app.handle(vramscope::ui::app::AppEvent::Input(Event::Mouse(
+        app.handle(vramscope_ui::app::AppEvent::Input(Event::Mouse(
             MouseEvent {
                 kind: MouseEventKind::Down(MouseButton::Left),
                 column,
@@ -821,7 +817,7 @@ fn a_click_on_the_block_map_selects_that_block() {
     click(&mut app, 20, device_y + 1);
     let addr = app.process.selected_block.expect("a block selected");
     let e = app.selected_entry().unwrap();
-    let (row, b) = vramscope::ui::blockmap::find_block(e, addr).unwrap();
+    let (row, b) = vramscope_ui::blockmap::find_block(e, addr).unwrap();
     assert_eq!(row, 1, "the first segment's row");
     let f = frame(&app);
     assert!(f.contains(&format!("selected {addr:#x}")), "{f}");
@@ -834,7 +830,7 @@ fn a_click_on_the_block_map_selects_that_block() {
 fn help_scrolls_on_a_small_terminal() {
     let mut app = app_with(&FX, cfg(), 40, 10);
     let key = |c: char| {
-        vramscope::ui::AppEvent::Input(crossterm::event::Event::Key(
+        vramscope_ui::AppEvent::Input(crossterm::event::Event::Key(
             crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char(c)),
         ))
     };

@@ -2,7 +2,7 @@
 // allocator. Compiled on first use against the user's own torch headers by
 // vramscope/_build.py and loaded with ctypes (never dlclose'd).
 //
-// What it does (see src/ring/FORMAT.md for the wire):
+// What it does (see crates/wire/src/ring/FORMAT.md for the wire):
 //   * creates the process's segment (producer 1, "TorchExact"): ring 0 for the
 //     agent (statistics, snapshots, markers), ring 1 + d for device d;
 //   * attaches ONE allocator trace tracker. The callback runs under the

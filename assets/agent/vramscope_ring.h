@@ -2,7 +2,7 @@
  * vramscope_ring.h — the C writer of the vramscope segment format 1.1.
  *
  * A single header for C (gnu11) and C++ (gnu++17 and later), built with gcc or
- * clang. The format is specified in src/ring/FORMAT.md of the vramscope
+ * clang. The format is specified in crates/wire/src/ring/FORMAT.md of the vramscope
  * repository; this file implements the producer side of it:
  *
  *   vs_segment seg;

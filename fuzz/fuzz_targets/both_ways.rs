@@ -2,7 +2,7 @@
 //! each input read both ways `open` reads it. Included by each target as a
 //! module of its own (`mod both_ways;`); not a target.
 
-use vramscope::snapfile::{self, SnapshotFile};
+use vramscope_core::snapfile::{self, SnapshotFile};
 
 /// Reads `data` taking values while parsing (the arena cut back under
 /// them) and plainly (every value kept): what the first reads, the second

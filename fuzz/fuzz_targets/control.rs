@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use vramscope::ring::layout::{CONTROL_SIZE, CTL_ACK_SEQ, CTL_LOCK, CTL_RESULT0, CTL_STATUS};
-use vramscope::ring::{
+use vramscope_wire::ring::layout::{CONTROL_SIZE, CTL_ACK_SEQ, CTL_LOCK, CTL_RESULT0, CTL_STATUS};
+use vramscope_wire::ring::{
     Command, Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter, Status,
 };
 

@@ -1,7 +1,7 @@
 //! `vramscope diff` over pairs of inputs: `scripts/fuzz.sh diff 600`.
 //! Each input is cut in two files, A and B (a recording, a PyTorch
 //! snapshot pickle, or neither), read as `diff` reads a file given to it
-//! (`vramscope::given`, from memory as a pipe's bytes are), profiled and
+//! (`vramscope_collect::given`, from memory as a pipe's bytes are), profiled and
 //! compared. Byte 0 says which files get a valid recording header spliced
 //! in front (bit 0: A, bit 1: B), so that the fuzzer spends time in the
 //! frames; bytes 1–4 (little-endian) where the rest is cut. Seeded with
@@ -13,9 +13,9 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use vramscope::given::Given;
-use vramscope::model::rundiff::compare;
-use vramscope::recording::{MAGIC, MAJOR};
+use vramscope_collect::given::Given;
+use vramscope_core::model::rundiff::compare;
+use vramscope_core::recording::{MAGIC, MAJOR};
 
 /// `body`, with a valid recording header in front when `header` (and it
 /// has none).

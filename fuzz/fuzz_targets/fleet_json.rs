@@ -12,12 +12,12 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use libfuzzer_sys::fuzz_target;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
-use vramscope::fleet::model::{Fleet, Node, Proc};
-use vramscope::fleet::prom::{self, LARGEST};
-use vramscope::fleet::view::{FleetView, ProcSeries};
-use vramscope::ui::fleet::{FleetApp, FleetEvent};
-use vramscope::ui::shell::Wake;
-use vramscope::ui::theme::Theme;
+use vramscope_collect::fleet::model::{Fleet, Node, Proc};
+use vramscope_collect::fleet::prom::{self, LARGEST};
+use vramscope_collect::fleet::view::{FleetView, ProcSeries};
+use vramscope_ui::fleet::{FleetApp, FleetEvent};
+use vramscope_ui::shell::Wake;
+use vramscope_ui::theme::Theme;
 
 fn usable(v: f64) -> bool {
     v.is_finite() && v.abs() <= LARGEST
@@ -25,7 +25,7 @@ fn usable(v: f64) -> bool {
 
 fn draw(v: &FleetApp) {
     let mut term = Terminal::new(TestBackend::new(100, 30)).expect("a test terminal");
-    term.draw(|f| vramscope::ui::fleet::render(f, v))
+    term.draw(|f| vramscope_ui::fleet::render(f, v))
         .expect("drawing to memory");
 }
 

@@ -1,7 +1,7 @@
 //! The header parser on arbitrary bytes: `cargo fuzz run header`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::ring::layout::{parse_header, Parsed};
+use vramscope_wire::ring::layout::{parse_header, Parsed};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {

@@ -5,8 +5,8 @@
 use std::os::unix::fs::PermissionsExt;
 
 use libfuzzer_sys::fuzz_target;
-use vramscope::ring::discover::{current_uid, segment_name};
-use vramscope::ring::{Command, Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::discover::{current_uid, segment_name};
+use vramscope_wire::ring::{Command, Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use vramscope::recording::{Replayer, MAGIC, MAJOR};
+use vramscope_core::recording::{Replayer, MAGIC, MAJOR};
 
 /// One file per fuzzing process, rewritten for every input.
 fn scratch() -> &'static PathBuf {

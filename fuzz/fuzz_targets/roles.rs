@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use vramscope::event::{
+use vramscope_wire::event::{
     BlockState, CtxTag, Event, EventKind, Held, MarkSource, Phase, Place, PoolId,
 };
-use vramscope::model::{Model, ModelConfig, ProcessKey, ViewOptions};
+use vramscope_core::model::{Model, ModelConfig, ProcessKey, ViewOptions};
 
 const KEY: ProcessKey = ProcessKey {
     pid: 1,

@@ -7,8 +7,8 @@
 //! agree.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::collect::Hub;
-use vramscope::snapfile::{self, inputs, write};
+use vramscope_collect::Hub;
+use vramscope_core::snapfile::{self, inputs, write};
 
 mod both_ways;
 

@@ -19,9 +19,9 @@
 //! has bounds of its own: only `-rss_limit_mb` watches it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::collect::Hub;
-use vramscope::pickle;
-use vramscope::snapfile::{inputs, step};
+use vramscope_collect::Hub;
+use vramscope_core::pickle;
+use vramscope_core::snapfile::{inputs, lines};
 
 mod both_ways;
 #[path = "../../tests/common/proc_status.rs"]
@@ -54,12 +54,12 @@ fuzz_target!(|data: &[u8]| {
     assert!(fed > 0);
     let mut lines = 0usize;
     for id in 0..file.stacks.len() as u32 {
-        for line in step::stack_line_iter(&file, Some(id)) {
-            assert!(line.len() <= step::MAX_LINE + '…'.len_utf8());
+        for line in lines::stack_line_iter(&file, Some(id)) {
+            assert!(line.len() <= lines::MAX_LINE + '…'.len_utf8());
             lines += 1;
         }
     }
-    assert!(lines <= file.stacks.len() * (step::MAX_STACK_LINES + 1));
+    assert!(lines <= file.stacks.len() * (lines::MAX_STACK_LINES + 1));
     drop((timeline, start));
 
     if watched {

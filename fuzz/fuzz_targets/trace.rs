@@ -2,7 +2,7 @@
 //! `scripts/fuzz.sh trace 600`. Seeds: `tests/fixtures/sim/*.jsonl`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use vramscope::sim::trace::parse_trace;
+use vramscope_core::sim::trace::parse_trace;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

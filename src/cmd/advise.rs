@@ -1,7 +1,7 @@
 //! `vramscope advise RECORDING`: the job's allocation requests replayed
 //! under every allocator setting it could use, best first, with the
 //! `PYTORCH_CUDA_ALLOC_CONF=` line of the recommendation
-//! (`vramscope::sim::advise`).
+//! (`vramscope_core::sim::advise`).
 //!
 //! The job's own setting is `--conf` / `--fraction`; without `--conf`,
 //! a recording whose allocator mapped pages had `expandable_segments:True`,
@@ -12,11 +12,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use vramscope::sim::advice_text::{env_line, own_line, table, verdict};
-use vramscope::sim::advise::{self, Job};
-use vramscope::sim::{AllocConf, SimConfig};
-use vramscope::text::format::bytes;
-use vramscope::text::format::bytes as bytes_fmt;
+use vramscope_core::sim::advice_text::{env_line, own_line, table, verdict};
+use vramscope_core::sim::advise::{self, Job};
+use vramscope_core::sim::{AllocConf, SimConfig};
+use vramscope_text::format::bytes;
+use vramscope_text::format::bytes as bytes_fmt;
 
 use super::out;
 use super::sim::{from_recording, Process, DEFAULT_CAPACITY};
@@ -24,7 +24,7 @@ use super::value::{Fraction, Gib, Seconds};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// A recording made by `vramscope record` (from before the job
     /// started), or the pid of a running instrumented job: its requests
     /// are followed from now by the live advisor.
@@ -62,16 +62,16 @@ pub struct Args {
     collect: CollectFlags,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     if let Some(pid) = as_pid(&args.target) {
         return live::run(pid, &args);
     }
-    let given = vramscope::given::Given::open(&args.target)?;
+    let given = vramscope_collect::given::Given::open(&args.target)?;
     let rec = from_recording(&given, args.process.pid, args.process.device)?;
     let conf = match (&args.conf, rec.expandable) {
         (Some(c), _) => c.clone(),
         (None, true) => {
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "note: the job's allocator mapped pages: its own setting is taken as expandable_segments:True (--conf sets it)"
             ));
             "expandable_segments:True".into()
@@ -91,7 +91,7 @@ pub fn run(args: Args) -> Result<()> {
         Some((bytes, true)) if args.capacity_gib.is_none() => capacity = bytes,
         Some((bytes, false)) if fraction.is_none() && capacity > 0 => {
             let f = (bytes as f64 / capacity as f64).min(1.0);
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "note: the job stated a memory limit of {}: taken as a memory fraction of {f:.6} of {} (--fraction sets it)",
                 bytes_fmt(bytes),
                 bytes_fmt(capacity)
@@ -133,7 +133,7 @@ pub fn run(args: Args) -> Result<()> {
     let what = if rec.cmdline.is_empty() {
         String::new()
     } else {
-        format!(" ({})", vramscope::text::printable(&rec.cmdline))
+        format!(" ({})", vramscope_text::printable(&rec.cmdline))
     };
     text.push_str(&format!(
         "process {}{what}{}: {} requests on device {}, {} of device memory{}\n",
@@ -176,11 +176,11 @@ mod live {
 
     use anyhow::{bail, Result};
 
-    use vramscope::collect::{Live, ADVISOR_CPU_SHARE};
-    use vramscope::model::ViewOptions;
-    use vramscope::sim::advice_text::{coverage_line, own_line, table, verdict};
-    use vramscope::sim::live::LiveAdvice;
-    use vramscope::text::printable;
+    use vramscope_collect::{Live, ADVISOR_CPU_SHARE};
+    use vramscope_core::model::ViewOptions;
+    use vramscope_core::sim::advice_text::{coverage_line, own_line, table, verdict};
+    use vramscope_core::sim::live::LiveAdvice;
+    use vramscope_text::printable;
 
     use super::super::out;
     use super::Args;
@@ -296,7 +296,7 @@ mod live {
         } else {
             s.push_str(&format!(
                 "the job's own setting {} (from its environment): every setting, its own included, replayed from the tensors it held when the advisor began\n",
-                vramscope::sim::advice_text::shown(&a.conf)
+                vramscope_core::sim::advice_text::shown(&a.conf)
             ));
         }
         s.push('\n');

@@ -4,10 +4,10 @@ use std::ffi::OsString;
 use anyhow::Result;
 use clap::Subcommand;
 
-use vramscope::agent::build::{self, Outcome};
+use vramscope_collect::agent::build::{self, Outcome};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     what: What,
 }
@@ -37,14 +37,16 @@ enum What {
     },
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     match args.what {
-        What::Path => super::out::line(&vramscope::agent::extract()?.display().to_string())?,
+        What::Path => {
+            super::out::line(&vramscope_collect::agent::extract()?.display().to_string())?
+        }
         What::Build { python, force } => {
             let python = python
                 .or_else(|| std::env::var_os("VRAMSCOPE_PYTHON").filter(|p| !p.is_empty()))
                 .unwrap_or_else(|| OsString::from("python3"));
-            let dir = vramscope::agent::extract()?;
+            let dir = vramscope_collect::agent::extract()?;
             let report = build::ensure(&python, &dir, force, false)?;
             let why = report.reason.unwrap_or_else(|| "?".into());
             let (code, line) = match report.outcome {
@@ -66,7 +68,7 @@ pub fn run(args: Args) -> Result<()> {
                     format!("nothing to build with {}: {why}", python.to_string_lossy()),
                 ),
             };
-            vramscope::text::stderr_line(format_args!("vramscope: {line}"));
+            vramscope_text::stderr_line(format_args!("vramscope: {line}"));
             if code != 0 {
                 return Err(super::ExitStatus(code).into());
             }

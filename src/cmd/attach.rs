@@ -1,12 +1,12 @@
 //! `vramscope attach PID`: the agent put into a running Python process
-//! (`src/attach/`), then one line saying what mode it is in. Already
+//! (`crates/collect/src/attach/`), then one line saying what mode it is in. Already
 //! instrumented: that line, exit 0, nothing touched. Any refusal or
 //! failure: one line, exit 1.
 use super::value::Seconds;
 use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The process id of the running Python job.
     pid: u32,
     /// Seconds to wait for the job to run the agent (it runs when the
@@ -22,11 +22,11 @@ pub struct Args {
     shm: ShmFlag,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let opts = vramscope::attach::Options {
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let opts = vramscope_collect::attach::Options {
         shm_dir: args.shm.shm_dir.clone(),
         timeout: args.timeout.duration(),
     };
-    let (who, outcome) = vramscope::attach::attach(args.pid, &opts)?;
+    let (who, outcome) = vramscope_collect::attach::attach(args.pid, &opts)?;
     super::out::line(&outcome.line(&who))
 }

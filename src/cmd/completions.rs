@@ -11,12 +11,12 @@ use anyhow::Result;
 use clap::CommandFactory;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The shell: bash, zsh, fish, elvish or powershell.
     shell: clap_complete::Shell,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let mut out = Vec::new();
     clap_complete::generate(
         args.shell,
@@ -28,12 +28,12 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ManArgs {}
+pub(crate) struct ManArgs {}
 
 /// The man page (roff) of `vramscope`: one page, its commands as
 /// subsections of COMMANDS, then KEYS (from the key table), ENVIRONMENT and
 /// FILES.
-pub fn man(_: ManArgs) -> Result<()> {
+pub(crate) fn man(_: ManArgs) -> Result<()> {
     let mut out = Vec::new();
     let cmd = super::Cli::command();
     let page = clap_mangen::Man::new(cmd.clone());
@@ -77,7 +77,7 @@ pub fn man(_: ManArgs) -> Result<()> {
     out.extend_from_slice(
         b".SH KEYS\nIn the dashboard (and the fleet view); press ? there for the same list.\n",
     );
-    for (title, keys) in vramscope::ui::keys::manual() {
+    for (title, keys) in vramscope_ui::keys::manual() {
         out.extend_from_slice(format!(".SS {}\n", roff(title)).as_bytes());
         for (k, what) in keys {
             out.extend_from_slice(format!(".TP\n\\fB{}\\fR\n{}\n", roff(k), roff(what)).as_bytes());

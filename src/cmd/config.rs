@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Result};
 use serde::Deserialize;
 
-use vramscope::ui::rows::Col;
+use vramscope_ui::rows::Col;
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     #[serde(default)]
     pub dashboard: Dashboard,
 }
@@ -24,7 +24,7 @@ pub struct Config {
 /// `[dashboard]`: every key optional (absent: the default, or the flag).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Dashboard {
+pub(crate) struct Dashboard {
     pub refresh_ms: Option<u32>,
     pub sort: Option<String>,
     pub descending: Option<bool>,
@@ -36,7 +36,7 @@ pub struct Dashboard {
 
 impl Dashboard {
     /// The sort column named by `sort` (a column title, any case).
-    pub fn sort_col(&self) -> Option<Col> {
+    pub(crate) fn sort_col(&self) -> Option<Col> {
         let want = self.sort.as_deref()?;
         Col::ALL
             .into_iter()
@@ -45,7 +45,7 @@ impl Dashboard {
 }
 
 /// Where the settings file is looked for.
-pub fn path() -> Option<PathBuf> {
+pub(crate) fn path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("VRAMSCOPE_CONFIG").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
@@ -58,7 +58,7 @@ pub fn path() -> Option<PathBuf> {
 
 /// The settings in force: the file when there is one, else the defaults.
 /// `VRAMSCOPE_CONFIG` naming a file that is not there is an error.
-pub fn load() -> Result<Config> {
+pub(crate) fn load() -> Result<Config> {
     let Some(p) = path() else {
         return Ok(Config::default());
     };
@@ -76,7 +76,7 @@ pub fn load() -> Result<Config> {
 
 /// The most a settings file may hold (every key of the sample fits in a
 /// tenth of it).
-pub const MAX_SIZE: u64 = 64 * 1024;
+pub(crate) const MAX_SIZE: u64 = 64 * 1024;
 
 /// Reads the settings file: a regular file (a FIFO, a device or a
 /// directory is refused before a byte is read, and opening never waits on
@@ -107,7 +107,7 @@ fn read_bounded(p: &Path) -> std::io::Result<String> {
 
 /// `text` (read from `path`) as settings; an error is one line: `FILE:LINE:
 /// key `KEY`: what is wrong`.
-pub fn parse(text: &str, path: &Path) -> Result<Config> {
+pub(crate) fn parse(text: &str, path: &Path) -> Result<Config> {
     let cfg: Config = toml::from_str(text).map_err(|e| {
         let line = e.span().map_or(0, |s| {
             text[..s.start.min(text.len())].matches('\n').count() + 1

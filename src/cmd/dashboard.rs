@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::Live;
-use vramscope::ui::DemoHandle;
+use vramscope_collect::Live;
+use vramscope_ui::DemoHandle;
 
 use super::value::{Millis, TermSize};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Run the live advisor on every instrumented process from the start
     /// (`A` in a process view shows it; without this flag, `A` starts it
     /// for that process from then on), within 5 % of one core.
@@ -27,7 +27,7 @@ pub struct Args {
 
 /// How the dashboard looks and what it may do.
 #[derive(Debug, Clone, clap::Args)]
-pub struct UiFlags {
+pub(crate) struct UiFlags {
     /// A dashboard that sends nothing to any process: no empty-cache, peak
     /// reset, snapshot or stack capture from its keys, and no resync
     /// snapshots either.
@@ -71,12 +71,12 @@ pub struct UiFlags {
 impl UiFlags {
     /// Drawn without a terminal: at `--size`, or at 80x24 when a screenshot
     /// is asked for and stdout is not a terminal.
-    pub fn headless_size(&self) -> Option<(u16, u16)> {
+    pub(crate) fn headless_size(&self) -> Option<(u16, u16)> {
         use std::io::IsTerminal;
         match self.size {
             Some(s) => Some((s.cols, s.rows)),
             None if self.screenshot.is_some() && !std::io::stdout().is_terminal() => {
-                Some(vramscope::ui::run::FALLBACK_SIZE)
+                Some(vramscope_ui::run::FALLBACK_SIZE)
             }
             None => None,
         }
@@ -84,14 +84,14 @@ impl UiFlags {
 
     /// The dashboard's options: these flags over the settings file
     /// (`super::config`) over the defaults.
-    pub fn options(&self) -> anyhow::Result<vramscope::ui::UiOptions> {
+    pub(crate) fn options(&self) -> anyhow::Result<vramscope_ui::UiOptions> {
         let file = super::config::load()?.dashboard;
         let refresh = match (self.refresh, file.refresh_ms) {
             (Some(r), _) => r.duration(),
             (None, Some(ms)) => std::time::Duration::from_millis(u64::from(ms)),
             (None, None) => std::time::Duration::from_millis(250),
         };
-        Ok(vramscope::ui::UiOptions {
+        Ok(vramscope_ui::UiOptions {
             readonly: self.readonly || file.readonly == Some(true),
             ascii: self.ascii || file.ascii == Some(true),
             monochrome: self.no_color || file.color == Some(false),
@@ -103,26 +103,26 @@ impl UiFlags {
             screenshot: self
                 .screenshot
                 .clone()
-                .map(|path| vramscope::ui::ScreenshotAfter {
+                .map(|path| vramscope_ui::ScreenshotAfter {
                     path,
                     after: self.screenshot_after.duration(),
                 }),
-            ..vramscope::ui::UiOptions::default()
+            ..vramscope_ui::UiOptions::default()
         })
     }
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let cfg = args.collect.config();
     open(cfg, None, args.ui.options()?, args.advise)
 }
 
 /// Starts the collector and opens the dashboard on it (and on the demo's
 /// controls, in `vramscope demo`).
-pub fn open(
-    cfg: vramscope::collect::Config,
+pub(crate) fn open(
+    cfg: vramscope_collect::Config,
     demo: Option<Arc<dyn DemoHandle>>,
-    opts: vramscope::ui::UiOptions,
+    opts: vramscope_ui::UiOptions,
     advise: bool,
 ) -> Result<()> {
     let mut cfg = cfg;
@@ -130,7 +130,7 @@ pub fn open(
     let live = Arc::new(Live::start(cfg).context("starting the collector")?);
     if advise {
         live.hub()
-            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
     }
-    vramscope::ui::run(live.hub().clone(), live, demo, opts)
+    vramscope_ui::run(live.hub().clone(), live, demo, opts)
 }

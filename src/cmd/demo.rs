@@ -5,9 +5,9 @@ use std::fmt::Write;
 
 use anyhow::Result;
 
-use vramscope::demo::HeadlessReport;
-use vramscope::text::format::bytes;
-use vramscope::ui::diagnosis;
+use vramscope_collect::demo::HeadlessReport;
+use vramscope_text::format::bytes;
+use vramscope_ui::diagnosis;
 
 use super::dashboard::UiFlags;
 use super::out;
@@ -15,12 +15,12 @@ use super::value::{Runs, Seconds, Speed};
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The scenario (see --list).
     #[arg(
         default_value = "healthy",
         value_parser = clap::builder::PossibleValuesParser::new(
-            vramscope::demo::list().iter().map(|(name, _)| *name)
+            vramscope_collect::demo::list().iter().map(|(name, _)| *name)
         )
     )]
     scenario: String,
@@ -61,15 +61,15 @@ pub struct Args {
     ui: UiFlags,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     if args.list {
         let mut o = String::new();
-        for (name, about) in vramscope::demo::list() {
+        for (name, about) in vramscope_collect::demo::list() {
             let _ = writeln!(o, "{name:<14} {about}");
         }
         return out::print(&o);
     }
-    let sc = vramscope::demo::scenario(&args.scenario, args.conf.as_deref())?;
+    let sc = vramscope_collect::demo::scenario(&args.scenario, args.conf.as_deref())?;
     if args.headless {
         let duration = args.duration.map(Seconds::secs);
         // The settings file is the dashboard's: only a screenshot draws it
@@ -77,26 +77,26 @@ pub fn run(args: Args) -> Result<()> {
         let mut opts = if args.ui.screenshot.is_some() {
             args.ui.options()?
         } else {
-            vramscope::ui::UiOptions::default()
+            vramscope_ui::UiOptions::default()
         };
         opts.keys = args.keys.clone().unwrap_or_default().replace("\\n", "\n");
-        let shot = |hub: &vramscope::collect::Hub, status, (end_ns, ran_ns)| {
+        let shot = |hub: &vramscope_collect::Hub, status, (end_ns, ran_ns)| {
             let Some(path) = &args.ui.screenshot else {
                 return Ok(());
             };
             // The simulated job's own view, as the dashboard opens it,
             // with the whole run in the timeline's window.
             opts.initial_process = opts.initial_process.or(Some(std::process::id()));
-            let still = vramscope::ui::Still {
-                size: opts.size.unwrap_or(vramscope::ui::run::FALLBACK_SIZE),
+            let still = vramscope_ui::Still {
+                size: opts.size.unwrap_or(vramscope_ui::run::FALLBACK_SIZE),
                 now_ns: end_ns,
                 window_ns: Some(ran_ns),
                 path,
             };
-            vramscope::ui::screenshot_now(hub, Some(status), &opts, still)
+            vramscope_ui::screenshot_now(hub, Some(status), &opts, still)
         };
         let runs = args.runs.map_or(1, Runs::get);
-        let report = vramscope::demo::run_headless_then(
+        let report = vramscope_collect::demo::run_headless_then(
             sc,
             args.conf.as_deref(),
             (duration, runs),
@@ -110,8 +110,8 @@ pub fn run(args: Args) -> Result<()> {
         };
     }
     let backing = if args.gpu {
-        let g =
-            vramscope::sim::gpu::GpuBacking::new(0).map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
+        let g = vramscope_collect::demo::gpu::GpuBacking::new(0)
+            .map_err(|e| anyhow::anyhow!("--gpu: {e}"))?;
         Some(g)
     } else {
         None
@@ -119,9 +119,9 @@ pub fn run(args: Args) -> Result<()> {
     let speed = args
         .speed
         .map(Speed::factor)
-        .unwrap_or_else(|| vramscope::demo::default_speed(&args.scenario));
+        .unwrap_or_else(|| vramscope_collect::demo::default_speed(&args.scenario));
     let cfg = args.collect.config();
-    let demo = vramscope::demo::start(sc, &cfg.shm_dir, speed, backing)?;
+    let demo = vramscope_collect::demo::start(sc, &cfg.shm_dir, speed, backing)?;
     let mut opts = args.ui.options()?;
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
@@ -132,7 +132,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// `demo --headless` as text.
-pub fn text(r: &HeadlessReport) -> String {
+pub(crate) fn text(r: &HeadlessReport) -> String {
     let mut o = String::new();
     let f = &r.process.view.figures;
     let conf = r
@@ -160,7 +160,7 @@ pub fn text(r: &HeadlessReport) -> String {
         let fr = &d.figures.fragmentation;
         let share = fr
             .share_of_reserved
-            .map(|s| format!("{} of reserved", vramscope::text::format::percent(s)))
+            .map(|s| format!("{} of reserved", vramscope_text::format::percent(s)))
             .unwrap_or_else(|| "—".into());
         let largest = fr.largest_free_large.max(fr.largest_free_small);
         let _ = writeln!(

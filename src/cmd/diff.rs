@@ -2,21 +2,21 @@
 //! record`, or PyTorch snapshot files): peak and steady-state allocated and
 //! reserved, the live memory at each run's peak by phase, role and module,
 //! what is new in B or grew, and the step at which the runs part
-//! (`vramscope::model::rundiff`). With `--fail-over PCT` it is a CI gate:
+//! (`vramscope_core::model::rundiff`). With `--fail-over PCT` it is a CI gate:
 //! exit status 3 when B's peak reserved exceeds A's by more than PCT % (or
 //! A's is 0 B and B's is not: growth from nothing exceeds any percentage).
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use vramscope::given::Given;
-use vramscope::model::rundiff::{compare, Diff, Profile, Row};
-use vramscope::text::format::{bytes, percent};
+use vramscope_collect::given::Given;
+use vramscope_core::model::rundiff::{compare, Diff, Profile, Row};
+use vramscope_text::format::{bytes, percent};
 
 use super::out;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The run compared against: a recording or a PyTorch snapshot file.
     a: PathBuf,
     /// The run compared.
@@ -41,14 +41,14 @@ pub struct Args {
 }
 
 /// Exit status when `--fail-over` trips.
-pub const FAIL_OVER_EXIT: u8 = 3;
+pub(crate) const FAIL_OVER_EXIT: u8 = 3;
 
 /// The profile of one run.
 fn of(path: &Path, pid: Option<u32>) -> Result<Profile> {
     Given::open(path)?.profile(pid).map_err(anyhow::Error::msg)
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let a = of(&args.a, args.pid_a)?;
     let b = of(&args.b, args.pid_b)?;
     let d = compare(&a, &b);
@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Result<()> {
     let (a, b) = (d.figures[1].a, d.figures[1].b);
     // Growth from nothing exceeds any percentage.
     if a == 0 && b > 0 {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "vramscope: B's peak reserved is {} and A's is 0 B: growth from nothing is more than any --fail-over ({}%)",
             bytes(b),
             limit.get()
@@ -72,7 +72,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(change) = d.peak_reserved_change {
         if change * 100.0 > limit.get() {
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "vramscope: B's peak reserved is {} above A's ({} against {}), more than --fail-over {}%",
                 percent(change),
                 bytes(d.figures[1].b),
@@ -111,7 +111,7 @@ fn table(title: &str, rows: &[Row], top: usize) -> String {
     for r in rows.iter().take(shown) {
         s.push_str(&format!(
             "{:<w$}  {:>10}  {:>10}  {}\n",
-            vramscope::text::printable(&r.name),
+            vramscope_text::printable(&r.name),
             bytes(r.a),
             bytes(r.b),
             change(r)
@@ -132,12 +132,12 @@ fn text(d: &Diff, top: usize) -> String {
     for (tag, run) in [("A", &d.a), ("B", &d.b)] {
         s.push_str(&format!(
             "{tag}: {} (process {}{}), {} steps{}\n",
-            vramscope::text::printable(&run.name),
+            vramscope_text::printable(&run.name),
             run.pid,
             if run.cmdline.is_empty() {
                 String::new()
             } else {
-                format!(": {}", vramscope::text::printable(&run.cmdline))
+                format!(": {}", vramscope_text::printable(&run.cmdline))
             },
             run.steps,
             run.peak_step

@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use vramscope::agent::Level;
+use vramscope_collect::agent::Level;
 
 use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// One JSON document: `checks` (each with its name, level, detail and
     /// fix) and `failed`, as `snapshot --json` is one document.
     #[arg(long)]
@@ -18,8 +18,8 @@ pub struct Args {
     shm: ShmFlag,
 }
 
-pub fn run(args: Args) -> Result<()> {
-    let checks = vramscope::agent::doctor(args.shm.shm_dir.as_deref());
+pub(crate) fn run(args: Args) -> Result<()> {
+    let checks = vramscope_collect::agent::doctor(args.shm.shm_dir.as_deref());
     let mut o = String::new();
     let failed = checks.iter().filter(|c| c.level == Level::Fail).count();
     if args.json {

@@ -2,18 +2,18 @@
 //! `torch.cuda.empty_cache()` and prints what was released.
 use anyhow::{bail, Context, Result};
 
-use vramscope::ring::{Command, Status};
-use vramscope::text::format::bytes;
+use vramscope_text::format::bytes;
+use vramscope_wire::ring::{Command, Status};
 
 use super::ProcessTarget;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     target: ProcessTarget,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let pid = args.target.pid;
     let out = (args.target)
         .ask(Command::EmptyCache { device: None })

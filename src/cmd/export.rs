@@ -15,18 +15,18 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use vramscope::event::Event;
-use vramscope::event::RingPos;
-use vramscope::given::Given;
-use vramscope::input::Input;
-use vramscope::model::device::AnchoredFrom;
-use vramscope::model::{Model, Process, ProcessKey};
-use vramscope::snapfile::write;
+use vramscope_collect::given::Given;
+use vramscope_core::input::Input;
+use vramscope_core::model::device::AnchoredFrom;
+use vramscope_core::model::{Model, Process, ProcessKey};
+use vramscope_core::snapfile::write;
+use vramscope_wire::event::Event;
+use vramscope_wire::event::RingPos;
 
 use super::value::Count;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The recording (written by `vramscope record`).
     file: PathBuf,
     /// Where to write the snapshot pickle.
@@ -51,7 +51,7 @@ type Placed = (usize, Event);
 /// and the process's step when it was read.
 type Kept = (Event, Option<RingPos>, Option<u64>);
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let mut reader = Given::open(&args.file)?.replayer()?;
     let max = args.max_entries.get() as usize;
     let mut model = Model::default();
@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<()> {
                         marked.clear();
                         continue;
                     }
-                    if matches!(e.kind, vramscope::event::EventKind::Marker { .. }) {
+                    if matches!(e.kind, vramscope_wire::event::EventKind::Marker { .. }) {
                         marked.push((*n, e));
                         continue;
                     }
@@ -157,7 +157,7 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("creating {}", args.output.display()))?;
     write::write(&snap, out).with_context(|| format!("writing {}", args.output.display()))?;
     let t = &snap.totals();
-    vramscope::text::stderr_line(format_args!(
+    vramscope_text::stderr_line(format_args!(
         "wrote {}: process {}, {} segments, {} blocks, {} trace events, {} frames",
         args.output.display(),
         key.pid,
@@ -229,7 +229,7 @@ fn from_anchor(
 }
 
 fn is_allocator_event(e: &Event) -> bool {
-    use vramscope::event::EventKind as K;
+    use vramscope_wire::event::EventKind as K;
     matches!(
         e.kind,
         K::Alloc { .. }

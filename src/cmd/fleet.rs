@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use vramscope::fleet::model::{queries, series_queries, Fleet};
-use vramscope::fleet::prom::{Client, Endpoint};
-use vramscope::fleet::view::{FleetView, ProcSeries};
-use vramscope::ui::fleet::{Ask, FleetApp, FleetEvent};
-use vramscope::ui::{Shell, ShellOptions};
+use vramscope_collect::fleet::model::{queries, series_queries, Fleet};
+use vramscope_collect::fleet::prom::{Client, Endpoint};
+use vramscope_collect::fleet::view::{FleetView, ProcSeries};
+use vramscope_ui::fleet::{Ask, FleetApp, FleetEvent};
+use vramscope_ui::{Shell, ShellOptions};
 
 use super::value::{Millis, Seconds};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Prometheus's address, e.g. http://prometheus:9090 (plain http).
     #[arg(long, value_name = "URL")]
     prometheus: String,
@@ -55,7 +55,7 @@ pub struct Args {
 /// Longest a query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let endpoint =
         Endpoint::parse(&args.prometheus).map_err(|e| anyhow::anyhow!("--prometheus {e}"))?;
     let view = FleetView::new(endpoint.url().to_string());
@@ -75,7 +75,7 @@ pub fn run(args: Args) -> Result<()> {
         .context("starting the query runtime")?;
     {
         let _g = rt.enter();
-        vramscope::collect::signals::forward(shell.signal());
+        vramscope_collect::signals::forward(shell.signal());
     }
     rt.spawn(fetch(
         client,
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> Result<()> {
         shell.sender(),
     ));
     let app = FleetApp::new(view, shell.options().theme());
-    let ran = vramscope::ui::fleet::run::run(shell, app, move |ask| {
+    let ran = vramscope_ui::fleet::run::run(shell, app, move |ask| {
         let _ = ask_tx.send(ask);
     });
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -164,7 +164,7 @@ async fn series(
         client.query_range(&alloc, start, end, step),
         client.query_range(&resv, start, end, step)
     );
-    let first = |s: Vec<vramscope::fleet::prom::Series>| {
+    let first = |s: Vec<vramscope_collect::fleet::prom::Series>| {
         s.into_iter().next().map(|s| s.points).unwrap_or_default()
     };
     Ok(ProcSeries {

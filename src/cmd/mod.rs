@@ -15,29 +15,29 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub mod advise;
-pub mod agent;
-pub mod attach;
-pub mod completions;
-pub mod config;
-pub mod dashboard;
-pub mod demo;
-pub mod diff;
-pub mod doctor;
-pub mod empty_cache;
-pub mod export;
-pub mod fleet;
-pub mod open;
-pub mod out;
-pub mod record;
-pub mod replay;
-pub mod rings;
-pub mod run;
-pub mod serve;
-pub mod sim;
-pub mod snapshot;
-pub mod stacks;
-pub mod value;
+pub(crate) mod advise;
+pub(crate) mod agent;
+pub(crate) mod attach;
+pub(crate) mod completions;
+pub(crate) mod config;
+pub(crate) mod dashboard;
+pub(crate) mod demo;
+pub(crate) mod diff;
+pub(crate) mod doctor;
+pub(crate) mod empty_cache;
+pub(crate) mod export;
+pub(crate) mod fleet;
+pub(crate) mod open;
+pub(crate) mod out;
+pub(crate) mod record;
+pub(crate) mod replay;
+pub(crate) mod rings;
+pub(crate) mod run;
+pub(crate) mod serve;
+pub(crate) mod sim;
+pub(crate) mod snapshot;
+pub(crate) mod stacks;
+pub(crate) mod value;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,7 +49,7 @@ pub mod value;
                   (instrumented with `vramscope run`) and every GPU process NVML reports.",
     args_conflicts_with_subcommands = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub dashboard: dashboard::Args,
     #[command(subcommand)]
@@ -57,7 +57,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a simulated training job (no GPU needed) and watch it.
     Demo(demo::Args),
     /// Print the state of every GPU and process once.
@@ -85,7 +85,7 @@ pub enum Command {
     Doctor(doctor::Args),
     /// Record NVML readings and every process's events to a file, until Ctrl-C.
     Record(record::Args),
-    /// Replay a recording (see `src/recording.rs` for the format).
+    /// Replay a recording (see `crates/core/src/recording.rs` for the format).
     Replay(replay::Args),
     /// Open a PyTorch memory snapshot file (torch.cuda.memory._dump_snapshot)
     /// in the dashboard, or print it as JSON.
@@ -120,7 +120,7 @@ pub enum Command {
 /// A command's verdict that is not a failure to run: exit with this status,
 /// its line already printed (`diff --fail-over`).
 #[derive(Debug)]
-pub struct ExitStatus(pub u8);
+pub(crate) struct ExitStatus(pub u8);
 
 impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,7 +131,7 @@ impl std::fmt::Display for ExitStatus {
 impl std::error::Error for ExitStatus {}
 
 /// Runs the command line's job.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => dashboard::run(cli.dashboard),
         Some(Command::Demo(a)) => demo::run(a),
@@ -159,7 +159,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Where the segments of instrumented processes are.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ShmFlag {
+pub(crate) struct ShmFlag {
     /// Directory of the shared-memory segments [env: VRAMSCOPE_SHM_DIR; default: /dev/shm]
     #[arg(long, value_name = "DIR")]
     pub shm_dir: Option<PathBuf>,
@@ -167,15 +167,15 @@ pub struct ShmFlag {
 
 impl ShmFlag {
     /// The directory in force: the flag, else the environment, else `/dev/shm`.
-    pub fn dir(&self) -> PathBuf {
-        vramscope::ring::discover::segment_dir(self.shm_dir.as_deref())
+    pub(crate) fn dir(&self) -> PathBuf {
+        vramscope_wire::ring::discover::segment_dir(self.shm_dir.as_deref())
     }
 }
 
 /// The instrumented process a command talks to through its segment's
 /// control block (`empty-cache`, `stacks`), and how long to wait.
 #[derive(Debug, clap::Args)]
-pub struct ProcessTarget {
+pub(crate) struct ProcessTarget {
     /// The process id (as this machine sees it, or as the process sees itself).
     pub pid: u32,
     /// Seconds to wait for the answer.
@@ -194,12 +194,12 @@ impl ProcessTarget {
     /// Sends `command` to the process and waits for the answer: the
     /// segment is found in the directory by its producer's pid and mapped
     /// once; nothing else is read.
-    pub fn ask(
+    pub(crate) fn ask(
         &self,
-        command: vramscope::ring::Command,
-    ) -> anyhow::Result<vramscope::ring::Outcome> {
+        command: vramscope_wire::ring::Command,
+    ) -> anyhow::Result<vramscope_wire::ring::Outcome> {
         let (pid, dir) = (self.pid, self.shm.dir());
-        let Some(client) = vramscope::ring::client::Client::find(&dir, pid)? else {
+        let Some(client) = vramscope_wire::ring::client::Client::find(&dir, pid)? else {
             anyhow::bail!(
                 "process {pid} has no vramscope agent segment in {} (start it with `vramscope run -- ...`, or see `vramscope rings`)",
                 dir.display()
@@ -211,7 +211,7 @@ impl ProcessTarget {
 
 /// What a live collector reads: the segments, and NVML how often.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CollectFlags {
+pub(crate) struct CollectFlags {
     #[command(flatten)]
     pub shm: ShmFlag,
     #[command(flatten)]
@@ -222,14 +222,14 @@ pub struct CollectFlags {
 
 impl CollectFlags {
     /// The collector's configuration.
-    pub fn config(&self) -> vramscope::collect::Config {
+    pub(crate) fn config(&self) -> vramscope_collect::Config {
         collect_config(&self.shm, &self.nvml, Some(&self.interval))
     }
 }
 
 /// Whether NVML is read.
 #[derive(Debug, Clone, clap::Args)]
-pub struct NvmlFlag {
+pub(crate) struct NvmlFlag {
     /// Do not read NVML.
     #[arg(long)]
     pub no_nvml: bool,
@@ -237,7 +237,7 @@ pub struct NvmlFlag {
 
 /// How often NVML is read.
 #[derive(Debug, Clone, clap::Args)]
-pub struct IntervalFlag {
+pub(crate) struct IntervalFlag {
     /// NVML poll period in milliseconds (at least 100).
     #[arg(
         long,
@@ -249,12 +249,12 @@ pub struct IntervalFlag {
 }
 
 /// The collector's configuration from the flags a command has.
-pub fn collect_config(
+pub(crate) fn collect_config(
     shm: &ShmFlag,
     nvml: &NvmlFlag,
     interval: Option<&IntervalFlag>,
-) -> vramscope::collect::Config {
-    let mut cfg = vramscope::collect::Config::new(shm.dir());
+) -> vramscope_collect::Config {
+    let mut cfg = vramscope_collect::Config::new(shm.dir());
     cfg.nvml = !nvml.no_nvml;
     if let Some(i) = interval {
         cfg.nvml_interval = i.interval.duration();
@@ -263,7 +263,7 @@ pub fn collect_config(
 }
 
 /// A tokio runtime for a headless command's collector.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context;
-    vramscope::collect::runtime().context("starting the collector's runtime")
+    vramscope_collect::runtime().context("starting the collector's runtime")
 }

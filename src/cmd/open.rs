@@ -13,19 +13,20 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use vramscope::collect::Hub;
-use vramscope::given::Given;
-use vramscope::model::ViewOptions;
-use vramscope::snapfile::inputs::{self, Plan, Timed};
-use vramscope::snapfile::step::{self, Stepper, TraceStatus};
-use vramscope::snapfile::{self, Action, SnapshotFile, Totals};
+use vramscope_collect::given::Given;
+use vramscope_collect::trace::{Stepper, TraceStatus};
+use vramscope_collect::Hub;
+use vramscope_core::model::ViewOptions;
+use vramscope_core::snapfile::inputs::{self, Plan, Timed};
+use vramscope_core::snapfile::lines;
+use vramscope_core::snapfile::{self, Action, SnapshotFile, Totals};
 
 use super::dashboard::UiFlags;
 use super::out;
 use super::value::Index;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The snapshot file (a pickle written by torch.cuda.memory._dump_snapshot).
     file: PathBuf,
     /// Print the file's figures and state as JSON instead of opening the dashboard.
@@ -55,7 +56,7 @@ fn parse_addr(s: &str) -> Result<u64, String> {
     r.map_err(|_| format!("'{s}' is not an address (decimal or 0x-hex)"))
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let name = args.file.display().to_string();
     let given = Given::open(&args.file)?;
     if given.is_recording() {
@@ -109,16 +110,16 @@ pub fn run(args: Args) -> Result<()> {
     let hub = Arc::new(Hub::default());
     let mut stepper = Stepper::new(file, &name);
     let at = plan.upto.unwrap_or(usize::MAX);
-    stepper.seek(&hub, at, vramscope::ring::monotonic_ns());
+    stepper.seek(&hub, at, vramscope_wire::ring::monotonic_ns());
     let mut opts = args.view.options()?;
     opts.readonly = true;
     opts.initial_process.get_or_insert(inputs::KEY.pid);
     let driver = Arc::new(FileDriver {
-        rt: vramscope::collect::runtime().context("starting the signal handler")?,
+        rt: vramscope_collect::runtime().context("starting the signal handler")?,
         hub: hub.clone(),
         stepper: Mutex::new(stepper),
     });
-    vramscope::ui::run(hub, driver, None, opts)
+    vramscope_ui::run(hub, driver, None, opts)
 }
 
 /// A snapshot file cannot be sent commands; signals still end the
@@ -135,19 +136,19 @@ impl FileDriver {
     }
 }
 
-impl vramscope::ui::Driver for FileDriver {
+impl vramscope_ui::Driver for FileDriver {
     fn refusal(&self) -> Option<&str> {
         Some("a snapshot file cannot be sent commands")
     }
     fn on_signal(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _guard = self.rt.enter();
-        vramscope::collect::signals::forward(f);
+        vramscope_collect::signals::forward(f);
     }
     fn trace(&self) -> Option<TraceStatus> {
         Some(self.stepper().status())
     }
     fn seek(&self, at: usize) -> Option<TraceStatus> {
-        let now = vramscope::ring::monotonic_ns();
+        let now = vramscope_wire::ring::monotonic_ns();
         Some(self.stepper().seek(&self.hub, at, now))
     }
 }
@@ -164,7 +165,7 @@ struct Report<'a> {
     allocator_settings: Settings<'a>,
     trace: TraceSummary<'a>,
     /// The model's state: the file's own, or after `--at N` events.
-    state: vramscope::collect::Snapshot,
+    state: vramscope_collect::Snapshot,
     /// `external_annotations` (`record_function` regions: `name`,
     /// `stage`, `device`, `time_us`).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -265,7 +266,7 @@ struct StackLines<'a> {
 
 impl Serialize for StackLines<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        ser.collect_seq(step::stack_line_iter(self.file, self.stack))
+        ser.collect_seq(lines::stack_line_iter(self.file, self.stack))
     }
 }
 
@@ -296,7 +297,7 @@ impl<'a> Report<'a> {
         name: &'a str,
         plan: Plan,
         timeline: &'a [Timed<'a>],
-        state: vramscope::collect::Snapshot,
+        state: vramscope_collect::Snapshot,
         trace: bool,
     ) -> Self {
         let oom_stacks = OomStacks {
@@ -342,7 +343,7 @@ impl<'a> Report<'a> {
 /// at that address with its stack; a stack shown already is named, not
 /// shown again.
 fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io::Result<()> {
-    use vramscope::text::format::bytes;
+    use vramscope_text::format::bytes;
     // Where each stack shown was first shown.
     let mut shown: HashMap<u32, String> = HashMap::new();
     let block = file.segments.iter().find_map(|s| {
@@ -403,7 +404,7 @@ fn write_stack(
     if let Some(first) = shown.get(&id) {
         return writeln!(out, "    (the same stack as {first})");
     }
-    for line in step::stack_line_iter(file, Some(id)) {
+    for line in lines::stack_line_iter(file, Some(id)) {
         writeln!(out, "    {line}")?;
     }
     shown.insert(id, here.to_string());

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 /// Standard output was closed by its reader.
 #[derive(Debug)]
-pub struct Closed;
+pub(crate) struct Closed;
 
 impl fmt::Display for Closed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -21,7 +21,7 @@ impl fmt::Display for Closed {
 impl std::error::Error for Closed {}
 
 /// Whether `e` is (caused by) a closed standard output.
-pub fn is_closed(e: &anyhow::Error) -> bool {
+pub(crate) fn is_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<Closed>()
             || c.downcast_ref::<io::Error>()
@@ -30,7 +30,7 @@ pub fn is_closed(e: &anyhow::Error) -> bool {
 }
 
 /// Writes `text` to standard output and flushes it.
-pub fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     let mut o = io::stdout().lock();
     o.write_all(text.as_bytes())
         .and_then(|()| o.flush())
@@ -38,7 +38,7 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 }
 
 /// `text` and a newline.
-pub fn line(text: &str) -> anyhow::Result<()> {
+pub(crate) fn line(text: &str) -> anyhow::Result<()> {
     let mut s = String::with_capacity(text.len() + 1);
     s.push_str(text);
     s.push('\n');
@@ -47,12 +47,12 @@ pub fn line(text: &str) -> anyhow::Result<()> {
 
 /// A buffered writer on standard output for a long stream of lines
 /// (`sim --trace`); its errors go through [`wrap`].
-pub fn stream() -> io::BufWriter<io::StdoutLock<'static>> {
+pub(crate) fn stream() -> io::BufWriter<io::StdoutLock<'static>> {
     io::BufWriter::with_capacity(1 << 16, io::stdout().lock())
 }
 
 /// A write error on standard output, as this module reports it.
-pub fn wrap(e: io::Error) -> anyhow::Error {
+pub(crate) fn wrap(e: io::Error) -> anyhow::Error {
     if e.kind() == io::ErrorKind::BrokenPipe {
         anyhow::Error::new(Closed)
     } else {

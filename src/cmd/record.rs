@@ -1,5 +1,5 @@
 //! `vramscope record -o FILE`: NVML readings and every process's events,
-//! written to a recording (format: `src/recording.rs`) until Ctrl-C,
+//! written to a recording (format: `crates/core/src/recording.rs`) until Ctrl-C,
 //! SIGTERM, SIGHUP or `--duration`. It starts now: what the rings held
 //! before is skipped (the model anchors on a snapshot it asks for), unless
 //! `--backlog`.
@@ -8,16 +8,16 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::{signals, Collector, Hub};
-use vramscope::input::Input;
-use vramscope::model::device::Problem;
-use vramscope::model::ViewOptions;
-use vramscope::recording::Recorder;
+use vramscope_collect::{signals, Collector, Hub};
+use vramscope_core::input::Input;
+use vramscope_core::model::device::Problem;
+use vramscope_core::model::ViewOptions;
+use vramscope_core::recording::Recorder;
 
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The recording file to write.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
@@ -35,14 +35,14 @@ pub struct Args {
     collect: CollectFlags,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let mut cfg = args.collect.config();
     cfg.backlog = args.backlog;
     let mut collector = Collector::new(cfg);
     let hub = collector.hub().clone();
     hub.record_to(Recorder::create(&args.output)?);
     let start = Instant::now();
-    vramscope::text::stderr_line(format_args!(
+    vramscope_text::stderr_line(format_args!(
         "recording to {} from {} (Ctrl-C to stop)",
         args.output.display(),
         if args.backlog {
@@ -84,7 +84,7 @@ pub fn run(args: Args) -> Result<()> {
         timeline: None,
     });
     let events: u64 = snap.processes.iter().map(|p| p.source.delivered).sum();
-    vramscope::text::stderr_line(format_args!(
+    vramscope_text::stderr_line(format_args!(
         "recorded {:.1} s, {} process(es), {events} events to {}",
         start.elapsed().as_secs_f64(),
         snap.processes.len(),
@@ -118,7 +118,7 @@ fn say_unanchored(hub: &Hub) {
             _ if p.view.snapshots_discarded > 0 => "its snapshots could not be used",
             _ => "it never answered a snapshot request with one",
         };
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "vramscope: process {} ({}): no usable anchor snapshot came ({why}): its {held} events are recorded, but a replay has no state to apply them on (record --backlog keeps what its rings hold from before)",
             p.identity.host_pid,
             p.identity.name,

@@ -5,19 +5,19 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::replay::{play, Pace, Progress};
-use vramscope::collect::{Hub, Live};
-use vramscope::demo::DemoStatus;
-use vramscope::given::Given;
-use vramscope::model::ViewOptions;
-use vramscope::recording::Replayer;
+use vramscope_collect::demo::DemoStatus;
+use vramscope_collect::given::Given;
+use vramscope_collect::replay::{play, Pace, Progress};
+use vramscope_collect::{Hub, Live};
+use vramscope_core::model::ViewOptions;
+use vramscope_core::recording::Replayer;
 
 use super::dashboard::UiFlags;
 use super::out;
 use super::value::{Speed, StepRange};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     file: PathBuf,
     /// Playback speed (recorded seconds per second, 0.001 to 1000000).
     /// Without it: as fast as possible, or 1 with --ui.
@@ -66,7 +66,7 @@ impl ReplayStatus {
             |f| f.to_string_lossy().into(),
         );
         Ok(ReplayStatus {
-            file: vramscope::text::printable(&file),
+            file: vramscope_text::printable(&file),
             speed,
             total_inputs: n,
             total_ns: last.saturating_sub(first.unwrap_or(last)),
@@ -75,12 +75,12 @@ impl ReplayStatus {
     }
 }
 
-impl vramscope::ui::DemoHandle for ReplayStatus {
+impl vramscope_ui::DemoHandle for ReplayStatus {
     fn status(&self) -> DemoStatus {
         use std::sync::atomic::Ordering::Relaxed;
         let inputs = self.progress.inputs.load(Relaxed);
         let at = self.progress.recorded_ns.load(Relaxed);
-        let span = vramscope::text::format::duration;
+        let span = vramscope_text::format::duration;
         let ended = inputs >= self.total_inputs || self.progress.done.load(Relaxed);
         let caption = if ended {
             format!(
@@ -116,9 +116,9 @@ impl vramscope::ui::DemoHandle for ReplayStatus {
 }
 
 /// The live advisor's share of one core, as the dashboard's.
-const ADVISOR_SHARE: f64 = vramscope::collect::ADVISOR_CPU_SHARE;
+const ADVISOR_SHARE: f64 = vramscope_collect::ADVISOR_CPU_SHARE;
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let reader = Given::open(&args.file)?.replayer()?;
     if let Some(range) = args.diff {
         return diff::run(reader, range, args.json);
@@ -135,7 +135,7 @@ pub fn run(args: Args) -> Result<()> {
         if args.advise {
             live.hub().enable_advisor(true, false, Some(ADVISOR_SHARE));
         }
-        return vramscope::ui::run(live.hub().clone(), live, Some(Arc::new(status)), opts);
+        return vramscope_ui::run(live.hub().clone(), live, Some(Arc::new(status)), opts);
     }
     let hub = Hub::default();
     let pace = args
@@ -161,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         out::line(&serde_json::to_string_pretty(&snap)?)
     } else {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "replayed {} inputs from {}",
             played.inputs,
             args.file.display()
@@ -178,12 +178,12 @@ mod diff {
     use anyhow::Result;
     use serde::Serialize;
 
-    use vramscope::collect::Hub;
-    use vramscope::input::Input;
-    use vramscope::model::stepdiff::{step_diff, StepDiff};
-    use vramscope::model::{ProcessKey, ViewOptions};
-    use vramscope::recording::Replayer;
-    use vramscope::text::format::bytes;
+    use vramscope_collect::Hub;
+    use vramscope_core::input::Input;
+    use vramscope_core::model::stepdiff::{step_diff, StepDiff};
+    use vramscope_core::model::{ProcessKey, ViewOptions};
+    use vramscope_core::recording::Replayer;
+    use vramscope_text::format::bytes;
 
     use super::super::out;
     use super::StepRange;

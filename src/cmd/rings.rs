@@ -2,13 +2,13 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use vramscope::ring::discover::{self, Liveness, Located};
-use vramscope::ring::{Producer, SegmentReader};
+use vramscope_wire::ring::discover::{self, Liveness, Located};
+use vramscope_wire::ring::{Producer, SegmentReader};
 
 use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Remove segments whose process is gone.
     #[arg(long)]
     clean: bool,
@@ -36,11 +36,11 @@ struct Row {
     error: Option<String>,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let dir = args.shm.dir();
     if args.clean {
         for p in discover::remove_stale(&dir)? {
-            vramscope::text::stderr_line(format_args!("removed stale {}", p.display()));
+            vramscope_text::stderr_line(format_args!("removed stale {}", p.display()));
         }
     }
     let (found, others) = discover::list(&dir)?;
@@ -50,7 +50,7 @@ pub fn run(args: Args) -> Result<()> {
             Ok(r) => {
                 let h = r.header();
                 let n = h.rings.len();
-                let located = if r.state() == vramscope::ring::layout::STATE_CLOSED {
+                let located = if r.state() == vramscope_wire::ring::layout::STATE_CLOSED {
                     Located::Dead
                 } else {
                     discover::locate(h.pid, h.start_time)

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     shm: ShmFlag,
     /// The command and its arguments.
@@ -12,9 +12,9 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // `exec` only returns on failure.
-    Err(vramscope::agent::exec(
+    Err(vramscope_collect::agent::exec(
         &args.command,
         args.shm.shm_dir.as_deref(),
     ))

@@ -1,18 +1,18 @@
 //! `vramscope serve`: the collector running headless, its picture served as
 //! Prometheus metrics on `--listen` (loopback by default: the labels name
-//! users and processes). Read-only; see `src/serve/`.
+//! users and processes). Read-only; see `crates/collect/src/serve/`.
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::Live;
-use vramscope::serve::http::{serve, Limits, Metrics};
+use vramscope_collect::serve::http::{serve, Limits, Metrics};
+use vramscope_collect::Live;
 
 use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Address to serve /metrics on. Give 0.0.0.0:PORT (or a host's address)
     /// only where whoever can reach it may read user and process names.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9420")]
@@ -29,19 +29,19 @@ pub struct Args {
     collect: CollectFlags,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let host = match args.host {
-        Some(h) => vramscope::text::printable(&h),
-        None => vramscope::serve::hostname(),
+        Some(h) => vramscope_text::printable(&h),
+        None => vramscope_collect::serve::hostname(),
     };
     let live = Live::start(args.collect.config()).context("starting the collector")?;
     if args.advise {
         live.hub()
-            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
     }
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::new(live.hub().clone(), host, limits.max_age));

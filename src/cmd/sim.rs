@@ -3,7 +3,7 @@
 //! process (then compared with the statistics it reported).
 //!
 //! Streams: a JSON-lines trace is read, checked, simulated and printed one
-//! line at a time (`vramscope::sim::TraceReader`, lines of at most 1 MiB),
+//! line at a time (`vramscope_core::sim::TraceReader`, lines of at most 1 MiB),
 //! so memory follows the live tensors, not the trace's length: 10 M lines
 //! (64 live tensors) piped into `sim --trace /dev/stdin` peaked at 9.8 MiB
 //! resident (`/usr/bin/time -v`, debug build; it was 2.7–3.7 GB before),
@@ -12,31 +12,31 @@
 //! keeping only that process's events, which are sorted by time and turned
 //! into requests in memory (one process's events, not the whole file).
 //! Statistics samples that carry ring positions are compared after exactly
-//! the requests they reflect (`vramscope::sim::samples`); others by time.
+//! the requests they reflect (`vramscope_core::sim::samples`); others by time.
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use vramscope::event::RingPos;
-use vramscope::event::{Event, Stats};
-use vramscope::given::Given;
-use vramscope::input::Input;
-use vramscope::model::ProcessKey;
-use vramscope::recording::MAGIC;
-use vramscope::sim::from_events::PlacedSample;
-use vramscope::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
-use vramscope::sim::spread::{Spread, SpreadReplay};
-use vramscope::sim::{self, NullSink, Request, StepReport};
-use vramscope::text::format::bytes;
+use vramscope_collect::given::Given;
+use vramscope_core::input::Input;
+use vramscope_core::model::ProcessKey;
+use vramscope_core::recording::MAGIC;
+use vramscope_core::sim::from_events::PlacedSample;
+use vramscope_core::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
+use vramscope_core::sim::spread::{Spread, SpreadReplay};
+use vramscope_core::sim::{self, NullSink, Request, StepReport};
+use vramscope_text::format::bytes;
+use vramscope_wire::event::RingPos;
+use vramscope_wire::event::{Event, Stats};
 
 use super::out;
 use super::value::{Fraction, Gib};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// A JSON-lines request file (see `src/sim/trace.rs`), or a recording
+pub(crate) struct Args {
+    /// A JSON-lines request file (see `crates/core/src/sim/trace.rs`), or a recording
     /// made by `vramscope record` of a real process.
     #[arg(long, value_name = "FILE")]
     trace: PathBuf,
@@ -58,7 +58,7 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let alloc = match &args.conf {
         Some(c) => sim::AllocConf::parse(c).with_context(|| format!("--conf {c:?}"))?,
         None => sim::AllocConf::default(),
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> Result<()> {
                     bytes(r.lo)
                 }
             };
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "placement: segments the trace does not place go where the driver puts most (large ones downwards, small ones upwards); {} of {} steps were decided by a tie between equal free blocks (their figures are ranges over {} placements); peak reserved {}, reserved at the end {}",
                 replay.tied,
                 replay.steps,
@@ -130,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         ..
     } = from_recording(&given, args.process.pid, args.process.device)?;
     if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
             bytes(b)
         ));
@@ -242,7 +242,7 @@ impl Printer {
 /// Which process of a recording, and which of its devices (`sim`,
 /// `advise`).
 #[derive(Debug, clap::Args)]
-pub struct Process {
+pub(crate) struct Process {
     /// With a recording: the process to replay (default: the one with the
     /// most events).
     #[arg(long, value_name = "PID")]
@@ -375,7 +375,7 @@ pub(super) fn from_recording(
         }
     }
     if runs > 1 {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "note: the recording holds {runs} runs of process {} (its scenario started over): the replay is of the last, from an empty allocator",
             key.pid
         ));
@@ -392,18 +392,18 @@ pub(super) fn from_recording(
     }
     let got = sim::from_events::recover(events, device);
     if lost > 0 {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "note: {lost} records of this process were lost on the wire: their requests are missing from the replay, so samples after them may differ"
         ));
     }
     if got.unplaceable > 0 {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "note: {} statistics samples carry ring positions that this process's events do not (events without positions, or not in ring order); they are placed by time",
             got.unplaceable
         ));
     }
     if got.unknown_frees > 0 {
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "note: {} frees of tensors allocated before the recording started were skipped",
             got.unknown_frees
         ));
@@ -417,7 +417,7 @@ pub(super) fn from_recording(
     let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
     let (cmdline, framework) = who.remove(&key).unwrap_or_default();
     let limit = got.marks.iter().rev().find_map(|m| match m.source {
-        vramscope::event::MarkSource::MemoryLimit {
+        vramscope_wire::event::MarkSource::MemoryLimit {
             device: d,
             whole_device,
         } if d == device => Some((m.value, whole_device)),
@@ -477,7 +477,7 @@ impl Compare {
             format!("--conf {c}")
         });
         for line in self.placed.lines(&under) {
-            vramscope::text::stderr_line(format_args!("{line}"));
+            vramscope_text::stderr_line(format_args!("{line}"));
         }
         let placed = self.placed.compared + self.placed.ambiguous;
         if self.total > 0 || placed == 0 {
@@ -486,7 +486,7 @@ impl Compare {
             } else {
                 ""
             };
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "under {under}: {} of {} recorded statistics samples match the replay exactly ({}){by_time}",
                 self.same,
                 self.total,
@@ -494,12 +494,12 @@ impl Compare {
             ));
         }
         if let Some((step, diffs)) = &self.first_diff {
-            vramscope::text::stderr_line(format_args!(
+            vramscope_text::stderr_line(format_args!(
                 "first difference of a sample placed by time, at request {step}: {}",
                 samples::describe_all(diffs)
             ));
         }
-        vramscope::text::stderr_line(format_args!(
+        vramscope_text::stderr_line(format_args!(
             "out-of-memory requests in the replay: {}",
             self.ooms
         ));

@@ -8,18 +8,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use vramscope::collect::{Collector, Snapshot};
-use vramscope::model::ViewOptions;
-use vramscope::text::format::{self, bytes};
-use vramscope::ui::diagnosis;
-use vramscope::ui::rows::{mode_name, Row};
+use vramscope_collect::{Collector, Snapshot};
+use vramscope_core::model::ViewOptions;
+use vramscope_text::format::{self, bytes};
+use vramscope_ui::diagnosis;
+use vramscope_ui::rows::{mode_name, Row};
 
 use super::value::{Seconds, TermSize};
 use super::{NvmlFlag, ShmFlag};
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("time").args(["watch_for", "watch"]).multiple(true)))]
-pub struct Args {
+pub(crate) struct Args {
     /// JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -53,7 +53,7 @@ pub struct Args {
     nvml: NvmlFlag,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     // A directory that cannot be read is an error (as for `rings`), not an
     // empty machine.
     let dir = args.shm.dir();
@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.advise {
         collector
             .hub()
-            .enable_advisor(true, true, Some(vramscope::collect::ADVISOR_CPU_SHARE));
+            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
     }
     let rt = super::runtime()?;
     if let Some(secs) = args.watch_for {
@@ -82,14 +82,14 @@ pub fn run(args: Args) -> Result<()> {
         let snap = collector.hub().snapshot(&opts);
         if let Some(path) = &args.screenshot {
             let size = args.size.map_or((120, 40), |s| (s.cols, s.rows));
-            let still = vramscope::ui::Still {
+            let still = vramscope_ui::Still {
                 size,
                 now_ns: snap.taken_ns,
                 window_ns: None,
                 path,
             };
-            let ui = vramscope::ui::UiOptions::default();
-            vramscope::ui::screenshot_now(collector.hub(), None, &ui, still)?;
+            let ui = vramscope_ui::UiOptions::default();
+            vramscope_ui::screenshot_now(collector.hub(), None, &ui, still)?;
         }
         match (args.json, args.watch.is_some()) {
             (true, false) => super::out::line(&serde_json::to_string_pretty(&snap)?)?,
@@ -153,7 +153,7 @@ fn opt(b: Option<u64>) -> String {
 /// The snapshot as a table: GPUs, then one line per process (the
 /// dashboard's figures: fragmentation, OOMs, the flags with the leak
 /// verdict), then problems.
-pub fn table(s: &Snapshot) -> String {
+pub(crate) fn table(s: &Snapshot) -> String {
     let mut o = String::new();
     match &s.machine.nvml_error {
         Some(e) => {
@@ -180,7 +180,7 @@ pub fn table(s: &Snapshot) -> String {
     );
     for p in &s.processes {
         let r = Row::new(s, p);
-        let name = format::truncate(&vramscope::text::printable(&r.name), 20, "…");
+        let name = format::truncate(&vramscope_text::printable(&r.name), 20, "…");
         let _ = writeln!(
             o,
             "{:>7} {:<20} {:<5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>4}  {}",
@@ -212,16 +212,16 @@ pub fn table(s: &Snapshot) -> String {
             }
         }
         if let Some(a) = &p.advice {
-            use vramscope::sim::advice_text::{coverage_line, summary};
+            use vramscope_core::sim::advice_text::{coverage_line, summary};
             let _ = writeln!(
                 o,
                 "        advice: {}",
-                vramscope::text::printable(&summary(a))
+                vramscope_text::printable(&summary(a))
             );
             let _ = writeln!(
                 o,
                 "          over {}",
-                vramscope::text::printable(&coverage_line(&a.coverage))
+                vramscope_text::printable(&coverage_line(&a.coverage))
             );
         }
     }
@@ -241,8 +241,8 @@ pub fn table(s: &Snapshot) -> String {
 
 /// Each process's block map as text: per device, one line per segment
 /// (pool, stream, size, and its blocks by state).
-pub fn blocks(s: &Snapshot) -> String {
-    use vramscope::event::BlockState;
+pub(crate) fn blocks(s: &Snapshot) -> String {
+    use vramscope_wire::event::BlockState;
     let mut o = String::new();
     for p in &s.processes {
         for d in &p.view.devices {
@@ -266,7 +266,7 @@ pub fn blocks(s: &Snapshot) -> String {
                 let (np, bp) = sum(BlockState::PendingFree);
                 let (ni, bi) = sum(BlockState::Inactive);
                 let pool = match seg.segment.pool_kind {
-                    vramscope::event::SegmentPool::Small => "S",
+                    vramscope_wire::event::SegmentPool::Small => "S",
                     _ => "L",
                 };
                 let _ = writeln!(

@@ -3,14 +3,14 @@
 //! FORMAT 1.1), then to stop by itself; prints what it granted.
 use anyhow::{bail, Context, Result};
 
-use vramscope::ring::{Command, Status};
-use vramscope::ui::popup::capture_line;
+use vramscope_ui::popup::capture_line;
+use vramscope_wire::ring::{Command, Status};
 
 use super::value::{CaptureSteps, StackDepth};
 use super::ProcessTarget;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Steps to capture stacks for (0 stops a capture under way).
     #[arg(long, default_value = "10", value_name = "N")]
     steps: CaptureSteps,
@@ -21,7 +21,7 @@ pub struct Args {
     target: ProcessTarget,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let pid = args.target.pid;
     let steps = args.steps.get();
     let command = Command::CaptureStacks {

@@ -59,14 +59,14 @@ fn whole(s: &str, what: &str, lo: u64, hi: u64) -> Result<u64, String> {
 
 /// A terminal size for drawing without a terminal (`--size 120x40`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TermSize {
+pub(crate) struct TermSize {
     pub cols: u16,
     pub rows: u16,
 }
 
 impl TermSize {
-    pub const MIN: (u64, u64) = (20, 8);
-    pub const MAX: (u64, u64) = (1000, 500);
+    pub(crate) const MIN: (u64, u64) = (20, 8);
+    pub(crate) const MAX: (u64, u64) = (1000, 500);
 }
 
 impl FromStr for TermSize {
@@ -99,17 +99,17 @@ impl fmt::Display for TermSize {
 
 /// A length of time in seconds (`--duration 2.5`, `--timeout 10`).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Seconds(f64);
+pub(crate) struct Seconds(f64);
 
 impl Seconds {
     /// About three years: any `Instant` this far ahead exists.
-    pub const MAX: f64 = 1e8;
+    pub(crate) const MAX: f64 = 1e8;
 
-    pub fn secs(self) -> f64 {
+    pub(crate) fn secs(self) -> f64 {
         self.0
     }
 
-    pub fn duration(self) -> Duration {
+    pub(crate) fn duration(self) -> Duration {
         Duration::from_secs_f64(self.0)
     }
 }
@@ -130,13 +130,13 @@ impl fmt::Display for Seconds {
 /// A length of time in whole milliseconds (`--refresh 250`), at least
 /// `MIN` (`Millis<100>`: a poll period that must not spin).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Millis<const MIN: u64 = 0>(u64);
+pub(crate) struct Millis<const MIN: u64 = 0>(u64);
 
 impl<const MIN: u64> Millis<MIN> {
     /// One day.
-    pub const MAX: u64 = 86_400_000;
+    pub(crate) const MAX: u64 = 86_400_000;
 
-    pub fn duration(self) -> Duration {
+    pub(crate) fn duration(self) -> Duration {
         Duration::from_millis(self.0)
     }
 }
@@ -157,15 +157,15 @@ impl<const MIN: u64> fmt::Display for Millis<MIN> {
 /// A playback or simulation speed: recorded (or simulated) seconds per
 /// second (`--speed 2`).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Speed(f64);
+pub(crate) struct Speed(f64);
 
 impl Speed {
     /// A second lasts at most 1000 s (a day of recording plays in at most
     /// about 3 years: every pacing `Instant` exists).
-    pub const MIN: f64 = 0.001;
-    pub const MAX: f64 = 1_000_000.0;
+    pub(crate) const MIN: f64 = 0.001;
+    pub(crate) const MAX: f64 = 1_000_000.0;
 
-    pub fn factor(self) -> f64 {
+    pub(crate) fn factor(self) -> f64 {
         self.0
     }
 }
@@ -185,13 +185,13 @@ impl fmt::Display for Speed {
 
 /// A memory size in GiB (`--capacity-gib 80`).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Gib(f64);
+pub(crate) struct Gib(f64);
 
 impl Gib {
     /// 1 PiB.
-    pub const MAX: f64 = 1_048_576.0;
+    pub(crate) const MAX: f64 = 1_048_576.0;
 
-    pub fn bytes(self) -> u64 {
+    pub(crate) fn bytes(self) -> u64 {
         (self.0 * (1u64 << 30) as f64) as u64
     }
 }
@@ -211,12 +211,12 @@ impl fmt::Display for Gib {
 
 /// How many of something (`export --max-entries`): at least one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Count(u64);
+pub(crate) struct Count(u64);
 
 impl Count {
-    pub const MAX: u64 = 1 << 32;
+    pub(crate) const MAX: u64 = 1 << 32;
 
-    pub fn get(self) -> u64 {
+    pub(crate) fn get(self) -> u64 {
         self.0
     }
 }
@@ -236,10 +236,10 @@ impl fmt::Display for Count {
 
 /// A percentage (`diff --fail-over 10`): 0 to 1,000,000.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Percent(f64);
+pub(crate) struct Percent(f64);
 
 impl Percent {
-    pub fn get(self) -> f64 {
+    pub(crate) fn get(self) -> f64 {
         self.0
     }
 }
@@ -254,10 +254,10 @@ impl FromStr for Percent {
 /// A share of the device (`sim --fraction`, as
 /// `torch.cuda.set_per_process_memory_fraction`): more than 0, at most 1.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Fraction(f64);
+pub(crate) struct Fraction(f64);
 
 impl Fraction {
-    pub fn get(self) -> f64 {
+    pub(crate) fn get(self) -> f64 {
         self.0
     }
 }
@@ -271,10 +271,10 @@ impl FromStr for Fraction {
 
 /// How many times to run a demo scenario (`--runs`): 1 to 1000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Runs(u32);
+pub(crate) struct Runs(u32);
 
 impl Runs {
-    pub fn get(self) -> u32 {
+    pub(crate) fn get(self) -> u32 {
         self.0
     }
 }
@@ -289,10 +289,10 @@ impl FromStr for Runs {
 /// Steps to capture stacks for (`stacks --steps`): 0 (stop) to 2^32 - 1,
 /// as command 5 carries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CaptureSteps(u32);
+pub(crate) struct CaptureSteps(u32);
 
 impl CaptureSteps {
-    pub fn get(self) -> u32 {
+    pub(crate) fn get(self) -> u32 {
         self.0
     }
 }
@@ -307,10 +307,10 @@ impl FromStr for CaptureSteps {
 /// Frames per captured stack (`stacks --depth`): 0 (the producer's
 /// default) to 65535, as command 5 carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StackDepth(u16);
+pub(crate) struct StackDepth(u16);
 
 impl StackDepth {
-    pub fn get(self) -> u16 {
+    pub(crate) fn get(self) -> u16 {
         self.0
     }
 }
@@ -324,12 +324,12 @@ impl FromStr for StackDepth {
 
 /// A position in a sequence (`open --at 0`): zero or more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Index(u64);
+pub(crate) struct Index(u64);
 
 impl Index {
-    pub const MAX: u64 = 1 << 32;
+    pub(crate) const MAX: u64 = 1 << 32;
 
-    pub fn get(self) -> u64 {
+    pub(crate) fn get(self) -> u64 {
         self.0
     }
 }
@@ -349,13 +349,13 @@ impl fmt::Display for Index {
 
 /// Two training steps, the first not after the second (`replay --diff 3..8`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StepRange {
+pub(crate) struct StepRange {
     pub from: u64,
     pub to: u64,
 }
 
 impl StepRange {
-    pub const MAX: u64 = 1 << 32;
+    pub(crate) const MAX: u64 = 1 << 32;
 }
 
 impl FromStr for StepRange {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 /// Whether this machine has a C compiler (`cc`).
-pub fn have_cc() -> bool {
+pub(crate) fn have_cc() -> bool {
     Command::new("cc")
         .arg("--version")
         .stdout(Stdio::null())
@@ -20,7 +20,7 @@ pub fn have_cc() -> bool {
 /// Compiles `src` (relative to the crate) into `exe`, warnings as errors.
 /// `lang`: the compiler and its language flags (`["cc", "-std=gnu11"]`);
 /// `extra`: flags after the common ones (`-pthread`).
-pub fn compile(src: &str, exe: &Path, lang: &[&str], extra: &[&str]) -> PathBuf {
+pub(crate) fn compile(src: &str, exe: &Path, lang: &[&str], extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
     let st = Command::new(lang[0])
         .args(&lang[1..])
@@ -37,14 +37,14 @@ pub fn compile(src: &str, exe: &Path, lang: &[&str], extra: &[&str]) -> PathBuf 
 
 /// A running C producer, its segment (the first line it prints) and the
 /// rest of what it prints.
-pub struct Writer {
+pub(crate) struct Writer {
     pub child: Child,
     pub path: PathBuf,
     pub lines: Lines<BufReader<ChildStdout>>,
 }
 
 /// Starts `exe` with `args`; returns once it printed its segment's path.
-pub fn start<S: AsRef<OsStr>>(exe: &Path, args: &[S]) -> Writer {
+pub(crate) fn start<S: AsRef<OsStr>>(exe: &Path, args: &[S]) -> Writer {
     let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::piped())
@@ -58,7 +58,7 @@ pub fn start<S: AsRef<OsStr>>(exe: &Path, args: &[S]) -> Writer {
 
 impl Writer {
     /// Writes one line to the producer's standard input.
-    pub fn tell(&mut self, line: &str) {
+    pub(crate) fn tell(&mut self, line: &str) {
         writeln!(self.child.stdin.as_mut().unwrap(), "{line}").unwrap();
     }
 }

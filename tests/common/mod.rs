@@ -6,21 +6,21 @@ use std::process::{Command as Proc, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use vramscope::event::{Event, EventKind};
-use vramscope::ring::codec::encode;
-use vramscope::ring::control::Request;
-use vramscope::ring::{SegmentWriter, Status};
+use vramscope_wire::event::{Event, EventKind};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::control::Request;
+use vramscope_wire::ring::{SegmentWriter, Status};
 
-pub mod proc_status;
+pub(crate) mod proc_status;
 
 /// The `vramscope` binary under test.
-pub fn vramscope() -> Proc {
+pub(crate) fn vramscope() -> Proc {
     Proc::new(env!("CARGO_BIN_EXE_vramscope"))
 }
 
 /// The dashboard (no NVML) on the segment directory `dir`, no terminal:
 /// an 80×24 screenshot into `shot` after 100 ms.
-pub fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path) -> Proc {
+pub(crate) fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path) -> Proc {
     let mut cmd = vramscope();
     cmd.args(["--no-nvml", "--shm-dir"])
         .arg(dir)
@@ -36,7 +36,7 @@ pub fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path) -> Pr
 }
 
 /// Asserts the command succeeded (showing its stderr if not); returns it.
-pub fn succeeded(out: Output) -> Output {
+pub(crate) fn succeeded(out: Output) -> Output {
     assert!(
         out.status.success(),
         "{}",
@@ -47,13 +47,13 @@ pub fn succeeded(out: Output) -> Output {
 
 /// A committed recording, `DIR/NAME.vsrec` or (larger ones, gzipped)
 /// `DIR/NAME.vsrec.gz` unpacked into a temporary file.
-pub enum Recording {
+pub(crate) enum Recording {
     Plain(std::path::PathBuf),
     Unpacked(tempfile::NamedTempFile),
 }
 
 impl Recording {
-    pub fn path(&self) -> &std::path::Path {
+    pub(crate) fn path(&self) -> &std::path::Path {
         match self {
             Recording::Plain(p) => p,
             Recording::Unpacked(t) => t.path(),
@@ -62,7 +62,7 @@ impl Recording {
 }
 
 /// The recording `DIR/NAME.vsrec` or `DIR/NAME.vsrec.gz`.
-pub fn recording(dir: &std::path::Path, name: &str) -> Recording {
+pub(crate) fn recording(dir: &std::path::Path, name: &str) -> Recording {
     let raw = dir.join(format!("{name}.vsrec"));
     if raw.exists() {
         return Recording::Plain(raw);
@@ -77,7 +77,10 @@ pub fn recording(dir: &std::path::Path, name: &str) -> Recording {
 /// (`DIR/NAME.vsrec` or `DIR/NAME.vsrec.gz`, and `DIR/NAME.truth.json`,
 /// whose `pid` is the job's): the truth, and the job's process as
 /// `vramscope replay --json` of the recording leaves it.
-pub fn replayed_job(dir: &std::path::Path, name: &str) -> (serde_json::Value, serde_json::Value) {
+pub(crate) fn replayed_job(
+    dir: &std::path::Path,
+    name: &str,
+) -> (serde_json::Value, serde_json::Value) {
     replayed_jobs(dir, name).swap_remove(0)
 }
 
@@ -85,7 +88,7 @@ pub fn replayed_job(dir: &std::path::Path, name: &str) -> (serde_json::Value, se
 /// distributed job): one truth per process, `NAME.truth.json` for the
 /// first and `NAME.truth.json.rankN` for the others, each with the
 /// process it names, replayed once.
-pub fn replayed_jobs(
+pub(crate) fn replayed_jobs(
     dir: &std::path::Path,
     name: &str,
 ) -> Vec<(serde_json::Value, serde_json::Value)> {
@@ -122,7 +125,7 @@ pub fn replayed_jobs(
 
 /// Asserts the command exited with status `code` (showing its stderr if
 /// not); returns its stderr.
-pub fn exited_with(code: i32, out: Output) -> String {
+pub(crate) fn exited_with(code: i32, out: Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(code), "{err}");
     err
@@ -130,7 +133,7 @@ pub fn exited_with(code: i32, out: Output) -> String {
 
 /// Writes `kind` at time `t` into ring `ring` of `seg` (statistics take two
 /// records); every record must fit.
-pub fn write_at(seg: &SegmentWriter, ring: usize, kind: EventKind, t: u64) {
+pub(crate) fn write_at(seg: &SegmentWriter, ring: usize, kind: EventKind, t: u64) {
     let mut words = Vec::new();
     encode(&Event { time_ns: t, kind }, 1, &mut words);
     for w in &words {
@@ -139,13 +142,13 @@ pub fn write_at(seg: &SegmentWriter, ring: usize, kind: EventKind, t: u64) {
 }
 
 /// [`write_at`] now.
-pub fn write(seg: &SegmentWriter, ring: usize, kind: EventKind) {
-    write_at(seg, ring, kind, vramscope::ring::monotonic_ns());
+pub(crate) fn write(seg: &SegmentWriter, ring: usize, kind: EventKind) {
+    write_at(seg, ring, kind, vramscope_wire::ring::monotonic_ns());
 }
 
 /// Runs `body` while `seg`'s producer answers every command with `answer`
 /// (from another thread, polling every millisecond); returns `body`'s result.
-pub fn answering<R>(
+pub(crate) fn answering<R>(
     seg: &SegmentWriter,
     answer: impl Fn(&Request) -> (Status, u64, u64) + Sync,
     body: impl FnOnce() -> R,
@@ -171,27 +174,27 @@ pub fn answering<R>(
 /// Writes a complete state snapshot `id` of device 0 into ring 0 at time
 /// `t`: one large-pool segment at `addr` cut into `blocks` (size, state),
 /// back to back; each block's requested size is its size.
-pub fn write_snapshot(
+pub(crate) fn write_snapshot(
     seg: &SegmentWriter,
     id: u32,
     t: u64,
     addr: u64,
-    blocks: &[(u64, vramscope::event::BlockState)],
+    blocks: &[(u64, vramscope_wire::event::BlockState)],
 ) {
     write_snapshot_at(seg, id, t, addr, blocks, None);
 }
 
 /// [`write_snapshot`] placed in the device ring at `at` (FORMAT.md,
 /// "Positions"; a hostile producer's may lie).
-pub fn write_snapshot_at(
+pub(crate) fn write_snapshot_at(
     seg: &SegmentWriter,
     id: u32,
     t: u64,
     addr: u64,
-    blocks: &[(u64, vramscope::event::BlockState)],
-    at: Option<vramscope::event::RingSpan>,
+    blocks: &[(u64, vramscope_wire::event::BlockState)],
+    at: Option<vramscope_wire::event::RingSpan>,
 ) {
-    use vramscope::event::{Place, SegmentPool};
+    use vramscope_wire::event::{Place, SegmentPool};
     let size: u64 = blocks.iter().map(|(s, _)| s).sum();
     let begin = EventKind::SnapshotBegin {
         device: 0,
@@ -229,7 +232,7 @@ pub fn write_snapshot_at(
 
 /// Everything `reader` yields (a pty's output), collected on a thread of
 /// its own until the other end closes.
-pub fn collect_output(
+pub(crate) fn collect_output(
     mut reader: impl std::io::Read + Send + 'static,
 ) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
     let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -248,7 +251,7 @@ pub fn collect_output(
 
 /// A command running in a pseudo-terminal: its keyboard and everything it
 /// writes ([`collect_output`]).
-pub struct Pty {
+pub(crate) struct Pty {
     pub child: Box<dyn portable_pty::Child + Send + Sync>,
     /// The pty's side of this process, open while the command runs.
     pub master: Box<dyn portable_pty::MasterPty + Send>,
@@ -257,7 +260,7 @@ pub struct Pty {
 }
 
 /// Starts `cmd` in a `rows`×`cols` pseudo-terminal, `TERM=xterm-256color`.
-pub fn in_pty(mut cmd: portable_pty::CommandBuilder, rows: u16, cols: u16) -> Pty {
+pub(crate) fn in_pty(mut cmd: portable_pty::CommandBuilder, rows: u16, cols: u16) -> Pty {
     let pair = portable_pty::native_pty_system()
         .openpty(portable_pty::PtySize {
             rows,
@@ -281,7 +284,7 @@ pub fn in_pty(mut cmd: portable_pty::CommandBuilder, rows: u16, cols: u16) -> Pt
 
 /// The `rows`×`cols` screen a terminal shows after `bytes` (frames redraw
 /// only what changed).
-pub fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
+pub(crate) fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
     let mut term = vt100::Parser::new(
         std::num::NonZeroU16::new(rows).unwrap(),
         std::num::NonZeroU16::new(cols).unwrap(),
@@ -292,14 +295,14 @@ pub fn screen(bytes: &[u8], rows: u16, cols: u16) -> vt100::Parser {
 }
 
 /// The binary under test with `args`, in a `rows`×`cols` pseudo-terminal.
-pub fn vramscope_in_pty(args: &[&str], rows: u16, cols: u16) -> Pty {
+pub(crate) fn vramscope_in_pty(args: &[&str], rows: u16, cols: u16) -> Pty {
     let mut cmd = portable_pty::CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
     cmd.args(args);
     in_pty(cmd, rows, cols)
 }
 
 /// Waits at most `limit` for `child` to exit; past that kills it (None).
-pub fn exit_within(
+pub(crate) fn exit_within(
     child: &mut (dyn portable_pty::Child + Send + Sync),
     limit: Duration,
 ) -> Option<portable_pty::ExitStatus> {
@@ -320,13 +323,13 @@ pub fn exit_within(
 /// The host pid of the process a fresh `unshare --pid --fork` (a child of
 /// `parent`) started as pid 1 of its new pid namespace, once it exists
 /// (within `wait`). Read through the procfs crate.
-pub fn namespace_init(parent: u32, wait: Duration) -> Option<u32> {
+pub(crate) fn namespace_init(parent: u32, wait: Duration) -> Option<u32> {
     let start = std::time::Instant::now();
     while start.elapsed() < wait {
         for p in procfs::process::all_processes().ok()?.flatten() {
             let Ok(stat) = p.stat() else { continue };
             let pid = p.pid as u32;
-            let ns = vramscope::ring::discover::proc_ns_pids(pid);
+            let ns = vramscope_wire::ring::discover::proc_ns_pids(pid);
             if stat.ppid as u32 == parent && ns.is_some_and(|v| v.len() > 1 && v.last() == Some(&1))
             {
                 return Some(pid);

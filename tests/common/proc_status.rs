@@ -6,7 +6,7 @@
 /// The figure `field` (`"VmHWM:"`, `"VmRSS:"`: kB) of the process `pid`
 /// (`"self"`, or a number), in bytes; None when the process is gone or
 /// has no such field.
-pub fn status_bytes(pid: impl std::fmt::Display, field: &str) -> Option<u64> {
+pub(crate) fn status_bytes(pid: impl std::fmt::Display, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: u64 = status
         .lines()

@@ -97,7 +97,7 @@ report("after.json")
 wait("done")
 PY
 
-# vramscope's byte format (src/text/format.rs, `bytes`): whole bytes below
+# vramscope's byte format (crates/text/src/format.rs, `bytes`): whole bytes below
 # 1 KiB, else three significant digits in binary units.
 FMT='
 def vbytes(b):

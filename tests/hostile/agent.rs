@@ -12,10 +12,10 @@ use std::os::unix::fs::{chown, lchown, symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use vramscope::agent;
-use vramscope::ring::discover::{self, current_uid};
-use vramscope::ring::writer::{SegmentConfig, SegmentWriter};
-use vramscope::ring::{Producer, SegmentReader};
+use vramscope_collect::agent;
+use vramscope_wire::ring::discover::{self, current_uid};
+use vramscope_wire::ring::writer::{SegmentConfig, SegmentWriter};
+use vramscope_wire::ring::{Producer, SegmentReader};
 
 /// The other user.
 const OTHER: u32 = 65534;

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope::collect::{Collector, Config, Snapshot};
-use vramscope::ring::discover::{self, current_uid, segment_name, Liveness};
-use vramscope::ring::layout::OFF_PID;
-use vramscope::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_collect::{Collector, Config, Snapshot};
+use vramscope_wire::ring::discover::{self, current_uid, segment_name, Liveness};
+use vramscope_wire::ring::layout::OFF_PID;
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
 
 /// A child killed when the test ends.
 struct Kill(Child);

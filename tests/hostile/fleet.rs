@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use vramscope::fleet::model::Fleet;
-use vramscope::fleet::prom::Sample;
+use vramscope_collect::fleet::model::Fleet;
+use vramscope_collect::fleet::prom::Sample;
 
 /// The values no figure of a vramscope exporter can have.
 const EXTREME: [&str; 5] = ["1e308", "NaN", "+Inf", "-Inf", "-1e308"];

@@ -3,10 +3,10 @@
 //! the model's memory within its bounds, with what was dropped counted and
 //! shown; the collector's own drop counts (`Input::Dropped`) reach the view.
 
-use vramscope::collect::Hub;
-use vramscope::event::{Event, EventKind, Place};
-use vramscope::input::{EventBatch, Input};
-use vramscope::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+use vramscope_collect::Hub;
+use vramscope_core::input::{EventBatch, Input};
+use vramscope_core::model::{Bounds, Model, ModelConfig, ProcessKey, ViewOptions};
+use vramscope_wire::event::{Event, EventKind, Place};
 
 const KEY: ProcessKey = ProcessKey {
     pid: 7,
@@ -105,7 +105,7 @@ fn item_07_orphan_flood_is_bounded_and_counted() {
     assert_eq!(pv.figures.allocated, bounds.orphans as u64 * 512);
     let json = serde_json::to_value(pv).unwrap();
     assert_eq!(json["dropped"]["orphans"], dropped);
-    let lines = vramscope::ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
+    let lines = vramscope_ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
     assert_eq!(lines, vec!["dropped: 3.9M orphan blocks (bound 65,536)"]);
 
     // The process's RSS grew by far less than 4 M orphans would take
@@ -240,7 +240,7 @@ fn item_07_every_growing_structure_is_bounded() {
             EventKind::Context {
                 id,
                 module: 0,
-                phase: vramscope::event::Phase::Forward,
+                phase: vramscope_wire::event::Phase::Forward,
                 stack: 0,
                 step: None,
             },
@@ -277,7 +277,7 @@ fn item_07_every_growing_structure_is_bounded() {
     // 3 of 5 contexts, frames and stacks, and 4 of 5 strings (64 bytes
     // hold one of 40).
     assert_eq!(v.dropped.definitions, 3 * 3 + 4);
-    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    let lines = vramscope_ui::stats::dropped_lines(&v.dropped, &v.bounds);
     assert!(
         lines.contains(&"dropped: 13 attribution definitions (bound 2)".to_string()),
         "{lines:?}"
@@ -293,7 +293,7 @@ fn item_07_every_growing_structure_is_bounded() {
                 device: 0,
                 addr: (1 << 30) + i * 512,
                 bytes: 512,
-                held: vramscope::event::Held::Parameter,
+                held: vramscope_wire::event::Held::Parameter,
                 module: 0,
             },
         )
@@ -303,7 +303,7 @@ fn item_07_every_growing_structure_is_bounded() {
     let v = m.process(KEY).unwrap().view(0, &ViewOptions::default());
     assert_eq!(v.dropped.roles, 3);
     assert_eq!(v.attribution.role_lists.tensors, 2);
-    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    let lines = vramscope_ui::stats::dropped_lines(&v.dropped, &v.bounds);
     assert!(
         lines.contains(&"dropped: 3 role list tensors (bound 2)".to_string()),
         "{lines:?}"
@@ -333,7 +333,7 @@ fn item_07_every_growing_structure_is_bounded() {
         .recent_events
         .iter()
         .all(|e| e.kind.place().is_none_or(|p| p.device < 2 && p.stream == 0)));
-    let lines = vramscope::ui::stats::dropped_lines(&v.dropped, &v.bounds);
+    let lines = vramscope_ui::stats::dropped_lines(&v.dropped, &v.bounds);
     assert!(
         lines.contains(&"dropped: 5 events of extra places (bound 2)".to_string()),
         "{lines:?}"
@@ -374,6 +374,6 @@ fn item_07_collector_drops_reach_the_view() {
         17
     );
     assert_eq!(hub.dropped().get("segments"), Some(&2));
-    let lines = vramscope::ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
+    let lines = vramscope_ui::stats::dropped_lines(&pv.dropped, &pv.bounds);
     assert_eq!(lines, vec!["collector dropped: 17 events"]);
 }

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vramscope::collect::{Collector, Config, Snapshot};
-use vramscope::model::ViewOptions;
-use vramscope::ring::discover::{self, current_uid, proc_start_time, segment_name, Liveness};
-use vramscope::ring::layout::{OFF_LABEL, OFF_MAGIC, OFF_PID, OFF_START_TIME};
-use vramscope::ring::{Producer, SegmentConfig, SegmentWriter};
+use vramscope_collect::{Collector, Config, Snapshot};
+use vramscope_core::model::ViewOptions;
+use vramscope_wire::ring::discover::{self, current_uid, proc_start_time, segment_name, Liveness};
+use vramscope_wire::ring::layout::{OFF_LABEL, OFF_MAGIC, OFF_PID, OFF_START_TIME};
+use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter};
 
 fn vramscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
@@ -99,10 +99,14 @@ fn put_pid(path: &Path, pid: u32) {
 }
 
 /// This process maps the file at `path` (as its producer would).
-fn map_here(path: &Path) -> memmap2::Mmap {
-    let f = std::fs::File::open(path).unwrap();
-    // SAFETY: a test's own file; read-only here.
-    unsafe { memmap2::Mmap::map(&f) }.unwrap()
+fn map_here(path: &Path) -> vramscope_wire::ring::shm::Shared {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    vramscope_wire::ring::shm::Shared::map(&f, len).unwrap()
 }
 
 fn sleeper(cmd: &mut Command) -> Option<Sleeper> {
@@ -217,8 +221,10 @@ fn item_02_producer_in_another_pid_namespace_is_never_cleaned() {
 
     // Once the producer is gone, its segment is stale, and cleaned.
     // (`unshare` does not pass its SIGKILL on: the namespace's init is killed.)
-    // SAFETY: a plain kill(2) of our grandchild.
-    unsafe { libc::kill(host as i32, libc::SIGKILL) };
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(host as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
     drop(ns);
     let start = Instant::now();
     while proc_start_time(host) == Some(st) && start.elapsed() < Duration::from_secs(3) {
@@ -320,9 +326,9 @@ fn item_14_clean_removes_only_files_that_validate_as_segments() {
 fn overview_text(s: &Snapshot) -> String {
     use ratatui::backend::TestBackend;
     let mut t = ratatui::Terminal::new(TestBackend::new(160, 16)).unwrap();
-    let state = vramscope::ui::state::OverviewState::default();
-    let theme = vramscope::ui::Theme::new(true, false);
-    t.draw(|f| vramscope::ui::overview::render(f, f.area(), s, &state, false, &theme))
+    let state = vramscope_ui::state::OverviewState::default();
+    let theme = vramscope_ui::Theme::new(true, false);
+    t.draw(|f| vramscope_ui::overview::render(f, f.area(), s, &state, false, &theme))
         .unwrap();
     t.backend().to_string()
 }
@@ -440,7 +446,7 @@ fn item_16_spoofed_pids_and_start_times_are_not_trusted() {
     };
     let pid = theirs.0.id();
     let start = Instant::now();
-    while vramscope::collect::procfs::owner(pid) != Some(65534)
+    while vramscope_collect::procfs::owner(pid) != Some(65534)
         && start.elapsed() < Duration::from_secs(3)
     {
         std::thread::sleep(Duration::from_millis(10));
@@ -505,8 +511,8 @@ fn item_09_terminal_escapes_in_labels_are_made_printable() {
     let start = Instant::now();
     let mut id = None;
     while start.elapsed() < Duration::from_secs(3) {
-        id = vramscope::collect::procfs::identity(child.0.id())
-            .filter(|i| i.cmdline.contains("red"));
+        id =
+            vramscope_collect::procfs::identity(child.0.id()).filter(|i| i.cmdline.contains("red"));
         if id.is_some() {
             break;
         }
@@ -516,8 +522,8 @@ fn item_09_terminal_escapes_in_labels_are_made_printable() {
     assert!(clean(&id.cmdline), "{:?}", id.cmdline);
     // A recording (what `replay` reads).
     let json = r#"{"Problems":{"problems":[{"path":"\u001b[2Jp","message":"m\u009b1m"}]}}"#;
-    let input: vramscope::input::Input = serde_json::from_str(json).unwrap();
-    let vramscope::input::Input::Problems { problems } = input else {
+    let input: vramscope_core::input::Input = serde_json::from_str(json).unwrap();
+    let vramscope_core::input::Input::Problems { problems } = input else {
         panic!()
     };
     assert!(

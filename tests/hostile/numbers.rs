@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use portable_pty::CommandBuilder;
 
-use vramscope::event::{Event, EventKind, Stats};
-use vramscope::input::{EventBatch, Identity, Input, Source};
-use vramscope::model::Watch;
-use vramscope::model::{Mode, ProcessKey};
-use vramscope::recording::Recorder;
+use vramscope_core::input::{EventBatch, Identity, Input, Source};
+use vramscope_core::model::Watch;
+use vramscope_core::model::{Mode, ProcessKey};
+use vramscope_core::recording::Recorder;
+use vramscope_wire::event::{Event, EventKind, Stats};
 
 use crate::common::{answering, vramscope};
 
@@ -110,8 +110,8 @@ fn item_04_huge_figure_does_not_hang_the_timeline() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("huge.vsrec");
     let huge = Some(u64::MAX - 7);
-    let machine = vramscope::input::Machine {
-        gpus: vec![vramscope::input::Gpu {
+    let machine = vramscope_core::input::Machine {
+        gpus: vec![vramscope_core::input::Gpu {
             index: 0,
             name: "crafted".into(),
             uuid: None,
@@ -123,7 +123,7 @@ fn item_04_huge_figure_does_not_hang_the_timeline() {
             temperature_c: Some(u32::MAX),
             power_w: Some(f64::MAX),
         }],
-        processes: vec![vramscope::input::GpuProcess {
+        processes: vec![vramscope_core::input::GpuProcess {
             pid: PID,
             gpu: 0,
             used: huge,
@@ -180,7 +180,7 @@ fn item_04_huge_figure_does_not_hang_the_timeline() {
 /// Item 10, the child: a dashboard whose driver's thread panics.
 struct PanickingDriver;
 
-impl vramscope::ui::Driver for PanickingDriver {
+impl vramscope_ui::Driver for PanickingDriver {
     fn refusal(&self) -> Option<&str> {
         Some("a test: nothing is sent")
     }
@@ -198,12 +198,12 @@ impl vramscope::ui::Driver for PanickingDriver {
 #[test]
 fn item_10_a_panic_behind_the_dashboard_ends_the_program() {
     if std::env::var_os("VRAMSCOPE_ITEM10_CHILD").is_some() {
-        let hub = Arc::new(vramscope::collect::Hub::default());
-        let opts = vramscope::ui::UiOptions {
+        let hub = Arc::new(vramscope_collect::Hub::default());
+        let opts = vramscope_ui::UiOptions {
             mouse: false,
-            ..vramscope::ui::UiOptions::default()
+            ..vramscope_ui::UiOptions::default()
         };
-        let r = vramscope::ui::run(hub, Arc::new(PanickingDriver), None, opts);
+        let r = vramscope_ui::run(hub, Arc::new(PanickingDriver), None, opts);
         // Not reached when the panic ends the program.
         eprintln!("the dashboard ended by itself: {r:?}");
         std::process::exit(7);
@@ -502,7 +502,7 @@ fn item_13_sim_trace_streams() {
 /// absurd figures) is not printed as a release.
 #[test]
 fn item_16_implausible_empty_cache_answer_is_an_error() {
-    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter, Status};
+    use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter, Status};
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
     let seg = SegmentWriter::create(&cfg).unwrap();
@@ -538,7 +538,7 @@ fn item_16_implausible_empty_cache_answer_is_an_error() {
 #[test]
 fn item_19_readonly_never_reaches_a_process() {
     use std::sync::atomic::{AtomicU32, Ordering};
-    use vramscope::ring::{Producer, SegmentConfig, SegmentWriter, Status};
+    use vramscope_wire::ring::{Producer, SegmentConfig, SegmentWriter, Status};
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::TorchExact, 1, 64);
     let seg = SegmentWriter::create(&cfg).unwrap();

@@ -555,12 +555,12 @@ fn item5_stepping_does_not_undo_the_trace_again() {
     // Each step in the dashboard undid the whole trace again. Five steps,
     // in a thread so that a quadratic version fails at the limit.
     let bytes = maps_over_many_segments(1 << 14, 200_000);
-    let file = vramscope::snapfile::read_slice(&bytes).expect("reads");
+    let file = vramscope_core::snapfile::read_slice(&bytes).expect("reads");
     let (done, steps) = std::sync::mpsc::channel();
     let start = Instant::now();
     std::thread::spawn(move || {
-        let hub = vramscope::collect::Hub::default();
-        let mut stepper = vramscope::snapfile::step::Stepper::new(file, "maps.pickle");
+        let hub = vramscope_collect::Hub::default();
+        let mut stepper = vramscope_collect::trace::Stepper::new(file, "maps.pickle");
         for at in [100_000, 100_001, 99_999, 0, usize::MAX] {
             let status = stepper.seek(&hub, at, 1 << 40);
             let _ = done.send(status.at);

@@ -9,12 +9,12 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use vramscope::ring::discover::{current_uid, segment_name, Liveness};
-use vramscope::ring::layout::{
+use vramscope_wire::ring::discover::{current_uid, segment_name, Liveness};
+use vramscope_wire::ring::layout::{
     self, Header, RingEntry, MAGIC, OFF_MAGIC, OFF_STATE, RING_OFF_HEAD, ROLE_DEVICE, STATE_CLOSED,
 };
-use vramscope::ring::shm::Shared;
-use vramscope::ring::{Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter};
+use vramscope_wire::ring::shm::Shared;
+use vramscope_wire::ring::{Producer, RingError, SegmentConfig, SegmentReader, SegmentWriter};
 
 const CHILD_ENV: &str = "VRAMSCOPE_HOSTILE_CHILD";
 
@@ -325,7 +325,7 @@ fn fuzz_found_recordings_are_one_error_not_an_allocation() {
         }
         seen += 1;
         let started = std::time::Instant::now();
-        let mut r = vramscope::recording::Replayer::open(&path).unwrap();
+        let mut r = vramscope_core::recording::Replayer::open(&path).unwrap();
         let err = loop {
             match r.next_input() {
                 Ok(Some(_)) => continue,

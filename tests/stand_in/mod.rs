@@ -17,13 +17,13 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use vramscope::event::{EventKind, MarkSource, Stats};
-use vramscope::ring::codec::encode;
-use vramscope::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
+use vramscope_wire::event::{EventKind, MarkSource, Stats};
+use vramscope_wire::ring::codec::encode;
+use vramscope_wire::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter};
 
 /// A running `vramscope serve --no-nvml` on a free loopback port,
 /// watching `dir`, its `host` label `host`; killed when dropped.
-pub struct Exporter {
+pub(crate) struct Exporter {
     pub child: Child,
     /// host:port
     pub addr: String,
@@ -38,7 +38,7 @@ impl Drop for Exporter {
 
 /// (For the tests; `examples/serve_bench.rs` names its binary with
 /// [`exporter_at`].)
-pub fn exporter(dir: &Path, host: &str) -> Exporter {
+pub(crate) fn exporter(dir: &Path, host: &str) -> Exporter {
     let bin = match option_env!("CARGO_BIN_EXE_vramscope") {
         Some(b) => b,
         None => panic!("exporter() is for the integration tests"),
@@ -47,7 +47,7 @@ pub fn exporter(dir: &Path, host: &str) -> Exporter {
 }
 
 /// [`exporter`] of the binary `bin`.
-pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
+pub(crate) fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
     let (child, line) = start_reading_a_line(
         Command::new(bin)
             .args([
@@ -73,7 +73,7 @@ pub fn exporter_at(bin: &Path, dir: &Path, host: &str) -> Exporter {
 
 /// Starts `cmd` with its standard output piped; returns it and the first
 /// line it printed (empty when it printed none).
-pub fn start_reading_a_line(cmd: &mut Command) -> (Child, String) {
+pub(crate) fn start_reading_a_line(cmd: &mut Command) -> (Child, String) {
     let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
@@ -88,7 +88,7 @@ const ROLES_ENV: &str = "VRAMSCOPE_STAND_IN_ROLES";
 
 /// What a stand-in writes.
 #[derive(Debug, Clone, Copy)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// Allocated floor at the first step.
     pub base: u64,
     /// Floor growth per step.
@@ -103,18 +103,18 @@ pub struct Shape {
 
 impl Shape {
     /// The allocated figure once every step was written.
-    pub fn allocated(&self) -> u64 {
+    pub(crate) fn allocated(&self) -> u64 {
         self.base + self.leak * (self.steps - 1)
     }
 }
 
 /// A running stand-in; killed when dropped.
-pub struct StandIn {
+pub(crate) struct StandIn {
     pub child: Child,
 }
 
 impl StandIn {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -128,13 +128,13 @@ impl Drop for StandIn {
 
 /// Starts `exe` (a binary whose `args` run [`main`]) as a stand-in writing
 /// into `dir` under `label`; returns once its segment is written.
-pub fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+pub(crate) fn spawn_with(exe: &Path, args: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
     spawn_env(exe, args, dir, label, s, None)
 }
 
 /// [`spawn`] of a stand-in that first writes the role-list attack with
 /// `n` orphans and `n` tensors (module doc).
-pub fn spawn_role_list_attack(dir: &Path, label: &str, s: Shape, n: u64) -> StandIn {
+pub(crate) fn spawn_role_list_attack(dir: &Path, label: &str, s: Shape, n: u64) -> StandIn {
     let exe = std::env::current_exe().unwrap();
     spawn_env(
         &exe,
@@ -195,14 +195,14 @@ const PRODUCER_ARGS: [&str; 5] = [
 ];
 
 /// [`spawn_with`] this test binary, running its `stand_in_producer` test.
-pub fn spawn(dir: &Path, label: &str, s: Shape) -> StandIn {
+pub(crate) fn spawn(dir: &Path, label: &str, s: Shape) -> StandIn {
     let exe = std::env::current_exe().unwrap();
     spawn_with(&exe, &PRODUCER_ARGS, dir, label, s)
 }
 
 /// [`spawn`] through `wrapper`, a command that runs what follows it
 /// (`unshare --pid --fork …`).
-pub fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
+pub(crate) fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> StandIn {
     let exe = std::env::current_exe().unwrap();
     let mut args = wrapper[1..].to_vec();
     args.push(exe.to_str().unwrap());
@@ -210,7 +210,11 @@ pub fn spawn_through(wrapper: &[&str], dir: &Path, label: &str, s: Shape) -> Sta
     spawn_with(Path::new(wrapper[0]), &args, dir, label, s)
 }
 
-fn write(seg: &SegmentWriter, kind: EventKind, words: &mut Vec<vramscope::ring::codec::Words>) {
+fn write(
+    seg: &SegmentWriter,
+    kind: EventKind,
+    words: &mut Vec<vramscope_wire::ring::codec::Words>,
+) {
     write_to(seg, 0, kind, words);
 }
 
@@ -218,11 +222,11 @@ fn write_to(
     seg: &SegmentWriter,
     ring: usize,
     kind: EventKind,
-    words: &mut Vec<vramscope::ring::codec::Words>,
+    words: &mut Vec<vramscope_wire::ring::codec::Words>,
 ) {
     words.clear();
     encode(
-        &vramscope::event::Event {
+        &vramscope_wire::event::Event {
             time_ns: monotonic_ns(),
             kind,
         },
@@ -237,8 +241,12 @@ fn write_to(
 /// Issue 44, item 1: `n` allocations of 2^50 bytes at 0x1000·i on device
 /// 0 with no segment, then a role list of `n` one-byte parameters above
 /// all of them (each inside every block).
-fn role_list_attack(seg: &SegmentWriter, n: u64, words: &mut Vec<vramscope::ring::codec::Words>) {
-    use vramscope::event::{Held, Place};
+fn role_list_attack(
+    seg: &SegmentWriter,
+    n: u64,
+    words: &mut Vec<vramscope_wire::ring::codec::Words>,
+) {
+    use vramscope_wire::event::{Held, Place};
     let place = Place::default();
     for i in 0..n {
         let alloc = EventKind::Alloc {
@@ -285,7 +293,7 @@ fn stats(s: &Shape, allocated: u64) -> EventKind {
 
 /// The stand-in's body, when this process was started as one (else
 /// returns at once): never returns then.
-pub fn main() {
+pub(crate) fn main() {
     let Ok(spec) = std::env::var(ENV) else {
         return;
     };

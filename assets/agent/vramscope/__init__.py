@@ -225,7 +225,7 @@ def _attach(label, mode, shm_dir, wait):
         return True
 
 
-# MARKER sources (src/ring/FORMAT.md, MARKER `source`).
+# MARKER sources (crates/wire/src/ring/FORMAT.md, MARKER `source`).
 _SOURCE_USER = 1
 _SOURCE_OPTIMIZER = 2
 _SOURCE_RUN = 5

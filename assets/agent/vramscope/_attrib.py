@@ -3,7 +3,7 @@
 The allocator callback (tracker.cpp) tags each event with the calling
 thread's *context id* and the step tag; this module keeps those context ids
 current, with no change to the user's code, and defines what they mean
-(src/ring/FORMAT.md, "Contexts, strings, frames and stacks"):
+(crates/wire/src/ring/FORMAT.md, "Contexts, strings, frames and stacks"):
 
 forward    ``Module.__call__`` is wrapped (PyTorch's global module hooks
            would take every module off its fast path): the thread's word

@@ -1,4 +1,4 @@
-"""Run inside a job by ``vramscope attach PID`` (src/attach/): instruments a
+"""Run inside a job by ``vramscope attach PID`` (crates/collect/src/attach/): instruments a
 process that is already running, then says what became of it in a small
 JSON file the command waits for.
 

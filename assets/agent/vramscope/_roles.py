@@ -1,4 +1,4 @@
-"""Role lists: which tensors PyTorch itself holds (src/ring/FORMAT.md, "Roles").
+"""Role lists: which tensors PyTorch itself holds (crates/wire/src/ring/FORMAT.md, "Roles").
 
 The reader can say of each live block whether it is a parameter, a buffer,
 a gradient or optimizer state, and of which module, only if it knows the

@@ -2,7 +2,7 @@
 
 Used by sampled mode (no compiler, or an allocator that refuses the trace
 tracker). It lays the segment out exactly as `vramscope_ring.h` does and is
-specified by `src/ring/FORMAT.md` of the vramscope repository.
+specified by `crates/wire/src/ring/FORMAT.md` of the vramscope repository.
 
 Ordering without atomics
 ------------------------

@@ -1,0 +1,172 @@
+//! A recording played back into a hub, at any speed: the one pacing loop
+//! behind `replay` and `replay --ui`.
+//!
+//! Paced playback never waits longer than [`MAX_WAIT`] between two inputs:
+//! a longer gap (an idle stretch, or a crafted time centuries ahead) is
+//! played as `MAX_WAIT`, and later inputs move up by what was cut, so a
+//! recording always plays to its end. With `Pace::Live` the cut is taken
+//! out of the moved times too (an event's time is never after its input's).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use vramscope_core::recording::{retime, RecordingError, Replayer};
+use vramscope_wire::ring::monotonic_ns;
+
+use super::Hub;
+
+/// How a recording is played.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    /// As fast as it can be read, times as recorded.
+    Fast,
+    /// At this many recorded seconds per second, times as recorded.
+    Recorded(f64),
+    /// At this many recorded seconds per second, times moved onto this
+    /// machine's clock (the recording's start is now; `speed` shrinks or
+    /// stretches it), so a live view reads it as it would a live process.
+    Live(f64),
+}
+
+/// The longest wall-clock wait between two inputs of a paced playback.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// What a playback got through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Played {
+    /// Inputs applied.
+    pub inputs: u64,
+    /// The last input's time, as recorded (or as moved, with `Pace::Live`).
+    pub last_ns: u64,
+}
+
+/// How far a playback got, read from another thread (`replay --ui` shows
+/// it): inputs applied, the recorded time reached (from the first input),
+/// and whether the recording ended.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub inputs: std::sync::atomic::AtomicU64,
+    pub recorded_ns: std::sync::atomic::AtomicU64,
+    pub done: std::sync::atomic::AtomicBool,
+}
+
+/// Applies every input of `reader` to `hub`, paced by `pace`.
+pub async fn play(reader: Replayer, hub: &Hub, pace: Pace) -> Result<Played, RecordingError> {
+    play_with(reader, hub, pace, &Progress::default()).await
+}
+
+/// [`play`], telling `progress` after every input and at the end.
+pub(crate) async fn play_with(
+    mut reader: Replayer,
+    hub: &Hub,
+    pace: Pace,
+    progress: &Progress,
+) -> Result<Played, RecordingError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let speed = match pace {
+        Pace::Fast => None,
+        Pace::Recorded(s) | Pace::Live(s) => Some(s).filter(|s| *s > 0.0 && s.is_finite()),
+    };
+    let wall0 = Instant::now();
+    let base = monotonic_ns();
+    let mut first: Option<u64> = None;
+    let mut played = Played::default();
+    // Recorded nanoseconds cut out of gaps longer than MAX_WAIT, and the
+    // latest (cut) offset from the first input.
+    let mut cut: u64 = 0;
+    let mut latest: u64 = 0;
+    while let Some((t, mut input)) = reader.next_input()? {
+        // Played as fast as it is read: the live advisor, when it runs,
+        // is waited for rather than left behind.
+        if speed.is_none() {
+            while hub.advisor_backlog() > super::advisor::MAX_QUEUED / 2 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let t0 = *first.get_or_insert(t);
+        let mut since = t.saturating_sub(t0).saturating_sub(cut);
+        if let Some(speed) = speed {
+            let max_gap = (MAX_WAIT.as_secs_f64() * 1e9 * speed) as u64;
+            let gap = since.saturating_sub(latest);
+            if gap > max_gap {
+                cut = cut.saturating_add(gap - max_gap);
+                since = latest.saturating_add(max_gap);
+            }
+            latest = latest.max(since);
+            let after =
+                Duration::try_from_secs_f64(since as f64 / 1e9 / speed).unwrap_or(Duration::MAX);
+            // Every wait is at most MAX_WAIT, so this is always a time the
+            // clock can say; were it not, the input is applied at once.
+            if let Some(due) = wall0.checked_add(after) {
+                tokio::time::sleep_until(due).await;
+            }
+        }
+        played.last_ns = t;
+        if let (Pace::Live(_), Some(speed)) = (pace, speed) {
+            let map = |x: u64| {
+                let off = x.saturating_sub(t0).saturating_sub(cut).min(since);
+                base.saturating_add((off as f64 / speed) as u64)
+            };
+            retime(&mut input, &map);
+            played.last_ns = map(t);
+        }
+        hub.apply(input);
+        played.inputs += 1;
+        progress.inputs.store(played.inputs, Relaxed);
+        progress.recorded_ns.store(t.saturating_sub(t0), Relaxed);
+    }
+    progress.done.store(true, Relaxed);
+    // The end is news too: a dashboard takes a snapshot on a change and
+    // reads the progress with it. The last input's change may have come
+    // before its count was stored, and nothing changes after it: without
+    // this the dashboard would never see the end (its caption, and every
+    // events/s 0; issue 34, item B).
+    hub.changed();
+    Ok(played)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use vramscope_core::input::Input;
+    use vramscope_core::recording::Recorder;
+
+    /// Issue 34, item B: `replay --ui` showed events/s at END. A dashboard
+    /// reads the progress when a change makes it take a snapshot; the last
+    /// change must come after the end is known, or it never sees the end.
+    #[test]
+    fn the_last_change_of_a_playback_comes_after_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.vsrec");
+        let mut rec = Recorder::create(&path).unwrap();
+        for t in 1..=3 {
+            rec.write(t, &Input::Problems { problems: vec![] }).unwrap();
+        }
+        rec.finish().unwrap();
+        let hub = Hub::default();
+        let progress = Arc::new(Progress::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        hub.on_change({
+            let (progress, seen) = (progress.clone(), seen.clone());
+            move || {
+                let p = (progress.inputs.load(Relaxed), progress.done.load(Relaxed));
+                seen.lock().unwrap().push(p);
+            }
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let reader = Replayer::open(&path).unwrap();
+        let played = rt
+            .block_on(play_with(reader, &hub, Pace::Live(1000.0), &progress))
+            .unwrap();
+        assert_eq!(played.inputs, 3);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.last(), Some(&(3, true)), "{seen:?}");
+    }
+}

@@ -1,0 +1,564 @@
+//! One device allocator's state inside one process: segments and blocks,
+//! rebuilt from events and re-synchronised from complete snapshots.
+//!
+//! This file holds the data types ([`Segment`], [`Block`], [`Problem`],
+//! [`DeviceState`]…), the queries and the bookkeeping shared by all
+//! operations (totals, peaks, timelines, drift against stats samples). The
+//! operations live in submodules:
+//!
+//! - `apply`: applying allocator events (Alloc … SegmentUnmap);
+//! - `snapshot`: receiving a snapshot (SnapshotBegin … SnapshotEnd) and
+//!   buffering the events that arrive meanwhile;
+//! - `install`: replacing the state from a complete snapshot and replaying
+//!   the buffered events on it.
+//!
+//! Invariants (kept by every operation, checked by the tests):
+//! - segments, blocks and orphans stay within their bounds
+//!   ([`Bounds`](super::Bounds)); an event that would pass one is dropped,
+//!   counted and leaves the map unsynced;
+//! - segments never overlap;
+//! - the blocks of a segment tile it exactly (allocated, pending-free and
+//!   inactive blocks together), and no two adjacent inactive blocks of one
+//!   segment stay unmerged after a free completes;
+//! - `allocated`, `active` and `reserved` equal the sums over the maps.
+//!
+//! Blocks seen in events but outside every known segment (e.g. from segments
+//! created before the tracker attached) are kept apart as *orphans*, so the
+//! allocated total stays right until the next snapshot replaces everything.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::origin::Origin;
+use super::series::{Series, SeriesConfig};
+use super::Bounds;
+use vramscope_wire::event::{BlockState, PoolId, SegmentPool, Stats};
+
+mod apply;
+mod blockmap;
+mod install;
+mod placed;
+mod snapshot;
+
+pub use placed::AnchoredFrom;
+pub(crate) use placed::{Placement, Verdict};
+
+use blockmap::BlockMap;
+
+use snapshot::Pending;
+pub(crate) use snapshot::SnapshotOutcome;
+
+/// A `cudaMalloc`ed segment, or one contiguous mapped range of an expandable
+/// segment (the same unit `torch.cuda.memory_snapshot()` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub addr: u64,
+    /// Bytes backed by device memory: the whole segment, or for an
+    /// expandable segment the mapped extent.
+    pub size: u64,
+    pub stream: u64,
+    pub pool: PoolId,
+    pub pool_kind: SegmentPool,
+    /// False while `pool_kind` is only a guess from the segment size.
+    pub pool_kind_known: bool,
+    pub expandable: bool,
+}
+
+impl Segment {
+    pub fn end(&self) -> u64 {
+        self.addr.saturating_add(self.size)
+    }
+}
+
+/// A block; its address is the key of the map that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    /// The block's size (the rounded request, or the whole free block when
+    /// the remainder was too small to split off).
+    pub size: u64,
+    /// The caller's request (0 for inactive blocks).
+    pub requested: u64,
+    pub stream: u64,
+    pub pool: PoolId,
+    /// Address of the segment holding the block (for orphans: the block's own).
+    pub segment: u64,
+    /// When the block entered its current state (allocation time for
+    /// allocated blocks; the snapshot time for blocks learnt from a snapshot).
+    pub since_ns: u64,
+    pub state: BlockState,
+    pub expandable: bool,
+    /// The context and step of the allocation that made the block (none
+    /// for inactive blocks and from producers that do not tag).
+    #[serde(default, skip_serializing_if = "Origin::is_none")]
+    pub origin: Origin,
+}
+
+impl Block {
+    /// An inactive block of `segment` of `size` bytes, in that state since
+    /// `since_ns`.
+    fn inactive(segment: &Segment, size: u64, since_ns: u64) -> Self {
+        Self {
+            size,
+            requested: 0,
+            stream: segment.stream,
+            pool: segment.pool,
+            segment: segment.addr,
+            since_ns,
+            state: BlockState::Inactive,
+            expandable: segment.expandable,
+            origin: Origin::default(),
+        }
+    }
+
+    /// What the block adds to the (allocated, active) totals.
+    fn weight(&self) -> (u64, u64) {
+        match self.state {
+            BlockState::Allocated => (self.size, self.size),
+            BlockState::PendingFree => (0, self.size),
+            BlockState::Inactive => (0, 0),
+        }
+    }
+}
+
+/// The (allocated, active) totals of `blocks`.
+fn weigh<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> (u64, u64) {
+    blocks
+        .into_iter()
+        .map(Block::weight)
+        .fold((0u64, 0u64), |(a, b), (x, y)| {
+            (a.saturating_add(x), b.saturating_add(y))
+        })
+}
+
+/// What the bounds of one device dropped (see [`Bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceDropped {
+    pub orphans: u64,
+    pub blocks: u64,
+    pub segments: u64,
+    pub replay: u64,
+    pub snapshots: u64,
+}
+
+/// An event that contradicts the model. Each one is counted and asks for a
+/// resync; the model keeps going with its best repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Problem {
+    /// A free of an address that holds no block.
+    UnknownBlock { addr: u64 },
+    /// An allocation outside every known segment (kept as an orphan).
+    BlockOutsideSegment { addr: u64 },
+    /// A block was not in the state the event implies.
+    BlockState { addr: u64, found: BlockState },
+    /// An allocation inside a free block rather than at its start.
+    MisallocatedBlock { addr: u64 },
+    /// An allocation larger than the free block it landed in.
+    BlockTooSmall { addr: u64, request: u64, free: u64 },
+    /// A segment free or unmap of an address that is no known segment.
+    UnknownSegment { addr: u64 },
+    /// A segment free whose size differs from the segment's.
+    SegmentSize {
+        addr: u64,
+        expected: u64,
+        found: u64,
+    },
+    /// A segment freed or unmapped while blocks in it were still in use.
+    SegmentInUse { addr: u64 },
+    /// A new segment overlapping known ones (those are dropped).
+    OverlappingSegment { addr: u64 },
+    /// A range or a total that does not fit in 64 bits: `addr + size` past
+    /// `u64::MAX`, or a sum of sizes that had to be saturated. What is shown
+    /// is cut at `u64::MAX` and flagged implausible.
+    Overflow { addr: u64, size: u64 },
+    /// The allocator's own statistics kept disagreeing with the block map.
+    Drift {
+        model_allocated: u64,
+        stats_allocated: u64,
+    },
+    /// A snapshot placed past its device ring's head (FORMAT.md,
+    /// "Positions"): the ring had reached `reached` when a record below
+    /// `before`, written after the snapshot, came. It was refused as an
+    /// anchor: installed, it would have dropped every later record as
+    /// already in it.
+    AnchorPastHead {
+        ring: u8,
+        before: u64,
+        reached: Option<u64>,
+    },
+}
+
+/// What an applied event did to live tensor counts (for leak analysis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Live {
+    #[default]
+    None,
+    /// A tensor of this requested size came to life.
+    Up(u64),
+    /// A tensor of this requested size was released.
+    Down(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Applied {
+    pub live: Live,
+    pub problem: Option<Problem>,
+}
+
+impl Applied {
+    /// An outcome that changes no live tensor count, with problem `p` (if any).
+    fn problem(p: impl Into<Option<Problem>>) -> Self {
+        Self {
+            live: Live::None,
+            problem: p.into(),
+        }
+    }
+}
+
+/// Figures summed from the block map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Derived {
+    pub allocated: u64,
+    pub active: u64,
+    pub reserved: u64,
+}
+
+/// Fragmentation figures computed from the block map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BlockSummary {
+    /// Inactive bytes in segments that are split (cached but not releasable).
+    pub inactive_split: u64,
+    pub largest_free_small: Option<u64>,
+    pub largest_free_large: Option<u64>,
+    pub free_blocks: u64,
+    pub blocks: u64,
+    pub segments: u64,
+}
+
+/// How many past (allocated, reserved) totals a stats sample may match.
+const TOTALS_RING: usize = 16;
+/// Consecutive mismatching stats samples before the model calls it drift.
+const DRIFT_SAMPLES: u32 = 3;
+/// The state of one device allocator.
+#[derive(Debug, Clone)]
+pub struct DeviceState {
+    device: u16,
+    segments: BTreeMap<u64, Segment>,
+    blocks: BlockMap,
+    orphans: BTreeMap<u64, Block>,
+    allocated: u64,
+    active: u64,
+    reserved: u64,
+    unknown_kind: usize,
+    /// A complete snapshot was installed and nothing contradicted it since.
+    synced: bool,
+    pending: Option<Pending>,
+    stats: Option<(u64, Stats)>,
+    totals: [(u64, u64); TOTALS_RING],
+    totals_pos: usize,
+    drift: u32,
+    peaks: Derived,
+    /// The timelines of allocated, reserved and active bytes, in this order.
+    pub series: Series<3>,
+    bounds: Bounds,
+    pub dropped: DeviceDropped,
+    /// A total or a range had to be saturated at `u64::MAX` since the last
+    /// installed snapshot.
+    saturated: bool,
+    /// Events kept with their ring positions, to place snapshots exactly.
+    placement: Placement,
+    /// The process's current step, which the step tags of new blocks
+    /// resolve against (see `origin::resolve_step`).
+    step_now: Option<u64>,
+}
+
+impl DeviceState {
+    pub(crate) fn new(device: u16, series: &SeriesConfig, bounds: Bounds) -> Self {
+        Self {
+            device,
+            segments: BTreeMap::new(),
+            blocks: BlockMap::default(),
+            orphans: BTreeMap::new(),
+            allocated: 0,
+            active: 0,
+            reserved: 0,
+            unknown_kind: 0,
+            synced: false,
+            pending: None,
+            stats: None,
+            totals: [(u64::MAX, u64::MAX); TOTALS_RING],
+            totals_pos: 0,
+            drift: 0,
+            peaks: Derived::default(),
+            series: Series::new(series.clone()),
+            bounds,
+            dropped: DeviceDropped::default(),
+            saturated: false,
+            placement: Placement::default(),
+            step_now: None,
+        }
+    }
+
+    /// The process's current step changed (a counted step boundary).
+    pub(crate) fn set_step(&mut self, step: Option<u64>) {
+        self.step_now = step;
+    }
+
+    pub fn device(&self) -> u16 {
+        self.device
+    }
+    /// Segments in address order.
+    pub fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.values()
+    }
+    /// All blocks inside segments, in address order.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, &Block)> {
+        self.blocks.iter().map(|(a, b)| (*a, b))
+    }
+    /// The blocks of one segment, in address order.
+    pub(crate) fn blocks_of<'a>(
+        &'a self,
+        seg: &Segment,
+    ) -> impl Iterator<Item = (u64, &'a Block)> + 'a {
+        self.blocks.range(seg.addr..seg.end()).map(|(a, b)| (*a, b))
+    }
+    /// Allocated blocks seen outside every known segment.
+    pub(crate) fn orphans(&self) -> impl Iterator<Item = (u64, &Block)> {
+        self.orphans.iter().map(|(a, b)| (*a, b))
+    }
+    /// Totals over the block map.
+    pub fn derived(&self) -> Derived {
+        Derived {
+            allocated: self.allocated,
+            active: self.active,
+            reserved: self.reserved,
+        }
+    }
+    /// The reserved figure shown for this device: the last statistics
+    /// sample's, else the block map's (`Process::device_figures`'s
+    /// `reserved`, without the block summary).
+    pub(crate) fn reserved_figure(&self) -> u64 {
+        self.stats().map_or(self.reserved, |(_, s)| s.reserved)
+    }
+    /// Peaks of the derived totals since the last reset.
+    pub fn derived_peaks(&self) -> Derived {
+        self.peaks
+    }
+    /// The last statistics sample and its time.
+    pub(crate) fn stats(&self) -> Option<(u64, &Stats)> {
+        self.stats.as_ref().map(|(t, s)| (*t, s))
+    }
+    /// True when a complete snapshot was installed and nothing contradicted it since.
+    pub(crate) fn synced(&self) -> bool {
+        self.synced
+    }
+    pub(crate) fn snapshot_in_progress(&self) -> bool {
+        self.pending.is_some()
+    }
+    /// Whether a total or a range was cut at `u64::MAX` since the last
+    /// installed snapshot (its figures cannot be true).
+    pub(crate) fn saturated(&self) -> bool {
+        self.saturated
+    }
+    /// Blocks held, orphans included.
+    pub(crate) fn block_count(&self) -> usize {
+        self.blocks.len() + self.orphans.len()
+    }
+    /// Orphan blocks held.
+    pub fn orphan_count(&self) -> usize {
+        self.orphans.len()
+    }
+
+    /// Add `(allocated, active)` bytes to the totals; false (and the totals
+    /// cut at `u64::MAX`, flagged) when they do not fit.
+    fn count_in(&mut self, allocated: u64, active: u64) -> bool {
+        let a = self.allocated.checked_add(allocated);
+        let b = self.active.checked_add(active);
+        self.allocated = a.unwrap_or(u64::MAX);
+        self.active = b.unwrap_or(u64::MAX);
+        let fits = a.is_some() && b.is_some();
+        self.saturated |= !fits;
+        fits
+    }
+
+    /// Add `size` bytes to the reserved total; false (cut, flagged) when
+    /// they do not fit.
+    fn reserve(&mut self, size: u64) -> bool {
+        let r = self.reserved.checked_add(size);
+        self.reserved = r.unwrap_or(u64::MAX);
+        self.saturated |= r.is_none();
+        r.is_some()
+    }
+
+    /// Note a range `[addr, addr + size)` whose end is past `u64::MAX`.
+    fn overflowed(&mut self) {
+        self.saturated = true;
+    }
+
+    pub(crate) fn desync(&mut self) {
+        self.synced = false;
+    }
+    pub(crate) fn reset_peaks(&mut self) {
+        self.peaks = self.derived();
+    }
+
+    /// Record the current totals (after an event changed the block map),
+    /// and feed the timelines when the map is trusted.
+    #[inline]
+    pub(crate) fn after_change(&mut self, t: u64) {
+        self.blocks.tidy();
+        self.totals[self.totals_pos] = (self.allocated, self.reserved);
+        self.totals_pos = (self.totals_pos + 1) % TOTALS_RING;
+        self.peaks.allocated = self.peaks.allocated.max(self.allocated);
+        self.peaks.active = self.peaks.active.max(self.active);
+        self.peaks.reserved = self.peaks.reserved.max(self.reserved);
+        if self.synced || self.stats.is_none() {
+            (self.series).push(t, [self.allocated, self.reserved, self.active]);
+        }
+    }
+
+    /// Take a statistics sample. Returns a drift problem when the block map
+    /// disagreed with the allocator's own figures several samples in a row
+    /// (only checked while synced and exact).
+    pub(crate) fn note_stats(
+        &mut self,
+        t: u64,
+        stats: Stats,
+        check_drift: bool,
+    ) -> Option<Problem> {
+        self.stats = Some((t, stats));
+        if !self.synced {
+            (self.series).push(t, [stats.allocated, stats.reserved, stats.active]);
+            self.drift = 0;
+            return None;
+        }
+        if !check_drift || self.pending.is_some() {
+            return None;
+        }
+        let seen = (stats.allocated, stats.reserved);
+        if self.totals.contains(&seen) || seen == (self.allocated, self.reserved) {
+            self.drift = 0;
+            return None;
+        }
+        self.drift += 1;
+        if self.drift >= DRIFT_SAMPLES {
+            self.drift = 0;
+            return Some(Problem::Drift {
+                model_allocated: self.allocated,
+                stats_allocated: stats.allocated,
+            });
+        }
+        None
+    }
+
+    /// Take a block's bytes out of the totals.
+    fn count_out(&mut self, b: &Block) {
+        let (allocated, active) = b.weight();
+        self.allocated = self.allocated.saturating_sub(allocated);
+        self.active = self.active.saturating_sub(active);
+    }
+
+    /// Fragmentation figures from the block map.
+    pub fn block_summary(&self) -> BlockSummary {
+        let mut out = BlockSummary {
+            segments: self.segments.len() as u64,
+            blocks: self.blocks.len() as u64,
+            ..BlockSummary::default()
+        };
+        for s in self.segments.values() {
+            for b in self.blocks.range(s.addr..s.end()).map(|(_, b)| b) {
+                if b.state != BlockState::Inactive {
+                    continue;
+                }
+                out.free_blocks += 1;
+                if b.size < s.size {
+                    out.inactive_split = out.inactive_split.saturating_add(b.size);
+                }
+                let slot = match s.pool_kind {
+                    SegmentPool::Small => &mut out.largest_free_small,
+                    SegmentPool::Large => &mut out.largest_free_large,
+                };
+                *slot = Some(slot.map_or(b.size, |m| m.max(b.size)));
+            }
+        }
+        out
+    }
+
+    /// Estimated heap bytes held by this device's state.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        // BTreeMap nodes hold up to 11 entries; assume two-thirds full.
+        let map = |n: usize, entry: usize| n * entry * 3 / 2;
+        let mut bytes = map(self.segments.len(), size_of::<(u64, Segment)>())
+            + self.blocks.memory_bytes()
+            + self.placement.memory_bytes()
+            + map(self.orphans.len(), size_of::<(u64, Block)>())
+            + self.series.memory_bytes();
+        if let Some(p) = &self.pending {
+            bytes += p.memory_bytes();
+        }
+        bytes
+    }
+
+    /// Check the invariants; returns a description of the first violation.
+    /// (For tests and debug assertions; O(n).)
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let b = &self.bounds;
+        if self.segments.len() > b.segments.max(1)
+            || self.blocks.len() > b.blocks.max(1)
+            || self.orphans.len() > b.orphans
+        {
+            return Err(format!(
+                "past a bound: {} segments, {} blocks, {} orphans ({b:?})",
+                self.segments.len(),
+                self.blocks.len(),
+                self.orphans.len()
+            ));
+        }
+        let mut last_end = 0;
+        for (i, s) in self.segments.values().enumerate() {
+            if i > 0 && s.addr < last_end {
+                return Err(format!("segment {:#x} overlaps the previous one", s.addr));
+            }
+            last_end = s.end();
+            let mut at = s.addr;
+            let mut prev_free = false;
+            for (&a, b) in self.blocks.range(s.addr..s.end()) {
+                if a != at {
+                    return Err(format!("gap or overlap at {a:#x} in segment {:#x}", s.addr));
+                }
+                if b.segment != s.addr {
+                    return Err(format!("block {a:#x} tagged with segment {:#x}", b.segment));
+                }
+                let free = b.state == BlockState::Inactive;
+                if free && prev_free {
+                    return Err(format!("unmerged free blocks at {a:#x}"));
+                }
+                prev_free = free;
+                at = a.saturating_add(b.size);
+            }
+            if at != s.end() {
+                return Err(format!("segment {:#x} not tiled", s.addr));
+            }
+        }
+        let in_segments: usize = self
+            .segments
+            .values()
+            .map(|s| self.blocks.range(s.addr..s.end()).count())
+            .sum();
+        if in_segments != self.blocks.len() {
+            return Err("blocks outside segments".into());
+        }
+        let (alloc, active) = weigh(self.blocks.values().chain(self.orphans.values()));
+        let reserved = (self.segments.values()).fold(0u64, |r, s| r.saturating_add(s.size));
+        if (alloc, active, reserved) != (self.allocated, self.active, self.reserved) {
+            return Err(format!(
+                "totals {:?} differ from counters {:?}",
+                (alloc, active, reserved),
+                (self.allocated, self.active, self.reserved)
+            ));
+        }
+        Ok(())
+    }
+}

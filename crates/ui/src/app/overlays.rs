@@ -1,0 +1,160 @@
+//! The overlays' keys: help, legend, "By module", step diff, the allocator
+//! advisor and a snapshot file's stacks. One overlay at a time
+//! ([`Overlay`]); while one is up it takes the keys (see
+//! [`App::key_contexts`]).
+
+use super::{App, Effect, Overlay};
+use crate::keys::Action;
+use crate::{attribution, blockmap, legend, stepdiff};
+use vramscope_core::model::ProcessKey;
+use vramscope_core::sim::live::LiveAdvice;
+
+impl App {
+    /// Opens, closes, scrolls or sorts an overlay.
+    pub(super) fn overlay_act(&mut self, action: Action) -> Vec<Effect> {
+        use Action as A;
+        match action {
+            A::Help => self.overlay = Some(Overlay::Help(0)),
+            A::Legend => self.overlay = Some(Overlay::Legend(0)),
+            A::Modules => self.overlay = Some(Overlay::Modules(Default::default())),
+            A::StepDiff => self.overlay = Some(Overlay::StepDiff(Default::default())),
+            A::Advisor => return self.open_advisor(),
+            A::AdvisorCopy => return self.copy_advice(),
+            A::AdvisorUp | A::AdvisorDown => {
+                let Some(Overlay::Advisor(mut v)) = self.overlay else {
+                    return vec![];
+                };
+                v.step(
+                    self.selected_advice().and_then(|l| l.advice.as_ref()),
+                    action == A::AdvisorDown,
+                );
+                self.overlay = Some(Overlay::Advisor(v));
+            }
+            A::TraceStacks => {
+                self.overlay = match self.overlay {
+                    Some(Overlay::Stacks) => None,
+                    _ => Some(Overlay::Stacks),
+                }
+            }
+            A::CloseHelp
+            | A::CloseLegend
+            | A::CloseModules
+            | A::CloseStepDiff
+            | A::CloseAdvisor
+            | A::CloseStacks => self.overlay = None,
+            A::OverlayUp | A::OverlayDown => {
+                let (v, n) = match &mut self.overlay {
+                    Some(Overlay::Legend(v)) => (v, legend::lines(&self.config.theme).len()),
+                    Some(Overlay::Help(v)) => (v, crate::help::lines(self.trace.is_some())),
+                    _ => return vec![],
+                };
+                *v = if action == A::OverlayUp {
+                    v.saturating_sub(1)
+                } else {
+                    (*v + 1).min(n)
+                };
+            }
+            A::ModulesOnly => self.modules_only(),
+            A::ModulesSort | A::ModulesReverse | A::ModulesRole | A::ModulesUp | A::ModulesDown => {
+                let Some(Overlay::Modules(mut m)) = self.overlay else {
+                    return vec![];
+                };
+                let rows = (self.selected_entry())
+                    .map_or(0, |e| attribution::sorted(&e.view.attribution, &m).len());
+                match action {
+                    A::ModulesSort => m.sort_next(),
+                    A::ModulesReverse => m.reverse(),
+                    A::ModulesRole => m.role_next(),
+                    _ => m.scroll_by(action == A::ModulesDown, rows),
+                }
+                self.overlay = Some(Overlay::Modules(m));
+            }
+            A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
+                let Some(Overlay::StepDiff(mut d)) = self.overlay else {
+                    return vec![];
+                };
+                let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
+                    let rows = stepdiff::row_count(&e.view, &d);
+                    (e.view.attribution.step, rows)
+                });
+                match action {
+                    A::StepDiffOlder => d.older(now),
+                    A::StepDiffNewer => d.newer(),
+                    _ => d.scroll_by(action == A::StepDiffDown, rows),
+                }
+                self.overlay = Some(Overlay::StepDiff(d));
+            }
+            _ => {}
+        }
+        vec![]
+    }
+
+    /// The selected process's live advice, as the snapshot shows it.
+    pub(crate) fn selected_advice(&self) -> Option<&LiveAdvice> {
+        self.selected_entry()?.advice.as_ref()
+    }
+
+    /// `A`: opens the advisor overlay, and asks the loop to advise the
+    /// selected process unless the snapshot shows it advised already.
+    fn open_advisor(&mut self) -> Vec<Effect> {
+        let Some(e) = self.selected_entry() else {
+            self.say("no process selected");
+            return vec![];
+        };
+        let (key, advised) = (e.key(), e.advice.is_some());
+        self.overlay = Some(Overlay::Advisor(Default::default()));
+        if advised {
+            return vec![];
+        }
+        // The advisor reads a process's PYTORCH_CUDA_ALLOC_CONF from its
+        // environment only on this host: a demo's processes are simulated,
+        // and a replay's or a snapshot file's ran elsewhere or earlier.
+        let host = self.demo.is_none() && self.trace.is_none();
+        vec![Effect::Advise { key, host }]
+    }
+
+    /// The loop could not advise `key` ([`Effect::Advise`]): the overlay
+    /// would wait for nothing, so it closes, and the footer says why.
+    pub fn advise_refused(&mut self, key: ProcessKey, why: &str) {
+        if matches!(self.overlay, Some(Overlay::Advisor(_))) && self.overview.selected == Some(key)
+        {
+            self.overlay = None;
+        }
+        self.say(format!("advisor: {why}"));
+    }
+
+    /// `y`: the selected row's `PYTORCH_CUDA_ALLOC_CONF=…` line to the
+    /// clipboard, and into the footer for a terminal that does not take
+    /// OSC 52 (over ssh, in some multiplexers); the word first, so that a
+    /// narrow footer cuts the line's end, which the overlay's last line
+    /// shows whole.
+    fn copy_advice(&mut self) -> Vec<Effect> {
+        let line = match self.overlay {
+            Some(Overlay::Advisor(v)) => self.selected_advice().and_then(|l| v.env_line(l)),
+            _ => None,
+        };
+        let Some(line) = line else {
+            self.say("no advice to copy yet");
+            return vec![];
+        };
+        self.say(format!("copied {line}"));
+        vec![Effect::Copy(line)]
+    }
+
+    /// Enter in "By module": the block map shows only the module of the
+    /// selected row.
+    fn modules_only(&mut self) {
+        let module = self.selected_entry().and_then(|e| {
+            let Some(Overlay::Modules(m)) = self.overlay else {
+                return None;
+            };
+            let rows = attribution::sorted(&e.view.attribution, &m);
+            rows.get(m.scroll.min(rows.len().saturating_sub(1)))
+                .map(|r| r.module.to_string())
+        });
+        if let Some(module) = module {
+            self.overlay = None;
+            self.show_only(blockmap::Only::Module(module));
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The dashboard's state, grouped by screen: what [`super::App`] changes and
+//! the panes draw. Plain data and small derived values; no events here.
+
+use super::rows::{self, Col, Row};
+use vramscope_collect::Snapshot;
+use vramscope_core::model::ProcessKey;
+use vramscope_wire::ring::{Command, Outcome, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Overview,
+    Process,
+}
+
+pub use super::layout::Pane;
+
+/// Time windows `+` and `-` step through.
+pub const SPANS_NS: [u64; 13] = [
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    300_000_000_000,
+    600_000_000_000,
+    1_800_000_000_000,
+    3_600_000_000_000,
+    10_800_000_000_000,
+    43_200_000_000_000,
+];
+pub const DEFAULT_SPAN: usize = 4;
+
+/// Demo speeds `[` and `]` step through.
+pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// What is drawn over the screen and takes its keys: one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// The keys (`?`), scrolled this many lines (a small terminal).
+    Help(usize),
+    /// The legend (`L`), scrolled this many lines.
+    Legend(usize),
+    /// The "By module" table of the selected process (`M`).
+    Modules(super::attribution::ModulesView),
+    /// What an earlier step left alive (`d`).
+    StepDiff(super::stepdiff::StepDiffView),
+    /// The allocator advisor's advice for the selected process (`A`).
+    Advisor(super::advisor::AdvisorView),
+    /// The stacks of a snapshot file's event (`t`; its stepping keys still
+    /// count).
+    Stacks,
+    /// A filter being typed (keys are text): the overview's, or the
+    /// process view's search of the events.
+    Prompt,
+}
+
+/// A process action's life: asked, running, answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionState {
+    /// `e` pressed: waiting for y/n.
+    Confirm {
+        key: ProcessKey,
+        pid: u32,
+        name: String,
+        reserved: Option<u64>,
+        allocated: Option<u64>,
+    },
+    Running {
+        pid: u32,
+        command: Command,
+        /// NVML used of the target when the command was posted.
+        nvml_before: Option<u64>,
+    },
+    Done(ActionReport),
+}
+
+/// What a finished command did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionReport {
+    pub pid: u32,
+    pub key: ProcessKey,
+    pub command: Command,
+    pub status: Result<Status, String>,
+    pub outcome: Option<Outcome>,
+    /// NVML used when the command was posted.
+    pub nvml_before: Option<u64>,
+    /// NVML used in the first NVML sample taken after the answer.
+    pub nvml_after: Option<u64>,
+    /// NVML sample time when the answer came (to spot the next sample).
+    pub nvml_sampled_at_done: Option<u64>,
+}
+
+impl ActionReport {
+    pub fn released(&self) -> Option<u64> {
+        let o = self.outcome?;
+        matches!(self.command, Command::EmptyCache { .. })
+            .then(|| o.result0.saturating_sub(o.result1))
+    }
+}
+
+/// The overview: the process table's selection, scroll, order and filter.
+/// The selection is also the process the process view shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverviewState {
+    pub selected: Option<ProcessKey>,
+    /// The first table row shown.
+    pub offset: usize,
+    pub sort: Col,
+    pub descending: bool,
+    pub filter: String,
+}
+
+impl Default for OverviewState {
+    fn default() -> Self {
+        OverviewState {
+            selected: None,
+            offset: 0,
+            sort: Col::Reserved,
+            descending: true,
+            filter: String::new(),
+        }
+    }
+}
+
+impl OverviewState {
+    /// The rows of the table, filtered and sorted.
+    pub fn rows<'a>(&self, snap: &'a Snapshot) -> Vec<Row<'a>> {
+        rows::rows(snap, &self.filter, self.sort, self.descending)
+    }
+}
+
+/// The process view: the pane shown (tabs), the time window and the scroll
+/// of the block map and events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessState {
+    pub pane: Pane,
+    /// Into [`SPANS_NS`].
+    pub span_index: usize,
+    /// The window ends now (else at `end_ns`).
+    pub follow: bool,
+    /// Window end when not following (collector ns).
+    pub end_ns: u64,
+    /// The window a snapshot file's trace fixes (`open FILE`): all of it,
+    /// whatever the zoom and the clock.
+    pub trace_window: Option<(u64, u64)>,
+    pub block_scroll: usize,
+    pub event_scroll: usize,
+    pub stats_scroll: usize,
+    /// Lines of the OOM & leak pane scrolled past.
+    pub diagnosis_scroll: usize,
+    /// The event history's search (lower-case match on an event's line).
+    pub event_filter: String,
+    /// What the block map's colours say (`c`).
+    pub colouring: super::blockmap::Colouring,
+    /// The block map shows only these blocks (`v`, Enter in By module).
+    pub only: Option<super::blockmap::Only>,
+    /// The selected block's address (`n`/`N`).
+    pub selected_block: Option<u64>,
+    /// The letter of each module in the block map and By module, per
+    /// process, given when the module is first seen and kept (processes
+    /// no longer in the snapshot are forgotten).
+    pub letters: std::collections::BTreeMap<ProcessKey, super::letters::ModuleLetters>,
+}
+
+impl Default for ProcessState {
+    fn default() -> Self {
+        ProcessState {
+            pane: Pane::Timeline,
+            span_index: DEFAULT_SPAN,
+            follow: true,
+            end_ns: 0,
+            trace_window: None,
+            block_scroll: 0,
+            event_scroll: 0,
+            stats_scroll: 0,
+            diagnosis_scroll: 0,
+            event_filter: String::new(),
+            colouring: Default::default(),
+            only: None,
+            selected_block: None,
+            letters: Default::default(),
+        }
+    }
+}
+
+impl ProcessState {
+    /// How the block map of process `key` is drawn, for a snapshot taken
+    /// at `taken_ns`.
+    pub(crate) fn map_view(&self, taken_ns: u64, key: ProcessKey) -> super::blockmap::MapView<'_> {
+        super::blockmap::MapView {
+            letters: self.letters.get(&key),
+            scroll: self.block_scroll,
+            colouring: self.colouring,
+            only: self.only.as_ref(),
+            selected: self.selected_block,
+            taken_ns,
+        }
+    }
+
+    pub(crate) fn span_ns(&self) -> u64 {
+        match self.trace_window {
+            Some((from, to)) => to.saturating_sub(from),
+            None => SPANS_NS[self.span_index.min(SPANS_NS.len() - 1)],
+        }
+    }
+
+    /// The timeline window `[from, to)` in collector ns, `now` being the
+    /// newer of the clock and the snapshot.
+    pub(crate) fn window(&self, now: u64) -> (u64, u64) {
+        if let Some(w) = self.trace_window {
+            return w;
+        }
+        let to = if self.follow { now } else { self.end_ns };
+        (to.saturating_sub(self.span_ns()), to)
+    }
+}

@@ -1,0 +1,188 @@
+//! The step diff overlay (`d` in the process view): what step k allocated
+//! that is still alive now, in step k + n, grouped by module, phase, role, size
+//! and code location (`model::stepdiff`). `+`/`-` move k back and forth
+//! (n = 1 at first: the step before the current one), j/k scroll.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+use ratatui::Frame;
+
+use super::blockmap::module_label;
+use super::theme::Theme;
+use vramscope_core::model::stepdiff::step_diff;
+use vramscope_core::model::ProcessView;
+use vramscope_text::format;
+
+/// The overlay's state: how many steps back k is, and the scroll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepDiffView {
+    /// k = the current step - `back` (at least 1).
+    pub back: u64,
+    pub scroll: usize,
+}
+
+impl Default for StepDiffView {
+    fn default() -> Self {
+        StepDiffView { back: 1, scroll: 0 }
+    }
+}
+
+impl StepDiffView {
+    /// One step further back (`+`), never before step 0 of `now`.
+    pub(crate) fn older(&mut self, now: Option<u64>) {
+        self.back = (self.back + 1).min(now.unwrap_or(1).max(1));
+        self.scroll = 0;
+    }
+    /// One step nearer (`-`), never the current step itself.
+    pub(crate) fn newer(&mut self) {
+        self.back = self.back.saturating_sub(1).max(1);
+        self.scroll = 0;
+    }
+    pub(crate) fn scroll_by(&mut self, down: bool, rows: usize) {
+        self.scroll = if down {
+            (self.scroll + 1).min(rows.saturating_sub(1))
+        } else {
+            self.scroll.saturating_sub(1)
+        };
+    }
+}
+
+/// Rows the overlay lists for `view` (for scrolling).
+pub(crate) fn row_count(view: &ProcessView, v: &StepDiffView) -> usize {
+    match view.attribution.step {
+        Some(now) if now >= v.back => step_diff(view, now - v.back).rows.len(),
+        _ => 0,
+    }
+}
+
+pub(crate) fn render(
+    frame: &mut Frame,
+    area: Rect,
+    view: &ProcessView,
+    v: &StepDiffView,
+    t: &Theme,
+) {
+    let g = t.glyphs();
+    let now = view.attribution.step;
+    let born = now.and_then(|s| s.checked_sub(v.back));
+    let diff = born.map(|k| step_diff(view, k));
+    let rows = diff.as_ref().map_or(0, |d| d.rows.len());
+    let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
+    let popup = super::layout::centered(area, 100.min(area.width), h);
+    frame.render_widget(Clear, popup);
+    let title = match (born, now) {
+        (Some(k), Some(n)) => format!(
+            " Step diff: born in step {k}, alive in step {n} (n={}) ",
+            v.back
+        ),
+        _ => " Step diff ".to_string(),
+    };
+    let block = t
+        .block(Span::styled(title, t.title()))
+        .title_bottom(Line::styled(
+            " + older step · - newer · j/k scroll · Esc closes ",
+            t.dim(),
+        ));
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    if inner.height < 2 {
+        return;
+    }
+    let width = inner.width as usize;
+    let (Some(d), Some(k)) = (diff, born) else {
+        let why = match now {
+            None => {
+                " No step seen yet: the diff needs step boundaries (markers or optimizer steps)."
+            }
+            Some(_) => " Step 0: no earlier step to compare.",
+        };
+        frame.render_widget(Paragraph::new(Line::styled(why, t.dim())), inner);
+        return;
+    };
+    let head = if view.attribution.tagged() {
+        Line::from(vec![
+            Span::raw(format!(
+                " {} in {} blocks",
+                format::bytes(d.bytes),
+                format::count(d.blocks)
+            )),
+            Span::styled(format!(" born in step {k} {} still alive", g.dot), t.dim()),
+        ])
+    } else {
+        Line::styled(
+            " This process's producer does not tag allocations with steps (FORMAT 1.1).",
+            t.warn(),
+        )
+    };
+    frame.render_widget(
+        Paragraph::new(crate::fit::fit_line(head, width, g.ellipsis)),
+        Rect { height: 1, ..inner },
+    );
+    if d.rows.is_empty() || inner.height < 4 {
+        return;
+    }
+    let body = Rect {
+        y: inner.y + 2,
+        height: inner.height - 2,
+        ..inner
+    };
+    // A row, and under it its code location where a stack was captured.
+    let module_w = width.saturating_sub(9 + 12 + 10 + 7 + 11 + 1).max(8);
+    let row = |m: &str, phase: &str, role: &str, size: &str, blocks: &str, bytes: &str| {
+        let m = crate::fit::fit_line(Line::raw(m.to_string()), module_w, g.ellipsis).to_string();
+        format!(" {m:<module_w$}{phase:<9}{role:<12}{size:>10}{blocks:>7}{bytes:>11}")
+    };
+    let mut lines = vec![Line::styled(
+        // What each allocation asked for, and what its blocks hold (the
+        // allocator rounds up: issue 30, item 8, "SIZE 4 B … BYTES 512 B").
+        row("MODULE", "PHASE", "ROLE", "ASKED", "BLOCKS", "HELD"),
+        t.header(),
+    )];
+    for r in d
+        .rows
+        .iter()
+        .skip(v.scroll.min(d.rows.len().saturating_sub(1)))
+    {
+        if lines.len() >= body.height as usize {
+            break;
+        }
+        lines.push(Line::raw(row(
+            module_label(&r.module),
+            r.phase.name(),
+            r.role.label(),
+            &format::bytes_short(r.size),
+            &format::count(r.blocks),
+            &format::bytes(r.bytes),
+        )));
+        if !r.stack.is_empty() {
+            let at = format!("   at {}", r.stack.join(" ← "));
+            lines.push(crate::fit::fit_line(
+                Line::styled(at, t.dim()),
+                width,
+                g.ellipsis,
+            ));
+        }
+    }
+    lines.truncate(body.height as usize);
+    frame.render_widget(Paragraph::new(lines), body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n_stays_between_one_and_the_current_step() {
+        let mut v = StepDiffView::default();
+        assert_eq!(v.back, 1);
+        v.newer();
+        assert_eq!(v.back, 1);
+        v.older(Some(3));
+        v.older(Some(3));
+        v.older(Some(3));
+        assert_eq!(v.back, 3);
+        v.older(None);
+        assert_eq!(v.back, 1);
+    }
+}
