@@ -1,4 +1,4 @@
-//! Standard output, for every command that prints data: [`print`] writes
+//! Standard output, for every command that prints data: [`print`](fn@print) writes
 //! and flushes; a closed pipe (`vramscope snapshot --json | head -1`) is the
 //! end of the output, not a failure — the error it returns is
 //! [`Closed`], which `main` turns into a quiet exit 0. Any other write

@@ -31,9 +31,9 @@ const CAST: [(&str, &str, &str); 6] = [
 /// A model with processes in it, and what the collector would know of them.
 pub struct Fixture {
     pub model: Model,
-    pub machine: Machine,
-    pub identities: HashMap<ProcessKey, Identity>,
-    pub sources: HashMap<ProcessKey, Source>,
+    pub(crate) machine: Machine,
+    pub(crate) identities: HashMap<ProcessKey, Identity>,
+    pub(crate) sources: HashMap<ProcessKey, Source>,
     /// The collector clock at which snapshots are taken.
     pub now_ns: u64,
 }

@@ -21,7 +21,7 @@ use vramscope_core::snapfile::{self, SnapError, SnapshotFile};
 /// The most bytes read from a file that is not a regular file (a pipe):
 /// 1 GiB. A larger one is refused with a line saying to give a regular
 /// file.
-pub const MAX_PIPED: u64 = 1 << 30;
+pub(crate) const MAX_PIPED: u64 = 1 << 30;
 
 /// What a pickle (a snapshot file) starts with: `PROTO`, for every
 /// protocol PyTorch writes (2 to 5).
@@ -137,7 +137,7 @@ impl Given {
     }
 
     /// The name as shown.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         self.path.display().to_string()
     }
 
@@ -175,7 +175,7 @@ impl Given {
     /// The model's inputs it holds, given to `apply` in order with their
     /// times, as often as `source` is called: a recording's, or those a
     /// snapshot file is shown by (`snapfile::inputs`). What `diff` compares.
-    pub fn source(&self) -> Result<Box<Feed>, GivenError> {
+    pub(crate) fn source(&self) -> Result<Box<Feed>, GivenError> {
         if self.is_recording() {
             // Read as often as asked, a torn end said once.
             let first = self.replayer()?;
@@ -211,4 +211,4 @@ impl Given {
 }
 
 /// A [`Given::source`]: gives every input, in order, to the closure given.
-pub type Feed = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + Send;
+pub(crate) type Feed = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + Send;

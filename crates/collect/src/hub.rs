@@ -295,9 +295,9 @@ impl Inner {
 /// [`EventBatch`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tally {
-    pub delivered: u64,
-    pub lost: u64,
-    pub lost_now: u64,
+    pub(crate) delivered: u64,
+    pub(crate) lost: u64,
+    pub(crate) lost_now: u64,
 }
 
 impl Tally {
@@ -655,7 +655,7 @@ impl Hub {
     }
 
     /// Events waiting for the advisor (0 when it does not run).
-    pub fn advisor_backlog(&self) -> usize {
+    pub(crate) fn advisor_backlog(&self) -> usize {
         self.with(|i| i.advising.as_ref().map_or(0, |a| a.tap.backlog()))
     }
 

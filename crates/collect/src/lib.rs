@@ -83,7 +83,7 @@ mod floor;
 pub(crate) mod hub;
 pub(crate) mod nvml;
 pub mod procfs;
-pub mod profile;
+pub(crate) mod profile;
 pub mod replay;
 pub(crate) mod rings;
 pub mod signals;

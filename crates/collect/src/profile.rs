@@ -39,10 +39,10 @@ use vramscope_wire::event::{Event, MarkSource};
 use super::Hub;
 
 /// The most steps a profile keeps.
-pub const MAX_STEPS: usize = 1 << 20;
+pub(crate) const MAX_STEPS: usize = 1 << 20;
 
 /// Feeds every input of the source, in order, to the closure given.
-pub type Source<'a> = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + 'a;
+pub(crate) type Source<'a> = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + 'a;
 
 /// What the first reading learns of each process.
 #[derive(Debug, Default)]
@@ -168,7 +168,11 @@ fn breakdown(hub: &Hub, now: u64, key: ProcessKey) -> Breakdown {
 
 /// The profile of process `pid` (else the one with the most events) of the
 /// inputs `source` feeds, named `name`.
-pub fn profile(name: &str, pid: Option<u32>, source: &mut Source<'_>) -> Result<Profile, String> {
+pub(crate) fn profile(
+    name: &str,
+    pid: Option<u32>,
+    source: &mut Source<'_>,
+) -> Result<Profile, String> {
     profile_within(
         name,
         pid,

@@ -59,7 +59,7 @@ pub fn forward(f: impl Fn() + Send + Sync + 'static) {
 /// nothing else: the signals are heard whatever the caller's threads wait
 /// on. The handlers are installed before it returns; the thread lives as
 /// long as the process.
-pub fn forward_on_own_thread(f: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
+pub(crate) fn forward_on_own_thread(f: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

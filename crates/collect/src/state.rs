@@ -34,7 +34,7 @@ pub(crate) const SNAPSHOT_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Snapshot {
     /// `SNAPSHOT_VERSION`.
-    pub version: u32,
+    pub(crate) version: u32,
     /// Collector's `CLOCK_MONOTONIC` ns when taken.
     pub taken_ns: u64,
     pub machine: Machine,
@@ -44,7 +44,7 @@ pub struct Snapshot {
     /// What the collector's and the model's bounds dropped that belongs to
     /// no one process (per-process drops are in each process's view).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub dropped: std::collections::BTreeMap<String, u64>,
+    pub(crate) dropped: std::collections::BTreeMap<String, u64>,
     /// Segments the collector removed because their producer was gone
     /// (`--clean-stale`), the newest last; at most [`CLEANED_KEPT`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -70,7 +70,7 @@
 //!
 //! ## Changelog
 //!
-//! - **1.1**: `Attach.watch` ([`Watch`]: when watching began, whether it
+//! - **1.1**: `Attach.watch` ([`Watch`](crate::model::Watch): when watching began, whether it
 //!   began mid-run, the per-ring start positions, the anchor snapshot);
 //!   `Events.at` (the ring position of every event) written as a positions
 //!   frame (kind 3) after its events frame; `Input::Dropped` (what a bound
@@ -272,7 +272,7 @@ pub fn retime(input: &mut Input, map: &impl Fn(u64) -> u64) {
 /// that filled, a copy cut short) is read up to its last complete frame:
 /// the torn frame ends the file as a clean end would, and where it
 /// stopped is said once on standard error (once for all the readings of
-/// one file that [`Replayer::again`] makes) and kept ([`Replayer::cut_short`]).
+/// one file that [`Replayer::again`] makes).
 pub struct Replayer {
     input: BufReader<Box<dyn Read + Send>>,
     /// What the bytes come from, to read them again ([`Replayer::again`]).
@@ -294,13 +294,13 @@ pub struct Replayer {
 
 /// Where a recording cut short stops.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CutShort {
+pub(crate) struct CutShort {
     /// The byte offset of the torn frame (everything before it was read).
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// The complete frames before it.
-    pub frames: u64,
+    pub(crate) frames: u64,
     /// What is there of the torn frame.
-    pub why: String,
+    pub(crate) why: String,
 }
 
 struct Frame {
@@ -415,16 +415,10 @@ impl Replayer {
     }
 
     /// Says nothing on standard error of a torn end (the fuzz targets,
-    /// tests); [`Replayer::cut_short`] still tells.
+    /// tests).
     pub fn quiet(mut self) -> Self {
         self.said = None;
         self
-    }
-
-    /// Where the file stopped, when it ended inside a frame (known once
-    /// the reading reached it).
-    pub fn cut_short(&self) -> Option<&CutShort> {
-        self.cut.as_ref()
     }
 
     /// The file ends inside the frame at `at`: the end of the reading.

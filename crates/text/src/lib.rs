@@ -1,7 +1,7 @@
 //! Text that reaches a terminal. The bottom floor: it imports nothing from
 //! the crate, and every layer may use it.
 //!
-//! - [`format`]: the one formatter for bytes, counts and durations.
+//! - [`format`](mod@format): the one formatter for bytes, counts and durations.
 //! - [`printable`]: untrusted text made safe to print (no escapes, no line
 //!   breaks, no reordering).
 //! - [`stderr_line`]: the one way a line reaches standard error; it goes

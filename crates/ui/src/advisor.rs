@@ -26,7 +26,7 @@ use vramscope_text::format;
 /// row is picked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AdvisorView {
-    pub selected: Option<usize>,
+    pub(crate) selected: Option<usize>,
 }
 
 impl AdvisorView {

@@ -158,7 +158,7 @@ pub struct Clock {
     /// When the slow tick is due.
     pub next_tick_ns: u64,
     /// When hub data was last taken.
-    pub data_ns: Option<u64>,
+    pub(crate) data_ns: Option<u64>,
     /// A hub change waits for the data interval.
     pub data_pending: bool,
 }
@@ -169,19 +169,19 @@ pub struct Startup {
     /// `--pid` not seen yet.
     pub wanted_pid: Option<u32>,
     /// The automatic screenshot, not taken yet.
-    pub screenshot: Option<ScreenshotAfter>,
+    pub(crate) screenshot: Option<ScreenshotAfter>,
 }
 
 /// Frames: when the last was drawn, what its freshness label said, and
 /// screenshots asked for or being written.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Redraw {
-    pub last_ns: Option<u64>,
-    pub label: String,
+    pub(crate) last_ns: Option<u64>,
+    pub(crate) label: String,
     /// The next frame is to be written.
-    pub shot: Option<Shot>,
+    pub(crate) shot: Option<Shot>,
     /// The frame being written.
-    pub writing: Option<Shot>,
+    pub(crate) writing: Option<Shot>,
 }
 
 /// The dashboard's state, grouped by screen.
@@ -291,7 +291,7 @@ impl App {
 
     /// The one process whose detail [`Self::view_options`] asks for (the
     /// process screen's); None: every process's (the overview's timelines).
-    pub fn view_focus(&self) -> Option<ProcessKey> {
+    pub(crate) fn view_focus(&self) -> Option<ProcessKey> {
         (self.screen == Screen::Process)
             .then_some(self.overview.selected)
             .flatten()

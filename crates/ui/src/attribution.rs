@@ -19,7 +19,7 @@ use vramscope_text::format;
 
 /// What the table is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SortBy {
+pub(crate) enum SortBy {
     #[default]
     Bytes,
     Module,
@@ -46,12 +46,12 @@ impl SortBy {
 /// The overlay's state: its order and scroll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ModulesView {
-    pub sort: SortBy,
+    pub(crate) sort: SortBy,
     /// Smallest first (bytes, blocks) or Z first (module).
-    pub reversed: bool,
-    pub scroll: usize,
+    pub(crate) reversed: bool,
+    pub(crate) scroll: usize,
     /// Only this role's bytes (None: all roles).
-    pub role: Option<Role>,
+    pub(crate) role: Option<Role>,
 }
 
 impl ModulesView {
@@ -86,12 +86,12 @@ impl ModulesView {
 /// role that holds most of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TableRow<'a> {
-    pub module: &'a str,
-    pub bytes: u64,
-    pub blocks: u64,
-    pub role: Option<Role>,
+    pub(crate) module: &'a str,
+    pub(crate) bytes: u64,
+    pub(crate) blocks: u64,
+    pub(crate) role: Option<Role>,
     /// Other roles the module's bytes are in (all roles shown).
-    pub more_roles: usize,
+    pub(crate) more_roles: usize,
 }
 
 /// The rows of `v`'s role (all: one per module), in the order `v` asks for.

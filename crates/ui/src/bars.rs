@@ -148,11 +148,11 @@ pub(crate) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
 /// What a footer shows.
 pub(crate) struct Footer<'a> {
     /// The screen's key hints ([`keys::footer`]).
-    pub hints: Vec<keys::Hint>,
+    pub(crate) hints: Vec<keys::Hint>,
     /// A filter being typed: its label (` filter: `) and the text so far.
-    pub prompt: Option<(&'a str, &'a str)>,
+    pub(crate) prompt: Option<(&'a str, &'a str)>,
     /// One line for the person (errors, what a key did).
-    pub message: Option<&'a str>,
+    pub(crate) message: Option<&'a str>,
 }
 
 /// Key hints, the filter being typed, or the message; `? help` and `q

@@ -34,7 +34,7 @@ use vramscope_wire::event::{BlockState, SegmentPool};
 
 /// What the allocated blocks' colours say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Colouring {
+pub(crate) enum Colouring {
     /// Allocated, pending-free or inactive (the allocator's view).
     #[default]
     State,
@@ -55,7 +55,7 @@ impl Colouring {
             Colouring::Role => Colouring::State,
         }
     }
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Colouring::State => "state",
             Colouring::Module => "module",
@@ -128,15 +128,15 @@ pub(crate) fn module_label(m: &str) -> &str {
 /// How the map is drawn: scroll, colouring, filter, selected block.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct MapView<'a> {
-    pub scroll: usize,
-    pub colouring: Colouring,
-    pub only: Option<&'a Only>,
+    pub(crate) scroll: usize,
+    pub(crate) colouring: Colouring,
+    pub(crate) only: Option<&'a Only>,
     /// The selected block's address.
-    pub selected: Option<u64>,
+    pub(crate) selected: Option<u64>,
     /// The collector clock of the snapshot (for the selected block's age).
-    pub taken_ns: u64,
+    pub(crate) taken_ns: u64,
     /// The process's module letters (none yet: given by live bytes).
-    pub letters: Option<&'a ModuleLetters>,
+    pub(crate) letters: Option<&'a ModuleLetters>,
 }
 
 /// The letter of each phase in the map.

@@ -14,13 +14,13 @@ use super::theme::Theme;
 /// What one screen's overlay lists.
 pub(crate) struct Page<'a> {
     /// The key table's sections, in order.
-    pub sections: &'a [keys::Context],
+    pub(crate) sections: &'a [keys::Context],
     /// The mouse's lines (none: no Mouse section).
-    pub mouse: &'static [(&'static str, &'static str)],
+    pub(crate) mouse: &'static [(&'static str, &'static str)],
     /// The process actions are off (shown dimmed, "(off)").
-    pub readonly: bool,
+    pub(crate) readonly: bool,
     /// The notes under the keys.
-    pub notes: [Line<'static>; 2],
+    pub(crate) notes: [Line<'static>; 2],
 }
 
 /// The dashboard's overlay; `readonly` marks the process actions as off;

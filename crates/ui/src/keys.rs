@@ -17,7 +17,7 @@ use super::state::Pane;
 
 /// What a key asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Action {
+pub(crate) enum Action {
     Quit,
     Help,
     CloseHelp,
@@ -147,7 +147,7 @@ impl Action {
 /// question, the help overlay) take every key; otherwise a finished
 /// command's report, then the global keys, then the screen's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Context {
+pub(crate) enum Context {
     /// Everywhere, modal contexts included (Ctrl-C).
     Always,
     Filter,
@@ -204,9 +204,9 @@ impl Context {
 
 /// A key: its code, and whether Control must be held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    pub code: KeyCode,
-    pub ctrl: bool,
+pub(crate) struct Key {
+    pub(crate) code: KeyCode,
+    pub(crate) ctrl: bool,
 }
 
 impl Key {
@@ -217,37 +217,35 @@ impl Key {
 
 /// When a footer hint is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shown {
+pub(crate) enum Shown {
     Always,
     /// Only while a demo runs.
     Demo,
-    /// Only when no demo runs.
-    NoDemo,
 }
 
 /// A footer hint: `key text`, placed by `order` (screen hints first), and
 /// left out from the right when the line is too narrow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hint {
-    pub key: &'static str,
-    pub text: &'static str,
-    pub order: u8,
-    pub shown: Shown,
+pub(crate) struct Hint {
+    pub(crate) key: &'static str,
+    pub(crate) text: &'static str,
+    pub(crate) order: u8,
+    pub(crate) shown: Shown,
     /// Always on the footer's right end, whatever else it shows (messages
     /// included): how to get help and how to leave.
-    pub pinned: bool,
+    pub(crate) pinned: bool,
 }
 
 /// One row of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binding {
-    pub keys: &'static [Key],
-    pub action: Action,
-    pub context: Context,
+    pub(crate) keys: &'static [Key],
+    pub(crate) action: Action,
+    pub(crate) context: Context,
     /// The help overlay's line (keys as written there, what they do). A
     /// binding without one is described by a neighbour's line.
     pub help: Option<(&'static str, &'static str)>,
-    pub footer: Option<Hint>,
+    pub(crate) footer: Option<Hint>,
 }
 
 const fn c(ch: char) -> Key {
@@ -587,7 +585,6 @@ pub(crate) fn footer(contexts: &[Context], readonly: bool, demo: bool) -> Vec<Hi
         .filter(|h| match h.shown {
             Shown::Always => true,
             Shown::Demo => demo,
-            Shown::NoDemo => !demo,
         })
         .collect();
     hints.sort_by_key(|h| h.order);

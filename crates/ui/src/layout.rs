@@ -54,10 +54,10 @@ impl Pane {
 /// The frame's bands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Areas {
-    pub header: Rect,
-    pub caption: Option<Rect>,
+    pub(crate) header: Rect,
+    pub(crate) caption: Option<Rect>,
     pub body: Rect,
-    pub footer: Rect,
+    pub(crate) footer: Rect,
 }
 
 pub fn screen(area: Rect, demo: bool) -> Areas {
@@ -96,9 +96,9 @@ pub(crate) fn gpu_lines(machine: &Machine, body: Rect) -> u16 {
 /// the history, when the table leaves at least [`HISTORY_MIN`] lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OverviewAreas {
-    pub gpus: Rect,
-    pub table: Rect,
-    pub history: Option<Rect>,
+    pub(crate) gpus: Rect,
+    pub(crate) table: Rect,
+    pub(crate) history: Option<Rect>,
 }
 
 /// The fewest lines the history band is drawn in.
@@ -144,13 +144,13 @@ pub(crate) fn table_body(size: Rect, demo: bool, machine: &Machine, rows: usize)
 /// The process view's panes (absent ones are not shown now).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProcessAreas {
-    pub info: Rect,
-    pub tabs: Option<Rect>,
-    pub timeline: Option<Rect>,
+    pub(crate) info: Rect,
+    pub(crate) tabs: Option<Rect>,
+    pub(crate) timeline: Option<Rect>,
     pub blocks: Option<Rect>,
-    pub stats: Option<Rect>,
+    pub(crate) stats: Option<Rect>,
     pub events: Option<Rect>,
-    pub diagnosis: Option<Rect>,
+    pub(crate) diagnosis: Option<Rect>,
 }
 
 pub fn process(size: Rect, pane: Pane, body: Rect) -> ProcessAreas {

@@ -19,7 +19,7 @@ pub(crate) const LETTERS: [&str; 25] = [
 /// One process's modules by letter: the module at index `i` is drawn
 /// with `LETTERS[i]` (at most `LETTERS.len()` of them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ModuleLetters {
+pub(crate) struct ModuleLetters {
     modules: Vec<String>,
 }
 
@@ -27,7 +27,7 @@ impl ModuleLetters {
     /// Gives the modules of `a` not seen before the free letters, most
     /// live bytes first (the By module table's order); none once every
     /// letter is taken.
-    pub fn note(&mut self, a: &Attribution) {
+    pub(crate) fn note(&mut self, a: &Attribution) {
         for m in &a.by_module {
             if self.modules.len() >= LETTERS.len() {
                 return;
@@ -39,17 +39,17 @@ impl ModuleLetters {
     }
 
     /// The module each letter names (`LETTERS[i]` for index `i`), as
-    /// [`Self::note`] would leave it for `a` without changing the table:
-    /// the letters given, then `a`'s modules not seen yet. A module that
-    /// holds nothing now keeps its letter (the legend leaves it out).
-    pub fn keys<'a>(&'a self, a: &'a Attribution) -> Vec<&'a str> {
+    /// [`Self::note`] would leave it for `a` without changing the table
+    /// (for tests).
+    #[cfg(test)]
+    pub(crate) fn keys<'a>(&'a self, a: &'a Attribution) -> Vec<&'a str> {
         keys_after(&self.modules, a)
     }
 }
 
 /// The module each letter names for `a` under `letters` (none yet: the
 /// modules of `a`, most live bytes first, as a new table gives them).
-pub fn keys<'a>(letters: Option<&'a ModuleLetters>, a: &'a Attribution) -> Vec<&'a str> {
+pub(crate) fn keys<'a>(letters: Option<&'a ModuleLetters>, a: &'a Attribution) -> Vec<&'a str> {
     keys_after(letters.map_or(&[], |l| l.modules.as_slice()), a)
 }
 

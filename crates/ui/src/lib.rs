@@ -54,7 +54,7 @@
 //! line through the terminal).
 //! [`layout`] places them (pure geometry); [`rows`] the overview's rows;
 //! [`theme`] owns colours and glyphs; [`svg`] writes screenshots;
-//! [`fixtures`] builds deterministic snapshots for tests.
+//! `fixtures` builds deterministic snapshots for tests.
 
 pub(crate) mod advisor;
 pub mod app;
@@ -73,7 +73,7 @@ pub(crate) mod history;
 pub mod keys;
 pub mod layout;
 pub(crate) mod legend;
-pub mod letters;
+pub(crate) mod letters;
 pub mod overview;
 pub mod popup;
 pub(crate) mod process;

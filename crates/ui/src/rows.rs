@@ -150,28 +150,28 @@ impl Col {
 /// The figures of one process as the overview shows them.
 #[derive(Debug, Clone)]
 pub struct Row<'a> {
-    pub entry: &'a ProcessEntry,
+    pub(crate) entry: &'a ProcessEntry,
     pub pid: u32,
-    pub user: String,
+    pub(crate) user: String,
     pub name: String,
     pub gpus: Option<String>,
     pub nvml: Option<u64>,
     pub reserved: Option<u64>,
     pub allocated: Option<u64>,
-    pub non_pytorch: Option<i64>,
+    pub(crate) non_pytorch: Option<i64>,
     pub peak: Option<u64>,
     pub frag: Option<f64>,
-    pub rate: Option<f64>,
-    pub lost: Option<u64>,
+    pub(crate) rate: Option<f64>,
+    pub(crate) lost: Option<u64>,
     /// Host figures (`/proc`): CPU %, resident memory, time run.
-    pub cpu: Option<f64>,
-    pub rss: Option<u64>,
-    pub elapsed_ns: Option<u64>,
+    pub(crate) cpu: Option<f64>,
+    pub(crate) rss: Option<u64>,
+    pub(crate) elapsed_ns: Option<u64>,
     pub mode: Mode,
-    pub leak: bool,
+    pub(crate) leak: bool,
     pub ooms: u64,
     pub alive: bool,
-    pub needs_resync: bool,
+    pub(crate) needs_resync: bool,
 }
 
 /// The name a process is shown by: its producer label, else its name.

@@ -64,7 +64,7 @@ pub enum Wake {
 
 /// A screen the shell runs: the state that decides, and whatever carries
 /// out its effects (snapshots of the hub, queries, commands).
-pub(crate) trait Screen {
+pub trait Screen {
     /// Everything the screen hears: the shell's [`Wake`]s and its own
     /// sources' news, through one channel ([`Shell::sender`]).
     type Event: From<Wake> + Send + 'static;
@@ -136,7 +136,7 @@ pub(crate) fn no_color_env() -> bool {
 
 /// The theme for `--no-color`/the settings file (`monochrome`), `--ascii`
 /// and the environment's `NO_COLOR` (`no_color`).
-pub fn theme(monochrome: bool, ascii: bool, no_color: bool) -> Theme {
+pub(crate) fn theme(monochrome: bool, ascii: bool, no_color: bool) -> Theme {
     Theme::new(!(monochrome || no_color), ascii)
 }
 

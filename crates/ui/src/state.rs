@@ -79,17 +79,17 @@ pub enum ActionState {
 /// What a finished command did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActionReport {
-    pub pid: u32,
-    pub key: ProcessKey,
-    pub command: Command,
-    pub status: Result<Status, String>,
-    pub outcome: Option<Outcome>,
+    pub(crate) pid: u32,
+    pub(crate) key: ProcessKey,
+    pub(crate) command: Command,
+    pub(crate) status: Result<Status, String>,
+    pub(crate) outcome: Option<Outcome>,
     /// NVML used when the command was posted.
     pub nvml_before: Option<u64>,
     /// NVML used in the first NVML sample taken after the answer.
     pub nvml_after: Option<u64>,
     /// NVML sample time when the answer came (to spot the next sample).
-    pub nvml_sampled_at_done: Option<u64>,
+    pub(crate) nvml_sampled_at_done: Option<u64>,
 }
 
 impl ActionReport {
@@ -126,7 +126,7 @@ impl Default for OverviewState {
 
 impl OverviewState {
     /// The rows of the table, filtered and sorted.
-    pub fn rows<'a>(&self, snap: &'a Snapshot) -> Vec<Row<'a>> {
+    pub(crate) fn rows<'a>(&self, snap: &'a Snapshot) -> Vec<Row<'a>> {
         rows::rows(snap, &self.filter, self.sort, self.descending)
     }
 }
@@ -141,19 +141,19 @@ pub struct ProcessState {
     /// The window ends now (else at `end_ns`).
     pub follow: bool,
     /// Window end when not following (collector ns).
-    pub end_ns: u64,
+    pub(crate) end_ns: u64,
     /// The window a snapshot file's trace fixes (`open FILE`): all of it,
     /// whatever the zoom and the clock.
-    pub trace_window: Option<(u64, u64)>,
+    pub(crate) trace_window: Option<(u64, u64)>,
     pub block_scroll: usize,
     pub event_scroll: usize,
-    pub stats_scroll: usize,
+    pub(crate) stats_scroll: usize,
     /// Lines of the OOM & leak pane scrolled past.
     pub diagnosis_scroll: usize,
     /// The event history's search (lower-case match on an event's line).
-    pub event_filter: String,
+    pub(crate) event_filter: String,
     /// What the block map's colours say (`c`).
-    pub colouring: super::blockmap::Colouring,
+    pub(crate) colouring: super::blockmap::Colouring,
     /// The block map shows only these blocks (`v`, Enter in By module).
     pub only: Option<super::blockmap::Only>,
     /// The selected block's address (`n`/`N`).
@@ -161,7 +161,7 @@ pub struct ProcessState {
     /// The letter of each module in the block map and By module, per
     /// process, given when the module is first seen and kept (processes
     /// no longer in the snapshot are forgotten).
-    pub letters: std::collections::BTreeMap<ProcessKey, super::letters::ModuleLetters>,
+    pub(crate) letters: std::collections::BTreeMap<ProcessKey, super::letters::ModuleLetters>,
 }
 
 impl Default for ProcessState {

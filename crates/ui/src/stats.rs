@@ -9,7 +9,7 @@ use ratatui::Frame;
 
 use super::theme::Theme;
 use vramscope_collect::ProcessEntry;
-pub use vramscope_core::model::view::{DeviceFigures, FigureSource, Implausible};
+pub(crate) use vramscope_core::model::view::{DeviceFigures, FigureSource, Implausible};
 use vramscope_core::model::{Bounds, Dropped, Mode};
 use vramscope_text::format;
 

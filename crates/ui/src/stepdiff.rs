@@ -18,8 +18,8 @@ use vramscope_text::format;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepDiffView {
     /// k = the current step - `back` (at least 1).
-    pub back: u64,
-    pub scroll: usize,
+    pub(crate) back: u64,
+    pub(crate) scroll: usize,
 }
 
 impl Default for StepDiffView {

@@ -12,30 +12,30 @@ use ratatui::text::{Line, Span};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Theme {
     pub color: bool,
-    pub ascii: bool,
+    pub(crate) ascii: bool,
 }
 
 /// The block-map and chart glyphs of one theme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Glyphs {
-    pub allocated: &'static str,
+    pub(crate) allocated: &'static str,
     /// Allocated, every other block (so neighbours stay apart).
-    pub allocated_alt: &'static str,
-    pub pending: &'static str,
-    pub inactive: &'static str,
+    pub(crate) allocated_alt: &'static str,
+    pub(crate) pending: &'static str,
+    pub(crate) inactive: &'static str,
     /// Chart: allocated range within a column (min..max).
-    pub swing: &'static str,
+    pub(crate) swing: &'static str,
     /// Chart: reserved above allocated.
-    pub reserved: &'static str,
+    pub(crate) reserved: &'static str,
     /// Chart: NVML used line.
-    pub nvml: &'static str,
-    pub bar_full: &'static str,
-    pub bar_empty: &'static str,
-    pub absent: &'static str,
-    pub up: &'static str,
-    pub down: &'static str,
-    pub dot: &'static str,
-    pub ellipsis: &'static str,
+    pub(crate) nvml: &'static str,
+    pub(crate) bar_full: &'static str,
+    pub(crate) bar_empty: &'static str,
+    pub(crate) absent: &'static str,
+    pub(crate) up: &'static str,
+    pub(crate) down: &'static str,
+    pub(crate) dot: &'static str,
+    pub(crate) ellipsis: &'static str,
 }
 
 const UNICODE: Glyphs = Glyphs {

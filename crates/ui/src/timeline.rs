@@ -20,10 +20,10 @@ use vramscope_text::format;
 /// One plot column, summed over devices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Col {
-    pub alloc_min: Option<u64>,
-    pub alloc_max: Option<u64>,
-    pub reserved: Option<u64>,
-    pub nvml: Option<u64>,
+    pub(crate) alloc_min: Option<u64>,
+    pub(crate) alloc_max: Option<u64>,
+    pub(crate) reserved: Option<u64>,
+    pub(crate) nvml: Option<u64>,
 }
 
 /// The columns of `e`'s timelines (devices summed).

@@ -26,7 +26,7 @@ use super::{ENV_AUTO, ENV_PYTHON};
 /// How long a build may take before `run` gives up on it and starts the
 /// job anyway (the builder waits up to 15 minutes on another's lock, and
 /// each compile is bounded at 5 minutes).
-pub const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
+pub(crate) const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 /// What the builder found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,7 @@ struct Doc {
 /// when it is a Python (`python3.12`, `/venv/bin/python`); the interpreter
 /// of its `#!` line when that is a Python (`torchrun`, `accelerate`, a
 /// script run directly, `#!/usr/bin/env python3`); else `python3`.
-pub fn python_for(argv: &[OsString]) -> OsString {
+pub(crate) fn python_for(argv: &[OsString]) -> OsString {
     if let Some(p) = std::env::var_os(ENV_PYTHON).filter(|p| !p.is_empty()) {
         return p;
     }
@@ -211,7 +211,7 @@ pub fn ensure(python: &OsStr, agent_dir: &Path, force: bool, quiet: bool) -> Res
 
 /// [`ensure`] for the Python at `python` (e.g. a running job's
 /// `/proc/PID/exe`), with the agent extracted as `run` does.
-pub fn prebuild_for(python: &Path) -> Result<Report> {
+pub(crate) fn prebuild_for(python: &Path) -> Result<Report> {
     let dir = super::extract()?;
     ensure(python.as_os_str(), &dir, false, false)
 }

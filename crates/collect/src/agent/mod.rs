@@ -31,7 +31,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 pub mod build;
-pub use build::prebuild_for;
+pub(crate) use build::prebuild_for;
 
 /// The agent's files: (path inside the extracted directory, contents).
 /// The C++ sources sit inside the package, where `vramscope/_build.py`
@@ -263,7 +263,7 @@ fn check_chain(path: &Path, uid: u32) -> std::result::Result<(), String> {
 /// leading to it passes [`check_chain`] (missing ones are created, mode
 /// 0700), and `root` itself is ours, no symbolic link, writable by no one
 /// else. Returns why not otherwise.
-pub fn private_root(root: &Path) -> std::result::Result<(), String> {
+pub(crate) fn private_root(root: &Path) -> std::result::Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     let uid = vramscope_wire::ring::discover::current_uid();
     let parent = root

@@ -10,21 +10,21 @@ use object::{Endianness, Object, ObjectSymbol};
 
 /// One `PT_LOAD` segment of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Load {
-    pub offset: u64,
-    pub vaddr: u64,
-    pub filesz: u64,
-    pub exec: bool,
+pub(crate) struct Load {
+    pub(crate) offset: u64,
+    pub(crate) vaddr: u64,
+    pub(crate) filesz: u64,
+    pub(crate) exec: bool,
 }
 
 /// A parsed ELF file (borrowing its bytes).
-pub struct Elf<'a> {
+pub(crate) struct Elf<'a> {
     file: ElfFile64<'a, Endianness>,
     data: &'a [u8],
 }
 
 /// The ELF machine of this build (`EM_X86_64`, `EM_AARCH64`), or 0.
-pub const fn native_machine() -> u16 {
+pub(crate) const fn native_machine() -> u16 {
     if cfg!(target_arch = "x86_64") {
         object::elf::EM_X86_64
     } else if cfg!(target_arch = "aarch64") {
@@ -37,7 +37,7 @@ pub const fn native_machine() -> u16 {
 impl<'a> Elf<'a> {
     /// Parses `data`; refuses a file that is not a little-endian 64-bit
     /// ELF for `machine`, naming what it is instead.
-    pub fn parse(data: &'a [u8], machine: u16) -> Result<Elf<'a>, String> {
+    pub(crate) fn parse(data: &'a [u8], machine: u16) -> Result<Elf<'a>, String> {
         if !data.starts_with(b"\x7fELF") {
             return Err("not an ELF file".into());
         }
@@ -57,7 +57,7 @@ impl<'a> Elf<'a> {
     }
 
     /// The `PT_LOAD` segments, in file order.
-    pub fn loads(&self) -> Vec<Load> {
+    pub(crate) fn loads(&self) -> Vec<Load> {
         let endian = self.file.endian();
         self.file
             .elf_program_headers()
@@ -76,7 +76,7 @@ impl<'a> Elf<'a> {
     /// defined symbol `name`: the dynamic symbol table first (what the
     /// dynamic linker sees: a python executable that holds libpython
     /// exports its API there), then the full one when not stripped.
-    pub fn symbol(&self, name: &str) -> Option<(u64, u64)> {
+    pub(crate) fn symbol(&self, name: &str) -> Option<(u64, u64)> {
         let wanted = |s: &object::read::elf::ElfSymbol64<'a, '_, Endianness>| {
             !s.is_undefined() && s.address() != 0 && s.name() == Ok(name)
         };
@@ -89,7 +89,7 @@ impl<'a> Elf<'a> {
 
     /// `len` bytes of the file at address `vaddr` (inside a `PT_LOAD`'s
     /// file contents), if the file holds them.
-    pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&'a [u8]> {
+    pub(crate) fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&'a [u8]> {
         let end = vaddr.checked_add(len)?;
         let load = self
             .loads()
@@ -102,7 +102,7 @@ impl<'a> Elf<'a> {
 
     /// The value of an integer data symbol of at most 8 bytes (such as
     /// CPython's `Py_Version`), little-endian, as the file initialises it.
-    pub fn read_uint(&self, name: &str) -> Option<u64> {
+    pub(crate) fn read_uint(&self, name: &str) -> Option<u64> {
         let (addr, size) = self.symbol(name)?;
         if !(1..=8).contains(&size) {
             return None;
@@ -120,7 +120,7 @@ impl<'a> Elf<'a> {
 /// that holds that offset says which address of the file it is (a
 /// mapping starts at its segment's offset rounded down to a page, so the
 /// offset may sit up to a page, 64 KiB at most, before the segment).
-pub fn load_bias(loads: &[Load], start: u64, offset: u64) -> Option<u64> {
+pub(crate) fn load_bias(loads: &[Load], start: u64, offset: u64) -> Option<u64> {
     const MAX_PAGE: u64 = 64 * 1024;
     let inside = loads
         .iter()
@@ -140,7 +140,7 @@ pub fn load_bias(loads: &[Load], start: u64, offset: u64) -> Option<u64> {
 
 /// A CPython version from `PY_VERSION_HEX` (`Py_Version`, 3.11+):
 /// 0x030C04F0 is 3.12.
-pub fn version_from_hex(hex: u64) -> Option<(u32, u32)> {
+pub(crate) fn version_from_hex(hex: u64) -> Option<(u32, u32)> {
     let major = ((hex >> 24) & 0xff) as u32;
     let minor = ((hex >> 16) & 0xff) as u32;
     (major == 3 || major == 2).then_some((major, minor))
@@ -148,7 +148,7 @@ pub fn version_from_hex(hex: u64) -> Option<(u32, u32)> {
 
 /// A CPython version from a file name: `libpython3.12.so.1.0`,
 /// `libpython3.14t.so`, `python3.12`, `python3.13d`.
-pub fn version_from_name(name: &str) -> Option<(u32, u32)> {
+pub(crate) fn version_from_name(name: &str) -> Option<(u32, u32)> {
     let rest = name
         .strip_prefix("libpython")
         .or_else(|| name.strip_prefix("python"))?;

@@ -83,15 +83,15 @@
 //! No `unsafe` here: `nix` wraps ptrace and waitpid, memory goes through
 //! `/proc/PID/mem`, ELF files through `object`.
 
-pub mod elf;
-pub mod procfs;
+pub(crate) mod elf;
+pub(crate) mod procfs;
 #[cfg(all(
     target_os = "linux",
     target_env = "gnu",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-pub mod ptrace;
-pub mod remote_exec;
+pub(crate) mod ptrace;
+pub(crate) mod remote_exec;
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -279,7 +279,7 @@ pub fn attach(pid: u32, opts: &Options) -> Result<(String, Outcome)> {
 /// job maps lies inside a virtual environment (a `pyvenv.cfg` above it),
 /// that environment's `bin/python3`; else `interpreter` (the running
 /// file: a conda environment's own, or the system's).
-pub fn job_python(maps: &[procfs::Mapping], interpreter: &Path) -> PathBuf {
+pub(crate) fn job_python(maps: &[procfs::Mapping], interpreter: &Path) -> PathBuf {
     let torch = maps.iter().find_map(|m| {
         m.file_name()
             .is_some_and(procfs::is_torch_library)
@@ -636,7 +636,7 @@ fn find_syscall(t: &Target) -> Result<u64> {
 /// The Python text run in the job (see the module's documentation): one
 /// statement that binds no name in the job's `__main__`, and swallows
 /// everything. Paths travel as hex, so any byte in them is safe.
-pub fn script(
+pub(crate) fn script(
     agent_dir: &Path,
     result: &Path,
     shm_dir: Option<&Path>,

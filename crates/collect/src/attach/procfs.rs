@@ -8,25 +8,25 @@ use std::path::{Path, PathBuf};
 
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub read: bool,
-    pub write: bool,
-    pub exec: bool,
+pub(crate) struct Mapping {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) read: bool,
+    pub(crate) write: bool,
+    pub(crate) exec: bool,
     /// The offset in the file of the byte mapped at `start`.
-    pub offset: u64,
-    pub inode: u64,
+    pub(crate) offset: u64,
+    pub(crate) inode: u64,
     /// The file (or `[vdso]`, `[heap]`, ...); `None` for anonymous memory.
     /// A file deleted since it was mapped keeps its old path, without the
     /// kernel's " (deleted)" (see `deleted`).
-    pub path: Option<PathBuf>,
-    pub deleted: bool,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) deleted: bool,
 }
 
 impl Mapping {
     /// The file name of the mapped file, when it is a file.
-    pub fn file_name(&self) -> Option<&str> {
+    pub(crate) fn file_name(&self) -> Option<&str> {
         let p = self.path.as_deref()?;
         if !p.is_absolute() {
             return None;
@@ -35,7 +35,7 @@ impl Mapping {
     }
 
     /// A pseudo-mapping of the kernel's (`[vdso]`, `[stack]`, ...).
-    pub fn special(&self) -> Option<&str> {
+    pub(crate) fn special(&self) -> Option<&str> {
         let p = self.path.as_deref()?.to_str()?;
         (p.starts_with('[') && p.ends_with(']')).then_some(p)
     }
@@ -44,7 +44,7 @@ impl Mapping {
 /// `/proc/PID/maps` read into [`Mapping`]s. Lines that do not parse are
 /// skipped (the kernel's format has not changed since 2.6, but a reader
 /// of another process's file never trusts it).
-pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
+pub(crate) fn parse_maps(text: &[u8]) -> Vec<Mapping> {
     text.split(|&b| b == b'\n')
         .filter_map(parse_maps_line)
         .collect()
@@ -110,20 +110,20 @@ fn hex(b: &[u8]) -> Option<u64> {
 
 /// What `/proc/PID/status` says that matters before a process is touched.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Status {
+pub(crate) struct Status {
     /// The command name (`Name:`, at most 15 bytes, as the kernel keeps it).
-    pub name: String,
+    pub(crate) name: String,
     /// `State:`'s letter: R, S, D, T (stopped), t (traced), Z, X ...
-    pub state: char,
+    pub(crate) state: char,
     /// Real, effective, saved and filesystem uids.
-    pub uids: [u32; 4],
+    pub(crate) uids: [u32; 4],
     /// The process tracing this one (0: none).
-    pub tracer: u32,
+    pub(crate) tracer: u32,
 }
 
 /// `/proc/PID/status` read into a [`Status`]; `None` when it lacks the
 /// lines every kernel writes.
-pub fn parse_status(text: &str) -> Option<Status> {
+pub(crate) fn parse_status(text: &str) -> Option<Status> {
     let mut st = Status::default();
     let (mut uids, mut state) = (false, false);
     for line in text.lines() {
@@ -155,7 +155,7 @@ pub fn parse_status(text: &str) -> Option<Status> {
 
 /// Whether the process's effective capabilities (`CapEff:` of
 /// `/proc/self/status`) include CAP_SYS_PTRACE (bit 19).
-pub fn has_cap_sys_ptrace(status_text: &str) -> bool {
+pub(crate) fn has_cap_sys_ptrace(status_text: &str) -> bool {
     const CAP_SYS_PTRACE: u32 = 19;
     status_text
         .lines()
@@ -167,19 +167,19 @@ pub fn has_cap_sys_ptrace(status_text: &str) -> bool {
 /// Whether a file name is one of PyTorch's core libraries, which every
 /// process that imported torch maps (`torch/lib/libc10.so`,
 /// `libtorch_cpu.so`, `libtorch_python.so`, ...).
-pub fn is_torch_library(name: &str) -> bool {
+pub(crate) fn is_torch_library(name: &str) -> bool {
     (name.starts_with("libc10.") || name.starts_with("libc10_") || name.starts_with("libtorch"))
         && name.contains(".so")
 }
 
 /// Whether a file name is a shared libpython (`libpython3.12.so.1.0`).
-pub fn is_libpython(name: &str) -> bool {
+pub(crate) fn is_libpython(name: &str) -> bool {
     name.starts_with("libpython") && name.contains(".so")
 }
 
 /// Whether a file name is the C library (glibc's `libc.so.6`, musl's
 /// `libc.musl-x86_64.so.1` / `ld-musl-*.so.1`).
-pub fn is_libc(name: &str) -> bool {
+pub(crate) fn is_libc(name: &str) -> bool {
     name.starts_with("libc.so")
         || name.starts_with("libc-2.")
         || name.starts_with("libc.musl")
@@ -187,7 +187,7 @@ pub fn is_libc(name: &str) -> bool {
 }
 
 /// The distinct files of a map, in the order they first appear.
-pub fn files(maps: &[Mapping]) -> Vec<&Path> {
+pub(crate) fn files(maps: &[Mapping]) -> Vec<&Path> {
     let mut out: Vec<&Path> = Vec::new();
     for m in maps {
         if let Some(p) = m.path.as_deref().filter(|p| p.is_absolute()) {

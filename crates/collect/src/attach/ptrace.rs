@@ -139,22 +139,22 @@ pub(crate) mod arch {
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod arch {
-    pub type Regs = libc::user_regs_struct;
-    pub type FpRegs = libc::user_fpsimd_struct;
+    pub(crate) type Regs = libc::user_regs_struct;
+    pub(crate) type FpRegs = libc::user_fpsimd_struct;
 
     /// `svc #0`.
-    pub const SYSCALL: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
-    pub const ALIGN: u64 = 4;
-    pub const SYS_MMAP: u64 = 222;
+    pub(crate) const SYSCALL: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
+    pub(crate) const ALIGN: u64 = 4;
+    pub(crate) const SYS_MMAP: u64 = 222;
     /// PSTATE's single-step and branch-type (BTI) bits.
     const SS: u64 = 1 << 21;
     const BTYPE: u64 = 0b11 << 10;
 
-    pub fn pc(r: &Regs) -> u64 {
+    pub(crate) fn pc(r: &Regs) -> u64 {
         r.pc
     }
 
-    pub fn syscall(saved: &Regs, at: u64, nr: u64, a: [u64; 6]) -> Regs {
+    pub(crate) fn syscall(saved: &Regs, at: u64, nr: u64, a: [u64; 6]) -> Regs {
         let mut r = *saved;
         r.pc = at;
         r.regs[8] = nr;
@@ -163,13 +163,18 @@ pub(crate) mod arch {
         r
     }
 
-    pub fn syscall_result(r: &Regs) -> u64 {
+    pub(crate) fn syscall_result(r: &Regs) -> u64 {
         r.regs[0]
     }
 
     /// `func(a0, a1)` returning to 0 (the link register); the stack below
     /// the interrupted code's, 16-byte aligned. Nothing to write.
-    pub fn call(saved: &Regs, func: u64, a0: u64, a1: u64) -> (Regs, Option<(u64, [u8; 8])>) {
+    pub(crate) fn call(
+        saved: &Regs,
+        func: u64,
+        a0: u64,
+        a1: u64,
+    ) -> (Regs, Option<(u64, [u8; 8])>) {
         let mut r = *saved;
         r.sp = saved.sp.wrapping_sub(256) & !0xf;
         r.pc = func;
@@ -180,7 +185,7 @@ pub(crate) mod arch {
         (r, None)
     }
 
-    pub fn call_result(r: &Regs) -> u64 {
+    pub(crate) fn call_result(r: &Regs) -> u64 {
         r.regs[0]
     }
 
@@ -191,7 +196,7 @@ pub(crate) mod arch {
     /// so the injected `mmap`, and the FPSIMD-only register set ptrace
     /// gives back, would damage a thread stopped in the middle of SVE
     /// code; at a system call there is nothing more to lose.
-    pub fn safe_point(r: &Regs, code: impl Fn(u64) -> Option<[u8; 4]>) -> bool {
+    pub(crate) fn safe_point(r: &Regs, code: impl Fn(u64) -> Option<[u8; 4]>) -> bool {
         let svc = |at: u64| code(at).is_some_and(|w| w[..] == *SYSCALL);
         svc(r.pc) || r.pc.checked_sub(4).is_some_and(svc)
     }
@@ -201,21 +206,21 @@ use arch::{FpRegs, Regs};
 
 /// What to inject, all addresses in the target.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// A system-call instruction ([`arch::SYSCALL`]) in executable memory.
-    pub syscall_insn: u64,
+    pub(crate) syscall_insn: u64,
     /// `Py_AddPendingCall`.
-    pub pending_call: u64,
+    pub(crate) pending_call: u64,
     /// `PyRun_SimpleString`.
-    pub run_string: u64,
+    pub(crate) run_string: u64,
     /// The Python source, without its terminating NUL (added here).
-    pub text: Vec<u8>,
+    pub(crate) text: Vec<u8>,
 }
 
 /// Why an injection did not queue the call. Except for
 /// [`Error::NotRestored`], the process was left as it was.
 #[derive(Debug)]
-pub enum Error {
+pub(crate) enum Error {
     /// `PTRACE_SEIZE` refused (EPERM): see `diagnose_refusal`.
     Refused,
     /// No such process (it ended before the seize).
@@ -263,7 +268,7 @@ const STEP_WAIT: Duration = Duration::from_secs(3);
 
 /// Queues the call; returns `Py_AddPendingCall`'s value (0: queued, -1:
 /// CPython's queue of pending calls is full).
-pub fn inject(pid: u32, plan: &Plan) -> Result<i32, Error> {
+pub(crate) fn inject(pid: u32, plan: &Plan) -> Result<i32, Error> {
     let pid = i32::try_from(pid)
         .map(Pid::from_raw)
         .map_err(|_| Error::Gone)?;
@@ -625,7 +630,7 @@ impl Drop for Tracee {
 
 /// Finds a system-call instruction in `code` (bytes of the process from
 /// address `base`): its address.
-pub fn find_syscall(code: &[u8], base: u64) -> Option<u64> {
+pub(crate) fn find_syscall(code: &[u8], base: u64) -> Option<u64> {
     let n = arch::SYSCALL.len();
     let mut i = 0;
     while i + n <= code.len() {

@@ -16,26 +16,26 @@ use std::time::{Duration, Instant};
 use super::elf;
 
 /// The first version with `sys.remote_exec`.
-pub const FIRST: (u32, u32) = (3, 14);
+pub(crate) const FIRST: (u32, u32) = (3, 14);
 
 /// The target's CPython version: its `Py_Version` (3.11+, exact) when
 /// known, else the version in the name of its libpython or executable
 /// (`libpython3.14.so.1.0`, `python3.14`), the first name that has one.
-pub fn version(py_version: Option<u64>, names: &[&str]) -> Option<(u32, u32)> {
+pub(crate) fn version(py_version: Option<u64>, names: &[&str]) -> Option<(u32, u32)> {
     py_version
         .and_then(elf::version_from_hex)
         .or_else(|| names.iter().find_map(|n| elf::version_from_name(n)))
 }
 
 /// Whether that version has `sys.remote_exec`.
-pub fn has_remote_exec(version: Option<(u32, u32)>) -> bool {
+pub(crate) fn has_remote_exec(version: Option<(u32, u32)>) -> bool {
     version.is_some_and(|v| v >= FIRST)
 }
 
 /// The target's interpreter as a path this process can run: the file
 /// `/proc/PID/exe` names when it is still that file, else the link itself
 /// (which the kernel resolves to the running file).
-pub fn interpreter(pid: u32) -> PathBuf {
+pub(crate) fn interpreter(pid: u32) -> PathBuf {
     let link = PathBuf::from(format!("/proc/{pid}/exe"));
     let same = |p: &Path| {
         let (Ok(a), Ok(b)) = (std::fs::metadata(p), std::fs::metadata(&link)) else {
@@ -97,7 +97,7 @@ fn python(
 }
 
 /// Whether `python` runs here and has `sys.remote_exec`.
-pub fn runnable(py: &Path) -> bool {
+pub(crate) fn runnable(py: &Path) -> bool {
     python(
         py,
         "import sys; sys.exit(0 if hasattr(sys, 'remote_exec') else 3)",
@@ -108,7 +108,7 @@ pub fn runnable(py: &Path) -> bool {
 }
 
 /// Asks the target to run `script` (a file it can read).
-pub fn remote_exec(py: &Path, pid: u32, script: &Path) -> Result<(), String> {
+pub(crate) fn remote_exec(py: &Path, pid: u32, script: &Path) -> Result<(), String> {
     let script = script
         .to_str()
         .ok_or_else(|| format!("the script's path {} is not UTF-8", script.display()))?;

@@ -13,7 +13,7 @@ pub mod gpu;
 use anyhow::{anyhow, Context, Result};
 
 use gpu::GpuBacking;
-pub use vramscope_core::sim::allocator::{EventSink, SimConfig};
+pub(crate) use vramscope_core::sim::allocator::{EventSink, SimConfig};
 use vramscope_core::sim::conf::AllocConf;
 use vramscope_core::sim::scenario::{Scenario, ScenarioRunner};
 use vramscope_wire::event::{Event, EventKind, MarkSource, RingSpan};
@@ -342,46 +342,36 @@ pub struct HeadlessReport {
     pub caption: String,
     pub finished: bool,
     /// The allocator's own final statistics (the simulator's truth).
-    pub allocator: vramscope_wire::event::Stats,
+    pub(crate) allocator: vramscope_wire::event::Stats,
     /// The process as the dashboard sees it, through the ring and the model.
     pub process: crate::ProcessEntry,
     /// With `--gpu`: device memory held for the segments, and what NVML
     /// reported for this process at the end.
-    pub gpu: Option<GpuReport>,
+    pub(crate) gpu: Option<GpuReport>,
 }
 
 /// `--gpu`: does NVML see what the dashboard shows as reserved?
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct GpuReport {
+pub(crate) struct GpuReport {
     /// Device memory allocated to back the simulated segments.
-    pub backed: u64,
+    pub(crate) backed: u64,
     /// The simulated allocator's reserved bytes.
-    pub reserved: u64,
+    pub(crate) reserved: u64,
     /// NVML's used memory for this process (context included).
-    pub nvml_used: Option<u64>,
+    pub(crate) nvml_used: Option<u64>,
     /// `nvml_used - reserved`: the CUDA context and driver overhead.
-    pub overhead: Option<i64>,
+    pub(crate) overhead: Option<i64>,
     /// The first device allocation that failed, if any.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Runs a scenario without a terminal, as fast as it can: the simulator
 /// writes into a real segment in a private directory, the collector drains
 /// it into the model in lockstep, and the model's final view is returned.
 /// `duration_s` is simulated time (None: to the end of the scenario).
-pub fn run_headless(
-    scenario: Scenario,
-    conf: Option<&str>,
-    duration_s: Option<f64>,
-    runs: u32,
-    gpu: bool,
-) -> Result<HeadlessReport> {
-    run_headless_then(scenario, conf, (duration_s, runs), gpu, |_, _, _| Ok(()))
-}
-
-/// [`run_headless`], calling `then` with the hub, the demo's status, the
-/// collector clock and the simulated time at the end, before the demo's
-/// segment goes (`demo --headless --screenshot`).
+/// `then` is called with the hub, the demo's status, the collector clock
+/// and the simulated time at the end, before the demo's segment goes
+/// (`demo --headless --screenshot`).
 pub fn run_headless_then(
     scenario: Scenario,
     conf: Option<&str>,

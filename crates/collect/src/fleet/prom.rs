@@ -120,7 +120,7 @@ impl Sample {
 /// One series over time (a range query's answer): (unix seconds, value).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    pub labels: Labels,
+    pub(crate) labels: Labels,
     pub points: Vec<(f64, f64)>,
 }
 

@@ -81,7 +81,7 @@ pub struct FleetView {
     /// Why the last refresh failed (cleared by the next that succeeds).
     pub error: Option<String>,
     /// Refreshes that succeeded.
-    pub refreshes: u64,
+    pub(crate) refreshes: u64,
     pub screen: Screen,
     pub sort: SortKey,
     pub descending: bool,

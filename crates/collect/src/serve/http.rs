@@ -51,11 +51,11 @@ use vramscope_core::model::ViewOptions;
 pub struct Limits {
     /// Connections open at once (see the module's doc for a newcomer past
     /// it).
-    pub connections: usize,
+    pub(crate) connections: usize,
     /// Time a client has to send its request headers.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// Time after which a connection is closed, whatever it does.
-    pub lifetime: Duration,
+    pub(crate) lifetime: Duration,
     /// How old a copied picture may be and still answer a scrape.
     pub max_age: Duration,
 }

@@ -52,9 +52,9 @@ struct ContextDef {
 /// One frame of a stack, its names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FrameView {
-    pub file: String,
-    pub function: String,
-    pub line: u32,
+    pub(crate) file: String,
+    pub(crate) function: String,
+    pub(crate) line: u32,
 }
 
 /// The definitions a process sent, bounded per kind by

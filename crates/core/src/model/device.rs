@@ -14,7 +14,7 @@
 //!
 //! Invariants (kept by every operation, checked by the tests):
 //! - segments, blocks and orphans stay within their bounds
-//!   ([`Bounds`](super::Bounds)); an event that would pass one is dropped,
+//!   ([`super::Bounds`]); an event that would pass one is dropped,
 //!   counted and leaves the map unsynced;
 //! - segments never overlap;
 //! - the blocks of a segment tile it exactly (allocated, pending-free and
@@ -66,7 +66,7 @@ pub struct Segment {
 }
 
 impl Segment {
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.addr.saturating_add(self.size)
     }
 }
@@ -133,12 +133,12 @@ fn weigh<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> (u64, u64) {
 
 /// What the bounds of one device dropped (see [`Bounds`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DeviceDropped {
-    pub orphans: u64,
-    pub blocks: u64,
-    pub segments: u64,
-    pub replay: u64,
-    pub snapshots: u64,
+pub(crate) struct DeviceDropped {
+    pub(crate) orphans: u64,
+    pub(crate) blocks: u64,
+    pub(crate) segments: u64,
+    pub(crate) replay: u64,
+    pub(crate) snapshots: u64,
 }
 
 /// An event that contradicts the model. Each one is counted and asks for a
@@ -202,8 +202,8 @@ pub(crate) enum Live {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Applied {
-    pub live: Live,
-    pub problem: Option<Problem>,
+    pub(crate) live: Live,
+    pub(crate) problem: Option<Problem>,
 }
 
 impl Applied {
@@ -220,20 +220,20 @@ impl Applied {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Derived {
     pub allocated: u64,
-    pub active: u64,
-    pub reserved: u64,
+    pub(crate) active: u64,
+    pub(crate) reserved: u64,
 }
 
 /// Fragmentation figures computed from the block map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct BlockSummary {
     /// Inactive bytes in segments that are split (cached but not releasable).
-    pub inactive_split: u64,
-    pub largest_free_small: Option<u64>,
-    pub largest_free_large: Option<u64>,
-    pub free_blocks: u64,
+    pub(crate) inactive_split: u64,
+    pub(crate) largest_free_small: Option<u64>,
+    pub(crate) largest_free_large: Option<u64>,
+    pub(crate) free_blocks: u64,
     pub blocks: u64,
-    pub segments: u64,
+    pub(crate) segments: u64,
 }
 
 /// How many past (allocated, reserved) totals a stats sample may match.
@@ -260,9 +260,9 @@ pub struct DeviceState {
     drift: u32,
     peaks: Derived,
     /// The timelines of allocated, reserved and active bytes, in this order.
-    pub series: Series<3>,
+    pub(crate) series: Series<3>,
     bounds: Bounds,
-    pub dropped: DeviceDropped,
+    pub(crate) dropped: DeviceDropped,
     /// A total or a range had to be saturated at `u64::MAX` since the last
     /// installed snapshot.
     saturated: bool,

@@ -74,17 +74,17 @@ struct Rec {
 /// A positioned event of the log (see [`EventLog::positioned`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Positioned {
-    pub t: u64,
-    pub pos: u64,
-    pub kind: EventKind,
+    pub(crate) t: u64,
+    pub(crate) pos: u64,
+    pub(crate) kind: EventKind,
 }
 
 /// A positioned event let go of for the log's bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LetGo {
-    pub seq: u64,
-    pub device: u16,
-    pub pos: u64,
+    pub(crate) seq: u64,
+    pub(crate) device: u16,
+    pub(crate) pos: u64,
 }
 
 /// The log (see the module's documentation).

@@ -60,24 +60,24 @@ pub struct Forecast {
 
 /// What the forecast is made from.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The step now (the leak detector's count).
-    pub step: u64,
+    pub(crate) step: u64,
     /// Bytes the floor rises per step (≤ 0: no forecast).
-    pub growth_per_step: f64,
-    pub reserved: u64,
+    pub(crate) growth_per_step: f64,
+    pub(crate) reserved: u64,
     /// The producer's memory limit and whether it is the whole device's.
-    pub limit: Option<(u64, bool)>,
+    pub(crate) limit: Option<(u64, bool)>,
     /// NVML's bytes on the process beyond PyTorch's reserved.
-    pub non_pytorch: Option<u64>,
+    pub(crate) non_pytorch: Option<u64>,
     /// Nanoseconds per step.
-    pub step_ns: Option<f64>,
-    pub request: Option<u64>,
-    pub cause: Cause,
+    pub(crate) step_ns: Option<f64>,
+    pub(crate) request: Option<u64>,
+    pub(crate) cause: Cause,
 }
 
 /// The forecast, when there is growth and a limit above reserved.
-pub fn forecast(i: &Inputs) -> Option<Forecast> {
+pub(crate) fn forecast(i: &Inputs) -> Option<Forecast> {
     let (limit, whole) = i.limit?;
     if i.growth_per_step.is_nan() || i.growth_per_step < 1.0 || i.growth_per_step.is_infinite() {
         return None;
@@ -109,7 +109,7 @@ pub fn forecast(i: &Inputs) -> Option<Forecast> {
 
 /// Whether the last [`GROWING_STEPS`] boundaries of `reserved` (bytes at
 /// each step boundary, oldest first) each rose above the one before.
-pub fn keeps_growing(reserved: &[u64]) -> bool {
+pub(crate) fn keeps_growing(reserved: &[u64]) -> bool {
     reserved.len() > GROWING_STEPS
         && reserved[reserved.len() - GROWING_STEPS - 1..]
             .windows(2)

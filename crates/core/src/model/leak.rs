@@ -55,7 +55,7 @@ pub struct LeakConfig {
     /// Floors analysed (the most recent ones).
     pub window_steps: usize,
     /// Sizes named in a report.
-    pub top_sizes: usize,
+    pub(crate) top_sizes: usize,
 }
 
 impl Default for LeakConfig {

@@ -62,7 +62,7 @@ pub mod device;
 pub(crate) mod eventlog;
 pub mod forecast;
 pub mod leak;
-pub mod origin;
+pub(crate) mod origin;
 pub(crate) mod period;
 pub(crate) mod process;
 pub mod roles;
@@ -443,7 +443,7 @@ impl Model {
     }
 
     /// Processes to ask for a snapshot at `now_ns`: those of
-    /// [`resync_wanted`](Self::resync_wanted) not asked within
+    /// `resync_wanted` not asked within
     /// [`ModelConfig::resync_interval_ns`]. The caller records each request
     /// it makes with [`resync_requested`](Self::resync_requested).
     pub fn resync_due(&self, now_ns: u64) -> Vec<ProcessKey> {

@@ -39,11 +39,11 @@ const MAX_SIZES: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Period {
     /// Allocations per step.
-    pub allocations: u64,
+    pub(crate) allocations: u64,
     /// The size allocated once per step, whose allocation starts a step.
-    pub anchor_size: u64,
+    pub(crate) anchor_size: u64,
     /// How sure: the period's match × the anchor's regularity (0..1).
-    pub confidence: f64,
+    pub(crate) confidence: f64,
 }
 
 /// What an allocation told about steps.
@@ -58,7 +58,7 @@ pub(crate) enum Found {
 /// A step that ended: the lowest allocated total seen during it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FoundStep {
-    pub floor: u64,
+    pub(crate) floor: u64,
 }
 
 #[derive(Debug, Clone)]

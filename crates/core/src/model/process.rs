@@ -237,7 +237,7 @@ impl Process {
     pub fn key(&self) -> ProcessKey {
         self.key
     }
-    pub fn set_mode(&mut self, mode: Mode) {
+    pub(crate) fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
     }
     /// Per-device states, by device index.
@@ -318,9 +318,6 @@ impl Process {
     #[cfg(test)]
     pub(crate) fn ooms(&self) -> impl Iterator<Item = &OomRecord> {
         self.ooms.iter()
-    }
-    pub fn nvml_series(&self) -> &Series {
-        &self.nvml_series
     }
     pub fn leak(&self) -> &LeakDetector {
         &self.leak

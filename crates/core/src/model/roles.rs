@@ -79,8 +79,18 @@ impl Role {
     ];
 
     /// The role of a block nothing else says anything about.
-    pub fn other() -> Role {
+    pub(crate) fn other() -> Role {
         Role::Other
+    }
+
+    /// Whether the role comes from a role list (exact) rather than from
+    /// the lifetime rule (for tests).
+    #[cfg(test)]
+    pub(crate) fn exact(self) -> bool {
+        matches!(
+            self,
+            Role::Parameter | Role::Buffer | Role::Gradient | Role::OptimizerState
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -101,15 +111,6 @@ impl Role {
             Role::OptimizerState => "optim state",
             r => r.name(),
         }
-    }
-
-    /// Whether the role comes from a role list (exact) rather than from
-    /// the lifetime rule.
-    pub fn exact(self) -> bool {
-        matches!(
-            self,
-            Role::Parameter | Role::Buffer | Role::Gradient | Role::OptimizerState
-        )
     }
 
     fn of_held(h: Held) -> Role {
@@ -158,13 +159,13 @@ impl Entry {
 /// What the role lists say about one block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Match {
-    pub role: Role,
+    pub(crate) role: Role,
     /// The module path string ids of the entries of that role (sorted,
     /// distinct; empty when none was given).
-    pub modules: Vec<u32>,
+    pub(crate) modules: Vec<u32>,
     /// The path those modules share, once named
     /// ([`RoleMatches::name_holders`]).
-    pub held_by: Option<Arc<str>>,
+    pub(crate) held_by: Option<Arc<str>>,
 }
 
 /// The role lists a process sent, the newest complete one in use.
@@ -196,11 +197,11 @@ pub struct RoleLists {
     pub tensors: u64,
     /// When the list in use was written (producer clock, ns).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub at_ns: Option<u64>,
+    pub(crate) at_ns: Option<u64>,
     /// Lists given up or short of records, and entries over the bound.
-    pub abandoned: u64,
-    pub short: u64,
-    pub dropped: u64,
+    pub(crate) abandoned: u64,
+    pub(crate) short: u64,
+    pub(crate) dropped: u64,
 }
 
 impl RoleTable {

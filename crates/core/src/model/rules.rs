@@ -13,7 +13,7 @@ use vramscope_wire::event::SegmentPool;
 pub struct BlockRules {
     /// `max_split_size_mb` from `PYTORCH_CUDA_ALLOC_CONF`, in bytes
     /// (`u64::MAX` when unset, as PyTorch's default).
-    pub max_split_size: u64,
+    pub(crate) max_split_size: u64,
 }
 
 impl Default for BlockRules {

@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeriesConfig {
     /// Width of a tier-0 bucket in nanoseconds (points closer than this merge).
-    pub base_width_ns: u64,
+    pub(crate) base_width_ns: u64,
     /// Width ratio between successive tiers (≥ 2).
-    pub factor: u64,
+    pub(crate) factor: u64,
     /// Number of tiers (≥ 1).
-    pub tiers: usize,
+    pub(crate) tiers: usize,
     /// Buckets per tier (≥ 2).
-    pub capacity: usize,
+    pub(crate) capacity: usize,
 }
 
 impl Default for SeriesConfig {
@@ -48,11 +48,11 @@ impl Default for SeriesConfig {
 /// the series' `N` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bucket<const N: usize> {
-    pub start_ns: u64,
-    pub min: [u64; N],
-    pub max: [u64; N],
+    pub(crate) start_ns: u64,
+    pub(crate) min: [u64; N],
+    pub(crate) max: [u64; N],
     /// The newest point's values.
-    pub last: [u64; N],
+    pub(crate) last: [u64; N],
 }
 
 impl<const N: usize> Bucket<N> {
@@ -85,7 +85,7 @@ impl<const N: usize> Bucket<N> {
 pub struct Column {
     pub min: u64,
     pub max: u64,
-    pub last: u64,
+    pub(crate) last: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ struct Tier<const N: usize> {
 /// (one bucket holds all `N`: a device's allocated, reserved and active
 /// bytes share their times).
 #[derive(Debug, Clone)]
-pub struct Series<const N: usize = 1> {
+pub(crate) struct Series<const N: usize = 1> {
     cfg: SeriesConfig,
     tiers: Vec<Tier<N>>,
     /// End of tier 0's newest bucket: points before it update that bucket.

@@ -36,7 +36,7 @@ pub struct DiffRow {
 /// What was born in step `born` and is still alive at step `at`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepDiff {
-    pub born: u64,
+    pub(crate) born: u64,
     /// The step the view was taken in.
     pub at: Option<u64>,
     pub bytes: u64,

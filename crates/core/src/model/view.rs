@@ -208,7 +208,7 @@ impl Dropped {
 pub struct ProcessFigures {
     pub allocated: u64,
     pub reserved: u64,
-    pub active: u64,
+    pub(crate) active: u64,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
     /// NVML's per-process used memory (absent without NVML).
@@ -255,7 +255,7 @@ pub struct SegmentView {
 pub struct DeviceTimeline {
     pub allocated: Vec<Option<Column>>,
     pub reserved: Vec<Option<Column>>,
-    pub active: Vec<Option<Column>>,
+    pub(crate) active: Vec<Option<Column>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,7 +272,7 @@ pub struct OomRecord {
     pub time_ns: u64,
     pub device: u16,
     pub stream: u64,
-    pub pool: PoolId,
+    pub(crate) pool: PoolId,
     /// The rounded request that failed.
     pub request: u64,
     /// What the driver reported free on the device.
@@ -290,8 +290,8 @@ pub struct OomRecord {
 /// The last contradiction seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProblemRecord {
-    pub time_ns: u64,
-    pub device: u16,
+    pub(crate) time_ns: u64,
+    pub(crate) device: u16,
     pub problem: Problem,
 }
 
@@ -352,7 +352,7 @@ pub struct ModelView {
     pub processes: Vec<ProcessView>,
     /// Inputs of processes beyond [`Bounds::processes`], dropped.
     #[serde(default)]
-    pub dropped_events: u64,
+    pub(crate) dropped_events: u64,
 }
 
 /// A module path in JSON: `null` for allocations outside every module

@@ -168,8 +168,8 @@ pub struct Doc {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("at offset {offset}: {why}")]
 pub struct PickleError {
-    pub offset: u64,
-    pub why: String,
+    pub(crate) offset: u64,
+    pub(crate) why: String,
 }
 
 impl Doc {
@@ -316,7 +316,7 @@ impl Doc {
     }
 
     /// Python's type name of a value, for messages.
-    pub fn type_name(&self, id: Id) -> &'static str {
+    pub(crate) fn type_name(&self, id: Id) -> &'static str {
         match self.value(id) {
             Value::None => "None",
             Value::Bool(_) => "bool",

@@ -37,7 +37,7 @@ const MIB: u64 = 1 << 20;
 /// The least share of the job's peak reserved a candidate must save to be
 /// recommended for it (without fewer OOMs): below it, a change of setting
 /// is not worth making.
-pub const MIN_SAVING: f64 = 0.01;
+pub(crate) const MIN_SAVING: f64 = 0.01;
 
 /// What the advisor knows of a job.
 #[derive(Debug, Clone)]
@@ -244,7 +244,7 @@ fn max_split_values(job: &Job) -> Vec<u64> {
 }
 
 /// The settings worth trying for `job`, its own first.
-pub fn candidates(job: &Job) -> Vec<Candidate> {
+pub(crate) fn candidates(job: &Job) -> Vec<Candidate> {
     let own_text = job.conf.trim();
     let mut sets: Vec<(Vec<(&str, String)>, String)> = vec![(
         vec![("expandable_segments", "True".into())],

@@ -93,21 +93,21 @@ impl SimConfig {
 /// A failed allocation (PyTorch raises `torch.OutOfMemoryError`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OomError {
-    pub device: u16,
-    pub stream: u64,
+    pub(crate) device: u16,
+    pub(crate) stream: u64,
     /// The caller's request.
-    pub requested: u64,
+    pub(crate) requested: u64,
     /// `round_size(requested)`, as in the `OOM` trace event.
-    pub rounded: u64,
+    pub(crate) rounded: u64,
     /// What `cudaMalloc` was asked for ("Tried to allocate").
-    pub alloc_size: u64,
+    pub(crate) alloc_size: u64,
     /// Free device memory at the failure (the `OOM` event's `device_free`).
-    pub device_free: u64,
-    pub device_total: u64,
+    pub(crate) device_free: u64,
+    pub(crate) device_total: u64,
     /// `allocated_bytes.all.current` at the failure.
-    pub allocated: u64,
+    pub(crate) allocated: u64,
     /// `reserved_bytes.all.current` at the failure.
-    pub reserved: u64,
+    pub(crate) reserved: u64,
 }
 
 impl fmt::Display for OomError {
@@ -152,23 +152,23 @@ pub(crate) fn format_size(size: u64) -> String {
 /// One block of a segment, as a snapshot shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockInfo {
-    pub addr: u64,
-    pub size: u64,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
     /// The last request served by this block (PyTorch keeps it after free).
-    pub requested: u64,
-    pub state: BlockState,
+    pub(crate) requested: u64,
+    pub(crate) state: BlockState,
 }
 
 /// One segment (for expandable segments: one contiguous mapped range) with
 /// its blocks in address order, as `torch.cuda.memory_snapshot()` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentInfo {
-    pub addr: u64,
-    pub size: u64,
-    pub stream: u64,
-    pub pool: SegmentPool,
-    pub expandable: bool,
-    pub blocks: Vec<BlockInfo>,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+    pub(crate) pool: SegmentPool,
+    pub(crate) expandable: bool,
+    pub(crate) blocks: Vec<BlockInfo>,
 }
 
 type BlockId = usize;

@@ -76,11 +76,11 @@ pub struct Mark {
 /// `k` requests for some `k` in `from..=to` (`from == to`: one place).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlacedSample {
-    pub stats: Stats,
-    pub from: usize,
-    pub to: usize,
+    pub(crate) stats: Stats,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
     /// Where the producer said the sample sits.
-    pub at: RingSpan,
+    pub(crate) at: RingSpan,
 }
 
 /// An event and where its record was in its segment (None: not given).
@@ -159,7 +159,7 @@ pub fn recover(events: Vec<Located>, device: u16) -> Recovered {
 
 /// What [`Stream::feed`] found in one event.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Found {
+pub(crate) enum Found {
     /// A request; `oom`: the job's allocation that ran out of memory.
     Request { request: Request, oom: bool },
     /// A marker (step boundary, new run, memory limit).
@@ -183,14 +183,14 @@ pub enum Found {
 /// nothing but the live tensors' ids: what [`recover`] does for a whole
 /// recording, for the live advisor.
 #[derive(Default)]
-pub struct Stream {
+pub(crate) struct Stream {
     r: Recovery,
     device: u16,
 }
 
 impl Stream {
     /// Reads the requests of `device`.
-    pub fn new(device: u16) -> Stream {
+    pub(crate) fn new(device: u16) -> Stream {
         Stream {
             r: Recovery {
                 next_id: 1,
@@ -202,7 +202,7 @@ impl Stream {
 
     /// A tensor the process held before the stream began, at `addr`: its
     /// `alloc` (a later free of `addr` frees it).
-    pub fn held(&mut self, addr: u64, size: u64, stream: u64) -> Request {
+    pub(crate) fn held(&mut self, addr: u64, size: u64, stream: u64) -> Request {
         let id = self.r.next_id;
         self.r.next_id += 1;
         self.r.live.insert(addr, id);
@@ -215,24 +215,19 @@ impl Stream {
         }
     }
 
-    /// Tensors live now.
-    pub fn live(&self) -> usize {
-        self.r.live.len()
-    }
-
     /// Frees of addresses never seen allocated.
-    pub fn unknown_frees(&self) -> u64 {
+    pub(crate) fn unknown_frees(&self) -> u64 {
         self.r.out.unknown_frees
     }
 
     /// The tensors live now: (address, request id).
-    pub fn live_tensors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub(crate) fn live_tensors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.r.live.iter().map(|(a, id)| (*a, *id))
     }
 
     /// Forgets every live tensor (the job holds none); returns their
     /// request ids, in order.
-    pub fn forget_live(&mut self) -> Vec<u64> {
+    pub(crate) fn forget_live(&mut self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.r.live.drain().map(|(_, id)| id).collect();
         ids.sort_unstable();
         ids
@@ -243,7 +238,7 @@ impl Stream {
     /// An allocation at the address of a tensor still live here proves
     /// that tensor gone (its free was never seen: a producer that started
     /// over, events lost): its `free` comes first.
-    pub fn feed(&mut self, e: &Event, out: &mut Vec<Found>) {
+    pub(crate) fn feed(&mut self, e: &Event, out: &mut Vec<Found>) {
         if let EventKind::Alloc { place, addr, .. } = &e.kind {
             if place.device == self.device {
                 if let Some(id) = self.r.live.remove(addr) {

@@ -43,13 +43,13 @@ use super::{AllocConf, SimConfig};
 use vramscope_wire::event::{Event, EventKind, MarkSource};
 
 /// The most requests held before the candidates are chosen.
-pub const WARM_UP_REQUESTS: usize = 1 << 16;
+pub(crate) const WARM_UP_REQUESTS: usize = 1 << 16;
 /// Step marks after which the candidates are chosen (if the warm-up's
 /// requests are not all used by then).
-pub const WARM_UP_STEPS: u64 = 2;
+pub(crate) const WARM_UP_STEPS: u64 = 2;
 /// The most OOMs of the job whose fate each candidate keeps (more are
 /// counted, not listed).
-pub const MAX_FATES: usize = 256;
+pub(crate) const MAX_FATES: usize = 256;
 
 /// The job's own setting, as the collector knows it.
 #[derive(Debug, Clone)]
@@ -323,7 +323,7 @@ impl Live {
         self.coverage.note = Some(note.into());
     }
 
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.coverage.stopped.is_some()
     }
 

@@ -1,7 +1,7 @@
 //! A simulator of PyTorch's CUDA caching allocator (workshops, demos, and
 //! what-if replays of allocation traces).
 //!
-//! - [`rules`]: the allocator's size rules as pure functions (shared with the model).
+//! - [`pytorch`](crate::pytorch): the allocator's size rules as pure functions (shared with the model).
 //! - [`conf`]: `PYTORCH_CUDA_ALLOC_CONF` parsing.
 //! - [`allocator`]: [`SimAllocator`], one device's caching allocator, emitting trace events.
 //! - [`trace`]: the JSON-lines request format and [`replay`].
@@ -55,7 +55,7 @@ pub mod conf;
 pub mod diff;
 pub mod from_events;
 pub mod live;
-pub mod placement;
+pub(crate) mod placement;
 pub mod samples;
 pub mod scenario;
 pub mod spread;

@@ -17,7 +17,7 @@ use vramscope_wire::event::SegmentPool;
 
 /// Where a replay's new segments go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// The simulator's own: ascending addresses, never reused.
     Ascending,
     /// Each pool's segments one after the other, upwards or downwards from
@@ -36,7 +36,7 @@ const SLOTS: u64 = 1 << 14;
 impl Placement {
     /// The order the driver hands out most segments in: each new large
     /// segment below the last, small ones above.
-    pub const fn driver() -> Placement {
+    pub(crate) const fn driver() -> Placement {
         Placement::Ordered {
             up: [true, false],
             at: [ORDERED_FROM, ORDERED_FROM],
@@ -44,7 +44,7 @@ impl Placement {
     }
 
     /// The opposite order.
-    pub const fn reverse() -> Placement {
+    pub(crate) const fn reverse() -> Placement {
         Placement::Ordered {
             up: [false, true],
             at: [ORDERED_FROM, ORDERED_FROM],
@@ -52,13 +52,13 @@ impl Placement {
     }
 
     /// Pseudo-random addresses from `seed` (any value; 0 is changed).
-    pub fn shuffled(seed: u64) -> Placement {
+    pub(crate) fn shuffled(seed: u64) -> Placement {
         Placement::Shuffled(seed.max(1))
     }
 
     /// `n` placements beside the driver's: the reverse order, then
     /// shuffled ones seeded from `seed`.
-    pub fn alternatives(n: usize, seed: u64) -> Vec<Placement> {
+    pub(crate) fn alternatives(n: usize, seed: u64) -> Vec<Placement> {
         let shuffled = (1..)
             .map(|k: u64| Placement::shuffled(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k) ^ seed));
         std::iter::once(Placement::reverse())

@@ -42,9 +42,9 @@ pub fn names(figures: &[Figure]) -> String {
 /// One figure that differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Difference {
-    pub figure: &'static str,
-    pub simulated: u64,
-    pub recorded: u64,
+    pub(crate) figure: &'static str,
+    pub(crate) simulated: u64,
+    pub(crate) recorded: u64,
     #[serde(skip)]
     is_bytes: bool,
 }
@@ -102,7 +102,7 @@ pub fn describe_all(diffs: &[Difference]) -> String {
 /// What the comparison of one placed sample found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Every compared figure is the same.
     Matches,
     /// These figures differ.
@@ -115,9 +115,9 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Checked {
     /// The sample reflects the first `k` requests, `k` in this range.
-    pub after_requests: (usize, usize),
-    pub recorded: Stats,
-    pub verdict: Verdict,
+    pub(crate) after_requests: (usize, usize),
+    pub(crate) recorded: Stats,
+    pub(crate) verdict: Verdict,
 }
 
 /// A placed sample whose window the replay is inside.
@@ -186,10 +186,10 @@ impl SampleCheck {
 #[derive(Debug, Default)]
 pub struct PlacedSummary {
     pub compared: u64,
-    pub matched: u64,
+    pub(crate) matched: u64,
     pub ambiguous: u64,
     /// The first sample that differed: the requests it reflects, and how.
-    pub first_diff: Option<(usize, Vec<Difference>)>,
+    pub(crate) first_diff: Option<(usize, Vec<Difference>)>,
 }
 
 impl PlacedSummary {

@@ -37,7 +37,7 @@ pub(crate) const STATS_INTERVAL_NS: u64 = 10_000_000;
 
 /// One operation of a scenario script.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Op {
+pub(crate) enum Op {
     /// A tensor is created (`tensor` is the script's name for it).
     Alloc { tensor: u32, size: u64, stream: u64 },
     /// The tensor dies.
@@ -61,10 +61,10 @@ pub enum Op {
 
 /// An operation at a simulated time, with the caption to show from then on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimedOp {
-    pub time_ns: u64,
-    pub op: Op,
-    pub caption: Option<String>,
+pub(crate) struct TimedOp {
+    pub(crate) time_ns: u64,
+    pub(crate) op: Op,
+    pub(crate) caption: Option<String>,
 }
 
 /// A named, fully generated scenario.
@@ -72,12 +72,12 @@ pub struct TimedOp {
 pub struct Scenario {
     pub name: &'static str,
     pub description: &'static str,
-    pub config: SimConfig,
-    pub ops: Vec<TimedOp>,
+    pub(crate) config: SimConfig,
+    pub(crate) ops: Vec<TimedOp>,
     /// The module paths the job names (string `i + 1` is `modules[i]`).
     pub modules: Vec<String>,
     /// Its contexts (context `i + 1`).
-    pub contexts: Vec<SimContext>,
+    pub(crate) contexts: Vec<SimContext>,
 }
 
 /// A simulated Python frame: file, line, function.
@@ -87,10 +87,10 @@ pub(crate) type SimFrame = (&'static str, u32, &'static str);
 /// a phase, and the Python stack (innermost first) an agent capturing
 /// stacks would see when the job enters it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SimContext {
-    pub module: u32,
-    pub phase: Phase,
-    pub stack: Vec<SimFrame>,
+pub(crate) struct SimContext {
+    pub(crate) module: u32,
+    pub(crate) phase: Phase,
+    pub(crate) stack: Vec<SimFrame>,
 }
 
 /// The function of the simulated `train.py` that calls the model.
@@ -705,26 +705,26 @@ fn inference(g: &mut Gen) -> &'static str {
 /// Statistics of one training step (from its `Step` marker to the next).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StepStats {
-    pub step: u64,
+    pub(crate) step: u64,
     /// The lowest `allocated` seen during the step (its floor).
-    pub allocated_min: u64,
-    pub allocated_max: u64,
-    pub reserved_max: u64,
-    pub inactive_split_max: u64,
-    pub allocated_end: u64,
-    pub reserved_end: u64,
-    pub inactive_split_end: u64,
-    pub segments_end: u64,
+    pub(crate) allocated_min: u64,
+    pub(crate) allocated_max: u64,
+    pub(crate) reserved_max: u64,
+    pub(crate) inactive_split_max: u64,
+    pub(crate) allocated_end: u64,
+    pub(crate) reserved_end: u64,
+    pub(crate) inactive_split_end: u64,
+    pub(crate) segments_end: u64,
     /// OOMs during this step.
-    pub ooms: u64,
+    pub(crate) ooms: u64,
 }
 
 /// What applying one operation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Applied {
-    pub op: Op,
-    pub time_ns: u64,
-    pub oom: Option<OomError>,
+    pub(crate) op: Op,
+    pub(crate) time_ns: u64,
+    pub(crate) oom: Option<OomError>,
 }
 
 /// Applies a scenario's operations to a [`SimAllocator`] as simulated time

@@ -47,7 +47,7 @@ pub struct Spread {
     pub reserved: Range,
     pub segments: Range,
     pub inactive_split: Range,
-    pub reserved_peak: Range,
+    pub(crate) reserved_peak: Range,
     pub alloc_retries: Range,
     pub ooms: Range,
 }
@@ -158,7 +158,7 @@ impl SpreadReplay {
 
     /// One replay alone, with the addresses the requests give: for a
     /// replay of what really happened, where no tie is left to decide.
-    pub fn exact(cfg: &SimConfig) -> SpreadReplay {
+    pub(crate) fn exact(cfg: &SimConfig) -> SpreadReplay {
         SpreadReplay {
             main: Replay::new(cfg),
             others: Vec::new(),
@@ -170,7 +170,7 @@ impl SpreadReplay {
 
     /// The driver-order replay alone, ignoring the addresses the requests
     /// give: the live advisor's, which cannot afford the others.
-    pub fn driver_only(cfg: &SimConfig) -> SpreadReplay {
+    pub(crate) fn driver_only(cfg: &SimConfig) -> SpreadReplay {
         SpreadReplay {
             main: Replay::with_placement(cfg, Placement::driver()).ignoring_addresses(),
             others: Vec::new(),
@@ -181,7 +181,7 @@ impl SpreadReplay {
     }
 
     /// The driver-order replay's statistics now.
-    pub fn stats(&self) -> vramscope_wire::event::Stats {
+    pub(crate) fn stats(&self) -> vramscope_wire::event::Stats {
         self.main.stats()
     }
 

@@ -82,8 +82,8 @@ pub enum Request {
 #[error("trace line {line}: {message}")]
 pub struct TraceError {
     /// 1-based line number.
-    pub line: usize,
-    pub message: String,
+    pub(crate) line: usize,
+    pub(crate) message: String,
 }
 
 /// The longest line a trace may have (1 MiB).
@@ -225,7 +225,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
 pub struct StepReport {
     /// 0-based index of the request.
     pub step: usize,
-    pub request: Request,
+    pub(crate) request: Request,
     /// `allocated_bytes.all.current`
     pub allocated: u64,
     /// `reserved_bytes.all.current`
@@ -234,23 +234,23 @@ pub struct StepReport {
     /// mapped pages, not counted, as in PyTorch)
     pub segments: u64,
     /// `active_bytes.all.current`
-    pub active: u64,
+    pub(crate) active: u64,
     /// `requested_bytes.all.current`
-    pub requested: u64,
+    pub(crate) requested: u64,
     /// Fragmentation: `inactive_split_bytes.all.current`.
-    pub inactive_split: u64,
+    pub(crate) inactive_split: u64,
     /// The largest cached free block.
-    pub largest_free: u64,
-    pub allocated_peak: u64,
-    pub reserved_peak: u64,
-    pub alloc_retries: u64,
-    pub ooms: u64,
+    pub(crate) largest_free: u64,
+    pub(crate) allocated_peak: u64,
+    pub(crate) reserved_peak: u64,
+    pub(crate) alloc_retries: u64,
+    pub(crate) ooms: u64,
     /// The address the request got (alloc only).
-    pub addr: Option<u64>,
+    pub(crate) addr: Option<u64>,
     /// Set when this request ran out of memory.
     pub oom: Option<OomError>,
     /// A remark (e.g. a free of a tensor whose alloc failed).
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// Replays `requests` on a fresh allocator with `cfg`.
@@ -290,7 +290,7 @@ impl Replay {
 
     /// A replay whose segments go where `placement` puts them when the
     /// request does not say.
-    pub fn with_placement(cfg: &SimConfig, placement: Placement) -> Self {
+    pub(crate) fn with_placement(cfg: &SimConfig, placement: Placement) -> Self {
         Replay {
             a: SimAllocator::new(cfg.clone()),
             addrs: HashMap::new(),
@@ -303,7 +303,7 @@ impl Replay {
     /// Leaves out the addresses the requests give: every segment goes
     /// where the placement puts it (a what-if replay under another
     /// setting, where the real addresses mean nothing).
-    pub fn ignoring_addresses(mut self) -> Self {
+    pub(crate) fn ignoring_addresses(mut self) -> Self {
         self.given = false;
         self
     }
@@ -311,7 +311,7 @@ impl Replay {
     /// Among equal free blocks, takes the one at the highest address
     /// (PyTorch takes the lowest): beside a replay without it, shows the
     /// steps a tie decides.
-    pub fn breaking_ties_high(mut self) -> Self {
+    pub(crate) fn breaking_ties_high(mut self) -> Self {
         self.a.break_ties_high(true);
         self
     }

@@ -452,26 +452,26 @@ fn event_kind(t: &Timed, ctx: CtxTag) -> Option<EventKind> {
 
 /// A segment of a reconstructed state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateSegment {
-    pub size: u64,
-    pub stream: u64,
-    pub pool: PoolId,
-    pub large: bool,
-    pub expandable: bool,
+pub(crate) struct StateSegment {
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+    pub(crate) pool: PoolId,
+    pub(crate) large: bool,
+    pub(crate) expandable: bool,
 }
 
 /// A block that is not free: (size, requested, state).
-pub type Live = (u64, u64, BlockState);
+pub(crate) type Live = (u64, u64, BlockState);
 
 /// One device's segments (by address) and its blocks that are not free.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceStateOf {
-    pub segments: BTreeMap<u64, StateSegment>,
-    pub live: BTreeMap<u64, Live>,
+    pub(crate) segments: BTreeMap<u64, StateSegment>,
+    pub(crate) live: BTreeMap<u64, Live>,
 }
 
 /// The dumped state, per device.
-pub fn final_state(file: &SnapshotFile) -> BTreeMap<u16, DeviceStateOf> {
+pub(crate) fn final_state(file: &SnapshotFile) -> BTreeMap<u16, DeviceStateOf> {
     let mut out: BTreeMap<u16, DeviceStateOf> = BTreeMap::new();
     for s in &file.segments {
         let d = out.entry(s.device).or_default();

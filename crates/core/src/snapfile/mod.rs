@@ -1,7 +1,7 @@
 //! PyTorch memory snapshot files (`torch.cuda.memory._dump_snapshot`, and
 //! the OOM-observer dumps training frameworks write): read into plain data
 //! ([`SnapshotFile`]), turned into the model's inputs ([`inputs`]), and
-//! written from a recording ([`write`]).
+//! written from a recording ([`write`](mod@write)).
 //!
 //! # What a file holds (torch 2.1 – 2.15)
 //!
@@ -116,9 +116,15 @@ fn as_map<S: serde::Serializer>(pairs: &[(String, String)], ser: S) -> Result<S:
 }
 
 /// The most other keys of a frame kept.
-pub const MAX_FRAME_EXTRA: usize = 8;
+pub(crate) const MAX_FRAME_EXTRA: usize = 8;
 
 impl Frame {
+    /// The value of other key `k`.
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
+        (self.extra.iter())
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
     fn empty() -> Frame {
         Frame {
             filename: String::new(),
@@ -126,13 +132,6 @@ impl Frame {
             name: String::new(),
             extra: Vec::new(),
         }
-    }
-
-    /// The value of other key `k`.
-    pub fn get(&self, k: &str) -> Option<&str> {
-        (self.extra.iter())
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -278,13 +277,13 @@ impl TraceEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EntryMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub user_metadata: Option<String>,
+    pub(crate) user_metadata: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub compile_context: Option<String>,
+    pub(crate) compile_context: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub internal_metadata: Option<String>,
+    pub(crate) internal_metadata: Option<String>,
     #[serde(rename = "pool_id", skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PoolId>,
+    pub(crate) pool: Option<PoolId>,
 }
 
 /// One entry of `external_annotations` (torch ≥ 2.6; `record_function`
@@ -294,9 +293,9 @@ pub struct EntryMeta {
 /// `START`/`END`), in the file's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Annotation {
-    pub device: Option<i64>,
-    pub time_us: Option<i64>,
-    pub fields: Vec<(String, String)>,
+    pub(crate) device: Option<i64>,
+    pub(crate) time_us: Option<i64>,
+    pub(crate) fields: Vec<(String, String)>,
 }
 
 /// As one JSON object: `device`, `time_us`, then the other keys.
@@ -313,28 +312,18 @@ impl Serialize for Annotation {
     }
 }
 
-impl Annotation {
-    /// The value of key `k`.
-    pub fn get(&self, k: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 /// What a file holds of pinned host memory (`host_segments`,
 /// `host_traces`: `_record_memory_history(record_pinned_host_memory=True)`,
 /// torch ≥ 2.14): counted and summed, apart from the devices' figures
 /// (pinned memory is host memory).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct HostMemory {
-    pub segments: u64,
+    pub(crate) segments: u64,
     /// Σ `total_size` (else `size`) of the segments.
-    pub reserved: u64,
+    pub(crate) reserved: u64,
     /// Σ `allocated_size` of the segments.
-    pub allocated: u64,
-    pub trace_entries: u64,
+    pub(crate) allocated: u64,
+    pub(crate) trace_entries: u64,
 }
 
 /// Stacks: each a run of indices into [`SnapshotFile::frames`] in one
@@ -380,11 +369,6 @@ impl Stacks {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &[u32]> {
         (0..self.runs.len() as u32).filter_map(|i| self.get(i))
-    }
-
-    /// Heap bytes held.
-    pub fn memory_bytes(&self) -> usize {
-        self.frames.capacity() * 4 + self.runs.capacity() * 8
     }
 }
 

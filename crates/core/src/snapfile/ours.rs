@@ -46,13 +46,13 @@ pub(crate) struct Mark {
 /// A role list entry read back from a live block's role frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Named {
-    pub device: u16,
-    pub addr: u64,
+    pub(crate) device: u16,
+    pub(crate) addr: u64,
     /// The bytes the tensor asked for (the block's request).
-    pub bytes: u64,
-    pub held: Held,
+    pub(crate) bytes: u64,
+    pub(crate) held: Held,
     /// The module path string holding it (0: none).
-    pub module: u32,
+    pub(crate) module: u32,
 }
 
 /// What an export adds to a snapshot file.
@@ -60,15 +60,15 @@ pub(crate) struct Named {
 pub(crate) struct Ours {
     /// The definitions (strings, frames, stacks, contexts), in the order
     /// a producer would send them.
-    pub defs: Vec<EventKind>,
+    pub(crate) defs: Vec<EventKind>,
     /// The context tag of what each stack of the file was written for.
     tags: HashMap<u32, CtxTag>,
     /// The role each stack of the file names, and the module holding it.
     roles: HashMap<u32, (Held, u32)>,
     /// The markers, in the file's order.
-    pub marks: Vec<Mark>,
+    pub(crate) marks: Vec<Mark>,
     /// The live blocks of the file's state that a role list named.
-    pub named: Vec<Named>,
+    pub(crate) named: Vec<Named>,
 }
 
 /// The definitions being made, within the model's bounds.

@@ -115,7 +115,7 @@ impl App {
 
     /// The loop could not advise `key` ([`Effect::Advise`]): the overlay
     /// would wait for nothing, so it closes, and the footer says why.
-    pub fn advise_refused(&mut self, key: ProcessKey, why: &str) {
+    pub(crate) fn advise_refused(&mut self, key: ProcessKey, why: &str) {
         if matches!(self.overlay, Some(Overlay::Advisor(_))) && self.overview.selected == Some(key)
         {
             self.overlay = None;

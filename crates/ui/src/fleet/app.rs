@@ -55,21 +55,21 @@ pub enum Ask {
 #[derive(Debug, Clone)]
 pub struct FleetApp {
     pub view: FleetView,
-    pub theme: Theme,
+    pub(crate) theme: Theme,
     /// Help, legend or the filter prompt (the overlays the fleet has).
     pub overlay: Option<Overlay>,
     /// Terminal size.
     pub size: Rect,
     /// One line for the footer, shown until `message_until_ns`.
-    pub message: Option<String>,
-    pub message_until_ns: u64,
+    pub(crate) message: Option<String>,
+    pub(crate) message_until_ns: u64,
     /// Now, as of the last tick.
-    pub now_ns: u64,
+    pub(crate) now_ns: u64,
     /// The next frame is to be written (`S`).
-    pub shot: Option<Shot>,
+    pub(crate) shot: Option<Shot>,
     /// Something changed since the last frame.
-    pub dirty: bool,
-    pub last_frame_ns: Option<u64>,
+    pub(crate) dirty: bool,
+    pub(crate) last_frame_ns: Option<u64>,
     pub quit: bool,
 }
 

@@ -519,7 +519,7 @@ pub struct Decoder {
     /// The last complete sample number of each device, for its STATS_C.
     last_samples: Vec<(u16, u32)>,
     /// Statistics samples dropped because one half was lost.
-    pub dropped_samples: u64,
+    pub(crate) dropped_samples: u64,
 }
 
 impl Decoder {

@@ -265,7 +265,7 @@ pub struct CommandServer<'a> {
 /// A command the producer has read and must answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
-    pub seq: u64,
+    pub(crate) seq: u64,
     pub command: Command,
 }
 

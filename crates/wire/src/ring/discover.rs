@@ -642,16 +642,16 @@ fn map_checked(path: &Path, file: File, size: u64) -> Result<(Shared, Header, Fi
 /// What `inspect` learns about a segment without keeping it open.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SegmentInfo {
-    pub path: PathBuf,
-    pub pid: u32,
+    pub(crate) path: PathBuf,
+    pub(crate) pid: u32,
     pub liveness: Liveness,
-    pub state: u32,
-    pub label: String,
+    pub(crate) state: u32,
+    pub(crate) label: String,
     /// The file that was validated (what a deletion must still find).
     #[serde(skip)]
-    pub file: FileId,
+    pub(crate) file: FileId,
     /// Why its liveness cannot be told, when it cannot.
-    pub why: Option<String>,
+    pub(crate) why: Option<String>,
 }
 
 /// Opens, validates and closes a segment: what is it, is its producer alive.
@@ -661,7 +661,7 @@ pub fn inspect(path: &Path) -> Result<SegmentInfo, RingError> {
 }
 
 /// [`inspect`] of `name` in `dir`.
-pub fn inspect_in(dir: &SegmentDir, name: &str) -> Result<SegmentInfo, RingError> {
+pub(crate) fn inspect_in(dir: &SegmentDir, name: &str) -> Result<SegmentInfo, RingError> {
     let (shared, h, file) = dir.open_mapped(name)?;
     let state = shared.u32_at(OFF_STATE).load(Ordering::Acquire);
     let located = if state == layout::STATE_CLOSED {

@@ -181,7 +181,7 @@ impl SegmentReader {
     }
 
     /// The file that was validated and mapped.
-    pub fn file(&self) -> FileId {
+    pub(crate) fn file(&self) -> FileId {
         self.file
     }
 

@@ -50,7 +50,7 @@ use super::layout::{RingEntry, PAYLOAD_WORDS, RING_HEADER_SIZE, RING_OFF_DROPPED
 #[repr(C, align(64))]
 pub struct Slot {
     pub seq: AtomicU64,
-    pub w: [AtomicU64; PAYLOAD_WORDS],
+    pub(crate) w: [AtomicU64; PAYLOAD_WORDS],
 }
 
 // ---------------------------------------------------------------------------
@@ -367,7 +367,7 @@ impl Shared {
     }
 
     /// The 32-bit word at byte offset `off`.
-    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
         self.check(off, 4);
         // SAFETY: as for `u64_at` (bounds, lifetime, truncation), with 4-byte
         // alignment and size.
@@ -450,7 +450,7 @@ impl<'a> RingView<'a> {
     }
 
     /// Writes abandoned because their slot was held.
-    pub fn dropped(&self) -> &'a AtomicU64 {
+    pub(crate) fn dropped(&self) -> &'a AtomicU64 {
         self.dropped
     }
 

@@ -18,25 +18,25 @@ use super::{monotonic_ns, RingError};
 #[derive(Debug, Clone, Copy)]
 pub struct RingSpec {
     /// Slots in the ring (a power of two).
-    pub slots: u64,
+    pub(crate) slots: u64,
     /// `layout::ROLE_AGENT` or `layout::ROLE_DEVICE`.
-    pub role: u32,
+    pub(crate) role: u32,
     /// Device hint for device rings, `u32::MAX` for any.
-    pub device: u32,
+    pub(crate) device: u32,
 }
 
 /// Everything a producer says about itself when it creates a segment.
 #[derive(Debug, Clone)]
 pub struct SegmentConfig {
     /// The segment directory (see `discover::segment_dir`).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Optional name suffix, `[A-Za-z0-9_]{1,32}`.
     pub tag: Option<String>,
-    pub producer: Producer,
+    pub(crate) producer: Producer,
     pub flags: u32,
     pub framework: String,
     pub label: String,
-    pub rings: Vec<RingSpec>,
+    pub(crate) rings: Vec<RingSpec>,
 }
 
 impl SegmentConfig {

@@ -49,9 +49,9 @@ pub(crate) struct Placement {
     /// prefix of the window: once one is not, none after it is).
     in_prefix: bool,
     /// Events dropped as already reflected in an installed state.
-    pub reflected: u64,
+    pub(crate) reflected: u64,
     /// Snapshots refused as anchors (records after them were missing).
-    pub refused: u64,
+    pub(crate) refused: u64,
     /// Where the first anchor of a reader that began mid-run put the
     /// start of what it watched (see [`DeviceState::anchored_from`]).
     first_anchor: Option<AnchoredFrom>,

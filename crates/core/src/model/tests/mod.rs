@@ -33,8 +33,8 @@ pub(super) fn place(device: u16, stream: u64) -> Place {
 
 /// Builds timestamped events for one place.
 pub(super) struct Ev {
-    pub t: u64,
-    pub place: Place,
+    pub(crate) t: u64,
+    pub(crate) place: Place,
 }
 
 impl Ev {
@@ -113,28 +113,28 @@ pub(super) fn feed(m: &mut Model, events: &[Event]) {
 
 #[derive(Debug, Clone)]
 pub(super) struct RefBlock {
-    pub addr: u64,
-    pub size: u64,
-    pub state: BlockState,
-    pub requested: u64,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) state: BlockState,
+    pub(crate) requested: u64,
 }
 
 #[derive(Debug, Clone)]
 pub(super) struct RefSeg {
-    pub addr: u64,
-    pub size: u64,
-    pub small: bool,
-    pub stream: u64,
-    pub blocks: Vec<RefBlock>,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) small: bool,
+    pub(crate) stream: u64,
+    pub(crate) blocks: Vec<RefBlock>,
 }
 
 /// A naive PyTorch-like caching allocator that records the tracker's events.
 pub(super) struct RefAlloc {
-    pub segs: Vec<RefSeg>,
+    pub(crate) segs: Vec<RefSeg>,
     next: u64,
-    pub ev: Ev,
-    pub out: Vec<Event>,
-    pub max_split: u64,
+    pub(crate) ev: Ev,
+    pub(crate) out: Vec<Event>,
+    pub(crate) max_split: u64,
 }
 
 impl RefAlloc {
