@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 
-use super::{Identity, Machine, ProcessEntry, Snapshot};
+use crate::state::{ProcessEntry, Snapshot};
 use vramscope_core::input::Source;
 use vramscope_core::input::{Gpu, GpuProcess, HostProcess};
+use vramscope_core::input::{Identity, Machine};
 use vramscope_core::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use vramscope_core::sim::scenario::{Scenario, ScenarioRunner};
 use vramscope_wire::event::Event;

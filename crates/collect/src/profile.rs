@@ -36,7 +36,7 @@ use vramscope_core::sim::trace::Request;
 use vramscope_core::sim::{AllocConf, NullSink, Replay, SimConfig};
 use vramscope_wire::event::{Event, MarkSource};
 
-use super::Hub;
+use crate::hub::Hub;
 
 /// The most steps a profile keeps.
 pub(crate) const MAX_STEPS: usize = 1 << 20;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use vramscope_core::recording::{retime, RecordingError, Replayer};
 use vramscope_wire::ring::monotonic_ns;
 
-use super::Hub;
+use crate::hub::Hub;
 
 /// How a recording is played.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,7 +3,7 @@
 //! `/proc/<pid>/root`: `discover::container_dirs`) is opened (after the checks of `ring::discover`), drained each
 //! step, and its events applied to the hub. Refused segments become
 //! problems shown to the user, never crashes. No threads, no commands: the
-//! [`Collector`](super::Collector) drives this and sends the commands.
+//! [`Collector`](crate::collector::Collector) drives this and sends the commands.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,7 +16,9 @@ use vramscope_wire::ring::discover::{self, FileId, Found, Liveness, Located, Seg
 use vramscope_wire::ring::{monotonic_ns, Producer, RingError, SegmentReader, Start};
 
 use super::hub::Tally;
-use super::{procfs, Config, Hub};
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::procfs;
 use vramscope_core::input::Input;
 use vramscope_core::input::{Identity, Source, SourceProblem};
 use vramscope_core::model::Watch;

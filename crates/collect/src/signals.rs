@@ -5,7 +5,7 @@
 //!
 //! A runtime hears a signal only while its thread polls it. The
 //! collector's thread waits on the hub's lock while a view is taken, so
-//! [`crate::Live`] hears signals on a thread of its own
+//! [`crate::collector::Live`] hears signals on a thread of its own
 //! ([`forward_on_own_thread`]): a long view never holds one back (issue
 //! 44: `serve` ignored SIGTERM for as long as its views took).
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::Hub;
+use crate::hub::Hub;
 use vramscope_core::input::Input;
 use vramscope_text::format::bytes;
 

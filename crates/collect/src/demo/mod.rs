@@ -344,7 +344,7 @@ pub struct HeadlessReport {
     /// The allocator's own final statistics (the simulator's truth).
     pub(crate) allocator: vramscope_wire::event::Stats,
     /// The process as the dashboard sees it, through the ring and the model.
-    pub process: crate::ProcessEntry,
+    pub process: crate::state::ProcessEntry,
     /// With `--gpu`: device memory held for the segments, and what NVML
     /// reported for this process at the end.
     pub(crate) gpu: Option<GpuReport>,
@@ -377,9 +377,10 @@ pub fn run_headless_then(
     conf: Option<&str>,
     (duration_s, runs): (Option<f64>, u32),
     gpu: bool,
-    then: impl FnOnce(&crate::Hub, DemoStatus, (u64, u64)) -> Result<()>,
+    then: impl FnOnce(&crate::hub::Hub, DemoStatus, (u64, u64)) -> Result<()>,
 ) -> Result<HeadlessReport> {
-    use crate::{Collector, Config};
+    use crate::collector::Collector;
+    use crate::config::Config;
     let dir = tempfile_dir()?;
     let result = (|| {
         let mut cfg = SegmentConfig::new(dir.as_path(), Producer::Simulator, 1, 1 << 16);

@@ -31,7 +31,7 @@
 
 use std::fmt::Write;
 
-use crate::{ProcessEntry, Snapshot};
+use crate::state::{ProcessEntry, Snapshot};
 use vramscope_core::model::Mode;
 
 /// Which exposition format a scrape gets.

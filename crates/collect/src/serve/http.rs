@@ -43,7 +43,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::exposition::{render, Format};
-use crate::{Hub, Snapshot};
+use crate::hub::Hub;
+use crate::state::Snapshot;
 use vramscope_core::model::ViewOptions;
 
 /// The exporter's bounds.

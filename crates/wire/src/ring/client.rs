@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use super::control::{Command, Outcome};
 use super::discover::{self, Found, Located};
+use super::error::RingError;
 use super::layout::STATE_CLOSED;
 use super::reader::{SegmentReader, Start};
-use super::RingError;
 
 /// The producer a command is meant for, as the segment's header names it:
 /// its pid in its own namespace and its start time (the model's process key).
@@ -128,7 +128,9 @@ fn find_in(mut found: Vec<Found>, pid: u32) -> Option<Client> {
 mod tests {
     use std::os::unix::fs::MetadataExt;
 
-    use super::super::{Producer, SegmentConfig, SegmentWriter, Status};
+    use super::super::control::Status;
+    use super::super::layout::Producer;
+    use super::super::writer::{SegmentConfig, SegmentWriter};
     use super::*;
 
     /// How many mappings of the file at `path` this process holds.

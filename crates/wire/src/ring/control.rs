@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::error::RingError;
 use super::layout::{
     CTL_ACK_SEQ, CTL_CMD_ARG, CTL_CMD_KIND, CTL_CMD_SEQ, CTL_LOCK, CTL_LOCK_NS, CTL_POSTED_NS,
     CTL_RESULT0, CTL_RESULT1, CTL_RESULT2, CTL_STATUS,
 };
+use super::shm::monotonic_ns;
 use super::shm::Shared;
-use super::{monotonic_ns, RingError};
 
 /// A lock or a pending command older than this may be taken over.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(60);
@@ -314,8 +315,10 @@ impl<'a> CommandServer<'a> {
 mod tests {
     use std::os::unix::fs::FileExt;
 
+    use super::super::layout::Producer;
     use super::super::layout::{CTL_ACK_SEQ, CTL_CMD_SEQ, CTL_RESULT0, CTL_STATUS};
-    use super::super::{Producer, SegmentConfig, SegmentReader, SegmentWriter};
+    use super::super::reader::SegmentReader;
+    use super::super::writer::{SegmentConfig, SegmentWriter};
     use super::*;
 
     /// Found while writing the `control` fuzz target: an abandoned post (`cmd_seq` odd)

@@ -11,9 +11,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use super::error::RingError;
 use super::layout::{self, Header, Parsed, HEADER_SIZE, OFF_STATE};
 use super::shm::Shared;
-use super::RingError;
 
 /// The environment variable that moves the segment directory.
 pub(crate) const DIR_ENV: &str = "VRAMSCOPE_SHM_DIR";

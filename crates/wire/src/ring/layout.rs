@@ -2,7 +2,7 @@
 //! plain values, and their validation. Pure code: it parses a private copy of
 //! the bytes, never the shared mapping itself.
 
-use super::RingError;
+use super::error::RingError;
 use vramscope_text::printable;
 
 /// `VMScope1` read as a little-endian u64.

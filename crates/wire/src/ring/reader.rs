@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::codec::{Decoder, Words};
 use super::control::{Command, CommandClient, Outcome};
 use super::discover::{self, FileId, Liveness};
+use super::error::RingError;
 use super::layout::{self, Header, OFF_HEARTBEAT, OFF_STATE, RING_HEADER_SIZE, SLOT_SIZE};
 use super::shm::Shared;
-use super::RingError;
 use crate::event::Event;
 
 /// How long a claimed but incomplete position may hold up a ring before the

@@ -10,9 +10,10 @@ use std::sync::atomic::{fence, Ordering};
 use super::codec::Words;
 use super::control::CommandServer;
 use super::discover::{self, proc_start_time, Liveness};
+use super::error::RingError;
 use super::layout::{self, Header, Producer, MAGIC, MINOR, OFF_HEARTBEAT, OFF_MAGIC, OFF_STATE};
+use super::shm::monotonic_ns;
 use super::shm::{RingView, Shared};
-use super::{monotonic_ns, RingError};
 
 /// One ring a writer asks for.
 #[derive(Debug, Clone, Copy)]
