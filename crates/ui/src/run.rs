@@ -19,7 +19,8 @@ use ratatui::Frame;
 
 use super::app::{App, AppEvent, Effect, Shot};
 use super::shell::{Screen, Shell, Wake};
-use super::{clipboard, send_command, DemoHandle, Driver};
+use crate::clipboard;
+use crate::driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
 use vramscope_collect::{Hub, Snapshot, ADVISOR_CPU_SHARE};
 use vramscope_core::model::{ProcessKey, ViewOptions};
 
@@ -289,7 +290,7 @@ impl Screen for Dashboard {
     }
 
     fn draw(&self, frame: &mut Frame) {
-        super::draw(frame, &self.app)
+        crate::draw::draw(frame, &self.app)
     }
 
     fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
@@ -395,4 +396,21 @@ mod tests {
         );
         assert!(d.take_terminal_bytes().is_empty());
     }
+}
+
+/// Runs the dashboard on the terminal until the user quits or a signal
+/// arrives. Commands and signals go through `driver`; `demo` is the running
+/// demo, if any. The terminal is restored on every path out, panics
+/// included.
+pub fn run(
+    hub: Arc<Hub>,
+    driver: Arc<dyn Driver>,
+    demo: Option<Arc<dyn DemoHandle>>,
+    opts: UiOptions,
+) -> anyhow::Result<()> {
+    let mut app = App::new(app_config(&opts, crate::shell::no_color_env()));
+    app.set_trace(driver.trace());
+    let shell = Shell::new(opts.shell());
+    let mut dashboard = Dashboard::new(app, hub, driver, demo, &shell);
+    shell.run(&mut dashboard)
 }

@@ -343,7 +343,7 @@ impl Shots {
     fn write(&mut self, buf: &Buffer, shot: Shot) -> Result<PathBuf, String> {
         match shot.path {
             // A file the user named on the command line.
-            Some(path) => super::write_svg(buf, &path).map(|()| path),
+            Some(path) => crate::svg::write_svg(buf, &path).map(|()| path),
             None => write_new_screenshot(buf, &self.dir, &mut self.n),
         }
         .map_err(|e| format!("{e:#}"))
@@ -369,7 +369,7 @@ fn write_new_screenshot(buf: &Buffer, dir: &Path, n: &mut u32) -> Result<PathBuf
             .open(&path);
         match made {
             Ok(file) => {
-                super::write_svg_into(buf, file, &path)?;
+                crate::svg::write_svg_into(buf, file, &path)?;
                 return Ok(path);
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
