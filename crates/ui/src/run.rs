@@ -302,6 +302,23 @@ impl Screen for Dashboard {
     }
 }
 
+/// Runs the dashboard on the terminal until the user quits or a signal
+/// arrives. Commands and signals go through `driver`; `demo` is the running
+/// demo, if any. The terminal is restored on every path out, panics
+/// included.
+pub fn run(
+    hub: Arc<Hub>,
+    driver: Arc<dyn Driver>,
+    demo: Option<Arc<dyn DemoHandle>>,
+    opts: UiOptions,
+) -> anyhow::Result<()> {
+    let mut app = App::new(app_config(&opts, crate::shell::no_color_env()));
+    app.set_trace(driver.trace());
+    let shell = Shell::new(opts.shell());
+    let mut dashboard = Dashboard::new(app, hub, driver, demo, &shell);
+    shell.run(&mut dashboard)
+}
+
 #[cfg(test)]
 mod tests {
     use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
@@ -396,21 +413,4 @@ mod tests {
         );
         assert!(d.take_terminal_bytes().is_empty());
     }
-}
-
-/// Runs the dashboard on the terminal until the user quits or a signal
-/// arrives. Commands and signals go through `driver`; `demo` is the running
-/// demo, if any. The terminal is restored on every path out, panics
-/// included.
-pub fn run(
-    hub: Arc<Hub>,
-    driver: Arc<dyn Driver>,
-    demo: Option<Arc<dyn DemoHandle>>,
-    opts: UiOptions,
-) -> anyhow::Result<()> {
-    let mut app = App::new(app_config(&opts, crate::shell::no_color_env()));
-    app.set_trace(driver.trace());
-    let shell = Shell::new(opts.shell());
-    let mut dashboard = Dashboard::new(app, hub, driver, demo, &shell);
-    shell.run(&mut dashboard)
 }

@@ -273,6 +273,18 @@ fn cell_colors(cell: &ratatui::buffer::Cell) -> (Option<String>, Option<String>)
     }
 }
 
+/// Writes `buf` as SVG to `path`.
+pub(crate) fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
+    std::fs::write(path, render(buf)).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes `buf` as SVG into `file`, just made at `path`.
+pub(crate) fn write_svg_into(buf: &Buffer, mut file: std::fs::File, path: &Path) -> Result<()> {
+    use std::io::Write;
+    file.write_all(render(buf).as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,16 +321,4 @@ mod tests {
         assert_eq!(indexed(232), "#080808");
         assert_eq!(color(Color::Indexed(196)).as_deref(), Some("#ff0000"));
     }
-}
-
-/// Writes `buf` as SVG to `path`.
-pub(crate) fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
-    std::fs::write(path, render(buf)).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Writes `buf` as SVG into `file`, just made at `path`.
-pub(crate) fn write_svg_into(buf: &Buffer, mut file: std::fs::File, path: &Path) -> Result<()> {
-    use std::io::Write;
-    file.write_all(render(buf).as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
 }
