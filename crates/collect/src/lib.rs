@@ -58,7 +58,9 @@
 //!   threads, to the segment it reads the process from. The dashboard sends
 //!   its users' commands through it to the segment its snapshot shows, and
 //!   the subcommands to the segment they find by pid: neither goes through
-//!   the collector.
+//!   the collector. What an answered command changes in the model comes
+//!   into the hub as an [`Input`] like any other (a peak reset:
+//!   [`Hub::reset_peaks`]), so a recording of the hub holds it.
 //! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
 //!   thread is not async. The dashboard reads the hub (`snapshot`,
 //!   `on_change`), asks [`Live::refusal`] whether its processes may be sent
