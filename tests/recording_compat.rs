@@ -7,10 +7,13 @@
 //! - `v1.1-synthetic.vsrec`: written by [`write_v1_1`] below with every
 //!   1.1 addition (watch start, ring positions, a placed statistics sample,
 //!   tagged events, definitions, step sources, DROPPED records and a
-//!   `Dropped` input). Regenerate it (only when adding a version's file,
-//!   never to "fix" a test) with
-//!   `VRAMSCOPE_WRITE_FIXTURE=1 cargo test --test recording_compat` (a test checks
-//!   that the committed file is exactly what it writes).
+//!   `Dropped` input).
+//! - `v1.2-synthetic.vsrec`: written by [`write_v1_2`] below with the 1.2
+//!   addition (a `PeaksReset` input between allocations).
+//!
+//! Regenerate them (only when adding a version's file, never to "fix" a
+//! test) with `VRAMSCOPE_WRITE_FIXTURE=1 cargo test --test recording_compat`
+//! (a test checks that each committed file is exactly what it writes).
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
@@ -387,30 +390,53 @@ fn device_events() -> Vec<Event> {
     ]
 }
 
-fn write_v1_1(path: &Path) {
+/// `inputs` written by today's recorder, in a file whose header says
+/// format 1.`minor`: inputs that use nothing a later minor added are
+/// written as that minor's recorder wrote them (a minor only adds).
+fn write_as(path: &Path, inputs: Vec<(u64, Input)>, minor: u16) {
     let mut rec = Recorder::create(path).unwrap();
-    for (t, i) in v1_1_inputs() {
+    for (t, i) in inputs {
         rec.write(t, &i).unwrap();
     }
     rec.finish().unwrap();
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[10..12].copy_from_slice(&minor.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
 }
 
-/// The committed 1.1 fixture is exactly what `write_v1_1` writes today (so
+fn write_v1_1(path: &Path) {
+    write_as(path, v1_1_inputs(), 1);
+}
+
+fn write_v1_2(path: &Path) {
+    write_as(path, v1_2_inputs(), 2);
+}
+
+/// The committed fixture `name` is exactly what `write` writes today (so
 /// it can be made again); `VRAMSCOPE_WRITE_FIXTURE=1` rewrites it.
-#[test]
-fn v1_1_fixture_is_reproducible() {
-    let committed = fixture("v1.1-synthetic.vsrec");
+fn reproducible(name: &str, write: fn(&Path)) {
+    let committed = fixture(name);
     if std::env::var_os("VRAMSCOPE_WRITE_FIXTURE").is_some() {
-        write_v1_1(&committed);
+        write(&committed);
     }
     let dir = tempfile::tempdir().unwrap();
-    let fresh = dir.path().join("v1.1.vsrec");
-    write_v1_1(&fresh);
+    let fresh = dir.path().join(name);
+    write(&fresh);
     assert!(
         std::fs::read(&fresh).unwrap() == std::fs::read(&committed).unwrap(),
-        "{} differs from what write_v1_1 writes",
+        "{} differs from what today's writer makes of its inputs",
         committed.display()
     );
+}
+
+#[test]
+fn v1_1_fixture_is_reproducible() {
+    reproducible("v1.1-synthetic.vsrec", write_v1_1);
+}
+
+#[test]
+fn v1_2_fixture_is_reproducible() {
+    reproducible("v1.2-synthetic.vsrec", write_v1_2);
 }
 
 #[test]
@@ -483,4 +509,153 @@ fn a_1_1_recording_without_its_new_frames_gives_the_same_figures() {
         };
         assert_eq!(strip(&a), strip(&b), "{p}");
     }
+}
+
+/// The 1.2 fixture: a process watched from its start, on device 0 with no
+/// statistics (its figures are the block map's): 48 MiB allocated and
+/// freed, 8 MiB kept, its peaks reset, 4 MiB more.
+fn v1_2_inputs() -> Vec<(u64, Input)> {
+    let place = Place::default();
+    let batch = |dt: u64, kinds: Vec<EventKind>| {
+        let events: Vec<Event> = kinds.into_iter().map(|k| ev(dt, k)).collect();
+        Input::Events(EventBatch {
+            key: key(),
+            delivered: events.len() as u64,
+            events,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        })
+    };
+    let Input::Attach {
+        identity, source, ..
+    } = attach()
+    else {
+        unreachable!("attach() is an Attach")
+    };
+    let attach = Input::Attach {
+        key: key(),
+        identity,
+        source,
+        watch: Watch {
+            began_ns: Some(T0),
+            ..Watch::default()
+        },
+    };
+    let before = batch(
+        1_000,
+        vec![
+            EventKind::SegmentAlloc {
+                place,
+                addr: B,
+                size: 64 * MIB,
+            },
+            EventKind::Alloc {
+                place,
+                addr: B,
+                size: 48 * MIB,
+            },
+            EventKind::FreeRequested {
+                place,
+                addr: B,
+                size: 48 * MIB,
+            },
+            EventKind::FreeCompleted {
+                place,
+                addr: B,
+                size: 48 * MIB,
+            },
+            EventKind::Alloc {
+                place,
+                addr: B,
+                size: 8 * MIB,
+            },
+        ],
+    );
+    let after = batch(
+        3_000,
+        vec![EventKind::Alloc {
+            place,
+            addr: B + 8 * MIB,
+            size: 4 * MIB,
+        }],
+    );
+    vec![
+        (T0, attach),
+        (T0 + 1_000, before),
+        (T0 + 2_000, Input::PeaksReset { key: key() }),
+        (T0 + 3_000, after),
+    ]
+}
+
+/// The peaks `replay --json` prints of the fixture's process: its own and
+/// its device's, allocated and reserved.
+fn replayed_peaks(file: &Path) -> Vec<Value> {
+    let v = replay_json(file);
+    let p = &v["processes"][0]["view"];
+    [
+        "/figures/allocated",
+        "/figures/peak_allocated",
+        "/figures/peak_reserved",
+        "/devices/0/figures/peak_allocated",
+        "/devices/0/figures/peak_active",
+    ]
+    .iter()
+    .map(|at| {
+        p.pointer(at)
+            .cloned()
+            .unwrap_or_else(|| panic!("{at}: {p}"))
+    })
+    .collect()
+}
+
+/// Issue 45: a peak reset replays: the peaks after it are those since the
+/// reset. The file is 1.2, read back exactly as written.
+#[test]
+fn v1_2_recording_replays_its_peak_reset() {
+    let file = fixture("v1.2-synthetic.vsrec");
+    let mut r = Replayer::open(&file).unwrap();
+    assert_eq!(r.minor(), 2);
+    let mut got = Vec::new();
+    while let Some(x) = r.next_input().unwrap() {
+        got.push(x);
+    }
+    assert_eq!(got, v1_2_inputs());
+    assert_eq!(r.skipped_inputs(), 0);
+    let m = |n: u64| Value::from(n * MIB);
+    assert_eq!(replayed_peaks(&file), [m(12), m(12), m(64), m(12), m(12)]);
+}
+
+/// A 1.2 file as older readers read it: the reset is in a frame of kind 4
+/// (1.0 skips the kind, 1.1 the variant it does not know), and without it
+/// the replay is the same but for the peaks, which are those since the
+/// start, as before 1.2.
+#[test]
+fn a_1_2_recording_without_its_peak_reset_keeps_the_peaks_from_the_start() {
+    let bytes = std::fs::read(fixture("v1.2-synthetic.vsrec")).unwrap();
+    let mut old = bytes[..16].to_vec();
+    old[10] = 1; // minor 1
+    let mut at = 16;
+    let mut kinds = Vec::new();
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let kind = bytes[at + 4];
+        kinds.push(kind);
+        if kind == 4 {
+            let json = &bytes[at + 13..at + 4 + len];
+            assert!(json.starts_with(br#"{"PeaksReset":"#), "{json:?}");
+        } else {
+            old.extend_from_slice(&bytes[at..at + 4 + len]);
+        }
+        at += 4 + len;
+    }
+    assert_eq!(kinds, vec![1, 2, 4, 2], "attach, events, reset, events");
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = dir.path().join("as-1.1.vsrec");
+    std::fs::write(&stripped, old).unwrap();
+    let m = |n: u64| Value::from(n * MIB);
+    assert_eq!(
+        replayed_peaks(&stripped),
+        [m(12), m(48), m(64), m(48), m(48)]
+    );
 }

@@ -111,6 +111,7 @@ impl Inner {
                 Some(key) => self.model.note_collector_drop(key, &what, count),
                 None => self.note_drop(what, count),
             },
+            Input::PeaksReset { key } => self.model.reset_peaks(key),
         }
     }
 
@@ -680,10 +681,10 @@ impl Hub {
         self.with(|i| i.advise(key))
     }
 
-    /// Resets the model's peak figures of `key` (after a producer's reset).
+    /// Resets the model's peak figures of `key` (after a producer's reset):
+    /// [`Input::PeaksReset`], applied and recorded as every input is.
     pub fn reset_peaks(&self, key: ProcessKey) {
-        self.with(|i| i.model.reset_peaks(key));
-        self.changed();
+        self.apply(Input::PeaksReset { key });
     }
 
     /// What `key`'s block map holds allocated on `device` now, and the

@@ -16,14 +16,18 @@
 //! - [`given`]: a file named on the command line (a recording or a
 //!   snapshot file), told apart and read once whatever it is.
 //!
+//! Under both `serve` and `fleet`, [`metrics`]: the metric families and
+//! label names of the exporter, one table that both use.
+//!
 //! Layers, floor 0 first (`tests/layers.rs` holds each crate's files to
 //! its list; the collector's own files are the crate root's floor):
 //!
-//! 0. fleet, config, state, advisor, floor, nvml, procfs, signals
-//! 1. hub
-//! 2. rings, replay, profile, fixtures
-//! 3. agent, trace, collector
-//! 4. attach, demo, serve, given
+//! 0. metrics
+//! 1. fleet, config, state, advisor, floor, nvml, procfs, signals
+//! 2. hub
+//! 3. rings, replay, profile, fixtures
+//! 4. agent, trace, collector
+//! 5. attach, demo, serve, given
 //!
 //! The collector: sources → hub. One type, [`Collector`], owns every source
 //! (the segments of instrumented processes, NVML, the host-pid map from
@@ -54,7 +58,9 @@
 //!   threads, to the segment it reads the process from. The dashboard sends
 //!   its users' commands through it to the segment its snapshot shows, and
 //!   the subcommands to the segment they find by pid: neither goes through
-//!   the collector.
+//!   the collector. What an answered command changes in the model comes
+//!   into the hub as an [`Input`] like any other (a peak reset:
+//!   [`Hub::reset_peaks`]), so a recording of the hub holds it.
 //! - [`Live`]: the collector on a runtime of its own, for a dashboard whose
 //!   thread is not async. The dashboard reads the hub (`snapshot`,
 //!   `on_change`), asks [`Live::refusal`] whether its processes may be sent
@@ -81,6 +87,7 @@ pub mod fixtures;
 #[cfg(feature = "live-floor")]
 mod floor;
 pub(crate) mod hub;
+pub(crate) mod metrics;
 pub(crate) mod nvml;
 pub mod procfs;
 pub(crate) mod profile;

@@ -132,8 +132,10 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use vramscope_core::input::Input;
+    use vramscope_core::input::{EventBatch, Identity, Input, Source};
+    use vramscope_core::model::{Mode, ProcessKey, ViewOptions, Watch};
     use vramscope_core::recording::Recorder;
+    use vramscope_wire::event::{Event, EventKind, Place};
 
     /// Issue 34, item B: `replay --ui` showed events/s at END. A dashboard
     /// reads the progress when a change makes it take a snapshot; the last
@@ -168,5 +170,113 @@ mod tests {
         assert_eq!(played.inputs, 3);
         let seen = seen.lock().unwrap();
         assert_eq!(seen.last(), Some(&(3, true)), "{seen:?}");
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// One batch of `key`'s allocator events on device 0, at `t`.
+    fn events(key: ProcessKey, t: u64, kinds: Vec<EventKind>) -> Input {
+        let events: Vec<Event> = (kinds.into_iter())
+            .map(|kind| Event { time_ns: t, kind })
+            .collect();
+        Input::Events(EventBatch {
+            key,
+            delivered: events.len() as u64,
+            events,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        })
+    }
+
+    /// Device 0's allocated bytes now, and its peaks of allocated, active
+    /// and reserved bytes (the block map's: the process sends no
+    /// statistics).
+    fn peaks(hub: &Hub) -> (u64, u64, u64, u64) {
+        let snap = hub.snapshot(&ViewOptions::default());
+        let f = &snap.processes[0].view.devices[0].figures;
+        (
+            f.allocated,
+            f.peak_allocated,
+            f.peak_active,
+            f.peak_reserved,
+        )
+    }
+
+    /// Issue 45: a peak reset is an input like any other: the recording
+    /// of a hub holds it, and its replay resets the peaks where the live
+    /// hub did (it used to keep the peak from before the reset).
+    #[test]
+    fn a_recorded_peak_reset_replays_to_the_live_peaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.vsrec");
+        let live = Hub::default();
+        live.record_to(Recorder::create(&path).unwrap());
+        let key = ProcessKey {
+            pid: 7,
+            start_time: 9,
+        };
+        let (place, base) = (Place::default(), 0x7f00_0000_0000);
+        live.apply(Input::Attach {
+            key,
+            identity: Identity::of_pid(7),
+            source: Source::unattached(Mode::Exact),
+            watch: Watch::default(),
+        });
+        // 48 MiB allocated and freed, then 8 MiB kept: the peak is 48.
+        live.apply(events(
+            key,
+            1_000,
+            vec![
+                EventKind::SegmentAlloc {
+                    place,
+                    addr: base,
+                    size: 64 * MIB,
+                },
+                EventKind::Alloc {
+                    place,
+                    addr: base,
+                    size: 48 * MIB,
+                },
+                EventKind::FreeRequested {
+                    place,
+                    addr: base,
+                    size: 48 * MIB,
+                },
+                EventKind::FreeCompleted {
+                    place,
+                    addr: base,
+                    size: 48 * MIB,
+                },
+                EventKind::Alloc {
+                    place,
+                    addr: base,
+                    size: 8 * MIB,
+                },
+            ],
+        ));
+        assert_eq!(peaks(&live).1, 48 * MIB);
+        live.reset_peaks(key);
+        live.apply(events(
+            key,
+            2_000,
+            vec![EventKind::Alloc {
+                place,
+                addr: base + 8 * MIB,
+                size: 4 * MIB,
+            }],
+        ));
+        live.stop_recording().unwrap();
+        // Live: the peaks since the reset.
+        let want = peaks(&live);
+        assert_eq!(want, (12 * MIB, 12 * MIB, 12 * MIB, 64 * MIB));
+        let replayed = Hub::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let reader = Replayer::open(&path).unwrap();
+        rt.block_on(play(reader, &replayed, Pace::Fast)).unwrap();
+        assert_eq!(peaks(&replayed), want);
     }
 }

@@ -254,18 +254,29 @@ pub enum Input {
         what: String,
         count: u64,
     },
+    /// The process reset its peak statistics (it answered a `ResetPeaks`
+    /// command): the peaks the model tracks for it start again from now.
+    /// Added in recording format 1.2.
+    PeaksReset { key: ProcessKey },
 }
 
 impl Input {
     /// The names of every variant, as they appear in JSON: a reader skips
     /// (and counts) an input whose name is not among them (a later minor's).
     pub(crate) const VARIANTS: &'static [&'static str] = &[
-        "Attach", "Events", "Gone", "Forget", "Machine", "Problems", "Dropped",
+        "Attach",
+        "Events",
+        "Gone",
+        "Forget",
+        "Machine",
+        "Problems",
+        "Dropped",
+        "PeaksReset",
     ];
 
     /// Whether recording format 1.0 knew this variant (it goes into an
     /// input frame of kind 1; later ones into kind 4, which 1.0 skips).
     pub(crate) fn known_to_1_0(&self) -> bool {
-        !matches!(self, Input::Dropped { .. })
+        !matches!(self, Input::Dropped { .. } | Input::PeaksReset { .. })
     }
 }

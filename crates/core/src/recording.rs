@@ -2,7 +2,7 @@
 //! allocator events, losses), with the collector's time, in a versioned
 //! file that `vramscope replay` feeds back at any speed.
 //!
-//! # File format, version 1.1
+//! # File format, version 1.2
 //!
 //! All integers little-endian.
 //!
@@ -10,7 +10,7 @@
 //! |---|---|
 //! | 8 | magic `VSCOPREC` |
 //! | 2 | major version (1); a reader refuses another major |
-//! | 2 | minor version (1; 0 in files of vramscope 0.1.0) |
+//! | 2 | minor version (2; 1 before peak resets were inputs, 0 in files of vramscope 0.1.0) |
 //! | 4 | flags, 0 (a minor may define bits; readers ignore bits they do not know) |
 //!
 //! Then frames until the end of the file:
@@ -44,7 +44,7 @@
 //!   were lost — or records that decode to no event). A positions frame that
 //!   does not follow an events frame of its process is skipped.
 //! - 4, **input, added after 1.0** (1.1): like kind 1, for variants that 1.0
-//!   did not know (`Dropped`, and those of later minors).
+//!   did not know (`Dropped`; `PeaksReset`, 1.2; and those of later minors).
 //!
 //! ## Versions
 //!
@@ -58,8 +58,8 @@
 //!   given"), and readers ignore fields they do not know (serde's default;
 //!   `Input` must never deny unknown fields). In Rust every added field
 //!   carries `#[serde(default)]`;
-//! - `Input` variants, in frames of kind 4 only: a 1.1 reader skips a
-//!   variant it does not know, in kind 1 or kind 4, and counts it
+//! - `Input` variants, in frames of kind 4 only: a reader of 1.1 or later
+//!   skips a variant it does not know, in kind 1 or kind 4, and counts it
 //!   ([`Replayer::skipped_inputs`]), never an error. (1.0 readers fail on an
 //!   unknown variant in kind 1, which is why new variants go into kind 4.)
 //! - meanings in the event records, as the segment format's minors do.
@@ -70,6 +70,12 @@
 //!
 //! ## Changelog
 //!
+//! - **1.2**: `Input::PeaksReset` (a process reset its peak statistics; the
+//!   peaks the model tracks of it start again), in frames of kind 4. A 1.1
+//!   reader skips and counts it, a 1.0 reader skips the frame kind: their
+//!   replays show the block map's peaks since the start, as every replay
+//!   did before (the process's own statistics carry its reset either way).
+//!   Nothing else changed.
 //! - **1.1**: `Attach.watch` ([`Watch`](crate::model::Watch): when watching began, whether it
 //!   began mid-run, the per-ring start positions, the anchor snapshot);
 //!   `Events.at` (the ring position of every event) written as a positions
@@ -94,7 +100,7 @@ use vramscope_wire::ring::codec::{encode, Decoder, Words};
 
 pub const MAGIC: &[u8; 8] = b"VSCOPREC";
 pub const MAJOR: u16 = 1;
-pub(crate) const MINOR: u16 = 1;
+pub(crate) const MINOR: u16 = 2;
 const KIND_INPUT: u8 = 1;
 const KIND_EVENTS: u8 = 2;
 const KIND_POSITIONS: u8 = 3;
@@ -770,7 +776,9 @@ mod tests {
         for (t, i) in [(1, &attach), (2, &a), (3, &dropped), (4, &b)] {
             rec.write(t, i).unwrap();
         }
-        rec.write(5, &Input::Gone { key: key() }).unwrap();
+        let reset = Input::PeaksReset { key: key() };
+        rec.write(5, &reset).unwrap();
+        rec.write(6, &Input::Gone { key: key() }).unwrap();
         rec.finish().unwrap();
         let mut r = Replayer::open(&path).unwrap();
         assert_eq!(r.minor(), MINOR);
@@ -778,7 +786,10 @@ mod tests {
         while let Some((_, i)) = r.next_input().unwrap() {
             got.push(i);
         }
-        assert_eq!(got, vec![attach, a, dropped, b, Input::Gone { key: key() }]);
+        assert_eq!(
+            got,
+            vec![attach, a, dropped, b, reset, Input::Gone { key: key() }]
+        );
         assert_eq!(r.skipped_inputs(), 0);
     }
 
@@ -852,6 +863,7 @@ mod tests {
                 what: "x".into(),
                 count: 1,
             },
+            Input::PeaksReset { key: key() },
         ];
         for i in &all {
             let v = serde_json::to_value(i).unwrap();

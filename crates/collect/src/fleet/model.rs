@@ -9,45 +9,72 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::prom::Sample;
+use crate::metrics::{self, label, Def};
 
-/// The metric families the fleet view reads (one instant query).
-pub(crate) const METRICS: &[&str] = &[
-    "vramscope_gpu_memory_total_bytes",
-    "vramscope_gpu_memory_used_bytes",
-    "vramscope_gpu_utilization_ratio",
-    "vramscope_process_running",
-    "vramscope_process_nvml_used_bytes",
-    "vramscope_process_allocated_bytes",
-    "vramscope_process_reserved_bytes",
-    "vramscope_process_fragmentation_ratio",
-    "vramscope_process_leak_suspected",
-    "vramscope_process_leak_growth_bytes_per_step",
-    "vramscope_process_ooms_total",
-    "vramscope_process_lost_events_total",
+/// A family the fleet view reads, and where a sample's value goes.
+type Figure<T> = (&'static Def, fn(&mut T, f64));
+
+/// A GPU's figures the fleet view reads.
+const GPU_FIGURES: &[Figure<Gpu>] = &[
+    (&metrics::GPU_TOTAL, |g, v| g.total = Some(v)),
+    (&metrics::GPU_USED, |g, v| g.used = Some(v)),
+    (&metrics::GPU_UTIL, |g, v| g.util = Some(v)),
 ];
 
+/// A process's figures the fleet view reads (series without a `device`
+/// label).
+const PROCESS_FIGURES: &[Figure<Proc>] = &[
+    (&metrics::P_RUNNING, |p, v| p.running = v == 1.0),
+    (&metrics::P_NVML_USED, |p, v| p.nvml_used = Some(v)),
+    (&metrics::P_LEAK, |p, v| p.leak = Some(v == 1.0)),
+    (&metrics::P_LEAK_GROWTH, |p, v| p.leak_growth = Some(v)),
+    (&metrics::P_OOMS, |p, v| p.ooms = Some(v)),
+    (&metrics::P_LOST, |p, v| p.lost = Some(v)),
+];
+
+/// A process's figures on one device (series with a `device` label).
+const DEVICE_FIGURES: &[Figure<Proc>] = &[
+    (&metrics::D_ALLOCATED, |p, v| p.allocated = Some(v)),
+    (&metrics::D_RESERVED, |p, v| p.reserved = Some(v)),
+    (&metrics::D_FRAGMENTATION, |p, v| p.fragmentation = Some(v)),
+];
+
+/// Where a sample of family `name` goes, if `figures` has the family.
+fn setter<T>(figures: &[Figure<T>], name: &str) -> Option<fn(&mut T, f64)> {
+    figures
+        .iter()
+        .find(|(d, _)| d.name == name)
+        .map(|(_, f)| *f)
+}
+
 /// The PromQL of the three instant queries of one refresh: targets (`up`),
-/// the figures, and step rates.
+/// the figures (every family of [`GPU_FIGURES`], [`PROCESS_FIGURES`] and
+/// [`DEVICE_FIGURES`]), and step rates.
 pub fn queries(job: &str) -> [String; 3] {
     let job = escape(job);
+    let names: Vec<&str> = (GPU_FIGURES.iter().map(|(d, _)| d.name))
+        .chain(PROCESS_FIGURES.iter().map(|(d, _)| d.name))
+        .chain(DEVICE_FIGURES.iter().map(|(d, _)| d.name))
+        .collect();
     [
         format!("up{{job=\"{job}\"}}"),
-        format!("{{job=\"{job}\",__name__=~\"{}\"}}", METRICS.join("|")),
-        format!("rate(vramscope_process_steps_total{{job=\"{job}\"}}[1m])"),
+        format!("{{job=\"{job}\",__name__=~\"{}\"}}", names.join("|")),
+        format!("rate({}{{job=\"{job}\"}}[1m])", metrics::P_STEPS.name),
     ]
 }
 
 /// The range queries of one process's time series (allocated, reserved).
 pub fn series_queries(job: &str, instance: &str, pid: &str) -> [String; 2] {
     let sel = format!(
-        "job=\"{}\",instance=\"{}\",pid=\"{}\"",
+        "job=\"{}\",instance=\"{}\",{}=\"{}\"",
         escape(job),
         escape(instance),
+        label::PID,
         escape(pid)
     );
     [
-        format!("sum(vramscope_process_allocated_bytes{{{sel}}})"),
-        format!("sum(vramscope_process_reserved_bytes{{{sel}}})"),
+        format!("sum({}{{{sel}}})", metrics::D_ALLOCATED.name),
+        format!("sum({}{{{sel}}})", metrics::D_RESERVED.name),
     ]
 }
 
@@ -207,53 +234,46 @@ impl Fleet {
                 }),
             };
             if node.host.is_empty() {
-                node.host = s.label("host").to_string();
+                node.host = s.label(label::HOST).to_string();
             }
             let name = s.label("__name__");
-            if let Some(field) = name.strip_prefix("vramscope_gpu_") {
+            if let Some(set) = setter(GPU_FIGURES, name) {
+                let index = s.label(label::GPU);
                 let g = gpus
-                    .entry((inst.to_string(), s.label("gpu").to_string()))
+                    .entry((inst.to_string(), index.to_string()))
                     .or_insert_with(|| Gpu {
-                        index: s.label("gpu").to_string(),
-                        name: s.label("name").to_string(),
-                        uuid: s.label("uuid").to_string(),
+                        index: index.to_string(),
+                        name: s.label(label::NAME).to_string(),
+                        uuid: s.label(label::UUID).to_string(),
                         ..Gpu::default()
                     });
-                match field {
-                    "memory_total_bytes" => g.total = Some(s.value),
-                    "memory_used_bytes" => g.used = Some(s.value),
-                    "utilization_ratio" => g.util = Some(s.value),
-                    _ => {}
-                }
+                set(g, s.value);
                 continue;
             }
-            let Some(field) = name.strip_prefix("vramscope_process_") else {
+            // A process's series: its own figures, or those of one of its
+            // devices (a `device` label).
+            let (proc_set, dev_set) = (setter(PROCESS_FIGURES, name), setter(DEVICE_FIGURES, name));
+            if proc_set.is_none() && dev_set.is_none() {
                 continue;
-            };
+            }
             let base = |s: &Sample| Proc {
                 instance: inst.to_string(),
-                host: s.label("host").to_string(),
-                pid: s.label("pid").to_string(),
-                user: s.label("user").to_string(),
-                process: s.label("process").to_string(),
-                mode: s.label("mode").to_string(),
+                host: s.label(label::HOST).to_string(),
+                pid: s.label(label::PID).to_string(),
+                user: s.label(label::USER).to_string(),
+                process: s.label(label::PROCESS).to_string(),
+                mode: s.label(label::MODE).to_string(),
                 running: true,
                 ..Proc::default()
             };
-            let pid = s.label("pid").to_string();
-            let device = s.label("device");
+            let pid = s.label(label::PID).to_string();
+            let device = s.label(label::DEVICE);
             if device.is_empty() {
                 let p = per_proc
                     .entry((inst.to_string(), pid))
                     .or_insert_with(|| base(s));
-                match field {
-                    "running" => p.running = s.value == 1.0,
-                    "nvml_used_bytes" => p.nvml_used = Some(s.value),
-                    "leak_suspected" => p.leak = Some(s.value == 1.0),
-                    "leak_growth_bytes_per_step" => p.leak_growth = Some(s.value),
-                    "ooms_total" => p.ooms = Some(s.value),
-                    "lost_events_total" => p.lost = Some(s.value),
-                    _ => {}
+                if let Some(set) = proc_set {
+                    set(p, s.value);
                 }
             } else {
                 let p = per_dev
@@ -261,19 +281,19 @@ impl Fleet {
                     .or_insert_with(|| {
                         let mut p = base(s);
                         p.device = device.to_string();
-                        p.gpu = s.label("gpu").to_string();
+                        p.gpu = s.label(label::GPU).to_string();
                         p
                     });
-                match field {
-                    "allocated_bytes" => p.allocated = Some(s.value),
-                    "reserved_bytes" => p.reserved = Some(s.value),
-                    "fragmentation_ratio" => p.fragmentation = Some(s.value),
-                    _ => {}
+                if let Some(set) = dev_set {
+                    set(p, s.value);
                 }
             }
         }
         for s in rates {
-            let key = (s.label("instance").to_string(), s.label("pid").to_string());
+            let key = (
+                s.label("instance").to_string(),
+                s.label(label::PID).to_string(),
+            );
             if let Some(p) = per_proc.get_mut(&key) {
                 p.steps_per_sec = Some(s.value);
             }

@@ -2,7 +2,9 @@
 //! the text exposition format 0.0.4, or OpenMetrics 1.0 when the scraper
 //! asks for it. Pure: a snapshot in, text out.
 //!
-//! Names follow Prometheus's conventions: a `vramscope_` prefix, base units
+//! The families (name, type, help) and the label names are those of the
+//! table in [`metrics`], which the fleet view reads too. Names
+//! follow Prometheus's conventions: a `vramscope_` prefix, base units
 //! (`_bytes`, `_ratio` for 0..1), counters end in `_total`. Every family
 //! has HELP and TYPE. A figure the collector does not have is left out,
 //! never written as 0 (NVML absent, a leak verdict not reached yet).
@@ -31,6 +33,7 @@
 
 use std::fmt::Write;
 
+use crate::metrics::{self, label, Def, Kind};
 use crate::state::{ProcessEntry, Snapshot};
 use vramscope_core::model::Mode;
 
@@ -74,181 +77,8 @@ impl Format {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Gauge,
-    Counter,
-}
-
-/// One metric family: its name (a counter's ends in `_total`), type, help.
-struct Def {
-    name: &'static str,
-    kind: Kind,
-    help: &'static str,
-}
-
-const fn gauge(name: &'static str, help: &'static str) -> Def {
-    Def {
-        name,
-        kind: Kind::Gauge,
-        help,
-    }
-}
-
-const fn counter(name: &'static str, help: &'static str) -> Def {
-    Def {
-        name,
-        kind: Kind::Counter,
-        help,
-    }
-}
-
-const EXPORTER_INFO: Def = gauge(
-    "vramscope_exporter_info",
-    "Always 1: the vramscope exporter on this host, and its version.",
-);
-const NVML_UP: Def = gauge(
-    "vramscope_nvml_up",
-    "1 when NVML could be read on this host, else 0.",
-);
-const PROCESSES: Def = gauge(
-    "vramscope_processes",
-    "Processes shown: instrumented ones, and GPU processes NVML reports.",
-);
-const PROBLEMS: Def = gauge(
-    "vramscope_segment_problems",
-    "Segments the collector could not use (see `vramscope rings`).",
-);
-const GPU_TOTAL: Def = gauge(
-    "vramscope_gpu_memory_total_bytes",
-    "Device memory of the GPU (NVML).",
-);
-const GPU_USED: Def = gauge(
-    "vramscope_gpu_memory_used_bytes",
-    "Device memory in use on the GPU, by every process (NVML).",
-);
-const GPU_UTIL: Def = gauge(
-    "vramscope_gpu_utilization_ratio",
-    "Share of the last sample period during which a kernel ran (NVML), 0 to 1.",
-);
-const GPU_MEM_UTIL: Def = gauge(
-    "vramscope_gpu_memory_utilization_ratio",
-    "Share of the last sample period during which device memory was read or written (NVML), 0 to 1.",
-);
-const P_RUNNING: Def = gauge(
-    "vramscope_process_running",
-    "1 while the process runs; 0 for an exited one still shown.",
-);
-const P_NVML_USED: Def = gauge(
-    "vramscope_process_nvml_used_bytes",
-    "Device memory NVML attributes to the process, all GPUs.",
-);
-const P_NON_PYTORCH: Def = gauge(
-    "vramscope_process_non_pytorch_bytes",
-    "NVML's used memory minus the allocator's reserved memory of the same instant: CUDA context, NCCL, cuBLAS workspaces.",
-);
-const P_EVENTS: Def = counter(
-    "vramscope_process_events_total",
-    "Allocator events received from the process.",
-);
-const P_LOST: Def = counter(
-    "vramscope_process_lost_events_total",
-    "Allocator events the process wrote that were overwritten before they were read.",
-);
-const P_OOMS: Def = counter(
-    "vramscope_process_ooms_total",
-    "Out-of-memory errors of the caching allocator seen in the process.",
-);
-const P_STEPS: Def = counter(
-    "vramscope_process_steps_total",
-    "Training steps seen (vramscope.mark(), else optimizer steps, else the period of the allocation pattern); rate() of it is the step rate.",
-);
-const P_LEAK: Def = gauge(
-    "vramscope_process_leak_suspected",
-    "1 when the floor of allocated memory keeps rising step after step (a leak), 0 when not; absent until enough steps were seen.",
-);
-const P_LEAK_GROWTH: Def = gauge(
-    "vramscope_process_leak_growth_bytes_per_step",
-    "Robust slope of the allocated floor per step (Theil-Sen); absent until enough steps were seen.",
-);
-const P_OOM_STEP: Def = gauge(
-    "vramscope_process_oom_forecast_step",
-    "While a leak is flagged, or reserved memory grew at each of the last 8 step boundaries: the step at which the allocator would run out of memory, projected from that growth against the memory limit the agent states (the device's memory times the memory fraction); absent otherwise.",
-);
-const P_OOM_SECONDS: Def = gauge(
-    "vramscope_process_oom_forecast_seconds",
-    "While vramscope_process_oom_forecast_step is given: seconds until that step at the measured step period; absent otherwise.",
-);
-const P_ADVICE_SAVING: Def = gauge(
-    "vramscope_process_advice_saving_bytes",
-    "The live advisor's recommendation (serve --advise): bytes of peak reserved memory the setting in the conf label saves against the job's own, replaying the job's requests from where the advisor began (negative where it trades memory for fewer out-of-memory errors); conf=\"\" and 0 where the job's own setting is best; absent until the advisor has chosen its candidates.",
-);
-const P_ADVICE_OOMS: Def = gauge(
-    "vramscope_process_advice_ooms",
-    "Out-of-memory errors the replay of a setting had: candidate=\"own\" the job's own, candidate=\"best\" the recommendation (conf label as in vramscope_process_advice_saving_bytes).",
-);
-const P_ADVICE_REQUESTS: Def = counter(
-    "vramscope_process_advice_requests_total",
-    "Allocation requests the live advisor replayed under every candidate; it stops growing where the advisor stopped following the job to stay within its share of a core (vramscope_process_advice_following 0).",
-);
-const P_ADVICE_FOLLOWING: Def = gauge(
-    "vramscope_process_advice_following",
-    "1 while the live advisor follows the process's allocator events, 0 once it stopped (its advice then covers the requests before).",
-);
-const P_MODULE: Def = gauge(
-    "vramscope_process_module_allocated_bytes",
-    "Bytes of live tensors allocated while the module ran (its dotted path); the largest modules of the process, the rest summed in module=\"(other)\", allocations outside every module in module=\"(none)\"; a path that begins with ( has one more ( in front.",
-);
-const P_PHASE: Def = gauge(
-    "vramscope_process_phase_allocated_bytes",
-    "Bytes of live tensors by the phase they were allocated in (forward, backward, optimizer, other, unknown).",
-);
-const P_ROLE: Def = gauge(
-    "vramscope_process_role_allocated_bytes",
-    "Bytes of live tensors by role: parameter, buffer, gradient, optimizer_state (exact, from the role lists the agent sends, FORMAT 1.2), activation, temporary, other (by lifetime).",
-);
 /// Modules a process exposes one by one; the rest are summed.
 pub(crate) const TOP_MODULES: usize = 10;
-const D_ALLOCATED: Def = gauge(
-    "vramscope_process_allocated_bytes",
-    "Bytes held by tensors (torch.cuda.memory_allocated) on the device.",
-);
-const D_RESERVED: Def = gauge(
-    "vramscope_process_reserved_bytes",
-    "Bytes the caching allocator holds from CUDA (torch.cuda.memory_reserved) on the device.",
-);
-const D_ACTIVE: Def = gauge(
-    "vramscope_process_active_bytes",
-    "Bytes in active blocks (allocated, or freed but still used by a stream) on the device.",
-);
-const D_SPLIT: Def = gauge(
-    "vramscope_process_inactive_split_bytes",
-    "Cached bytes in split segments, which empty_cache cannot return.",
-);
-const D_PEAK_ALLOCATED: Def = gauge(
-    "vramscope_process_allocated_peak_bytes",
-    "Peak of allocated bytes on the device since start or the last peak reset.",
-);
-const D_PEAK_RESERVED: Def = gauge(
-    "vramscope_process_reserved_peak_bytes",
-    "Peak of reserved bytes on the device since start or the last peak reset.",
-);
-const D_PEAK_ACTIVE: Def = gauge(
-    "vramscope_process_active_peak_bytes",
-    "Peak of active bytes on the device since start or the last peak reset.",
-);
-const D_LARGEST_FREE: Def = gauge(
-    "vramscope_process_largest_free_block_bytes",
-    "Largest cached free block on the device: the largest request served without asking CUDA.",
-);
-const D_FRAGMENTATION: Def = gauge(
-    "vramscope_process_fragmentation_ratio",
-    "Inactive split bytes as a share of reserved bytes, 0 to 1.",
-);
-const D_RETRIES: Def = counter(
-    "vramscope_process_alloc_retries_total",
-    "Allocations that failed, freed the cache and retried (num_alloc_retries).",
-);
 
 /// A label set, written in order.
 #[derive(Clone, Default)]
@@ -381,35 +211,47 @@ fn mode_label(m: Mode) -> &'static str {
 /// The exposition of `snap` for `host`, in `format`.
 pub(crate) fn render(snap: &Snapshot, host: &str, format: Format) -> String {
     let mut out = Out::default();
-    let node = Labels::default().with("host", host);
+    let node = Labels::default().with(label::HOST, host);
     out.put(
-        &EXPORTER_INFO,
-        &node.with("version", env!("CARGO_PKG_VERSION")),
+        &metrics::EXPORTER_INFO,
+        &node.with(label::VERSION, env!("CARGO_PKG_VERSION")),
         Value::U(1),
     );
     let m = &snap.machine;
     // Before NVML's first reading nothing is known of it: absent.
     if m.nvml_error.is_some() || m.sampled_ns.is_some() {
-        out.put(&NVML_UP, &node, Value::U(u64::from(m.nvml_error.is_none())));
+        out.put(
+            &metrics::NVML_UP,
+            &node,
+            Value::U(u64::from(m.nvml_error.is_none())),
+        );
     }
-    out.put(&PROCESSES, &node, Value::U(snap.processes.len() as u64));
-    out.put(&PROBLEMS, &node, Value::U(snap.problems.len() as u64));
+    out.put(
+        &metrics::PROCESSES,
+        &node,
+        Value::U(snap.processes.len() as u64),
+    );
+    out.put(
+        &metrics::PROBLEMS,
+        &node,
+        Value::U(snap.problems.len() as u64),
+    );
     for g in &m.gpus {
         let l = node
-            .with("gpu", g.index)
-            .with("uuid", g.uuid.as_deref().unwrap_or(""))
-            .with("name", &g.name);
+            .with(label::GPU, g.index)
+            .with(label::UUID, g.uuid.as_deref().unwrap_or(""))
+            .with(label::NAME, &g.name);
         if let Some(v) = g.total {
-            out.put(&GPU_TOTAL, &l, Value::U(v));
+            out.put(&metrics::GPU_TOTAL, &l, Value::U(v));
         }
         if let Some(v) = g.used {
-            out.put(&GPU_USED, &l, Value::U(v));
+            out.put(&metrics::GPU_USED, &l, Value::U(v));
         }
         if let Some(u) = g.util_gpu {
-            out.put(&GPU_UTIL, &l, Value::F(f64::from(u) / 100.0));
+            out.put(&metrics::GPU_UTIL, &l, Value::F(f64::from(u) / 100.0));
         }
         if let Some(u) = g.util_mem {
-            out.put(&GPU_MEM_UTIL, &l, Value::F(f64::from(u) / 100.0));
+            out.put(&metrics::GPU_MEM_UTIL, &l, Value::F(f64::from(u) / 100.0));
         }
     }
     for p in &snap.processes {
@@ -426,36 +268,36 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
         &id.label
     };
     let l = node
-        .with("pid", id.host_pid)
-        .with("user", &id.user)
-        .with("process", name)
-        .with("mode", mode_label(p.view.mode));
+        .with(label::PID, id.host_pid)
+        .with(label::USER, &id.user)
+        .with(label::PROCESS, name)
+        .with(label::MODE, mode_label(p.view.mode));
     let f = &p.view.figures;
-    out.put(&P_RUNNING, &l, Value::U(u64::from(id.alive)));
+    out.put(&metrics::P_RUNNING, &l, Value::U(u64::from(id.alive)));
     if let Some(v) = f.nvml_used {
-        out.put(&P_NVML_USED, &l, Value::U(v));
+        out.put(&metrics::P_NVML_USED, &l, Value::U(v));
     }
     if let Some(v) = f.non_pytorch {
-        out.put(&P_NON_PYTORCH, &l, Value::I(v));
+        out.put(&metrics::P_NON_PYTORCH, &l, Value::I(v));
     }
     if p.view.mode != Mode::NvmlOnly {
-        out.put(&P_EVENTS, &l, Value::U(f.events_total));
-        out.put(&P_LOST, &l, Value::U(f.lost_events));
-        out.put(&P_OOMS, &l, Value::U(p.view.ooms_total));
+        out.put(&metrics::P_EVENTS, &l, Value::U(f.events_total));
+        out.put(&metrics::P_LOST, &l, Value::U(f.lost_events));
+        out.put(&metrics::P_OOMS, &l, Value::U(p.view.ooms_total));
         let leak = &p.view.leak;
-        out.put(&P_STEPS, &l, Value::U(leak.steps_observed));
+        out.put(&metrics::P_STEPS, &l, Value::U(leak.steps_observed));
         if leak.steps_observed >= p.view.leak_criterion.min_steps as u64 {
-            out.put(&P_LEAK, &l, Value::U(u64::from(leak.flagged)));
+            out.put(&metrics::P_LEAK, &l, Value::U(u64::from(leak.flagged)));
             out.put(
-                &P_LEAK_GROWTH,
+                &metrics::P_LEAK_GROWTH,
                 &l,
                 Value::F(leak.floor_slope_bytes_per_step),
             );
         }
         if let Some(f) = &p.view.forecast {
-            out.put(&P_OOM_STEP, &l, Value::U(f.oom_step));
+            out.put(&metrics::P_OOM_STEP, &l, Value::U(f.oom_step));
             if let Some(ns) = f.in_ns {
-                out.put(&P_OOM_SECONDS, &l, Value::F(ns as f64 / 1e9));
+                out.put(&metrics::P_OOM_SECONDS, &l, Value::F(ns as f64 / 1e9));
             }
         }
         attribution(out, &l, &p.view.attribution);
@@ -477,31 +319,35 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
     let paired = p.view.devices.len() == 1 && on.len() == 1;
     for d in &p.view.devices {
         let df = &d.figures;
-        let mut dl = l.with("device", df.device);
+        let mut dl = l.with(label::DEVICE, df.device);
         let gpu = paired
             .then(|| snap.machine.gpus.iter().find(|g| g.index == on[0]))
             .flatten();
         if let Some(g) = gpu {
             dl = dl
-                .with("gpu", g.index)
-                .with("uuid", g.uuid.as_deref().unwrap_or(""));
+                .with(label::GPU, g.index)
+                .with(label::UUID, g.uuid.as_deref().unwrap_or(""));
         }
-        out.put(&D_ALLOCATED, &dl, Value::U(df.allocated));
-        out.put(&D_RESERVED, &dl, Value::U(df.reserved));
-        out.put(&D_ACTIVE, &dl, Value::U(df.active));
-        out.put(&D_SPLIT, &dl, Value::U(df.fragmentation.inactive_split));
-        out.put(&D_PEAK_ALLOCATED, &dl, Value::U(df.peak_allocated));
-        out.put(&D_PEAK_RESERVED, &dl, Value::U(df.peak_reserved));
-        out.put(&D_PEAK_ACTIVE, &dl, Value::U(df.peak_active));
+        out.put(&metrics::D_ALLOCATED, &dl, Value::U(df.allocated));
+        out.put(&metrics::D_RESERVED, &dl, Value::U(df.reserved));
+        out.put(&metrics::D_ACTIVE, &dl, Value::U(df.active));
+        out.put(
+            &metrics::D_SPLIT,
+            &dl,
+            Value::U(df.fragmentation.inactive_split),
+        );
+        out.put(&metrics::D_PEAK_ALLOCATED, &dl, Value::U(df.peak_allocated));
+        out.put(&metrics::D_PEAK_RESERVED, &dl, Value::U(df.peak_reserved));
+        out.put(&metrics::D_PEAK_ACTIVE, &dl, Value::U(df.peak_active));
         let fr = &df.fragmentation;
         if let Some(b) = fr.largest_free_small.max(fr.largest_free_large) {
-            out.put(&D_LARGEST_FREE, &dl, Value::U(b));
+            out.put(&metrics::D_LARGEST_FREE, &dl, Value::U(b));
         }
         if let Some(s) = fr.share_of_reserved {
-            out.put(&D_FRAGMENTATION, &dl, Value::F(s));
+            out.put(&metrics::D_FRAGMENTATION, &dl, Value::F(s));
         }
         if let Some(st) = &df.stats {
-            out.put(&D_RETRIES, &dl, Value::U(st.alloc_retries));
+            out.put(&metrics::D_RETRIES, &dl, Value::U(st.alloc_retries));
         }
     }
 }
@@ -531,9 +377,13 @@ pub(crate) fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
 const MAX_CONF_LABEL: usize = 256;
 
 fn advice(out: &mut Out, l: &Labels, a: &vramscope_core::sim::live::LiveAdvice) {
-    out.put(&P_ADVICE_REQUESTS, l, Value::U(a.coverage.requests));
     out.put(
-        &P_ADVICE_FOLLOWING,
+        &metrics::P_ADVICE_REQUESTS,
+        l,
+        Value::U(a.coverage.requests),
+    );
+    out.put(
+        &metrics::P_ADVICE_FOLLOWING,
         l,
         Value::U(u64::from(a.coverage.stopped.is_none())),
     );
@@ -546,19 +396,25 @@ fn advice(out: &mut Out, l: &Labels, a: &vramscope_core::sim::live::LiveAdvice) 
         None => (String::new(), 0, None),
     };
     out.put(
-        &P_ADVICE_SAVING,
-        &l.with("conf", best_conf.clone()),
+        &metrics::P_ADVICE_SAVING,
+        &l.with(label::CONF, best_conf.clone()),
         Value::I(saving),
     );
     if let Some(own) = advice.outcomes.iter().find(|o| o.candidate.own) {
         let own_l = l
-            .with("candidate", "own")
-            .with("conf", conf(&own.candidate.conf));
-        out.put(&P_ADVICE_OOMS, &own_l, Value::U(own.totals.ooms.hi));
+            .with(label::CANDIDATE, "own")
+            .with(label::CONF, conf(&own.candidate.conf));
+        out.put(
+            &metrics::P_ADVICE_OOMS,
+            &own_l,
+            Value::U(own.totals.ooms.hi),
+        );
     }
     if let Some(n) = best_ooms {
-        let best_l = l.with("candidate", "best").with("conf", best_conf);
-        out.put(&P_ADVICE_OOMS, &best_l, Value::U(n));
+        let best_l = l
+            .with(label::CANDIDATE, "best")
+            .with(label::CONF, best_conf);
+        out.put(&metrics::P_ADVICE_OOMS, &best_l, Value::U(n));
     }
 }
 
@@ -566,7 +422,11 @@ fn attribution(out: &mut Out, l: &Labels, a: &vramscope_core::model::attrib::Att
     // Roles: exact ones need role lists, the others context tags.
     if a.tagged() || a.role_lists.lists > 0 {
         for r in &a.roles {
-            out.put(&P_ROLE, &l.with("role", r.role.name()), Value::U(r.bytes));
+            out.put(
+                &metrics::P_ROLE,
+                &l.with(label::ROLE, r.role.name()),
+                Value::U(r.bytes),
+            );
         }
     }
     if !a.tagged() {
@@ -575,16 +435,24 @@ fn attribution(out: &mut Out, l: &Labels, a: &vramscope_core::model::attrib::Att
     // `by_module` is sorted, most bytes first.
     for m in a.by_module.iter().take(TOP_MODULES) {
         let name = module_label(&m.module);
-        out.put(&P_MODULE, &l.with("module", name), Value::U(m.bytes));
+        out.put(
+            &metrics::P_MODULE,
+            &l.with(label::MODULE, name),
+            Value::U(m.bytes),
+        );
     }
     if a.by_module.len() > TOP_MODULES {
         let rest = (a.by_module[TOP_MODULES..].iter()).fold(0u64, |s, m| s.saturating_add(m.bytes));
-        out.put(&P_MODULE, &l.with("module", OTHER_MODULES), Value::U(rest));
+        out.put(
+            &metrics::P_MODULE,
+            &l.with(label::MODULE, OTHER_MODULES),
+            Value::U(rest),
+        );
     }
     for p in &a.by_phase {
         out.put(
-            &P_PHASE,
-            &l.with("phase", p.phase.name()),
+            &metrics::P_PHASE,
+            &l.with(label::PHASE, p.phase.name()),
             Value::U(p.bytes),
         );
     }
@@ -678,6 +546,31 @@ mod tests {
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE vramscope_process_events counter\n"));
         assert!(om.contains("\nvramscope_process_events_total{"));
+    }
+
+    /// Issue 45: every family the fleet view asks Prometheus for (read
+    /// from its queries, not listed here) is one the exporter writes: a
+    /// name in a query that the exposition of a fixture machine never
+    /// has (a typo, a family renamed on one side) fails.
+    #[test]
+    fn every_family_the_fleet_asks_for_is_served() {
+        let snap = crate::fixtures::Fixture::new(6).snapshot(&Default::default());
+        let text = render(&snap, "h", Format::Prometheus);
+        let served: std::collections::BTreeSet<&str> = (text.lines())
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let fleet = crate::fleet::model::queries("j");
+        let series = crate::fleet::model::series_queries("j", "i:1", "7");
+        let mut asked = std::collections::BTreeSet::new();
+        for q in fleet.iter().chain(&series) {
+            let words = q.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            asked.extend(words.filter(|w| w.starts_with("vramscope_")));
+        }
+        // The figures, the step rates and the two series at least.
+        assert!(asked.len() >= 13, "{asked:?}");
+        let missing: Vec<&&str> = asked.iter().filter(|n| !served.contains(**n)).collect();
+        assert!(missing.is_empty(), "asked for, never served: {missing:?}");
     }
 
     /// At most ten modules one by one, the rest in `(other)`; outside
