@@ -18,10 +18,10 @@ use vramscope_core::sim::{AllocConf, SimConfig};
 use vramscope_text::format::bytes;
 use vramscope_text::format::bytes as bytes_fmt;
 
+use super::common::CollectFlags;
 use super::out;
 use super::sim::{from_recording, Process, DEFAULT_CAPACITY};
 use super::value::{Fraction, Gib, Seconds};
-use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

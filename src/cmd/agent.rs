@@ -70,7 +70,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
             };
             vramscope_text::stderr_line(format_args!("vramscope: {line}"));
             if code != 0 {
-                return Err(super::ExitStatus(code).into());
+                return Err(super::common::ExitStatus(code).into());
             }
         }
     }

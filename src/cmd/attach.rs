@@ -2,8 +2,8 @@
 //! (`crates/collect/src/attach/`), then one line saying what mode it is in. Already
 //! instrumented: that line, exit 0, nothing touched. Any refusal or
 //! failure: one line, exit 1.
+use super::common::ShmFlag;
 use super::value::Seconds;
-use super::ShmFlag;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

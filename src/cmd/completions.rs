@@ -8,7 +8,6 @@
 //! vramscope man > ~/.local/share/man/man1/vramscope.1
 //! ```
 use anyhow::Result;
-use clap::CommandFactory;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -16,14 +15,11 @@ pub(crate) struct Args {
     shell: clap_complete::Shell,
 }
 
-pub(crate) fn run(args: Args) -> Result<()> {
+/// `cli` is the whole command line (`Cli::command()`), given by the
+/// dispatch so that this file does not stand on the definition it documents.
+pub(crate) fn run(args: Args, mut cli: clap::Command) -> Result<()> {
     let mut out = Vec::new();
-    clap_complete::generate(
-        args.shell,
-        &mut super::Cli::command(),
-        "vramscope",
-        &mut out,
-    );
+    clap_complete::generate(args.shell, &mut cli, "vramscope", &mut out);
     super::out::print(&String::from_utf8_lossy(&out))
 }
 
@@ -33,9 +29,8 @@ pub(crate) struct ManArgs {}
 /// The man page (roff) of `vramscope`: one page, its commands as
 /// subsections of COMMANDS, then KEYS (from the key table), ENVIRONMENT and
 /// FILES.
-pub(crate) fn man(_: ManArgs) -> Result<()> {
+pub(crate) fn man(_: ManArgs, cmd: clap::Command) -> Result<()> {
     let mut out = Vec::new();
-    let cmd = super::Cli::command();
     let page = clap_mangen::Man::new(cmd.clone());
     page.render_title(&mut out)?;
     page.render_name_section(&mut out)?;

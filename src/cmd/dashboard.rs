@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use vramscope_collect::Live;
 use vramscope_ui::DemoHandle;
 
+use super::common::CollectFlags;
 use super::value::{Millis, TermSize};
-use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

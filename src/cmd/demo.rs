@@ -9,10 +9,10 @@ use vramscope_collect::demo::HeadlessReport;
 use vramscope_text::format::bytes;
 use vramscope_ui::diagnosis;
 
+use super::common::CollectFlags;
 use super::dashboard::UiFlags;
 use super::out;
 use super::value::{Runs, Seconds, Speed};
-use super::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

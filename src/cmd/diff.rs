@@ -68,7 +68,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
             bytes(b),
             limit.get()
         ));
-        return Err(super::ExitStatus(FAIL_OVER_EXIT).into());
+        return Err(super::common::ExitStatus(FAIL_OVER_EXIT).into());
     }
     if let Some(change) = d.peak_reserved_change {
         if change * 100.0 > limit.get() {
@@ -79,7 +79,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 bytes(d.figures[1].a),
                 limit.get()
             ));
-            return Err(super::ExitStatus(FAIL_OVER_EXIT).into());
+            return Err(super::common::ExitStatus(FAIL_OVER_EXIT).into());
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use vramscope_collect::agent::Level;
 
-use super::ShmFlag;
+use super::common::ShmFlag;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

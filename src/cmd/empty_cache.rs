@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use vramscope_text::format::bytes;
 use vramscope_wire::ring::{Command, Status};
 
-use super::ProcessTarget;
+use super::common::ProcessTarget;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -14,7 +14,7 @@ use vramscope_core::model::device::Problem;
 use vramscope_core::model::ViewOptions;
 use vramscope_core::recording::Recorder;
 
-use super::CollectFlags;
+use super::common::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -52,7 +52,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     ));
     let limit = args.duration.map(super::value::Seconds::duration);
-    super::runtime()?.block_on(async {
+    super::common::runtime()?.block_on(async {
         let failed = async {
             // A write that failed (a full disk) ends the recording: stop
             // at once rather than collect what nothing will keep.

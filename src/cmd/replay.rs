@@ -147,7 +147,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         let share = matches!(pace, Pace::Recorded(_)).then_some(ADVISOR_SHARE);
         hub.enable_advisor(true, false, share);
     }
-    let played = super::runtime()?.block_on(play(reader, &hub, pace))?;
+    let played = super::common::runtime()?.block_on(play(reader, &hub, pace))?;
     if args.advise {
         hub.advisor_flush(std::time::Duration::from_secs(600));
     }

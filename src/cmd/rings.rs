@@ -5,7 +5,7 @@ use serde::Serialize;
 use vramscope_wire::ring::discover::{self, Liveness, Located};
 use vramscope_wire::ring::{Producer, SegmentReader};
 
-use super::ShmFlag;
+use super::common::ShmFlag;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -1,7 +1,7 @@
 //! `vramscope run -- CMD...`: a command with the PyTorch agent injected.
 use std::ffi::OsString;
 
-use super::ShmFlag;
+use super::common::ShmFlag;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use vramscope_collect::serve::http::{serve, Limits, Metrics};
 use vramscope_collect::Live;
 
-use super::CollectFlags;
+use super::common::CollectFlags;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -14,8 +14,9 @@ use vramscope_text::format::{self, bytes};
 use vramscope_ui::diagnosis;
 use vramscope_ui::rows::{mode_name, Row};
 
+use super::common::NvmlFlag;
+use super::common::ShmFlag;
 use super::value::{Seconds, TermSize};
-use super::{NvmlFlag, ShmFlag};
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("time").args(["watch_for", "watch"]).multiple(true)))]
@@ -58,13 +59,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // empty machine.
     let dir = args.shm.dir();
     std::fs::read_dir(&dir).with_context(|| format!("segment directory {}", dir.display()))?;
-    let mut collector = Collector::new(super::collect_config(&args.shm, &args.nvml, None));
+    let mut collector = Collector::new(super::common::collect_config(&args.shm, &args.nvml, None));
     if args.advise {
         collector
             .hub()
             .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
     }
-    let rt = super::runtime()?;
+    let rt = super::common::runtime()?;
     if let Some(secs) = args.watch_for {
         rt.block_on(collector.look(Duration::from_secs(1)));
         rt.block_on(async {

@@ -6,8 +6,8 @@ use anyhow::{bail, Context, Result};
 use vramscope_ui::popup::capture_line;
 use vramscope_wire::ring::{Command, Status};
 
+use super::common::ProcessTarget;
 use super::value::{CaptureSteps, StackDepth};
-use super::ProcessTarget;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
