@@ -27,6 +27,10 @@
 //! 5. **Runs.** A job that starts over (the demo's loop, `new_run()`) sends a
 //!    run marker: the verdict so far is kept with its run and the detector
 //!    starts again.
+//!
+//! The detector ([`LeakDetector`]) is here; [`report`] holds the verdict's
+//! types, [`origins`] names the modules a leak comes from (item 4), and
+//! [`stats`] the robust statistics the trends are judged by.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -37,6 +41,15 @@ use super::device::Block;
 use super::period::{Found, PeriodFinder};
 use super::rules;
 use vramscope_wire::event::{BlockState, MarkSource};
+
+mod origins;
+mod report;
+mod stats;
+
+pub(crate) use origins::growing_origins;
+pub use origins::LeakOrigin;
+pub use report::{LeakReport, LeakSize, RunVerdict, StepSource, SurvivorTest};
+use stats::{kendall_tau, sign, theil_sen};
 
 /// Boundaries of live-count history kept per size.
 pub(crate) const SIZE_HISTORY: usize = 32;
@@ -70,270 +83,12 @@ impl Default for LeakConfig {
     }
 }
 
-/// Where step boundaries come from (in order of precedence, highest last).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepSource {
-    /// No step seen yet.
-    None,
-    /// The period of the allocation pattern (no markers, no optimizer).
-    AllocationPeriod,
-    /// PyTorch's optimizer step hook (the first optimizer's steps).
-    OptimizerSteps,
-    /// `vramscope.mark()` markers written by the process.
-    Markers,
-}
-
-impl StepSource {
-    /// How it reads in a sentence ("12 steps from …").
-    pub fn describe(self) -> &'static str {
-        match self {
-            StepSource::None => "no source",
-            StepSource::AllocationPeriod => "the allocation pattern",
-            StepSource::OptimizerSteps => "optimizer steps",
-            StepSource::Markers => "vramscope.mark()",
-        }
-    }
-}
-
-/// The verdict of an earlier run of the job (see [`MarkSource::Run`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunVerdict {
-    /// 1 for the first run.
-    pub run: u64,
-    pub steps: u64,
-    /// The step at which the run was first flagged.
-    pub flagged_at_step: Option<u64>,
-}
-
 /// Earlier runs remembered.
 const RUNS_KEPT: usize = 16;
 
 /// The first steps of a run whose floors may be warm-up (see
 /// `LeakDetector::floor_trend`).
 const WARM_UP: u64 = 4;
-
-/// One allocation size whose live count keeps growing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LeakSize {
-    /// The caller's request in bytes.
-    pub requested: u64,
-    /// The block it occupies (512 B rounding).
-    pub block_size: u64,
-    /// Tensors of this size alive now.
-    pub live: u64,
-    /// Robust growth of the live count per step.
-    pub live_growth_per_step: f64,
-    /// Growth of the live count over the analysed boundaries.
-    pub live_growth: i64,
-    /// Age of the oldest live tensor of this size, when known.
-    pub oldest_age_ns: Option<u64>,
-    /// The step (of this run) at which this size was first allocated.
-    #[serde(default)]
-    pub first_step: u64,
-}
-
-/// The verdict for one process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LeakReport {
-    /// The floor test or the survivor test says leak.
-    pub flagged: bool,
-    /// The survivor test (a steady stream of blocks outliving their step).
-    #[serde(default)]
-    pub survivors: SurvivorTest,
-    pub source: StepSource,
-    /// Steps seen since the detector started.
-    pub steps_observed: u64,
-    /// Floors analysed.
-    pub window_steps: usize,
-    /// Theil–Sen slope of the floor, bytes per step.
-    pub floor_slope_bytes_per_step: f64,
-    /// Slope × analysed steps.
-    pub floor_growth_bytes: f64,
-    /// Kendall's τ of floor vs step (1 = rises every step).
-    pub trend: f64,
-    pub last_floor: Option<u64>,
-    /// Sizes whose live counts grow most.
-    pub top_sizes: Vec<LeakSize>,
-    /// How sure the step boundaries are (0..1): 1 for markers and optimizer
-    /// steps, the period's confidence for the allocation pattern.
-    #[serde(default)]
-    pub step_confidence: f64,
-    /// With [`StepSource::AllocationPeriod`]: allocations per step.
-    #[serde(default)]
-    pub period_allocations: Option<u64>,
-    /// The step of this run at which it was first flagged, and how long
-    /// after the run's first step.
-    #[serde(default)]
-    pub flagged_at_step: Option<u64>,
-    #[serde(default)]
-    pub flagged_after_ns: Option<u64>,
-    /// This run's number (1 for the first) and the verdicts of earlier ones.
-    #[serde(default)]
-    pub run: u64,
-    #[serde(default)]
-    pub earlier_runs: Vec<RunVerdict>,
-    /// With a flagged leak and tagged allocations: the modules (and code
-    /// locations, where stacks were captured) whose surviving allocations
-    /// grow, most bytes per step first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub origins: Vec<LeakOrigin>,
-    /// Growing groups beyond those listed.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub more_origins: u64,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-fn one() -> u64 {
-    1
-}
-
-/// `model.layers.*` for `model.layers.3` (a numbered child), else None.
-fn numbered_parent(module: &str) -> Option<String> {
-    let (parent, last) = module.rsplit_once('.')?;
-    (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit())).then(|| format!("{parent}.*"))
-}
-
-/// Rolls growing siblings numbered alike (same parent, same stack) into
-/// one row each: a leak through every layer of a stack of layers is one
-/// finding, not twelve.
-fn roll_up(rows: Vec<LeakOrigin>) -> Vec<LeakOrigin> {
-    let mut by_parent: HashMap<(String, Vec<String>), Vec<LeakOrigin>> = HashMap::new();
-    let mut out = Vec::new();
-    for r in rows {
-        match numbered_parent(&r.module) {
-            Some(p) => by_parent.entry((p, r.stack.clone())).or_default().push(r),
-            None => out.push(r),
-        }
-    }
-    for ((parent, _), mut group) in by_parent {
-        if group.len() == 1 {
-            out.append(&mut group);
-            continue;
-        }
-        let mut r = group[0].clone();
-        r.module = parent;
-        r.modules = group.len() as u64;
-        r.bytes_per_step = group
-            .iter()
-            .fold(0u64, |a, g| a.saturating_add(g.bytes_per_step));
-        r.live_bytes = group
-            .iter()
-            .fold(0u64, |a, g| a.saturating_add(g.live_bytes));
-        r.steps_with_survivors = group
-            .iter()
-            .map(|g| g.steps_with_survivors)
-            .max()
-            .unwrap_or(0);
-        r.first_step = group.iter().map(|g| g.first_step).min().unwrap_or(0);
-        out.push(r);
-    }
-    out
-}
-
-/// A module (and code location, where a stack was captured) whose
-/// allocations outlive their step, step after step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeakOrigin {
-    /// The module path ("" outside every module); `parent.*` for growing
-    /// siblings numbered alike (`model.layers.*`: the layers of a
-    /// `ModuleList`), rolled up into one row.
-    #[serde(with = "crate::model::view::module_json")]
-    pub module: String,
-    /// Modules rolled up into this row (1 for one module).
-    #[serde(default = "one")]
-    pub modules: u64,
-    /// The stack captured when the module was entered, innermost first
-    /// (empty: none captured).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stack: Vec<String>,
-    /// The median over the window's steps of the bytes born in the step
-    /// that are still alive.
-    pub bytes_per_step: u64,
-    /// Steps of the window that left blocks alive.
-    pub steps_with_survivors: u64,
-    /// The steps looked at: the last [`ORIGIN_WINDOW`] finished ones.
-    pub window_steps: u64,
-    /// Bytes alive now that were born in the window.
-    pub live_bytes: u64,
-    /// The earliest step a live block of the group was born in. Where
-    /// blocks are dated by birth time (steps from the allocation period),
-    /// only blocks born in the steps whose starts the survivor test keeps
-    /// (about the last 50) are dated, and this is the earliest of those.
-    pub first_step: u64,
-}
-
-/// Finished steps [`growing_origins`] looks at.
-pub(crate) const ORIGIN_WINDOW: u64 = 16;
-
-/// The groups (module, stack) of live allocated blocks, each given as
-/// (module, stack, step born, bytes), whose blocks born in at least three
-/// quarters of the last finished steps (at most [`ORIGIN_WINDOW`], at least
-/// `min_steps`, before the current step `now`, after step 1) are still alive: most bytes
-/// per step first (growing siblings `x.0`, `x.1`, … rolled up into `x.*`),
-/// at most `top`; and how many more there were. A step's
-/// temporaries die within it, parameters and optimizer state are born once:
-/// neither is named.
-pub(crate) fn growing_origins<'a>(
-    blocks: impl Iterator<Item = (&'a str, &'a [String], u64, u64)>,
-    now: u64,
-    min_steps: usize,
-    top: usize,
-) -> (Vec<LeakOrigin>, u64) {
-    // Step 1 left out: optimizer state and caches are born there once.
-    let first = now.saturating_sub(ORIGIN_WINDOW).max(2);
-    let window = now.saturating_sub(first);
-    if window < (min_steps as u64).max(2) {
-        return (Vec::new(), 0);
-    }
-    // (module, stack) -> (bytes by step of the window, earliest step).
-    type Group = (Vec<u64>, u64);
-    let mut groups: HashMap<(&str, &[String]), Group> = HashMap::new();
-    for (module, stack, step, bytes) in blocks {
-        let g = groups
-            .entry((module, stack))
-            .or_insert_with(|| (vec![0; window as usize], u64::MAX));
-        g.1 = g.1.min(step);
-        if (first..now).contains(&step) {
-            let b = &mut g.0[(step - first) as usize];
-            *b = b.saturating_add(bytes);
-        }
-    }
-    let out: Vec<LeakOrigin> = groups
-        .into_iter()
-        .filter_map(|((module, stack), (by_step, first_step))| {
-            let with = by_step.iter().filter(|b| **b > 0).count() as u64;
-            if with * 4 < window * 3 {
-                return None;
-            }
-            let mut sorted = by_step.clone();
-            sorted.sort_unstable();
-            Some(LeakOrigin {
-                module: module.to_string(),
-                modules: 1,
-                stack: stack.to_vec(),
-                bytes_per_step: sorted[sorted.len() / 2],
-                steps_with_survivors: with,
-                window_steps: window,
-                live_bytes: by_step.iter().fold(0u64, |a, b| a.saturating_add(*b)),
-                first_step,
-            })
-        })
-        .collect();
-    let mut out = roll_up(out);
-    out.sort_by(|a, b| {
-        b.bytes_per_step
-            .cmp(&a.bytes_per_step)
-            .then_with(|| super::origin::natural_cmp(&a.module, &b.module))
-            .then_with(|| a.stack.cmp(&b.stack))
-    });
-    let more = out.len().saturating_sub(top) as u64;
-    out.truncate(top);
-    (out, more)
-}
 
 /// A multiplicative hasher for `u64` keys (sizes are not attacker-chosen
 /// in a way that matters: the map is bounded).
@@ -416,25 +171,6 @@ pub(crate) const SURVIVOR_WINDOW: u64 = 48;
 /// hands to the next (its loss, the next batch, a step's logits kept for
 /// logging) lives a step or two.
 pub(crate) const SURVIVOR_SKIP: u64 = 4;
-
-/// The survivor test: of the steps looked at, how many left allocated
-/// blocks that are still alive. A steady stream of survivors (blocks born
-/// in at least three quarters of [`SURVIVOR_WINDOW`] steps, each older than
-/// [`SURVIVOR_SKIP`] steps) is a leak, however much the floors swing;
-/// temporaries die within their step, parameters, optimizer state and
-/// caches are born once (in the run's first [`WARM_UP`] steps, which are
-/// not looked at).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct SurvivorTest {
-    /// Steps looked at (at most [`SURVIVOR_WINDOW`]; fewer early in a run).
-    pub window_steps: u64,
-    /// Of them, the steps that left a live block.
-    pub steps_with_survivors: u64,
-    /// Bytes alive that were born in those steps.
-    pub bytes: u64,
-    /// A full window, three quarters of it with survivors.
-    pub flagged: bool,
-}
 
 impl LeakDetector {
     pub(crate) fn new(cfg: LeakConfig) -> Self {
@@ -950,118 +686,9 @@ struct FloorTrend {
     flagged: bool,
 }
 
-/// +1 when `a > b`, −1 when `a < b`, 0 when equal.
-fn sign(a: u64, b: u64) -> i64 {
-    match a.cmp(&b) {
-        std::cmp::Ordering::Greater => 1,
-        std::cmp::Ordering::Less => -1,
-        std::cmp::Ordering::Equal => 0,
-    }
-}
-
-/// Median of pairwise slopes `(y_j − y_i) / (j − i)`.
-pub(crate) fn theil_sen(ys: &[f64]) -> f64 {
-    let n = ys.len();
-    if n < 2 {
-        return 0.0;
-    }
-    let mut slopes = Vec::with_capacity(n * (n - 1) / 2);
-    for i in 0..n {
-        for j in i + 1..n {
-            slopes.push((ys[j] - ys[i]) / (j - i) as f64);
-        }
-    }
-    // The median by selection (linear), not by sorting.
-    let m = slopes.len();
-    let (lower, &mut upper, _) = slopes.select_nth_unstable_by(m / 2, f64::total_cmp);
-    if m % 2 == 1 {
-        upper
-    } else {
-        let below = lower
-            .iter()
-            .copied()
-            .max_by(f64::total_cmp)
-            .unwrap_or(upper);
-        (below + upper) / 2.0
-    }
-}
-
-/// Kendall's τ-a between index and value: +1 when every later value is higher.
-pub(crate) fn kendall_tau(ys: &[f64]) -> f64 {
-    let n = ys.len();
-    if n < 2 {
-        return 0.0;
-    }
-    let mut s = 0i64;
-    for i in 0..n {
-        for j in i + 1..n {
-            s += match ys[j].total_cmp(&ys[i]) {
-                std::cmp::Ordering::Greater => 1,
-                std::cmp::Ordering::Less => -1,
-                std::cmp::Ordering::Equal => 0,
-            };
-        }
-    }
-    s as f64 / (n * (n - 1) / 2) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Only groups whose blocks outlive most of the last steps are named
-    /// (parameters born once, a step's temporaries, a one-off cache are
-    /// not); numbered siblings roll up; most bytes per step first.
-    #[test]
-    fn growing_origins_name_what_outlives_its_steps() {
-        let none: &[String] = &[];
-        let at = vec!["train.py:88 validate".to_string()];
-        let mut blocks: Vec<(&str, &[String], u64, u64)> = Vec::new();
-        for step in 0..20 {
-            blocks.push(("model.param", none, 0, 1000)); // born before the steps
-            blocks.push(("model.cache", none, 5, 10)); // once
-            if step >= 2 {
-                blocks.push(("model.layers.0", &at, step, 100));
-                blocks.push(("model.layers.1", &at, step, 100));
-            }
-            if step % 2 == 0 {
-                blocks.push(("head", none, step, 7)); // every other step: not most
-            }
-            if step % 4 != 0 {
-                blocks.push(("tail", none, step, 3)); // three steps of four
-            }
-        }
-        blocks.push(("temp", none, 20, 1 << 20)); // the current step's
-        let (rows, more) = growing_origins(blocks.iter().copied(), 20, 8, 5);
-        assert_eq!(more, 0);
-        let names: Vec<(&str, u64)> = rows
-            .iter()
-            .map(|r| (r.module.as_str(), r.bytes_per_step))
-            .collect();
-        assert_eq!(names, [("model.layers.*", 200), ("tail", 3)]);
-        assert_eq!(rows[0].modules, 2);
-        assert_eq!(rows[0].stack, at);
-        assert_eq!(rows[0].window_steps, 16);
-        assert_eq!(rows[0].steps_with_survivors, 16);
-        assert_eq!(rows[0].live_bytes, 16 * 200);
-        assert_eq!(rows[1].steps_with_survivors, 12);
-        // Too few steps: no verdict by module.
-        let (rows, _) = growing_origins(blocks.iter().copied(), 6, 8, 5);
-        assert!(rows.is_empty());
-        // `top` cuts, counting the rest.
-        let (rows, more) = growing_origins(blocks.iter().copied(), 20, 8, 1);
-        assert_eq!((rows.len(), more), (1, 1));
-    }
-
-    #[test]
-    fn robust_statistics() {
-        assert_eq!(theil_sen(&[1.0, 2.0, 3.0, 4.0]), 1.0);
-        // One outlier does not move the slope.
-        assert_eq!(theil_sen(&[0.0, 1.0, 100.0, 3.0, 4.0]), 1.0);
-        assert_eq!(kendall_tau(&[1.0, 2.0, 3.0]), 1.0);
-        assert_eq!(kendall_tau(&[3.0, 2.0, 1.0]), -1.0);
-        assert_eq!(kendall_tau(&[1.0, 1.0, 1.0]), 0.0);
-    }
 
     #[test]
     fn markers_take_over() {
