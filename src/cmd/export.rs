@@ -20,8 +20,8 @@ use vramscope_core::input::Input;
 use vramscope_core::model::device::AnchoredFrom;
 use vramscope_core::model::{Model, Process, ProcessKey};
 use vramscope_core::snapfile::write;
-use vramscope_wire::event::Event;
 use vramscope_wire::event::RingPos;
+use vramscope_wire::event::{Class, Event};
 
 use super::value::Count;
 
@@ -90,11 +90,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
                         marked.clear();
                         continue;
                     }
-                    if matches!(e.kind, vramscope_wire::event::EventKind::Marker { .. }) {
+                    if e.kind.class() == Class::Marker {
                         marked.push((*n, e));
                         continue;
                     }
-                    if !is_allocator_event(&e) {
+                    if !e.kind.class().is_allocator() {
                         continue;
                     }
                     *n += 1;
@@ -226,21 +226,6 @@ fn from_anchor(
         .map(|((e, _, s), _)| (e, s))
         .collect();
     Ok((trace, marks))
-}
-
-fn is_allocator_event(e: &Event) -> bool {
-    use vramscope_wire::event::EventKind as K;
-    matches!(
-        e.kind,
-        K::Alloc { .. }
-            | K::FreeRequested { .. }
-            | K::FreeCompleted { .. }
-            | K::SegmentAlloc { .. }
-            | K::SegmentFree { .. }
-            | K::SegmentMap { .. }
-            | K::SegmentUnmap { .. }
-            | K::Oom { .. }
-    )
 }
 
 fn pids(model: &Model) -> String {

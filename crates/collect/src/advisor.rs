@@ -150,19 +150,9 @@ impl Tap {
 /// Whether the advisor wants an event: the allocator's own, markers and
 /// statistics samples.
 pub(crate) fn wanted(e: &Event) -> bool {
-    use vramscope_wire::event::EventKind as K;
-    matches!(
-        e.kind,
-        K::Alloc { .. }
-            | K::FreeRequested { .. }
-            | K::Oom { .. }
-            | K::SegmentAlloc { .. }
-            | K::SegmentFree { .. }
-            | K::SegmentMap { .. }
-            | K::SegmentUnmap { .. }
-            | K::Marker { .. }
-            | K::Stats { .. }
-    )
+    use vramscope_wire::event::Class;
+    let class = e.kind.class();
+    class.is_allocator() || matches!(class, Class::Marker | Class::Stats)
 }
 
 struct Worker {

@@ -70,7 +70,76 @@ impl CtxTag {
     }
 }
 
+/// What an event is, by the groups the segment format numbers its kinds
+/// in (FORMAT.md, "Records"): every set of kinds a reader treats alike is
+/// a set of classes ([`EventKind::class`]), so a kind added to the format
+/// is classed once, where the compiler asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// A tensor's block: ALLOC, FREE_REQUESTED, FREE_COMPLETED.
+    Block,
+    /// The allocator's device memory: SEGMENT_ALLOC, SEGMENT_FREE,
+    /// SEGMENT_MAP, SEGMENT_UNMAP.
+    Segment,
+    /// OOM: a request the allocator could not serve.
+    Oom,
+    /// A statistics sample (STATS_A and STATS_B).
+    Stats,
+    /// Where a statistics sample sits in its device ring (STATS_C).
+    StatsPosition,
+    /// A state snapshot: SNAP_BEGIN, SNAP_SEGMENT, SNAP_BLOCK, SNAP_END.
+    Snapshot,
+    /// MARKER: a step boundary, a new run, a memory limit.
+    Marker,
+    /// DROPPED: what a bound of the producer dropped.
+    Dropped,
+    /// Attribution definitions: STRING, FRAME, STACK, CONTEXT.
+    Definition,
+    /// A role list: ROLES, ROLE, ROLES_END.
+    Role,
+    /// A kind this build does not know.
+    Unknown,
+}
+
+impl Class {
+    /// The allocator's own events (FORMAT.md kinds 1–15: ALLOC through
+    /// OOM), the ones [`EventKind::place`] places.
+    pub fn is_allocator(self) -> bool {
+        matches!(self, Class::Block | Class::Segment | Class::Oom)
+    }
+}
+
 impl EventKind {
+    /// Which [`Class`] of event this is.
+    pub fn class(&self) -> Class {
+        match self {
+            EventKind::Alloc { .. }
+            | EventKind::FreeRequested { .. }
+            | EventKind::FreeCompleted { .. } => Class::Block,
+            EventKind::SegmentAlloc { .. }
+            | EventKind::SegmentFree { .. }
+            | EventKind::SegmentMap { .. }
+            | EventKind::SegmentUnmap { .. } => Class::Segment,
+            EventKind::Oom { .. } => Class::Oom,
+            EventKind::Stats { .. } => Class::Stats,
+            EventKind::StatsPosition { .. } => Class::StatsPosition,
+            EventKind::SnapshotBegin { .. }
+            | EventKind::SnapshotSegment { .. }
+            | EventKind::SnapshotBlock { .. }
+            | EventKind::SnapshotEnd { .. } => Class::Snapshot,
+            EventKind::Marker { .. } => Class::Marker,
+            EventKind::Dropped { .. } => Class::Dropped,
+            EventKind::StringChunk { .. }
+            | EventKind::Frame { .. }
+            | EventKind::Stack { .. }
+            | EventKind::Context { .. } => Class::Definition,
+            EventKind::Roles { .. } | EventKind::Role { .. } | EventKind::RolesEnd { .. } => {
+                Class::Role
+            }
+            EventKind::Unknown { .. } => Class::Unknown,
+        }
+    }
+
     /// A new run of the job begins here (MARKER source 5: a demo starting
     /// its scenario over): what comes after starts from an empty allocator.
     pub fn starts_run(&self) -> bool {

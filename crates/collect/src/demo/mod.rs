@@ -16,7 +16,7 @@ use gpu::GpuBacking;
 pub(crate) use vramscope_core::sim::allocator::{EventSink, SimConfig};
 use vramscope_core::sim::conf::AllocConf;
 use vramscope_core::sim::scenario::{Scenario, ScenarioRunner};
-use vramscope_wire::event::{Event, EventKind, MarkSource, RingSpan};
+use vramscope_wire::event::{Class, Event, EventKind, MarkSource, RingSpan};
 use vramscope_wire::ring::codec::{encode, Words};
 use vramscope_wire::ring::{monotonic_ns, Command, Producer, SegmentConfig, SegmentWriter, Status};
 
@@ -151,17 +151,8 @@ impl EventSink for RingSink<'_> {
                 self.gpu_error.get_or_insert(err);
             }
         }
-        let ring = match e.kind {
-            EventKind::Stats { .. }
-            | EventKind::SnapshotBegin { .. }
-            | EventKind::SnapshotSegment { .. }
-            | EventKind::SnapshotBlock { .. }
-            | EventKind::SnapshotEnd { .. }
-            | EventKind::Marker { .. }
-            | EventKind::StringChunk { .. }
-            | EventKind::Frame { .. }
-            | EventKind::Stack { .. }
-            | EventKind::Context { .. } => 0,
+        let ring = match e.kind.class() {
+            Class::Stats | Class::Snapshot | Class::Marker | Class::Definition => 0,
             _ => 1,
         };
         if matches!(e.kind, EventKind::Stats { .. }) {

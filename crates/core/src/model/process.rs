@@ -20,7 +20,7 @@ use super::Block;
 use super::{Mode, ModelConfig, ProcessKey, PLACEMENT_LOG};
 use crate::model::Watch;
 use vramscope_wire::event::RingPos;
-use vramscope_wire::event::{BlockState, Event, EventKind, MarkSource, SegmentPool};
+use vramscope_wire::event::{BlockState, Class, Event, EventKind, MarkSource, SegmentPool};
 
 /// Step boundaries whose reserved bytes the forecast measures growth over
 /// (from 16 of them on; before, the floor's growth alone).
@@ -532,6 +532,12 @@ impl Process {
     /// Apply one event read at ring position `at` (when given).
     pub(crate) fn apply_at(&mut self, ev: &Event, at: Option<RingPos>) {
         let t = ev.time_ns;
+        // The allocator's events and markers are counted, and make the rate.
+        let class = ev.kind.class();
+        if class.is_allocator() || class == Class::Marker {
+            self.events += 1;
+            self.rate.note(t);
+        }
         match &ev.kind {
             EventKind::Alloc { place, .. }
             | EventKind::FreeRequested { place, .. }
@@ -540,8 +546,6 @@ impl Process {
             | EventKind::SegmentFree { place, .. }
             | EventKind::SegmentMap { place, .. }
             | EventKind::SegmentUnmap { place, .. } => {
-                self.events += 1;
-                self.rate.note(t);
                 if let EventKind::Alloc { size, .. } = ev.kind {
                     self.step_largest.0 = self.step_largest.0.max(size);
                 }
@@ -585,8 +589,6 @@ impl Process {
                 device_free,
                 request,
             } => {
-                self.events += 1;
-                self.rate.note(t);
                 let Some(i) = self.device_index(place.device) else {
                     return;
                 };
@@ -639,8 +641,6 @@ impl Process {
             EventKind::SnapshotSegment { place, .. } => self.snapshot(t, place.device, &ev.kind),
             EventKind::SnapshotBlock { device, .. } => self.snapshot(t, *device, &ev.kind),
             EventKind::Marker { source, value } => {
-                self.events += 1;
-                self.rate.note(t);
                 self.remember(t, &ev.kind, None);
                 if let MarkSource::MemoryLimit {
                     device,

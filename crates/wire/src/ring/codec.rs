@@ -1077,6 +1077,44 @@ mod tests {
             .collect()
     }
 
+    /// Each event's class is the group FORMAT.md numbers its kind in
+    /// (1–15 allocator events, 16–31 statistics, 32–47 snapshots, 48–63
+    /// markers and producer notes, 64–79 definitions and roles), and the
+    /// allocator's events are the ones given a place.
+    #[test]
+    fn every_kind_is_classed_as_the_format_numbers_it() {
+        use crate::event::Class as C;
+        let mut seen = std::collections::HashSet::new();
+        for e in all_kinds().into_iter().chain(new_kinds()) {
+            let class = e.kind.class();
+            seen.insert(class);
+            assert_eq!(e.kind.place().is_some(), class.is_allocator(), "{e:?}");
+            let mut words = Vec::new();
+            encode(&e, 1, &mut words);
+            let (kind, _, _) = split_head(words[0][0]);
+            let group = match class {
+                C::Block => vec![K_ALLOC, K_FREE_REQUESTED, K_FREE_COMPLETED],
+                C::Segment => vec![
+                    K_SEGMENT_ALLOC,
+                    K_SEGMENT_FREE,
+                    K_SEGMENT_MAP,
+                    K_SEGMENT_UNMAP,
+                ],
+                C::Oom => vec![K_OOM],
+                C::Stats => vec![K_STATS_A],
+                C::StatsPosition => vec![K_STATS_C],
+                C::Snapshot => (K_SNAP_BEGIN..=K_SNAP_END).collect(),
+                C::Marker => vec![K_MARKER],
+                C::Dropped => vec![K_DROPPED],
+                C::Definition => vec![K_STRING, K_FRAME, K_STACK, K_CONTEXT],
+                C::Role => vec![K_ROLES, K_ROLE, K_ROLES_END],
+                C::Unknown => vec![999],
+            };
+            assert!(group.contains(&kind), "{e:?} is {class:?}, kind {kind}");
+        }
+        assert_eq!(seen.len(), 11, "a class with no kind here: {seen:?}");
+    }
+
     #[test]
     fn every_new_kind_round_trips() {
         assert_round_trips(new_kinds(), 9);
