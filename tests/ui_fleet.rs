@@ -10,7 +10,7 @@ use vramscope_collect::fleet::fixtures::fleet;
 use vramscope_collect::fleet::view::{FleetView, ProcSeries, Screen, SortKey};
 use vramscope_ui::fleet::{Ask, FleetApp, FleetEvent};
 use vramscope_ui::shell::{Shot, Wake};
-use vramscope_ui::{Overlay, Theme};
+use vramscope_ui::{Overlay, Scroll, Theme};
 
 /// A fleet view of [`fleet`], `w`×`h`.
 fn app(w: u16, h: u16) -> FleetApp {
@@ -151,7 +151,7 @@ fn o_sorts_and_capital_o_reverses() {
 fn question_mark_shows_the_help_overlay() {
     let mut a = app(100, 30);
     a.handle(ch('?'));
-    assert_eq!(a.overlay, Some(Overlay::Help(0)));
+    assert_eq!(a.overlay, Some(Overlay::Help(Scroll::default())));
     let f = frame(&a);
     for text in [
         " Keys ",
@@ -186,7 +186,7 @@ fn question_mark_shows_the_help_overlay() {
 fn l_shows_the_legend() {
     let mut a = app(100, 20);
     a.handle(ch('L'));
-    assert_eq!(a.overlay, Some(Overlay::Legend(0)));
+    assert_eq!(a.overlay, Some(Overlay::Legend(Scroll::default())));
     let f = frame(&a);
     assert!(
         f.contains(" Legend ") && f.contains("Columns (nodes)"),
@@ -194,7 +194,7 @@ fn l_shows_the_legend() {
     );
     assert!(f.contains("Prometheus's last scrape of it failed"), "{f}");
     a.handle(ch('j'));
-    assert_eq!(a.overlay, Some(Overlay::Legend(1)));
+    assert!(matches!(a.overlay, Some(Overlay::Legend(s)) if s.offset() == 1));
     a.handle(key(KeyCode::Esc));
     assert_eq!(a.overlay, None);
 }
@@ -288,4 +288,41 @@ fn a_frame_only_when_something_changed() {
     assert!(!a.should_draw(1005 * MS), "the frame gap");
     assert_eq!(a.deadline_ns(), 1010 * MS);
     assert!(a.should_draw(1010 * MS));
+}
+
+/// Issue 46, item 3: the fleet's legend and help scroll within their
+/// lines: `j` at the end does nothing, `k` then moves at once, `g`/Home
+/// and `G`/End go to the top and the end, PgDn/PgUp a page.
+#[test]
+fn item3_the_fleet_overlays_are_bounded() {
+    fn offset(a: &FleetApp) -> usize {
+        match a.overlay {
+            Some(Overlay::Legend(s)) | Some(Overlay::Help(s)) => s.offset(),
+            ref o => panic!("{o:?}"),
+        }
+    }
+    for (open, w, h) in [('L', 100, 20), ('?', 60, 12)] {
+        let mut a = app(w, h);
+        a.handle(ch(open));
+        let top = frame(&a);
+        for _ in 0..200 {
+            a.handle(ch('j'));
+        }
+        let last = offset(&a);
+        assert!(last > 2, "{open}: {last}");
+        let at_end = frame(&a);
+        a.handle(ch('k'));
+        assert_eq!(offset(&a), last - 1, "{open}");
+        assert_ne!(frame(&a), at_end, "{open}: k moves at once");
+        for (end, home) in [(ch('G'), ch('g')), (key(KeyCode::End), key(KeyCode::Home))] {
+            a.handle(end);
+            assert_eq!((offset(&a), frame(&a)), (last, at_end.clone()), "{open}");
+            a.handle(home);
+            assert_eq!((offset(&a), frame(&a)), (0, top.clone()), "{open}");
+        }
+        a.handle(key(KeyCode::PageDown));
+        assert!(offset(&a) > 1, "{open}: PgDn moves a page");
+        a.handle(key(KeyCode::PageUp));
+        assert_eq!(offset(&a), 0, "{open}");
+    }
 }

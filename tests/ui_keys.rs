@@ -17,7 +17,7 @@ use vramscope_ui::app::{ActionState, SPANS_NS};
 use vramscope_ui::fixtures::{app_with, refresh, Fixture};
 use vramscope_ui::rows::Col;
 use vramscope_ui::{
-    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Overlay, Screen, Theme,
+    layout, send_command, App, AppConfig, AppEvent, Driver, Effect, Overlay, Screen, Scroll, Theme,
 };
 use vramscope_wire::ring::{Command, Outcome, Producer, SegmentConfig, SegmentWriter, Status};
 
@@ -85,9 +85,9 @@ fn selection_scrolls_the_table() {
     for _ in 0..12 {
         a.handle(key(KeyCode::Down));
     }
-    assert_eq!(a.overview.offset, 13 - visible);
+    assert_eq!(a.overview.scroll.offset(), 13 - visible);
     a.handle(key(KeyCode::Home));
-    assert_eq!(a.overview.offset, 0);
+    assert_eq!(a.overview.scroll.offset(), 0);
 }
 
 #[test]
@@ -254,13 +254,13 @@ fn block_map_scrolls() {
     refresh(&mut a, &FX);
     a.handle(ch('2'));
     a.handle(key(KeyCode::PageDown));
-    let page = a.process.block_scroll;
+    let page = a.process.block_scroll.offset();
     assert!(page > 5, "{page}");
     a.handle(key(KeyCode::Down));
-    assert_eq!(a.process.block_scroll, page + 1);
+    assert_eq!(a.process.block_scroll.offset(), page + 1);
     a.handle(key(KeyCode::PageUp));
     a.handle(key(KeyCode::PageUp));
-    assert_eq!(a.process.block_scroll, 0);
+    assert_eq!(a.process.block_scroll.offset(), 0);
     // PgDn stops at the last full page: the map's last row at the bottom.
     for _ in 0..50 {
         a.handle(key(KeyCode::PageDown));
@@ -268,7 +268,7 @@ fn block_map_scrolls() {
     let e = a.selected_entry().unwrap();
     let rows = vramscope_ui::blockmap::row_count(e);
     let page = layout::pane_rows(a.size, false, vramscope_ui::Pane::Blocks);
-    assert_eq!(a.process.block_scroll, rows - page);
+    assert_eq!(a.process.block_scroll.offset(), rows - page);
 }
 
 #[test]
@@ -287,8 +287,8 @@ fn tab_moves_the_focus_on_a_large_terminal_and_j_k_scroll_it() {
     assert_eq!(seen, vec![Pane::Blocks, Pane::Stats, Pane::Events]);
     // j scrolls the events pane in focus, not the block map.
     a.handle(ch('j'));
-    assert_eq!(a.process.event_scroll, 1);
-    assert_eq!(a.process.block_scroll, 0);
+    assert_eq!(a.process.event_scroll.offset(), 1);
+    assert_eq!(a.process.block_scroll.offset(), 0);
     // The focused pane's border is drawn in the focus style.
     let buf = vramscope_ui::render_buffer(&a, 200, 60);
     let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
@@ -308,7 +308,7 @@ fn a_scroll_set_small_never_empties_a_pane_when_enlarged() {
     for _ in 0..100 {
         a.handle(key(KeyCode::PageDown));
     }
-    assert!(a.process.event_scroll > 0);
+    assert!(a.process.event_scroll.offset() > 0);
     a.handle(AppEvent::Input(Event::Resize(200, 60)));
     refresh(&mut a, &FX);
     let buf = vramscope_ui::render_buffer(&a, 200, 60);
@@ -527,14 +527,14 @@ fn readonly_blocks_actions() {
 fn help_overlay() {
     let mut a = app();
     a.handle(ch('?'));
-    assert_eq!(a.overlay, Some(Overlay::Help(0)));
+    assert_eq!(a.overlay, Some(Overlay::Help(Scroll::default())));
     let sel = a.overview.selected;
     a.handle(ch('j'));
     assert_eq!(a.overview.selected, sel);
     assert!(a.handle(ch('e')).is_empty());
     assert!(a.action.is_none());
     a.handle(key(KeyCode::Esc));
-    assert_ne!(a.overlay, Some(Overlay::Help(0)));
+    assert_ne!(a.overlay, Some(Overlay::Help(Scroll::default())));
     // Every key the footer names is in the help.
     let all: Vec<&str> = vramscope_ui::keys::KEYS
         .iter()
@@ -738,4 +738,216 @@ fn capture_stacks_key_posts_command_5_and_reports_the_answer() {
 
 fn key_esc() -> AppEvent {
     key(KeyCode::Esc)
+}
+
+// Issue 46, item 3: scrolling is bounded everywhere, with the same keys in
+// every scrolled pane (one scroll type, `vramscope_ui::Scroll`).
+
+/// Where a scrolled pane of an app is: the first line it shows.
+type Offset = fn(&App) -> usize;
+
+/// What `a` draws, as text.
+fn screen(a: &App) -> String {
+    let buf = vramscope_ui::render_buffer(a, a.size.width, a.size.height);
+    buf.content.iter().map(|c| c.symbol()).collect()
+}
+
+/// `k` pressed into `a`, and the snapshot it then asks for taken (the
+/// events pane asks for the history further back as it scrolls).
+fn press(a: &mut App, k: KeyCode) {
+    if a.handle(key(k)).contains(&Effect::Refresh) {
+        refresh(a, &FX);
+    }
+}
+
+/// The scroll keys on whatever scrolls in `a` (its first line shown:
+/// `offset`): `end_keys` go to the end, where `j` does nothing and `k`
+/// then moves at once (no press is lost past the end); `g` and Home go
+/// to the top; PgDn goes a page and never past the end, PgUp back; any
+/// number of `j` stops at the end.
+fn scrolls_within_its_lines(a: &mut App, offset: Offset, end_keys: &[KeyCode]) {
+    use KeyCode::{Char, Home, PageDown, PageUp};
+    press(a, end_keys[0]);
+    let last = offset(a);
+    assert!(
+        last > 2,
+        "the lines fit: nothing to scroll ({last})\n{}",
+        screen(a)
+    );
+    let at_end = screen(a);
+    for _ in 0..3 {
+        press(a, Char('j'));
+        assert_eq!(offset(a), last, "j at the end");
+    }
+    assert_eq!(screen(a), at_end);
+    press(a, Char('k'));
+    assert_eq!(offset(a), last - 1, "k after j at the end");
+    assert_ne!(screen(a), at_end, "k moves the lines at once");
+    for top in [Char('g'), Home] {
+        press(a, top);
+        assert_eq!(offset(a), 0, "{top:?}");
+        for &end in end_keys {
+            press(a, end);
+            assert_eq!(offset(a), last, "{end:?}");
+            assert_eq!(screen(a), at_end, "{end:?}");
+            press(a, top);
+        }
+    }
+    press(a, PageDown);
+    let page = offset(a);
+    assert!(page > 1 && page <= last, "PgDn: {page} of {last}");
+    press(a, PageUp);
+    assert_eq!(offset(a), 0, "PgUp");
+    press(a, end_keys[0]);
+    press(a, PageUp);
+    assert_eq!(offset(a), last - page, "PgUp from the end");
+    press(a, PageDown);
+    press(a, PageDown);
+    assert_eq!(offset(a), last, "PgDn stops at the end");
+    for _ in 0..50 {
+        press(a, Char('j'));
+    }
+    assert_eq!(offset(a), last, "j stops at the end");
+    press(a, Char('k'));
+    assert_eq!(offset(a), last - 1, "k after many j");
+}
+
+fn legend_offset(a: &App) -> usize {
+    match a.overlay {
+        Some(Overlay::Legend(s)) => s.offset(),
+        ref o => panic!("no legend: {o:?}"),
+    }
+}
+
+fn help_offset(a: &App) -> usize {
+    match a.overlay {
+        Some(Overlay::Help(s)) => s.offset(),
+        ref o => panic!("no help: {o:?}"),
+    }
+}
+
+/// The issue's own steps: at 80x24, `j` fifty times in the legend, then
+/// one `k` shows the line before at once; Home, `g` and PgUp go back up.
+#[test]
+fn item3_the_legend_stops_at_its_last_line() {
+    let mut a = app();
+    a.handle(ch('L'));
+    let top = screen(&a);
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        a.handle(ch('j'));
+        seen.push(legend_offset(&a));
+    }
+    let last = *seen.last().unwrap();
+    // The offset climbs to the last line's page and stays there.
+    let first_at_end = seen.iter().position(|o| *o == last).unwrap();
+    assert!(first_at_end < 49, "j went on counting: {seen:?}");
+    assert!(seen[first_at_end..].iter().all(|o| *o == last), "{seen:?}");
+    let at_end = screen(&a);
+    assert!(at_end.contains("G M K B"), "the legend's last line");
+    a.handle(ch('k'));
+    assert_eq!(legend_offset(&a), last - 1);
+    assert_ne!(screen(&a), at_end, "k moved nothing");
+    for top_key in [KeyCode::Home, KeyCode::Char('g'), KeyCode::PageUp] {
+        a.handle(ch('G'));
+        assert_eq!(screen(&a), at_end, "G: the end");
+        for _ in 0..3 {
+            a.handle(key(top_key));
+        }
+        assert_eq!(legend_offset(&a), 0, "{top_key:?}");
+        assert_eq!(screen(&a), top, "{top_key:?}");
+    }
+}
+
+#[test]
+fn item3_every_overlay_that_scrolls_is_bounded() {
+    use KeyCode::{Char, End};
+    // The legend at 80x24, the help at 40x10.
+    let mut a = app();
+    a.handle(ch('L'));
+    scrolls_within_its_lines(&mut a, legend_offset, &[Char('G'), End]);
+    let mut a = app_with(&FX, cfg(false), 40, 10);
+    a.handle(ch('?'));
+    scrolls_within_its_lines(&mut a, help_offset, &[Char('G'), End]);
+}
+
+/// The process view's panes (one tab each at 80x16): `G` goes to the end
+/// of the pane (End still follows live on the timeline), and the rest as
+/// in every scrolled pane.
+#[test]
+fn item3_every_pane_of_the_process_view_is_bounded() {
+    let panes: [(&str, char, Offset); 4] = [
+        ("leak", '2', |a| a.process.block_scroll.offset()),
+        ("leak", '3', |a| a.process.stats_scroll.offset()),
+        ("leak", '4', |a| a.process.event_scroll.offset()),
+        ("oom", '5', |a| a.process.diagnosis_scroll.offset()),
+    ];
+    for (scenario, tab, offset) in panes {
+        let mut a = app_with(&FX, cfg(false), 80, 16);
+        a.overview.selected = FX.key_of(scenario);
+        a.open();
+        refresh(&mut a, &FX);
+        a.handle(ch(tab));
+        scrolls_within_its_lines(&mut a, offset, &[KeyCode::Char('G')]);
+        a.handle(ch('f'));
+        assert!(!a.process.follow);
+        a.handle(key(KeyCode::End));
+        assert!(a.process.follow, "End follows live");
+    }
+}
+
+/// The step diff overlay scrolls its rows the same way (a row with its
+/// code location takes two lines: the last page is the rows that fit).
+#[test]
+fn item3_the_step_diff_is_bounded() {
+    let mut a = app_with(&FX, cfg(false), 80, 16);
+    a.overview.selected = FX.key_of("leak");
+    a.open();
+    refresh(&mut a, &FX);
+    a.handle(ch('d'));
+    fn offset(a: &App) -> usize {
+        match a.overlay {
+            Some(Overlay::StepDiff(d)) => d.scroll.offset(),
+            ref o => panic!("no step diff: {o:?}"),
+        }
+    }
+    scrolls_within_its_lines(&mut a, offset, &[KeyCode::Char('G'), KeyCode::End]);
+    // At the end, the table's last row is on the overlay's last line.
+    a.handle(ch('G'));
+    let f = screen(&a);
+    assert!(f.contains("model.head"), "{f}");
+}
+
+/// By module moves its cursor with the same keys: `G`/End to the last
+/// row (where any number of `j` stops too), `g`/Home to the first, PgDn a
+/// page of rows; Enter shows the module under it in the block map.
+#[test]
+fn item3_by_module_moves_its_cursor_with_the_scroll_keys() {
+    use vramscope_ui::blockmap::Only;
+    let module_at = |keys: &[KeyCode]| -> Option<Only> {
+        let mut a = app_with(&FX, cfg(false), 80, 24);
+        a.overview.selected = FX.key_of("leak");
+        a.open();
+        refresh(&mut a, &FX);
+        a.handle(ch('M'));
+        for k in keys {
+            a.handle(key(*k));
+        }
+        a.handle(key(KeyCode::Enter));
+        assert_eq!(a.overlay, None);
+        a.process.only.clone()
+    };
+    use KeyCode::{Char, End, Home, PageDown};
+    let first = module_at(&[]);
+    let last = module_at(&[Char('j'); 200]);
+    assert!(first.is_some() && last.is_some() && first != last);
+    assert_eq!(module_at(&[Char('G')]), last);
+    assert_eq!(module_at(&[End]), last);
+    assert_eq!(module_at(&[Char('G'), Char('g')]), first);
+    assert_eq!(module_at(&[End, Home]), first);
+    assert_eq!(module_at(&[Char('G'), Char('k'), Char('j')]), last);
+    let one = module_at(&[Char('j')]);
+    let page = module_at(&[PageDown]);
+    assert!(page != first && page != one, "PgDn moves a page of rows");
+    assert_eq!(module_at(&[PageDown; 20]), last);
 }

@@ -11,7 +11,7 @@ use ratatui::Terminal;
 use vramscope_collect::demo::DemoStatus;
 use vramscope_ui::app::ActionState;
 use vramscope_ui::fixtures::{app_with, refresh, Fixture};
-use vramscope_ui::{render_buffer, App, AppConfig, Overlay, Pane, Theme};
+use vramscope_ui::{render_buffer, App, AppConfig, Overlay, Pane, Scroll, Theme};
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 static FX8: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(8));
@@ -218,12 +218,12 @@ fn oom_details_come_first_and_scroll_on_a_large_terminal() {
         press(&mut app, PageDown);
         press(&mut app, Char('j'));
         let page = vramscope_ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
-        assert_eq!(app.process.diagnosis_scroll, page + 1);
+        assert_eq!(app.process.diagnosis_scroll.offset(), page + 1);
         if (w, h) == (120, 40) {
             snapshot_showing("process_oom_scrolled_120x40", &app, "Out of memory · lines");
         }
         press(&mut app, Home);
-        assert_eq!(app.process.diagnosis_scroll, 0);
+        assert_eq!(app.process.diagnosis_scroll.offset(), 0);
     }
 }
 
@@ -245,7 +245,7 @@ fn nvml_only_process() {
 #[test]
 fn help_overlay() {
     let mut app = app_with(&FX, cfg(), 80, 24);
-    app.overlay = Some(Overlay::Help(0));
+    app.overlay = Some(Overlay::Help(Scroll::default()));
     insta::assert_snapshot!("help_80x24", frame(&app));
     app.size = ratatui::layout::Rect::new(0, 0, 200, 60);
     insta::assert_snapshot!("help_200x60", frame(&app));
@@ -258,7 +258,7 @@ fn help_overlay() {
         80,
         24,
     );
-    ro.overlay = Some(Overlay::Help(0));
+    ro.overlay = Some(Overlay::Help(Scroll::default()));
     snapshot_showing("help_readonly_80x24", &ro, "Read-only");
 }
 
@@ -269,7 +269,7 @@ fn legend_overlay() {
     app.handle(vramscope_ui::AppEvent::Input(crossterm::event::Event::Key(
         crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('L')),
     )));
-    assert_eq!(app.overlay, Some(Overlay::Legend(0)));
+    assert_eq!(app.overlay, Some(Overlay::Legend(Scroll::default())));
     let f = frame(&app);
     for c in vramscope_ui::rows::Col::ALL {
         assert!(f.contains(c.meaning()), "{:?} {f}", c);
@@ -277,10 +277,10 @@ fn legend_overlay() {
     insta::assert_snapshot!("legend_120x40", f);
     // At 80x24 it scrolls: the words at the end come into view.
     let mut small = app_with(&FX, cfg(), 80, 24);
-    small.overlay = Some(Overlay::Legend(0));
+    small.overlay = Some(Overlay::Legend(Scroll::default()));
     assert!(!frame(&small).contains("s#b0c0"));
     insta::assert_snapshot!("legend_80x24", frame(&small));
-    small.overlay = Some(Overlay::Legend(100));
+    press(&mut small, crossterm::event::KeyCode::Char('G'));
     snapshot_showing("legend_80x24_scrolled", &small, "s#b0c0");
 }
 
@@ -300,9 +300,9 @@ fn a_long_event_history_scrolled_and_searched() {
         refresh(&mut app, &FX);
     }
     assert!(
-        app.process.event_scroll > 1000,
+        app.process.event_scroll.offset() > 1000,
         "{}",
-        app.process.event_scroll
+        app.process.event_scroll.offset()
     );
     snapshot_showing("events_scrolled_120x40", &app, "from #");
     // `/` searches the whole history: only 16 MiB blocks and segments.
@@ -426,7 +426,7 @@ fn ascii_has_only_ascii() {
     let mut o = app_with(&FX, AppConfig { theme, ..cfg() }, 80, 24);
     o.config.theme = theme;
     frames.push(render_buffer(&o, 80, 24));
-    o.overlay = Some(Overlay::Help(0));
+    o.overlay = Some(Overlay::Help(Scroll::default()));
     frames.push(render_buffer(&o, 80, 24));
     for buf in &frames {
         for c in &buf.content {
@@ -835,7 +835,7 @@ fn help_scrolls_on_a_small_terminal() {
         ))
     };
     app.handle(key('?'));
-    assert_eq!(app.overlay, Some(Overlay::Help(0)));
+    assert_eq!(app.overlay, Some(Overlay::Help(Scroll::default())));
     let first = frame(&app);
     assert!(first.contains("j/k scroll"), "{first}");
     assert!(!first.contains("wheel"), "{first}");
@@ -848,4 +848,28 @@ fn help_scrolls_on_a_small_terminal() {
     insta::assert_snapshot!("help_40x10_scrolled", last);
     app.handle(key('?'));
     assert_eq!(app.overlay, None);
+}
+
+/// Issue 46, item 3: the legend at 80x24 after `j` fifty times, and
+/// opened afresh then `G`: the same last page, the last line at the
+/// bottom; one `k` then shows the line before it at once.
+#[test]
+fn item3_the_legend_80x24_at_its_end() {
+    use crossterm::event::KeyCode::Char;
+    let mut app = app_with(&FX, cfg(), 80, 24);
+    press(&mut app, Char('L'));
+    for _ in 0..50 {
+        press(&mut app, Char('j'));
+    }
+    let after_j = frame(&app);
+    snapshot_showing("legend_80x24_after_j50", &app, "G M K B");
+    let mut fresh = app_with(&FX, cfg(), 80, 24);
+    press(&mut fresh, Char('L'));
+    press(&mut fresh, Char('G'));
+    snapshot_showing("legend_80x24_after_G", &fresh, "G M K B");
+    assert_eq!(frame(&fresh), after_j);
+    press(&mut app, Char('k'));
+    let up = frame(&app);
+    assert_ne!(up, after_j, "k moves at once");
+    assert!(!up.contains("G M K B"), "{up}");
 }

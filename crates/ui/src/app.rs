@@ -273,14 +273,20 @@ impl App {
         };
         // The events the Events pane shows, from the newest to the scroll
         // position and a page beyond (so scrolling back has them); the
-        // whole history while searching it.
+        // whole history while searching it, or once `G` went to its end.
         let recent_events = if !process {
             0
         } else if !self.process.event_filter.is_empty() {
             usize::MAX
         } else {
-            let rows = layout::pane_rows(self.size, self.caption(), Pane::Events).max(20);
-            self.process.event_scroll + 2 * rows + 64
+            let s = self.process.event_scroll;
+            if s.tail() {
+                // `G`: the history's end, wherever it is.
+                usize::MAX
+            } else {
+                let rows = layout::pane_rows(self.size, self.caption(), Pane::Events).max(20);
+                s.offset() + 2 * rows + 64
+            }
         };
         ViewOptions {
             block_map: process,
@@ -313,6 +319,7 @@ impl App {
         self.settle_rates();
         self.note_letters();
         self.fix_selection();
+        self.fit_pane();
         self.note_nvml_after();
         self.update_confirm();
         self.dirty = true;
@@ -532,30 +539,28 @@ impl App {
             | A::ConfirmYes
             | A::ConfirmNo
             | A::CloseReport => self.command_act(action),
+            // The overlay up takes the scroll keys; else the pane in focus.
+            A::Scroll(m) if self.overlay.is_some() => {
+                self.overlay_scroll(m);
+                vec![]
+            }
+            A::Scroll(m) => self.scroll_pane(m.down(), |s| s.go(m)),
             A::Help
             | A::CloseHelp
             | A::Legend
             | A::CloseLegend
-            | A::OverlayUp
-            | A::OverlayDown
             | A::Modules
             | A::CloseModules
             | A::ModulesSort
             | A::ModulesReverse
             | A::ModulesRole
-            | A::ModulesUp
-            | A::ModulesDown
             | A::ModulesOnly
             | A::StepDiff
             | A::CloseStepDiff
             | A::StepDiffOlder
             | A::StepDiffNewer
-            | A::StepDiffUp
-            | A::StepDiffDown
             | A::Advisor
             | A::CloseAdvisor
-            | A::AdvisorUp
-            | A::AdvisorDown
             | A::AdvisorCopy
             | A::TraceStacks
             | A::CloseStacks => self.overlay_act(action),
@@ -571,16 +576,9 @@ impl App {
             | A::ClearFilter
             | A::SortNext
             | A::SortReverse => self.overview_act(action),
-            A::Back
-            | A::SearchEvents
-            | A::NextPane
-            | A::PrevPane
-            | A::ShowPane(_)
-            | A::ScrollUp
-            | A::ScrollDown
-            | A::ScrollPageUp
-            | A::ScrollPageDown
-            | A::ScrollTop => self.process_act(action),
+            A::Back | A::SearchEvents | A::NextPane | A::PrevPane | A::ShowPane(_) => {
+                self.process_act(action)
+            }
             A::ZoomIn
             | A::ZoomOut
             | A::TimeBack
@@ -644,7 +642,7 @@ impl App {
         self.dirty = true;
         match self.screen {
             Screen::Overview => self.move_selection(wheel),
-            Screen::Process => self.scroll(wheel * 3),
+            Screen::Process => self.scroll_pane(wheel > 0, |s| s.by(wheel * 3)),
         }
     }
 }

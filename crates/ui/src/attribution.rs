@@ -12,6 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Clear, Paragraph, Row, Table};
 use ratatui::Frame;
 
+use super::scroll::{Move, Scroll};
 use super::theme::Theme;
 use vramscope_core::model::attrib::{natural_cmp, Attribution};
 use vramscope_core::model::roles::Role;
@@ -43,13 +44,14 @@ impl SortBy {
     }
 }
 
-/// The overlay's state: its order and scroll.
+/// The overlay's state: its order and the row under the cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ModulesView {
     pub(crate) sort: SortBy,
     /// Smallest first (bytes, blocks) or Z first (module).
     pub(crate) reversed: bool,
-    pub(crate) scroll: usize,
+    /// The row under the cursor (Enter filters the block map to it).
+    pub(crate) cursor: usize,
     /// Only this role's bytes (None: all roles).
     pub(crate) role: Option<Role>,
 }
@@ -71,15 +73,27 @@ impl ModulesView {
                 .position(|x| *x == r)
                 .and_then(|i| all.get(i + 1).copied()),
         };
-        self.scroll = 0;
+        self.cursor = 0;
     }
-    pub(crate) fn scroll_by(&mut self, down: bool, rows: usize) {
-        self.scroll = if down {
-            (self.scroll + 1).min(rows.saturating_sub(1))
-        } else {
-            self.scroll.saturating_sub(1)
-        };
+    /// The cursor moved by a scroll key, within the `rows` rows of a table
+    /// showing `shown` at once.
+    pub(crate) fn go(&mut self, m: Move, rows: usize, shown: usize) {
+        self.cursor = Scroll::new(rows, shown).cursor_after(self.cursor, m);
     }
+}
+
+/// The popup over `area` for the modules of `a`.
+fn popup(area: Rect, a: &Attribution) -> Rect {
+    let h = (a.by_module.len() as u16).saturating_add(7).max(9);
+    super::layout::centered(area, 100.min(area.width), h)
+}
+
+/// Rows the table shows at once over `area` (under the two lines of
+/// phases and roles, a gap and its header).
+pub(crate) fn rows_shown(area: Rect, a: &Attribution) -> usize {
+    (popup(area, a).height as usize)
+        .saturating_sub(2 + 3 + 1)
+        .max(1)
 }
 
 /// A row of the table: a module's bytes (in one role, or in all), and the
@@ -150,9 +164,7 @@ pub(crate) fn render(
     t: &Theme,
 ) {
     let g = t.glyphs();
-    let w = 100.min(area.width);
-    let h = (a.by_module.len() as u16).saturating_add(7).max(9);
-    let popup = super::layout::centered(area, w, h);
+    let popup = popup(area, a);
     frame.render_widget(Clear, popup);
     let order = format!(
         " o sort: {}{} · O reverse · r role: {} · j/k move · Enter: map only this · Esc ",
@@ -232,10 +244,9 @@ pub(crate) fn render(
     }
     let rows = sorted(a, v);
     let shown = body.height.saturating_sub(1).max(1) as usize;
-    // `v.scroll` is the row under the cursor (Enter filters the block map
-    // to it); the table scrolls to keep it in view.
-    let cursor = v.scroll.min(rows.len().saturating_sub(1));
-    let scroll = (cursor + 1).saturating_sub(shown);
+    // The table scrolls to keep the row under the cursor in view.
+    let cursor = v.cursor.min(rows.len().saturating_sub(1));
+    let scroll = Scroll::new(rows.len(), shown).reveal(cursor).offset();
     let module_w = width.saturating_sub(8 + 10 + 8 + 6 + 14 + 2).max(8);
     // The letter the block map (coloured by module) draws each module with.
     let keys = super::letters::keys(letters, a);

@@ -23,6 +23,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::letters::{self, ModuleLetters, LETTERS};
+use super::scroll::Scroll;
 use super::theme::Theme;
 use vramscope_collect::ProcessEntry;
 use vramscope_core::model::attrib::{Attribution, PhaseKey};
@@ -128,7 +129,7 @@ pub(crate) fn module_label(m: &str) -> &str {
 /// How the map is drawn: scroll, colouring, filter, selected block.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct MapView<'a> {
-    pub(crate) scroll: usize,
+    pub(crate) scroll: Scroll,
     pub(crate) colouring: Colouring,
     pub(crate) only: Option<&'a Only>,
     /// The selected block's address.
@@ -242,24 +243,6 @@ pub fn row_count(e: &ProcessEntry) -> usize {
         .iter()
         .map(|d| 1 + d.segments.len() + usize::from(!d.orphans.is_empty()))
         .sum()
-}
-
-/// A scrolled pane's title part when its `total` rows do not fit a `page`:
-/// ` · rows 1-20/49 (PgUp/PgDn) ` (`what`: rows, lines).
-pub(crate) fn scroll_hint(
-    what: &str,
-    offset: usize,
-    page: usize,
-    total: usize,
-    t: &Theme,
-) -> Option<Span<'static>> {
-    (total > page && page > 0).then(|| {
-        let (dot, last) = (t.glyphs().dot, (offset + page).min(total));
-        Span::styled(
-            format!("{dot} {what} {}-{last}/{total} (PgUp/PgDn) ", offset + 1),
-            t.dim(),
-        )
-    })
 }
 
 /// `s0`, `s7`, or the low bits of a real stream pointer (`s#b0c0`).
@@ -449,17 +432,24 @@ fn foot(e: &ProcessEntry, area: Rect, v: &MapView, t: &Theme) -> Vec<Line<'stati
     }
 }
 
+/// Map rows shown at once in `area` (the pane, its border included), as
+/// `v` draws the map of `e`: under them, the selected block's lines.
+pub(crate) fn rows_shown(e: &ProcessEntry, area: Rect, v: &MapView) -> usize {
+    let foot = foot(e, area, v, &Theme::default()).len();
+    (area.height.saturating_sub(2) as usize).saturating_sub(foot)
+}
+
 /// Where the rows go: map lines shown, first row, the prefix before the
 /// bars and the bars' width.
 fn geometry(
     rows: &[MapRow],
     inner: Rect,
     foot: usize,
-    scroll: usize,
+    scroll: Scroll,
 ) -> (usize, usize, usize, usize) {
     let inner_h = (inner.height as usize).saturating_sub(foot);
     // Never past the last full page (a scroll kept from a smaller terminal).
-    let offset = scroll.min(rows.len().saturating_sub(inner_h));
+    let offset = scroll.fit(rows.len(), inner_h).offset();
     let prefix_w = rows
         .iter()
         .filter_map(|r| match r {
@@ -520,7 +510,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapVie
     let segs: usize = e.view.devices.iter().map(|d| d.segments.len()).sum();
     let foot = foot(e, area, v, t);
     let inner_h = (area.height.saturating_sub(2) as usize).saturating_sub(foot.len());
-    let offset = v.scroll.min(rows.len().saturating_sub(inner_h));
+    let scroll = v.scroll.fit(rows.len(), inner_h);
     let mut title = vec![
         Span::styled(" Block map ", t.title()),
         Span::styled(format!("{} {segs} segments ", g.dot), t.dim()),
@@ -537,7 +527,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapVie
             t.key(),
         ));
     }
-    title.extend(scroll_hint("rows", offset, inner_h, rows.len(), t));
+    title.extend(scroll.hint("rows", t));
     let block = t.block(Line::from(title)).title_bottom(legend(
         e,
         v,
@@ -571,7 +561,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, v: &MapVie
     };
     let width = inner.width as usize;
     let mut lines = Vec::with_capacity(inner.height as usize);
-    for row in rows.iter().skip(offset).take(inner_h) {
+    for row in rows.iter().skip(scroll.offset()).take(inner_h) {
         lines.push(match row {
             MapRow::Device(d) => crate::fit::fit_line(device_line(d, t), width, g.ellipsis),
             MapRow::Segment(s) => segment_line(s, prefix_w, bar_w, &paint),

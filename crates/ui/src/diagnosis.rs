@@ -8,8 +8,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::blockmap::{scroll_hint, stream_label};
+use super::blockmap::stream_label;
 use super::events::event_line;
+use super::scroll::Scroll;
 use super::theme::Theme;
 use vramscope_collect::ProcessEntry;
 pub use vramscope_core::model::leak::{LeakConfig, LeakOrigin, LeakReport, StepSource};
@@ -17,12 +18,12 @@ use vramscope_core::model::view::OomRecord;
 use vramscope_text::format;
 
 /// `e`'s latest OOM and leak verdict, aged against `now_ns` (the
-/// snapshot's time), from line `scroll` on where they do not fit.
+/// snapshot's time), scrolled where they do not fit.
 pub(crate) fn render(
     frame: &mut Frame,
     area: Rect,
     e: &ProcessEntry,
-    (now_ns, scroll): (u64, usize),
+    (now_ns, scroll): (u64, Scroll),
     t: &Theme,
 ) {
     let text = paragraph(e, now_ns, t);
@@ -32,13 +33,13 @@ pub(crate) fn render(
         area.height.saturating_sub(2) as usize,
     );
     // Never past the last full page (a scroll kept from a smaller terminal).
-    let scroll = scroll.min(total.saturating_sub(page));
+    let scroll = scroll.fit(total, page);
     let mut title = vec![Span::styled(title(&e.view), t.title())];
-    title.extend(scroll_hint("lines", scroll, page, total, t));
+    title.extend(scroll.hint("lines", t));
     let block = t.block(Line::from(title));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    frame.render_widget(text.scroll((scroll as u16, 0)), inner);
+    frame.render_widget(text.scroll((scroll.offset() as u16, 0)), inner);
 }
 
 /// Lines the pane's text takes, wrapped `width` cells wide (for scrolling).

@@ -7,6 +7,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::blockmap::stream_label;
+use super::scroll::Scroll;
 use super::theme::Theme;
 use vramscope_collect::ProcessEntry;
 use vramscope_text::format;
@@ -35,7 +36,7 @@ pub(crate) fn matches(ev: &Event, filter: &str) -> bool {
         .contains(filter)
 }
 
-/// `e`'s event history, newest first from `scroll` on, aged against
+/// `e`'s event history, newest first, scrolled, aged against
 /// `now_ns` (the snapshot's time); only the events matching `filter` when
 /// one is typed (`/`).
 pub(crate) fn render(
@@ -43,11 +44,15 @@ pub(crate) fn render(
     area: Rect,
     e: &ProcessEntry,
     now_ns: u64,
-    (scroll, filter): (usize, &str),
+    (scroll, filter): (Scroll, &str),
     t: &Theme,
 ) {
     let evs = &e.view.recent_events;
     let filter = filter.to_lowercase();
+    // Never past the last full page (a scroll kept from a smaller
+    // terminal, or from a longer search).
+    let page = area.height.saturating_sub(2) as usize;
+    let scroll = scroll.fit(shown(e, &filter).count(), page);
     let dot = t.glyphs().dot;
     let kept = e
         .view
@@ -67,9 +72,9 @@ pub(crate) fn render(
         Span::styled(" Event history ", t.title()),
         Span::styled(count, t.dim()),
     ];
-    if scroll > 0 {
+    if scroll.offset() > 0 {
         title.push(Span::styled(
-            format!("{dot} from #{} ", scroll + 1),
+            format!("{dot} from #{} ", scroll.offset() + 1),
             t.dim(),
         ));
     }
@@ -84,11 +89,8 @@ pub(crate) fn render(
         frame.render_widget(Paragraph::new(Line::styled(msg, t.dim())), inner);
         return;
     }
-    // Never past the last full page (a scroll kept from a smaller terminal).
-    let n = shown(e, &filter).count();
-    let scroll = scroll.min(n.saturating_sub(inner.height as usize));
     let lines: Vec<Line> = shown(e, &filter)
-        .skip(scroll)
+        .skip(scroll.offset())
         .take(inner.height as usize)
         .map(|ev| event_line(ev, now_ns, t))
         .collect();

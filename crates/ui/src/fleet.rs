@@ -29,6 +29,7 @@ use ratatui::Frame;
 pub use app::{Ask, FleetApp, FleetEvent};
 
 use super::bars::{self, Footer};
+use super::scroll::Scroll;
 use super::state::Overlay;
 use super::theme::Theme;
 use super::{help, keys, legend};
@@ -166,8 +167,7 @@ fn pane(
 /// the header).
 fn window(selected: usize, rows: usize, height: u16) -> std::ops::Range<usize> {
     let h = (height as usize).saturating_sub(1).max(1);
-    let first = selected.saturating_sub(h - 1).min(rows.saturating_sub(h));
-    first..(first + h).min(rows)
+    Scroll::new(rows, h).reveal(selected).range()
 }
 
 fn table(

@@ -9,6 +9,7 @@ use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
 use super::keys;
+use super::scroll::Scroll;
 use super::theme::Theme;
 
 /// What one screen's overlay lists.
@@ -23,19 +24,70 @@ pub(crate) struct Page<'a> {
     pub(crate) notes: [Line<'static>; 2],
 }
 
-/// The dashboard's overlay; `readonly` marks the process actions as off;
-/// `trace` adds the keys of a snapshot file's trace.
-/// The lines of the dashboard's page (`trace`: with a snapshot file's
-/// keys), where its scrolling stops.
-pub(crate) fn lines(trace: bool) -> usize {
+/// The dashboard's sections (`trace`: with a snapshot file's keys).
+fn sections(trace: bool) -> Vec<keys::Context> {
     let mut sections = keys::HELP_SECTIONS.to_vec();
     sections.extend(trace.then_some(keys::Context::Trace));
-    rows(&sections, keys::MOUSE).len()
+    sections
 }
 
-/// The lines of the fleet view's page.
-pub(crate) fn fleet_lines() -> usize {
-    rows(&keys::FLEET_HELP_SECTIONS, &[]).len()
+/// The dashboard's page over `area` (`trace`: with a snapshot file's
+/// keys): the lines of its longer column and the lines shown at once,
+/// where its scrolling stops.
+pub(crate) fn extent(area: Rect, trace: bool) -> (usize, usize) {
+    let g = geometry(area, &rows(&sections(trace), keys::MOUSE));
+    (g.per_col, g.shown)
+}
+
+/// The fleet view's page over `area`, as [`extent`].
+pub(crate) fn fleet_extent(area: Rect) -> (usize, usize) {
+    let g = geometry(area, &rows(&keys::FLEET_HELP_SECTIONS, &[]));
+    (g.per_col, g.shown)
+}
+
+/// Lines under the keys: the notes.
+const FOOTER_LINES: usize = 2;
+
+/// Where a page's lines go over `area`.
+struct Geometry {
+    /// Two columns (a wide terminal).
+    two: bool,
+    /// The first line of the right column.
+    split: usize,
+    /// The lines of the longer column (of all, in one column).
+    per_col: usize,
+    /// The popup.
+    popup: Rect,
+    /// It is too short for them: they scroll.
+    scrolls: bool,
+    /// Lines of the keys shown at once.
+    shown: usize,
+}
+
+/// Two columns where the terminal is wide enough, split at the middle, but
+/// a section's title never ends the left one: it goes over with its lines.
+fn geometry(area: Rect, rows: &[(&str, &str, bool)]) -> Geometry {
+    let two = area.width >= 78;
+    let mut split = rows.len().div_ceil(2);
+    if rows[..split].last().is_some_and(|(_, d, _)| d.is_empty()) {
+        split -= 1;
+    }
+    let per_col = if two {
+        split.max(rows.len() - split)
+    } else {
+        rows.len()
+    };
+    let w = if two { 80 } else { 44 }.min(area.width);
+    let wanted = (per_col + FOOTER_LINES + 2) as u16;
+    let h = wanted.min(area.height);
+    Geometry {
+        two,
+        split,
+        per_col,
+        popup: super::layout::centered(area, w, h),
+        scrolls: wanted > area.height,
+        shown: (h as usize).saturating_sub(2 + FOOTER_LINES),
+    }
 }
 
 /// A page's lines: each section's title, then its (keys, what, is a
@@ -56,17 +108,17 @@ fn rows(
     rows
 }
 
-/// The dashboard's overlay, scrolled `scroll` lines (where the terminal is
-/// too small for it).
+/// The dashboard's overlay; `readonly` marks the process actions as off;
+/// `trace` adds the keys of a snapshot file's trace; scrolled (where the
+/// terminal is too small for it).
 pub(crate) fn render(
     frame: &mut Frame,
     area: Rect,
     (readonly, trace): (bool, bool),
-    scroll: usize,
+    scroll: Scroll,
     t: &Theme,
 ) {
-    let mut sections = keys::HELP_SECTIONS.to_vec();
-    sections.extend(trace.then_some(keys::Context::Trace));
+    let sections = sections(trace);
     let note = if readonly {
         Line::styled(
             " Read-only: e, r, s and C do nothing; nothing is sent anywhere.",
@@ -88,7 +140,7 @@ pub(crate) fn render(
 }
 
 /// The fleet view's overlay.
-pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
+pub(crate) fn render_fleet(frame: &mut Frame, area: Rect, scroll: Scroll, t: &Theme) {
     let page = Page {
         sections: &keys::FLEET_HELP_SECTIONS,
         mouse: &[],
@@ -108,9 +160,9 @@ fn absent(t: &Theme) -> Line<'static> {
     Line::styled(" Absent figures show as a dash, never as 0.", t.dim())
 }
 
-/// The overlay of `page`, centred in `area`, from line `scroll` on where it
-/// does not fit (issue 30, item 12: at 40×10 the end could not be reached).
-pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: usize, t: &Theme) {
+/// The overlay of `page`, centred in `area`, scrolled where it does not fit
+/// (issue 30, item 12: at 40×10 the end could not be reached).
+pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: Scroll, t: &Theme) {
     let ro = page.readonly;
     let rows = rows(page.sections, page.mouse);
     let items: Vec<Line> = rows
@@ -131,40 +183,24 @@ pub(crate) fn render_page(frame: &mut Frame, area: Rect, page: &Page, scroll: us
             }
         })
         .collect();
-    let two = area.width >= 78;
-    // Two columns split at the middle, but a section's title never ends
-    // the left one: it goes over with its lines.
-    let mut split = items.len().div_ceil(2);
-    if rows[..split].last().is_some_and(|(_, d, _)| d.is_empty()) {
-        split -= 1;
-    }
-    let per_col = if two {
-        split.max(items.len() - split)
-    } else {
-        items.len()
-    };
-    let w = if two { 80 } else { 44 }.min(area.width);
-    let footer_lines = 2;
-    let h = ((per_col + footer_lines + 2) as u16).min(area.height);
-    let popup = super::layout::centered(area, w, h);
-    frame.render_widget(Clear, popup);
-    let fits = (per_col + footer_lines + 2) as u16 <= area.height;
-    let title = if fits {
-        " Keys "
-    } else {
+    let g = geometry(area, &rows);
+    frame.render_widget(Clear, g.popup);
+    let title = if g.scrolls {
         " Keys · j/k scroll "
+    } else {
+        " Keys "
     };
     let block = t.block(Span::styled(title, t.title()));
-    let inner = block.inner(popup);
-    frame.render_widget(block, popup);
+    let inner = block.inner(g.popup);
+    frame.render_widget(block, g.popup);
     let [body, foot] =
-        Layout::vertical([Constraint::Min(0), Constraint::Length(footer_lines as u16)])
+        Layout::vertical([Constraint::Min(0), Constraint::Length(FOOTER_LINES as u16)])
             .areas(inner);
-    let scroll = scroll.min(per_col.saturating_sub(body.height as usize)) as u16;
-    if two {
+    let scroll = scroll.fit(g.per_col, body.height as usize).offset() as u16;
+    if g.two {
         let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
             .areas(body);
-        let (a, b) = items.split_at(split);
+        let (a, b) = items.split_at(g.split);
         frame.render_widget(Paragraph::new(a.to_vec()).scroll((scroll, 0)), l);
         frame.render_widget(Paragraph::new(b.to_vec()).scroll((scroll, 0)), r);
     } else {

@@ -13,6 +13,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use serde::{Deserialize, Serialize};
 
+use super::scroll::Move;
 use super::state::Pane;
 
 /// What a key asks for.
@@ -24,9 +25,10 @@ pub(crate) enum Action {
     /// The legend overlay: what columns, glyphs and words mean.
     Legend,
     CloseLegend,
-    /// Scroll the help or legend overlay.
-    OverlayUp,
-    OverlayDown,
+    /// Scroll whatever scrolls: the help, the legend, the step diff, the
+    /// pane in focus; the selected row of By module and the advisor. The
+    /// same keys in every one of them ([`Move`]).
+    Scroll(Move),
     /// Freeze the view (no new snapshots).
     Pause,
     /// Space: the demo's simulation when there is one, else [`Action::Pause`].
@@ -71,11 +73,6 @@ pub(crate) enum Action {
     TimeForward,
     FollowToggle,
     FollowOn,
-    ScrollUp,
-    ScrollDown,
-    ScrollPageUp,
-    ScrollPageDown,
-    ScrollTop,
     /// The "By module" overlay (attribution) of the selected process.
     Modules,
     CloseModules,
@@ -84,8 +81,6 @@ pub(crate) enum Action {
     /// The "By module" table shows one role's bytes (parameter, gradient,
     /// ...), then the next, then all again.
     ModulesRole,
-    ModulesUp,
-    ModulesDown,
     /// Enter in the "By module" table: the block map shows only that module.
     ModulesOnly,
     /// The block map's colours: state, module, phase.
@@ -105,8 +100,6 @@ pub(crate) enum Action {
     /// k one step further back / nearer.
     StepDiffOlder,
     StepDiffNewer,
-    StepDiffUp,
-    StepDiffDown,
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -122,9 +115,6 @@ pub(crate) enum Action {
     /// (the hub's live advisor) if nothing does yet.
     Advisor,
     CloseAdvisor,
-    /// Select the previous / next candidate of the advisor's table.
-    AdvisorUp,
-    AdvisorDown,
     /// Copy the selected candidate's `PYTORCH_CUDA_ALLOC_CONF=…` line
     /// (OSC 52, and shown in the footer).
     AdvisorCopy,
@@ -333,30 +323,46 @@ pub const KEYS: &[Binding] = &[
     bind(Confirm, &[c('n'), c('N'), k(Esc)], A::ConfirmNo),
     // The help overlay (other keys are ignored).
     bind(Help, &[k(Esc), c('?'), c('q'), k(F(1))], A::CloseHelp),
-    bind(Help, &[k(Up), c('k'), k(PageUp)], A::OverlayUp),
-    bind(Help, &[k(Down), c('j'), k(PageDown)], A::OverlayDown),
+    bind(Help, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(Help, &[k(Down), c('j')], A::Scroll(Move::Down)),
+    bind(Help, &[k(PageUp)], A::Scroll(Move::PageUp)),
+    bind(Help, &[k(PageDown)], A::Scroll(Move::PageDown)),
+    bind(Help, &[k(Home), c('g')], A::Scroll(Move::Home)),
+    bind(Help, &[k(End), c('G')], A::Scroll(Move::End)),
     // The legend overlay (other keys are ignored).
     bind(Legend, &[k(Esc), c('L'), c('q'), k(F(2))], A::CloseLegend),
-    bind(Legend, &[k(Up), c('k'), k(PageUp)], A::OverlayUp),
-    bind(Legend, &[k(Down), c('j'), k(PageDown)], A::OverlayDown),
+    bind(Legend, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(Legend, &[k(Down), c('j')], A::Scroll(Move::Down)),
+    bind(Legend, &[k(PageUp)], A::Scroll(Move::PageUp)),
+    bind(Legend, &[k(PageDown)], A::Scroll(Move::PageDown)),
+    bind(Legend, &[k(Home), c('g')], A::Scroll(Move::Home)),
+    bind(Legend, &[k(End), c('G')], A::Scroll(Move::End)),
     // The "By module" overlay (other keys are ignored).
     bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules),
     bind(Modules, &[c('o')], A::ModulesSort),
     bind(Modules, &[c('O')], A::ModulesReverse),
     bind(Modules, &[c('r')], A::ModulesRole),
-    bind(Modules, &[k(Up), c('k')], A::ModulesUp),
-    bind(Modules, &[k(Down), c('j')], A::ModulesDown),
+    bind(Modules, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(Modules, &[k(Down), c('j')], A::Scroll(Move::Down)),
+    bind(Modules, &[k(PageUp)], A::Scroll(Move::PageUp)),
+    bind(Modules, &[k(PageDown)], A::Scroll(Move::PageDown)),
+    bind(Modules, &[k(Home), c('g')], A::Scroll(Move::Home)),
+    bind(Modules, &[k(End), c('G')], A::Scroll(Move::End)),
     bind(Modules, &[k(Enter)], A::ModulesOnly),
     // The step diff overlay (other keys are ignored).
     bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff),
     bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder),
     bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
-    bind(StepDiff, &[k(Up), c('k')], A::StepDiffUp),
-    bind(StepDiff, &[k(Down), c('j')], A::StepDiffDown),
+    bind(StepDiff, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(StepDiff, &[k(Down), c('j')], A::Scroll(Move::Down)),
+    bind(StepDiff, &[k(PageUp)], A::Scroll(Move::PageUp)),
+    bind(StepDiff, &[k(PageDown)], A::Scroll(Move::PageDown)),
+    bind(StepDiff, &[k(Home), c('g')], A::Scroll(Move::Home)),
+    bind(StepDiff, &[k(End), c('G')], A::Scroll(Move::End)),
     // The advisor overlay (other keys are ignored).
     bind(Advisor, &[k(Esc), c('A'), c('q')], A::CloseAdvisor),
-    bind(Advisor, &[k(Up), c('k')], A::AdvisorUp),
-    bind(Advisor, &[k(Down), c('j')], A::AdvisorDown),
+    bind(Advisor, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(Advisor, &[k(Down), c('j')], A::Scroll(Move::Down)),
     bind(Advisor, &[c('y')], A::AdvisorCopy),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
@@ -481,13 +487,16 @@ pub const KEYS: &[Binding] = &[
         .help("f  End", "follow live (toggle/on)")
         .hint("f", "follow", 5),
     bind(Process, &[k(End)], A::FollowOn),
-    bind(Process, &[k(PageDown)], A::ScrollPageDown)
+    bind(Process, &[k(PageDown)], A::Scroll(Move::PageDown))
         .help("PgUp/Dn j k", "scroll the pane in focus")
         .hint("j/k", "scroll", 6),
-    bind(Process, &[k(PageUp)], A::ScrollPageUp),
-    bind(Process, &[k(Down), c('j')], A::ScrollDown),
-    bind(Process, &[k(Up), c('k')], A::ScrollUp),
-    bind(Process, &[k(Home), c('g')], A::ScrollTop),
+    bind(Process, &[k(PageUp)], A::Scroll(Move::PageUp)),
+    bind(Process, &[k(Down), c('j')], A::Scroll(Move::Down)),
+    bind(Process, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    // End follows live (above): the pane's end is `G` alone.
+    bind(Process, &[k(Home), c('g')], A::Scroll(Move::Home))
+        .help("Home g  G", "top / end of the pane"),
+    bind(Process, &[c('G')], A::Scroll(Move::End)),
     // The fleet view, every screen: the dashboard's keys for the same
     // actions.
     bind(Fleet, &[c('q')], A::Quit)
@@ -674,6 +683,47 @@ mod tests {
         }
     }
 
+    /// Issue 46, item 3: every scrolled pane takes the same scroll keys,
+    /// `j`/`k` (Down/Up) a line, PgDn/PgUp a page, `g`/Home the top and
+    /// `G`/End the end; the process view's End follows live, so there the
+    /// end is `G` alone. The help lists them.
+    #[test]
+    fn every_scrolled_pane_has_the_same_scroll_keys() {
+        let keys_of = |ctx: Context, m: Move| -> Vec<Key> {
+            (KEYS.iter())
+                .filter(|b| b.context == ctx && b.action == A::Scroll(m))
+                .flat_map(|b| b.keys.iter().copied())
+                .collect()
+        };
+        let moves = [
+            Move::Up,
+            Move::Down,
+            Move::PageUp,
+            Move::PageDown,
+            Move::Home,
+            Move::End,
+        ];
+        assert_eq!(keys_of(Help, Move::Down), [k(Down), c('j')]);
+        assert_eq!(keys_of(Help, Move::PageUp), [k(PageUp)]);
+        assert_eq!(keys_of(Help, Move::Home), [k(Home), c('g')]);
+        assert_eq!(keys_of(Help, Move::End), [k(End), c('G')]);
+        for ctx in [Legend, Modules, StepDiff] {
+            for m in moves {
+                assert_eq!(keys_of(ctx, m), keys_of(Help, m), "{ctx:?} {m:?}");
+            }
+        }
+        for m in moves {
+            let want = match m {
+                Move::End => vec![c('G')],
+                _ => keys_of(Help, m),
+            };
+            assert_eq!(keys_of(Process, m), want, "{m:?}");
+        }
+        let end = press(End, KeyModifiers::NONE);
+        assert_eq!(action(&end, &[Process]), Some(A::FollowOn));
+        assert!(help(Process).any(|(k, t, _)| k == "Home g  G" && t.contains("top / end")));
+    }
+
     #[test]
     fn block_map_and_capture_keys() {
         let key = |ch| press(KeyCode::Char(ch), KeyModifiers::NONE);
@@ -702,7 +752,7 @@ mod tests {
         let plain = |ch| press(KeyCode::Char(ch), KeyModifiers::NONE);
         assert_eq!(action(&key('A'), &[Advisor]), Some(A::CloseAdvisor));
         assert_eq!(action(&plain('y'), &[Advisor]), Some(A::AdvisorCopy));
-        assert_eq!(action(&plain('j'), &[Advisor]), Some(A::AdvisorDown));
+        assert_eq!(action(&plain('j'), &[Advisor]), Some(A::Scroll(Move::Down)));
         let esc = press(Esc, KeyModifiers::NONE);
         assert_eq!(action(&esc, &[Always, Advisor]), Some(A::CloseAdvisor));
         // It sends the process nothing: on in read-only mode and replays,

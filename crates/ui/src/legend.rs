@@ -11,6 +11,7 @@ use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
 use super::rows::Col;
+use super::scroll::Scroll;
 use super::theme::Theme;
 
 /// Words and marks the panes use, and what they mean.
@@ -229,25 +230,37 @@ fn item(mark: &str, style: Style, meaning: &str) -> Line<'static> {
     ])
 }
 
-/// The dashboard's legend over `area`, from line `scroll` on.
-pub(crate) fn render(frame: &mut Frame, area: Rect, scroll: usize, t: &Theme) {
+/// The dashboard's legend over `area`, scrolled.
+pub(crate) fn render(frame: &mut Frame, area: Rect, scroll: Scroll, t: &Theme) {
     render_lines(frame, area, lines(t), scroll, t);
 }
 
-/// The overlay of `lines` over `area`, from line `scroll` on.
+/// The overlay's height over `area` for `lines` lines: all of them and
+/// its border, as far as the terminal goes.
+fn height(area: Rect, lines: usize) -> u16 {
+    (lines as u16).saturating_add(2).min(area.height)
+}
+
+/// `lines` lines over `area`: the lines and the lines shown at once,
+/// where the scrolling stops.
+pub(crate) fn extent(area: Rect, lines: usize) -> (usize, usize) {
+    (lines, height(area, lines).saturating_sub(2) as usize)
+}
+
+/// The overlay of `lines` over `area`, scrolled.
 pub(crate) fn render_lines(
     frame: &mut Frame,
     area: Rect,
     lines: Vec<Line<'static>>,
-    scroll: usize,
+    scroll: Scroll,
     t: &Theme,
 ) {
     let w = 96.min(area.width);
-    let h = (lines.len() as u16 + 2).min(area.height);
+    let h = height(area, lines.len());
     let popup = super::layout::centered(area, w, h);
     frame.render_widget(Clear, popup);
-    let inner_h = h.saturating_sub(2) as usize;
-    let scroll = scroll.min(lines.len().saturating_sub(inner_h));
+    let (len, inner_h) = extent(area, lines.len());
+    let scroll = scroll.fit(len, inner_h).offset();
     let block = t
         .block(Span::styled(" Legend ", t.title()))
         .title_bottom(Line::styled(

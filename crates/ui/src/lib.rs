@@ -52,6 +52,8 @@
 //! (the "By module" overlay), [`stepdiff`] (the step diff overlay),
 //! [`advisor`] (the allocator advisor overlay; [`clipboard`] copies its
 //! line through the terminal).
+//! [`scroll`] is the one scroll type of every scrolled pane and overlay
+//! (bounded at both ends, the same keys everywhere).
 //! [`layout`] places them (pure geometry); [`rows`] the overview's rows;
 //! [`theme`] owns colours and glyphs; [`svg`] writes screenshots;
 //! `fixtures` builds deterministic snapshots for tests.
@@ -81,6 +83,7 @@ pub mod popup;
 pub(crate) mod process;
 pub mod rows;
 pub mod run;
+pub(crate) mod scroll;
 pub mod shell;
 pub mod state;
 pub mod stats;
@@ -95,6 +98,7 @@ pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Sh
 pub use draw::{draw, render_buffer, screenshot_now, Still};
 pub use driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
 pub use run::run;
+pub use scroll::Scroll;
 pub use shell::{Shell, ShellOptions};
 pub use state::{Overlay, Pane, Screen};
 pub use theme::Theme;

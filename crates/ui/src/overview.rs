@@ -168,7 +168,7 @@ fn render_table(
     let visible = inner.height.saturating_sub(1) as usize;
     let body: Vec<TRow> = rows
         .iter()
-        .skip(state.offset)
+        .skip(state.scroll.offset())
         .take(visible)
         .map(|r| {
             let selected = state.selected == Some(r.entry.key());
@@ -186,7 +186,7 @@ fn render_table(
         .column_spacing(1);
     frame.render_widget(table, inner);
     if rows.len() > visible && inner.width > 12 {
-        render_position(frame, area, (state.offset, visible, rows.len()), t);
+        render_position(frame, area, (state.scroll.offset(), visible, rows.len()), t);
     }
 }
 

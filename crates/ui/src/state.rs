@@ -2,6 +2,7 @@
 //! the panes draw. Plain data and small derived values; no events here.
 
 use super::rows::{self, Col, Row};
+use super::scroll::Scroll;
 use vramscope_collect::Snapshot;
 use vramscope_core::model::ProcessKey;
 use vramscope_wire::ring::{Command, Outcome, Status};
@@ -38,10 +39,10 @@ pub const SPEEDS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 6
 /// What is drawn over the screen and takes its keys: one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlay {
-    /// The keys (`?`), scrolled this many lines (a small terminal).
-    Help(usize),
-    /// The legend (`L`), scrolled this many lines.
-    Legend(usize),
+    /// The keys (`?`), scrolled (a small terminal).
+    Help(Scroll),
+    /// The legend (`L`), scrolled.
+    Legend(Scroll),
     /// The "By module" table of the selected process (`M`).
     Modules(super::attribution::ModulesView),
     /// What an earlier step left alive (`d`).
@@ -105,8 +106,8 @@ impl ActionReport {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverviewState {
     pub selected: Option<ProcessKey>,
-    /// The first table row shown.
-    pub offset: usize,
+    /// The table rows shown (they follow the selection).
+    pub scroll: Scroll,
     pub sort: Col,
     pub descending: bool,
     pub filter: String,
@@ -116,7 +117,7 @@ impl Default for OverviewState {
     fn default() -> Self {
         OverviewState {
             selected: None,
-            offset: 0,
+            scroll: Scroll::default(),
             sort: Col::Reserved,
             descending: true,
             filter: String::new(),
@@ -132,7 +133,7 @@ impl OverviewState {
 }
 
 /// The process view: the pane shown (tabs), the time window and the scroll
-/// of the block map and events.
+/// of each pane that scrolls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessState {
     pub pane: Pane,
@@ -145,11 +146,14 @@ pub struct ProcessState {
     /// The window a snapshot file's trace fixes (`open FILE`): all of it,
     /// whatever the zoom and the clock.
     pub(crate) trace_window: Option<(u64, u64)>,
-    pub block_scroll: usize,
-    pub event_scroll: usize,
-    pub(crate) stats_scroll: usize,
-    /// Lines of the OOM & leak pane scrolled past.
-    pub diagnosis_scroll: usize,
+    /// The block map's rows shown.
+    pub block_scroll: Scroll,
+    /// The events shown (newest first).
+    pub event_scroll: Scroll,
+    /// The memory summary's rows shown.
+    pub stats_scroll: Scroll,
+    /// The OOM & leak pane's lines shown.
+    pub diagnosis_scroll: Scroll,
     /// The event history's search (lower-case match on an event's line).
     pub(crate) event_filter: String,
     /// What the block map's colours say (`c`).
@@ -172,10 +176,10 @@ impl Default for ProcessState {
             follow: true,
             end_ns: 0,
             trace_window: None,
-            block_scroll: 0,
-            event_scroll: 0,
-            stats_scroll: 0,
-            diagnosis_scroll: 0,
+            block_scroll: Scroll::default(),
+            event_scroll: Scroll::default(),
+            stats_scroll: Scroll::default(),
+            diagnosis_scroll: Scroll::default(),
             event_filter: String::new(),
             colouring: Default::default(),
             only: None,
@@ -196,6 +200,26 @@ impl ProcessState {
             only: self.only.as_ref(),
             selected: self.selected_block,
             taken_ns,
+        }
+    }
+
+    /// The scroll of `pane` (None: the timeline, which does not scroll).
+    pub(crate) fn scroll_mut(&mut self, pane: Pane) -> Option<&mut Scroll> {
+        match pane {
+            Pane::Blocks => Some(&mut self.block_scroll),
+            Pane::Stats => Some(&mut self.stats_scroll),
+            Pane::Events => Some(&mut self.event_scroll),
+            Pane::Diagnosis => Some(&mut self.diagnosis_scroll),
+            Pane::Timeline => None,
+        }
+    }
+
+    /// Every pane at its top (a process opened).
+    pub(crate) fn scroll_home(&mut self) {
+        for pane in Pane::FOCUSABLE {
+            if let Some(s) = self.scroll_mut(pane) {
+                *s = Scroll::default();
+            }
         }
     }
 

@@ -7,15 +7,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
+use super::scroll::Scroll;
 use super::theme::Theme;
 use vramscope_collect::ProcessEntry;
 pub(crate) use vramscope_core::model::view::{DeviceFigures, FigureSource, Implausible};
 use vramscope_core::model::{Bounds, Dropped, Mode};
 use vramscope_text::format;
 
-/// The summary of `e`; `scroll` rows skipped when it does not fit (on a
-/// small terminal, where it is a tab of its own).
-pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: usize, t: &Theme) {
+/// The summary of `e`, scrolled when it does not fit (on a small
+/// terminal, where it is a tab of its own).
+pub(crate) fn render(frame: &mut Frame, area: Rect, e: &ProcessEntry, scroll: Scroll, t: &Theme) {
     let block = t.block(Span::styled(" Memory summary ", t.title()));
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -50,9 +51,9 @@ pub(crate) fn row_count(e: &ProcessEntry) -> usize {
             .sum::<usize>()
 }
 
-/// `rows` under the Metric / Current / Peak header, from `scroll` on when
-/// they do not all fit.
-fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: usize, t: &Theme) {
+/// `rows` under the Metric / Current / Peak header, scrolled when they do
+/// not all fit.
+fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: Scroll, t: &Theme) {
     let header = Row::new(vec![
         Cell::from(" Metric"),
         Cell::from(Line::from("Current").right_aligned()),
@@ -60,10 +61,8 @@ fn render_table(frame: &mut Frame, area: Rect, rows: Vec<Row<'static>>, scroll: 
     ])
     .style(t.header());
     // Never past the last full page (a scroll kept from a smaller terminal).
-    let skip = scroll.min(
-        rows.len()
-            .saturating_sub(area.height.saturating_sub(1) as usize),
-    );
+    let page = area.height.saturating_sub(1) as usize;
+    let skip = scroll.fit(rows.len(), page).offset();
     let table = Table::new(
         rows.into_iter().skip(skip),
         [
@@ -267,7 +266,8 @@ mod tests {
         };
         let mut term = Terminal::new(TestBackend::new(72, 30)).unwrap();
         let theme = Theme::new(false, false);
-        term.draw(|f| render(f, f.area(), &e, 0, &theme)).unwrap();
+        term.draw(|f| render(f, f.area(), &e, Scroll::default(), &theme))
+            .unwrap();
         let text: String = term
             .backend()
             .buffer()

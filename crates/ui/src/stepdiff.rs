@@ -9,22 +9,27 @@ use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
 use super::blockmap::module_label;
+use super::scroll::Scroll;
 use super::theme::Theme;
-use vramscope_core::model::stepdiff::step_diff;
+use vramscope_core::model::stepdiff::{step_diff, DiffRow};
 use vramscope_core::model::ProcessView;
 use vramscope_text::format;
 
-/// The overlay's state: how many steps back k is, and the scroll.
+/// The overlay's state: how many steps back k is, and the rows shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepDiffView {
     /// k = the current step - `back` (at least 1).
     pub(crate) back: u64,
-    pub(crate) scroll: usize,
+    /// The table's rows shown.
+    pub scroll: Scroll,
 }
 
 impl Default for StepDiffView {
     fn default() -> Self {
-        StepDiffView { back: 1, scroll: 0 }
+        StepDiffView {
+            back: 1,
+            scroll: Scroll::default(),
+        }
     }
 }
 
@@ -32,28 +37,50 @@ impl StepDiffView {
     /// One step further back (`+`), never before step 0 of `now`.
     pub(crate) fn older(&mut self, now: Option<u64>) {
         self.back = (self.back + 1).min(now.unwrap_or(1).max(1));
-        self.scroll = 0;
+        self.scroll = Scroll::default();
     }
     /// One step nearer (`-`), never the current step itself.
     pub(crate) fn newer(&mut self) {
         self.back = self.back.saturating_sub(1).max(1);
-        self.scroll = 0;
-    }
-    pub(crate) fn scroll_by(&mut self, down: bool, rows: usize) {
-        self.scroll = if down {
-            (self.scroll + 1).min(rows.saturating_sub(1))
-        } else {
-            self.scroll.saturating_sub(1)
-        };
+        self.scroll = Scroll::default();
     }
 }
 
-/// Rows the overlay lists for `view` (for scrolling).
-pub(crate) fn row_count(view: &ProcessView, v: &StepDiffView) -> usize {
-    match view.attribution.step {
-        Some(now) if now >= v.back => step_diff(view, now - v.back).rows.len(),
-        _ => 0,
-    }
+/// The popup over `area` for `rows` rows.
+fn popup(area: Rect, rows: usize) -> Rect {
+    let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
+    super::layout::centered(area, 100.min(area.width), h)
+}
+
+/// Lines of the table's rows in the popup `popup` (under the heading, a
+/// gap and the table's header).
+fn table_lines(popup: Rect) -> usize {
+    (popup.height as usize).saturating_sub(2 + 2 + 1)
+}
+
+/// How many of `rows`' last rows `lines` lines show whole (a row with its
+/// code location takes two), at least one: the scrolling stops where they
+/// are all shown.
+fn last_page(rows: &[DiffRow], lines: usize) -> usize {
+    let mut used = 0;
+    let n = (rows.iter().rev())
+        .take_while(|r| {
+            used += 1 + usize::from(!r.stack.is_empty());
+            used <= lines
+        })
+        .count();
+    n.max(1)
+}
+
+/// The overlay's rows for `view` over `area`, and how many of the last
+/// ones fit at once: where its scrolling stops.
+pub(crate) fn extent(area: Rect, view: &ProcessView, v: &StepDiffView) -> (usize, usize) {
+    let rows = match view.attribution.step {
+        Some(now) if now >= v.back => step_diff(view, now - v.back).rows,
+        _ => Vec::new(),
+    };
+    let lines = table_lines(popup(area, rows.len()));
+    (rows.len(), last_page(&rows, lines))
 }
 
 pub(crate) fn render(
@@ -68,8 +95,7 @@ pub(crate) fn render(
     let born = now.and_then(|s| s.checked_sub(v.back));
     let diff = born.map(|k| step_diff(view, k));
     let rows = diff.as_ref().map_or(0, |d| d.rows.len());
-    let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
-    let popup = super::layout::centered(area, 100.min(area.width), h);
+    let popup = popup(area, rows);
     frame.render_widget(Clear, popup);
     let title = match (born, now) {
         (Some(k), Some(n)) => format!(
@@ -139,11 +165,8 @@ pub(crate) fn render(
         row("MODULE", "PHASE", "ROLE", "ASKED", "BLOCKS", "HELD"),
         t.header(),
     )];
-    for r in d
-        .rows
-        .iter()
-        .skip(v.scroll.min(d.rows.len().saturating_sub(1)))
-    {
+    let shown = (v.scroll).fit(rows, last_page(&d.rows, table_lines(popup)));
+    for r in d.rows.iter().skip(shown.offset()) {
         if lines.len() >= body.height as usize {
             break;
         }

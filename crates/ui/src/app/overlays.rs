@@ -5,31 +5,22 @@
 
 use super::{App, Effect, Overlay};
 use crate::keys::Action;
-use crate::{attribution, blockmap, legend, stepdiff};
+use crate::scroll::{Move, Scroll};
+use crate::{attribution, blockmap, help, layout, legend, stepdiff};
 use vramscope_core::model::ProcessKey;
 use vramscope_core::sim::live::LiveAdvice;
 
 impl App {
-    /// Opens, closes, scrolls or sorts an overlay.
+    /// Opens, closes or sorts an overlay.
     pub(super) fn overlay_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
         match action {
-            A::Help => self.overlay = Some(Overlay::Help(0)),
-            A::Legend => self.overlay = Some(Overlay::Legend(0)),
+            A::Help => self.overlay = Some(Overlay::Help(Scroll::default())),
+            A::Legend => self.overlay = Some(Overlay::Legend(Scroll::default())),
             A::Modules => self.overlay = Some(Overlay::Modules(Default::default())),
             A::StepDiff => self.overlay = Some(Overlay::StepDiff(Default::default())),
             A::Advisor => return self.open_advisor(),
             A::AdvisorCopy => return self.copy_advice(),
-            A::AdvisorUp | A::AdvisorDown => {
-                let Some(Overlay::Advisor(mut v)) = self.overlay else {
-                    return vec![];
-                };
-                v.step(
-                    self.selected_advice().and_then(|l| l.advice.as_ref()),
-                    action == A::AdvisorDown,
-                );
-                self.overlay = Some(Overlay::Advisor(v));
-            }
             A::TraceStacks => {
                 self.overlay = match self.overlay {
                     Some(Overlay::Stacks) => None,
@@ -42,51 +33,79 @@ impl App {
             | A::CloseStepDiff
             | A::CloseAdvisor
             | A::CloseStacks => self.overlay = None,
-            A::OverlayUp | A::OverlayDown => {
-                let (v, n) = match &mut self.overlay {
-                    Some(Overlay::Legend(v)) => (v, legend::lines(&self.config.theme).len()),
-                    Some(Overlay::Help(v)) => (v, crate::help::lines(self.trace.is_some())),
-                    _ => return vec![],
-                };
-                *v = if action == A::OverlayUp {
-                    v.saturating_sub(1)
-                } else {
-                    (*v + 1).min(n)
-                };
-            }
             A::ModulesOnly => self.modules_only(),
-            A::ModulesSort | A::ModulesReverse | A::ModulesRole | A::ModulesUp | A::ModulesDown => {
+            A::ModulesSort | A::ModulesReverse | A::ModulesRole => {
                 let Some(Overlay::Modules(mut m)) = self.overlay else {
                     return vec![];
                 };
-                let rows = (self.selected_entry())
-                    .map_or(0, |e| attribution::sorted(&e.view.attribution, &m).len());
                 match action {
                     A::ModulesSort => m.sort_next(),
                     A::ModulesReverse => m.reverse(),
-                    A::ModulesRole => m.role_next(),
-                    _ => m.scroll_by(action == A::ModulesDown, rows),
+                    _ => m.role_next(),
                 }
                 self.overlay = Some(Overlay::Modules(m));
             }
-            A::StepDiffOlder | A::StepDiffNewer | A::StepDiffUp | A::StepDiffDown => {
+            A::StepDiffOlder | A::StepDiffNewer => {
                 let Some(Overlay::StepDiff(mut d)) = self.overlay else {
                     return vec![];
                 };
-                let (now, rows) = self.selected_entry().map_or((None, 0), |e| {
-                    let rows = stepdiff::row_count(&e.view, &d);
-                    (e.view.attribution.step, rows)
-                });
                 match action {
-                    A::StepDiffOlder => d.older(now),
-                    A::StepDiffNewer => d.newer(),
-                    _ => d.scroll_by(action == A::StepDiffDown, rows),
+                    A::StepDiffOlder => {
+                        d.older(self.selected_entry().and_then(|e| e.view.attribution.step))
+                    }
+                    _ => d.newer(),
                 }
                 self.overlay = Some(Overlay::StepDiff(d));
             }
             _ => {}
         }
         vec![]
+    }
+
+    /// A scroll key in the overlay that is up: the help, the legend and the
+    /// step diff scroll (within their lines, as drawn now); By module and
+    /// the advisor move their selected row.
+    pub(super) fn overlay_scroll(&mut self, m: Move) {
+        let body = layout::screen(self.size, self.caption()).body;
+        let moved = |s: Scroll, (len, height): (usize, usize)| {
+            let mut s = s.fit(len, height);
+            s.go(m);
+            s
+        };
+        self.overlay = match self.overlay {
+            // Both over the whole frame.
+            Some(Overlay::Help(s)) => Some(Overlay::Help(moved(
+                s,
+                help::extent(self.size, self.trace.is_some()),
+            ))),
+            Some(Overlay::Legend(s)) => {
+                let lines = legend::lines(&self.config.theme).len();
+                Some(Overlay::Legend(moved(s, legend::extent(self.size, lines))))
+            }
+            Some(Overlay::StepDiff(mut d)) => {
+                let extent =
+                    (self.selected_entry()).map_or((0, 0), |e| stepdiff::extent(body, &e.view, &d));
+                d.scroll = moved(d.scroll, extent);
+                Some(Overlay::StepDiff(d))
+            }
+            Some(Overlay::Modules(mut v)) => {
+                let (rows, shown) = self.selected_entry().map_or((0, 1), |e| {
+                    let a = &e.view.attribution;
+                    (
+                        attribution::sorted(a, &v).len(),
+                        attribution::rows_shown(body, a),
+                    )
+                });
+                v.go(m, rows, shown);
+                Some(Overlay::Modules(v))
+            }
+            Some(Overlay::Advisor(mut v)) if matches!(m, Move::Up | Move::Down) => {
+                let advice = self.selected_advice().and_then(|l| l.advice.as_ref());
+                v.step(advice, m == Move::Down);
+                Some(Overlay::Advisor(v))
+            }
+            other => other,
+        };
     }
 
     /// The selected process's live advice, as the snapshot shows it.
@@ -149,7 +168,7 @@ impl App {
                 return None;
             };
             let rows = attribution::sorted(&e.view.attribution, &m);
-            rows.get(m.scroll.min(rows.len().saturating_sub(1)))
+            rows.get(m.cursor.min(rows.len().saturating_sub(1)))
                 .map(|r| r.module.to_string())
         });
         if let Some(module) = module {

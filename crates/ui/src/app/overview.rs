@@ -6,6 +6,7 @@ use ratatui::layout::Rect;
 use super::{App, Effect, Overlay, Screen};
 use crate::keys::Action;
 use crate::rows::{self, Col, Row};
+use crate::scroll::Scroll;
 use crate::{history, layout};
 use vramscope_core::model::{ProcessKey, TimelineRequest};
 
@@ -56,7 +57,7 @@ impl App {
         let keys: Vec<ProcessKey> = self.rows().iter().map(|r| r.entry.key()).collect();
         if keys.is_empty() {
             self.overview.selected = None;
-            self.overview.offset = 0;
+            self.overview.scroll = Scroll::default();
             return;
         }
         if self.overview.selected.is_none_or(|k| !keys.contains(&k)) {
@@ -72,13 +73,8 @@ impl App {
             .selected
             .and_then(|k| keys.iter().position(|x| *x == k))
             .unwrap_or(0);
-        if idx < self.overview.offset {
-            self.overview.offset = idx;
-        } else if idx >= self.overview.offset + visible {
-            self.overview.offset = idx + 1 - visible;
-        }
-        let max_off = keys.len().saturating_sub(visible);
-        self.overview.offset = self.overview.offset.min(max_off);
+        let s = self.overview.scroll.fit(keys.len(), visible);
+        self.overview.scroll = s.reveal(idx);
     }
 
     /// The overview's actions: the selection, sorting and the filter.
@@ -164,9 +160,7 @@ impl App {
             return vec![];
         }
         self.screen = Screen::Process;
-        self.process.block_scroll = 0;
-        self.process.event_scroll = 0;
-        self.process.stats_scroll = 0;
+        self.process.scroll_home();
         self.process.follow = true;
         vec![Effect::Refresh]
     }
@@ -204,7 +198,7 @@ impl App {
             return vec![];
         }
         if y >= body.y && y < body.y + body.height {
-            let idx = self.overview.offset + (y - body.y) as usize;
+            let idx = self.overview.scroll.offset() + (y - body.y) as usize;
             let key = self.rows().get(idx).map(|r| r.entry.key());
             if let Some(key) = key {
                 self.dirty = true;

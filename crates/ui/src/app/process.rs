@@ -3,6 +3,7 @@
 
 use super::{App, Effect, Overlay, Pane, Screen, SPANS_NS};
 use crate::keys::Action;
+use crate::scroll::Scroll;
 use crate::{blockmap, diagnosis, events, layout, stats};
 
 impl App {
@@ -15,7 +16,7 @@ impl App {
         self.process.window(self.now_ns())
     }
 
-    /// The process view's actions: back, panes, scrolling, the search.
+    /// The process view's actions: back, panes, the search.
     pub(super) fn process_act(&mut self, action: Action) -> Vec<Effect> {
         use Action as A;
         match action {
@@ -28,16 +29,6 @@ impl App {
             A::NextPane => self.process.pane = self.next_pane(1),
             A::PrevPane => self.process.pane = self.next_pane(-1),
             A::ShowPane(p) => self.process.pane = p,
-            A::ScrollUp => return self.scroll(-1),
-            A::ScrollDown => return self.scroll(1),
-            A::ScrollPageUp => return self.scroll(-(self.pane_page() as isize)),
-            A::ScrollPageDown => return self.scroll(self.pane_page() as isize),
-            A::ScrollTop => {
-                self.process.block_scroll = 0;
-                self.process.event_scroll = 0;
-                self.process.stats_scroll = 0;
-                self.process.diagnosis_scroll = 0;
-            }
             _ => {}
         }
         vec![]
@@ -127,11 +118,6 @@ impl App {
         panes[next as usize]
     }
 
-    /// Rows a page key scrolls in the process view.
-    pub(super) fn pane_page(&self) -> usize {
-        layout::pane_rows(self.size, self.caption(), self.process.pane).max(1)
-    }
-
     pub(super) fn back(&mut self) -> Vec<Effect> {
         self.screen = Screen::Overview;
         self.fix_selection();
@@ -146,33 +132,65 @@ impl App {
         vec![Effect::Refresh]
     }
 
-    /// Scrolls the pane in focus (the tab shown, or on a large terminal the
-    /// pane Tab moved to), never past its last full page. Scrolling back
-    /// through the event history asks for a snapshot holding further.
-    pub(super) fn scroll(&mut self, delta: isize) -> Vec<Effect> {
-        let pane = self.process.pane;
-        let filter = self.process.event_filter.to_lowercase();
-        let width = layout::pane_inner(self.size, self.caption(), pane).width;
-        let rows = self.selected_entry().map_or(0, |e| match pane {
-            Pane::Events => events::shown(e, &filter).count(),
-            Pane::Blocks => blockmap::row_count(e),
-            Pane::Stats => stats::row_count(e),
-            Pane::Diagnosis => diagnosis::line_count(e, self.snap.taken_ns, width),
-            Pane::Timeline => 0,
-        });
-        let max = rows.saturating_sub(self.pane_page());
-        let v = match pane {
-            Pane::Events => &mut self.process.event_scroll,
-            Pane::Blocks => &mut self.process.block_scroll,
-            Pane::Stats => &mut self.process.stats_scroll,
-            Pane::Diagnosis => &mut self.process.diagnosis_scroll,
-            Pane::Timeline => return vec![],
+    /// `pane`'s lines (rows, events) and the lines it shows at once, as
+    /// drawn now: where its scrolling stops.
+    pub(super) fn pane_extent(&self, pane: Pane) -> (usize, usize) {
+        let (size, caption) = (self.size, self.caption());
+        let height = layout::pane_rows(size, caption, pane);
+        let Some(e) = self.selected_entry() else {
+            return (0, height);
         };
-        *v = (*v as isize + delta).clamp(0, max as isize) as usize;
-        if pane == Pane::Events && delta > 0 && filter.is_empty() {
+        match pane {
+            Pane::Events => {
+                let filter = self.process.event_filter.to_lowercase();
+                (events::shown(e, &filter).count(), height)
+            }
+            Pane::Blocks => {
+                // The selected block's lines take the map's last ones.
+                let body = layout::screen(size, caption).body;
+                let area = layout::process(size, pane, body).blocks;
+                let v = self.process.map_view(self.snap.taken_ns, e.key());
+                let shown = area.map_or(height, |a| blockmap::rows_shown(e, a, &v));
+                (blockmap::row_count(e), shown)
+            }
+            Pane::Stats => (stats::row_count(e), height),
+            Pane::Diagnosis => {
+                let width = layout::pane_inner(size, caption, pane).width;
+                (diagnosis::line_count(e, self.snap.taken_ns, width), height)
+            }
+            Pane::Timeline => (0, height),
+        }
+    }
+
+    /// Scrolls the pane in focus (the tab shown, or on a large terminal the
+    /// pane Tab moved to) as `go` says, never past its last full page.
+    /// Scrolling back through the event history (`down`) asks for a
+    /// snapshot holding further.
+    pub(super) fn scroll_pane(&mut self, down: bool, go: impl FnOnce(&mut Scroll)) -> Vec<Effect> {
+        let pane = self.process.pane;
+        let (len, height) = self.pane_extent(pane);
+        let Some(s) = self.process.scroll_mut(pane) else {
+            return vec![];
+        };
+        *s = s.fit(len, height);
+        go(s);
+        if pane == Pane::Events && down && self.process.event_filter.is_empty() {
             vec![Effect::Refresh]
         } else {
             vec![]
+        }
+    }
+
+    /// The pane in focus fitted to its lines in a new snapshot (a history
+    /// loaded further back after `G`, a terminal resized).
+    pub(super) fn fit_pane(&mut self) {
+        if self.screen != Screen::Process {
+            return;
+        }
+        let pane = self.process.pane;
+        let (len, height) = self.pane_extent(pane);
+        if let Some(s) = self.process.scroll_mut(pane) {
+            *s = s.fit(len, height);
         }
     }
 
@@ -281,9 +299,11 @@ impl App {
         self.process.pane = Pane::Blocks;
         // The row in view, a third of the way down.
         let page = layout::pane_rows(self.size, self.caption(), Pane::Blocks).max(1);
-        let s = self.process.block_scroll;
-        if row < s || row >= s + page * 2 / 3 {
-            self.process.block_scroll = row.saturating_sub(page / 3);
+        let (len, shown) = self.pane_extent(Pane::Blocks);
+        let s = &mut self.process.block_scroll;
+        *s = s.fit(len, shown);
+        if row < s.offset() || row >= s.offset() + page * 2 / 3 {
+            s.to(row.saturating_sub(page / 3));
         }
     }
 

@@ -52,12 +52,12 @@ impl App {
         }
         match self.screen {
             Screen::Overview => {
-                self.overview.offset = 0;
+                self.overview.scroll = Default::default();
                 self.fix_selection();
             }
             // The event search runs over the whole history: a new snapshot.
             Screen::Process => {
-                self.process.event_scroll = 0;
+                self.process.event_scroll = Default::default();
                 fx.push(Effect::Refresh);
             }
         }

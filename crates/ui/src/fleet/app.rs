@@ -14,10 +14,11 @@ use ratatui::layout::Rect;
 
 use crate::app::{IDLE_TICK_NS, MESSAGE_NS, MIN_FRAME_NS};
 use crate::keys::{self, Action, Context};
-use crate::legend;
+use crate::scroll::Scroll;
 use crate::shell::{Shot, Wake};
 use crate::state::Overlay;
 use crate::theme::Theme;
+use crate::{help, legend};
 use vramscope_collect::fleet::model::Fleet;
 use vramscope_collect::fleet::view::{self, FleetView, ProcSeries, Screen};
 
@@ -213,7 +214,7 @@ impl FleetApp {
                 view::Action::Nothing
             }
             A::Refresh => return vec![Ask::Refresh],
-            A::Help | A::Legend | A::CloseHelp | A::CloseLegend | A::OverlayUp | A::OverlayDown => {
+            A::Help | A::Legend | A::CloseHelp | A::CloseLegend | A::Scroll(_) => {
                 self.overlay_act(action);
                 view::Action::Nothing
             }
@@ -256,20 +257,21 @@ impl FleetApp {
     fn overlay_act(&mut self, action: Action) {
         use Action as A;
         match action {
-            A::Help => self.overlay = Some(Overlay::Help(0)),
-            A::Legend => self.overlay = Some(Overlay::Legend(0)),
+            A::Help => self.overlay = Some(Overlay::Help(Scroll::default())),
+            A::Legend => self.overlay = Some(Overlay::Legend(Scroll::default())),
             A::CloseHelp | A::CloseLegend => self.overlay = None,
-            A::OverlayUp | A::OverlayDown => {
-                let (s, n) = match &mut self.overlay {
-                    Some(Overlay::Legend(s)) => (s, legend::fleet_lines(&self.theme).len()),
-                    Some(Overlay::Help(s)) => (s, crate::help::fleet_lines()),
+            // Within their lines, as drawn now (over the whole frame).
+            A::Scroll(m) => {
+                let (s, (len, height)) = match &mut self.overlay {
+                    Some(Overlay::Legend(s)) => {
+                        let lines = legend::fleet_lines(&self.theme).len();
+                        (s, legend::extent(self.size, lines))
+                    }
+                    Some(Overlay::Help(s)) => (s, help::fleet_extent(self.size)),
                     _ => return,
                 };
-                *s = if action == A::OverlayUp {
-                    s.saturating_sub(1)
-                } else {
-                    (*s + 1).min(n)
-                };
+                *s = s.fit(len, height);
+                s.go(m);
             }
             _ => {}
         }
