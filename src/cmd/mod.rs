@@ -2,7 +2,7 @@
 //! struct) and its `run`. Flags belong to the commands they mean something
 //! for; an unknown flag is an error (one line, exit 2).
 //!
-//! Shared flag groups: [`ShmFlag`] (where the segments are), [`NvmlFlag`]
+//! Shared flag groups: [`ShmFlag`](common::ShmFlag) (where the segments are), [`NvmlFlag`](common::NvmlFlag)
 //! (whether and how often NVML is read) and [`dashboard::UiFlags`] (how the
 //! dashboard looks), each flattened into the commands that use it.
 //!

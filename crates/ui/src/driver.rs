@@ -47,7 +47,7 @@ pub struct UiOptions {
     pub sort: Option<(rows::Col, Option<bool>)>,
     /// New data is drawn at most this often (input is answered at once).
     pub data_interval: Duration,
-    /// A still ([`screenshot_now`]): keys pressed before the picture is
+    /// A still ([`screenshot_now`](crate::draw::screenshot_now)): keys pressed before the picture is
     /// taken (`demo --headless --keys`).
     pub keys: String,
 }

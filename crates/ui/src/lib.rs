@@ -7,7 +7,7 @@
 //! loop; a [`shell::Screen`] decides the rest. The dashboard's, in
 //! [`run::Dashboard`], meets the rest of the program through the channel:
 //!
-//! - the hub: [`Hub::on_change`] sends `Changed`, coalesced (at most one
+//! - the hub: [`Hub::on_change`](vramscope_collect::Hub::on_change) sends `Changed`, coalesced (at most one
 //!   queued until the next snapshot is taken);
 //! - a process: a command App asks for ([`Effect::RunCommand`], with the
 //!   segment the snapshot shows for the process) goes through the ring's
