@@ -15,11 +15,13 @@
 //! - [`fleet`]: many machines through Prometheus (`vramscope fleet`).
 //! - [`given`]: a file named on the command line (a recording or a
 //!   snapshot file), told apart and read once whatever it is.
+//! - [`recorded`]: the process of a recording a command takes (its
+//!   census), its events and its requests, for `sim`, `advise` and `diff`.
 //!
 //! Layers, floor 0 first (`tests/layers.rs` holds each crate's files to
 //! its list; the collector's own files are the crate root's floor):
 //!
-//! 0. fleet, state, advisor, floor, nvml, procfs, signals
+//! 0. fleet, state, advisor, floor, nvml, procfs, signals, recorded
 //! 1. hub
 //! 2. rings, replay, profile, fixtures
 //! 3. agent, trace
@@ -84,6 +86,7 @@ pub(crate) mod hub;
 pub(crate) mod nvml;
 pub mod procfs;
 pub(crate) mod profile;
+pub mod recorded;
 pub mod replay;
 pub(crate) mod rings;
 pub mod signals;
