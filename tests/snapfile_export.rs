@@ -154,7 +154,7 @@ fn exporting_a_missing_process_names_the_ones_there() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("no process 1 in the recording (it has 9032)"),
+        err.contains("no process 1 in this recording; it holds events of 9032"),
         "{err}"
     );
 }

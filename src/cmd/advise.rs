@@ -20,7 +20,7 @@ use vramscope_text::format::bytes as bytes_fmt;
 
 use super::common::CollectFlags;
 use super::out;
-use super::sim::{from_recording, Process, DEFAULT_CAPACITY};
+use super::sim::{recorded, say_notes, Process, DEFAULT_CAPACITY};
 use super::value::{Fraction, Gib, Seconds};
 
 #[derive(Debug, clap::Args)]
@@ -67,8 +67,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
         return live::run(pid, &args);
     }
     let given = vramscope_collect::given::Given::open(&args.target)?;
-    let rec = from_recording(&given, args.process.pid, args.process.device)?;
-    let conf = match (&args.conf, rec.expandable) {
+    let rec = recorded(&given, &args.process)?;
+    say_notes(&rec);
+    let (process, got) = (rec.process, rec.got);
+    let conf = match (&args.conf, got.expandable) {
         (Some(c), _) => c.clone(),
         (None, true) => {
             vramscope_text::stderr_line(format_args!(
@@ -101,7 +103,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         _ => {}
     }
     let job = Job {
-        requests: rec.requests,
+        requests: got.requests,
         conf: conf.clone(),
         cfg: SimConfig {
             device: args.process.device,
@@ -109,19 +111,20 @@ pub(crate) fn run(args: Args) -> Result<()> {
             alloc,
             memory_fraction: fraction,
         },
-        torch: rec.framework.as_deref().and_then(advise::torch_version),
-        graph_pools: rec.graph_pools,
-        ooms: rec.ooms,
-        placed: rec.placed,
-        recorded: rec.recorded,
+        torch: process.framework.as_deref().and_then(advise::torch_version),
+        graph_pools: got.graph_pools,
+        ooms: got.ooms,
+        placed: got.placed,
+        recorded: got.recorded,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let advice = advise::advise(&job, threads);
     if args.json {
         let mut v = serde_json::to_value(&advice)?;
-        v["pid"] = rec.pid.into();
-        v["cmdline"] = rec.cmdline.clone().into();
-        v["framework"] = rec.framework.clone().into();
+        v["pid"] = process.host_pid.into();
+        v["ns_pid"] = process.ns_pid().into();
+        v["cmdline"] = process.cmdline.clone().into();
+        v["framework"] = process.framework.clone().into();
         v["conf"] = conf.clone().into();
         v["recommended_env"] = advice
             .recommendation()
@@ -130,15 +133,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
         return out::print(&format!("{v}\n"));
     }
     let mut text = String::new();
-    let what = if rec.cmdline.is_empty() {
+    let what = if process.cmdline.is_empty() {
         String::new()
     } else {
-        format!(" ({})", vramscope_text::printable(&rec.cmdline))
+        format!(" ({})", vramscope_text::printable(&process.cmdline))
     };
     text.push_str(&format!(
-        "process {}{what}{}: {} requests on device {}, {} of device memory{}\n",
-        rec.pid,
-        rec.framework
+        "{process}{what}{}: {} requests on device {}, {} of device memory{}\n",
+        process
+            .framework
             .as_deref()
             .map(|f| format!(", {f}"))
             .unwrap_or_default(),

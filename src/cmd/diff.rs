@@ -11,6 +11,7 @@ use anyhow::Result;
 
 use vramscope_collect::given::Given;
 use vramscope_core::model::rundiff::{compare, Diff, Profile, Row};
+use vramscope_core::recording::census;
 use vramscope_text::format::{bytes, percent};
 
 use super::out;
@@ -21,10 +22,11 @@ pub(crate) struct Args {
     a: PathBuf,
     /// The run compared.
     b: PathBuf,
-    /// The process of A (default: the one with the most events).
+    /// The process of A, by its host pid or the pid it sees itself as in
+    /// its container (default: the one with the most allocator events).
     #[arg(long, value_name = "PID")]
     pid_a: Option<u32>,
-    /// The process of B (default: the one with the most events).
+    /// The process of B (as --pid-a).
     #[arg(long, value_name = "PID")]
     pid_b: Option<u32>,
     /// The comparison as one JSON object.
@@ -131,9 +133,9 @@ fn text(d: &Diff, top: usize) -> String {
     let mut s = String::new();
     for (tag, run) in [("A", &d.a), ("B", &d.b)] {
         s.push_str(&format!(
-            "{tag}: {} (process {}{}), {} steps{}\n",
+            "{tag}: {} ({}{}), {} steps{}\n",
             vramscope_text::printable(&run.name),
-            run.pid,
+            census::name(run.pid, run.ns_pid),
             if run.cmdline.is_empty() {
                 String::new()
             } else {

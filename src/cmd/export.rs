@@ -19,6 +19,7 @@ use vramscope_collect::given::Given;
 use vramscope_core::input::Input;
 use vramscope_core::model::device::AnchoredFrom;
 use vramscope_core::model::{Model, Process, ProcessKey};
+use vramscope_core::recording::census::Census;
 use vramscope_core::snapfile::write;
 use vramscope_wire::event::RingPos;
 use vramscope_wire::event::{Class, Event};
@@ -32,7 +33,8 @@ pub(crate) struct Args {
     /// Where to write the snapshot pickle.
     #[arg(short, long, value_name = "OUT.pickle")]
     output: PathBuf,
-    /// The process to export (default: the one with the most events).
+    /// The process to export, by its host pid or the pid it sees itself as
+    /// in its container (default: the one with the most allocator events).
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
     /// Keep at most this many of the newest events in the trace (PyTorch's
@@ -61,7 +63,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // Per process: its markers (step boundaries, memory limits), each with
     // the number of its allocator events before it.
     let mut marks: HashMap<ProcessKey, Vec<(u64, Event)>> = HashMap::new();
+    let mut census = Census::default();
     while let Some((_, input)) = reader.next_input()? {
+        census.add(&input);
         match input {
             Input::Attach {
                 key, source, watch, ..
@@ -111,31 +115,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
             _ => {}
         }
     }
-    let key = match args.pid {
-        Some(pid) => model
-            .processes()
-            .map(|p| p.key())
-            .find(|k| k.pid == pid)
-            .with_context(|| {
-                format!(
-                    "{}: no process {pid} in the recording (it has {})",
-                    args.file.display(),
-                    pids(&model)
-                )
-            })?,
-        None => match events
-            .iter()
-            .max_by_key(|(k, (n, _))| (*n, std::cmp::Reverse(**k)))
-        {
-            Some((k, _)) => *k,
-            None => bail!(
-                "{}: the recording holds no allocator events of any process",
-                args.file.display()
-            ),
-        },
-    };
+    let chosen = census
+        .choose(args.pid)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    let key = chosen.key;
     let Some(process) = model.process(key) else {
-        bail!("{}: process {} has no state", args.file.display(), key.pid);
+        bail!("{}: {chosen} has no state", args.file.display());
     };
     let (seen, kept) = events.remove(&key).unwrap_or_default();
     let first = seen - kept.len() as u64;
@@ -151,16 +136,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .map(|(_, (at, e))| (at.saturating_sub(first), e))
         .collect();
     let (trace, marked) = from_anchor(process, kept, marked)
-        .map_err(|why| anyhow::anyhow!("{}: process {}: {why}", args.file.display(), key.pid))?;
+        .map_err(|why| anyhow::anyhow!("{}: {chosen}: {why}", args.file.display()))?;
     let snap = write::from_model(process, &trace, &marked, 0);
     let out = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     write::write(&snap, out).with_context(|| format!("writing {}", args.output.display()))?;
     let t = &snap.totals();
     vramscope_text::stderr_line(format_args!(
-        "wrote {}: process {}, {} segments, {} blocks, {} trace events, {} frames",
+        "wrote {}: {chosen}, {} segments, {} blocks, {} trace events, {} frames",
         args.output.display(),
-        key.pid,
         t.iter().map(|t| t.segments).sum::<u64>(),
         t.iter().map(|t| t.blocks).sum::<u64>(),
         trace.len(),
@@ -226,13 +210,4 @@ fn from_anchor(
         .map(|((e, _, s), _)| (e, s))
         .collect();
     Ok((trace, marks))
-}
-
-fn pids(model: &Model) -> String {
-    let v: Vec<String> = model.processes().map(|p| p.key().pid.to_string()).collect();
-    if v.is_empty() {
-        "none".into()
-    } else {
-        v.join(", ")
-    }
 }

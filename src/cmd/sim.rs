@@ -7,29 +7,27 @@
 //! so memory follows the live tensors, not the trace's length: 10 M lines
 //! (64 live tensors) piped into `sim --trace /dev/stdin` peaked at 9.8 MiB
 //! resident (`/usr/bin/time -v`, debug build; it was 2.7–3.7 GB before),
-//! and `tests/hostile/numbers.rs` checks a million lines stay under 64 MiB. A recording is read twice: once to count each process's
-//! events (choosing the process: `--pid`, else the one with the most), then
-//! keeping only that process's events, which are sorted by time and turned
-//! into requests in memory (one process's events, not the whole file).
-//! Statistics samples that carry ring positions are compared after exactly
-//! the requests they reflect (`vramscope_core::sim::samples`); others by time.
-use std::collections::BTreeMap;
+//! and `tests/hostile/numbers.rs` checks a million lines stay under 64 MiB.
+//! A recording is read twice (`vramscope_collect::recorded`): once for its
+//! census (which process: `--pid`, its host or namespace pid, else the
+//! one with the most allocator events), then keeping only that process's
+//! events, which are sorted by time and turned into requests in memory
+//! (one process's events, not the whole file). Statistics samples that
+//! carry ring positions are compared after exactly the requests they
+//! reflect (`vramscope_core::sim::samples`); others by time.
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use vramscope_collect::given::Given;
-use vramscope_core::input::Input;
-use vramscope_core::model::ProcessKey;
+use vramscope_collect::recorded::Recorded;
 use vramscope_core::recording::MAGIC;
-use vramscope_core::sim::from_events::PlacedSample;
 use vramscope_core::sim::samples::{self, Checked, Difference, PlacedSummary, SampleCheck};
 use vramscope_core::sim::spread::{Spread, SpreadReplay};
-use vramscope_core::sim::{self, NullSink, Request, StepReport};
+use vramscope_core::sim::{self, NullSink, StepReport};
 use vramscope_text::format::bytes;
-use vramscope_wire::event::RingPos;
-use vramscope_wire::event::{Event, Stats};
+use vramscope_wire::event::Stats;
 
 use super::out;
 use super::value::{Fraction, Gib};
@@ -122,14 +120,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
     } else {
         Given::from_stream(path, magic, file)?
     };
-    let FromRecording {
-        requests: reqs,
-        recorded,
-        placed,
-        capacity,
-        ..
-    } = from_recording(&given, args.process.pid, args.process.device)?;
-    if let (None, Some((b, gpu))) = (args.capacity_gib, capacity) {
+    let rec = recorded(&given, &args.process)?;
+    vramscope_text::stderr_line(format_args!(
+        "{}: {} requests on device {}",
+        rec.process,
+        rec.got.requests.len(),
+        args.process.device
+    ));
+    say_notes(&rec);
+    if let (None, Some((b, gpu))) = (args.capacity_gib, rec.capacity) {
         vramscope_text::stderr_line(format_args!(
             "capacity: {} (GPU {gpu}'s total in the recording's NVML readings)",
             bytes(b)
@@ -140,14 +139,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let mut compare = Compare::default();
     // Placed samples are checked after exactly the requests they reflect
     // (0: before the first); each is shown on the row where it closed.
-    let mut check = SampleCheck::new(placed);
+    let got = rec.got;
+    let mut check = SampleCheck::new(got.placed);
     let mut closed = check.at(0, &replay.stats());
-    for (req, rec) in reqs.iter().zip(&recorded) {
+    for (req, stats) in got.requests.iter().zip(&got.recorded) {
         let r = replay.step(req, &mut NullSink);
-        compare.add(&r, rec.as_ref());
+        compare.add(&r, stats.as_ref());
         closed.extend(check.at(r.step + 1, &replay.stats()));
         closed.iter().for_each(|c| compare.placed.add(c));
-        printer.report(&r, rec.as_ref(), &closed, None)?;
+        printer.report(&r, stats.as_ref(), &closed, None)?;
         closed.clear();
     }
     closed.iter().for_each(|c| compare.placed.add(c));
@@ -243,8 +243,9 @@ impl Printer {
 /// `advise`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Process {
-    /// With a recording: the process to replay (default: the one with the
-    /// most events).
+    /// With a recording: the process to replay, by its host pid or the pid
+    /// it sees itself as in its container (default: the one with the most
+    /// allocator events).
     #[arg(long, value_name = "PID")]
     pub(super) pid: Option<u32>,
     /// With a recording: the CUDA device to replay.
@@ -252,190 +253,22 @@ pub(crate) struct Process {
     pub(super) device: u16,
 }
 
-/// The statistics a recorded process reported after each request.
-pub(super) type Recorded = Vec<Option<Stats>>;
-
-/// The requests of one process of the recording at `path` (`pid`, else the
-/// one with the most events), and the statistics it reported after each.
-/// Two passes: counting, then keeping only that process's events.
 /// Device memory when neither the flag nor the recording says (an H100).
 pub(super) const DEFAULT_CAPACITY: u64 = 80 << 30;
 
-/// One process of a recording, ready to replay.
-pub(super) struct FromRecording {
-    pub(super) requests: Vec<Request>,
-    /// The statistics the process recorded without a usable position, per
-    /// request (placed by time).
-    pub(super) recorded: Recorded,
-    /// The samples placed by ring positions.
-    pub(super) placed: Vec<PlacedSample>,
-    /// Its GPU's capacity when the recording's NVML readings show it on
-    /// exactly one GPU (bytes, NVML index).
-    pub(super) capacity: Option<(u64, u32)>,
-    /// The requests that ran out of memory, and whether it allocated in
-    /// pools other than the default.
-    pub(super) ooms: Vec<usize>,
-    pub(super) graph_pools: bool,
-    pub(super) expandable: bool,
-    /// The last memory limit the agent stated for the device: bytes, and
-    /// whether it is the whole device (no memory fraction).
-    pub(super) limit: Option<(u64, bool)>,
-    /// The process: its pid, command line and framework (`torch 2.11.0`).
-    pub(super) pid: u32,
-    pub(super) cmdline: String,
-    pub(super) framework: Option<String>,
+/// The process of the recording `given` that `process` names, its
+/// requests recovered (`vramscope_collect::recorded`).
+pub(super) fn recorded(given: &Given, process: &Process) -> Result<Recorded> {
+    given
+        .recorded(process.pid, process.device)
+        .map_err(anyhow::Error::msg)
 }
 
-pub(super) fn from_recording(
-    given: &Given,
-    pid: Option<u32>,
-    device: u16,
-) -> Result<FromRecording> {
-    let path = given.path();
-    let mut counts: BTreeMap<ProcessKey, u64> = BTreeMap::new();
-    // NVML index → total, and the NVML indices each host pid was seen on.
-    let mut totals: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut seen_on: BTreeMap<u32, std::collections::BTreeSet<u32>> = BTreeMap::new();
-    let mut host_pid: BTreeMap<ProcessKey, u32> = BTreeMap::new();
-    let mut who: BTreeMap<ProcessKey, (String, Option<String>)> = BTreeMap::new();
-    let mut mid_run: std::collections::BTreeSet<ProcessKey> = Default::default();
-    let first = given.replayer()?;
-    let mut r = first.again()?;
-    while let Some((_, input)) = r.next_input()? {
-        match input {
-            Input::Events(b) => {
-                *counts.entry(b.key).or_default() += b.events.len() as u64;
-            }
-            Input::Attach {
-                key,
-                identity,
-                watch,
-                source,
-            } => {
-                host_pid.insert(key, identity.host_pid);
-                who.insert(key, (identity.cmdline.clone(), source.framework.clone()));
-                if watch.mid_run {
-                    mid_run.insert(key);
-                }
-            }
-            Input::Machine { machine, .. } => {
-                for g in &machine.gpus {
-                    if let Some(t) = g.total {
-                        totals.insert(g.index, t);
-                    }
-                }
-                for p in &machine.processes {
-                    seen_on.entry(p.pid).or_default().insert(p.gpu);
-                }
-            }
-            _ => {}
-        }
+/// What the reading of a recording found worth saying, on stderr.
+pub(super) fn say_notes(rec: &Recorded) {
+    for note in &rec.notes {
+        vramscope_text::stderr_line(format_args!("{note}"));
     }
-    let chosen = match pid {
-        Some(p) => counts.keys().find(|k| k.pid == p).copied(),
-        None => counts.iter().max_by_key(|(_, n)| **n).map(|(k, _)| *k),
-    };
-    let Some(key) = chosen else {
-        bail!(
-            "{}: no events of {} in this recording",
-            path.display(),
-            pid.map_or("any process".into(), |p| format!("process {p}"))
-        );
-    };
-    let n = counts.get(&key).copied().unwrap_or(0);
-    if n > sim::from_events::MAX_REPLAY_EVENTS {
-        bail!(
-            "{}: process {} has {n} allocator events; a replay holds at most {} (record a shorter stretch of the job)",
-            path.display(),
-            key.pid,
-            sim::from_events::MAX_REPLAY_EVENTS
-        );
-    }
-    // In the order read (each ring's records in ring order), with their
-    // ring positions where the recording has them. A new run of the job (a
-    // demo restarting its scenario: MARKER source 5) starts from an empty
-    // allocator: the replay is of the last run.
-    let mut events: Vec<(Event, Option<RingPos>)> = Vec::new();
-    let mut runs = 1u64;
-    let mut lost = 0;
-    let mut r = first.again()?;
-    while let Some((_, input)) = r.next_input()? {
-        if let Input::Events(b) = input {
-            if b.key != key {
-                continue;
-            }
-            lost = lost.max(b.lost);
-            for (e, at) in b.positioned() {
-                if e.kind.starts_run() {
-                    events.clear();
-                    runs += 1;
-                }
-                events.push((e, at));
-            }
-        }
-    }
-    if runs > 1 {
-        vramscope_text::stderr_line(format_args!(
-            "note: the recording holds {runs} runs of process {} (its scenario started over): the replay is of the last, from an empty allocator",
-            key.pid
-        ));
-    } else if mid_run.contains(&key) {
-        // The simulator starts from an empty allocator: the requests of a
-        // job watched from mid-run would land on a state it never saw
-        // (tensors freed that it never allocated, a peak that is not the
-        // job's).
-        bail!(
-            "{}: process {} was already running when the recording began: the simulator starts from an empty allocator, so its replay would not be the job's; record from before the job starts (`vramscope record` first), or see this recording with `vramscope replay`",
-            path.display(),
-            key.pid
-        );
-    }
-    let got = sim::from_events::recover(events, device);
-    if lost > 0 {
-        vramscope_text::stderr_line(format_args!(
-            "note: {lost} records of this process were lost on the wire: their requests are missing from the replay, so samples after them may differ"
-        ));
-    }
-    if got.unplaceable > 0 {
-        vramscope_text::stderr_line(format_args!(
-            "note: {} statistics samples carry ring positions that this process's events do not (events without positions, or not in ring order); they are placed by time",
-            got.unplaceable
-        ));
-    }
-    if got.unknown_frees > 0 {
-        vramscope_text::stderr_line(format_args!(
-            "note: {} frees of tensors allocated before the recording started were skipped",
-            got.unknown_frees
-        ));
-    }
-    let host = host_pid.get(&key).copied().unwrap_or(key.pid);
-    let gpu = match seen_on.get(&host) {
-        Some(gpus) if gpus.len() == 1 => gpus.first().copied(),
-        _ if totals.len() == 1 => totals.keys().next().copied(),
-        _ => None,
-    };
-    let capacity = gpu.and_then(|g| totals.get(&g).map(|&t| (t, g)));
-    let (cmdline, framework) = who.remove(&key).unwrap_or_default();
-    let limit = got.marks.iter().rev().find_map(|m| match m.source {
-        vramscope_wire::event::MarkSource::MemoryLimit {
-            device: d,
-            whole_device,
-        } if d == device => Some((m.value, whole_device)),
-        _ => None,
-    });
-    Ok(FromRecording {
-        limit,
-        requests: got.requests,
-        recorded: got.recorded,
-        placed: got.placed,
-        capacity,
-        ooms: got.ooms,
-        graph_pools: got.graph_pools,
-        expandable: got.expandable,
-        pid: key.pid,
-        cmdline,
-        framework,
-    })
 }
 
 /// A replay compared with what the recorded process reported, as it goes.

@@ -177,15 +177,7 @@ impl Given {
     /// snapshot file is shown by (`snapfile::inputs`). What `diff` compares.
     pub(crate) fn source(&self) -> Result<Box<Feed>, GivenError> {
         if self.is_recording() {
-            // Read as often as asked, a torn end said once.
-            let first = self.replayer()?;
-            return Ok(Box::new(move |apply: &mut dyn FnMut(u64, Input)| {
-                let mut r = first.again().map_err(|e| e.to_string())?;
-                while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {
-                    apply(t, input);
-                }
-                Ok(())
-            }));
+            return Ok(self.recording()?);
         }
         let file = self.snapshot()?;
         let start = snapfile::inputs::starting_state(&file);
@@ -199,8 +191,33 @@ impl Given {
         }))
     }
 
-    /// The profile of process `pid` (else the one with the most events)
-    /// for `diff`.
+    /// Its inputs as a recording, read as often as asked (a torn end said
+    /// once).
+    fn recording(&self) -> Result<Box<Feed>, RecordingError> {
+        let first = self.replayer()?;
+        Ok(Box::new(move |apply: &mut dyn FnMut(u64, Input)| {
+            let mut r = first.again().map_err(|e| e.to_string())?;
+            while let Some((t, input)) = r.next_input().map_err(|e| e.to_string())? {
+                apply(t, input);
+            }
+            Ok(())
+        }))
+    }
+
+    /// Process `pid` of it as a recording (its host or namespace pid;
+    /// else the one with the most allocator events), its requests on
+    /// `device` recovered: what `sim` and `advise` replay.
+    pub fn recorded(
+        &self,
+        pid: Option<u32>,
+        device: u16,
+    ) -> Result<crate::recorded::Recorded, String> {
+        let mut source = self.recording().map_err(|e| e.to_string())?;
+        crate::recorded::recorded(&self.name(), pid, device, &mut *source)
+    }
+
+    /// The profile of process `pid` (its host or namespace pid; else the
+    /// one with the most allocator events) for `diff`.
     pub fn profile(
         &self,
         pid: Option<u32>,

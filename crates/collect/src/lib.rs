@@ -15,6 +15,8 @@
 //! - [`fleet`]: many machines through Prometheus (`vramscope fleet`).
 //! - [`given`]: a file named on the command line (a recording or a
 //!   snapshot file), told apart and read once whatever it is.
+//! - [`recorded`]: the process of a recording a command takes (its
+//!   census), its events and its requests, for `sim`, `advise` and `diff`.
 //!
 //! Under both `serve` and `fleet`, [`metrics`]: the metric families and
 //! label names of the exporter, one table that both use.
@@ -23,7 +25,7 @@
 //! its list; the collector's own files are the crate root's floor):
 //!
 //! 0. metrics
-//! 1. fleet, config, state, advisor, floor, nvml, procfs, signals
+//! 1. fleet, config, state, advisor, floor, nvml, procfs, signals, recorded
 //! 2. hub
 //! 3. rings, replay, profile, fixtures
 //! 4. agent, trace, collector
@@ -91,6 +93,7 @@ pub(crate) mod metrics;
 pub(crate) mod nvml;
 pub mod procfs;
 pub(crate) mod profile;
+pub mod recorded;
 pub mod replay;
 pub(crate) mod rings;
 pub mod signals;

@@ -1,5 +1,7 @@
 //! A run's [`Profile`] for `vramscope diff`: one process of a recording or
-//! a snapshot file (the one asked for, else the one with the most events).
+//! a snapshot file, taken as every command takes one
+//! ([`crate::recorded::choose`]: the one asked for, else the one with the
+//! most allocator events).
 //!
 //! 1. Its allocation requests are recovered from its events, in time order
 //!    (`sim::from_events`), and replayed through the simulator with the
@@ -25,8 +27,6 @@
 //! `vramscope sim` holds them), then one [`StepFigures`] per step, at most
 //! [`MAX_STEPS`].
 
-use std::collections::BTreeMap;
-
 use vramscope_core::input::EventBatch;
 use vramscope_core::input::Input;
 use vramscope_core::model::rundiff::{Breakdown, Profile, StepFigures};
@@ -34,28 +34,13 @@ use vramscope_core::model::{ProcessKey, ViewOptions};
 use vramscope_core::sim::from_events::{recover, Mark, Recovered};
 use vramscope_core::sim::trace::Request;
 use vramscope_core::sim::{AllocConf, NullSink, Replay, SimConfig};
-use vramscope_wire::event::{Event, MarkSource};
+use vramscope_wire::event::MarkSource;
 
 use crate::hub::Hub;
+use crate::recorded::{choose, events_of, Source};
 
 /// The most steps a profile keeps.
 pub(crate) const MAX_STEPS: usize = 1 << 20;
-
-/// Feeds every input of the source, in order, to the closure given.
-pub(crate) type Source<'a> = dyn FnMut(&mut dyn FnMut(u64, Input)) -> Result<(), String> + 'a;
-
-/// What the first reading learns of each process.
-#[derive(Debug, Default)]
-struct Seen {
-    events: u64,
-    host_pid: u32,
-    cmdline: String,
-    /// Allocator events per device.
-    devices: BTreeMap<u16, u64>,
-    /// Watched from mid-run, and whether a new run began since.
-    mid_run: bool,
-    new_run: bool,
-}
 
 /// The kinds of markers, by preference: the job's own (`vramscope.mark`),
 /// the optimizer's steps, any other.
@@ -166,8 +151,8 @@ fn breakdown(hub: &Hub, now: u64, key: ProcessKey) -> Breakdown {
     }
 }
 
-/// The profile of process `pid` (else the one with the most events) of the
-/// inputs `source` feeds, named `name`.
+/// The profile of process `pid` (else the one with the most allocator
+/// events) of the inputs `source` feeds, named `name`.
 pub(crate) fn profile(
     name: &str,
     pid: Option<u32>,
@@ -188,90 +173,18 @@ pub(crate) fn profile_within(
     source: &mut Source<'_>,
     max_events: u64,
 ) -> Result<Profile, String> {
-    // Which process, and which of its devices.
-    let mut counts: BTreeMap<ProcessKey, Seen> = BTreeMap::new();
-    source(&mut |_, input| match input {
-        Input::Attach {
-            key,
-            identity,
-            watch,
-            ..
-        } => {
-            let c = counts.entry(key).or_default();
-            c.host_pid = identity.host_pid;
-            c.cmdline = identity.cmdline;
-            c.mid_run |= watch.mid_run;
-        }
-        Input::Events(b) => {
-            let c = counts.entry(b.key).or_default();
-            c.events += b.events.len() as u64;
-            for e in &b.events {
-                if let Some(p) = e.kind.place() {
-                    *c.devices.entry(p.device).or_default() += 1;
-                }
-                c.new_run |= e.kind.starts_run();
-            }
-        }
-        _ => {}
-    })?;
-    let key = match pid {
-        Some(p) => (counts.iter())
-            .find(|(k, c)| k.pid == p || c.host_pid == p)
-            .map(|(k, _)| *k),
-        None => (counts.iter())
-            .max_by_key(|(_, c)| c.events)
-            .map(|(k, _)| *k),
-    };
-    let Some((key, seen)) = key
-        .and_then(|k| counts.remove(&k).map(|c| (k, c)))
-        .filter(|(_, c)| c.events > 0)
-    else {
-        return Err(format!(
-            "{name}: no events of {}",
-            pid.map_or("any process".into(), |p| format!("process {p}"))
-        ));
-    };
-    let Seen {
-        events: total,
-        host_pid,
-        cmdline,
-        devices,
-        mid_run,
-        new_run,
-    } = seen;
-    if total > max_events {
-        return Err(format!(
-            "{name}: process {} has {total} events; a replay holds at most {max_events} (record a shorter stretch of the job)",
-            key.pid,
-        ));
-    }
+    let (_, process) = choose(name, pid, source, max_events)?;
     // The requests are replayed from an empty allocator: a job watched
     // from mid-run would be replayed on a state it never had (as `sim`
     // says), unless it started a new run since.
-    if mid_run && !new_run {
+    if process.mid_run && process.new_runs == 0 {
         return Err(format!(
-            "{name}: process {} was already running when the recording began: its peaks and steps would not be the job's; record from before the job starts (`vramscope record` first)",
-            key.pid
+            "{name}: {process} was already running when the recording began: its peaks and steps would not be the job's; record from before the job starts (`vramscope record` first)"
         ));
     }
-    let device = devices
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map_or(0, |(d, _)| *d);
+    let (key, device) = (process.key, process.busiest_device());
     // Its requests, replayed (the last run, where a demo started over).
-    let mut events: Vec<(Event, Option<vramscope_wire::event::RingPos>)> = Vec::new();
-    source(&mut |_, input| {
-        if let Input::Events(b) = input {
-            if b.key == key {
-                for e in b.events {
-                    if e.kind.starts_run() {
-                        events.clear();
-                    }
-                    events.push((e, None));
-                }
-            }
-        }
-    })?;
+    let events = events_of(source, &process)?;
     let got = recover(events, device);
     // The job's own allocator: expandable segments where it mapped pages.
     let mut replay = Replay::new(&SimConfig {
@@ -317,8 +230,9 @@ pub(crate) fn profile_within(
     let steps_dropped = (got.marks.len() as u64).saturating_sub(steps.len() as u64 + 1);
     Ok(Profile {
         name: name.to_string(),
-        pid: if host_pid != 0 { host_pid } else { key.pid },
-        cmdline,
+        pid: process.host_pid,
+        ns_pid: process.ns_pid(),
+        cmdline: process.cmdline,
         peak_allocated: replay_peak.max(model_peak),
         peak_reserved: replay_peak_reserved.max(model_peak_reserved),
         peak_step,

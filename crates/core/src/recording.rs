@@ -84,6 +84,11 @@
 //!   of segment format 1.1 (STATS_C, MARKER sources, context tags, DROPPED,
 //!   definitions) inside events frames; readers tolerate unknown inputs.
 //! - **1.0**: vramscope 0.1.0 (`tests/fixtures/recordings/v1.0-demo-leak.vsrec`).
+//!
+//! [`census`]: the processes a recording holds, and which one a command
+//! takes (`--pid`, else the most allocator events).
+
+pub mod census;
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -30,9 +30,11 @@ pub struct Breakdown {
 /// One run, as the comparison needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Profile {
-    /// The file, and the process in it.
+    /// The file, and the process in it: its host pid, and the pid it
+    /// sees itself as (they differ in a container).
     pub name: String,
     pub pid: u32,
+    pub ns_pid: u32,
     pub cmdline: String,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
@@ -105,6 +107,7 @@ pub struct Diff {
 pub struct Summary {
     pub name: String,
     pub pid: u32,
+    pub ns_pid: u32,
     pub cmdline: String,
     pub steps: usize,
     pub peak_step: Option<u64>,
@@ -143,6 +146,7 @@ fn summary(p: &Profile) -> Summary {
     Summary {
         name: p.name.clone(),
         pid: p.pid,
+        ns_pid: p.ns_pid,
         cmdline: p.cmdline.clone(),
         steps: p.steps.len(),
         peak_step: p.peak_step,

@@ -62,6 +62,21 @@ pub struct Recovered {
     pub times: Vec<u64>,
 }
 
+impl Recovered {
+    /// The last memory limit the producer stated for `device` (MARKER
+    /// source 6): bytes, and whether it is the whole device (no memory
+    /// fraction).
+    pub fn memory_limit(&self, device: u16) -> Option<(u64, bool)> {
+        self.marks.iter().rev().find_map(|m| match m.source {
+            vramscope_wire::event::MarkSource::MemoryLimit {
+                device: d,
+                whole_device,
+            } if d == device => Some((m.value, whole_device)),
+            _ => None,
+        })
+    }
+}
+
 /// A step marker among the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
@@ -664,5 +679,37 @@ mod tests {
         // By time, the last sample wins the last request.
         assert_eq!(got.recorded[3].map(|s| s.allocated), Some(5));
         assert_eq!(got.recorded.iter().flatten().count(), 1);
+    }
+
+    #[test]
+    fn the_memory_limit_is_the_last_stated_for_the_device() {
+        use vramscope_wire::event::MarkSource;
+        let limit = |device, value, whole_device| Mark {
+            at: 0,
+            source: MarkSource::MemoryLimit {
+                device,
+                whole_device,
+            },
+            value,
+            time_ns: 0,
+        };
+        let step = Mark {
+            at: 0,
+            source: MarkSource::User,
+            value: 3,
+            time_ns: 0,
+        };
+        let got = Recovered {
+            marks: vec![
+                limit(0, 80, true),
+                limit(0, 40, false),
+                limit(1, 20, false),
+                step,
+            ],
+            ..Recovered::default()
+        };
+        assert_eq!(got.memory_limit(0), Some((40, false)));
+        assert_eq!(got.memory_limit(1), Some((20, false)));
+        assert_eq!(got.memory_limit(2), None);
     }
 }
