@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::{ENV_AUTO, ENV_PYTHON};
+use super::env::{ENV_AUTO, ENV_PYTHON};
 
 /// How long a build may take before `run` gives up on it and starts the
 /// job anyway (the builder waits up to 15 minutes on another's lock, and
@@ -134,7 +134,7 @@ pub fn ensure(python: &OsStr, agent_dir: &Path, force: bool, quiet: bool) -> Res
     if quiet {
         cmd.arg("--quiet");
     }
-    cmd.env("PYTHONPATH", super::pythonpath_with(agent_dir))
+    cmd.env("PYTHONPATH", super::env::pythonpath_with(agent_dir))
         .env_remove(ENV_AUTO)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
@@ -212,7 +212,7 @@ pub fn ensure(python: &OsStr, agent_dir: &Path, force: bool, quiet: bool) -> Res
 /// [`ensure`] for the Python at `python` (e.g. a running job's
 /// `/proc/PID/exe`), with the agent extracted as `run` does.
 pub(crate) fn prebuild_for(python: &Path) -> Result<Report> {
-    let dir = super::extract()?;
+    let dir = super::extract::extract()?;
     ensure(python.as_os_str(), &dir, false, false)
 }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde::Serialize;
 
+use super::env::{pythonpath_with, ENV_AUTO, ENV_PYTHON};
 use super::extract::extract;
-use super::{pythonpath_with, ENV_AUTO, ENV_PYTHON};
 
 /// How a doctor check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

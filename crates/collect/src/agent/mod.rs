@@ -20,14 +20,12 @@
 //!
 //! The files split along those jobs: `extract` (the embedded files and
 //! the private directory they go to), `run` (a command with the agent
-//! injected), `doctor` (the checks), and `build`; the environment the
-//! agent reads is here.
-
-use std::ffi::OsString;
-use std::path::Path;
+//! injected), `doctor` (the checks), `build`, and `env` (the environment
+//! the agent reads).
 
 pub mod build;
 mod doctor;
+mod env;
 mod extract;
 mod run;
 
@@ -35,18 +33,3 @@ pub(crate) use build::prebuild_for;
 pub use doctor::{doctor, doctor_with, Check, Level};
 pub use extract::{dir_name, extract, extract_to, verified, FILES};
 pub use run::{exec, run};
-
-/// Environment variables the agent reads (see `vramscope/__init__.py`).
-pub(crate) const ENV_AUTO: &str = "VRAMSCOPE_AUTO";
-pub(crate) const ENV_SHM_DIR: &str = "VRAMSCOPE_SHM_DIR";
-pub(crate) const ENV_PYTHON: &str = "VRAMSCOPE_PYTHON";
-
-/// `PYTHONPATH` with `dir` first, then what this process has.
-pub(crate) fn pythonpath_with(dir: &Path) -> OsString {
-    let mut pp = OsString::from(dir.as_os_str());
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-        pp.push(":");
-        pp.push(old);
-    }
-    pp
-}

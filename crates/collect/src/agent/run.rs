@@ -9,8 +9,8 @@ use std::process::{Command, ExitStatus};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::build;
+use super::env::{pythonpath_with, ENV_AUTO, ENV_SHM_DIR};
 use super::extract::extract;
-use super::{pythonpath_with, ENV_AUTO, ENV_SHM_DIR};
 
 /// The command `argv` prepared to run with the agent: `PYTHONPATH` starts
 /// with the extracted directory (its `sitecustomize.py` attaches when torch

@@ -17,10 +17,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::config::Bounds;
 pub use super::origin::natural_cmp;
 pub use super::origin::{Origin, PhaseKey};
 use super::roles::{shared_path, Role, RoleLists};
-use super::Bounds;
 use vramscope_text::printable;
 use vramscope_wire::event::{CtxTag, DropWhat, EventKind, MarkSource, Phase};
 
@@ -361,7 +361,7 @@ pub struct ModuleBytes {
     /// The module's dotted path; empty for allocations outside every
     /// module (or untagged ones; `null` in JSON); `context #N` /
     /// `string #N` while the definition has not arrived.
-    #[serde(with = "crate::model::view::module_json")]
+    #[serde(with = "crate::model::origin::module_json")]
     pub module: String,
     /// Allocated bytes of live blocks made in this module.
     pub bytes: u64,
@@ -379,7 +379,7 @@ pub struct PhaseBytes {
 /// Live bytes of one module in one role.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoleBytes {
-    #[serde(with = "crate::model::view::module_json")]
+    #[serde(with = "crate::model::origin::module_json")]
     pub module: String,
     pub role: Role,
     pub bytes: u64,
@@ -398,7 +398,7 @@ pub struct RoleTotal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextView {
     pub id: u32,
-    #[serde(with = "crate::model::view::module_json")]
+    #[serde(with = "crate::model::origin::module_json")]
     pub module: String,
     pub phase: PhaseKey,
     /// The step, when the producer keys this context by step.

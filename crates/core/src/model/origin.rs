@@ -142,6 +142,25 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     }
 }
 
+/// A module path in JSON: `null` for allocations outside every module
+/// (the model keeps them as the empty path), never `""`, which a reader
+/// would take for the root module. Reads both back.
+pub(crate) mod module_json {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(m: &str, s: S) -> Result<S::Ok, S::Error> {
+        if m.is_empty() {
+            s.serialize_none()
+        } else {
+            s.serialize_str(m)
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

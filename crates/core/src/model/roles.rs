@@ -49,9 +49,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::config::Bounds;
 use super::device::Block;
 use super::origin::PhaseKey;
-use super::Bounds;
 use vramscope_wire::event::{BlockState, EventKind, Held};
 
 /// What a live block is to PyTorch.

@@ -16,7 +16,7 @@ use vramscope_wire::event::BlockState;
 /// One row of a step diff: live blocks of one module, phase and size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiffRow {
-    #[serde(with = "crate::model::view::module_json")]
+    #[serde(with = "crate::model::origin::module_json")]
     pub module: String,
     pub phase: PhaseKey,
     /// What the blocks are to PyTorch (`model::roles`).

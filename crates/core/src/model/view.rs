@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::config::{Bounds, Mode, ProcessKey};
 use super::device::{Block, Problem, Segment};
 use super::leak::LeakReport;
 use super::roles::Role;
 use super::series::Column;
-use super::{Bounds, Mode, ProcessKey};
 use vramscope_wire::event::{Event, PoolId, Stats};
 
 /// What to include in a view (the block map and timelines can be large).
@@ -324,7 +324,7 @@ pub struct ProcessView {
     pub bounds: Bounds,
     /// The leak criterion in force (what `leak` was judged against).
     #[serde(default)]
-    pub leak_criterion: crate::model::leak::LeakConfig,
+    pub leak_criterion: crate::model::config::LeakConfig,
     /// How watching began, and whether the state is anchored yet.
     #[serde(default)]
     pub watch: WatchView,
@@ -353,25 +353,6 @@ pub struct ModelView {
     /// Inputs of processes beyond [`Bounds::processes`], dropped.
     #[serde(default)]
     pub(crate) dropped_events: u64,
-}
-
-/// A module path in JSON: `null` for allocations outside every module
-/// (the model keeps them as the empty path), never `""`, which a reader
-/// would take for the root module. Reads both back.
-pub(crate) mod module_json {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(m: &str, s: S) -> Result<S::Ok, S::Error> {
-        if m.is_empty() {
-            s.serialize_none()
-        } else {
-            s.serialize_str(m)
-        }
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
-    }
 }
 
 /// An optional text shared between views' blocks (`Arc<str>`), in JSON

@@ -273,3 +273,39 @@ pub fn summary(a: &LiveAdvice) -> String {
         None => "keep the job's own setting (no candidate does better)".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the advice starts, as said for each way the advisor began: at
+    /// the job's start, mid-run, or at the start of a later run.
+    #[test]
+    fn coverage_says_where_the_advice_starts() {
+        let at = |run, from_start| {
+            coverage_line(&Coverage {
+                requests: 10,
+                first_step: Some(3),
+                last_step: Some(7),
+                from_start,
+                run,
+                held: 2,
+                held_bytes: 4 << 20,
+                ..Coverage::default()
+            })
+        };
+        assert_eq!(
+            at(None, true),
+            "10 requests from the job's start, steps 3 to 7"
+        );
+        let mid = at(None, false);
+        assert!(
+            mid.starts_with(
+                "10 requests from when the advisor began (the 2 tensors held then, 4.00 MiB"
+            ),
+            "{mid}"
+        );
+        assert!(at(Some(2), true).contains("from the start of the job's run 2, steps 3 to 7"));
+        assert!(at(Some(2), false).contains("run 2 (the 2 tensors held then"));
+    }
+}

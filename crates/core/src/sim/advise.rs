@@ -25,11 +25,12 @@
 
 use serde::Serialize;
 
+use super::allocator::{NullSink, SimConfig};
+use super::conf::AllocConf;
 use super::from_events::PlacedSample;
 use super::samples::{self, SampleCheck, Verdict};
 use super::spread::{Range, SpreadReplay, Totals};
 use super::trace::{Replay, Request};
-use super::{AllocConf, NullSink, SimConfig};
 use vramscope_wire::event::Stats;
 
 const MIB: u64 = 1 << 20;

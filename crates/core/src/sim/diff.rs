@@ -18,8 +18,9 @@ use std::io::BufRead;
 
 use serde::Deserialize;
 
+use super::allocator::{NullSink, SimAllocator, SimConfig};
+use super::conf::AllocConf;
 use super::placement::Placement;
-use super::{AllocConf, NullSink, SimAllocator, SimConfig};
 
 /// The figures compared at every step, in the order a step records them.
 pub(crate) const FIGURES: [&str; 6] = [

@@ -35,11 +35,12 @@
 use serde::Serialize;
 
 use super::advise::{self, Advice, Candidate, Job, OomFate, Outcome, OwnCheck};
+use super::allocator::SimConfig;
+use super::conf::AllocConf;
 use super::from_events::{Found, Stream};
 use super::samples;
 use super::spread::SpreadReplay;
 use super::trace::Request;
-use super::{AllocConf, SimConfig};
 use vramscope_wire::event::{Event, EventKind, MarkSource};
 
 /// The most requests held before the candidates are chosen.
@@ -585,7 +586,7 @@ fn allocator_device(k: &EventKind) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::SimAllocator;
+    use crate::sim::allocator::SimAllocator;
 
     fn setting() -> Setting {
         Setting {
@@ -793,8 +794,6 @@ mod tests {
         let a = live.advice();
         // Run 2, from its allocator's start: nothing carried over.
         assert_eq!(a.coverage.run, Some(2));
-        let said = crate::sim::advice_text::coverage_line(&a.coverage);
-        assert!(said.contains("from the start of the job's run 2"), "{said}");
         assert!(a.coverage.from_start, "{:?}", a.coverage);
         assert_eq!((a.coverage.held, a.coverage.unknown_frees), (0, 0));
         let advice = a.advice.clone().unwrap();

@@ -11,7 +11,7 @@
 //! other orders, so that a replay beside them shows which figures a tie
 //! decided, and the range they span.
 
-use super::{SimAllocator, SimConfig};
+use super::allocator::{EventSink, OomError, SimAllocator, SimConfig};
 use crate::pytorch::pool_for_size;
 use vramscope_wire::event::SegmentPool;
 
@@ -76,8 +76,8 @@ impl Placement {
         size: u64,
         stream: u64,
         given: Option<u64>,
-        sink: &mut dyn super::EventSink,
-    ) -> Result<u64, super::OomError> {
+        sink: &mut dyn EventSink,
+    ) -> Result<u64, OomError> {
         let before = (sim.stats().segments, sim.stats().reserved);
         let cfg = sim.config();
         let pool = match pool_for_size(cfg.alloc.round_size(size)) {

@@ -10,9 +10,9 @@
 
 use serde::Serialize;
 
+use super::allocator::{NullSink, SimConfig};
 use super::placement::Placement;
 use super::trace::{Replay, Request, StepReport};
-use super::{NullSink, SimConfig};
 
 /// How many replays run beside the compared one: the reverse order, four
 /// shuffled orders, and the driver's with ties broken high (the same set

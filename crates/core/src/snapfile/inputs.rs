@@ -32,8 +32,8 @@ use crate::model::Watch;
 use crate::model::{rules, Mode, ProcessKey};
 use vramscope_wire::event::{BlockState, CtxTag, Event, EventKind, PoolId, SegmentPool};
 
+use super::file::{Action, SnapshotFile, TraceEntry};
 use super::ours::{Mark, Ours};
-use super::{Action, SnapshotFile, TraceEntry};
 
 /// The process a file is shown as (files have no pid: 0).
 pub const KEY: ProcessKey = ProcessKey {
@@ -724,4 +724,19 @@ fn snapshot_events(
         }
     }
     out.push(ev(EventKind::SnapshotEnd { device, id }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapfile::file::ENTRY_COST;
+
+    /// The file's bound counts a trace entry's place in the timeline by a
+    /// tuple of `Timed`'s fields, so that the file's types need not know
+    /// this module.
+    #[test]
+    fn entry_cost_counts_a_timed() {
+        let timed = std::mem::size_of::<Timed<'static>>();
+        assert_eq!(ENTRY_COST, std::mem::size_of::<TraceEntry>() + timed);
+    }
 }

@@ -2,7 +2,8 @@
 //! `file:line name` lines. Bounded, so that a hostile file cannot make a
 //! line or a stack as long as it likes.
 
-use super::{head, SnapshotFile};
+use super::file::{head, SnapshotFile, TraceEntry};
+use vramscope_wire::event::PoolId;
 
 /// The most frames of a stack shown (then one line saying how many more),
 /// and the most bytes of a frame's line: a stack can name one frame of a
@@ -56,4 +57,27 @@ pub fn stack_line_iter(
             line
         })
         .chain((more > 0).then(|| format!("… {more} more frames")))
+}
+
+impl TraceEntry {
+    /// The lines that say what the entry's metadata says (none when it
+    /// says nothing): `user metadata: …`, `compile context: …`, `internal
+    /// metadata: …`, `pool (a, b)`, each at most [`MAX_LINE`] bytes.
+    pub fn meta_lines(&self) -> Vec<String> {
+        let Some(m) = &self.meta else {
+            return Vec::new();
+        };
+        let texts = [
+            ("user metadata", &m.user_metadata),
+            ("compile context", &m.compile_context),
+            ("internal metadata", &m.internal_metadata),
+        ];
+        let mut out: Vec<String> = (texts.iter())
+            .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}: {}", line(v))))
+            .collect();
+        if let Some(PoolId(a, b)) = m.pool {
+            out.push(format!("private pool ({a}, {b})"));
+        }
+        out
+    }
 }

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use crate::model::Bounds;
 use vramscope_wire::event::{CtxTag, EventKind, Held, MarkSource, Phase};
 
+use super::file::{Frame, SnapshotFile};
 use super::write::{CONTEXT, MARK, NO_MODULE, OURS, ROLE, ROLE_PREFIX, STEP};
-use super::{Frame, SnapshotFile};
 
 /// The most bytes of one string a producer may define (FORMAT.md).
 const MAX_STRING: usize = 4096;

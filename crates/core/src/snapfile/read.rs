@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 
-use super::{
+use super::file::{
     head, Action, Annotation, Block, EntryMeta, Frame, HostMemory, Segment, SnapError,
     SnapshotFile, TraceEntry, BLOCK_COST, ENTRY_COST, FRAME_COST, MAX_BLOCKS, MAX_FRAME_EXTRA,
     MAX_SEGMENTS, MAX_TRACE, SEGMENT_COST, STACK_COST,

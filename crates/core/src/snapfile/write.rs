@@ -16,7 +16,7 @@ use crate::model::roles::Role;
 use crate::model::Process;
 use vramscope_wire::event::{BlockState, CtxTag, Event, EventKind, MarkSource, PoolId};
 
-use super::{Action, Block, EntryMeta, Frame, Segment, SnapshotFile, TraceEntry};
+use super::file::{Action, Block, EntryMeta, Frame, Segment, SnapshotFile, TraceEntry};
 
 /// Pickle opcodes this writer uses.
 mod op {

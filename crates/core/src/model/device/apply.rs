@@ -8,7 +8,9 @@
 //! snapshot replaces everything.
 
 use super::blockmap::Pos;
-use super::{Applied, Block, DeviceState, Live, Origin, Problem, Segment};
+use super::parts::{Applied, Block, Live, Problem, Segment};
+use super::state::DeviceState;
+use crate::model::origin::Origin;
 use crate::model::rules::{self, BlockRules};
 use vramscope_wire::event::{BlockState, EventKind, Place, SegmentPool};
 

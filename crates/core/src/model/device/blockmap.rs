@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::{Bound, RangeBounds};
 
-use super::Block;
+use super::parts::Block;
 
 /// Additions and removals the ordered set may lag behind by.
 const SYNC_AFTER: usize = 1024;
@@ -515,7 +515,7 @@ mod tests {
     #[test]
     fn memory_at_the_block_bound_is_as_documented() {
         const MIB: usize = 1 << 20;
-        let n = crate::model::Bounds::default().blocks as u64;
+        let n = crate::model::config::Bounds::default().blocks as u64;
         assert_eq!(n, 1 << 18);
         let mut m = BlockMap::default();
         // Inserted out of order, then split further by position, as the

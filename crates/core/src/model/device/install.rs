@@ -8,8 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use super::snapshot::{Pending, SnapshotOutcome};
-use super::{weigh, Block, BlockMap, DeviceState, Problem, Segment};
+use super::blockmap::BlockMap;
+use super::parts::{weigh, Block, Problem, Segment};
+use super::pending::{Pending, SnapshotOutcome};
+use super::state::DeviceState;
 use crate::model::eventlog::EventLog;
 use crate::model::rules::BlockRules;
 use vramscope_wire::event::{BlockState, EventKind};

@@ -35,8 +35,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use serde::{Deserialize, Serialize};
-
+pub use super::config::LeakConfig;
 use super::device::Block;
 use super::period::{Found, PeriodFinder};
 use super::rules;
@@ -55,33 +54,6 @@ use stats::{kendall_tau, sign, theil_sen};
 pub(crate) const SIZE_HISTORY: usize = 32;
 /// Distinct sizes tracked by default (`Bounds::leak_sizes`).
 const MAX_SIZES: usize = 4096;
-
-/// Thresholds of the leak heuristic.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LeakConfig {
-    /// Steps needed before a verdict.
-    pub min_steps: usize,
-    /// Floor growth over the analysed window needed to flag.
-    pub min_growth_bytes: u64,
-    /// Kendall's τ between step index and floor needed to flag (0..1).
-    pub min_trend: f64,
-    /// Floors analysed (the most recent ones).
-    pub window_steps: usize,
-    /// Sizes named in a report.
-    pub(crate) top_sizes: usize,
-}
-
-impl Default for LeakConfig {
-    fn default() -> Self {
-        Self {
-            min_steps: 8,
-            min_growth_bytes: 16 << 10,
-            min_trend: 0.6,
-            window_steps: 64,
-            top_sizes: 5,
-        }
-    }
-}
 
 /// Earlier runs remembered.
 const RUNS_KEPT: usize = 16;

@@ -60,7 +60,7 @@ pub struct LeakOrigin {
     /// The module path ("" outside every module); `parent.*` for growing
     /// siblings numbered alike (`model.layers.*`: the layers of a
     /// `ModuleList`), rolled up into one row.
-    #[serde(with = "crate::model::view::module_json")]
+    #[serde(with = "crate::model::origin::module_json")]
     pub module: String,
     /// Modules rolled up into this row (1 for one module).
     #[serde(default = "one")]

@@ -3,11 +3,11 @@
 //! began.
 
 use crate::model::attrib;
+use crate::model::config::{Mode, Watch};
 use crate::model::device::{DeviceState, Live, Problem, SnapshotOutcome, Verdict};
 use crate::model::eventlog::LetGo;
 use crate::model::rules;
 use crate::model::view::{OomRecord, ProblemRecord};
-use crate::model::{Mode, Watch};
 use vramscope_wire::event::RingPos;
 use vramscope_wire::event::{Class, Event, EventKind, MarkSource, SegmentPool};
 

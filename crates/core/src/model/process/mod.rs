@@ -9,14 +9,14 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::attrib::{self, Definitions, StepClock};
+use super::config::{Mode, ModelConfig, ProcessKey, Watch, PLACEMENT_LOG};
 use super::device::DeviceState;
 use super::eventlog::EventLog;
 use super::leak::LeakDetector;
 use super::roles::RoleTable;
 use super::series::Series;
 use super::view::{Dropped, OomRecord, ProblemRecord};
-use super::{Mode, ModelConfig, ProcessKey, PLACEMENT_LOG};
-use crate::model::Watch;
+
 use vramscope_wire::event::{BlockState, Event};
 
 mod apply;
@@ -396,7 +396,7 @@ mod tests {
         use vramscope_wire::event::Place;
         const MIB: usize = 1 << 20;
         // The documented figures are what the structures hold at most.
-        let history = crate::model::RECENT_EVENTS * 40;
+        let history = crate::model::config::RECENT_EVENTS * 40;
         assert_eq!(history * 4, 5 * MIB);
         let series = 5 * 4096 * 80;
         assert_eq!(series * 64, 100 * MIB);
@@ -432,7 +432,7 @@ mod tests {
         assert!(p.log.memory_bytes() <= history + 64 * 1024);
         // Role lists: a hostile list of 200,000 tensors, never ended, after
         // a complete one as long: at most two lists of the bound are kept.
-        let roles = 2 * crate::model::Bounds::default().roles * 24;
+        let roles = 2 * crate::model::config::Bounds::default().roles * 24;
         assert_eq!(roles, 3 * MIB);
         for list in [1u32, 2] {
             ev(

@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 
 use crate::model::attrib;
+use crate::model::device::Block;
 use crate::model::device::DeviceState;
 use crate::model::roles::{self, Role, RoleMatches};
 use crate::model::view::{
     BlockView, DeviceFigures, DeviceTimeline, DeviceView, ProcessView, SegmentView, ViewOptions,
     WatchView,
 };
-use crate::model::Block;
 use vramscope_wire::event::BlockState;
 
 use super::Process;

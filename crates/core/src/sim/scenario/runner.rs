@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::catalog::Scenario;
 use super::ops::{Op, SimContext, SimFrame, TimedOp};
 use super::scripts::{frag_closing, FRAG_CLOSING, OOM_AVOIDED, OOM_CLOSING};
-use super::Scenario;
 use crate::sim::allocator::{EventSink, OomError, SimAllocator};
 use vramscope_wire::event::{CtxTag, Event, EventKind, Held};
 

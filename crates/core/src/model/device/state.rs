@@ -1,276 +1,52 @@
-//! One device allocator's state inside one process: segments and blocks,
-//! rebuilt from events and re-synchronised from complete snapshots.
-//!
-//! This file holds the data types ([`Segment`], [`Block`], [`Problem`],
-//! [`DeviceState`]…), the queries and the bookkeeping shared by all
-//! operations (totals, peaks, timelines, drift against stats samples). The
-//! operations live in submodules:
-//!
-//! - `apply`: applying allocator events (Alloc … SegmentUnmap);
-//! - `snapshot`: receiving a snapshot (SnapshotBegin … SnapshotEnd) and
-//!   buffering the events that arrive meanwhile;
-//! - `install`: replacing the state from a complete snapshot and replaying
-//!   the buffered events on it.
-//!
-//! Invariants (kept by every operation, checked by the tests):
-//! - segments, blocks and orphans stay within their bounds
-//!   ([`super::Bounds`]); an event that would pass one is dropped,
-//!   counted and leaves the map unsynced;
-//! - segments never overlap;
-//! - the blocks of a segment tile it exactly (allocated, pending-free and
-//!   inactive blocks together), and no two adjacent inactive blocks of one
-//!   segment stay unmerged after a free completes;
-//! - `allocated`, `active` and `reserved` equal the sums over the maps.
-//!
-//! Blocks seen in events but outside every known segment (e.g. from segments
-//! created before the tracker attached) are kept apart as *orphans*, so the
-//! allocated total stays right until the next snapshot replaces everything.
+//! The state of one device allocator: its maps, totals, peaks, timelines
+//! and drift against stats samples. The operations on it live beside it
+//! (`apply`, `snapshot`, `install`, `placed`).
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-use super::origin::Origin;
-use super::series::{Series, SeriesConfig};
-use super::Bounds;
-use vramscope_wire::event::{BlockState, PoolId, SegmentPool, Stats};
-
-mod apply;
-mod blockmap;
-mod install;
-mod placed;
-mod snapshot;
-
-pub use placed::AnchoredFrom;
-pub(crate) use placed::{Placement, Verdict};
-
-use blockmap::BlockMap;
-
-use snapshot::Pending;
-pub(crate) use snapshot::SnapshotOutcome;
-
-/// A `cudaMalloc`ed segment, or one contiguous mapped range of an expandable
-/// segment (the same unit `torch.cuda.memory_snapshot()` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Segment {
-    pub addr: u64,
-    /// Bytes backed by device memory: the whole segment, or for an
-    /// expandable segment the mapped extent.
-    pub size: u64,
-    pub stream: u64,
-    pub pool: PoolId,
-    pub pool_kind: SegmentPool,
-    /// False while `pool_kind` is only a guess from the segment size.
-    pub pool_kind_known: bool,
-    pub expandable: bool,
-}
-
-impl Segment {
-    pub(crate) fn end(&self) -> u64 {
-        self.addr.saturating_add(self.size)
-    }
-}
-
-/// A block; its address is the key of the map that holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Block {
-    /// The block's size (the rounded request, or the whole free block when
-    /// the remainder was too small to split off).
-    pub size: u64,
-    /// The caller's request (0 for inactive blocks).
-    pub requested: u64,
-    pub stream: u64,
-    pub pool: PoolId,
-    /// Address of the segment holding the block (for orphans: the block's own).
-    pub segment: u64,
-    /// When the block entered its current state (allocation time for
-    /// allocated blocks; the snapshot time for blocks learnt from a snapshot).
-    pub since_ns: u64,
-    pub state: BlockState,
-    pub expandable: bool,
-    /// The context and step of the allocation that made the block (none
-    /// for inactive blocks and from producers that do not tag).
-    #[serde(default, skip_serializing_if = "Origin::is_none")]
-    pub origin: Origin,
-}
-
-impl Block {
-    /// An inactive block of `segment` of `size` bytes, in that state since
-    /// `since_ns`.
-    fn inactive(segment: &Segment, size: u64, since_ns: u64) -> Self {
-        Self {
-            size,
-            requested: 0,
-            stream: segment.stream,
-            pool: segment.pool,
-            segment: segment.addr,
-            since_ns,
-            state: BlockState::Inactive,
-            expandable: segment.expandable,
-            origin: Origin::default(),
-        }
-    }
-
-    /// What the block adds to the (allocated, active) totals.
-    fn weight(&self) -> (u64, u64) {
-        match self.state {
-            BlockState::Allocated => (self.size, self.size),
-            BlockState::PendingFree => (0, self.size),
-            BlockState::Inactive => (0, 0),
-        }
-    }
-}
-
-/// The (allocated, active) totals of `blocks`.
-fn weigh<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> (u64, u64) {
-    blocks
-        .into_iter()
-        .map(Block::weight)
-        .fold((0u64, 0u64), |(a, b), (x, y)| {
-            (a.saturating_add(x), b.saturating_add(y))
-        })
-}
-
-/// What the bounds of one device dropped (see [`Bounds`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct DeviceDropped {
-    pub(crate) orphans: u64,
-    pub(crate) blocks: u64,
-    pub(crate) segments: u64,
-    pub(crate) replay: u64,
-    pub(crate) snapshots: u64,
-}
-
-/// An event that contradicts the model. Each one is counted and asks for a
-/// resync; the model keeps going with its best repair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Problem {
-    /// A free of an address that holds no block.
-    UnknownBlock { addr: u64 },
-    /// An allocation outside every known segment (kept as an orphan).
-    BlockOutsideSegment { addr: u64 },
-    /// A block was not in the state the event implies.
-    BlockState { addr: u64, found: BlockState },
-    /// An allocation inside a free block rather than at its start.
-    MisallocatedBlock { addr: u64 },
-    /// An allocation larger than the free block it landed in.
-    BlockTooSmall { addr: u64, request: u64, free: u64 },
-    /// A segment free or unmap of an address that is no known segment.
-    UnknownSegment { addr: u64 },
-    /// A segment free whose size differs from the segment's.
-    SegmentSize {
-        addr: u64,
-        expected: u64,
-        found: u64,
-    },
-    /// A segment freed or unmapped while blocks in it were still in use.
-    SegmentInUse { addr: u64 },
-    /// A new segment overlapping known ones (those are dropped).
-    OverlappingSegment { addr: u64 },
-    /// A range or a total that does not fit in 64 bits: `addr + size` past
-    /// `u64::MAX`, or a sum of sizes that had to be saturated. What is shown
-    /// is cut at `u64::MAX` and flagged implausible.
-    Overflow { addr: u64, size: u64 },
-    /// The allocator's own statistics kept disagreeing with the block map.
-    Drift {
-        model_allocated: u64,
-        stats_allocated: u64,
-    },
-    /// A snapshot placed past its device ring's head (FORMAT.md,
-    /// "Positions"): the ring had reached `reached` when a record below
-    /// `before`, written after the snapshot, came. It was refused as an
-    /// anchor: installed, it would have dropped every later record as
-    /// already in it.
-    AnchorPastHead {
-        ring: u8,
-        before: u64,
-        reached: Option<u64>,
-    },
-}
-
-/// What an applied event did to live tensor counts (for leak analysis).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Live {
-    #[default]
-    None,
-    /// A tensor of this requested size came to life.
-    Up(u64),
-    /// A tensor of this requested size was released.
-    Down(u64),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Applied {
-    pub(crate) live: Live,
-    pub(crate) problem: Option<Problem>,
-}
-
-impl Applied {
-    /// An outcome that changes no live tensor count, with problem `p` (if any).
-    fn problem(p: impl Into<Option<Problem>>) -> Self {
-        Self {
-            live: Live::None,
-            problem: p.into(),
-        }
-    }
-}
-
-/// Figures summed from the block map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Derived {
-    pub allocated: u64,
-    pub(crate) active: u64,
-    pub(crate) reserved: u64,
-}
-
-/// Fragmentation figures computed from the block map.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct BlockSummary {
-    /// Inactive bytes in segments that are split (cached but not releasable).
-    pub(crate) inactive_split: u64,
-    pub(crate) largest_free_small: Option<u64>,
-    pub(crate) largest_free_large: Option<u64>,
-    pub(crate) free_blocks: u64,
-    pub blocks: u64,
-    pub(crate) segments: u64,
-}
+use super::blockmap::BlockMap;
+use super::parts::{weigh, Block, BlockSummary, Derived, DeviceDropped, Problem, Segment};
+use super::pending::Pending;
+use super::placement::Placement;
+use crate::model::config::Bounds;
+use crate::model::series::{Series, SeriesConfig};
+use vramscope_wire::event::{BlockState, SegmentPool, Stats};
 
 /// How many past (allocated, reserved) totals a stats sample may match.
-const TOTALS_RING: usize = 16;
+pub(super) const TOTALS_RING: usize = 16;
 /// Consecutive mismatching stats samples before the model calls it drift.
-const DRIFT_SAMPLES: u32 = 3;
+pub(super) const DRIFT_SAMPLES: u32 = 3;
 /// The state of one device allocator.
 #[derive(Debug, Clone)]
 pub struct DeviceState {
-    device: u16,
-    segments: BTreeMap<u64, Segment>,
-    blocks: BlockMap,
-    orphans: BTreeMap<u64, Block>,
-    allocated: u64,
-    active: u64,
-    reserved: u64,
-    unknown_kind: usize,
+    pub(super) device: u16,
+    pub(super) segments: BTreeMap<u64, Segment>,
+    pub(super) blocks: BlockMap,
+    pub(super) orphans: BTreeMap<u64, Block>,
+    pub(super) allocated: u64,
+    pub(super) active: u64,
+    pub(super) reserved: u64,
+    pub(super) unknown_kind: usize,
     /// A complete snapshot was installed and nothing contradicted it since.
-    synced: bool,
-    pending: Option<Pending>,
-    stats: Option<(u64, Stats)>,
-    totals: [(u64, u64); TOTALS_RING],
-    totals_pos: usize,
-    drift: u32,
-    peaks: Derived,
+    pub(super) synced: bool,
+    pub(super) pending: Option<Pending>,
+    pub(super) stats: Option<(u64, Stats)>,
+    pub(super) totals: [(u64, u64); TOTALS_RING],
+    pub(super) totals_pos: usize,
+    pub(super) drift: u32,
+    pub(super) peaks: Derived,
     /// The timelines of allocated, reserved and active bytes, in this order.
     pub(crate) series: Series<3>,
-    bounds: Bounds,
+    pub(super) bounds: Bounds,
     pub(crate) dropped: DeviceDropped,
     /// A total or a range had to be saturated at `u64::MAX` since the last
     /// installed snapshot.
-    saturated: bool,
+    pub(super) saturated: bool,
     /// Events kept with their ring positions, to place snapshots exactly.
-    placement: Placement,
+    pub(super) placement: Placement,
     /// The process's current step, which the step tags of new blocks
     /// resolve against (see `origin::resolve_step`).
-    step_now: Option<u64>,
+    pub(super) step_now: Option<u64>,
 }
 
 impl DeviceState {
@@ -372,7 +148,7 @@ impl DeviceState {
 
     /// Add `(allocated, active)` bytes to the totals; false (and the totals
     /// cut at `u64::MAX`, flagged) when they do not fit.
-    fn count_in(&mut self, allocated: u64, active: u64) -> bool {
+    pub(super) fn count_in(&mut self, allocated: u64, active: u64) -> bool {
         let a = self.allocated.checked_add(allocated);
         let b = self.active.checked_add(active);
         self.allocated = a.unwrap_or(u64::MAX);
@@ -384,7 +160,7 @@ impl DeviceState {
 
     /// Add `size` bytes to the reserved total; false (cut, flagged) when
     /// they do not fit.
-    fn reserve(&mut self, size: u64) -> bool {
+    pub(super) fn reserve(&mut self, size: u64) -> bool {
         let r = self.reserved.checked_add(size);
         self.reserved = r.unwrap_or(u64::MAX);
         self.saturated |= r.is_none();
@@ -392,7 +168,7 @@ impl DeviceState {
     }
 
     /// Note a range `[addr, addr + size)` whose end is past `u64::MAX`.
-    fn overflowed(&mut self) {
+    pub(super) fn overflowed(&mut self) {
         self.saturated = true;
     }
 
@@ -453,7 +229,7 @@ impl DeviceState {
     }
 
     /// Take a block's bytes out of the totals.
-    fn count_out(&mut self, b: &Block) {
+    pub(super) fn count_out(&mut self, b: &Block) {
         let (allocated, active) = b.weight();
         self.allocated = self.allocated.saturating_sub(allocated);
         self.active = self.active.saturating_sub(active);
