@@ -9,7 +9,7 @@ use ratatui::Terminal;
 use vramscope_collect::fleet::fixtures::fleet;
 use vramscope_collect::fleet::view::{FleetView, ProcSeries, Screen, SortKey};
 use vramscope_ui::fleet::{Ask, FleetApp, FleetEvent};
-use vramscope_ui::shell::{Shot, Wake};
+use vramscope_ui::shell::{Pace, Shot, Wake};
 use vramscope_ui::{Overlay, Scroll, Theme};
 
 /// A fleet view of [`fleet`], `w`×`h`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 use vramscope_ui::app::{MIN_FRAME_NS, PID_WAIT_NS, TICK_NS};
 use vramscope_ui::fixtures::{app_with, Fixture};
-use vramscope_ui::{App, AppConfig, AppEvent, Effect, Screen, ScreenshotAfter, Shot, Theme};
+use vramscope_ui::{App, AppConfig, AppEvent, Effect, Pace, Screen, ScreenshotAfter, Shot, Theme};
 
 static FX: LazyLock<Fixture> = LazyLock::new(|| Fixture::new(6));
 

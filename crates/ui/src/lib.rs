@@ -99,6 +99,6 @@ pub use draw::{draw, render_buffer, screenshot_now, Still};
 pub use driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
 pub use run::run;
 pub use scroll::Scroll;
-pub use shell::{Shell, ShellOptions};
+pub use shell::{Pace, Shell, ShellOptions};
 pub use state::{Overlay, Pane, Screen};
 pub use theme::Theme;

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use ratatui::Frame;
 
-use super::app::{App, AppEvent, Effect, Shot};
-use super::shell::{Screen, Shell, Wake};
+use super::app::{App, AppEvent, Effect};
+use super::shell::{Pace, Screen, Shell, Wake};
 use crate::clipboard;
 use crate::driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
 use vramscope_collect::{Hub, Snapshot, ADVISOR_CPU_SHARE};
@@ -273,28 +273,12 @@ impl Screen for Dashboard {
         }
     }
 
-    fn quit(&self) -> bool {
-        self.app.quit
-    }
-
-    fn deadline_ns(&self) -> u64 {
-        self.app.deadline_ns()
-    }
-
-    fn should_draw(&self, now_ns: u64) -> bool {
-        self.app.should_draw(now_ns)
-    }
-
-    fn shot_pending(&self) -> bool {
-        self.app.redraw.shot.is_some()
+    fn pace(&mut self) -> &mut dyn Pace {
+        &mut self.app
     }
 
     fn draw(&self, frame: &mut Frame) {
         crate::draw::draw(frame, &self.app)
-    }
-
-    fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
-        self.app.frame_drawn(now_ns)
     }
 
     fn take_terminal_bytes(&mut self) -> Vec<u8> {
@@ -368,7 +352,7 @@ mod tests {
         // Another change meanwhile asks for no second one at once.
         d.wake(vec![AppEvent::Changed]);
         d.wake(vec![key('q')]);
-        assert!(d.quit());
+        assert!(d.pace().quit());
         let took = start.elapsed();
         assert!(
             took < std::time::Duration::from_secs(2),

@@ -57,7 +57,7 @@ pub enum Wake {
     Input(Event),
     /// SIGINT, SIGTERM or SIGHUP: the shell returns after this wake-up.
     Signal,
-    /// The frame [`Screen::frame_drawn`] asked for was written (to this
+    /// The frame [`Pace::frame_drawn`] asked for was written (to this
     /// path), or why not.
     ScreenshotWritten(Result<PathBuf, String>),
 }
@@ -70,6 +70,23 @@ pub trait Screen {
     type Event: From<Wake> + Send + 'static;
     /// One wake-up: the tick, then everything queued since, in order.
     fn wake(&mut self, events: Vec<Self::Event>);
+    /// The state that decides when to wake, draw and stop.
+    fn pace(&mut self) -> &mut dyn Pace;
+    /// The whole frame. Renders only.
+    fn draw(&self, frame: &mut Frame);
+    /// Bytes for the terminal itself rather than the screen (an OSC 52
+    /// copy to the clipboard), written as they are between two frames;
+    /// without a terminal they are dropped.
+    fn take_terminal_bytes(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
+/// What the shell asks of a screen's state between wake-ups: whether it is
+/// done, when to wake, whether to draw, and the screenshot a drawn frame is
+/// to be written as. The dashboard's [`App`](crate::App) and the fleet's
+/// state answer it themselves; a [`Screen`] hands its state over.
+pub trait Pace {
     /// The screen is done.
     fn quit(&self) -> bool;
     /// When to wake up if nothing arrives (monotonic ns).
@@ -79,18 +96,10 @@ pub trait Screen {
     /// The next frame is to be written (without a terminal, no other frame
     /// is drawn).
     fn shot_pending(&self) -> bool;
-    /// The whole frame. Renders only.
-    fn draw(&self, frame: &mut Frame);
     /// A frame was drawn at `now_ns`; the screenshot it is to be written
     /// as, if one was asked for (the answer comes back as
     /// [`Wake::ScreenshotWritten`]).
     fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot>;
-    /// Bytes for the terminal itself rather than the screen (an OSC 52
-    /// copy to the clipboard), written as they are between two frames;
-    /// without a terminal they are dropped.
-    fn take_terminal_bytes(&mut self) -> Vec<u8> {
-        Vec::new()
-    }
 }
 
 /// How the shell runs, for every screen.
@@ -205,7 +214,7 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
                 return Ok(());
             }
             out.write_raw(&screen.take_terminal_bytes())?;
-            if screen.should_draw(monotonic_ns()) {
+            if screen.pace().should_draw(monotonic_ns()) {
                 if let Some(written) = out.draw(screen, &mut shots)? {
                     screen.wake(vec![Wake::ScreenshotWritten(written).into()]);
                     if self.done(screen) {
@@ -213,7 +222,7 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
                     }
                 }
             }
-            let wait = screen.deadline_ns().saturating_sub(monotonic_ns());
+            let wait = screen.pace().deadline_ns().saturating_sub(monotonic_ns());
             match self.rx.recv_timeout(Duration::from_nanos(wait)) {
                 Ok(ev) => events.push(ev),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -223,8 +232,8 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
         }
     }
 
-    fn done(&self, screen: &impl Screen) -> bool {
-        screen.quit() || self.signalled.load(Ordering::SeqCst)
+    fn done(&self, screen: &mut impl Screen) -> bool {
+        screen.pace().quit() || self.signalled.load(Ordering::SeqCst)
     }
 }
 
@@ -312,7 +321,7 @@ impl Output {
             Output::Tty { term, .. } => {
                 crossterm::queue!(term.backend_mut(), BeginSynchronizedUpdate)?;
                 let frame = term.draw(|f| screen.draw(f))?;
-                let written = screen
+                let written = (screen.pace())
                     .frame_drawn(monotonic_ns())
                     .map(|s| shots.write(frame.buffer, s));
                 crossterm::execute!(term.backend_mut(), EndSynchronizedUpdate)?;
@@ -320,13 +329,13 @@ impl Output {
             }
             Output::Headless(r) => {
                 // Only frames to be written are drawn.
-                let buf = screen.shot_pending().then(|| {
+                let buf = screen.pace().shot_pending().then(|| {
                     let mut t = Terminal::new(TestBackend::new(r.width, r.height))
                         .expect("drawing into memory");
                     let frame = t.draw(|f| screen.draw(f)).expect("drawing into memory");
                     frame.buffer.clone()
                 });
-                let shot = screen.frame_drawn(monotonic_ns());
+                let shot = screen.pace().frame_drawn(monotonic_ns());
                 shot.zip(buf).map(|(s, b)| shots.write(&b, s))
             }
         })

@@ -8,6 +8,7 @@ use super::{
     App, Effect, Overlay, Screen, Shot, IDLE_AFTER_NS, IDLE_TICK_NS, MIN_FRAME_NS, PID_WAIT_NS,
     TICK_NS,
 };
+use crate::shell::Pace;
 use vramscope_collect::Snapshot;
 use vramscope_text::format;
 
@@ -158,11 +159,21 @@ impl App {
         }
         vec![]
     }
+}
+
+impl Pace for App {
+    fn quit(&self) -> bool {
+        self.quit
+    }
+
+    fn shot_pending(&self) -> bool {
+        self.redraw.shot.is_some()
+    }
 
     /// When the loop must wake up even if nothing arrives (collector ns):
     /// the slow tick, the frame gap, held-back data, the automatic
     /// screenshot. Before the first tick: at once.
-    pub fn deadline_ns(&self) -> u64 {
+    fn deadline_ns(&self) -> u64 {
         let Some(started) = self.clock.started_ns else {
             return 0;
         };
@@ -186,7 +197,7 @@ impl App {
 
     /// Draw now: something changed, and the last frame is at least
     /// [`MIN_FRAME_NS`] old.
-    pub fn should_draw(&self, now_ns: u64) -> bool {
+    fn should_draw(&self, now_ns: u64) -> bool {
         self.dirty
             && self
                 .redraw
@@ -197,7 +208,7 @@ impl App {
     /// The loop drew a frame at `now_ns`. Returns the screenshot this frame
     /// is to be written as, if one was asked for; the loop answers with
     /// [`AppEvent::ScreenshotWritten`](super::AppEvent::ScreenshotWritten).
-    pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
+    fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
         self.dirty = false;
         self.redraw.last_ns = Some(now_ns);
         self.redraw.label = self.age_label();

@@ -15,7 +15,7 @@ use ratatui::layout::Rect;
 use crate::app::{IDLE_TICK_NS, MESSAGE_NS, MIN_FRAME_NS};
 use crate::keys::{self, Action, Context};
 use crate::scroll::Scroll;
-use crate::shell::{Shot, Wake};
+use crate::shell::{Pace, Shot, Wake};
 use crate::state::Overlay;
 use crate::theme::Theme;
 use crate::{help, legend};
@@ -298,10 +298,20 @@ impl FleetApp {
             Err(e) => format!("screenshot failed: {e}"),
         });
     }
+}
+
+impl Pace for FleetApp {
+    fn quit(&self) -> bool {
+        self.quit
+    }
+
+    fn shot_pending(&self) -> bool {
+        self.shot.is_some()
+    }
 
     /// When to wake up if nothing arrives: a frame held back by the frame
     /// gap, the message's end, else a slow tick.
-    pub fn deadline_ns(&self) -> u64 {
+    fn deadline_ns(&self) -> u64 {
         let mut d = self.now_ns + IDLE_TICK_NS;
         if self.dirty {
             d = d.min(self.last_frame_ns.map_or(0, |t| t + MIN_FRAME_NS));
@@ -314,7 +324,7 @@ impl FleetApp {
 
     /// Draw now: something changed, and the last frame is at least
     /// [`MIN_FRAME_NS`] old.
-    pub fn should_draw(&self, now_ns: u64) -> bool {
+    fn should_draw(&self, now_ns: u64) -> bool {
         self.dirty
             && self
                 .last_frame_ns
@@ -323,7 +333,7 @@ impl FleetApp {
 
     /// A frame was drawn at `now_ns`; the screenshot it is to be written
     /// as, if `S` asked for one.
-    pub fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
+    fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
         self.dirty = false;
         self.last_frame_ns = Some(now_ns);
         self.shot.take()

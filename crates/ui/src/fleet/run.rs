@@ -7,7 +7,7 @@ use anyhow::Result;
 use ratatui::Frame;
 
 use super::app::{Ask, FleetApp, FleetEvent};
-use crate::shell::{Screen, Shell, Shot};
+use crate::shell::{Pace, Screen, Shell};
 
 /// Runs the fleet view in `shell` until the person quits or a signal
 /// comes; `ask` is called with every query the view needs.
@@ -32,27 +32,11 @@ impl<F: FnMut(Ask)> Screen for Fleet<F> {
         }
     }
 
-    fn quit(&self) -> bool {
-        self.app.quit
-    }
-
-    fn deadline_ns(&self) -> u64 {
-        self.app.deadline_ns()
-    }
-
-    fn should_draw(&self, now_ns: u64) -> bool {
-        self.app.should_draw(now_ns)
-    }
-
-    fn shot_pending(&self) -> bool {
-        self.app.shot.is_some()
+    fn pace(&mut self) -> &mut dyn Pace {
+        &mut self.app
     }
 
     fn draw(&self, frame: &mut Frame) {
         super::render(frame, &self.app)
-    }
-
-    fn frame_drawn(&mut self, now_ns: u64) -> Option<Shot> {
-        self.app.frame_drawn(now_ns)
     }
 }
