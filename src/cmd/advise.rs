@@ -18,6 +18,8 @@ use vramscope_core::sim::{AllocConf, SimConfig};
 use vramscope_text::format::bytes;
 use vramscope_text::format::bytes as bytes_fmt;
 
+use vramscope_collect::recorded::Recorded;
+
 use super::common::CollectFlags;
 use super::out;
 use super::sim::{recorded, say_notes, Process, DEFAULT_CAPACITY};
@@ -69,48 +71,18 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let given = vramscope_collect::given::Given::open(&args.target)?;
     let rec = recorded(&given, &args.process)?;
     say_notes(&rec);
+    let (conf, cfg) = setting(
+        args.conf.as_deref(),
+        args.fraction,
+        args.capacity_gib,
+        args.process.device,
+        &rec,
+    )?;
     let (process, got) = (rec.process, rec.got);
-    let conf = match (&args.conf, got.expandable) {
-        (Some(c), _) => c.clone(),
-        (None, true) => {
-            vramscope_text::stderr_line(format_args!(
-                "note: the job's allocator mapped pages: its own setting is taken as expandable_segments:True (--conf sets it)"
-            ));
-            "expandable_segments:True".into()
-        }
-        (None, false) => String::new(),
-    };
-    let alloc = AllocConf::parse(&conf).with_context(|| format!("--conf {conf:?}"))?;
-    let mut capacity = match (args.capacity_gib, rec.capacity) {
-        (Some(g), _) => g.bytes(),
-        (None, Some((b, _))) => b,
-        (None, None) => DEFAULT_CAPACITY,
-    };
-    // The limit the job's agent stated (device memory × its memory
-    // fraction) is the one its allocator had; flags still win.
-    let mut fraction = args.fraction.map(Fraction::get);
-    match rec.limit {
-        Some((bytes, true)) if args.capacity_gib.is_none() => capacity = bytes,
-        Some((bytes, false)) if fraction.is_none() && capacity > 0 => {
-            let f = (bytes as f64 / capacity as f64).min(1.0);
-            vramscope_text::stderr_line(format_args!(
-                "note: the job stated a memory limit of {}: taken as a memory fraction of {f:.6} of {} (--fraction sets it)",
-                bytes_fmt(bytes),
-                bytes_fmt(capacity)
-            ));
-            fraction = Some(f);
-        }
-        _ => {}
-    }
     let job = Job {
         requests: got.requests,
         conf: conf.clone(),
-        cfg: SimConfig {
-            device: args.process.device,
-            capacity,
-            alloc,
-            memory_fraction: fraction,
-        },
+        cfg,
         torch: process.framework.as_deref().and_then(advise::torch_version),
         graph_pools: got.graph_pools,
         ooms: got.ooms,
@@ -159,6 +131,61 @@ pub(crate) fn run(args: Args) -> Result<()> {
     text.push('\n');
     text.push_str(&verdict(&advice));
     out::print(&text)
+}
+
+/// The job's own setting and limit, as `advise` and `fit` replay it: the
+/// flags, else what the recording shows (pages mapped: expandable
+/// segments; the limit its agent stated; its GPU's total memory), else
+/// PyTorch's defaults on an 80 GiB device. Says on stderr what it took
+/// from the recording.
+pub(super) fn setting(
+    conf: Option<&str>,
+    fraction: Option<Fraction>,
+    capacity_gib: Option<Gib>,
+    device: u16,
+    rec: &Recorded,
+) -> Result<(String, SimConfig)> {
+    let conf = match (conf, rec.got.expandable) {
+        (Some(c), _) => c.to_string(),
+        (None, true) => {
+            vramscope_text::stderr_line(format_args!(
+                "note: the job's allocator mapped pages: its own setting is taken as expandable_segments:True (--conf sets it)"
+            ));
+            "expandable_segments:True".into()
+        }
+        (None, false) => String::new(),
+    };
+    let alloc = AllocConf::parse(&conf).with_context(|| format!("--conf {conf:?}"))?;
+    let mut capacity = match (capacity_gib, rec.capacity) {
+        (Some(g), _) => g.bytes(),
+        (None, Some((b, _))) => b,
+        (None, None) => DEFAULT_CAPACITY,
+    };
+    // The limit the job's agent stated (device memory × its memory
+    // fraction) is the one its allocator had; flags still win.
+    let mut fraction = fraction.map(Fraction::get);
+    match rec.limit {
+        Some((bytes, true)) if capacity_gib.is_none() => capacity = bytes,
+        Some((bytes, false)) if fraction.is_none() && capacity > 0 => {
+            let f = (bytes as f64 / capacity as f64).min(1.0);
+            vramscope_text::stderr_line(format_args!(
+                "note: the job stated a memory limit of {}: taken as a memory fraction of {f:.6} of {} (--fraction sets it)",
+                bytes_fmt(bytes),
+                bytes_fmt(capacity)
+            ));
+            fraction = Some(f);
+        }
+        _ => {}
+    }
+    Ok((
+        conf,
+        SimConfig {
+            device,
+            capacity,
+            alloc,
+            memory_fraction: fraction,
+        },
+    ))
 }
 
 /// A pid given in place of a recording: digits only, and no file of that

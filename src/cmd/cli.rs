@@ -4,8 +4,8 @@
 use clap::{Parser, Subcommand};
 
 use super::{
-    advise, agent, attach, completions, dashboard, demo, diff, doctor, empty_cache, export, fleet,
-    open, record, replay, rings, run, serve, sim, snapshot, stacks,
+    advise, agent, attach, completions, dashboard, demo, diff, doctor, empty_cache, export, fit,
+    fleet, open, record, replay, rings, run, serve, sim, snapshot, stacks,
 };
 
 #[derive(Debug, Parser)]
@@ -36,6 +36,10 @@ pub(crate) enum Command {
     /// Which allocator setting a recorded job should use: its requests
     /// replayed under each candidate, best first.
     Advise(advise::Args),
+    /// Will it fit: a recorded job's peak memory at other batch sizes, and
+    /// the largest batch that fits a limit (one recording, or two at two
+    /// batch sizes).
+    Fit(fit::Args),
     /// Compare two runs (recordings or snapshot files): peaks, steady
     /// state, by phase, role and module, and where they part; a CI gate
     /// with --fail-over.

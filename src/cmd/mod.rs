@@ -24,6 +24,7 @@ pub(crate) mod diff;
 pub(crate) mod doctor;
 pub(crate) mod empty_cache;
 pub(crate) mod export;
+pub(crate) mod fit;
 pub(crate) mod fleet;
 pub(crate) mod open;
 pub(crate) mod out;
@@ -49,6 +50,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Snapshot(a)) => snapshot::run(a),
         Some(Command::Sim(a)) => sim::run(a),
         Some(Command::Advise(a)) => advise::run(a),
+        Some(Command::Fit(a)) => fit::run(a),
         Some(Command::Diff(a)) => diff::run(a),
         Some(Command::Run(a)) => run::run(a),
         Some(Command::Agent(a)) => agent::run(a),

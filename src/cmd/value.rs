@@ -13,6 +13,9 @@
 //! | [`Fraction`]| a share, decimals   | more than 0, at most 1                      |
 //! | [`TermSize`]| `COLSxROWS`         | 20x8 to 1000x500                            |
 //! | [`StepRange`]| `K..N`             | steps 0 to 2^32, K ≤ N                      |
+//! | [`Batch`]   | a whole number      | 1 to [`MAX_BATCH`]                          |
+//! | [`Bytes`]   | bytes, or a decimal with B, KiB, MiB, GiB or TiB | 1 byte to 1 PiB |
+//! | [`RunAt`]   | `RECORDING:BATCH`   | a path, then a [`Batch`]                    |
 //!
 //! NaN, infinities, negative numbers, zero where it means nothing, and
 //! values that would overflow a `Duration`, an `Instant` or a byte count are
@@ -29,6 +32,8 @@
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+use vramscope_core::sim::fit::MAX_BATCH;
 
 /// A finite decimal in `lo..=hi` (`lo` excluded when `open_lo`).
 fn decimal(s: &str, what: &str, lo: f64, open_lo: bool, hi: f64) -> Result<f64, String> {
@@ -383,6 +388,83 @@ impl fmt::Display for StepRange {
     }
 }
 
+/// A batch size (`fit --at 32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Batch(u64);
+
+impl Batch {
+    pub(crate) fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Batch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        whole(s, "the batch size", 1, MAX_BATCH).map(Batch)
+    }
+}
+
+/// A byte count (`fit --limit 40GiB`): whole bytes, or a decimal with a
+/// binary unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bytes(u64);
+
+impl Bytes {
+    /// 1 PiB.
+    pub(crate) const MAX: u64 = 1 << 50;
+
+    pub(crate) fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl FromStr for Bytes {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let range = "bytes must be at least 1 byte and at most 1 PiB, as a whole number or a decimal with B, KiB, MiB, GiB or TiB (e.g. 40GiB)";
+        let s = s.trim();
+        let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+        let (number, unit) = (s[..split].trim(), s[split..].trim());
+        let shift = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "kib" => 10,
+            "mib" => 20,
+            "gib" => 30,
+            "tib" => 40,
+            _ => return Err(range.to_string()),
+        };
+        let v: f64 = number.parse().map_err(|_| range.to_string())?;
+        let b = v * (1u64 << shift) as f64;
+        if !b.is_finite() || b < 1.0 || b > Self::MAX as f64 || (shift == 0 && v.fract() != 0.0) {
+            return Err(range.to_string());
+        }
+        Ok(Bytes(b as u64))
+    }
+}
+
+/// A recording and the batch size it ran at (`fit run-b8.vsrec:8`); the
+/// batch follows the last colon, so a path may hold colons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunAt {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) batch: u64,
+}
+
+impl FromStr for RunAt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some((path, batch)) = s.rsplit_once(':').filter(|(p, _)| !p.is_empty()) else {
+            return Err("expected RECORDING:BATCH, the recording and the batch size it ran at (e.g. run-b8.vsrec:8)".into());
+        };
+        let batch = batch.parse::<Batch>()?.get();
+        Ok(RunAt {
+            path: path.into(),
+            batch,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,5 +532,37 @@ mod tests {
         // The largest of each still fits a Duration and an Instant.
         let far = Seconds(Seconds::MAX).duration();
         assert!(std::time::Instant::now().checked_add(far).is_some());
+    }
+
+    /// Batches, byte counts and RECORDING:BATCH: what is accepted, and one
+    /// line naming what is wrong for the rest (0, negative, huge, NaN, a
+    /// fraction of a byte, a unit that is not one).
+    #[test]
+    fn batches_bytes_and_runs() {
+        assert_eq!("32".parse::<Batch>().unwrap().get(), 32);
+        for bad in ["0", "-4", "1048577", "1e3", "nan", ""] {
+            let e = bad.parse::<Batch>().unwrap_err();
+            assert!(e.contains("batch size") && !e.contains('\n'), "{bad}: {e}");
+        }
+        assert_eq!("1000".parse::<Bytes>().unwrap().get(), 1000);
+        assert_eq!("1.5GiB".parse::<Bytes>().unwrap().get(), 3 << 29);
+        assert_eq!("40 gib".parse::<Bytes>().unwrap().get(), 40 << 30);
+        for bad in [
+            "0", "-1", "0.5", "1.5", "2PiB", "inf", "NaNGiB", "1 GB", "2048TiB",
+        ] {
+            assert!(bad.parse::<Bytes>().is_err(), "{bad}");
+        }
+        let r: RunAt = "a:b/run-b8.vsrec:8".parse().unwrap();
+        assert_eq!((r.path.to_str(), r.batch), (Some("a:b/run-b8.vsrec"), 8));
+        for bad in [
+            "run.vsrec",
+            ":8",
+            "run.vsrec:",
+            "run.vsrec:0",
+            "run.vsrec:x",
+        ] {
+            let e = bad.parse::<RunAt>().unwrap_err();
+            assert!(!e.contains('\n'), "{bad}: {e}");
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! a list of [`Effect`]s that the loop (or a test) carries out, and time
 //! arrives as [`AppEvent::Tick`]. Every decision about what to draw and when
 //! is made here: the freshness label, the data-rate gate, the `--pid` wait,
-//! the automatic screenshot, the frame gap ([`App::deadline_ns`],
-//! [`App::should_draw`], [`App::frame_drawn`]).
+//! the automatic screenshot, the frame gap ([`Pace`](crate::shell::Pace) for `App`:
+//! `deadline_ns`, `should_draw`, `frame_drawn`).
 //!
 //! Here: the events, the effects, the state and the dispatch of keys
 //! (`App::key_contexts` into [`super::keys`]'s table). Each screen's keys
@@ -62,7 +62,7 @@ pub enum AppEvent {
     CommandDone(CommandDone),
     /// The snapshot App asked for with [`Effect::Refresh`].
     Snapshot(Box<Snapshot>),
-    /// The frame [`App::frame_drawn`] asked for was written (to this path).
+    /// The frame [`Pace::frame_drawn`](crate::shell::Pace::frame_drawn) asked for was written (to this path).
     ScreenshotWritten(Result<PathBuf, String>),
 }
 

@@ -53,6 +53,7 @@ pub mod advise;
 pub mod allocator;
 pub mod conf;
 pub mod diff;
+pub mod fit;
 pub mod from_events;
 pub mod live;
 pub(crate) mod placement;
