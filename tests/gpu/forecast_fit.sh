@@ -56,10 +56,11 @@ record_bounded() {
     log "$name: $(ls -l "$dir/$name.vsrec.gz" | awk '{print $5}') B gz; $(tail -n 1 "$dir/$name.job.log" | cut -c1-300)"
 }
 
-# model batch leak-MiB aimed-at-OOM-step, for the forecast.
-FORECAST="gpt2:8:48:60 vit:32:80:45 llama:8:64:75 bert:16:24:100"
-# model aimed-at-largest-batch, for fit and find.
-FIT="gpt2:21 vit:23 llama:19"
+# model batch leak-MiB aimed-at-OOM-step, for the forecast (FORECAST in the
+# environment replaces them: held-out jobs).
+FORECAST=${FORECAST:-"gpt2:8:48:60 vit:32:80:45 llama:8:64:75 bert:16:24:100"}
+# model aimed-at-largest-batch, for fit and find (FIT replaces them).
+FIT=${FIT:-"gpt2:21 vit:23 llama:19"}
 
 stage_calib() {
     mkdir -p "$D/calib"

@@ -417,8 +417,25 @@ impl Hub {
             let processes = view
                 .processes
                 .into_iter()
-                .map(|v| {
+                .map(|mut v| {
                     let key = v.key;
+                    let advice = advice.as_ref().and_then(|a| a.get(&key).cloned());
+                    // The advisor's forecast by simulation, where it
+                    // found a failure, in place of the projection.
+                    if let Some(a) = advice.as_ref().and_then(|a| a.ahead.as_ref()) {
+                        if let (Some(oom), Some(request)) = (a.oom_step, a.request) {
+                            v.forecast = Some(vramscope_core::model::forecast::simulated(
+                                v.forecast.as_ref(),
+                                a.at_step,
+                                oom,
+                                request,
+                                a.survivors_per_step,
+                                a.limit,
+                                a.reserved,
+                                a.fraction,
+                            ));
+                        }
+                    }
                     ProcessEntry {
                         identity: inner
                             .identities
@@ -430,7 +447,7 @@ impl Hub {
                             .get(&key)
                             .cloned()
                             .unwrap_or_else(|| Source::unattached(v.mode)),
-                        advice: advice.as_ref().and_then(|a| a.get(&key).cloned()),
+                        advice,
                         view: v,
                     }
                 })

@@ -460,6 +460,7 @@ pub(crate) mod tests {
                 best: Some(1),
             }),
             conf: String::new(),
+            ahead: None,
         }
     }
 
@@ -616,6 +617,7 @@ pub(crate) mod tests {
             },
             advice: None,
             conf: String::new(),
+            ahead: None,
         };
         let shown = overlay(Some(&warm), AdvisorView::default(), 80, 24).join("\n");
         assert!(

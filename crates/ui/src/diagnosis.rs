@@ -292,8 +292,15 @@ pub fn forecast_text(f: &vramscope_core::model::forecast::Forecast) -> String {
             vramscope_core::model::forecast::GROWING_STEPS
         ),
     };
+    let (about, how) = match f.method {
+        vramscope_core::model::forecast::Method::Projection => ("about ", ""),
+        vramscope_core::model::forecast::Method::Simulation => (
+            "",
+            " (the last step replayed forward through the simulator)",
+        ),
+    };
     format!(
-        "{why}{}ut of memory at about step {}{when}: reserved {} of the {} {of}, +{} a step{request}.",
+        "{why}{}ut of memory at {about}step {}{when}{how}: reserved {} of the {} {of}, +{} a step{request}.",
         if why.is_empty() { "O" } else { "o" },
         f.oom_step,
         bytes(f.reserved),
@@ -423,7 +430,7 @@ mod tests {
 
     #[test]
     fn a_forecast_says_why_it_is_made() {
-        use vramscope_core::model::forecast::{Cause, Forecast};
+        use vramscope_core::model::forecast::{Cause, Forecast, Method};
         const MIB: u64 = 1 << 20;
         let mut f = Forecast {
             oom_step: 57,
@@ -435,6 +442,7 @@ mod tests {
             fraction: true,
             request: None,
             cause: Cause::Leak,
+            method: Method::Projection,
         };
         assert_eq!(
             forecast_text(&f),
@@ -444,6 +452,14 @@ mod tests {
         assert_eq!(
             forecast_text(&f),
             "Reserved memory grew at each of the last 8 steps (no leak flagged): out of memory at about step 57: reserved 1.00 GiB of the 2.00 GiB the memory fraction allows, +50.0 MiB a step."
+        );
+        // By simulation: the step itself, and how it was found.
+        f.cause = Cause::Leak;
+        f.method = Method::Simulation;
+        f.request = Some(64 * MIB);
+        assert_eq!(
+            forecast_text(&f),
+            "Out of memory at step 57 (the last step replayed forward through the simulator): reserved 1.00 GiB of the 2.00 GiB the memory fraction allows, +50.0 MiB a step; the 64.0 MiB allocation would fail."
         );
     }
 

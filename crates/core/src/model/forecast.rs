@@ -32,6 +32,18 @@ pub enum Cause {
     ReservedGrowth,
 }
 
+/// How the forecast was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Reserved memory projected at the measured growth (the fallback).
+    #[default]
+    Projection,
+    /// The job's last step replayed forward through the simulator until
+    /// the allocator failed (`sim::ahead`, in the live advisor).
+    Simulation,
+}
+
 /// When the job would run out of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Forecast {
@@ -56,6 +68,9 @@ pub struct Forecast {
     /// Why the forecast is made.
     #[serde(default)]
     pub cause: Cause,
+    /// How it was made.
+    #[serde(default)]
+    pub method: Method,
 }
 
 /// What the forecast is made from.
@@ -104,7 +119,42 @@ pub(crate) fn forecast(i: &Inputs) -> Option<Forecast> {
         fraction: !whole,
         request: i.request,
         cause: i.cause,
+        method: Method::Projection,
     })
+}
+
+/// The forecast the simulator made (`sim::ahead`, from the job's step
+/// `at_step`): the step `oom_step` whose `request` fails, each step
+/// leaving `growth_per_step`; in place of `projected` (whose limit and
+/// step period it keeps), or on its own when the projection made none.
+#[allow(clippy::too_many_arguments)]
+pub fn simulated(
+    projected: Option<&Forecast>,
+    at_step: u64,
+    oom_step: u64,
+    request: u64,
+    growth_per_step: u64,
+    limit: u64,
+    reserved: u64,
+    fraction: bool,
+) -> Forecast {
+    let steps_left = oom_step.saturating_sub(at_step).saturating_sub(1);
+    let period = projected
+        .and_then(|p| Some((p.in_ns? as f64 / p.steps_left as f64, p.steps_left)))
+        .filter(|(_, n)| *n > 0)
+        .map(|(p, _)| p);
+    Forecast {
+        oom_step,
+        steps_left,
+        in_ns: period.map(|p| (p * steps_left as f64).min(u64::MAX as f64) as u64),
+        limit,
+        reserved,
+        growth_per_step,
+        fraction,
+        request: Some(request),
+        cause: projected.map_or(Cause::Leak, |p| p.cause),
+        method: Method::Simulation,
+    }
 }
 
 /// Whether the last [`GROWING_STEPS`] boundaries of `reserved` (bytes at

@@ -26,9 +26,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::allocator::{NullSink, SimConfig};
-use super::from_events::Mark;
+use super::from_events::{step_ends, Mark};
 use super::trace::{Replay, Request};
-use vramscope_wire::event::MarkSource;
 
 /// The largest batch `fit` considers (searching, or asked for with `--at`).
 pub const MAX_BATCH: u64 = 1 << 20;
@@ -126,26 +125,6 @@ pub struct Shape {
     ends: Vec<usize>,
     /// Per request of `template` (None for anything but an allocation).
     laws: Vec<Option<Law>>,
-}
-
-/// Whether a marker ends a step, given the kinds of step marks the
-/// recording has: optimizer steps when there are any (the first optimizer
-/// only), else the user's marks, else inferred or unattributed ones.
-fn step_marks(marks: &[Mark]) -> Vec<usize> {
-    let optimizer =
-        |m: &Mark| matches!(m.source, MarkSource::OptimizerStep { optimizer } if optimizer <= 1);
-    let user = |m: &Mark| m.source == MarkSource::User;
-    let other = |m: &Mark| matches!(m.source, MarkSource::Inferred | MarkSource::Unknown);
-    let pick: &dyn Fn(&Mark) -> bool = if marks.iter().any(optimizer) {
-        &optimizer
-    } else if marks.iter().any(user) {
-        &user
-    } else {
-        &other
-    };
-    let mut at: Vec<usize> = marks.iter().filter(|m| pick(m)).map(|m| m.at).collect();
-    at.dedup();
-    at
 }
 
 /// Per request, the index of the request that allocated what it frees
@@ -354,7 +333,7 @@ impl Shape {
             return Err(FitError::SameBatch(x.batch));
         }
         let (big, small) = (x, y);
-        let (mb, ms) = (step_marks(big.marks), step_marks(small.marks));
+        let (mb, ms) = (step_ends(big.marks), step_ends(small.marks));
         let steps = mb.len().min(ms.len());
         if steps == 0 {
             return Err(FitError::NoSteps);
@@ -391,7 +370,7 @@ impl Shape {
     /// with the batch; the rest stay.
     pub fn roles(run: Run<'_>) -> Result<Shape, FitError> {
         check_batch(run.batch)?;
-        let marks = step_marks(run.marks);
+        let marks = step_ends(run.marks);
         let Some(&end) = marks.last() else {
             return Err(FitError::NoSteps);
         };
@@ -553,6 +532,7 @@ pub fn largest_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vramscope_wire::event::MarkSource;
 
     const MIB: u64 = 1 << 20;
 
@@ -657,9 +637,9 @@ mod tests {
             m(4, MarkSource::Run),
             m(5, MarkSource::OptimizerStep { optimizer: 1 }),
         ];
-        assert_eq!(step_marks(&marks), vec![2, 5]);
-        assert_eq!(step_marks(&marks[..1]), vec![1]);
-        assert!(step_marks(&marks[3..4]).is_empty());
+        assert_eq!(step_ends(&marks), vec![2, 5]);
+        assert_eq!(step_ends(&marks[..1]), vec![1]);
+        assert!(step_ends(&marks[3..4]).is_empty());
     }
 
     /// Two runs at 8 and 16 (the larger one with a workspace the smaller

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use vramscope_wire::event::RingPos;
-use vramscope_wire::event::{Event, EventKind, PoolId, RingSpan, Stats};
+use vramscope_wire::event::{Event, EventKind, MarkSource, PoolId, RingSpan, Stats};
 
 use super::trace::Request;
 
@@ -85,6 +85,26 @@ pub struct Mark {
     pub source: vramscope_wire::event::MarkSource,
     pub value: u64,
     pub time_ns: u64,
+}
+
+/// Where the steps end (requests before each step's end mark), by the
+/// kinds of step marks the recording has: optimizer steps when there are any (the first optimizer
+/// only), else the user's marks, else inferred or unattributed ones.
+pub fn step_ends(marks: &[Mark]) -> Vec<usize> {
+    let optimizer =
+        |m: &Mark| matches!(m.source, MarkSource::OptimizerStep { optimizer } if optimizer <= 1);
+    let user = |m: &Mark| m.source == MarkSource::User;
+    let other = |m: &Mark| matches!(m.source, MarkSource::Inferred | MarkSource::Unknown);
+    let pick: &dyn Fn(&Mark) -> bool = if marks.iter().any(optimizer) {
+        &optimizer
+    } else if marks.iter().any(user) {
+        &user
+    } else {
+        &other
+    };
+    let mut at: Vec<usize> = marks.iter().filter(|m| pick(m)).map(|m| m.at).collect();
+    at.dedup();
+    at
 }
 
 /// A statistics sample placed by its ring positions: it reflects the first

@@ -35,6 +35,7 @@
 use serde::Serialize;
 
 use super::advise::{self, Advice, Candidate, Job, OomFate, Outcome, OwnCheck};
+use super::ahead::{Steps, StepsAhead};
 use super::allocator::SimConfig;
 use super::conf::AllocConf;
 use super::from_events::{Found, Stream};
@@ -113,6 +114,10 @@ pub struct LiveAdvice {
     pub advice: Option<Advice>,
     /// The job's own setting as the advisor took it.
     pub conf: String,
+    /// The out-of-memory forecast by simulation, at the last step it was
+    /// made (`sim::ahead`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<StepsAhead>,
 }
 
 impl LiveAdvice {
@@ -160,6 +165,12 @@ pub struct Live {
     /// Each live tensor's request (id → size, stream): what a new run
     /// carries over.
     tensors: std::collections::HashMap<u64, (u64, u64)>,
+    /// The last two steps' requests, and the forecast made from them
+    /// (`sim::ahead`).
+    steps: Steps,
+    ahead: Option<StepsAhead>,
+    /// The forecast's steps are the first optimizer's.
+    steps_by_optimizer: bool,
 }
 
 impl Live {
@@ -213,6 +224,9 @@ impl Live {
             expandable: false,
             found: Vec::new(),
             tensors: std::collections::HashMap::new(),
+            steps: Steps::default(),
+            ahead: None,
+            steps_by_optimizer: false,
         }
     }
 
@@ -282,6 +296,7 @@ impl Live {
     fn unseen(&mut self, id: u64) {
         self.coverage.unseen_frees += 1;
         let request = Request::Free { id };
+        self.steps.request(&request);
         self.note_requests(std::slice::from_ref(&request));
         match &mut self.warm {
             Some(w) => w.push(Found::Request {
@@ -358,6 +373,7 @@ impl Live {
         match f {
             Found::Request { request, oom } => {
                 self.note_requests(std::slice::from_ref(&request));
+                self.steps.request(&request);
                 self.coverage.requests += 1;
                 match &mut self.warm {
                     Some(w) => {
@@ -412,6 +428,7 @@ impl Live {
             MarkSource::Run => self.new_run(value),
             MarkSource::Other(_) => {}
             s => {
+                self.forecast_boundary(s, value);
                 // Steps are counted by the first source that marks them
                 // (a job with its own marks and an optimizer's has both).
                 if *self.step_source.get_or_insert(s) != s {
@@ -425,6 +442,46 @@ impl Live {
                     self.start_candidates();
                 }
             }
+        }
+    }
+
+    /// A step mark, for the forecast: its steps end at the first
+    /// optimizer's steps when the job has them (marked as each step ends,
+    /// numbered as the job counts them), else at the marks that count the
+    /// advice's steps.
+    fn forecast_boundary(&mut self, source: MarkSource, value: u64) {
+        let optimizer = matches!(source, MarkSource::OptimizerStep { optimizer } if optimizer <= 1);
+        if optimizer && !self.steps_by_optimizer {
+            self.steps_by_optimizer = true;
+            self.steps = Steps::default();
+        }
+        let counts = if self.steps_by_optimizer {
+            optimizer
+        } else {
+            self.step_source.is_none_or(|s| s == source)
+        };
+        if counts {
+            self.steps.boundary();
+            self.forecast(value);
+        }
+    }
+
+    /// The forecast by simulation at the step `at_step` just ended, from
+    /// the job's own replay, when it is due.
+    fn forecast(&mut self, at_step: u64) {
+        let Some(own) = self.runs.iter().find(|r| r.candidate.own) else {
+            return;
+        };
+        let cfg = self.config();
+        let (limit, fraction) = match cfg.memory_fraction {
+            Some(f) => ((cfg.capacity as f64 * f) as u64, true),
+            None => (cfg.capacity, false),
+        };
+        if let Some(a) = self
+            .steps
+            .forecast(own.replay.main(), at_step, limit, fraction)
+        {
+            self.ahead = Some(a);
         }
     }
 
@@ -568,6 +625,7 @@ impl Live {
             coverage,
             advice: advice.filter(|a| !a.outcomes.is_empty()),
             conf: self.setting.conf.clone(),
+            ahead: self.ahead.clone(),
         }
     }
 }

@@ -50,6 +50,7 @@
 //! addresses come from a deterministic bump allocator and are never reused.
 pub mod advice_text;
 pub mod advise;
+pub mod ahead;
 pub mod allocator;
 pub mod conf;
 pub mod diff;

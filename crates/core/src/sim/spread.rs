@@ -158,6 +158,11 @@ impl SpreadReplay {
 
     /// One replay alone, with the addresses the requests give: for a
     /// replay of what really happened, where no tie is left to decide.
+    /// The replay in the driver's order (or with the addresses given).
+    pub(crate) fn main(&self) -> &Replay {
+        &self.main
+    }
+
     pub(crate) fn exact(cfg: &SimConfig) -> SpreadReplay {
         SpreadReplay {
             main: Replay::new(cfg),

@@ -275,6 +275,7 @@ pub fn replay_with_sink(
 /// A new segment goes where the request says the real one went
 /// (`segment_addr`), else where the replay's [`Placement`] puts it (by
 /// default the driver's order, [`Placement::driver`]).
+#[derive(Clone)]
 pub struct Replay {
     a: SimAllocator,
     addrs: HashMap<u64, u64>,

@@ -1,0 +1,350 @@
+//! The out-of-memory forecast by simulation: the job's last step replayed
+//! forward through the simulator, from the state the job's own replay has
+//! reached, until the allocator fails.
+//!
+//! Projecting reserved memory counts the cache as spent; the allocator
+//! frees its cache and retries before it fails, and fragmentation decides
+//! where the last request lands. So the last complete step is repeated as
+//! the job repeats it:
+//!
+//! - what the step allocates and frees within itself, it does again;
+//! - what it frees of the step before (gradients set to `None`, outputs
+//!   kept one step), the next step frees of it: the step before tells which
+//!   of the step's allocations (by their place among its allocations) the
+//!   next one frees;
+//! - the rest of what the step allocates stays: the measured survivors,
+//!   the leak.
+//!
+//! The two steps must allocate as many tensors (a job whose steps change
+//! their shapes is not followed: [`Cannot`]). Each repetition is a step;
+//! the forecast is the repetition whose allocation fails, after the
+//! allocator released its cache and retried, as PyTorch does.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::allocator::{NullSink, SimConfig};
+use super::trace::{Replay, Request};
+
+/// The most steps replayed forward, and the most requests in all: the
+/// forecast says "not within" past either.
+pub const MAX_STEPS: u64 = 10_000;
+pub const MAX_REQUESTS: u64 = 1 << 20;
+
+/// Where the replay forward failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Steps after the last complete one: 1 is the next step.
+    pub step: u64,
+    /// The request that failed (bytes asked for).
+    pub bytes: u64,
+}
+
+/// The replay forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ahead {
+    /// Where it failed (None: not within the steps replayed).
+    pub failure: Option<Failure>,
+    /// Steps replayed forward, and their requests.
+    pub steps: u64,
+    pub requests: u64,
+    /// Bytes each step leaves allocated (its survivors).
+    pub survivors_per_step: u64,
+}
+
+/// Why the job's steps cannot be followed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Cannot {
+    #[error("the last step allocated nothing")]
+    Empty,
+    #[error("the last two steps allocate {0} and {1} tensors: their shapes change")]
+    Differ(usize, usize),
+}
+
+/// One request of the step, by the places of the allocations it names.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// The step's `q`-th allocation.
+    Alloc {
+        q: usize,
+        size: u64,
+        stream: u64,
+    },
+    /// Frees the step's own `q`-th allocation.
+    Free(usize),
+    /// Frees the `q`-th allocation of the step before.
+    Carried(usize),
+    EmptyCache,
+    Synchronize,
+}
+
+/// The allocations' ids of a step, in order, and each one's place.
+fn allocations(step: &[Request]) -> (Vec<u64>, HashMap<u64, usize>) {
+    let ids: Vec<u64> = step
+        .iter()
+        .filter_map(|r| match r {
+            Request::Alloc { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let place = ids.iter().enumerate().map(|(q, id)| (*id, q)).collect();
+    (ids, place)
+}
+
+/// Replays `last` (the job's last complete step, whose requests `now` has
+/// applied) forward from `now`, repeating it as the job would, until an
+/// allocation fails or [`MAX_STEPS`] / [`MAX_REQUESTS`] pass; `prev` is
+/// the step before it.
+pub fn ahead(now: &Replay, prev: &[Request], last: &[Request]) -> Result<Ahead, Cannot> {
+    let (prev_ids, prev_place) = allocations(prev);
+    let (last_ids, last_place) = allocations(last);
+    if last_ids.is_empty() {
+        return Err(Cannot::Empty);
+    }
+    if prev_ids.len() != last_ids.len() {
+        return Err(Cannot::Differ(prev_ids.len(), last_ids.len()));
+    }
+    let ops: Vec<Op> = last
+        .iter()
+        .filter_map(|r| match *r {
+            Request::Alloc {
+                id, size, stream, ..
+            } => Some(Op::Alloc {
+                q: last_place[&id],
+                size,
+                stream,
+            }),
+            Request::Free { id } => match (last_place.get(&id), prev_place.get(&id)) {
+                (Some(&q), _) => Some(Op::Free(q)),
+                (None, Some(&q)) => Some(Op::Carried(q)),
+                // Older than the step before: not freed again.
+                (None, None) => None,
+            },
+            Request::EmptyCache => Some(Op::EmptyCache),
+            Request::Synchronize => Some(Op::Synchronize),
+            Request::RecordStream { .. } => None,
+        })
+        .collect();
+    // What each step leaves: its allocations neither freed in it nor by
+    // the next.
+    let mut stays = vec![true; last_ids.len()];
+    for op in &ops {
+        if let Op::Free(q) | Op::Carried(q) = *op {
+            stays[q] = false;
+        }
+    }
+    let survivors_per_step = (ops.iter())
+        .filter_map(|op| match *op {
+            Op::Alloc { q, size, .. } if stays[q] => Some(size),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add);
+    let mut replay = now.clone();
+    // Ids of the repetitions: above every id the job used.
+    let base = (prev_ids.iter().chain(&last_ids).copied().max().unwrap_or(0)).saturating_add(1);
+    let n = last_ids.len() as u64;
+    let id = |step: u64, q: usize| {
+        base.saturating_add(step.saturating_mul(n))
+            .saturating_add(q as u64)
+    };
+    let mut requests = 0;
+    for step in 1..=MAX_STEPS {
+        for op in &ops {
+            let req = match *op {
+                Op::Alloc { q, size, stream } => Request::Alloc {
+                    id: id(step, q),
+                    size,
+                    stream,
+                    segment_addr: None,
+                    released_before: false,
+                },
+                Op::Free(q) => Request::Free { id: id(step, q) },
+                Op::Carried(q) if step == 1 => Request::Free { id: last_ids[q] },
+                Op::Carried(q) => Request::Free {
+                    id: id(step - 1, q),
+                },
+                Op::EmptyCache => Request::EmptyCache,
+                Op::Synchronize => Request::Synchronize,
+            };
+            requests += 1;
+            let r = replay.step(&req, &mut NullSink);
+            if r.oom.is_some() {
+                let bytes = match req {
+                    Request::Alloc { size, .. } => size,
+                    _ => 0,
+                };
+                return Ok(Ahead {
+                    failure: Some(Failure { step, bytes }),
+                    steps: step,
+                    requests,
+                    survivors_per_step,
+                });
+            }
+        }
+        // A step that leaves nothing behind, repeated twice without
+        // failing, never will.
+        if survivors_per_step == 0 && step >= 2 {
+            return Ok(Ahead {
+                failure: None,
+                steps: step,
+                requests,
+                survivors_per_step,
+            });
+        }
+        if requests >= MAX_REQUESTS {
+            return Ok(Ahead {
+                failure: None,
+                steps: step,
+                requests,
+                survivors_per_step,
+            });
+        }
+    }
+    Ok(Ahead {
+        failure: None,
+        steps: MAX_STEPS,
+        requests,
+        survivors_per_step,
+    })
+}
+
+/// The forecast a replay of a recording makes when the job's `k`-th step
+/// (1-based, of the steps `ends` marks: requests before each step's end)
+/// has just ended: the requests up to there replayed under `cfg` with the
+/// addresses the job's segments had, then [`ahead`] from its last two
+/// steps. `k` must be at least 2.
+pub fn at_step(
+    requests: &[Request],
+    ends: &[usize],
+    k: usize,
+    cfg: &SimConfig,
+) -> Result<Ahead, Cannot> {
+    if k < 2 || k > ends.len() {
+        return Err(Cannot::Empty);
+    }
+    let mut now = Replay::new(cfg);
+    for r in &requests[..ends[k - 1]] {
+        now.step(r, &mut NullSink);
+    }
+    let start = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
+    let prev = &requests[start(k - 2)..ends[k - 2]];
+    let last = &requests[ends[k - 2]..ends[k - 1]];
+    ahead(&now, prev, last)
+}
+
+/// The most requests one step may make for the live forecast to follow it
+/// (two steps are kept, about 20 MiB at most).
+pub const MAX_STEP_REQUESTS: usize = 1 << 18;
+/// The forecast is made again once the job has made this many times the
+/// requests the last one replayed: at most an eighth more work than the
+/// replay of the job itself.
+const PAYBACK: u64 = 8;
+
+/// The live forecast by simulation, as the advisor publishes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepsAhead {
+    /// The job's step it was made at (its last complete one).
+    pub at_step: u64,
+    /// The step whose allocation fails, and the bytes it asks for (None:
+    /// none within `steps` steps).
+    pub oom_step: Option<u64>,
+    pub request: Option<u64>,
+    /// Steps replayed forward.
+    pub steps: u64,
+    pub survivors_per_step: u64,
+    /// The limit replayed under (bytes; a memory fraction's or the
+    /// device's), and reserved memory in the replay at `at_step`.
+    pub limit: u64,
+    pub fraction: bool,
+    pub reserved: u64,
+    /// Why the simulator cannot follow the job (then nothing else holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cannot: Option<String>,
+}
+
+/// The job's last two complete steps as they come (their requests), for
+/// the live forecast.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    prev: Option<Vec<Request>>,
+    last: Option<Vec<Request>>,
+    current: Vec<Request>,
+    /// The current step passed [`MAX_STEP_REQUESTS`] (it is not kept),
+    /// and one of the two kept steps did.
+    overflow: bool,
+    lost: bool,
+    /// Requests since the last forecast, and what that one replayed.
+    since: u64,
+    cost: u64,
+}
+
+impl Steps {
+    pub(crate) fn request(&mut self, r: &Request) {
+        self.since += 1;
+        if self.overflow {
+            return;
+        }
+        if self.current.len() >= MAX_STEP_REQUESTS {
+            self.overflow = true;
+            self.current = Vec::new();
+            return;
+        }
+        self.current.push(r.clone());
+    }
+
+    /// A step ended.
+    pub(crate) fn boundary(&mut self) {
+        let done = std::mem::take(&mut self.current);
+        let overflow = std::mem::replace(&mut self.overflow, false);
+        self.lost = overflow || self.last.is_none() && self.lost;
+        self.prev = self.last.take();
+        self.last = (!overflow).then_some(done);
+    }
+
+    /// The forecast from `now` (the job's replay under its own setting and
+    /// `cfg`'s limit, at the boundary just passed, step `at_step`), when
+    /// the job has paid back the last one's cost; None when it is not due.
+    pub(crate) fn forecast(
+        &mut self,
+        now: &Replay,
+        at_step: u64,
+        limit: u64,
+        fraction: bool,
+    ) -> Option<StepsAhead> {
+        if self.since.saturating_mul(PAYBACK) < self.cost {
+            return None;
+        }
+        let reserved = now.stats().reserved;
+        let mut out = StepsAhead {
+            at_step,
+            oom_step: None,
+            request: None,
+            steps: 0,
+            survivors_per_step: 0,
+            limit,
+            fraction,
+            reserved,
+            cannot: None,
+        };
+        let (Some(prev), Some(last)) = (&self.prev, &self.last) else {
+            // Fewer than two steps seen: not yet; one too long: say so.
+            out.cannot = self
+                .lost
+                .then(|| format!("a step made more than {MAX_STEP_REQUESTS} requests"));
+            return out.cannot.is_some().then_some(out);
+        };
+        self.since = 0;
+        match ahead(now, prev, last) {
+            Ok(a) => {
+                self.cost = a.requests;
+                out.oom_step = a.failure.map(|f| at_step.saturating_add(f.step));
+                out.request = a.failure.map(|f| f.bytes);
+                out.steps = a.steps;
+                out.survivors_per_step = a.survivors_per_step;
+            }
+            Err(e) => out.cannot = Some(e.to_string()),
+        }
+        Some(out)
+    }
+}

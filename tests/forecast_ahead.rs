@@ -1,0 +1,167 @@
+//! The forecast by simulation (`vramscope_core::sim::ahead`) on real jobs
+//! recorded on an H200 (torch 2.11, `tests/gpu/forecast_fit.sh`): GPT-2,
+//! ViT, Llama and BERT, each keeping a fixed leak a step under a memory
+//! fraction until its allocations fail. At 30 %, 50 % and 80 % of the way
+//! to the first real out-of-memory error, the job's requests up to there
+//! are replayed under its own limit and its last step repeated forward:
+//! the step that fails must be within 2 of the real one. The same through
+//! the live path: the recording played through a hub whose advisor
+//! follows the job, the forecast read from its snapshots at each step as
+//! the dashboard, `snapshot --json` and the exporter read it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::recording;
+use vramscope_collect::given::Given;
+use vramscope_collect::Hub;
+use vramscope_core::input::Input;
+use vramscope_core::model::forecast::{Forecast, Method};
+use vramscope_core::model::ViewOptions;
+use vramscope_core::recording::Replayer;
+use vramscope_core::sim::ahead;
+use vramscope_core::sim::from_events::step_ends;
+use vramscope_core::sim::SimConfig;
+use vramscope_wire::event::{EventKind, MarkSource};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/forecast")
+}
+
+/// (share of the way, step the forecast was made at, step it names).
+fn forecasts(name: &str) -> (u64, Vec<(f64, u64, Option<u64>)>) {
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir().join(format!("{name}.truth.json"))).unwrap())
+            .unwrap();
+    let real = truth["first_oom_step"].as_u64().unwrap();
+    let pid = truth["pid"].as_u64().map(|p| p as u32);
+    let rec = recording(&dir(), name);
+    let given = Given::open(rec.path()).unwrap();
+    let r = given.recorded(pid, 0).unwrap();
+    let (limit, whole) = r.limit.expect("the job stated its limit");
+    assert!(!whole, "{name}: a memory fraction");
+    let capacity = r.capacity.expect("NVML's total").0;
+    let cfg = SimConfig {
+        capacity,
+        memory_fraction: Some(limit as f64 / capacity as f64),
+        ..SimConfig::default()
+    };
+    let ends = step_ends(&r.got.marks);
+    let out = [0.3, 0.5, 0.8]
+        .into_iter()
+        .map(|share| {
+            let k = (share * real as f64).round() as usize;
+            let a = ahead::at_step(&r.got.requests, &ends, k, &cfg).unwrap();
+            (share, k as u64, a.failure.map(|f| k as u64 + f.step))
+        })
+        .collect();
+    (real, out)
+}
+
+#[test]
+fn the_replay_forward_names_the_real_oom_step_within_two() {
+    let mut table = Vec::new();
+    for name in [
+        "gpt2-leak48",
+        "vit-leak80",
+        "llama-leak64",
+        "bert-leak24",
+        "leak-oom",
+        "leak-oom-12",
+    ] {
+        let (real, made) = forecasts(name);
+        println!("{name}: real OOM step {real}; (share, at step, forecast): {made:?}");
+        table.push((name, real, made));
+    }
+    for (name, real, made) in table {
+        for (share, at, f) in made {
+            let f = f.unwrap_or_else(|| panic!("{name}: no failure forecast at step {at}"));
+            assert!(
+                f.abs_diff(real) <= 2,
+                "{name}: at {share} of the way (step {at}) the forecast is step {f}, the real OOM step {real}"
+            );
+        }
+    }
+}
+
+/// The forecast at each of the job's own step marks, as a hub with the
+/// live advisor shows it: (step, forecast).
+fn live_forecasts(name: &str, advise: bool) -> Vec<(u64, Option<Forecast>)> {
+    let rec = recording(&dir(), name);
+    let mut r = Replayer::open(rec.path()).unwrap();
+    let hub = Hub::default();
+    if advise {
+        hub.enable_advisor(true, false, None);
+    }
+    let opts = ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    };
+    let mut out = Vec::new();
+    while let Some((t, input)) = r.next_input().unwrap() {
+        let Input::Events(batch) = input else {
+            hub.apply(input);
+            continue;
+        };
+        for piece in batch.split_after_markers() {
+            let key = piece.key;
+            let mark = piece.events.last().and_then(|e| match e.kind {
+                EventKind::Marker {
+                    value,
+                    source: MarkSource::User,
+                } => Some((value, e.time_ns)),
+                _ => None,
+            });
+            hub.apply(Input::Events(piece));
+            if let Some((step, at)) = mark {
+                hub.advisor_flush(std::time::Duration::from_secs(30));
+                let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));
+                let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
+                out.push((step, p.view.forecast));
+            }
+        }
+    }
+    out
+}
+
+/// Through the hub and its advisor: from 30 % of the way on, the forecast
+/// is the simulator's, within 2 steps of the real out-of-memory step, and
+/// never further from it than the projection a hub without the advisor
+/// makes at the same step.
+#[test]
+fn the_live_forecast_is_the_simulators_from_30_percent_on() {
+    for name in ["gpt2-leak48", "vit-leak80", "llama-leak64", "bert-leak24"] {
+        let (real, _) = forecasts(name);
+        let all = live_forecasts(name, true);
+        let projected: std::collections::HashMap<u64, Option<Forecast>> =
+            live_forecasts(name, false).into_iter().collect();
+        let mut shown = Vec::new();
+        for (step, f) in all.iter().filter(|(s, _)| *s * 10 >= real * 3 && *s < real) {
+            // The user mark of step s opens it: the forecast is the one
+            // made at the end of step s - 1.
+            let f = f.unwrap_or_else(|| panic!("{name}: no forecast at step {step}"));
+            assert_eq!(f.method, Method::Simulation, "{name}: at step {step}");
+            assert!(
+                f.oom_step.abs_diff(real) <= 2,
+                "{name}: at step {step} the forecast is step {}, the real OOM step {real}",
+                f.oom_step
+            );
+            let p = projected[step].map(|p| {
+                assert_eq!(p.method, Method::Projection);
+                p.oom_step
+            });
+            if let Some(p) = p {
+                assert!(
+                    f.oom_step.abs_diff(real) <= p.abs_diff(real),
+                    "{name}: at step {step} simulated {}, projected {p}, real {real}",
+                    f.oom_step
+                );
+            }
+            shown.push((*step, f.oom_step, p));
+        }
+        println!("{name}: real {real}; live (step, simulated, projected): {shown:?}");
+        assert!(!shown.is_empty());
+    }
+}
