@@ -159,6 +159,9 @@ fn the_live_forecast_is_the_simulators_from_30_percent_on() {
                     f.oom_step
                 );
             }
+            if shown.is_empty() {
+                println!("{name}: {}", vramscope_ui::diagnosis::forecast_text(&f));
+            }
             shown.push((*step, f.oom_step, p));
         }
         println!("{name}: real {real}; live (step, simulated, projected): {shown:?}");

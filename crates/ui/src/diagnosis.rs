@@ -272,10 +272,18 @@ pub fn runs_text(l: &LeakReport) -> Option<String> {
 /// allocation would fail.`
 pub fn forecast_text(f: &vramscope_core::model::forecast::Forecast) -> String {
     use vramscope_text::format::{bytes, duration};
-    let when = f
-        .in_ns
-        .map(|ns| format!(" (in about {})", duration(ns)))
-        .unwrap_or_default();
+    let simulated = f.method == vramscope_core::model::forecast::Method::Simulation;
+    let mut said: Vec<String> = (f.in_ns.into_iter())
+        .map(|ns| format!("in about {}", duration(ns)))
+        .collect();
+    if simulated {
+        said.push("the last step replayed forward through the simulator".into());
+    }
+    let when = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", said.join("; "))
+    };
     let of = if f.fraction {
         "the memory fraction allows"
     } else {
@@ -292,15 +300,9 @@ pub fn forecast_text(f: &vramscope_core::model::forecast::Forecast) -> String {
             vramscope_core::model::forecast::GROWING_STEPS
         ),
     };
-    let (about, how) = match f.method {
-        vramscope_core::model::forecast::Method::Projection => ("about ", ""),
-        vramscope_core::model::forecast::Method::Simulation => (
-            "",
-            " (the last step replayed forward through the simulator)",
-        ),
-    };
+    let about = if simulated { "" } else { "about " };
     format!(
-        "{why}{}ut of memory at {about}step {}{when}{how}: reserved {} of the {} {of}, +{} a step{request}.",
+        "{why}{}ut of memory at {about}step {}{when}: reserved {} of the {} {of}, +{} a step{request}.",
         if why.is_empty() { "O" } else { "o" },
         f.oom_step,
         bytes(f.reserved),
