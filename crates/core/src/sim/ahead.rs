@@ -37,7 +37,8 @@ pub const MAX_REQUESTS: u64 = 1 << 20;
 pub struct Failure {
     /// Steps after the last complete one: 1 is the next step.
     pub step: u64,
-    /// The request that failed (bytes asked for).
+    /// What the failed allocation asked the device for: torch's "Tried to
+    /// allocate" (the request rounded to a segment).
     pub bytes: u64,
 }
 
@@ -169,11 +170,9 @@ pub fn ahead(now: &Replay, prev: &[Request], last: &[Request]) -> Result<Ahead, 
             };
             requests += 1;
             let r = replay.step(&req, &mut NullSink);
-            if r.oom.is_some() {
-                let bytes = match req {
-                    Request::Alloc { size, .. } => size,
-                    _ => 0,
-                };
+            if let Some(oom) = r.oom {
+                // What torch's error says it tried to allocate.
+                let bytes = oom.alloc_size;
                 return Ok(Ahead {
                     failure: Some(Failure { step, bytes }),
                     steps: step,
@@ -346,5 +345,130 @@ impl Steps {
             Err(e) => out.cannot = Some(e.to_string()),
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::allocator::SimConfig;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A step of the job: `acts` activations freed in it, one gradient
+    /// freed by the next step, and `leak` bytes kept for good (none: 0).
+    fn step(first: u64, acts: usize, leak: u64, prev_grad: Option<u64>) -> (Vec<Request>, u64) {
+        let mut r = Vec::new();
+        let mut id = first;
+        let mut alloc = |r: &mut Vec<Request>, size| {
+            id += 1;
+            r.push(Request::Alloc {
+                id,
+                size,
+                stream: 0,
+                segment_addr: None,
+                released_before: false,
+            });
+            id
+        };
+        if let Some(g) = prev_grad {
+            r.push(Request::Free { id: g });
+        }
+        if leak > 0 {
+            alloc(&mut r, leak);
+        }
+        let a: Vec<u64> = (0..acts).map(|_| alloc(&mut r, 20 * MIB)).collect();
+        let g = alloc(&mut r, 8 * MIB);
+        for a in a {
+            r.push(Request::Free { id: a });
+        }
+        (r, g)
+    }
+
+    /// `n` steps from an empty allocator under `cap` bytes: the replay at
+    /// the end and the last two steps.
+    fn job(n: usize, leak: u64, cap: u64) -> (Replay, Vec<Request>, Vec<Request>) {
+        let cfg = SimConfig {
+            capacity: cap,
+            ..SimConfig::default()
+        };
+        let mut replay = Replay::new(&cfg);
+        let mut grad = None;
+        let mut steps = Vec::new();
+        for k in 1..=n as u64 {
+            let (r, g) = step(k * 100, 4, leak, grad);
+            grad = Some(g);
+            for q in &r {
+                replay.step(q, &mut NullSink);
+            }
+            steps.push(r);
+        }
+        let last = steps.pop().unwrap();
+        (replay, steps.pop().unwrap(), last)
+    }
+
+    /// A 40 MiB leak under 1 GiB: the step whose allocation fails is the
+    /// one a replay of the whole job fails at.
+    #[test]
+    fn a_leak_fails_where_the_whole_job_would() {
+        let (now, prev, last) = job(5, 40 * MIB, 1 << 30);
+        let a = ahead(&now, &prev, &last).unwrap();
+        assert_eq!(a.survivors_per_step, 40 * MIB);
+        let f = a.failure.unwrap();
+        // The job itself, step after step, until an allocation fails.
+        let mut replay = Replay::new(&SimConfig {
+            capacity: 1 << 30,
+            ..SimConfig::default()
+        });
+        let (mut grad, mut k) = (None, 0u64);
+        let (failed_at, tried) = loop {
+            k += 1;
+            let (r, g) = step(k * 100, 4, 40 * MIB, grad);
+            grad = Some(g);
+            let oom = r.iter().find_map(|q| replay.step(q, &mut NullSink).oom);
+            if let Some(oom) = oom {
+                break (k, oom.alloc_size);
+            }
+        };
+        assert_eq!((5 + f.step, f.bytes), (failed_at, tried));
+    }
+
+    /// A step that leaves nothing stops after two repetitions; two steps
+    /// of different shapes cannot be followed.
+    #[test]
+    fn a_steady_job_never_fails_and_changing_steps_are_refused() {
+        let (now, prev, last) = job(4, 0, 1 << 30);
+        let a = ahead(&now, &prev, &last).unwrap();
+        assert_eq!((a.failure, a.steps, a.survivors_per_step), (None, 2, 0));
+        let (other, _) = step(9000, 6, 0, None);
+        assert_eq!(ahead(&now, &other, &last), Err(Cannot::Differ(7, 5)));
+        assert_eq!(ahead(&now, &prev, &[]), Err(Cannot::Empty));
+    }
+
+    /// The live steps: none before two steps, one too long is said, and
+    /// the forecast waits until the job has paid for the last one.
+    #[test]
+    fn the_live_steps_pay_back_and_say_what_they_cannot_follow() {
+        let (now, prev, last) = job(5, 40 * MIB, 1 << 30);
+        let mut s = Steps::default();
+        assert_eq!(s.forecast(&now, 5, 1 << 30, false), None);
+        for r in &prev {
+            s.request(r);
+        }
+        s.boundary();
+        for r in &last {
+            s.request(r);
+        }
+        s.boundary();
+        let f = s.forecast(&now, 5, 1 << 30, false).unwrap();
+        assert!(f.oom_step.is_some() && f.cannot.is_none(), "{f:?}");
+        // Just made: not again until the job made an eighth as many.
+        assert_eq!(s.forecast(&now, 5, 1 << 30, false), None);
+        for _ in 0..=MAX_STEP_REQUESTS {
+            s.request(&Request::Synchronize);
+        }
+        s.boundary();
+        let f = s.forecast(&now, 6, 1 << 30, false).unwrap();
+        assert!(f.cannot.unwrap().contains("more than"));
     }
 }
