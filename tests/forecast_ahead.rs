@@ -13,17 +13,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::recording;
+use common::{forecasts_at_marks, recording};
 use vramscope_collect::given::Given;
-use vramscope_collect::Hub;
-use vramscope_core::input::Input;
 use vramscope_core::model::forecast::{Forecast, Method};
-use vramscope_core::model::ViewOptions;
-use vramscope_core::recording::Replayer;
 use vramscope_core::sim::ahead;
 use vramscope_core::sim::from_events::step_ends;
 use vramscope_core::sim::SimConfig;
-use vramscope_wire::event::{EventKind, MarkSource};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/forecast")
@@ -105,45 +100,10 @@ fn the_replay_forward_names_the_real_oom_step_within_two() {
     }
 }
 
-/// The forecast at each of the job's own step marks, as a hub with the
-/// live advisor shows it: (step, forecast).
+/// The forecast at each of the job's own step marks, as a hub (with the
+/// live advisor when `advise`) shows it: (step, forecast).
 fn live_forecasts(name: &str, advise: bool) -> Vec<(u64, Option<Forecast>)> {
-    let rec = recording(&dir(), name);
-    let mut r = Replayer::open(rec.path()).unwrap();
-    let hub = Hub::default();
-    if advise {
-        hub.enable_advisor(true, false, None);
-    }
-    let opts = ViewOptions {
-        block_map: false,
-        recent_events: 0,
-        timeline: None,
-    };
-    let mut out = Vec::new();
-    while let Some((t, input)) = r.next_input().unwrap() {
-        let Input::Events(batch) = input else {
-            hub.apply(input);
-            continue;
-        };
-        for piece in batch.split_after_markers() {
-            let key = piece.key;
-            let mark = piece.events.last().and_then(|e| match e.kind {
-                EventKind::Marker {
-                    value,
-                    source: MarkSource::User,
-                } => Some((value, e.time_ns)),
-                _ => None,
-            });
-            hub.apply(Input::Events(piece));
-            if let Some((step, at)) = mark {
-                hub.advisor_flush(std::time::Duration::from_secs(30));
-                let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));
-                let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
-                out.push((step, p.view.forecast));
-            }
-        }
-    }
-    out
+    forecasts_at_marks(recording(&dir(), name).path(), advise)
 }
 
 /// Through the hub and its advisor: from 30 % of the way on, the forecast

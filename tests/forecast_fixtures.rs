@@ -12,14 +12,9 @@ mod common;
 
 use std::path::Path;
 
-use common::recording;
+use common::{forecasts_at_marks, recording};
 use serde_json::Value;
-use vramscope_collect::Hub;
-use vramscope_core::input::Input;
 use vramscope_core::model::forecast::Forecast;
-use vramscope_core::model::ViewOptions;
-use vramscope_core::recording::Replayer;
-use vramscope_wire::event::{EventKind, MarkSource};
 
 fn dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/forecast")
@@ -27,38 +22,7 @@ fn dir() -> std::path::PathBuf {
 
 /// The forecast at each of the job's own step marks: (step, forecast).
 fn forecasts(name: &str) -> Vec<(u64, Option<Forecast>)> {
-    let rec = recording(&dir(), name);
-    let mut r = Replayer::open(rec.path()).unwrap();
-    let hub = Hub::default();
-    let opts = ViewOptions {
-        block_map: false,
-        recent_events: 0,
-        timeline: None,
-    };
-    let mut out = Vec::new();
-    while let Some((t, input)) = r.next_input().unwrap() {
-        let Input::Events(batch) = input else {
-            hub.apply(input);
-            continue;
-        };
-        for piece in batch.split_after_markers() {
-            let key = piece.key;
-            let mark = piece.events.last().and_then(|e| match e.kind {
-                EventKind::Marker {
-                    value,
-                    source: MarkSource::User,
-                } => Some((value, e.time_ns)),
-                _ => None,
-            });
-            hub.apply(Input::Events(piece));
-            if let Some((step, at)) = mark {
-                let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));
-                let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
-                out.push((step, p.view.forecast));
-            }
-        }
-    }
-    out
+    forecasts_at_marks(recording(&dir(), name).path(), false)
 }
 
 fn check(name: &str) -> (u64, Vec<(u64, u64)>) {

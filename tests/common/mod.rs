@@ -339,3 +339,52 @@ pub(crate) fn namespace_init(parent: u32, wait: Duration) -> Option<u32> {
     }
     None
 }
+
+/// A recording played through a hub (with the live advisor when
+/// `advise`), read at each of the job's own step marks (`vramscope.mark`,
+/// MARKER source User) as the dashboard reads it: (step, the process's
+/// forecast then).
+pub(crate) fn forecasts_at_marks(
+    path: &std::path::Path,
+    advise: bool,
+) -> Vec<(u64, Option<vramscope_core::model::forecast::Forecast>)> {
+    use vramscope_core::input::Input;
+    use vramscope_wire::event::MarkSource;
+    let mut r = vramscope_core::recording::Replayer::open(path).unwrap();
+    let hub = vramscope_collect::Hub::default();
+    if advise {
+        hub.enable_advisor(true, false, None);
+    }
+    let opts = vramscope_core::model::ViewOptions {
+        block_map: false,
+        recent_events: 0,
+        timeline: None,
+    };
+    let mut out = Vec::new();
+    while let Some((t, input)) = r.next_input().unwrap() {
+        let Input::Events(batch) = input else {
+            hub.apply(input);
+            continue;
+        };
+        for piece in batch.split_after_markers() {
+            let key = piece.key;
+            let mark = piece.events.last().and_then(|e| match e.kind {
+                EventKind::Marker {
+                    value,
+                    source: MarkSource::User,
+                } => Some((value, e.time_ns)),
+                _ => None,
+            });
+            hub.apply(Input::Events(piece));
+            if let Some((step, at)) = mark {
+                if advise {
+                    hub.advisor_flush(Duration::from_secs(30));
+                }
+                let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));
+                let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
+                out.push((step, p.view.forecast));
+            }
+        }
+    }
+    out
+}
