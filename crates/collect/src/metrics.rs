@@ -142,7 +142,11 @@ pub(crate) const P_LEAK_GROWTH: Def = gauge(
 );
 pub(crate) const P_OOM_STEP: Def = gauge(
     "vramscope_process_oom_forecast_step",
-    "While a leak is flagged, or reserved memory grew at each of the last 8 step boundaries: the step at which the allocator would run out of memory, projected from that growth against the memory limit the agent states (the device's memory times the memory fraction); absent otherwise.",
+    "While a leak is flagged, or reserved memory grew at each of the last 8 step boundaries: the step at which the allocator would run out of memory against the memory limit the agent states (the device's memory times the memory fraction): found by replaying the job's last step forward through the simulator where the live advisor follows the process, else projected from that growth; absent otherwise.",
+);
+pub(crate) const P_OOM_SIMULATED: Def = gauge(
+    "vramscope_process_oom_forecast_simulated",
+    "While vramscope_process_oom_forecast_step is given: 1 when the simulator found that step (the job's last step replayed forward), 0 when it is projected from the growth.",
 );
 pub(crate) const P_OOM_SECONDS: Def = gauge(
     "vramscope_process_oom_forecast_seconds",

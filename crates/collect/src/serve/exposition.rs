@@ -296,6 +296,12 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
         }
         if let Some(f) = &p.view.forecast {
             out.put(&metrics::P_OOM_STEP, &l, Value::U(f.oom_step));
+            let simulated = f.method == vramscope_core::model::forecast::Method::Simulation;
+            out.put(
+                &metrics::P_OOM_SIMULATED,
+                &l,
+                Value::U(u64::from(simulated)),
+            );
             if let Some(ns) = f.in_ns {
                 out.put(&metrics::P_OOM_SECONDS, &l, Value::F(ns as f64 / 1e9));
             }
@@ -546,6 +552,52 @@ mod tests {
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE vramscope_process_events counter\n"));
         assert!(om.contains("\nvramscope_process_events_total{"));
+    }
+
+    /// Issue 48: the forecast's step says how it was found: 1 for the
+    /// simulator's, 0 for a projection; neither without a forecast.
+    #[test]
+    fn the_forecast_says_whether_it_was_simulated() {
+        use vramscope_core::model::forecast::{Cause, Forecast, Method};
+        let mut snap = crate::fixtures::Fixture::new(1).snapshot(&Default::default());
+        let shown = |snap: &Snapshot| -> Vec<String> {
+            (render(snap, "h", Format::Prometheus).lines())
+                .filter(|l| l.starts_with("vramscope_process_oom_forecast_"))
+                .map(|l| {
+                    let (name, rest) = l.split_once('{').unwrap();
+                    format!("{name} {}", rest.rsplit(' ').next().unwrap())
+                })
+                .collect()
+        };
+        snap.processes.truncate(1);
+        snap.processes[0].view.forecast = None;
+        assert!(shown(&snap).is_empty());
+        let mut f = Forecast {
+            oom_step: 51,
+            steps_left: 20,
+            in_ns: None,
+            limit: 1 << 30,
+            reserved: 1 << 29,
+            growth_per_step: 1 << 20,
+            fraction: true,
+            request: Some(1 << 20),
+            cause: Cause::Leak,
+            method: Method::Simulation,
+        };
+        snap.processes[0].view.forecast = Some(f);
+        assert_eq!(
+            shown(&snap),
+            [
+                "vramscope_process_oom_forecast_step 51",
+                "vramscope_process_oom_forecast_simulated 1"
+            ]
+        );
+        f.method = Method::Projection;
+        snap.processes[0].view.forecast = Some(f);
+        assert_eq!(
+            shown(&snap)[1],
+            "vramscope_process_oom_forecast_simulated 0"
+        );
     }
 
     /// Issue 45: every family the fleet view asks Prometheus for (read
