@@ -49,14 +49,7 @@ fn attach(key: ProcessKey, host_pid: u32, cmdline: &str) -> Input {
 }
 
 fn batch(key: ProcessKey, events: Vec<Event>) -> Input {
-    Input::Events(EventBatch {
-        key,
-        delivered: events.len() as u64,
-        events,
-        lost: 0,
-        lost_now: 0,
-        at: Vec::new(),
-    })
+    Input::Events(EventBatch::whole(key, events))
 }
 
 /// The recording: the demo's `leak` scenario as the job's events, and

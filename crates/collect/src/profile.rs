@@ -479,17 +479,7 @@ mod tests {
                 ]
             })
             .collect();
-        out.push((
-            1,
-            Input::Events(EventBatch {
-                key,
-                delivered: events.len() as u64,
-                events,
-                lost: 0,
-                lost_now: 0,
-                at: Vec::new(),
-            }),
-        ));
+        out.push((1, Input::Events(EventBatch::whole(key, events))));
         out
     }
 

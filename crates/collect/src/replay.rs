@@ -179,14 +179,7 @@ mod tests {
         let events: Vec<Event> = (kinds.into_iter())
             .map(|kind| Event { time_ns: t, kind })
             .collect();
-        Input::Events(EventBatch {
-            key,
-            delivered: events.len() as u64,
-            events,
-            lost: 0,
-            lost_now: 0,
-            at: Vec::new(),
-        })
+        Input::Events(EventBatch::whole(key, events))
     }
 
     /// Device 0's allocated bytes now, and its peaks of allocated, active

@@ -181,6 +181,19 @@ pub struct EventBatch {
 }
 
 impl EventBatch {
+    /// `events` of `key` as one batch read whole: every event delivered,
+    /// none lost, no ring positions (a test's or a fixture's batch).
+    pub fn whole(key: ProcessKey, events: Vec<Event>) -> EventBatch {
+        EventBatch {
+            key,
+            delivered: events.len() as u64,
+            events,
+            lost: 0,
+            lost_now: 0,
+            at: Vec::new(),
+        }
+    }
+
     /// The events with their ring positions, `None` each where the batch
     /// gives none.
     pub fn positioned(self) -> impl Iterator<Item = (Event, Option<RingPos>)> {

@@ -297,14 +297,7 @@ mod tests {
         let events: Vec<Event> = (alloc.chain(mark))
             .map(|kind| Event { time_ns: 1, kind })
             .collect();
-        Input::Events(EventBatch {
-            key,
-            delivered: events.len() as u64,
-            events,
-            lost: 0,
-            lost_now: 0,
-            at: Vec::new(),
-        })
+        Input::Events(EventBatch::whole(key, events))
     }
 
     /// A containerised job (host 4242, pid 7 inside) with the most
