@@ -10,21 +10,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
+use common::fit_truth::{dir, off, real_peak, truth};
 use common::{exited_with, recording, succeeded, vramscope, Recording};
 
 /// BERT was recorded after `fit` was built: held out.
 const MODELS: [&str; 4] = ["gpt2", "vit", "llama", "bert"];
-
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/fit")
-}
-
-fn truth(model: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir().join(format!("{model}.truth.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn rec(model: &str, batch: u64) -> Recording {
     recording(&dir(), &format!("{model}-b{batch}"))
@@ -32,15 +22,6 @@ fn rec(model: &str, batch: u64) -> Recording {
 
 fn arg(r: &Recording, batch: u64) -> String {
     format!("{}:{batch}", r.path().display())
-}
-
-/// torch's peak reserved at `batch`.
-fn real_peak(t: &serde_json::Value, batch: u64) -> u64 {
-    (t["runs"].as_array().unwrap().iter())
-        .find(|r| r["batch"] == batch)
-        .unwrap()["peak_reserved"]
-        .as_u64()
-        .unwrap()
 }
 
 fn fit(args: &[String]) -> serde_json::Value {
@@ -59,10 +40,6 @@ fn predicted(v: &serde_json::Value, batch: u64) -> u64 {
         .unwrap()["peak_reserved"]
         .as_u64()
         .unwrap()
-}
-
-fn off(predicted: u64, real: u64) -> f64 {
-    (predicted as f64 - real as f64).abs() / real as f64
 }
 
 /// Two recordings (batches 8 and 16): the peak reserved at twice the
@@ -197,7 +174,7 @@ fn a_limit_below_the_parameters_fits_no_batch() {
 /// recording and why, exit 1.
 #[test]
 fn a_recording_with_no_steps_is_refused() {
-    let r = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let r = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/recordings/v1.2-synthetic.vsrec");
     let out = vramscope()
         .args(["fit", &format!("{}:8", r.display())])

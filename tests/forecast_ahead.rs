@@ -13,7 +13,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{forecasts_at_marks, recording};
+use common::{forecasts_at_marks, recording, Advising};
 use vramscope_collect::given::Given;
 use vramscope_core::model::forecast::{Forecast, Method};
 use vramscope_core::sim::ahead;
@@ -102,7 +102,7 @@ fn the_replay_forward_names_the_real_oom_step_within_two() {
 
 /// The forecast at each of the job's own step marks, as a hub (with the
 /// live advisor when `advise`) shows it: (step, forecast).
-fn live_forecasts(name: &str, advise: bool) -> Vec<(u64, Option<Forecast>)> {
+fn live_forecasts(name: &str, advise: Advising) -> Vec<(u64, Option<Forecast>)> {
     forecasts_at_marks(recording(&dir(), name).path(), advise)
 }
 
@@ -121,9 +121,9 @@ fn the_live_forecast_is_the_simulators_from_30_percent_on() {
         "bert-leak16",
     ] {
         let ((real, tried), _) = forecasts(name);
-        let all = live_forecasts(name, true);
+        let all = live_forecasts(name, Advising::All);
         let projected: std::collections::HashMap<u64, Option<Forecast>> =
-            live_forecasts(name, false).into_iter().collect();
+            live_forecasts(name, Advising::Off).into_iter().collect();
         let mut shown = Vec::new();
         for (step, f) in all.iter().filter(|(s, _)| *s * 10 >= real * 3 && *s < real) {
             // The user mark of step s opens it: the forecast is the one
@@ -154,5 +154,63 @@ fn the_live_forecast_is_the_simulators_from_30_percent_on() {
         }
         println!("{name}: real {real}; live (step, simulated, projected): {shown:?}");
         assert!(!shown.is_empty());
+    }
+}
+
+/// Without `--advise` (the dashboard, `serve`): the advisor takes up a
+/// process once its projected forecast shows, from the tensors it holds
+/// then; a few steps later (its warm-up, then two steps to repeat) the
+/// forecast is the simulator's, within 2 steps of the real OOM step.
+#[test]
+fn a_projected_forecast_brings_the_advisor_and_its_simulation() {
+    for name in [
+        "gpt2-leak48",
+        "vit-leak80",
+        "llama-leak64",
+        "bert-leak24",
+        "gpt2-leak32",
+        "vit-leak40",
+        "llama-leak96",
+        "bert-leak16",
+    ] {
+        let ((real, _), _) = forecasts(name);
+        let all = live_forecasts(name, Advising::WhenForecast);
+        let first = all
+            .iter()
+            .find(|(_, f)| f.is_some())
+            .map(|(s, _)| *s)
+            .unwrap_or_else(|| panic!("{name}: no forecast"));
+        let simulated: Vec<(u64, u64)> = (all.iter())
+            .filter(|(s, _)| *s < real)
+            .filter_map(|(s, f)| Some((*s, f.filter(|f| f.method == Method::Simulation)?.oom_step)))
+            .collect();
+        println!(
+            "{name}: real {real}, projected from step {first}, simulated from step {:?}: {:?}",
+            simulated.first().map(|s| s.0),
+            simulated
+                .iter()
+                .map(|s| s.1)
+                .collect::<std::collections::BTreeSet<_>>()
+        );
+        let from = simulated.first().map(|s| s.0).unwrap_or(u64::MAX);
+        assert!(
+            from <= first + 6,
+            "{name}: simulated from step {from}, projected from {first}"
+        );
+        for (s, oom) in &simulated {
+            assert!(
+                oom.abs_diff(real) <= 2,
+                "{name}: at step {s}: {oom} against {real}"
+            );
+        }
+        // From then on it stays the simulator's.
+        let later = all.iter().filter(|(s, _)| *s > from && *s < real);
+        for (s, f) in later {
+            assert_eq!(
+                f.map(|f| f.method),
+                Some(Method::Simulation),
+                "{name}: step {s}"
+            );
+        }
     }
 }

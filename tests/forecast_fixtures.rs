@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{forecasts_at_marks, recording};
+use common::{forecasts_at_marks, recording, Advising};
 use serde_json::Value;
 use vramscope_core::model::forecast::Forecast;
 
@@ -22,7 +22,7 @@ fn dir() -> std::path::PathBuf {
 
 /// The forecast at each of the job's own step marks: (step, forecast).
 fn forecasts(name: &str) -> Vec<(u64, Option<Forecast>)> {
-    forecasts_at_marks(recording(&dir(), name).path(), false)
+    forecasts_at_marks(recording(&dir(), name).path(), Advising::Off)
 }
 
 fn check(name: &str) -> (u64, Vec<(u64, u64)>) {

@@ -128,9 +128,12 @@ pub(crate) fn open(
     let mut cfg = cfg;
     cfg.readonly = opts.readonly;
     let live = Arc::new(Live::start(cfg).context("starting the collector")?);
+    let share = Some(vramscope_collect::ADVISOR_CPU_SHARE);
     if advise {
-        live.hub()
-            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
+        live.hub().enable_advisor(true, true, share);
+    } else if demo.is_none() {
+        // A job heading for its limit: its forecast by simulation.
+        live.hub().advise_forecasts(true, share);
     }
     vramscope_ui::run(live.hub().clone(), live, demo, opts)
 }

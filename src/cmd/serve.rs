@@ -39,9 +39,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
         None => vramscope_collect::serve::hostname(),
     };
     let live = Live::start(args.collect.config()).context("starting the collector")?;
+    let share = Some(vramscope_collect::ADVISOR_CPU_SHARE);
     if args.advise {
-        live.hub()
-            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
+        live.hub().enable_advisor(true, true, share);
+    } else {
+        // A job heading for its limit: its forecast by simulation.
+        live.hub().advise_forecasts(true, share);
     }
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::new(live.hub().clone(), host, limits.max_age));

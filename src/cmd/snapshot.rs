@@ -60,10 +60,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let dir = args.shm.dir();
     std::fs::read_dir(&dir).with_context(|| format!("segment directory {}", dir.display()))?;
     let mut collector = Collector::new(super::common::collect_config(&args.shm, &args.nvml, None));
+    let share = Some(vramscope_collect::ADVISOR_CPU_SHARE);
     if args.advise {
-        collector
-            .hub()
-            .enable_advisor(true, true, Some(vramscope_collect::ADVISOR_CPU_SHARE));
+        collector.hub().enable_advisor(true, true, share);
+    } else {
+        // A job heading for its limit, looked at again (`--watch`): its
+        // forecast by simulation.
+        collector.hub().advise_forecasts(true, share);
     }
     let rt = super::common::runtime()?;
     if let Some(secs) = args.watch_for {

@@ -11,6 +11,7 @@ use vramscope_wire::ring::codec::encode;
 use vramscope_wire::ring::control::Request;
 use vramscope_wire::ring::{SegmentWriter, Status};
 
+pub(crate) mod fit_truth;
 pub(crate) mod proc_status;
 
 /// The `vramscope` binary under test.
@@ -340,20 +341,33 @@ pub(crate) fn namespace_init(parent: u32, wait: Duration) -> Option<u32> {
     None
 }
 
-/// A recording played through a hub (with the live advisor when
-/// `advise`), read at each of the job's own step marks (`vramscope.mark`,
+/// How a hub playing a recording runs the live advisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Advising {
+    Off,
+    /// On every process from the start (`--advise`).
+    All,
+    /// On a process once a snapshot shows its projected forecast (the
+    /// dashboard and `serve` without `--advise`).
+    WhenForecast,
+}
+
+/// A recording played through a hub (with the live advisor as `advise`
+/// says), read at each of the job's own step marks (`vramscope.mark`,
 /// MARKER source User) as the dashboard reads it: (step, the process's
 /// forecast then).
 pub(crate) fn forecasts_at_marks(
     path: &std::path::Path,
-    advise: bool,
+    advise: Advising,
 ) -> Vec<(u64, Option<vramscope_core::model::forecast::Forecast>)> {
     use vramscope_core::input::Input;
     use vramscope_wire::event::MarkSource;
     let mut r = vramscope_core::recording::Replayer::open(path).unwrap();
     let hub = vramscope_collect::Hub::default();
-    if advise {
-        hub.enable_advisor(true, false, None);
+    match advise {
+        Advising::Off => {}
+        Advising::All => hub.enable_advisor(true, false, None),
+        Advising::WhenForecast => hub.advise_forecasts(false, None),
     }
     let opts = vramscope_core::model::ViewOptions {
         block_map: false,
@@ -377,7 +391,7 @@ pub(crate) fn forecasts_at_marks(
             });
             hub.apply(Input::Events(piece));
             if let Some((step, at)) = mark {
-                if advise {
+                if advise != Advising::Off {
                     hub.advisor_flush(Duration::from_secs(30));
                 }
                 let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));

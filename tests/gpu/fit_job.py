@@ -119,7 +119,8 @@ def limit_of(fraction, total=None):
     return int(fraction * float(total if total is not None else total_memory()))
 
 
-def run(model_name, batch, steps, fraction=None, leak_mb=0, after_oom=None, stop_at_oom=False, marks=True):
+def run(model_name, batch, steps, fraction=None, leak_mb=0, after_oom=None, stop_at_oom=False, marks=True,
+        step_sleep=0.0):
     """The job: returns what torch says of it."""
     torch.manual_seed(0)
     torch.cuda.init()
@@ -164,6 +165,9 @@ def run(model_name, batch, steps, fraction=None, leak_mb=0, after_oom=None, stop
             opt.zero_grad(set_to_none=True)
             loss = x = None
         per_step.append([step, torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), ok])
+        if step_sleep:
+            # A slower job, for a watcher started after it (stage running).
+            time.sleep(step_sleep)
         if not ok and stop_at_oom:
             break
         if ooms and after_oom is not None and step >= ooms[0] + after_oom:
@@ -363,6 +367,7 @@ def main():
     p.add_argument("--calib", default=None)
     p.add_argument("--after-oom", type=int, default=None)
     p.add_argument("--hold", type=float, default=0.0)
+    p.add_argument("--step-sleep", type=float, default=0.0)
     p.add_argument("--peaks", nargs="*", default=[])
     p.add_argument("--target", type=float, default=21)
     a = p.parse_args()
@@ -378,7 +383,8 @@ def main():
             base = json.load(f)["peak_reserved"]
         limit = base + (a.leak_mb << 20) * (a.target_oom - 0.5)
         fraction = round(limit / total_memory(), 6)
-    r = run(a.model, a.batch, a.steps, fraction=fraction, leak_mb=a.leak_mb, after_oom=a.after_oom)
+    r = run(a.model, a.batch, a.steps, fraction=fraction, leak_mb=a.leak_mb, after_oom=a.after_oom,
+            step_sleep=a.step_sleep)
     if a.target_oom is not None:
         r["aimed_at_oom_step"] = a.target_oom
         r["calibration_peak_reserved"] = base

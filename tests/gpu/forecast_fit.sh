@@ -20,6 +20,15 @@
 #             fitted as a + b * batch) and the largest batch that really
 #             fits under it, found as Lightning's BatchSizeFinder does
 #             (not recorded; each try a fresh process)
+#   running   watchers started after the jobs (jobs already running,
+#             0.25 s a step): two leaking under a fraction (the forecast,
+#             RUNNING_FORECAST) and three at batch 8 under the fraction
+#             trying found the largest batch at (the live fit, RUNNING_FIT).
+#             From 8 s in: `snapshot --watch 2 --json` without --advise
+#             (the advisor taken up by the projection) until they end;
+#             `snapshot --advise --for 20 --json` (the live fit of every
+#             job); the dashboard (no --advise) in tmux, `F` on the first
+#             fit job
 #   placed    placement traces as tests/gpu/sim_placed.sh makes them
 #             (statistics every 20 ms): timm ConvNeXt at a batch drawn
 #             each step, timm ResNet-50 (channels_last, SGD), BERT at a
@@ -111,6 +120,60 @@ stage_find() {
         m=${f%%:*}
         log "find $m: $(tail -n 1 "$D/fit/$m.find.log" | cut -c1-300)"
     done
+}
+
+RUNNING_FORECAST=${RUNNING_FORECAST:-"gpt2:8:48:60 llama:8:64:75"}
+# model:fraction, the fixtures' (tests/fixtures/recordings/fit/MODEL.truth.json)
+RUNNING_FIT=${RUNNING_FIT:-"gpt2:0.013029 vit:0.004363 llama:0.011528"}
+
+stage_running() {
+    local R="$D/running" m b l n fr pids=() first=
+    mkdir -p "$R"
+    local shm
+    shm=$(mktemp -d /tmp/vs-running-XXXXXX)
+    for f in $RUNNING_FORECAST; do
+        IFS=: read -r m b l n <<< "$f"
+        [ -s "$D/calib/$m.json" ] || { log "running $m: no calibration"; continue; }
+        VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch $b --steps 200 --leak-mb $l \
+            --target-oom $n --calib "$D/calib/$m.json" --after-oom 3 --step-sleep 0.25 \
+            --out "$R/$m-leak$l.truth.json" > "$R/$m-leak$l.job.log" 2>&1 &
+        pids+=($!)
+    done
+    for f in $RUNNING_FIT; do
+        IFS=: read -r m fr <<< "$f"
+        VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch 8 --steps 120 --fraction "$fr" \
+            --step-sleep 0.25 --out "$R/$m-fit.truth.json" > "$R/$m-fit.job.log" 2>&1 &
+        pids+=($!)
+        [ -n "$first" ] || first=$m
+    done
+    sleep 8
+    VRAMSCOPE_SHM_DIR=$shm timeout -s INT 90 "$B" snapshot --for 4 --watch 2 --json \
+        > "$R/watch.jsonl" 2> "$R/watch.err" &
+    local watch=$!
+    VRAMSCOPE_SHM_DIR=$shm timeout 60 "$B" snapshot --advise --for 20 --json \
+        > "$R/fit.json" 2> "$R/fit.err" &
+    local fitlook=$!
+    # The dashboard, started after the jobs, `F` on the first fit job.
+    local pid
+    pid=$(pgrep -f "^python3 tests/gpu/fit_job.py job $first --batch 8 --steps 120" | head -n 1)
+    if [ -n "$pid" ] && command -v tmux > /dev/null; then
+        tmux new-session -d -s vsfit -x 120 -y 40 "VRAMSCOPE_SHM_DIR=$shm $B --pid $pid"
+        sleep 20
+        tmux send-keys -t vsfit F
+        sleep 6
+        tmux capture-pane -t vsfit -p > "$R/dashboard-F.txt"
+        tmux send-keys -t vsfit Escape A
+        sleep 2
+        tmux capture-pane -t vsfit -p > "$R/dashboard-A.txt"
+        tmux send-keys -t vsfit q
+        sleep 1
+        tmux kill-session -t vsfit 2> /dev/null
+    fi
+    wait "${pids[@]}" $fitlook
+    kill -INT $watch 2> /dev/null
+    wait $watch
+    rm -rf "$shm"
+    log "running: $(wc -l < "$R/watch.jsonl") looks; $(grep -c 'Will it fit' "$R/dashboard-F.txt" 2> /dev/null) F overlay"
 }
 
 stage_placed() {

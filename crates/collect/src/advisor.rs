@@ -51,6 +51,9 @@ pub(crate) enum Start {
     Held {
         device: u16,
         held: Vec<(u64, u64, u64)>,
+        /// The device's segments as its block map shows them (empty when
+        /// they cannot be installed).
+        segments: Vec<vramscope_core::model::device::HeldSegment>,
     },
 }
 
@@ -215,7 +218,13 @@ impl Worker {
                 };
                 let live = match start {
                     Start::FromStart => Live::from_start(setting.clone()),
-                    Start::Held { device, held } => Live::held(setting.clone(), device, held),
+                    Start::Held {
+                        device,
+                        held,
+                        segments,
+                    } => {
+                        Live::held(setting.clone(), device, held).map(|l| l.with_segments(segments))
+                    }
                 };
                 let mut live = match live {
                     Ok(l) => l,

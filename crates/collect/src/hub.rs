@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use vramscope_core::input::{EventBatch, Identity, Input, Machine, Source, SourceProblem};
 use vramscope_core::model::{Mode, Model, ModelConfig, ProcessKey, ViewOptions};
 use vramscope_core::recording::Recorder;
-use vramscope_wire::event::{Event, RingPos};
+use vramscope_wire::event::{Event, EventKind, MarkSource, RingPos};
 use vramscope_wire::ring::monotonic_ns;
 
 use super::advisor;
@@ -30,6 +30,9 @@ struct Inner {
     cleaned_total: u64,
     /// The live advisor, once asked for.
     advising: Option<Advising>,
+    /// Start the advisor on a process when a projected forecast of it
+    /// shows ([`Hub::advise_forecasts`]): (host, share of a core).
+    auto_advise: Option<(bool, Option<f64>)>,
     /// The live path's floor, for measuring only (`collect::floor`).
     #[cfg(feature = "live-floor")]
     floor: super::floor::Blocks,
@@ -132,6 +135,24 @@ impl Inner {
         }
     }
 
+    /// The live advisor, started if it is not running (see
+    /// [`Hub::enable_advisor`]).
+    fn advisor_on(
+        &mut self,
+        listener: advisor::SharedListener,
+        all: bool,
+        host: bool,
+        share: Option<f64>,
+    ) {
+        let a = self.advising.get_or_insert_with(|| Advising {
+            tap: advisor::Tap::spawn(share, listener),
+            all,
+            host,
+            following: HashMap::new(),
+        });
+        a.all |= all;
+    }
+
     /// Starts advising `key` (nothing when it is already followed).
     fn advise(&mut self, key: ProcessKey) -> Result<(), String> {
         let Some(a) = &mut self.advising else {
@@ -146,8 +167,26 @@ impl Inner {
             .ok_or_else(|| format!("process {} is not followed", key.pid))?;
         let start = match p.advisor_start()? {
             None => advisor::Start::FromStart,
-            Some((device, held)) => advisor::Start::Held { device, held },
+            Some((device, held, segments)) => advisor::Start::Held {
+                device,
+                held,
+                segments,
+            },
         };
+        // The limits the job stated before the advisor began, as the
+        // markers it would have seen.
+        let limits: Vec<Event> = (p.limits())
+            .map(|(device, value, whole_device)| Event {
+                time_ns: 0,
+                kind: EventKind::Marker {
+                    value,
+                    source: MarkSource::MemoryLimit {
+                        device,
+                        whole_device,
+                    },
+                },
+            })
+            .collect();
         // Device memory: NVML's, where every GPU has the same (the
         // process's CUDA ordinal need not be NVML's index).
         let totals: Vec<Option<u64>> = self.machine.gpus.iter().map(|g| g.total).collect();
@@ -170,6 +209,9 @@ impl Inner {
             capacity,
             torch,
         });
+        if !limits.is_empty() {
+            a.tap.send_events(key, limits);
+        }
         Ok(())
     }
 
@@ -407,6 +449,7 @@ impl Hub {
         opts: &ViewOptions,
         focus: Option<ProcessKey>,
     ) -> Snapshot {
+        let listener = self.listener.clone();
         self.with(|inner| {
             let view = inner.model.view_for(now, opts, focus);
             // The advisor's advice, read under its lock once per snapshot.
@@ -414,11 +457,22 @@ impl Hub {
             let advice = results
                 .as_ref()
                 .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut to_advise = Vec::new();
             let processes = view
                 .processes
                 .into_iter()
                 .map(|mut v| {
                     let key = v.key;
+                    let followed = |a: &Advising| a.following.contains_key(&key);
+                    let projected = v.forecast.as_ref().is_some_and(|f| {
+                        f.method == vramscope_core::model::forecast::Method::Projection
+                    });
+                    if projected
+                        && inner.auto_advise.is_some()
+                        && !inner.advising.as_ref().is_some_and(followed)
+                    {
+                        to_advise.push(key);
+                    }
                     let advice = advice.as_ref().and_then(|a| a.get(&key).cloned());
                     // The advisor's forecast by simulation, where it
                     // found a failure, in place of the projection.
@@ -452,6 +506,15 @@ impl Hub {
                     }
                 })
                 .collect();
+            drop(advice);
+            if let Some((host, share)) = inner.auto_advise.filter(|_| !to_advise.is_empty()) {
+                inner.advisor_on(listener, false, host, share);
+                for key in to_advise {
+                    // Not yet possible (its block map not known): the next
+                    // snapshot asks again.
+                    let _ = inner.advise(key);
+                }
+            }
             Snapshot {
                 version: state::SNAPSHOT_VERSION,
                 taken_ns: now,
@@ -656,13 +719,7 @@ impl Hub {
     pub fn enable_advisor(&self, all: bool, host: bool, share: Option<f64>) {
         let listener = self.listener.clone();
         self.with(|i| {
-            let a = i.advising.get_or_insert_with(|| Advising {
-                tap: advisor::Tap::spawn(share, listener),
-                all,
-                host,
-                following: HashMap::new(),
-            });
-            a.all |= all;
+            i.advisor_on(listener, all, host, share);
             if all {
                 let keys: Vec<ProcessKey> = i.model.processes().map(|p| p.key()).collect();
                 for k in keys {
@@ -670,6 +727,16 @@ impl Hub {
                 }
             }
         });
+    }
+
+    /// From now on, a process whose forecast is a projection (a leak
+    /// heading for its limit) is followed by the live advisor, started
+    /// if it is not running (`host`, `share` as for
+    /// [`Self::enable_advisor`]): its forecast by simulation replaces the
+    /// projection once it has two steps to repeat. Taken up when a
+    /// snapshot shows the projection.
+    pub fn advise_forecasts(&self, host: bool, share: Option<f64>) {
+        self.with(|i| i.auto_advise = Some((host, share)));
     }
 
     /// Events waiting for the advisor (0 when it does not run).

@@ -461,10 +461,11 @@ pub(crate) mod tests {
             }),
             conf: String::new(),
             ahead: None,
+            fit: None,
         }
     }
 
-    fn lines(buf: &Buffer) -> Vec<String> {
+    pub(crate) fn lines(buf: &Buffer) -> Vec<String> {
         let a = buf.area;
         (0..a.height)
             .map(|y| (0..a.width).map(|x| buf[(x, y)].symbol()).collect())
@@ -481,7 +482,7 @@ pub(crate) mod tests {
 
     /// The overlay's text inside its border, one string, spaces collapsed
     /// (a wrapped sentence reads whole).
-    fn prose(lines: &[String]) -> String {
+    pub(crate) fn prose(lines: &[String]) -> String {
         let inside: Vec<&str> = lines.iter().map(|l| l.trim().trim_matches('│')).collect();
         inside
             .join(" ")
@@ -490,7 +491,7 @@ pub(crate) mod tests {
             .join(" ")
     }
 
-    fn press(app: &mut App, code: KeyCode) -> Vec<Effect> {
+    pub(crate) fn press(app: &mut App, code: KeyCode) -> Vec<Effect> {
         app.handle(AppEvent::Input(Event::Key(KeyEvent::new(
             code,
             KeyModifiers::NONE,
@@ -498,7 +499,7 @@ pub(crate) mod tests {
     }
 
     /// The process view of the leak scenario, `w`×`h`.
-    fn process_view(w: u16, h: u16) -> App {
+    pub(crate) fn process_view(w: u16, h: u16) -> App {
         let cfg = AppConfig {
             theme: Theme::new(false, false),
             ..AppConfig::default()
@@ -511,7 +512,7 @@ pub(crate) mod tests {
     }
 
     /// A new snapshot in which the selected process has `advice`.
-    fn advised(app: &mut App, advice: Option<LiveAdvice>) {
+    pub(crate) fn advised(app: &mut App, advice: Option<LiveAdvice>) {
         let key = app.overview.selected.unwrap();
         let mut snap = FX.snapshot(&app.view_options());
         for p in snap.processes.iter_mut().filter(|p| p.key() == key) {
@@ -618,6 +619,7 @@ pub(crate) mod tests {
             advice: None,
             conf: String::new(),
             ahead: None,
+            fit: None,
         };
         let shown = overlay(Some(&warm), AdvisorView::default(), 80, 24).join("\n");
         assert!(

@@ -474,6 +474,7 @@ impl App {
             Some(Overlay::Modules(_)) => return vec![Context::Always, Context::Modules],
             Some(Overlay::StepDiff(_)) => return vec![Context::Always, Context::StepDiff],
             Some(Overlay::Advisor(_)) => return vec![Context::Always, Context::Advisor],
+            Some(Overlay::Fit) => return vec![Context::Always, Context::Fit],
             Some(Overlay::Stacks) => return vec![Context::Always, Context::Stacks, Context::Trace],
             Some(Overlay::Prompt) | None => {}
         }
@@ -562,6 +563,8 @@ impl App {
             | A::Advisor
             | A::CloseAdvisor
             | A::AdvisorCopy
+            | A::Fit
+            | A::CloseFit
             | A::TraceStacks
             | A::CloseStacks => self.overlay_act(action),
             A::FilterKeep | A::FilterClear | A::FilterBackspace => self.prompt_act(action),

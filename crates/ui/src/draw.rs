@@ -18,7 +18,7 @@ use crate::shell;
 use crate::state::{Overlay, Screen};
 use crate::{
     advisor, attribution, bars, help, layout, legend, overview, popup, process, state, stepdiff,
-    svg, theme, trace,
+    svg, theme, trace, willfit,
 };
 
 /// Draws the whole screen for `app`.
@@ -69,6 +69,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
         (Some(Overlay::Advisor(v)), Screen::Process) => {
             if let Some(e) = app.selected_entry() {
                 advisor::render(frame, areas.body, e.advice.as_ref(), &v, t);
+            }
+        }
+        (Some(Overlay::Fit), Screen::Process) => {
+            if let Some(e) = app.selected_entry() {
+                let own_peak = e.view.figures.peak_reserved;
+                willfit::render(frame, areas.body, e.advice.as_ref(), own_peak, t);
             }
         }
         _ => {}

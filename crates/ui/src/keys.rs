@@ -115,6 +115,11 @@ pub(crate) enum Action {
     /// (the hub's live advisor) if nothing does yet.
     Advisor,
     CloseAdvisor,
+    /// The "will it fit" overlay of the selected process: the job at other
+    /// multiples of its batch (the advisor makes it; started as for
+    /// `Advisor`).
+    Fit,
+    CloseFit,
     /// Copy the selected candidate's `PYTORCH_CUDA_ALLOC_CONF=…` line
     /// (OSC 52, and shown in the footer).
     AdvisorCopy,
@@ -150,6 +155,8 @@ pub(crate) enum Context {
     StepDiff,
     /// The allocator advisor overlay.
     Advisor,
+    /// The "will it fit" overlay.
+    Fit,
     /// A finished command's report is shown (it does not take other keys).
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
@@ -182,6 +189,7 @@ impl Context {
             Context::Modules => "By module",
             Context::StepDiff => "Step diff",
             Context::Advisor => "Advisor",
+            Context::Fit => "Will it fit",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
             Context::Stacks => "Stacks",
@@ -300,8 +308,8 @@ impl Binding {
 
 use Action as A;
 use Context::{
-    Advisor, Always, Confirm, Filter, Fleet, FleetList, FleetNode, Global, Help, Legend, Modules,
-    Overview, Process, Report, Stacks, StepDiff, Trace,
+    Advisor, Always, Confirm, Filter, Fit, Fleet, FleetList, FleetNode, Global, Help, Legend,
+    Modules, Overview, Process, Report, Stacks, StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -364,6 +372,8 @@ pub const KEYS: &[Binding] = &[
     bind(Advisor, &[k(Up), c('k')], A::Scroll(Move::Up)),
     bind(Advisor, &[k(Down), c('j')], A::Scroll(Move::Down)),
     bind(Advisor, &[c('y')], A::AdvisorCopy),
+    // The "will it fit" overlay (other keys are ignored).
+    bind(Fit, &[k(Esc), c('F'), c('q')], A::CloseFit),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).
@@ -463,6 +473,7 @@ pub const KEYS: &[Binding] = &[
     bind(Process, &[c('A')], A::Advisor)
         .help("A", "allocator setting advice")
         .hint("A", "advise", 12),
+    bind(Process, &[c('F')], A::Fit).help("F", "which batch sizes fit"),
     bind(Process, &[c('/')], A::SearchEvents)
         .help("/", "search the event history")
         .hint("/", "search", 3),

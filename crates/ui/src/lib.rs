@@ -15,7 +15,7 @@
 //!   its answer comes back as `CommandDone` ([`send_command`]); unless the
 //!   [`Driver`] refuses every command ([`Driver::refusal`]: `--readonly`, a
 //!   recording played back, a snapshot file), when that is the answer;
-//! - the hub's live advisor: `A` ([`Effect::Advise`]) starts it on the
+//! - the hub's live advisor: `A` or `F` ([`Effect::Advise`]) starts it on the
 //!   hub and has it advise the selected process; its advice arrives in
 //!   the snapshots (`ProcessEntry::advice`), and `y` copies a setting
 //!   through the terminal ([`Effect::Copy`], OSC 52, written by the shell);
@@ -93,6 +93,7 @@ pub(crate) mod terminal;
 pub mod theme;
 pub(crate) mod timeline;
 pub(crate) mod trace;
+pub(crate) mod willfit;
 
 pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Shot};
 pub use draw::{draw, render_buffer, screenshot_now, Still};

@@ -49,6 +49,8 @@ pub enum Overlay {
     StepDiff(super::stepdiff::StepDiffView),
     /// The allocator advisor's advice for the selected process (`A`).
     Advisor(super::advisor::AdvisorView),
+    /// The selected process at other multiples of its batch (`F`).
+    Fit,
     /// The stacks of a snapshot file's event (`t`; its stepping keys still
     /// count).
     Stacks,

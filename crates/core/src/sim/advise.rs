@@ -537,13 +537,7 @@ mod tests {
     use super::*;
 
     fn alloc(id: u64, size: u64) -> Request {
-        Request::Alloc {
-            id,
-            size,
-            stream: 0,
-            segment_addr: None,
-            released_before: false,
-        }
+        Request::alloc(id, size, 0)
     }
 
     fn job(conf: &str, fraction: Option<f64>, requests: Vec<Request>) -> Job {

@@ -5,26 +5,15 @@
 //! Projecting reserved memory counts the cache as spent; the allocator
 //! frees its cache and retries before it fails, and fragmentation decides
 //! where the last request lands. So the last complete step is repeated as
-//! the job repeats it:
-//!
-//! - what the step allocates and frees within itself, it does again;
-//! - what it frees of the step before (gradients set to `None`, outputs
-//!   kept one step), the next step frees of it: the step before tells which
-//!   of the step's allocations (by their place among its allocations) the
-//!   next one frees;
-//! - the rest of what the step allocates stays: the measured survivors,
-//!   the leak.
-//!
-//! The two steps must allocate as many tensors (a job whose steps change
-//! their shapes is not followed: [`Cannot`]). Each repetition is a step;
-//! the forecast is the repetition whose allocation fails, after the
-//! allocator released its cache and retried, as PyTorch does.
-
-use std::collections::HashMap;
+//! the job repeats it ([`Repeat`]: what it frees itself, what the next step
+//! frees of it, and what stays, the leak). Each repetition is a step; the
+//! forecast is the repetition whose allocation fails, after the allocator
+//! released its cache and retried, as PyTorch does.
 
 use serde::{Deserialize, Serialize};
 
 use super::allocator::{NullSink, SimConfig};
+use super::repeat::{Cannot, Repeat};
 use super::trace::{Replay, Request};
 
 /// The most steps replayed forward, and the most requests in all: the
@@ -54,120 +43,17 @@ pub struct Ahead {
     pub survivors_per_step: u64,
 }
 
-/// Why the job's steps cannot be followed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Cannot {
-    #[error("the last step allocated nothing")]
-    Empty,
-    #[error("the last two steps allocate {0} and {1} tensors: their shapes change")]
-    Differ(usize, usize),
-}
-
-/// One request of the step, by the places of the allocations it names.
-#[derive(Debug, Clone, Copy)]
-enum Op {
-    /// The step's `q`-th allocation.
-    Alloc {
-        q: usize,
-        size: u64,
-        stream: u64,
-    },
-    /// Frees the step's own `q`-th allocation.
-    Free(usize),
-    /// Frees the `q`-th allocation of the step before.
-    Carried(usize),
-    EmptyCache,
-    Synchronize,
-}
-
-/// The allocations' ids of a step, in order, and each one's place.
-fn allocations(step: &[Request]) -> (Vec<u64>, HashMap<u64, usize>) {
-    let ids: Vec<u64> = step
-        .iter()
-        .filter_map(|r| match r {
-            Request::Alloc { id, .. } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    let place = ids.iter().enumerate().map(|(q, id)| (*id, q)).collect();
-    (ids, place)
-}
-
 /// Replays `last` (the job's last complete step, whose requests `now` has
 /// applied) forward from `now`, repeating it as the job would, until an
 /// allocation fails or [`MAX_STEPS`] / [`MAX_REQUESTS`] pass; `prev` is
 /// the step before it.
 pub fn ahead(now: &Replay, prev: &[Request], last: &[Request]) -> Result<Ahead, Cannot> {
-    let (prev_ids, prev_place) = allocations(prev);
-    let (last_ids, last_place) = allocations(last);
-    if last_ids.is_empty() {
-        return Err(Cannot::Empty);
-    }
-    if prev_ids.len() != last_ids.len() {
-        return Err(Cannot::Differ(prev_ids.len(), last_ids.len()));
-    }
-    let ops: Vec<Op> = last
-        .iter()
-        .filter_map(|r| match *r {
-            Request::Alloc {
-                id, size, stream, ..
-            } => Some(Op::Alloc {
-                q: last_place[&id],
-                size,
-                stream,
-            }),
-            Request::Free { id } => match (last_place.get(&id), prev_place.get(&id)) {
-                (Some(&q), _) => Some(Op::Free(q)),
-                (None, Some(&q)) => Some(Op::Carried(q)),
-                // Older than the step before: not freed again.
-                (None, None) => None,
-            },
-            Request::EmptyCache => Some(Op::EmptyCache),
-            Request::Synchronize => Some(Op::Synchronize),
-            Request::RecordStream { .. } => None,
-        })
-        .collect();
-    // What each step leaves: its allocations neither freed in it nor by
-    // the next.
-    let mut stays = vec![true; last_ids.len()];
-    for op in &ops {
-        if let Op::Free(q) | Op::Carried(q) = *op {
-            stays[q] = false;
-        }
-    }
-    let survivors_per_step = (ops.iter())
-        .filter_map(|op| match *op {
-            Op::Alloc { q, size, .. } if stays[q] => Some(size),
-            _ => None,
-        })
-        .fold(0u64, u64::saturating_add);
+    let repeat = Repeat::of(prev, last)?;
+    let survivors_per_step = repeat.survivors_per_step;
     let mut replay = now.clone();
-    // Ids of the repetitions: above every id the job used.
-    let base = (prev_ids.iter().chain(&last_ids).copied().max().unwrap_or(0)).saturating_add(1);
-    let n = last_ids.len() as u64;
-    let id = |step: u64, q: usize| {
-        base.saturating_add(step.saturating_mul(n))
-            .saturating_add(q as u64)
-    };
     let mut requests = 0;
     for step in 1..=MAX_STEPS {
-        for op in &ops {
-            let req = match *op {
-                Op::Alloc { q, size, stream } => Request::Alloc {
-                    id: id(step, q),
-                    size,
-                    stream,
-                    segment_addr: None,
-                    released_before: false,
-                },
-                Op::Free(q) => Request::Free { id: id(step, q) },
-                Op::Carried(q) if step == 1 => Request::Free { id: last_ids[q] },
-                Op::Carried(q) => Request::Free {
-                    id: id(step - 1, q),
-                },
-                Op::EmptyCache => Request::EmptyCache,
-                Op::Synchronize => Request::Synchronize,
-            };
+        for req in repeat.requests(step, |_, size| size) {
             requests += 1;
             let r = replay.step(&req, &mut NullSink);
             if let Some(oom) = r.oom {
@@ -301,6 +187,16 @@ impl Steps {
         self.last = (!overflow).then_some(done);
     }
 
+    /// The last two complete steps (None: fewer seen, or one was too long).
+    pub(crate) fn last_two(&self) -> Option<(&[Request], &[Request])> {
+        Some((self.prev.as_deref()?, self.last.as_deref()?))
+    }
+
+    /// Work done beside the forecast, paid back as its own is.
+    pub(crate) fn charge(&mut self, requests: u64) {
+        self.cost = self.cost.saturating_add(requests);
+    }
+
     /// The forecast from `now` (the job's replay under its own setting and
     /// `cfg`'s limit, at the boundary just passed, step `at_step`), when
     /// the job has paid back the last one's cost; None when it is not due.
@@ -362,13 +258,7 @@ mod tests {
         let mut id = first;
         let mut alloc = |r: &mut Vec<Request>, size| {
             id += 1;
-            r.push(Request::Alloc {
-                id,
-                size,
-                stream: 0,
-                segment_addr: None,
-                released_before: false,
-            });
+            r.push(Request::alloc(id, size, 0));
             id
         };
         if let Some(g) = prev_grad {

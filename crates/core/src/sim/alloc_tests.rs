@@ -3,8 +3,9 @@
 
 use proptest::prelude::*;
 
-use super::allocator::{SegmentInfo, SimAllocator, SimConfig};
+use super::allocator::{NullSink, SegmentInfo, SimAllocator, SimConfig};
 use super::conf::AllocConf;
+use crate::model::device::HeldSegment;
 use vramscope_wire::event::{BlockState, Event, EventKind, SegmentPool};
 
 const MIB: u64 = 1 << 20;
@@ -627,6 +628,101 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => any::<prop::sample::Index>().prop_map(|i| Op::RecordStream(i.index(1 << 16))),
         1 => Just(Op::EmptyCache),
     ]
+}
+
+/// `a`'s segments as a block map shows them (a block pending free is
+/// free, as the advisor takes it).
+fn held(a: &SimAllocator) -> Vec<HeldSegment> {
+    (a.segments().iter())
+        .map(|s| HeldSegment {
+            addr: s.addr,
+            stream: s.stream,
+            pool: s.pool,
+            blocks: (s.blocks.iter())
+                .map(|b| {
+                    let held = (b.state == BlockState::Allocated).then_some(b.requested);
+                    (b.size, held)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn figures(a: &SimAllocator) -> [u64; 6] {
+    let s = a.stats();
+    [
+        s.allocated,
+        s.reserved,
+        s.segments,
+        s.inactive_split,
+        s.requested,
+        a.inactive_split_blocks(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// A job already running: an allocator that installs another's
+    /// segments (its block map) has its figures, and goes on exactly as
+    /// it does, request by request, addresses included.
+    #[test]
+    fn an_installed_allocator_goes_on_as_the_one_it_was_read_from(
+        conf in prop_oneof![Just(""), Just("max_split_size_mb:32"), Just("roundup_power2_divisions:4")],
+        before in prop::collection::vec(op_strategy(), 1..120),
+        after in prop::collection::vec(op_strategy(), 1..120),
+    ) {
+        let (mut a, _) = sim(conf, 512 * MIB);
+        let mut live: Vec<u64> = Vec::new();
+        let run = |a: &mut SimAllocator, ops: &[Op], live: &mut Vec<u64>, b: Option<&mut SimAllocator>| {
+            let mut b = b;
+            for op in ops {
+                match *op {
+                    Op::Alloc { size, stream } => {
+                        let got = a.malloc(size, stream, &mut NullSink).ok();
+                        if let Some(b) = b.as_deref_mut() {
+                            // The copy's new segments where the first's went.
+                            let segs: Vec<u64> = a.segments().iter().map(|s| s.addr).collect();
+                            let new = segs.iter().find(|x| !b.segments().iter().any(|s| s.addr == **x)).copied();
+                            b.set_segment_addr(new);
+                            assert_eq!(b.malloc(size, stream, &mut NullSink).ok(), got);
+                        }
+                        live.extend(got);
+                    }
+                    Op::Free(i) if !live.is_empty() => {
+                        let p = live.swap_remove(i % live.len());
+                        a.free(p, &mut NullSink).unwrap();
+                        if let Some(b) = b.as_deref_mut() {
+                            b.free(p, &mut NullSink).unwrap();
+                        }
+                    }
+                    Op::EmptyCache => {
+                        a.empty_cache(&mut NullSink);
+                        if let Some(b) = b.as_deref_mut() {
+                            b.empty_cache(&mut NullSink);
+                        }
+                    }
+                    _ => {}
+                }
+                if let Some(b) = b.as_deref() {
+                    assert_eq!(figures(b), figures(a));
+                }
+            }
+        };
+        run(&mut a, &before, &mut live, None);
+        let (mut b, _) = sim(conf, 512 * MIB);
+        for seg in held(&a) {
+            prop_assert!(b.install(&seg));
+        }
+        prop_assert_eq!(figures(&b), figures(&a));
+        check_invariants(&b);
+        run(&mut a, &after, &mut live, Some(&mut b));
+        check_invariants(&b);
+    }
 }
 
 proptest! {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::conf::AllocConf;
+use crate::model::device::HeldSegment;
 use crate::pytorch::{self as rules, UNLIMITED_SPLIT_SIZE};
 use vramscope_wire::event::{
     BlockState, CtxTag, Event, EventKind, Place, PoolId, SegmentPool, Stats,
@@ -375,7 +376,6 @@ impl SimAllocator {
         });
     }
 
-    #[cfg(test)]
     /// The size of the allocated block at `addr` (its rounded size).
     pub(crate) fn block_size(&self, addr: u64) -> Option<u64> {
         self.active.get(&addr).map(|&id| self.b(id).size)
@@ -541,6 +541,65 @@ impl SimAllocator {
     }
 
     // ----- public operations ---------------------------------------------
+
+    /// Installs `seg` as the job's allocator holds it (a `cudaMalloc`'d
+    /// segment: not under expandable segments): its address space, its
+    /// blocks (neighbouring free ones merged, as the allocator keeps
+    /// them), and the statistics that count them. Refused (false, nothing
+    /// changed) when it is empty or overlaps a segment already here.
+    pub(crate) fn install(&mut self, seg: &HeldSegment) -> bool {
+        let size = (seg.blocks.iter()).fold(0u64, |a, b| a.saturating_add(b.0));
+        if size == 0
+            || seg.blocks.iter().any(|b| b.0 == 0)
+            || self.cfg.alloc.expandable_segments
+            || seg.addr.checked_add(size).is_none()
+            || !self.range_free(seg.addr, size)
+        {
+            return false;
+        }
+        let mut blocks: Vec<(u64, Option<u64>)> = Vec::new();
+        for &(s, r) in &seg.blocks {
+            match (blocks.last_mut(), r) {
+                (Some((last, None)), None) => *last += s,
+                _ => blocks.push((s, r)),
+            }
+        }
+        self.ranges.insert(seg.addr, size);
+        self.total_allocated_memory = self.total_allocated_memory.saturating_add(size);
+        self.stats.segments += 1;
+        self.inc_reserved(size);
+        let split = blocks.len() > 1;
+        let (mut ptr, mut prev) = (seg.addr, None);
+        for (s, r) in blocks {
+            let mut b = Block::new(seg.stream, seg.pool, ptr, s);
+            b.prev = prev;
+            let id = self.new_block(b);
+            if let Some(p) = prev {
+                self.bm(p).next = Some(id);
+            }
+            match r {
+                Some(requested) => {
+                    let b = self.bm(id);
+                    b.allocated = true;
+                    b.requested = requested;
+                    self.active.insert(ptr, id);
+                    self.inc_allocated(s);
+                    self.inc_active(s);
+                    self.stats.requested += requested;
+                }
+                None => {
+                    self.insert_into_blocks(id);
+                    if split {
+                        self.stats.inactive_split += s;
+                        self.inactive_split_blocks += 1;
+                    }
+                }
+            }
+            prev = Some(id);
+            ptr += s;
+        }
+        true
+    }
 
     /// `malloc`: allocates `size` bytes on `stream` and returns the block's
     /// address, or the OOM PyTorch would raise (after emitting `Oom`).

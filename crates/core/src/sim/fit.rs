@@ -548,13 +548,7 @@ mod tests {
         let mut id = 0;
         let mut alloc = |r: &mut Vec<Request>, size: u64| {
             id += 1;
-            r.push(Request::Alloc {
-                id,
-                size,
-                stream: 0,
-                segment_addr: None,
-                released_before: false,
-            });
+            r.push(Request::alloc(id, size, 0));
             id
         };
         for _ in 0..4 {

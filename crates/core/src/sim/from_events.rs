@@ -241,13 +241,7 @@ impl Stream {
         let id = self.r.next_id;
         self.r.next_id += 1;
         self.r.live.insert(addr, id);
-        Request::Alloc {
-            id,
-            size,
-            stream,
-            segment_addr: None,
-            released_before: false,
-        }
+        Request::alloc(id, size, stream)
     }
 
     /// Frees of addresses never seen allocated.

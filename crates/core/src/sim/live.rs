@@ -38,10 +38,12 @@ use super::advise::{self, Advice, Candidate, Job, OomFate, Outcome, OwnCheck};
 use super::ahead::{Steps, StepsAhead};
 use super::allocator::SimConfig;
 use super::conf::AllocConf;
+use super::fit_live::{self, LiveFit};
 use super::from_events::{Found, Stream};
 use super::samples;
 use super::spread::SpreadReplay;
 use super::trace::Request;
+use crate::model::device::HeldSegment;
 use vramscope_wire::event::{Event, EventKind, MarkSource};
 
 /// The most requests held before the candidates are chosen.
@@ -118,6 +120,10 @@ pub struct LiveAdvice {
     /// made (`sim::ahead`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ahead: Option<StepsAhead>,
+    /// The job at other multiples of its batch, from the same steps
+    /// (`sim::fit_live`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<LiveFit>,
 }
 
 impl LiveAdvice {
@@ -136,6 +142,9 @@ impl LiveAdvice {
 struct Run {
     candidate: Candidate,
     replay: SpreadReplay,
+    /// Begins where the job's allocator was when watching began (its
+    /// segments installed): the held tensors are adopted, not allocated.
+    installed: bool,
     fates: Vec<(usize, OomFate)>,
 }
 
@@ -152,6 +161,11 @@ pub struct Live {
     /// stream knows their addresses from the start, so that a free of one
     /// during the warm-up finds it.)
     start: Vec<Request>,
+    /// Where each of `start`'s tensors is held.
+    start_addrs: Vec<u64>,
+    /// The job's segments when watching began (mid-run), for the replay
+    /// of its own setting to begin exactly there.
+    segments: Vec<HeldSegment>,
     /// The requests and samples of the warm-up, in order (None once the
     /// candidates run).
     warm: Option<Vec<Found>>,
@@ -169,6 +183,8 @@ pub struct Live {
     /// (`sim::ahead`).
     steps: Steps,
     ahead: Option<StepsAhead>,
+    /// "Will it fit" at other batches, made with the forecast.
+    fit: Option<LiveFit>,
     /// The forecast's steps are the first optimizer's.
     steps_by_optimizer: bool,
 }
@@ -187,6 +203,7 @@ impl Live {
         let mut stream = Stream::new(device);
         let mut held = held;
         held.sort_unstable();
+        l.start_addrs = held.iter().map(|h| h.0).collect();
         l.start = held
             .into_iter()
             .map(|(addr, size, s)| stream.held(addr, size, s))
@@ -197,6 +214,15 @@ impl Live {
         l.coverage.held = n;
         l.coverage.held_bytes = bytes;
         Ok(l)
+    }
+
+    /// The job's segments when watching began, as its block map shows
+    /// them: the replay of its own setting begins there, exactly, instead
+    /// of placing the held tensors afresh (where one cannot be installed,
+    /// it does so still).
+    pub fn with_segments(mut self, segments: Vec<HeldSegment>) -> Live {
+        self.segments = segments;
+        self
     }
 
     fn new(setting: Setting, from_start: bool) -> Result<Live, String> {
@@ -212,6 +238,8 @@ impl Live {
             limits: Vec::new(),
             stream: None,
             start: Vec::new(),
+            start_addrs: Vec::new(),
+            segments: Vec::new(),
             warm: Some(Vec::new()),
             runs: Vec::new(),
             own: OwnCheck::default(),
@@ -226,6 +254,7 @@ impl Live {
             tensors: std::collections::HashMap::new(),
             steps: Steps::default(),
             ahead: None,
+            fit: None,
             steps_by_optimizer: false,
         }
     }
@@ -477,11 +506,19 @@ impl Live {
             Some(f) => ((cfg.capacity as f64 * f) as u64, true),
             None => (cfg.capacity, false),
         };
-        if let Some(a) = self
-            .steps
-            .forecast(own.replay.main(), at_step, limit, fraction)
-        {
-            self.ahead = Some(a);
+        let now = own.replay.main();
+        let Some(a) = self.steps.forecast(now, at_step, limit, fraction) else {
+            return;
+        };
+        self.ahead = Some(a);
+        // "Will it fit" at other batches, from the same steps, when due
+        // with the forecast (its work paid back as the forecast's is).
+        if let Some((prev, last)) = self.steps.last_two() {
+            let kept: std::collections::HashSet<u64> =
+                self.tensors.values().map(|&(size, _)| size).collect();
+            let f = fit_live::fit(now, prev, last, &kept, at_step, (limit, fraction));
+            self.steps.charge(f.requests);
+            self.fit = Some(f);
         }
     }
 
@@ -543,22 +580,36 @@ impl Live {
                     alloc: c.parsed.clone(),
                     ..cfg.clone()
                 };
-                let replay = if c.own && self.coverage.from_start {
-                    SpreadReplay::exact(&ccfg)
-                } else {
-                    SpreadReplay::driver_only(&ccfg)
+                let installed = (c.own && !self.coverage.from_start && !self.segments.is_empty())
+                    .then(|| SpreadReplay::installed(&ccfg, &self.segments))
+                    .flatten();
+                let (replay, installed) = match installed {
+                    Some(r) => (r, true),
+                    None if c.own && self.coverage.from_start => {
+                        (SpreadReplay::exact(&ccfg), false)
+                    }
+                    None => (SpreadReplay::driver_only(&ccfg), false),
                 };
                 Run {
                     candidate: c,
                     replay,
+                    installed,
                     fates: Vec::new(),
                 }
             })
             .collect();
         self.setting.conf = conf;
-        for r in &start {
+        for (i, r) in start.iter().enumerate() {
+            let at = self.start_addrs.get(i).copied();
             for run in &mut self.runs {
-                run.replay.step(r);
+                match (r, at) {
+                    // Where the map showed it allocated: adopted.
+                    (Request::Alloc { id, .. }, Some(addr))
+                        if run.installed && run.replay.adopt(*id, addr) => {}
+                    _ => {
+                        run.replay.step(r);
+                    }
+                }
             }
         }
         for f in warm {
@@ -626,6 +677,7 @@ impl Live {
             advice: advice.filter(|a| !a.outcomes.is_empty()),
             conf: self.setting.conf.clone(),
             ahead: self.ahead.clone(),
+            fit: self.fit.clone(),
         }
     }
 }
@@ -843,9 +895,11 @@ mod tests {
         };
         let mut m = Model::new(ModelConfig::default());
         m.apply_all(key, ev[..ended].iter());
-        let (device, held) = m.process(key).unwrap().advisor_start().unwrap().unwrap();
+        let (device, held, segments) = m.process(key).unwrap().advisor_start().unwrap().unwrap();
         assert_eq!(held.len(), 320);
-        let mut live = Live::held(setting(), device, held).unwrap();
+        let mut live = Live::held(setting(), device, held)
+            .unwrap()
+            .with_segments(segments);
         for e in &ev[ended..] {
             live.feed(e);
         }

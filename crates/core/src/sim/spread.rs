@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::allocator::{NullSink, SimConfig};
 use super::placement::Placement;
 use super::trace::{Replay, Request, StepReport};
+use crate::model::device::HeldSegment;
 
 /// How many replays run beside the compared one: the reverse order, four
 /// shuffled orders, and the driver's with ties broken high (the same set
@@ -173,6 +174,25 @@ impl SpreadReplay {
         }
     }
 
+    /// One replay alone, beginning where a running job's allocator is
+    /// (`held` installed; None when it cannot be), with the addresses the
+    /// requests give from then on.
+    pub(crate) fn installed(cfg: &SimConfig, held: &[HeldSegment]) -> Option<SpreadReplay> {
+        Some(SpreadReplay {
+            main: Replay::installed(cfg, held)?,
+            others: Vec::new(),
+            last: vec![None],
+            steps: 0,
+            tied: 0,
+        })
+    }
+
+    /// Tensor `id` is the one held at `addr` when the replay began
+    /// ([`Replay::adopt`]).
+    pub(crate) fn adopt(&mut self, id: u64, addr: u64) -> bool {
+        self.main.adopt(id, addr)
+    }
+
     /// The driver-order replay alone, ignoring the addresses the requests
     /// give: the live advisor's, which cannot afford the others.
     pub(crate) fn driver_only(cfg: &SimConfig) -> SpreadReplay {
@@ -252,13 +272,7 @@ mod tests {
     use super::*;
 
     fn alloc(id: u64, mib: u64) -> Request {
-        Request::Alloc {
-            id,
-            size: mib << 20,
-            stream: 0,
-            segment_addr: None,
-            released_before: false,
-        }
+        Request::alloc(id, mib << 20, 0)
     }
 
     /// Two equal free 20 MiB blocks, one a whole segment and one split off

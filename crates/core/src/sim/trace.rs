@@ -77,6 +77,20 @@ pub enum Request {
     Synchronize,
 }
 
+impl Request {
+    /// An allocation whose segment's address is not known (a replay past
+    /// what the job did, or a test's).
+    pub fn alloc(id: u64, size: u64, stream: u64) -> Request {
+        Request::Alloc {
+            id,
+            size,
+            stream,
+            segment_addr: None,
+            released_before: false,
+        }
+    }
+}
+
 /// A trace line that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("trace line {line}: {message}")]
@@ -301,6 +315,28 @@ impl Replay {
         }
     }
 
+    /// A replay that begins where a running job's allocator is: `held`
+    /// installed (None when one of them cannot be, or the setting has
+    /// expandable segments). Its tensors are taken up with [`Self::adopt`].
+    pub(crate) fn installed(
+        cfg: &SimConfig,
+        held: &[crate::model::device::HeldSegment],
+    ) -> Option<Self> {
+        let mut r = Replay::new(cfg);
+        held.iter().all(|s| r.a.install(s)).then_some(r)
+    }
+
+    /// Tensor `id` is the one an installed segment holds at `addr` (each
+    /// address once); false (nothing changed) when no allocated block
+    /// begins there.
+    pub(crate) fn adopt(&mut self, id: u64, addr: u64) -> bool {
+        let held = self.a.block_size(addr).is_some();
+        if held {
+            self.addrs.insert(id, addr);
+        }
+        held
+    }
+
     /// Leaves out the addresses the requests give: every segment goes
     /// where the placement puts it (a what-if replay under another
     /// setting, where the real addresses mean nothing).
@@ -315,6 +351,11 @@ impl Replay {
     pub(crate) fn breaking_ties_high(mut self) -> Self {
         self.a.break_ties_high(true);
         self
+    }
+
+    /// Peaks from now on (`torch.cuda.reset_peak_memory_stats()`).
+    pub(crate) fn reset_peaks(&mut self) {
+        self.a.reset_peak_stats();
     }
 
     /// The allocator's statistics after the requests applied so far.
@@ -526,20 +567,8 @@ mod tests {
     fn the_table_gives_frag_as_the_dashboard_does_and_bytes_in_one_unit_style() {
         let reports = replay(
             &[
-                Request::Alloc {
-                    id: 1,
-                    size: 3 * MIB,
-                    stream: 0,
-                    segment_addr: None,
-                    released_before: false,
-                },
-                Request::Alloc {
-                    id: 2,
-                    size: 5 * MIB,
-                    stream: 0,
-                    segment_addr: None,
-                    released_before: false,
-                },
+                Request::alloc(1, 3 * MIB, 0),
+                Request::alloc(2, 5 * MIB, 0),
                 Request::Free { id: 1 },
             ],
             &SimConfig::default(),
@@ -574,26 +603,8 @@ mod tests {
 "#;
         let reqs = parse_trace(text).unwrap();
         assert_eq!(reqs.len(), 6);
-        assert_eq!(
-            reqs[0],
-            Request::Alloc {
-                id: 7,
-                size: 1 << 20,
-                stream: 0,
-                segment_addr: None,
-                released_before: false,
-            }
-        );
-        assert_eq!(
-            reqs[1],
-            Request::Alloc {
-                id: 8,
-                size: 512,
-                stream: 0,
-                segment_addr: None,
-                released_before: false,
-            }
-        );
+        assert_eq!(reqs[0], Request::alloc(7, 1 << 20, 0));
+        assert_eq!(reqs[1], Request::alloc(8, 512, 0));
         assert_eq!(reqs[4], Request::EmptyCache);
     }
 

@@ -80,7 +80,7 @@ impl App {
             // The advisor publishes its advice on its own thread without
             // telling the hub's listeners: a quiet job's (a replay at its
             // end) would never show. While its overlay is up, look again.
-            if matches!(self.overlay, Some(Overlay::Advisor(_))) {
+            if matches!(self.overlay, Some(Overlay::Advisor(_) | Overlay::Fit)) {
                 fx.push(Effect::Refresh);
             }
         }

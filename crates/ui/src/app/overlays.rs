@@ -19,7 +19,8 @@ impl App {
             A::Legend => self.overlay = Some(Overlay::Legend(Scroll::default())),
             A::Modules => self.overlay = Some(Overlay::Modules(Default::default())),
             A::StepDiff => self.overlay = Some(Overlay::StepDiff(Default::default())),
-            A::Advisor => return self.open_advisor(),
+            A::Advisor => return self.open_advisor(Overlay::Advisor(Default::default())),
+            A::Fit => return self.open_advisor(Overlay::Fit),
             A::AdvisorCopy => return self.copy_advice(),
             A::TraceStacks => {
                 self.overlay = match self.overlay {
@@ -32,6 +33,7 @@ impl App {
             | A::CloseModules
             | A::CloseStepDiff
             | A::CloseAdvisor
+            | A::CloseFit
             | A::CloseStacks => self.overlay = None,
             A::ModulesOnly => self.modules_only(),
             A::ModulesSort | A::ModulesReverse | A::ModulesRole => {
@@ -113,15 +115,16 @@ impl App {
         self.selected_entry()?.advice.as_ref()
     }
 
-    /// `A`: opens the advisor overlay, and asks the loop to advise the
-    /// selected process unless the snapshot shows it advised already.
-    fn open_advisor(&mut self) -> Vec<Effect> {
+    /// `A` and `F`: opens the advisor's overlay (its advice, or "will it
+    /// fit"), and asks the loop to advise the selected process unless the
+    /// snapshot shows it advised already.
+    fn open_advisor(&mut self, overlay: Overlay) -> Vec<Effect> {
         let Some(e) = self.selected_entry() else {
             self.say("no process selected");
             return vec![];
         };
         let (key, advised) = (e.key(), e.advice.is_some());
-        self.overlay = Some(Overlay::Advisor(Default::default()));
+        self.overlay = Some(overlay);
         if advised {
             return vec![];
         }
@@ -135,7 +138,8 @@ impl App {
     /// The loop could not advise `key` ([`Effect::Advise`]): the overlay
     /// would wait for nothing, so it closes, and the footer says why.
     pub(crate) fn advise_refused(&mut self, key: ProcessKey, why: &str) {
-        if matches!(self.overlay, Some(Overlay::Advisor(_))) && self.overview.selected == Some(key)
+        if matches!(self.overlay, Some(Overlay::Advisor(_) | Overlay::Fit))
+            && self.overview.selected == Some(key)
         {
             self.overlay = None;
         }

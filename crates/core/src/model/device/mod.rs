@@ -37,7 +37,7 @@ mod snapshot;
 mod state;
 
 pub(crate) use parts::Live;
-pub use parts::{Block, BlockSummary, Derived, Problem, Segment};
+pub use parts::{Block, BlockSummary, Derived, HeldSegment, Problem, Segment};
 pub(crate) use pending::SnapshotOutcome;
 pub use placement::AnchoredFrom;
 pub(crate) use placement::Verdict;

@@ -192,3 +192,15 @@ pub struct BlockSummary {
     pub blocks: u64,
     pub(crate) segments: u64,
 }
+
+/// A segment as a running job's allocator holds it (its block map), for
+/// a replay that begins mid-run (the simulator's `SimAllocator::install`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldSegment {
+    pub addr: u64,
+    pub stream: u64,
+    pub pool: SegmentPool,
+    /// Its blocks in address order, covering it: each one's size, and the
+    /// request it serves when allocated (None: free).
+    pub blocks: Vec<(u64, Option<u64>)>,
+}

@@ -10,14 +10,14 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::attrib::{self, Definitions, StepClock};
 use super::config::{Mode, ModelConfig, ProcessKey, Watch, PLACEMENT_LOG};
-use super::device::DeviceState;
+use super::device::{DeviceState, HeldSegment};
 use super::eventlog::EventLog;
 use super::leak::LeakDetector;
 use super::roles::RoleTable;
 use super::series::Series;
 use super::view::{Dropped, OomRecord, ProblemRecord};
 
-use vramscope_wire::event::{BlockState, Event};
+use vramscope_wire::event::{BlockState, Event, PoolId};
 
 mod apply;
 mod figures;
@@ -35,6 +35,41 @@ const FORECAST_WARM_UP: u64 = 4;
 
 /// Tensors a process holds: address, requested size, stream.
 pub(crate) type HeldTensors = Vec<(u64, u64, u64)>;
+
+/// `d`'s segments as its block map shows them (see
+/// [`Process::advisor_start`]); empty where they cannot be installed.
+fn held_segments(d: &DeviceState) -> Vec<HeldSegment> {
+    let mut out = Vec::new();
+    for seg in d.segments() {
+        if seg.expandable || seg.pool != PoolId(0, 0) || !seg.pool_kind_known {
+            return Vec::new();
+        }
+        let mut at = seg.addr;
+        let mut blocks = Vec::new();
+        for (addr, b) in d.blocks_of(seg) {
+            if addr != at || b.size == 0 {
+                return Vec::new();
+            }
+            let held = (b.state == BlockState::Allocated).then_some(if b.requested > 0 {
+                b.requested
+            } else {
+                b.size
+            });
+            blocks.push((b.size, held));
+            at = at.saturating_add(b.size);
+        }
+        if at != seg.end() {
+            return Vec::new();
+        }
+        out.push(HeldSegment {
+            addr: seg.addr,
+            stream: seg.stream,
+            pool: seg.pool_kind,
+            blocks,
+        });
+    }
+    out
+}
 
 /// Everything the model knows about one process.
 #[derive(Debug, Clone)]
@@ -180,9 +215,13 @@ impl Process {
     /// allocator is as it was at start: a replay from here is exact);
     /// else the device holding the most and the tensors allocated there
     /// (address, requested size, stream; not those pending free), in
-    /// address order. An error
-    /// names why it cannot start (the mode, a state not known yet).
-    pub fn advisor_start(&self) -> Result<Option<(u16, HeldTensors)>, String> {
+    /// address order, and that device's segments as its block map shows
+    /// them, for the replay of the job's own setting to begin exactly
+    /// there (none where the map does not tile every segment, or under
+    /// expandable segments or private pools: the tensors are then placed
+    /// afresh). An error names why it cannot start (the mode, a state not
+    /// known yet).
+    pub fn advisor_start(&self) -> Result<Option<(u16, HeldTensors, Vec<HeldSegment>)>, String> {
         if self.mode != Mode::Exact {
             return Err(
                 "the advisor needs every allocator event, and this process is not watched through its tracker"
@@ -216,7 +255,13 @@ impl Process {
                 )
             })
             .collect();
-        Ok(Some((d.device(), held)))
+        Ok(Some((d.device(), held, held_segments(d))))
+    }
+
+    /// The memory limits the producer stated: (device, bytes, whole
+    /// device).
+    pub fn limits(&self) -> impl Iterator<Item = (u16, u64, bool)> + '_ {
+        self.limits.iter().map(|(&d, &(v, whole))| (d, v, whole))
     }
 
     /// Allocator events applied (snapshot records and stats not counted).
