@@ -13,7 +13,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{forecasts_at_marks, recording, Advising};
+use common::{forecasts_at_marks, marks_seen, recording, Advising};
 use vramscope_collect::given::Given;
 use vramscope_core::model::forecast::{Forecast, Method};
 use vramscope_core::sim::ahead;
@@ -211,6 +211,35 @@ fn a_projected_forecast_brings_the_advisor_and_its_simulation() {
                 Some(Method::Simulation),
                 "{name}: step {s}"
             );
+        }
+    }
+}
+
+/// Events lost on the wire after the advisor began: its replay is no
+/// longer the job's. It stops, saying why, and the forecast goes back to
+/// the projection (the model resyncs from a snapshot; a replay cannot).
+#[test]
+fn events_lost_after_the_advisor_began_stop_it_and_say_so() {
+    let name = "gpt2-leak48";
+    let seen = marks_seen(
+        recording(&dir(), name).path(),
+        Advising::All,
+        Some((30, 5000)),
+    );
+    for (step, f, stopped) in &seen {
+        let method = f.map(|f| f.method);
+        if (20..30).contains(step) {
+            assert_eq!(method, Some(Method::Simulation), "step {step}");
+            assert_eq!(stopped, &None, "step {step}");
+        }
+        if (30..45).contains(step) {
+            assert_eq!(method, Some(Method::Projection), "step {step}");
+        }
+        // The snapshot that finds the loss stops the advisor; the next
+        // one shows why.
+        if (31..45).contains(step) {
+            let why = stopped.as_deref().unwrap_or_default();
+            assert!(why.contains("lost 5000 events"), "step {step}: {why:?}");
         }
     }
 }

@@ -360,7 +360,24 @@ pub(crate) fn forecasts_at_marks(
     path: &std::path::Path,
     advise: Advising,
 ) -> Vec<(u64, Option<vramscope_core::model::forecast::Forecast>)> {
-    use vramscope_core::input::Input;
+    (marks_seen(path, advise, None).into_iter())
+        .map(|(step, f, _)| (step, f))
+        .collect()
+}
+
+/// [`forecasts_at_marks`], and the advisor's stop reason at each mark;
+/// `lose`: (step, count) events lost on the wire as that step's mark is
+/// read.
+pub(crate) fn marks_seen(
+    path: &std::path::Path,
+    advise: Advising,
+    lose: Option<(u64, u64)>,
+) -> Vec<(
+    u64,
+    Option<vramscope_core::model::forecast::Forecast>,
+    Option<String>,
+)> {
+    use vramscope_core::input::{EventBatch, Input};
     use vramscope_wire::event::MarkSource;
     let mut r = vramscope_core::recording::Replayer::open(path).unwrap();
     let hub = vramscope_collect::Hub::default();
@@ -391,12 +408,18 @@ pub(crate) fn forecasts_at_marks(
             });
             hub.apply(Input::Events(piece));
             if let Some((step, at)) = mark {
+                if let Some((_, n)) = lose.filter(|l| l.0 == step) {
+                    let mut lost = EventBatch::whole(key, Vec::new());
+                    (lost.lost, lost.lost_now) = (n, n);
+                    hub.apply(Input::Events(lost));
+                }
                 if advise != Advising::Off {
                     hub.advisor_flush(Duration::from_secs(30));
                 }
                 let snap = hub.snapshot_at_for(at.max(t), &opts, Some(key));
                 let p = snap.processes.iter().find(|p| p.key() == key).unwrap();
-                out.push((step, p.view.forecast));
+                let stopped = p.advice.as_ref().and_then(|a| a.coverage.stopped.clone());
+                out.push((step, p.view.forecast, stopped));
             }
         }
     }

@@ -28,7 +28,9 @@
 #             (the advisor taken up by the projection) until they end;
 #             `snapshot --advise --for 20 --json` (the live fit of every
 #             job); the dashboard (no --advise) in tmux, `F` on the first
-#             fit job
+#             fit job. RUNNING_SLOTS=N: the jobs' rings hold N events
+#             (VRAMSCOPE_SLOTS), so that they have wrapped when the watchers
+#             come (watching mid-run, from an anchor snapshot)
 #   placed    placement traces as tests/gpu/sim_placed.sh makes them
 #             (statistics every 20 ms): timm ConvNeXt at a batch drawn
 #             each step, timm ResNet-50 (channels_last, SGD), BERT at a
@@ -134,14 +136,14 @@ stage_running() {
     for f in $RUNNING_FORECAST; do
         IFS=: read -r m b l n <<< "$f"
         [ -s "$D/calib/$m.json" ] || { log "running $m: no calibration"; continue; }
-        VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch $b --steps 200 --leak-mb $l \
+        VRAMSCOPE_SLOTS=${RUNNING_SLOTS:-65536} VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch $b --steps 200 --leak-mb $l \
             --target-oom $n --calib "$D/calib/$m.json" --after-oom 3 --step-sleep 0.25 \
             --out "$R/$m-leak$l.truth.json" > "$R/$m-leak$l.job.log" 2>&1 &
         pids+=($!)
     done
     for f in $RUNNING_FIT; do
         IFS=: read -r m fr <<< "$f"
-        VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch 8 --steps 120 --fraction "$fr" \
+        VRAMSCOPE_SLOTS=${RUNNING_SLOTS:-65536} VRAMSCOPE_SHM_DIR=$shm timeout 240 "$B" run -- python3 $J job $m --batch 8 --steps 120 --fraction "$fr" \
             --step-sleep 0.25 --out "$R/$m-fit.truth.json" > "$R/$m-fit.job.log" 2>&1 &
         pids+=($!)
         [ -n "$first" ] || first=$m

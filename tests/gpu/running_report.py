@@ -20,6 +20,14 @@ LARGEST = {"gpt2": 20, "vit": 23, "llama": 20, "bert": 27}
 
 def main(d):
     looks = []
+    with open(os.path.join(d, "watch.jsonl")) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    looks.append(json.loads(line))
+                except ValueError:
+                    pass
     fit_look = os.path.join(d, "fit.json")
     if os.path.exists(fit_look):
         with open(fit_look) as f:
@@ -29,14 +37,6 @@ def main(d):
                 looks.append(json.loads(text))
             except ValueError:
                 pass
-    with open(os.path.join(d, "watch.jsonl")) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    looks.append(json.loads(line))
-                except ValueError:
-                    pass
     truths = {}
     for p in glob.glob(os.path.join(d, "*.truth.json")):
         with open(p) as f:
@@ -61,6 +61,7 @@ def main(d):
                     "sim_oom_step": ahead.get("oom_step"),
                     "cannot": ahead.get("cannot"),
                     "coverage": (adv.get("coverage") or {}).get("held"),
+                    "mid_run": p["view"]["watch"].get("mid_run"),
                     "stopped": (adv.get("coverage") or {}).get("stopped"),
                     "fit": adv.get("fit"),
                     "peak_reserved": p["view"]["figures"]["peak_reserved"],
@@ -70,8 +71,9 @@ def main(d):
     for pid, s in sorted(seen.items()):
         name, t = truths.get(pid, ("?", {}))
         real = t.get("first_oom_step")
-        print("== pid %d %s (%s): real first OOM step %s, peak reserved %s, held at start %s" % (
-            pid, name, s["model"], real, t.get("peak_reserved"), s["rows"][0]["coverage"]))
+        print("== pid %d %s (%s): real first OOM step %s, peak reserved %s; watched mid-run %s, tensors held when the advisor began %s" % (
+            pid, name, s["model"], real, t.get("peak_reserved"),
+            sorted({str(r["mid_run"]) for r in s["rows"]}), sorted({str(r["coverage"]) for r in s["rows"]})))
         if "--leak-mb" in s["cmd"]:
             shown = set()
             for r in s["rows"]:

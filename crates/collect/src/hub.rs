@@ -48,8 +48,10 @@ struct Advising {
     /// The processes' pids are this host's (not a recording's).
     host: bool,
     /// The processes followed; true once the hub stopped sending one's
-    /// events (the worker fell behind).
+    /// events (the worker fell behind, or events were lost).
     following: HashMap<ProcessKey, bool>,
+    /// Events each followed process had lost when the advisor began.
+    lost_at_start: HashMap<ProcessKey, u64>,
 }
 
 impl Inner {
@@ -149,6 +151,7 @@ impl Inner {
             all,
             host,
             following: HashMap::new(),
+            lost_at_start: HashMap::new(),
         });
         a.all |= all;
     }
@@ -202,6 +205,7 @@ impl Inner {
             .and_then(vramscope_core::sim::advise::torch_version);
         let host_pid = self.identities.get(&key).map(|i| i.host_pid);
         a.following.insert(key, false);
+        a.lost_at_start.insert(key, p.lost_events());
         a.tap.send(advisor::Msg::Start {
             key,
             host_pid: host_pid.filter(|_| a.host),
@@ -458,6 +462,7 @@ impl Hub {
                 .as_ref()
                 .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()));
             let mut to_advise = Vec::new();
+            let mut lost_since = Vec::new();
             let processes = view
                 .processes
                 .into_iter()
@@ -474,9 +479,22 @@ impl Hub {
                         to_advise.push(key);
                     }
                     let advice = advice.as_ref().and_then(|a| a.get(&key).cloned());
+                    // Events lost since the advisor began: its replay is no
+                    // longer the job's (the model resyncs; a replay cannot).
+                    let lost = (inner.advising.as_ref())
+                        .and_then(|a| a.lost_at_start.get(&key))
+                        .map(|&at| v.figures.lost_events.saturating_sub(at))
+                        .filter(|&n| n > 0);
+                    let stopped = advice.as_ref().is_some_and(|a| a.coverage.stopped.is_some());
+                    if let Some(n) = lost.filter(|_| !stopped) {
+                        lost_since.push((key, n));
+                    }
                     // The advisor's forecast by simulation, where it
-                    // found a failure, in place of the projection.
-                    if let Some(a) = advice.as_ref().and_then(|a| a.ahead.as_ref()) {
+                    // found a failure and still follows the job, in place
+                    // of the projection.
+                    let following = !stopped && lost.is_none();
+                    let ahead = advice.as_ref().and_then(|a| a.ahead.as_ref());
+                    if let Some(a) = ahead.filter(|_| following) {
                         if let (Some(oom), Some(request)) = (a.oom_step, a.request) {
                             v.forecast = Some(vramscope_core::model::forecast::simulated(
                                 v.forecast.as_ref(),
@@ -507,6 +525,18 @@ impl Hub {
                 })
                 .collect();
             drop(advice);
+            if let Some(a) = inner.advising.as_mut() {
+                for (key, n) in lost_since {
+                    if a.following.insert(key, true) != Some(true) {
+                        a.tap.send(advisor::Msg::Stop {
+                            key,
+                            why: format!(
+                                "the job lost {n} events since the advisor began (its ring overflowed): a replay of it would no longer be the job's"
+                            ),
+                        });
+                    }
+                }
+            }
             if let Some((host, share)) = inner.auto_advise.filter(|_| !to_advise.is_empty()) {
                 inner.advisor_on(listener, false, host, share);
                 for key in to_advise {

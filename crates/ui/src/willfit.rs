@@ -52,12 +52,18 @@ fn heading(advice: Option<&LiveAdvice>, t: &Theme) -> Vec<Line<'static>> {
             count(MAX_FIT_REQUESTS)
         ),
     };
+    let stopped = l.coverage.stopped.as_ref().map(|why| {
+        Line::styled(
+            format!("the advisor stopped: {why}; this fit is from before"),
+            t.warn(),
+        )
+    });
     let limit = if f.fraction {
         "its memory fraction"
     } else {
         "the device's memory"
     };
-    vec![
+    let mut lines = vec![
         Line::styled(largest, t.header()),
         Line::styled(
             format!(
@@ -69,7 +75,9 @@ fn heading(advice: Option<&LiveAdvice>, t: &Theme) -> Vec<Line<'static>> {
             ),
             t.dim(),
         ),
-    ]
+    ];
+    lines.extend(stopped);
+    lines
 }
 
 /// The table's rows: one per multiple shown.
@@ -279,6 +287,15 @@ mod tests {
                 "{w}: {all}"
             );
         }
+        // Stopped after the fit: the fit stays, said to be from before.
+        l.coverage.stopped = Some("the job lost 12 events".into());
+        advised(&mut app, Some(l.clone()));
+        let (all, text) = shown(&app, 120, 40);
+        assert!(
+            text.contains("the advisor stopped: the job lost 12 events; this fit is from before"),
+            "{all}"
+        );
+        assert!(text.contains("×1 (now) 912 MiB"), "{all}");
         // A job whose steps change shape says so, and shows no table.
         l.fit.as_mut().unwrap().cannot =
             Some("the last two steps allocate 7 and 5 tensors: their shapes change".into());

@@ -191,8 +191,8 @@ impl Process {
     pub(crate) fn device(&self, device: u16) -> Option<&DeviceState> {
         self.devices.iter().find(|d| d.device() == device)
     }
-    #[cfg(test)]
-    pub(crate) fn lost_events(&self) -> u64 {
+    /// Events the producer lost (its ring overflowed) so far.
+    pub fn lost_events(&self) -> u64 {
         self.lost_events
     }
     pub fn inconsistencies(&self) -> u64 {
