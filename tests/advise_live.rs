@@ -436,3 +436,22 @@ fn scrape(addr: &str) -> String {
     out.split_once("\r\n\r\n")
         .map_or(out.clone(), |(_, b)| b.to_string())
 }
+
+/// Issue 46, item 21: the text answer says how long the job was followed
+/// in words that read ("followed for 6 steps", not "followed until 6
+/// steps followed").
+#[test]
+fn advise_pid_says_how_long_it_followed_the_job() {
+    let pid = std::process::id().to_string();
+    let out = watching_a_job(&["advise", &pid, "--steps", "6", "--seconds", "60"]);
+    let text = String::from_utf8(out).unwrap();
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.starts_with(&format!("process {pid} (")), "{text}");
+    let (_, how) = first.rsplit_once("): followed ").expect("followed");
+    let steps: u64 = how
+        .strip_prefix("for ")
+        .and_then(|s| s.strip_suffix(" steps"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(steps >= 6, "{first}");
+}

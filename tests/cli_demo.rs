@@ -402,3 +402,22 @@ fn the_fragmentation_caption_follows_conf() {
         "{split}"
     );
 }
+
+/// Issue 46, item 19: the dashboard with no terminal (input from
+/// /dev/null, output to a pipe) says that a terminal is needed and names
+/// what works without one, on one line, exit 1.
+#[test]
+fn no_terminal_says_a_terminal_is_needed_and_what_works_without() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["demo", "healthy"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = common::exited_with(1, out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs a terminal"), "{err}");
+    for way in ["demo --headless", "vramscope snapshot", "vramscope serve"] {
+        assert!(err.contains(way), "{err}");
+    }
+    assert!(!err.contains("os error"), "{err}");
+}

@@ -172,3 +172,21 @@ fn doctor_json_is_one_document() {
     assert_eq!(doc["failed"].as_u64(), Some(failed as u64), "{doc}");
     assert_eq!(out.status.success(), failed == 0);
 }
+
+/// Issue 46, item 22: the help (every subcommand's, as the man page holds
+/// them) points at no source file, which an installed binary's user does
+/// not have.
+#[test]
+fn help_points_at_no_source_file() {
+    let out = run(&["man"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sources: Vec<&str> = (text.split_whitespace())
+        .filter(|w| {
+            let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '/');
+            w.ends_with(".rs") || w.contains("src/")
+        })
+        .collect();
+    assert!(text.contains("sim"), "{text}");
+    assert!(sources.is_empty(), "{sources:?}");
+}

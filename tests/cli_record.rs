@@ -405,15 +405,19 @@ fn replay_diff_names_what_a_step_left_alive() {
         "{text}"
     );
     assert!(text.contains("model.layers.11"), "{text}");
+    // Issue 46, item 18: a step no process reached is not found: one line
+    // on stderr naming where the recording ends, exit 1, nothing on stdout.
     let out = bin()
         .args(["replay", "--diff", "3..99"])
         .arg(&rec)
         .output()
         .unwrap();
-    let text = String::from_utf8(succeeded(out).stdout).unwrap();
+    assert!(out.stdout.is_empty());
+    let err = common::exited_with(1, out);
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        text.contains("step 99 not reached (last step: 16)"),
-        "{text}"
+        err.contains("--diff 3..99: step 99 not reached (pid ") && err.contains("last step 16)"),
+        "{err}"
     );
     let out = bin()
         .args(["replay", "--diff", "9..3"])
@@ -748,4 +752,32 @@ fn item4_record_refuses_an_anchor_past_the_rings_head_and_says_so() {
     assert_eq!(p["watch"]["waiting_for_anchor"], true, "{}", p["watch"]);
     let held = &p["dropped"]["collector"]["events_without_an_anchor"];
     assert!(held.as_u64().is_some_and(|n| n >= 2), "{}", p["dropped"]);
+}
+
+/// Issue 46, item 21: `record`'s first line says what it records from, in
+/// words that do not read as if `--backlog` were on when it is not.
+#[test]
+fn the_record_banner_says_whether_the_backlog_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    for (backlog, want) in [
+        (
+            false,
+            "from now (what the rings hold from before is left out; --backlog keeps it)",
+        ),
+        (true, "from the oldest record the rings hold (--backlog)"),
+    ] {
+        let rec = dir.path().join(format!("r{backlog}.vsrec"));
+        let mut cmd = bin();
+        cmd.args(["record", "--no-nvml", "--duration", "1", "-o"])
+            .arg(&rec)
+            .arg("--shm-dir")
+            .arg(dir.path());
+        if backlog {
+            cmd.arg("--backlog");
+        }
+        let out = succeeded(cmd.output().unwrap());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().next().unwrap_or_default();
+        assert!(first.contains(want), "{err}");
+    }
 }

@@ -241,3 +241,27 @@ fn watch_looks_again_until_stopped() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// Issue 46, item 20: `--watch` says why NVML is unavailable once, not at
+/// every look.
+#[test]
+fn watch_says_why_nvml_is_unavailable_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = vramscope()
+        .args(["snapshot", "--watch", "0.1", "--no-nvml", "--shm-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let (mut looks, mut said) = (0, 0);
+    while looks < 3 {
+        let l = lines.next().unwrap().unwrap();
+        looks += usize::from(l.trim_start().starts_with("PID NAME"));
+        said += usize::from(l.contains("NVML disabled"));
+    }
+    drop(lines);
+    let _ = child.wait();
+    assert_eq!((looks, said), (3, 1));
+}

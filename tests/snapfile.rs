@@ -186,6 +186,21 @@ fn frames_are_interned_and_shown_for_a_block() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("train.py:88 train_step"), "{text}");
     assert!(text.contains("event 0: segment_alloc"), "{text}");
+    // Issue 46, item 18: an address with no block and no event is not
+    // found: one line, exit 1.
+    let out = common::vramscope()
+        .arg("open")
+        .arg(&path)
+        .args(["--frames", "0x1234"])
+        .output()
+        .expect("runs");
+    assert!(out.stdout.is_empty());
+    let err = common::exited_with(1, out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--frames 0x1234: no block and no trace event at that address"),
+        "{err}"
+    );
 }
 
 #[test]

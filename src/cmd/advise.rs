@@ -264,19 +264,19 @@ mod live {
             };
             let steps = p.advice.as_ref().map_or(0, |a| a.coverage.steps);
             let why = if steps >= args.steps {
-                Some(format!("{steps} steps followed"))
+                Some(format!("for {steps} steps"))
             } else if !p.identity.alive {
-                Some("the job exited".into())
+                Some("until the job exited".into())
             } else if p
                 .advice
                 .as_ref()
                 .is_some_and(|a| a.coverage.stopped.is_some())
             {
-                Some("the advisor stopped following".into())
+                Some("until the advisor stopped following".into())
             } else if began.elapsed() >= limit {
-                Some(format!("--seconds {} passed", args.seconds.secs()))
+                Some(format!("for --seconds {}", args.seconds.secs()))
             } else if stop.load(Ordering::Relaxed) {
-                Some("interrupted".into())
+                Some("until interrupted".into())
             } else {
                 None
             };
@@ -292,7 +292,7 @@ mod live {
             .find(|p| p.key() == key)
             .unwrap_or(entry);
         let Some(a) = p.advice else {
-            bail!("process {pid}: the advisor has no advice ({why})");
+            bail!("process {pid}: the advisor has no advice (followed {why})");
         };
         if args.json {
             let mut v = serde_json::to_value(&a)?;
@@ -309,10 +309,7 @@ mod live {
     }
 
     fn text(pid: u32, cmdline: &str, why: &str, a: &LiveAdvice) -> String {
-        let mut s = format!(
-            "process {pid} ({}): followed until {why}\n",
-            printable(cmdline)
-        );
+        let mut s = format!("process {pid} ({}): followed {why}\n", printable(cmdline));
         s.push_str(&format!(
             "over {}\n",
             printable(&coverage_line(&a.coverage))

@@ -58,7 +58,8 @@ pub(crate) enum Command {
     Doctor(doctor::Args),
     /// Record NVML readings and every process's events to a file, until Ctrl-C.
     Record(record::Args),
-    /// Replay a recording (see `crates/core/src/recording.rs` for the format).
+    /// Replay a recording made by `vramscope record`: its final state, the
+    /// dashboard on it, or a step diff.
     Replay(replay::Args),
     /// Open a PyTorch memory snapshot file (torch.cuda.memory._dump_snapshot)
     /// in the dashboard, or print it as JSON.

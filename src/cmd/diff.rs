@@ -93,6 +93,8 @@ fn change(r: &Row) -> String {
     let abs = bytes(c.unsigned_abs());
     match (c, r.share()) {
         (0, _) => "same".into(),
+        // A change that rounds to 0.0 % is not "-0.0%".
+        (_, Some(s)) if s.abs() < 0.0005 => format!("{sign}{abs} (under 0.1%)"),
         (_, Some(s)) => format!("{sign}{abs} ({sign}{})", percent(s.abs())),
         (_, None) => format!("{sign}{abs} (new)"),
     }
@@ -170,4 +172,31 @@ fn text(d: &Diff, top: usize) -> String {
     s.push_str(&table("grew in B", &d.grew_in_b, top));
     s.push_str(&table("less in B", &d.shrank_in_b, top));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 46, item 21: a change too small for a tenth of a percent is
+    /// "under 0.1%", never "-0.0%".
+    #[test]
+    fn a_tiny_change_is_under_a_tenth_of_a_percent() {
+        let row = |a: u64, b: u64| Row {
+            name: "model".into(),
+            a,
+            b,
+        };
+        assert_eq!(
+            change(&row(1 << 30, (1 << 30) - 12 * 1024)),
+            "-12.0 KiB (under 0.1%)"
+        );
+        assert_eq!(
+            change(&row(1 << 30, (1 << 30) + 12 * 1024)),
+            "+12.0 KiB (under 0.1%)"
+        );
+        assert_eq!(change(&row(100 << 20, 90 << 20)), "-10.0 MiB (-10%)");
+        assert_eq!(change(&row(0, 1 << 20)), "+1.00 MiB (new)");
+        assert_eq!(change(&row(5, 5)), "same");
+    }
 }

@@ -73,6 +73,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
         upto: args.at.map(|n| n.get() as usize),
     };
     if let Some(addr) = args.frames {
+        // Nothing at the address: one line, exit 1, as for any failure.
+        if !has_frames(&file, addr) {
+            bail!("--frames 0x{addr:x}: no block and no trace event at that address in {name}");
+        }
         let mut o = out::stream();
         write_frames(&mut o, &file, addr)
             .and_then(|()| o.flush())
@@ -339,6 +343,25 @@ impl<'a> Report<'a> {
     }
 }
 
+/// The block holding `addr` in the file's state, if any.
+fn block_at(file: &SnapshotFile, addr: u64) -> Option<(&snapfile::Segment, &snapfile::Block)> {
+    file.segments.iter().find_map(|s| {
+        s.blocks
+            .iter()
+            .find(|b| b.address <= addr && addr < b.address.saturating_add(b.size))
+            .map(|b| (s, b))
+    })
+}
+
+/// Whether `--frames ADDR` has anything to show: a block there, or a
+/// trace event at the address.
+fn has_frames(file: &SnapshotFile, addr: u64) -> bool {
+    let at = block_at(file, addr).map_or(addr, |(_, b)| b.address);
+    block_at(file, addr).is_some()
+        || (inputs::timeline(file).iter())
+            .any(|t| t.entry.addr == at && t.entry.action != Action::Oom)
+}
+
 /// `--frames ADDR`: the block's stack in the state, then every trace event
 /// at that address with its stack; a stack shown already is named, not
 /// shown again.
@@ -346,12 +369,7 @@ fn write_frames(out: &mut impl Write, file: &SnapshotFile, addr: u64) -> std::io
     use vramscope_text::format::bytes;
     // Where each stack shown was first shown.
     let mut shown: HashMap<u32, String> = HashMap::new();
-    let block = file.segments.iter().find_map(|s| {
-        s.blocks
-            .iter()
-            .find(|b| b.address <= addr && addr < b.address.saturating_add(b.size))
-            .map(|b| (s, b))
-    });
+    let block = block_at(file, addr);
     match block {
         Some((s, b)) => {
             let pool = match s.pool {

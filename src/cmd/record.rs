@@ -46,9 +46,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
         "recording to {} from {} (Ctrl-C to stop)",
         args.output.display(),
         if args.backlog {
-            "the oldest record the rings hold"
+            "the oldest record the rings hold (--backlog)"
         } else {
-            "now (--backlog: also what the rings hold from before)"
+            "now (what the rings hold from before is left out; --backlog keeps it)"
         }
     ));
     let limit = args.duration.map(super::value::Seconds::duration);

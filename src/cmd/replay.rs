@@ -258,6 +258,22 @@ mod diff {
                 diff,
             });
         }
+        // No process reached the step: nothing to show, one line, exit 1.
+        if !all.is_empty() && all.iter().all(|p| !p.reached) {
+            let ends: Vec<String> = (all.iter())
+                .map(|p| {
+                    let last = p.last_step.map_or("none".into(), |s| s.to_string());
+                    format!("pid {}: last step {last}", p.key.pid)
+                })
+                .collect();
+            anyhow::bail!(
+                "--diff {}..{}: step {} not reached ({})",
+                range.from,
+                range.to,
+                range.to,
+                ends.join("; ")
+            );
+        }
         if json {
             return out::line(&serde_json::to_string_pretty(&all)?);
         }

@@ -81,6 +81,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
         recent_events: 16,
         timeline: None,
     };
+    // With --watch, why NVML is unavailable is said once (again only if
+    // it changes), not at every look.
+    let mut nvml_said: Option<String> = None;
     loop {
         rt.block_on(collector.look(Duration::from_secs(1)));
         let snap = collector.hub().snapshot(&opts);
@@ -99,7 +102,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
             (true, false) => super::out::line(&serde_json::to_string_pretty(&snap)?)?,
             (true, true) => super::out::line(&serde_json::to_string(&snap)?)?,
             (false, _) => {
-                let mut t = table(&snap);
+                let said = std::mem::replace(&mut nvml_said, snap.machine.nvml_error.clone());
+                let mut t = if said.is_some() && said == snap.machine.nvml_error {
+                    table_after(&snap, false)
+                } else {
+                    table(&snap)
+                };
                 if args.blocks {
                     t.push_str(&blocks(&snap));
                 }
@@ -158,10 +166,18 @@ fn opt(b: Option<u64>) -> String {
 /// dashboard's figures: fragmentation, OOMs, the flags with the leak
 /// verdict), then problems.
 pub(crate) fn table(s: &Snapshot) -> String {
+    table_after(s, true)
+}
+
+/// [`table`]; `nvml_why`: whether to say why NVML is unavailable (a
+/// `--watch` look after the first says it only when it changed).
+fn table_after(s: &Snapshot, nvml_why: bool) -> String {
     let mut o = String::new();
     match &s.machine.nvml_error {
         Some(e) => {
-            let _ = writeln!(o, "{e}");
+            if nvml_why {
+                let _ = writeln!(o, "{e}");
+            }
         }
         None => {
             for g in &s.machine.gpus {

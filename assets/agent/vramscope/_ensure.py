@@ -309,7 +309,9 @@ def spawn_detached():
 def _signals(detached):
     """SIGTERM (and SIGHUP, Ctrl-C) end a build cleanly: the temporary
     file is removed on the way out. Detached, the job's terminal is not
-    ours: SIGHUP and SIGINT are ignored."""
+    ours: SIGHUP and SIGINT are ignored. Not detached, SIGINT ends it even
+    where it was inherited ignored (a build started from a script's
+    background job): Python keeps an ignored SIGINT ignored otherwise."""
     import signal
 
     def term(signum, frame):
@@ -322,6 +324,7 @@ def _signals(detached):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         else:
             signal.signal(signal.SIGHUP, term)
+            signal.signal(signal.SIGINT, term)
     except Exception:
         pass
 

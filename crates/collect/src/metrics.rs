@@ -130,7 +130,7 @@ pub(crate) const P_OOMS: Def = counter(
 );
 pub(crate) const P_STEPS: Def = counter(
     "vramscope_process_steps_total",
-    "Training steps seen (vramscope.mark(), else optimizer steps, else the period of the allocation pattern); rate() of it is the step rate.",
+    "Training steps seen since watching began, every run's (vramscope.mark(), else optimizer steps, else the period of the allocation pattern); rate() of it is the step rate.",
 );
 pub(crate) const P_LEAK: Def = gauge(
     "vramscope_process_leak_suspected",

@@ -490,6 +490,7 @@ mod tests {
             survivors: Default::default(),
             source: StepSource::OptimizerSteps,
             steps_observed: window_steps as u64,
+            steps_total: window_steps as u64,
             window_steps,
             floor_slope_bytes_per_step: slope,
             floor_growth_bytes: slope * window_steps as f64,

@@ -250,6 +250,12 @@ enum Output {
 impl Output {
     /// The terminal, set up, and the input thread reading it into `tx`.
     fn tty<E: From<Wake> + Send + 'static>(mouse: bool, tx: &Sender<E>) -> Result<Output> {
+        use std::io::IsTerminal;
+        if !io::stdin().is_terminal() || !io::stdout().is_terminal() {
+            anyhow::bail!(
+                "the dashboard needs a terminal (standard input and output are not one): without one, use `vramscope demo --headless`, `vramscope snapshot` or `vramscope serve`"
+            );
+        }
         let guard = terminal::enter(mouse).context("setting up the terminal")?;
         let out = BufWriter::with_capacity(1 << 16, io::stdout());
         let backend = CrosstermBackend::new(out);

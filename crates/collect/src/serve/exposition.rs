@@ -285,7 +285,7 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
         out.put(&metrics::P_LOST, &l, Value::U(f.lost_events));
         out.put(&metrics::P_OOMS, &l, Value::U(p.view.ooms_total));
         let leak = &p.view.leak;
-        out.put(&metrics::P_STEPS, &l, Value::U(leak.steps_observed));
+        out.put(&metrics::P_STEPS, &l, Value::U(leak.steps_total));
         if leak.steps_observed >= p.view.leak_criterion.min_steps as u64 {
             out.put(&metrics::P_LEAK, &l, Value::U(u64::from(leak.flagged)));
             out.put(

@@ -120,23 +120,30 @@ fn differs(a: u64, b: u64) -> bool {
 }
 
 /// Rows for every name in `a` or `b`, in `a`'s order then `b`'s.
+/// One row per name, in `a`'s order then `b`'s new names: a name given
+/// more than once on a side (two kinds of allocation outside every module
+/// both shown as one) is summed, not listed twice.
 fn rows(a: &[(String, u64)], b: &[(String, u64)]) -> Vec<Row> {
-    let mut out: Vec<Row> = a
-        .iter()
-        .map(|(n, x)| Row {
-            name: n.clone(),
-            a: *x,
-            b: 0,
-        })
-        .collect();
-    for (n, x) in b {
-        match out.iter_mut().find(|r| &r.name == n) {
-            Some(r) => r.b = *x,
-            None => out.push(Row {
-                name: n.clone(),
-                a: 0,
-                b: *x,
-            }),
+    let mut out: Vec<Row> = Vec::new();
+    for (side, list) in [(0, a), (1, b)] {
+        for (n, x) in list {
+            let i = match out.iter().position(|r| &r.name == n) {
+                Some(i) => i,
+                None => {
+                    out.push(Row {
+                        name: n.clone(),
+                        a: 0,
+                        b: 0,
+                    });
+                    out.len() - 1
+                }
+            };
+            let r = &mut out[i];
+            if side == 0 {
+                r.a = r.a.saturating_add(*x);
+            } else {
+                r.b = r.b.saturating_add(*x);
+            }
         }
     }
     out
@@ -248,6 +255,36 @@ pub fn compare(a: &Profile, b: &Profile) -> Diff {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 46, item 21: a name given twice on a side (two kinds of
+    /// allocation outside every module, both shown as one) is one row,
+    /// its bytes summed.
+    #[test]
+    fn a_name_given_twice_is_one_row() {
+        let n = |s: &str, x: u64| (s.to_string(), x);
+        let r = rows(
+            &[
+                n("(outside every module)", 3),
+                n("model", 5),
+                n("(outside every module)", 4),
+            ],
+            &[
+                n("(outside every module)", 10),
+                n("head", 1),
+                n("(outside every module)", 1),
+            ],
+        );
+        let got: Vec<(&str, u64, u64)> = r.iter().map(|r| (r.name.as_str(), r.a, r.b)).collect();
+        assert_eq!(
+            got,
+            [
+                ("(outside every module)", 7, 11),
+                ("model", 5, 0),
+                ("head", 0, 1)
+            ]
+        );
+    }
+
     use super::*;
 
     const MIB: u64 = 1 << 20;

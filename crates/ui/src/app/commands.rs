@@ -163,6 +163,13 @@ impl App {
         let e = self
             .selected_entry()
             .ok_or_else(|| "no process selected".to_string())?;
+        // An exited process answers nothing, agent or not: say that.
+        if !e.identity.alive {
+            return Err(format!(
+                "pid {} has exited: no command sent",
+                e.identity.host_pid
+            ));
+        }
         if !e.source.commands || (allocator && e.view.mode == Mode::NvmlOnly) {
             return Err(format!(
                 "pid {} does not answer commands (no vramscope agent)",
@@ -227,3 +234,29 @@ impl App {
 /// What a command key says in a read-only view.
 pub(crate) const READONLY_NOTE: &str =
     "read-only: no command is sent to a process here (--readonly, a replay or a snapshot file)";
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::KeyCode;
+
+    use crate::advisor::tests::{press, process_view};
+
+    /// Issue 46, item 6: `e` on a process that has exited says so, not
+    /// that it has no agent, and asks nothing.
+    #[test]
+    fn e_on_an_exited_process_says_it_has_exited() {
+        let mut app = process_view(80, 24);
+        let key = app.overview.selected.unwrap();
+        let mut snap = (*app.snap).clone();
+        for p in snap.processes.iter_mut().filter(|p| p.key() == key) {
+            p.identity.alive = false;
+        }
+        app.set_snapshot(snap);
+        assert!(press(&mut app, KeyCode::Char('e')).is_empty());
+        assert_eq!(
+            app.message.as_deref(),
+            Some(format!("pid {} has exited: no command sent", key.pid).as_str())
+        );
+        assert!(app.action.is_none());
+    }
+}

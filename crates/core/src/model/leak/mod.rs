@@ -121,6 +121,9 @@ pub struct LeakDetector {
     first_flag: Option<(u64, u64)>,
     run: u64,
     earlier_runs: VecDeque<RunVerdict>,
+    /// Steps counted before the last restart (earlier runs, or a step
+    /// source given up): with `steps`, every step seen.
+    steps_before: u64,
     /// Whether this run's first marker of the counted source has come. A
     /// marker begins a step, so the first one opens the first step and
     /// closes none (before it: the job's setup, no step). The first run
@@ -165,6 +168,7 @@ impl LeakDetector {
             first_flag: None,
             run: 1,
             earlier_runs: VecDeque::new(),
+            steps_before: 0,
             started: false,
             step_starts: VecDeque::new(),
             survivors: SurvivorTest::default(),
@@ -354,6 +358,7 @@ impl LeakDetector {
         }
         self.floors.clear();
         self.rises = 0;
+        self.steps_before = self.steps_before.saturating_add(self.steps);
         self.steps = 0;
         // Called at a marker of the new source, which begins a step.
         self.started = true;
@@ -623,6 +628,7 @@ impl LeakDetector {
             survivors: self.survivors,
             source: self.source,
             steps_observed: self.steps,
+            steps_total: self.steps_before.saturating_add(self.steps),
             window_steps: n,
             floor_slope_bytes_per_step: slope,
             floor_growth_bytes: growth,
@@ -800,6 +806,9 @@ mod tests {
         }
         let r = d.report(t, std::iter::empty());
         assert_eq!(r.steps_observed, 15);
+        // Issue 46, item 10: every run's steps, for a counter that never
+        // falls at a new run (`vramscope_process_steps_total`).
+        assert_eq!(r.steps_total, 45);
         let runs: Vec<(u64, Option<u64>)> = (r.earlier_runs.iter())
             .map(|v| (v.steps, v.flagged_at_step))
             .collect();
@@ -809,6 +818,7 @@ mod tests {
         d.on_marker(MarkSource::Run, t);
         let r = d.report(t, std::iter::empty());
         assert_eq!(r.run, 5);
+        assert_eq!((r.steps_observed, r.steps_total), (0, 45));
         assert!(r.earlier_runs.iter().all(|v| v.steps > 0), "{r:?}");
         assert_eq!(r.earlier_runs.len(), 3);
     }

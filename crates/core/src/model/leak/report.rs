@@ -73,8 +73,12 @@ pub struct LeakReport {
     #[serde(default)]
     pub survivors: SurvivorTest,
     pub source: StepSource,
-    /// Steps seen since the detector started.
+    /// Steps seen in this run (with this step source).
     pub steps_observed: u64,
+    /// Steps seen since watching began, every run's: never falls (the
+    /// exporter's `vramscope_process_steps_total`).
+    #[serde(default)]
+    pub steps_total: u64,
     /// Floors analysed.
     pub window_steps: usize,
     /// Theil–Sen slope of the floor, bytes per step.
