@@ -74,6 +74,12 @@ fn replay_advise_json_shows_the_fit_at_twice_the_batch() {
         let fit = (v["processes"].as_array().unwrap().iter())
             .find_map(|p| p["advice"]["fit"].as_object().cloned())
             .unwrap_or_else(|| panic!("{model}: no fit in {v}"));
+        // Issue 46, item 12: the note says why the setting is the
+        // defaults without calling every such job "recorded".
+        let note = (v["processes"].as_array().unwrap().iter())
+            .find_map(|p| p["advice"]["coverage"]["note"].as_str())
+            .unwrap_or_default();
+        assert!(note.contains("not this host's to read"), "{note}");
         let at = |eighths: u64| {
             (fit["predictions"].as_array().unwrap().iter())
                 .find(|p| p["eighths"] == eighths)

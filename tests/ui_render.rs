@@ -873,3 +873,25 @@ fn item3_the_legend_80x24_at_its_end() {
     assert_ne!(up, after_j, "k moves at once");
     assert!(!up.contains("G M K B"), "{up}");
 }
+
+/// Issue 46, item 17: at a width that leaves the sort column out, the
+/// title says the sort is on a hidden column; where it is shown, it does
+/// not.
+#[test]
+fn a_sort_on_a_hidden_column_says_so() {
+    let mut app = app_with(&FX, cfg(), 50, 20);
+    app.overview.sort = vramscope_ui::rows::Col::Frag;
+    refresh(&mut app, &FX);
+    let narrow = frame(&app);
+    assert!(
+        narrow.contains("sort FRAG") && narrow.contains("(hidden)"),
+        "{narrow}"
+    );
+    app.size = ratatui::layout::Rect::new(0, 0, 200, 40);
+    refresh(&mut app, &FX);
+    let wide = frame(&app);
+    assert!(
+        wide.contains("sort FRAG") && !wide.contains("(hidden)"),
+        "{wide}"
+    );
+}

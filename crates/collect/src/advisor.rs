@@ -208,7 +208,7 @@ impl Worker {
                     Some(pid) => alloc_conf(pid),
                     None => (
                         String::new(),
-                        Some("a recorded job: its setting is taken as the defaults".into()),
+                        Some("the job's environment is not this host's to read (a demo's simulated job, or a recording): its setting is taken as the defaults".into()),
                     ),
                 };
                 let setting = Setting {

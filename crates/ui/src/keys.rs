@@ -357,8 +357,12 @@ pub const KEYS: &[Binding] = &[
     bind(Modules, &[k(Home), c('g')], A::Scroll(Move::Home)),
     bind(Modules, &[k(End), c('G')], A::Scroll(Move::End)),
     bind(Modules, &[k(Enter)], A::ModulesOnly),
+    bind(Modules, &[c(' ')], A::PauseSim),
     // The step diff overlay (other keys are ignored).
     bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff),
+    // Space pauses the demo's simulation under the overlays that do not
+    // take it (issue 46, item 2).
+    bind(StepDiff, &[c(' ')], A::PauseSim),
     bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder),
     bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
     bind(StepDiff, &[k(Up), c('k')], A::Scroll(Move::Up)),
@@ -372,8 +376,10 @@ pub const KEYS: &[Binding] = &[
     bind(Advisor, &[k(Up), c('k')], A::Scroll(Move::Up)),
     bind(Advisor, &[k(Down), c('j')], A::Scroll(Move::Down)),
     bind(Advisor, &[c('y')], A::AdvisorCopy),
+    bind(Advisor, &[c(' ')], A::PauseSim),
     // The "will it fit" overlay (other keys are ignored).
     bind(Fit, &[k(Esc), c('F'), c('q')], A::CloseFit),
+    bind(Fit, &[c(' ')], A::PauseSim),
     // A finished command's report.
     bind(Report, &[k(Esc)], A::CloseReport),
     // The stack overlay (stepping keys go on to the trace's).

@@ -138,8 +138,13 @@ fn render_table(
     typing: bool,
     t: &Theme,
 ) {
-    let block = t.block(table_title(rows.len(), state, typing, t));
-    let mut inner = block.inner(area);
+    // The columns the width leaves: the title says when the sort column is
+    // not among them (issue 46, item 17).
+    let mut inner = t.block(Line::default()).inner(area);
+    let hidden = !table_columns(inner.width, &rows)
+        .cols()
+        .any(|c| c == state.sort);
+    let block = t.block(table_title(rows.len(), state, (typing, hidden), t));
     frame.render_widget(block, area);
     if inner.height == 0 {
         return;
@@ -190,17 +195,24 @@ fn render_table(
     }
 }
 
-/// ` Processes (3) · sort RESV ▼ `, then the filter when there is one.
-fn table_title(count: usize, state: &OverviewState, typing: bool, t: &Theme) -> Line<'static> {
+/// ` Processes (3) · sort RESV ▼ `, `(hidden)` after it when the width
+/// leaves the sort column out, then the filter when there is one.
+fn table_title(
+    count: usize,
+    state: &OverviewState,
+    (typing, hidden): (bool, bool),
+    t: &Theme,
+) -> Line<'static> {
     let g = t.glyphs();
     let mut title = vec![
         Span::styled(format!(" Processes ({count}) "), t.title()),
         Span::styled(
             format!(
-                "{} sort {} {} ",
+                "{} sort {} {}{} ",
                 g.dot,
                 state.sort.title(),
-                sort_arrow(state, t)
+                sort_arrow(state, t),
+                if hidden { " (hidden)" } else { "" }
             ),
             t.dim(),
         ),

@@ -259,4 +259,42 @@ mod tests {
         );
         assert!(app.action.is_none());
     }
+
+    /// Issue 46, item 2: Space pauses the demo's simulation with the step
+    /// diff open (and under the other overlays that do not take it), and
+    /// the overlay stays.
+    #[test]
+    fn space_pauses_the_demo_under_the_overlays() {
+        use crate::app::Effect;
+        use crate::Overlay;
+        let mut app = process_view(80, 24);
+        app.set_demo_status(Some(vramscope_collect::demo::DemoStatus {
+            scenario: "leak".into(),
+            caption: String::new(),
+            progress: 0.5,
+            speed: 1.0,
+            paused: false,
+            runs: 0,
+            replay: false,
+            ended: false,
+        }));
+        for (open, shown) in [
+            (KeyCode::Char('d'), "step diff"),
+            (KeyCode::Char('M'), "by module"),
+            (KeyCode::Char('F'), "will it fit"),
+        ] {
+            app.overlay = None;
+            press(&mut app, open);
+            let before = app.overlay;
+            assert!(before.is_some(), "{shown}");
+            let fx = press(&mut app, KeyCode::Char(' '));
+            assert_eq!(fx, vec![Effect::DemoTogglePause], "{shown}");
+            assert_eq!(app.overlay, before, "{shown}");
+        }
+        app.overlay = Some(Overlay::Advisor(Default::default()));
+        assert_eq!(
+            press(&mut app, KeyCode::Char(' ')),
+            vec![Effect::DemoTogglePause]
+        );
+    }
 }
