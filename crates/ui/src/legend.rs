@@ -22,7 +22,7 @@ pub(crate) const WORDS: &[(&str, &str)] = &[
     ),
     (
         "OOM xN",
-        "out-of-memory errors seen (the OOM/Leak pane says why)",
+        "out-of-memory errors seen, all runs (OOM/Leak pane: why)",
     ),
     (
         "LEAK",

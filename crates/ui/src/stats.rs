@@ -196,7 +196,9 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
             df.fragmentation.free_blocks.to_string(),
         ),
         current("Alloc retries", count(df.stats.map(|s| s.alloc_retries))),
-        current("OOMs", count(df.stats.map(|s| s.ooms))),
+        // torch's num_ooms, which a new run starts again; the header and
+        // the OOM pane count every OOM seen since watching began.
+        current("OOMs this run (torch)", count(df.stats.map(|s| s.ooms))),
     ]);
     rows
 }
