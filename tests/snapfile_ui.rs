@@ -201,6 +201,9 @@ fn the_caption_says_where_and_t_shows_the_stacks() {
     }
     let f = o.frame();
     assert!(f.contains("event 3 of 1313"), "{f}");
+    // Issue 46, item 21: a file's state has nothing to resync: no word
+    // says so while stepping.
+    assert!(!f.contains("resync"), "{f}");
     insta::assert_snapshot!("open_stepped_80x24", f);
 
     let mut wide = Open::new(120, 40);

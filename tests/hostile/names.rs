@@ -328,7 +328,7 @@ fn overview_text(s: &Snapshot) -> String {
     let mut t = ratatui::Terminal::new(TestBackend::new(160, 16)).unwrap();
     let state = vramscope_ui::state::OverviewState::default();
     let theme = vramscope_ui::Theme::new(true, false);
-    t.draw(|f| vramscope_ui::overview::render(f, f.area(), s, &state, false, &theme))
+    t.draw(|f| vramscope_ui::overview::render(f, f.area(), s, &state, (false, false), &theme))
         .unwrap();
     t.backend().to_string()
 }

@@ -32,9 +32,14 @@ pub fn draw(frame: &mut Frame, app: &App) {
         _ => {}
     }
     match app.screen {
-        Screen::Overview => {
-            overview::render(frame, areas.body, &app.snap, &app.overview, app.typing(), t)
-        }
+        Screen::Overview => overview::render(
+            frame,
+            areas.body,
+            &app.snap,
+            &app.overview,
+            (app.typing(), app.trace.is_some()),
+            t,
+        ),
         Screen::Process => process::render(frame, areas.body, app),
     }
     bars::render_footer(frame, areas.footer, app);

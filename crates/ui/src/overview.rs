@@ -22,16 +22,22 @@ use super::theme::Theme;
 use vramscope_collect::{Machine, Snapshot};
 use vramscope_text::format;
 
-/// The overview; `typing`: its filter is being typed.
+/// The overview; `typing`: its filter is being typed; `file`: a snapshot
+/// file's state (nothing to resync: its SYNC flag is not shown).
 pub fn render(
     frame: &mut Frame,
     area: Rect,
     snap: &Snapshot,
     state: &OverviewState,
-    typing: bool,
+    (typing, file): (bool, bool),
     t: &Theme,
 ) {
-    let rows = state.rows(snap);
+    let mut rows = state.rows(snap);
+    if file {
+        for r in &mut rows {
+            r.needs_resync = false;
+        }
+    }
     let a = layout::overview(area, &snap.machine, rows.len());
     render_gpus(frame, a.gpus, &snap.machine, t);
     render_table(frame, a.table, snap, (state, rows), typing, t);

@@ -36,7 +36,13 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App) {
     let view = &app.process;
     let compact = layout::compact(app.size);
     let a = layout::process(app.size, view.pane, area);
-    render_info(frame, a.info, &Row::new(&app.snap, e), t);
+    let mut row = Row::new(&app.snap, e);
+    // A snapshot file's state is what the file holds: nothing was lost and
+    // there is no one to ask for a resync (issue 46, item 21).
+    if app.trace.is_some() {
+        row.needs_resync = false;
+    }
+    render_info(frame, a.info, &row, t);
     if let Some(tabs) = a.tabs {
         let titles: Vec<Line> = Pane::ALL
             .iter()
