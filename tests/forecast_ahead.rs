@@ -20,6 +20,18 @@ use vramscope_core::sim::ahead;
 use vramscope_core::sim::from_events::step_ends;
 use vramscope_core::sim::SimConfig;
 
+/// The eight jobs recorded on the H200 (the last four held out).
+const H200_JOBS: [&str; 8] = [
+    "gpt2-leak48",
+    "vit-leak80",
+    "llama-leak64",
+    "bert-leak24",
+    "gpt2-leak32",
+    "vit-leak40",
+    "llama-leak96",
+    "bert-leak16",
+];
+
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/forecast")
 }
@@ -163,16 +175,7 @@ fn the_live_forecast_is_the_simulators_from_30_percent_on() {
 /// forecast is the simulator's, within 2 steps of the real OOM step.
 #[test]
 fn a_projected_forecast_brings_the_advisor_and_its_simulation() {
-    for name in [
-        "gpt2-leak48",
-        "vit-leak80",
-        "llama-leak64",
-        "bert-leak24",
-        "gpt2-leak32",
-        "vit-leak40",
-        "llama-leak96",
-        "bert-leak16",
-    ] {
+    for name in H200_JOBS {
         let ((real, _), _) = forecasts(name);
         let all = live_forecasts(name, Advising::WhenForecast);
         let first = all

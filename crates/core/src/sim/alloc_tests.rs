@@ -648,6 +648,40 @@ fn held(a: &SimAllocator) -> Vec<HeldSegment> {
         .collect()
 }
 
+/// Block maps no device holds (sizes that would overflow a figure,
+/// overlapping or empty segments) are refused whole, nothing changed.
+#[test]
+fn an_impossible_block_map_is_refused() {
+    let (mut a, _) = sim("", 512 * MIB);
+    let seg = |addr: u64, blocks: Vec<(u64, Option<u64>)>| HeldSegment {
+        addr,
+        stream: 0,
+        pool: SegmentPool::Large,
+        blocks,
+    };
+    assert!(a.install(&seg(
+        0x1000_0000,
+        vec![(20 * MIB, Some(MIB)), (20 * MIB, None)]
+    )));
+    let before = figures(&a);
+    for bad in [
+        seg(0x2000_0000, vec![(u64::MAX, Some(1))]),
+        seg(0x2000_0000, vec![(1 << 62, None), (1 << 62, None)]),
+        seg(
+            0x2000_0000,
+            vec![(2 * MIB, Some(u64::MAX)), (2 * MIB, Some(u64::MAX))],
+        ),
+        seg(u64::MAX - MIB, vec![(2 * MIB, None)]),
+        seg(0x1000_0000 + MIB, vec![(2 * MIB, None)]),
+        seg(0x3000_0000, vec![]),
+        seg(0x3000_0000, vec![(0, Some(0))]),
+    ] {
+        assert!(!a.install(&bad), "{bad:?}");
+        assert_eq!(figures(&a), before);
+    }
+    check_invariants(&a);
+}
+
 fn figures(a: &SimAllocator) -> [u64; 6] {
     let s = a.stats();
     [

@@ -548,11 +548,21 @@ impl SimAllocator {
     /// them), and the statistics that count them. Refused (false, nothing
     /// changed) when it is empty or overlaps a segment already here.
     pub(crate) fn install(&mut self, seg: &HeldSegment) -> bool {
-        let size = (seg.blocks.iter()).fold(0u64, |a, b| a.saturating_add(b.0));
+        let size = (seg.blocks.iter()).try_fold(0u64, |a, b| a.checked_add(b.0));
+        let requested = (seg.blocks.iter()).try_fold(0u64, |a, b| a.checked_add(b.1.unwrap_or(0)));
+        // A map no device holds (sizes past what the figures can count:
+        // hostile or corrupt) is refused, not summed into them.
+        let fits = |figure: u64, n: u64| figure.checked_add(n).is_some_and(|t| t < 1 << 62);
+        let (Some(size), Some(requested)) = (size, requested) else {
+            return false;
+        };
         if size == 0
             || seg.blocks.iter().any(|b| b.0 == 0)
             || self.cfg.alloc.expandable_segments
             || seg.addr.checked_add(size).is_none()
+            || !fits(self.stats.reserved, size)
+            || !fits(self.total_allocated_memory, size)
+            || !fits(self.stats.requested, requested)
             || !self.range_free(seg.addr, size)
         {
             return false;
