@@ -317,3 +317,71 @@ fn item14_s_never_follows_a_planted_link() {
         .unwrap()
         .starts_with("<svg"));
 }
+
+/// Closing the terminal (a window closed, `tmux kill-session`, ssh
+/// dropped: the pty hangs up) ends the demo as SIGTERM does: it exits, and
+/// its segment leaves the segment directory (issue 46, item 7). Its last
+/// writes to the terminal fail; none of them may panic it before it cleans
+/// up.
+#[test]
+fn closing_the_terminal_removes_the_demos_segment() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let shm = tempfile::tempdir().unwrap();
+    let pair = portable_pty::native_pty_system()
+        .openpty(PtySize {
+            rows: 40,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.args(["demo", "--shm-dir"]);
+    cmd.arg(shm.path());
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    // The reader stops (closing its side) once told, at its next read:
+    // the demo redraws often, so a read returns soon.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let mut r = pair.master.try_clone_reader().unwrap();
+        let (stop, seen) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while !stop.load(Ordering::SeqCst) {
+                match r.read(&mut buf) {
+                    Ok(n) if n > 0 => seen.lock().unwrap().extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        })
+    };
+    let segments = || std::fs::read_dir(shm.path()).unwrap().count();
+    let start = Instant::now();
+    while segments() == 0 || !String::from_utf8_lossy(&seen.lock().unwrap()).contains("vramscope ")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no first frame and segment; output: {:?}",
+            String::from_utf8_lossy(&seen.lock().unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Hang up: every descriptor of the pty's master side closed.
+    stop.store(true, Ordering::SeqCst);
+    drop(pair.master);
+    reader.join().unwrap();
+    let status = common::exit_within(child.as_mut(), Duration::from_secs(15));
+    assert!(status.is_some(), "the demo did not exit on a hang-up");
+    let left: Vec<_> = std::fs::read_dir(shm.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the demo's segment is left after the terminal closed: {left:?} (exit {status:?})"
+    );
+}

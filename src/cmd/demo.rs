@@ -126,9 +126,19 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // The simulated job is what a workshop watches: open its view (Esc goes
     // back to the overview).
     opts.initial_process = opts.initial_process.or(Some(std::process::id()));
-    let r = super::dashboard::open(cfg, Some(demo.clone()), opts, false);
-    demo.stop();
-    r
+    // Stopped however the dashboard ends, a panic unwinding included: the
+    // demo's thread removes its segment as it stops.
+    let _stop = StopOnDrop(demo.clone());
+    super::dashboard::open(cfg, Some(demo.clone()), opts, false)
+}
+
+/// Stops the demo (its segment removed) when dropped.
+struct StopOnDrop(std::sync::Arc<vramscope_collect::demo::DemoControl>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// `demo --headless` as text.

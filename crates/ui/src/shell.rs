@@ -241,10 +241,42 @@ impl<E: From<Wake> + Send + 'static> Shell<E> {
 /// the terminal itself), or nowhere but screenshots, at a fixed size.
 enum Output {
     Tty {
-        term: Terminal<CrosstermBackend<BufWriter<Stdout>>>,
+        term: TtyTerminal,
         _guard: terminal::Guard,
     },
     Headless(Rect),
+}
+
+/// ratatui's terminal on the real one. ratatui shows a hidden cursor when
+/// its terminal is dropped and reports a failure with `eprintln!`, which
+/// panics when standard error is that same terminal, gone (a closed
+/// window, a dropped ssh: SIGHUP). A panic there skipped everything after
+/// the dashboard, the demo's segment left in `/dev/shm` among it (issue 46,
+/// item 7). So the cursor is shown here first, and a terminal that cannot
+/// show it (nothing to show it on) is not dropped.
+struct TtyTerminal(Option<Terminal<CrosstermBackend<BufWriter<Stdout>>>>);
+
+impl std::ops::Deref for TtyTerminal {
+    type Target = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl std::ops::DerefMut for TtyTerminal {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("taken only when dropped")
+    }
+}
+
+impl Drop for TtyTerminal {
+    fn drop(&mut self) {
+        if let Some(mut term) = self.0.take() {
+            if term.show_cursor().is_err() {
+                std::mem::forget(term);
+            }
+        }
+    }
 }
 
 impl Output {
@@ -288,7 +320,7 @@ impl Output {
             })
             .context("starting the input thread")?;
         Ok(Output::Tty {
-            term,
+            term: TtyTerminal(Some(term)),
             _guard: guard,
         })
     }
