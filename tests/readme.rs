@@ -1,14 +1,49 @@
-//! The README's claims that a machine can check (issue 30, item D): the
-//! example outputs it says a command prints are what the command prints,
-//! every flag it names is one the command takes (its `--help`), and the
-//! binary's size is the release binary's (when one was built).
+//! The README's claims that a machine can check (issue 30, item D), and
+//! those of the reference pages it links (`docs/*.md`, issue 46, item 25):
+//! the example outputs they say a command prints are what the command
+//! prints, every flag they name is one the command takes (its `--help`),
+//! the binary's size is the release binary's (when one was built), every
+//! relative link (screenshots included) leads to a file and heading that
+//! exist, and the README stays short.
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
 
 fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md")
+    std::fs::read_to_string(root().join("README.md")).expect("README.md")
+}
+
+/// The pages under `dir` (relative to the repository) whose names end `.md`,
+/// sorted.
+fn pages_in(dir: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The README and the reference pages it links (`docs/*.md`), as (name,
+/// text): what moved out of the README is checked as it was there.
+fn texts() -> Vec<(String, String)> {
+    let mut out = vec![("README.md".to_string(), readme())];
+    for path in pages_in("docs") {
+        let name = path
+            .strip_prefix(root())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.push((name, text));
+    }
+    assert!(out.len() > 1, "no docs/*.md beside the README");
+    out
 }
 
 /// The fenced code blocks, each with the paragraph before it.
@@ -41,7 +76,7 @@ fn blocks(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The README outside its fenced code blocks.
+/// A page outside its fenced code blocks.
 fn prose(text: &str) -> String {
     let mut out = String::new();
     let mut fenced = false;
@@ -100,13 +135,22 @@ fn excerpt_of(before: &str) -> Option<&str> {
     Some(&inner[start + 2..])
 }
 
-/// Every block whose paragraph says "`vramscope …` prints" is what that
-/// command prints, exactly; one whose paragraph ends "(`demo …`):" holds
-/// lines of what it prints.
+/// Every block (of the README and docs/*.md) whose paragraph says
+/// "`vramscope …` prints" is what that command prints, exactly; one whose
+/// paragraph ends "(`demo …`):" holds lines of what it prints.
 #[test]
 fn example_outputs_are_what_the_commands_print() {
     let mut checked = 0;
-    for (before, body) in blocks(&readme()) {
+    for (name, text) in texts() {
+        checked += example_outputs_of(&name, &text);
+    }
+    assert!(checked >= 2, "{checked} example outputs found");
+}
+
+/// Checks the example outputs of one page (`name`), and says how many.
+fn example_outputs_of(name: &str, text: &str) -> usize {
+    let mut checked = 0;
+    for (before, body) in blocks(text) {
         if let Some(cmd) = excerpt_of(&before) {
             // "On the demo's `leak` scenario (`demo leak --headless`):":
             // lines of what it prints.
@@ -115,7 +159,7 @@ fn example_outputs_are_what_the_commands_print() {
                 let line = line.trim();
                 assert!(
                     out.lines().any(|l| l.trim() == line),
-                    "the README's line of `vramscope {cmd}` is not in its output: {line}\n{out}"
+                    "{name}'s line of `vramscope {cmd}` is not in its output: {line}\n{out}"
                 );
             }
             checked += 1;
@@ -131,13 +175,13 @@ fn example_outputs_are_what_the_commands_print() {
         let Some(args) = cmd.strip_prefix("vramscope ") else {
             continue;
         };
-        assert_eq!(run(args), body, "the README's output of `{cmd}`");
+        assert_eq!(run(args), body, "{name}'s output of `{cmd}`");
         checked += 1;
     }
-    assert!(checked >= 2, "{checked} example outputs found");
+    checked
 }
 
-/// The commands the README shows (code spans and code lines that begin
+/// The commands a page shows (code spans and code lines that begin
 /// with `vramscope`), as (subcommand, its long flags); what follows `--`
 /// is another program's.
 fn commands(text: &str, subs: &[String]) -> Vec<(String, Vec<String>)> {
@@ -147,7 +191,14 @@ fn commands(text: &str, subs: &[String]) -> Vec<(String, Vec<String>)> {
     }
     let p = prose(text);
     lines.extend(p.lines().map(str::to_string));
-    lines.extend(p.split('`').skip(1).step_by(2).map(str::to_string));
+    // A code span may wrap across lines (`vramscope` at one line's end,
+    // `stacks PID --steps N` at the next's start): it is one command.
+    lines.extend(
+        p.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|s| s.replace('\n', " ")),
+    );
     let mut out = Vec::new();
     for line in lines {
         let line = line.trim().trim_start_matches("$ ");
@@ -245,35 +296,39 @@ fn flag_lists(text: &str, subs: &[String]) -> Vec<(String, Vec<String>)> {
     out
 }
 
-/// Every flag the README names with a command is one that command takes,
-/// and so is every flag of its "(the dashboard, `demo`, …)" lists.
+/// Every flag the README and docs/*.md name with a command is one that
+/// command takes, and so is every flag of their "(the dashboard, `demo`,
+/// …)" lists.
 #[test]
 fn flags_named_in_the_readme_are_accepted() {
-    let text = readme();
     let subs = subcommands();
     assert!(subs.iter().any(|s| s == "snapshot"), "{subs:?}");
     let mut helps = std::collections::HashMap::new();
     let mut checked = 0;
+    let mut lists = 0;
     let mut wrong = Vec::new();
-    let pairs = commands(&text, &subs)
-        .into_iter()
-        .flat_map(|(sub, flags)| flags.into_iter().map(move |f| (sub.clone(), f)));
-    let listed = flag_lists(&text, &subs)
-        .into_iter()
-        .flat_map(|(flag, subs)| subs.into_iter().map(move |s| (s, flag.clone())));
-    let lists = flag_lists(&text, &subs).len();
-    assert!(lists >= 2, "the --no-nvml and --interval lists: {lists}");
-    for (sub, flag) in pairs.chain(listed) {
-        let h = helps.entry(sub.clone()).or_insert_with(|| help(&sub));
-        if !takes(h, &flag) {
-            wrong.push(format!("vramscope {sub} {flag}"));
+    for (name, text) in texts() {
+        let pairs = commands(&text, &subs)
+            .into_iter()
+            .flat_map(|(sub, flags)| flags.into_iter().map(move |f| (sub.clone(), f)));
+        let listed = flag_lists(&text, &subs);
+        lists += listed.len();
+        let listed = listed
+            .into_iter()
+            .flat_map(|(flag, subs)| subs.into_iter().map(move |s| (s, flag.clone())));
+        for (sub, flag) in pairs.chain(listed) {
+            let h = helps.entry(sub.clone()).or_insert_with(|| help(&sub));
+            if !takes(h, &flag) {
+                wrong.push(format!("{name}: vramscope {sub} {flag}"));
+            }
+            checked += 1;
         }
-        checked += 1;
     }
+    assert!(lists >= 2, "the --no-nvml and --interval lists: {lists}");
     assert!(checked >= 20, "{checked} flags checked");
     assert!(
         wrong.is_empty(),
-        "flags the README names that are refused: {wrong:?}"
+        "flags the README or docs/*.md name that are refused: {wrong:?}"
     );
 }
 
@@ -305,5 +360,134 @@ fn the_binary_size_is_the_release_binarys() {
         (mb - claim).abs() <= claim * 0.1,
         "the README says about {claim} MB; {} is {mb:.1} MB",
         bin.display()
+    );
+}
+
+/// The README is for a newcomer (what it is, install, the demo and the
+/// tests, a tour, each command, headline figures, troubleshooting); the
+/// reference is in docs/ and the performance log in benches/.
+#[test]
+fn the_readme_is_short() {
+    let lines = readme().lines().count();
+    assert!(
+        lines < 400,
+        "README.md has {lines} lines: move reference material to docs/"
+    );
+}
+
+/// The relative links of a page outside its code (`[text](target)`,
+/// images included), as written.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    // Code spans are not links: drop them before looking.
+    let p: String = prose(text)
+        .split('`')
+        .step_by(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (i, _) in p.match_indices("](") {
+        let rest = &p[i + 2..];
+        let Some(end) = rest.find(')') else {
+            continue;
+        };
+        let target = rest[..end].trim();
+        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        out.push(target.to_string());
+    }
+    out
+}
+
+/// The anchors of a Markdown page's headings, as GitHub makes them: lower
+/// case, only letters, digits, `-`, `_` and spaces kept, spaces as `-`, a
+/// repeated one numbered.
+fn anchors(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    for line in prose(text).lines() {
+        let title = line.trim_start_matches('#');
+        if title.len() == line.len() || !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.push(if *n == 0 { slug } else { format!("{slug}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// Every relative link of the README, docs/*.md and benches/*.md (the
+/// screenshots the README shows, the pages text moved to, the sources it
+/// names) leads to a file that exists, and a `#heading` to a heading of
+/// that page.
+#[test]
+fn relative_links_lead_to_files_that_exist() {
+    let mut pages = vec![root().join("README.md")];
+    pages.extend(pages_in("docs"));
+    pages.extend(pages_in("benches"));
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in &pages {
+        let name = page
+            .strip_prefix(root())
+            .unwrap_or(page)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let dir = page.parent().expect("a page's folder");
+        for link in links(&text) {
+            let (path, anchor) = match link.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (link.as_str(), None),
+            };
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                dir.join(path)
+            };
+            checked += 1;
+            if !target.exists() {
+                wrong.push(format!("{name}: ({link}): no such file"));
+                continue;
+            }
+            let Some(anchor) = anchor else { continue };
+            let Ok(linked) = std::fs::read_to_string(&target) else {
+                wrong.push(format!("{name}: ({link}): not a page with headings"));
+                continue;
+            };
+            if !anchors(&linked).iter().any(|a| a == anchor) {
+                wrong.push(format!("{name}: ({link}): no such heading"));
+            }
+        }
+    }
+    assert!(checked >= 30, "{checked} links checked");
+    assert!(wrong.is_empty(), "links that lead nowhere: {wrong:#?}");
+}
+
+/// Every page of docs/ is linked from the README, so that nothing moved
+/// there is out of a newcomer's reach.
+#[test]
+fn every_page_of_docs_is_linked_from_the_readme() {
+    let linked = links(&readme());
+    let missing: Vec<String> = pages_in("docs")
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str().map(|n| format!("docs/{n}")))
+        .filter(|n| {
+            !linked
+                .iter()
+                .any(|l| l.split('#').next() == Some(n.as_str()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages the README does not link: {missing:?}"
     );
 }
