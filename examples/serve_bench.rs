@@ -1,5 +1,5 @@
 //! Measurements of `vramscope serve` and `vramscope fleet`, side by side in
-//! one run (results: README, "Exporter and fleet figures").
+//! one run (results: benches/PERFORMANCE.md, the exporter and fleet rows).
 //!
 //!   cargo build --release --bin vramscope --example serve_bench
 //!   target/release/examples/serve_bench exporter [PROCS] [SCRAPES]

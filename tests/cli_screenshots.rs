@@ -208,3 +208,57 @@ fn a_long_name_in_the_header_is_cut_before_the_right_part() {
     // A file's data is as fresh as the file (issue 30, item 4: never "live").
     assert!(header.trim_end().ends_with("read-only file"), "{header}");
 }
+
+/// Issue 46, item 9: expandable segments are counted as the block map
+/// holds them everywhere (torch's statistics count none: said beside it),
+/// and the block map's legend names `x` when they are on screen, and only
+/// then.
+#[test]
+fn expandable_segments_are_counted_and_named_in_the_legend() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |conf: Option<&str>, size: &str| {
+        let path = dir.path().join(format!("{size}.svg"));
+        let mut cmd = vramscope();
+        cmd.args(["demo", "fragmentation", "--headless", "--size", size]);
+        if let Some(c) = conf {
+            cmd.args(["--conf", c]);
+        }
+        let out = cmd.arg("--screenshot").arg(&path).output().unwrap();
+        succeeded(out.clone());
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            svg_text(&path),
+        )
+    };
+    let (text, shot) = run(Some("expandable_segments:True"), "120x40");
+    let device = text.lines().find(|l| l.starts_with("device 0")).unwrap();
+    assert!(device.contains("2 segments (torch counts 0)"), "{device}");
+    let map = shot.lines().find(|l| l.contains("Block map")).unwrap();
+    assert!(map.contains("2 segments"), "{map}");
+    let rows: Vec<&str> = shot
+        .lines()
+        .skip_while(|l| !l.contains("Segments"))
+        .take(2)
+        .collect();
+    let figure = |row: &str, name: &str| {
+        row.split(name)
+            .nth(1)
+            .map(|r| r.trim_start_matches([' ']).chars().next())
+    };
+    assert_eq!(figure(rows[0], "Segments"), Some(Some('2')), "{rows:?}");
+    assert_eq!(
+        figure(rows[1], "torch's count"),
+        Some(Some('0')),
+        "{rows:?}"
+    );
+    let legend = shot
+        .lines()
+        .find(|l| l.contains("allocated ") && l.contains("pool"))
+        .unwrap();
+    assert!(legend.contains("x expandable"), "{legend}");
+    // Without expandable segments, no `x` in the legend, at any size.
+    for size in ["80x24", "120x40"] {
+        let (_, shot) = run(None, size);
+        assert!(!shot.contains("x expandable"), "{shot}");
+    }
+}

@@ -173,9 +173,14 @@ pub(crate) fn text(r: &HeadlessReport) -> String {
             .map(|s| format!("{} of reserved", vramscope_text::format::percent(s)))
             .unwrap_or_else(|| "—".into());
         let largest = fr.largest_free_large.max(fr.largest_free_small);
+        // torch's own count where it differs (none under expandable segments).
+        let torch = match d.figures.stats.map(|s| s.segments) {
+            Some(s) if s != d.figures.segments => format!(" (torch counts {s})"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "device {}   {} segments, inactive split {} ({share}), largest free block {}",
+            "device {}   {} segments{torch}, inactive split {} ({share}), largest free block {}",
             d.figures.device,
             d.figures.segments,
             bytes(fr.inactive_split),

@@ -34,9 +34,9 @@ use super::value::{Fraction, Gib};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A JSON-lines request file (one request a line; the README's "Trace
-    /// format for `vramscope sim`"), or a recording made by `vramscope
-    /// record` of a real process.
+    /// A JSON-lines request file (one request a line; its format: "Trace
+    /// format for `vramscope sim`" in docs/formats.md, linked from the
+    /// README), or a recording made by `vramscope record` of a real process.
     #[arg(long, value_name = "FILE")]
     trace: PathBuf,
     #[command(flatten)]

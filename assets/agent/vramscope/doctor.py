@@ -99,7 +99,7 @@ def checks(build=False):
             _check(
                 "Python headers",
                 "warn",
-                why + ": module attribution runs in Python (about 2-3 us more per module call; see README, what attribution costs)",
+                why + ": module attribution runs in Python (about 2-3 us more per module call; see the README's Troubleshooting, what attribution costs)",
                 "install them, or set VRAMSCOPE_ATTRIBUTION=0 on small-batch loops that cannot spare it",
             )
         )

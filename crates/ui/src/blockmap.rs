@@ -262,10 +262,16 @@ fn legend(e: &ProcessEntry, v: &MapView, width: usize, t: &Theme) -> Line<'stati
     let mut spans = vec![Span::raw(" ")];
     let mut used = 1;
     let mut cut = false;
+    // Room kept for the free-block item and the pointer to M (the
+    // colourings by class only: by state, free is one of the items).
+    let kept = if v.colouring == Colouring::State {
+        0
+    } else {
+        16
+    };
     let mut item = |mark: &'static str, style: Style, label: String| {
         let w = mark.chars().count() + label.chars().count() + 2;
-        // Room kept for the free-block item and the pointer to M.
-        if cut || used + w + 16 > width {
+        if cut || used + w + kept > width {
             cut = true;
             return;
         }
@@ -278,8 +284,14 @@ fn legend(e: &ProcessEntry, v: &MapView, width: usize, t: &Theme) -> Line<'stati
             item(g.allocated, t.allocated(), "allocated".into());
             item(g.pending, t.pending(), "pending-free".into());
             item(g.inactive, t.inactive(), "inactive".into());
+            // `x` only when an expandable segment is in the map, before
+            // the pool letters, which every map has (issue 46, item 9).
+            let expandable =
+                (e.view.devices.iter()).any(|d| d.segments.iter().any(|s| s.segment.expandable));
+            if expandable {
+                item("x", t.key(), "expandable".into());
+            }
             item("L/S", t.key(), "pool".into());
-            item("x", t.key(), "expandable".into());
         }
         Colouring::Module => {
             // The modules that hold memory now, in letter order; the

@@ -156,15 +156,16 @@ fn implausible_row(i: &Implausible, t: &Theme) -> Row<'static> {
     Row::new(vec![Cell::from(Span::styled(text, t.alert()))])
 }
 
-/// PyTorch's own segment count (its statistics), and the block map's where
-/// they differ: under expandable segments torch counts none (issue 30, item
-/// 8: "Segments 0" beside "Block map · 2 segments").
-fn segments_text(stats: Option<u64>, map: u64) -> String {
-    match stats {
-        Some(s) if s != map => format!("{s} (map {map})"),
-        Some(s) => s.to_string(),
-        None => map.to_string(),
+/// The segment count shown (the block map's once trusted), then PyTorch's
+/// own (its statistics) on a row of its own where they differ: under
+/// expandable segments torch counts none (issue 30 item 8, issue 46 item 9:
+/// "Segments 0" beside "Block map · 2 segments").
+fn segment_rows(stats: Option<u64>, shown: u64) -> Vec<(&'static str, String)> {
+    let mut rows = vec![("Segments", shown.to_string())];
+    if let Some(s) = stats.filter(|s| *s != shown) {
+        rows.push(("  torch's count", s.to_string()));
     }
+    rows
 }
 
 /// One device's section: memory current and peak, then counts.
@@ -178,7 +179,6 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         FigureSource::Stats => "stats",
         FigureSource::BlockMap => "block map",
     };
-    let segments = segments_text(df.stats.map(|s| s.segments), df.segments);
     let mut rows = vec![section(format!("cuda:{} · {src}", df.device), t)];
     if df.implausible.any() {
         rows.push(implausible_row(&df.implausible, t));
@@ -189,7 +189,10 @@ fn device_rows(df: &DeviceFigures, t: &Theme) -> Vec<Row<'static>> {
         current("Requested memory", format::opt(df.requested, a, b)),
         row("GPU reserved memory", b(df.reserved), b(df.peak_reserved)),
         current("Inactive split", b(df.fragmentation.inactive_split)),
-        current("Segments", segments),
+    ]);
+    let segments = segment_rows(df.stats.map(|s| s.segments), df.segments);
+    rows.extend(segments.into_iter().map(|(name, v)| current(name, v)));
+    rows.extend([
         current("Blocks (map)", df.blocks.to_string()),
         current(
             "Free blocks (map)",
@@ -229,9 +232,13 @@ mod tests {
 
     #[test]
     fn segments_say_whose_count_where_torch_and_the_map_differ() {
-        assert_eq!(segments_text(Some(0), 2), "0 (map 2)");
-        assert_eq!(segments_text(Some(3), 3), "3");
-        assert_eq!(segments_text(None, 4), "4");
+        let shown = |stats, map| segment_rows(stats, map);
+        assert_eq!(
+            shown(Some(0), 2),
+            [("Segments", "2".into()), ("  torch's count", "0".into())]
+        );
+        assert_eq!(shown(Some(3), 3), [("Segments", "3".into())]);
+        assert_eq!(shown(None, 4), [("Segments", "4".into())]);
     }
 
     #[test]

@@ -63,7 +63,14 @@ impl Process {
                 largest_free_large: summary.largest_free_large,
                 free_blocks: summary.free_blocks,
             },
-            segments: stats.map_or(summary.segments, |s| s.segments),
+            // The segments the block map holds, once it is trusted: torch's
+            // statistics count none under expandable segments (3 GiB
+            // reserved in "0 segments", issue 46 item 9); torch's own count
+            // stays in `stats`.
+            segments: match stats {
+                Some(s) if !d.synced() => s.segments,
+                _ => summary.segments,
+            },
             blocks: summary.blocks,
             stats,
             synced: d.synced(),
