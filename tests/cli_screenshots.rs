@@ -4,26 +4,7 @@
 
 mod common;
 
-use common::{dashboard_screenshot, exited_with, succeeded, vramscope};
-
-/// The text of an SVG frame, one line per row (the tspans joined).
-fn svg_text(path: &std::path::Path) -> String {
-    let svg = std::fs::read_to_string(path).unwrap();
-    svg.split("<text ")
-        .skip(1)
-        .map(|line| {
-            line.split("<tspan")
-                .skip(1)
-                .filter_map(|t| t.split_once('>').map(|(_, rest)| rest))
-                .filter_map(|t| t.split_once("</tspan>").map(|(text, _)| text))
-                .collect::<String>()
-                .replace("&gt;", ">")
-                .replace("&lt;", "<")
-                .replace("&amp;", "&")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use common::{dashboard_screenshot, exited_with, succeeded, svg_text, vramscope};
 
 #[test]
 fn every_demo_scenario_has_a_headless_screenshot() {

@@ -238,7 +238,7 @@ fn the_footer_shows_the_screens_keys() {
     a.handle(FleetEvent::Shell(Wake::ScreenshotWritten(Ok(
         "f.svg".into()
     ))));
-    assert!(footer(&a).contains("screenshot written to f.svg"));
+    assert!(footer(&a).contains("screenshot f.svg written"));
     a.handle(FleetEvent::Shell(Wake::Tick {
         now_ns: 1_000 + vramscope_ui::app::MESSAGE_NS,
     }));

@@ -290,7 +290,7 @@ fn s_writes_the_next_frame_and_says_where() {
     assert!(a.handle(AppEvent::ScreenshotWritten(Ok(p))).is_empty());
     assert_eq!(
         a.message.as_deref(),
-        Some("screenshot written to /tmp/vramscope-001.svg")
+        Some("screenshot vramscope-001.svg written in /tmp")
     );
     assert!(a.dirty, "the message shows in the next frame");
     assert!(!a.quit);

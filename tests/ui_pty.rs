@@ -40,6 +40,11 @@ impl Session {
 
     /// The demo, started in `cwd` (where `S` writes) when given.
     fn start_in(cwd: Option<&std::path::Path>) -> Session {
+        Session::start_with(cwd, &[])
+    }
+
+    /// The demo, started in `cwd` when given, with `env` set.
+    fn start_with(cwd: Option<&std::path::Path>, env: &[(&str, &std::path::Path)]) -> Session {
         let shm = tempfile::tempdir().unwrap();
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
         cmd.arg("demo");
@@ -48,6 +53,9 @@ impl Session {
         cmd.env_remove("NO_COLOR");
         if let Some(d) = cwd {
             cmd.cwd(d);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         let common::Pty {
             child,
@@ -384,4 +392,114 @@ fn closing_the_terminal_removes_the_demos_segment() {
         left.is_empty(),
         "the demo's segment is left after the terminal closed: {left:?} (exit {status:?})"
     );
+}
+
+/// Issue 46, item 5: `--keep-exited SECS` sets how long an exited process
+/// stays listed: a demo that ended a second into a 5 s dashboard is gone
+/// from it with `--keep-exited 1`, and listed as exited by default (60 s).
+#[test]
+fn keep_exited_sets_how_long_an_exited_process_is_listed() {
+    let shown_after_exit = |keep: Option<&str>| -> String {
+        let mut s = Session::start();
+        if s.first_frame().is_none() {
+            return String::new();
+        }
+        let out = tempfile::tempdir().unwrap();
+        let shot = out.path().join("x.svg");
+        let mut cmd = common::vramscope();
+        cmd.args(["--no-nvml", "--shm-dir"])
+            .arg(s._shm.path())
+            .args(["--size", "120x40", "--screenshot-after", "5000"])
+            .arg("--screenshot")
+            .arg(&shot);
+        if let Some(k) = keep {
+            cmd.args(["--keep-exited", k]);
+        }
+        let dashboard = cmd.spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = s.child.process_id().expect("a pid");
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        s.wait_exit(Duration::from_secs(10));
+        let done = dashboard.wait_with_output().unwrap();
+        assert!(done.status.success(), "{done:?}");
+        common::svg_text(&shot)
+    };
+    let kept = shown_after_exit(None);
+    if kept.is_empty() {
+        return;
+    }
+    let row = kept.lines().find(|l| l.contains("demo: heal"));
+    assert!(row.is_some_and(|r| r.contains("EXIT")), "{kept}");
+    let dropped = shown_after_exit(Some("1"));
+    assert!(!dropped.contains("demo: heal"), "{dropped}");
+    // Bad values are one line naming the flag, exit 2.
+    let bad = common::vramscope()
+        .args(["--keep-exited", "-3"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--keep-exited"));
+}
+
+/// Issue 46, item 23: `S` writes where `VRAMSCOPE_SCREENSHOT_DIR` says,
+/// else where the settings file's `screenshot_dir` says, else in the
+/// current directory; a directory that is not there is said in one line.
+#[test]
+fn s_writes_where_the_environment_or_the_settings_file_say() {
+    let cwd = tempfile::tempdir().unwrap();
+    let by_env = tempfile::tempdir().unwrap();
+    let by_file = tempfile::tempdir().unwrap();
+    let settings = cwd.path().join("config.toml");
+    std::fs::write(
+        &settings,
+        format!("[dashboard]\nscreenshot_dir = {:?}\n", by_file.path()),
+    )
+    .unwrap();
+    let shot = |env: &[(&str, &std::path::Path)]| -> Option<String> {
+        let mut s = Session::start_with(Some(cwd.path()), env);
+        s.first_frame()?;
+        s.writer.write_all(b"S").unwrap();
+        s.writer.flush().unwrap();
+        // The footer, as a terminal shows it (frames redraw only what
+        // changed).
+        let start = Instant::now();
+        let mut shown = String::new();
+        while start.elapsed() < Duration::from_secs(10) {
+            shown = common::screen(&s.output(), 24, 80).screen().contents();
+            if shown.contains("screenshot vramscope-001.svg written")
+                || shown.contains("screenshot failed")
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s.writer.write_all(b"q").unwrap();
+        s.writer.flush().unwrap();
+        assert_clean_exit(&mut s);
+        Some(shown)
+    };
+    let written = |d: &std::path::Path| d.join("vramscope-001.svg").is_file();
+    let Some(text) = shot(&[
+        ("VRAMSCOPE_SCREENSHOT_DIR", by_env.path()),
+        ("VRAMSCOPE_CONFIG", &settings),
+    ]) else {
+        return;
+    };
+    assert!(
+        text.contains("screenshot vramscope-001.svg written in"),
+        "{text}"
+    );
+    assert!(written(by_env.path()) && !written(by_file.path()) && !written(cwd.path()));
+    shot(&[("VRAMSCOPE_CONFIG", &settings)]);
+    assert!(written(by_file.path()) && !written(cwd.path()));
+    // Not there: the footer says the screenshot failed, and nothing is
+    // written.
+    let gone = cwd.path().join("no-such-dir");
+    let text = shot(&[("VRAMSCOPE_SCREENSHOT_DIR", &gone)]).unwrap();
+    assert!(text.contains("screenshot failed"), "{text}");
+    assert!(!gone.exists() && !written(cwd.path()));
 }

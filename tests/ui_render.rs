@@ -83,6 +83,39 @@ fn a_dead_process_says_so_at_every_size() {
     }
 }
 
+/// Issue 46, item 5: an exited process is dimmed and listed after the
+/// live ones whatever the sort (the OOM job, the largest RESV, would head
+/// the table), and `X` clears it from the table at once, saying so.
+#[test]
+fn exited_processes_go_last_and_x_clears_them() {
+    let mut app = app_with(&FX, cfg(), 120, 40);
+    let names = |app: &App| -> Vec<String> { app.rows().iter().map(|r| r.name.clone()).collect() };
+    assert_eq!(names(&app)[0], "big_batch.py", "the largest RESV first");
+    with_dead(&mut app, &FX, "oom");
+    let live = names(&app);
+    assert_eq!(
+        live.last().map(String::as_str),
+        Some("big_batch.py"),
+        "{live:?}"
+    );
+    // Reversed, still after the live ones.
+    press(&mut app, crossterm::event::KeyCode::Char('O'));
+    let rev = names(&app);
+    assert_eq!(
+        rev.last().map(String::as_str),
+        Some("big_batch.py"),
+        "{rev:?}"
+    );
+    press(&mut app, crossterm::event::KeyCode::Char('X'));
+    let f = frame(&app);
+    assert!(!f.contains("big_batch.py"), "{f}");
+    assert!(f.contains("1 exited process cleared"), "{f}");
+    assert_eq!(names(&app).len(), live.len() - 1);
+    // Nothing more to clear: said so.
+    press(&mut app, crossterm::event::KeyCode::Char('X'));
+    assert!(frame(&app).contains("no exited process to clear"));
+}
+
 #[test]
 fn the_overview_uses_a_large_screen_for_history() {
     let app = app_with(&FX, cfg(), 200, 60);

@@ -96,6 +96,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("VRAMSCOPE_CONFIG", "the settings file (default $XDG_CONFIG_HOME/vramscope/config.toml); one that is not there is an error"),
     ("XDG_CONFIG_HOME", "where the settings file is looked for (default ~/.config)"),
     ("NO_COLOR", "any value: no colours, as --no-color"),
+    ("VRAMSCOPE_SCREENSHOT_DIR", "where S writes vramscope-NNN.svg (default: the settings file's screenshot_dir, else the current directory)"),
     ("VRAMSCOPE_PYTHON", "the python3 that run and doctor use"),
     ("VRAMSCOPE_MODE", "the agent: auto (default), exact, sampled or off"),
     ("VRAMSCOPE_CXX", "the agent: the compiler that builds its tracker; a path that does not exist means none"),

@@ -32,6 +32,8 @@ pub(crate) struct Dashboard {
     pub ascii: Option<bool>,
     pub mouse: Option<bool>,
     pub readonly: Option<bool>,
+    pub keep_exited_s: Option<u32>,
+    pub screenshot_dir: Option<PathBuf>,
 }
 
 impl Dashboard {

@@ -10,7 +10,7 @@ use vramscope_collect::Live;
 use vramscope_ui::DemoHandle;
 
 use super::common::CollectFlags;
-use super::value::{Millis, TermSize};
+use super::value::{Millis, Seconds, TermSize};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -66,6 +66,11 @@ pub(crate) struct UiFlags {
     /// at once) [default: 250, or the settings file's]
     #[arg(long, allow_negative_numbers = true, value_name = "MS")]
     pub refresh: Option<Millis>,
+    /// Seconds an exited process stays listed (dimmed, after the live ones)
+    /// before it is dropped; `X` in the overview clears them at once
+    /// [default: 60, or the settings file's `keep_exited_s`]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECS")]
+    pub keep_exited: Option<Seconds>,
 }
 
 impl UiFlags {
@@ -100,6 +105,10 @@ impl UiFlags {
             size: self.headless_size(),
             sort: file.sort_col().map(|c| (c, file.descending)),
             data_interval: refresh,
+            screenshot_dir: std::env::var_os("VRAMSCOPE_SCREENSHOT_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .or(file.screenshot_dir),
             screenshot: self
                 .screenshot
                 .clone()
@@ -110,10 +119,23 @@ impl UiFlags {
             ..vramscope_ui::UiOptions::default()
         })
     }
+
+    /// The collector's configuration: `collect`'s, with how long an exited
+    /// process stays listed (this flag over the settings file).
+    pub(crate) fn collector(&self, collect: &CollectFlags) -> Result<vramscope_collect::Config> {
+        let mut cfg = collect.config();
+        let file = super::config::load()?.dashboard;
+        if let Some(s) = self.keep_exited {
+            cfg.exited_linger = s.duration();
+        } else if let Some(s) = file.keep_exited_s {
+            cfg.exited_linger = std::time::Duration::from_secs(u64::from(s));
+        }
+        Ok(cfg)
+    }
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
-    let cfg = args.collect.config();
+    let cfg = args.ui.collector(&args.collect)?;
     open(cfg, None, args.ui.options()?, args.advise)
 }
 

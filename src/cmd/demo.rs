@@ -120,7 +120,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .speed
         .map(Speed::factor)
         .unwrap_or_else(|| vramscope_collect::demo::default_speed(&args.scenario));
-    let cfg = args.collect.config();
+    let cfg = args.ui.collector(&args.collect)?;
     let demo = vramscope_collect::demo::start(sc, &cfg.shm_dir, speed, backing)?;
     let mut opts = args.ui.options()?;
     // The simulated job is what a workshop watches: open its view (Esc goes

@@ -36,6 +36,25 @@ pub(crate) fn dashboard_screenshot(dir: &std::path::Path, shot: &std::path::Path
     cmd
 }
 
+/// The text of an SVG frame, one line per row (the tspans joined).
+pub(crate) fn svg_text(path: &std::path::Path) -> String {
+    let svg = std::fs::read_to_string(path).unwrap();
+    svg.split("<text ")
+        .skip(1)
+        .map(|line| {
+            line.split("<tspan")
+                .skip(1)
+                .filter_map(|t| t.split_once('>').map(|(_, rest)| rest))
+                .filter_map(|t| t.split_once("</tspan>").map(|(text, _)| text))
+                .collect::<String>()
+                .replace("&gt;", ">")
+                .replace("&lt;", "<")
+                .replace("&amp;", "&")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Asserts the command succeeded (showing its stderr if not); returns it.
 pub(crate) fn succeeded(out: Output) -> Output {
     assert!(

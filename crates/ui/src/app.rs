@@ -332,6 +332,7 @@ impl App {
         let letters = &mut self.process.letters;
         let procs = &self.snap.processes;
         letters.retain(|k, _| procs.iter().any(|p| p.key() == *k));
+        (self.overview.cleared).retain(|k| procs.iter().any(|p| p.key() == *k));
         for p in procs {
             if !p.view.attribution.by_module.is_empty() {
                 (letters.entry(p.key()).or_default()).note(&p.view.attribution);
@@ -578,7 +579,8 @@ impl App {
             | A::EditFilter
             | A::ClearFilter
             | A::SortNext
-            | A::SortReverse => self.overview_act(action),
+            | A::SortReverse
+            | A::ClearExited => self.overview_act(action),
             A::Back | A::SearchEvents | A::NextPane | A::PrevPane | A::ShowPane(_) => {
                 self.process_act(action)
             }

@@ -56,6 +56,8 @@ pub(crate) enum Action {
     ClearFilter,
     SortNext,
     SortReverse,
+    /// Clear the exited processes from the overview now.
+    ClearExited,
     /// While typing a filter: keep it.
     FilterKeep,
     /// While typing a filter: drop it.
@@ -451,6 +453,7 @@ pub const KEYS: &[Binding] = &[
         .hint("o/O", "sort", 4),
     bind(Overview, &[c('O')], A::SortReverse),
     bind(Overview, &[k(Esc)], A::ClearFilter).help("Esc", "clear the filter"),
+    bind(Overview, &[c('X')], A::ClearExited).help("X", "clear exited processes"),
     // Process view.
     bind(Process, &[k(Esc), k(Backspace), c('h')], A::Back)
         .help("Esc Bksp", "back to the overview")

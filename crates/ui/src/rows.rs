@@ -2,9 +2,10 @@
 //! with absent figures kept absent (`None`), never turned into 0.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 
 use vramscope_collect::{ProcessEntry, Snapshot};
-use vramscope_core::model::Mode;
+use vramscope_core::model::{Mode, ProcessKey};
 
 /// The overview's columns, in display order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -361,14 +362,19 @@ impl<'a> Row<'a> {
                 d,
             ),
         };
-        o.then(self.pid.cmp(&other.pid))
+        // Exited processes after the live ones, whatever the sort: an
+        // exited job's last figures never head the table (issue 46, item 5).
+        (other.alive.cmp(&self.alive))
+            .then(o)
+            .then(self.pid.cmp(&other.pid))
     }
 }
 
-/// The rows of `snap` that match `filter`, sorted.
+/// The rows of `snap` that match `filter` and are not `cleared`, sorted.
 pub(crate) fn rows<'a>(
     snap: &'a Snapshot,
     filter: &str,
+    cleared: &HashSet<ProcessKey>,
     sort: Col,
     descending: bool,
 ) -> Vec<Row<'a>> {
@@ -376,6 +382,7 @@ pub(crate) fn rows<'a>(
     let mut rows: Vec<Row> = snap
         .processes
         .iter()
+        .filter(|e| !cleared.contains(&e.key()))
         .map(|e| Row::new(snap, e))
         .filter(|r| r.matches(&filter))
         .collect();

@@ -1,6 +1,8 @@
 //! The dashboard's state, grouped by screen: what [`super::App`] changes and
 //! the panes draw. Plain data and small derived values; no events here.
 
+use std::collections::HashSet;
+
 use super::rows::{self, Col, Row};
 use super::scroll::Scroll;
 use vramscope_collect::Snapshot;
@@ -113,6 +115,9 @@ pub struct OverviewState {
     pub sort: Col,
     pub descending: bool,
     pub filter: String,
+    /// Exited processes cleared from the table (`X`), until the collector
+    /// forgets them too.
+    pub cleared: HashSet<ProcessKey>,
 }
 
 impl Default for OverviewState {
@@ -123,6 +128,7 @@ impl Default for OverviewState {
             sort: Col::Reserved,
             descending: true,
             filter: String::new(),
+            cleared: HashSet::new(),
         }
     }
 }
@@ -130,7 +136,13 @@ impl Default for OverviewState {
 impl OverviewState {
     /// The rows of the table, filtered and sorted.
     pub(crate) fn rows<'a>(&self, snap: &'a Snapshot) -> Vec<Row<'a>> {
-        rows::rows(snap, &self.filter, self.sort, self.descending)
+        rows::rows(
+            snap,
+            &self.filter,
+            &self.cleared,
+            self.sort,
+            self.descending,
+        )
     }
 }
 

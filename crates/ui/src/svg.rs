@@ -274,6 +274,22 @@ fn cell_colors(cell: &ratatui::buffer::Cell) -> (Option<String>, Option<String>)
 }
 
 /// Writes `buf` as SVG to `path`.
+/// What the footer says of a screenshot: the file's name first (a footer
+/// cut at its right end keeps it), then its directory; or why it failed.
+pub(crate) fn written_said(result: &Result<std::path::PathBuf, String>) -> String {
+    match result {
+        Ok(path) => match (path.file_name(), path.parent()) {
+            (Some(name), Some(dir)) if !dir.as_os_str().is_empty() => format!(
+                "screenshot {} written in {}",
+                name.to_string_lossy(),
+                dir.display()
+            ),
+            _ => format!("screenshot {} written", path.display()),
+        },
+        Err(e) => format!("screenshot failed: {e}"),
+    }
+}
+
 pub(crate) fn write_svg(buf: &Buffer, path: &Path) -> Result<()> {
     std::fs::write(path, render(buf)).with_context(|| format!("writing {}", path.display()))
 }

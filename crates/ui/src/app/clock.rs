@@ -147,10 +147,7 @@ impl App {
 
     pub(super) fn screenshot_written(&mut self, result: Result<PathBuf, String>) -> Vec<Effect> {
         let then_quit = self.redraw.writing.take().is_some_and(|s| s.then_quit);
-        self.say(match result {
-            Ok(path) => format!("screenshot written to {}", path.display()),
-            Err(e) => format!("screenshot failed: {e}"),
-        });
+        self.say(crate::svg::written_said(&result));
         // The message shows in the next frame (unless quitting).
         self.dirty = true;
         if then_quit {

@@ -107,6 +107,20 @@ impl App {
                 self.overview.descending = !self.overview.descending;
                 self.fix_selection();
             }
+            A::ClearExited => {
+                let exited: Vec<ProcessKey> = (self.snap.processes.iter())
+                    .filter(|p| !p.identity.alive && !self.overview.cleared.contains(&p.key()))
+                    .map(|p| p.key())
+                    .collect();
+                let n = exited.len();
+                self.overview.cleared.extend(exited);
+                self.fix_selection();
+                self.say(match n {
+                    0 => "no exited process to clear".to_string(),
+                    1 => "1 exited process cleared".to_string(),
+                    n => format!("{n} exited processes cleared"),
+                });
+            }
             _ => {}
         }
         vec![]

@@ -293,10 +293,7 @@ impl FleetApp {
     }
 
     fn screenshot_written(&mut self, r: Result<PathBuf, String>) {
-        self.say(match r {
-            Ok(path) => format!("screenshot written to {}", path.display()),
-            Err(e) => format!("screenshot failed: {e}"),
-        });
+        self.say(crate::svg::written_said(&r));
     }
 }
 
