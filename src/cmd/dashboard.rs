@@ -22,6 +22,8 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub collect: CollectFlags,
     #[command(flatten)]
+    pub exited: ExitedFlag,
+    #[command(flatten)]
     pub ui: UiFlags,
 }
 
@@ -66,6 +68,12 @@ pub(crate) struct UiFlags {
     /// at once) [default: 250, or the settings file's]
     #[arg(long, allow_negative_numbers = true, value_name = "MS")]
     pub refresh: Option<Millis>,
+}
+
+/// How long a live dashboard lists an exited process (not a recording's
+/// or a file's: what they list was decided when they were made).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ExitedFlag {
     /// Seconds an exited process stays listed (dimmed, after the live ones)
     /// before it is dropped; `X` in the overview clears them at once
     /// [default: 60, or the settings file's `keep_exited_s`]
@@ -119,7 +127,9 @@ impl UiFlags {
             ..vramscope_ui::UiOptions::default()
         })
     }
+}
 
+impl ExitedFlag {
     /// The collector's configuration: `collect`'s, with how long an exited
     /// process stays listed (this flag over the settings file).
     pub(crate) fn collector(&self, collect: &CollectFlags) -> Result<vramscope_collect::Config> {
@@ -135,7 +145,7 @@ impl UiFlags {
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
-    let cfg = args.ui.collector(&args.collect)?;
+    let cfg = args.exited.collector(&args.collect)?;
     open(cfg, None, args.ui.options()?, args.advise)
 }
 

@@ -10,7 +10,7 @@ use vramscope_text::format::bytes;
 use vramscope_ui::diagnosis;
 
 use super::common::CollectFlags;
-use super::dashboard::UiFlags;
+use super::dashboard::{ExitedFlag, UiFlags};
 use super::out;
 use super::value::{Runs, Seconds, Speed};
 
@@ -57,6 +57,8 @@ pub(crate) struct Args {
     gpu: bool,
     #[command(flatten)]
     collect: CollectFlags,
+    #[command(flatten)]
+    exited: ExitedFlag,
     #[command(flatten)]
     ui: UiFlags,
 }
@@ -120,7 +122,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .speed
         .map(Speed::factor)
         .unwrap_or_else(|| vramscope_collect::demo::default_speed(&args.scenario));
-    let cfg = args.ui.collector(&args.collect)?;
+    let cfg = args.exited.collector(&args.collect)?;
     let demo = vramscope_collect::demo::start(sc, &cfg.shm_dir, speed, backing)?;
     let mut opts = args.ui.options()?;
     // The simulated job is what a workshop watches: open its view (Esc goes
