@@ -243,3 +243,54 @@ fn expandable_segments_are_counted_and_named_in_the_legend() {
         assert!(!shot.contains("x expandable"), "{shot}");
     }
 }
+
+/// Issue 46, item 11: a replay's overview shows the host figures (CPU%,
+/// RSS, TIME) the process view shows, from the same moment (the end).
+#[test]
+fn a_replays_overview_and_process_view_show_the_same_host_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = common::recording(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/diff"),
+        "gpt2-b8",
+    );
+    let shot = |name: &str, extra: &[&str]| {
+        let path = dir.path().join(name);
+        succeeded(
+            vramscope()
+                .arg("replay")
+                .arg(rec.path())
+                .args(["--ui", "--speed", "1000000", "--size", "160x30"])
+                .args(["--screenshot-after", "1500", "--screenshot"])
+                .arg(&path)
+                .args(extra)
+                .output()
+                .unwrap(),
+        );
+        svg_text(&path)
+    };
+    let overview = shot("overview.svg", &[]);
+    let header = overview.lines().find(|l| l.contains("CPU%")).unwrap();
+    let row = overview
+        .lines()
+        .find(|l| l.contains("advise_job.py"))
+        .unwrap();
+    // The figure under a column's title (right-aligned to it).
+    let under = |title: &str| {
+        let at = header.find(title).unwrap();
+        let end = header[..at].chars().count() + title.chars().count();
+        let cells: String = row.chars().take(end).collect();
+        cells.split_whitespace().last().unwrap().to_string()
+    };
+    let (cpu, rss, time) = (under("CPU%"), under("RSS"), under("TIME"));
+    assert!(cpu.ends_with('%') && rss != "—" && time != "—", "{row}");
+    let pid = row.split_whitespace().nth(1).unwrap();
+    let view = shot("view.svg", &["--pid", pid]);
+    let line = view.lines().find(|l| l.contains(" RSS ")).unwrap();
+    for want in [
+        format!("CPU {cpu}"),
+        format!("RSS {rss}"),
+        format!("up {time}"),
+    ] {
+        assert!(line.contains(&want), "{want} in {line} (overview: {row})");
+    }
+}
