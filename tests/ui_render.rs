@@ -116,6 +116,33 @@ fn exited_processes_go_last_and_x_clears_them() {
     assert!(frame(&app).contains("no exited process to clear"));
 }
 
+/// Issue 46, item 4: an exited process's view opens on its last samples
+/// (not on "no samples in this window"), and `←` stops where the window
+/// starts at the oldest sample held, saying so, with data and labels on
+/// screen all the way.
+#[test]
+fn the_timeline_stays_where_there_are_samples() {
+    let mut app = app_with(&FX, cfg(), 120, 40);
+    with_dead(&mut app, &FX, "oom");
+    app.overview.selected = FX.key_of("oom");
+    app.open();
+    refresh(&mut app, &FX);
+    let f = frame(&app);
+    assert!(!f.contains("no samples in this window"), "{f}");
+    assert!(f.contains(" ends "), "not live: {f}");
+    let mut ends = Vec::new();
+    for _ in 0..40 {
+        press(&mut app, crossterm::event::KeyCode::Left);
+        refresh(&mut app, &FX);
+        let f = frame(&app);
+        assert!(!f.contains("no samples in this window"), "{f}");
+        ends.push(app.window().1);
+    }
+    assert!(ends.windows(2).all(|w| w[1] <= w[0]), "{ends:?}");
+    assert_eq!(ends[38], ends[39], "the window stops: {ends:?}");
+    assert!(frame(&app).contains("the window starts at the oldest sample held"));
+}
+
 #[test]
 fn the_overview_uses_a_large_screen_for_history() {
     let app = app_with(&FX, cfg(), 200, 60);

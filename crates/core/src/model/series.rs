@@ -154,6 +154,16 @@ impl<const N: usize> Series<N> {
             + self.tiers.capacity() * std::mem::size_of::<Tier<N>>()
     }
 
+    /// The times of the oldest point still held and of the newest (None:
+    /// no point yet).
+    pub(crate) fn extent(&self) -> Option<(u64, u64)> {
+        let first = (self.tiers.iter())
+            .filter_map(|t| t.buckets.front())
+            .map(|b| b.start_ns)
+            .min()?;
+        Some((first, self.last_time.max(first)))
+    }
+
     /// Add a point. Times that go backwards are treated as the newest time.
     #[inline]
     pub(crate) fn push(&mut self, time_ns: u64, values: [u64; N]) {
@@ -337,6 +347,22 @@ mod tests {
             tiers: 3,
             capacity: 8,
         }
+    }
+
+    /// The extent runs from the oldest point (its bucket's start: the
+    /// series coarsens, it never drops its oldest time) to the newest.
+    #[test]
+    fn extent_spans_the_points_held() {
+        let mut s: Series = Series::new(small());
+        assert_eq!(s.extent(), None);
+        for t in 0..100_000u64 {
+            s.push(1_000_005 + t * 10, [t]);
+        }
+        let (first, last) = s.extent().unwrap();
+        assert_eq!(last, 1_000_005 + 999_990);
+        assert!(first <= 1_000_005 && first > 1_000_005 / 2, "{first}");
+        let [before] = s.query(0, first, 4);
+        assert!(before.iter().all(Option::is_none), "nothing before it");
     }
 
     #[test]

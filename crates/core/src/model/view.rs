@@ -332,6 +332,11 @@ pub struct ProcessView {
     /// producer that does not tag its events).
     #[serde(default)]
     pub attribution: crate::model::attrib::Attribution,
+    /// The times of the oldest and the newest sample the timelines hold
+    /// (allocator or NVML; None: none yet): how far back a timeline can
+    /// show anything, and where an exited process's ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<(u64, u64)>,
 }
 
 /// How watching a process began (FORMAT.md, "Attaching mid-run").

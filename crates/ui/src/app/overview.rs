@@ -176,6 +176,13 @@ impl App {
         self.screen = Screen::Process;
         self.process.scroll_home();
         self.process.follow = true;
+        // An exited process's view opens on its last samples, not on the
+        // empty time since (issue 46, item 4).
+        let exited = (self.selected_entry()).filter(|e| !e.identity.alive);
+        if let Some((_, last)) = exited.and_then(|e| e.view.samples) {
+            self.process.follow = false;
+            self.process.end_ns = last.saturating_add(self.span_ns() / 10);
+        }
         vec![Effect::Refresh]
     }
 

@@ -49,15 +49,24 @@ impl App {
                 self.process.span_index = (self.process.span_index + 1).min(SPANS_NS.len() - 1);
             }
             A::TimeBack => {
+                let followed = self.process.follow;
                 if self.process.follow {
                     self.process.end_ns = self.now_ns();
                     self.process.follow = false;
                 }
-                self.process.end_ns = self
-                    .process
-                    .end_ns
-                    .saturating_sub(self.span_ns() / 2)
-                    .max(self.span_ns());
+                let end = self.process.end_ns;
+                // The window stops where it starts at the oldest sample
+                // held: before it there is nothing to show (issue 46,
+                // item 4).
+                let oldest = (self.selected_entry())
+                    .and_then(|e| e.view.samples)
+                    .map_or(0, |(first, _)| first);
+                let stop = oldest.saturating_add(self.span_ns()).min(end);
+                self.process.end_ns = end.saturating_sub(self.span_ns() / 2).max(stop);
+                if self.process.end_ns == end {
+                    self.process.follow = followed;
+                    self.say("the window starts at the oldest sample held");
+                }
             }
             A::TimeForward => {
                 if !self.process.follow {

@@ -249,6 +249,10 @@ impl Process {
                     .sum(),
             },
             attribution: self.attribution(&matches),
+            samples: (self.devices.iter().map(|d| d.series.extent()))
+                .chain([self.nvml_series.extent()])
+                .flatten()
+                .reduce(|(a0, a1), (b0, b1)| (a0.min(b0), a1.max(b1))),
         }
     }
 }
