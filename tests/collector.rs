@@ -150,7 +150,7 @@ fn requests_reach_a_process_and_a_replay_refuses_them() {
         .join("tests/fixtures/recordings/v1.0-demo-leak.vsrec");
     let live = vramscope_collect::Live::replay(
         vramscope_core::recording::Replayer::open(&rec).unwrap(),
-        1000.0,
+        std::sync::Arc::new(vramscope_collect::replay::Control::new(1000.0)),
         Default::default(),
     )
     .unwrap();

@@ -7,10 +7,12 @@ use anyhow::{Context, Result};
 
 use vramscope_collect::demo::DemoStatus;
 use vramscope_collect::given::Given;
-use vramscope_collect::replay::{play, Pace, Progress};
+use vramscope_collect::replay::{play, Control, Pace, Progress, Seek};
 use vramscope_collect::{Hub, Live};
+use vramscope_core::input::Input;
 use vramscope_core::model::ViewOptions;
 use vramscope_core::recording::Replayer;
+use vramscope_ui::ReplaySeek;
 
 use super::dashboard::UiFlags;
 use super::out;
@@ -41,25 +43,37 @@ pub(crate) struct Args {
     view: UiFlags,
 }
 
-/// What the dashboard shows of a recording played back: the file, how far
-/// into it (recorded time and inputs), and its end.
+/// What the dashboard shows of a recording played back (the file, how far
+/// into it: recorded time, step and inputs, its end) and its controls:
+/// pause, speed, and a step back or on, the start or the end.
 struct ReplayStatus {
     file: String,
-    speed: f64,
     total_inputs: u64,
     total_ns: u64,
+    /// Where each step begins: the inputs up to its boundary marker, and
+    /// the boundary's time after the first input (as recorded).
+    steps: Vec<Seek>,
     progress: Arc<Progress>,
+    control: Arc<Control>,
 }
 
 impl ReplayStatus {
-    /// Reads the recording once for its length (inputs and recorded time).
+    /// Reads the recording once for its length (inputs and recorded time)
+    /// and where its steps begin.
     fn new(reader: &Replayer, path: &std::path::Path, speed: f64) -> Result<ReplayStatus> {
         let mut r = reader.again()?;
         let (mut n, mut first, mut last) = (0u64, None, 0u64);
-        while let Some((t, _)) = r.next_input()? {
+        let mut steps = Vec::new();
+        while let Some((t, input)) = r.next_input()? {
             n += 1;
-            first.get_or_insert(t);
+            let t0 = *first.get_or_insert(t);
             last = t;
+            if marks_a_step(&input) {
+                steps.push(Seek {
+                    inputs: n,
+                    at_ns: t.saturating_sub(t0),
+                });
+            }
         }
         let file = path.file_name().map_or_else(
             || path.display().to_string(),
@@ -67,12 +81,36 @@ impl ReplayStatus {
         );
         Ok(ReplayStatus {
             file: vramscope_text::printable(&file),
-            speed,
             total_inputs: n,
             total_ns: last.saturating_sub(first.unwrap_or(last)),
+            steps,
             progress: Arc::default(),
+            control: Arc::new(Control::new(speed)),
         })
     }
+
+    /// The steps begun by the `inputs` applied so far.
+    fn steps_begun(&self, inputs: u64) -> usize {
+        self.steps.partition_point(|s| s.inputs <= inputs)
+    }
+}
+
+/// A step boundary: a `vramscope.mark()` or an optimizer step (or a 1.0
+/// producer's marker, which were all steps).
+fn marks_a_step(input: &Input) -> bool {
+    use vramscope_wire::event::{EventKind, MarkSource};
+    let Input::Events(b) = input else {
+        return false;
+    };
+    b.events.iter().any(|e| {
+        matches!(
+            e.kind,
+            EventKind::Marker {
+                source: MarkSource::User | MarkSource::OptimizerStep { .. } | MarkSource::Unknown,
+                ..
+            }
+        )
+    })
 }
 
 impl vramscope_ui::DemoHandle for ReplayStatus {
@@ -82,15 +120,22 @@ impl vramscope_ui::DemoHandle for ReplayStatus {
         let at = self.progress.recorded_ns.load(Relaxed);
         let span = vramscope_text::format::duration;
         let ended = inputs >= self.total_inputs || self.progress.done.load(Relaxed);
+        let paused = self.control.paused();
+        let step = match self.steps.len() {
+            0 => String::new(),
+            n => format!("step {} of {n}, ", self.steps_begun(inputs)),
+        };
         let caption = if ended {
             format!(
-                "END of the recording: {} recorded, {} inputs (q quits)",
+                "END of the recording: {} recorded, {}{} inputs (Home: again; q quits)",
                 span(self.total_ns),
+                step,
                 self.total_inputs
             )
         } else {
             format!(
-                "at {} of {} recorded, input {inputs} of {}",
+                "{}at {} of {} recorded, {step}input {inputs} of {}",
+                if paused { "PAUSED " } else { "" },
                 span(at),
                 span(self.total_ns),
                 self.total_inputs
@@ -104,15 +149,65 @@ impl vramscope_ui::DemoHandle for ReplayStatus {
             } else {
                 inputs as f64 / self.total_inputs as f64
             },
-            speed: self.speed,
-            paused: false,
+            speed: self.control.speed(),
+            paused,
             runs: 0,
             replay: true,
             ended,
         }
     }
-    fn set_speed(&self, _speed: f64) {}
-    fn toggle_pause(&self) {}
+
+    fn set_speed(&self, speed: f64) {
+        self.control.set_speed(speed);
+    }
+
+    fn toggle_pause(&self) {
+        self.control.set_paused(!self.control.paused());
+    }
+
+    /// A step back goes to the start of the step before the one playing;
+    /// on, to the next step's start. Without steps, a twentieth of the
+    /// recording back or on.
+    fn seek(&self, to: ReplaySeek) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.progress.inputs.load(Relaxed);
+        let start = Seek {
+            inputs: 0,
+            at_ns: 0,
+        };
+        let end = Seek {
+            inputs: self.total_inputs,
+            at_ns: self.total_ns,
+        };
+        let target = match to {
+            ReplaySeek::Start => start,
+            ReplaySeek::End => end,
+            ReplaySeek::NextStep | ReplaySeek::PrevStep if self.steps.is_empty() => {
+                let part = (self.total_inputs / 20).max(1);
+                let inputs = match to {
+                    ReplaySeek::NextStep => now.saturating_add(part).min(self.total_inputs),
+                    _ => now.saturating_sub(part),
+                };
+                // The time of a place between steps is not known: where
+                // it lands is taken as proportionally far in.
+                let at_ns =
+                    (self.total_ns as f64 * inputs as f64 / self.total_inputs.max(1) as f64) as u64;
+                Seek { inputs, at_ns }
+            }
+            ReplaySeek::NextStep => {
+                let i = self.steps_begun(now);
+                self.steps.get(i).copied().unwrap_or(end)
+            }
+            ReplaySeek::PrevStep => {
+                let i = self.steps_begun(now);
+                match i.checked_sub(2) {
+                    Some(j) => self.steps[j],
+                    None => start,
+                }
+            }
+        };
+        self.control.seek(target);
+    }
 }
 
 /// The live advisor's share of one core, as the dashboard's.
@@ -130,7 +225,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
         opts.readonly = true;
         let status = ReplayStatus::new(&reader, &args.file, speed)?;
         let live = Arc::new(
-            Live::replay(reader, speed, status.progress.clone()).context("starting the replay")?,
+            Live::replay(reader, status.control.clone(), status.progress.clone())
+                .context("starting the replay")?,
         );
         if args.advise {
             live.hub().enable_advisor(true, false, Some(ADVISOR_SHARE));

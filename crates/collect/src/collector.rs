@@ -396,18 +396,20 @@ impl Live {
         })
     }
 
-    /// Plays a recording into a new hub in the background, at `speed`
-    /// recorded seconds per second, with its times moved onto this
-    /// machine's clock. Its processes cannot be sent commands.
+    /// Plays a recording into a new hub in the background, at `control`'s
+    /// speed (recorded seconds per second; paused, sped and moved by it),
+    /// with its times moved onto this machine's clock. Its processes cannot
+    /// be sent commands.
     pub fn replay(
         reader: vramscope_core::recording::Replayer,
-        speed: f64,
+        control: Arc<replay::Control>,
         progress: Arc<replay::Progress>,
     ) -> std::io::Result<Live> {
         let hub = Arc::new(Hub::default());
         let h = hub.clone();
         let started = on_own_thread(move |stopped| async move {
-            let played = replay::play_with(reader, &h, replay::Pace::Live(speed), &progress);
+            let pace = replay::Pace::Live(control.speed());
+            let played = replay::play_with(reader, &h, pace, &progress, Some(&control));
             tokio::select! {
                 biased;
                 _ = stopped => {}

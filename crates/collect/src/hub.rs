@@ -609,6 +609,31 @@ impl Hub {
         self.changed();
     }
 
+    /// Starts over with nothing applied (a playback seeking back to replay
+    /// from its first input): every process, the machine and the problems
+    /// forgotten, the model new with the same configuration. The advisor,
+    /// when on, stays on and forgets what it followed.
+    pub fn restart(&self) {
+        self.with(|inner| {
+            let cfg = inner.model.config().clone();
+            if let Some(a) = &mut inner.advising {
+                for (key, _) in a.following.drain() {
+                    a.tap.send(advisor::Msg::Forget { key });
+                }
+                a.lost_at_start.clear();
+            }
+            let advising = inner.advising.take();
+            let auto_advise = inner.auto_advise;
+            *inner = Inner {
+                model: Model::new(cfg),
+                advising,
+                auto_advise,
+                ..Inner::default()
+            };
+        });
+        self.changed();
+    }
+
     pub fn apply(&self, input: Input) {
         self.record(&input);
         self.with(|inner| inner.apply(input));

@@ -92,6 +92,8 @@ pub enum Effect {
     },
     DemoSpeed(f64),
     DemoTogglePause,
+    /// Go elsewhere in the recording played back.
+    ReplaySeek(crate::driver::ReplaySeek),
     /// Rebuild the state at this event of the snapshot file's trace
     /// ([`super::Driver::seek`]); the answer goes to [`App::set_trace`].
     Seek(usize),
@@ -486,6 +488,9 @@ impl App {
         if self.trace.is_some() {
             c.push(Context::Trace);
         }
+        if self.demo.as_ref().is_some_and(|d| d.replay) {
+            c.push(Context::Replay);
+        }
         c.push(Context::Global);
         c.push(match self.screen {
             Screen::Overview => Context::Overview,
@@ -514,9 +519,9 @@ impl App {
                 vec![Effect::Quit]
             }
             A::Pause => self.toggle_pause(),
-            A::PauseSim if self.demo.as_ref().is_some_and(|d| !d.replay) => {
-                vec![Effect::DemoTogglePause]
-            }
+            // The demo's simulation, or the recording played back.
+            A::PauseSim if self.demo.is_some() => vec![Effect::DemoTogglePause],
+            A::ReplaySeek(to) => vec![Effect::ReplaySeek(to)],
             A::PauseSim => self.toggle_pause(),
             A::Screenshot => {
                 // An automatic screenshot already asked for goes first.
@@ -598,10 +603,15 @@ impl App {
     }
 
     fn demo_speed(&mut self, faster: bool) -> Vec<Effect> {
-        let Some(d) = self.demo.as_ref().filter(|d| !d.replay) else {
+        let Some(d) = self.demo.as_ref() else {
             return vec![];
         };
         let cur = d.speed;
+        // A replay may run faster than the list goes (--speed): not slower
+        // for asking faster.
+        if faster && cur >= SPEEDS[SPEEDS.len() - 1] {
+            return vec![];
+        }
         let i = SPEEDS
             .iter()
             .position(|s| *s >= cur - 1e-9)

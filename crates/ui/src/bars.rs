@@ -125,8 +125,9 @@ pub(crate) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         Screen::Process => Context::Process,
     };
     let trace = app.trace.as_ref().map(|_| Context::Trace);
+    let replay = (app.demo.as_ref()).and_then(|d| d.replay.then_some(Context::Replay));
     let hints = keys::footer(
-        &[Some(screen), Some(Context::Global), trace]
+        &[Some(screen), Some(Context::Global), trace, replay]
             .into_iter()
             .flatten()
             .collect::<Vec<_>>(),

@@ -183,6 +183,19 @@ pub trait DemoHandle: Send + Sync {
     fn status(&self) -> DemoStatus;
     fn set_speed(&self, speed: f64);
     fn toggle_pause(&self);
+    /// A recording played back: go to another place in it (a demo's
+    /// simulation cannot).
+    fn seek(&self, _to: ReplaySeek) {}
+}
+
+/// Where `replay --ui` goes: a step back or on (a step's start: its
+/// `vramscope.mark()` or optimizer step), or the recording's start or end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReplaySeek {
+    PrevStep,
+    NextStep,
+    Start,
+    End,
 }
 
 impl DemoHandle for DemoControl {

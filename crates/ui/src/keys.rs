@@ -102,6 +102,8 @@ pub(crate) enum Action {
     /// k one step further back / nearer.
     StepDiffOlder,
     StepDiffNewer,
+    /// A recording played back (`replay --ui`): go there in it.
+    ReplaySeek(crate::driver::ReplaySeek),
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -163,6 +165,8 @@ pub(crate) enum Context {
     Report,
     /// A snapshot file's trace is shown (`open FILE`).
     Trace,
+    /// A recording is played back (`replay --ui`).
+    Replay,
     /// The stack overlay is up (stepping keys still count).
     Stacks,
     Global,
@@ -194,6 +198,7 @@ impl Context {
             Context::Fit => "Will it fit",
             Context::Report => "Report",
             Context::Trace => "Snapshot file",
+            Context::Replay => "Replay",
             Context::Stacks => "Stacks",
             Context::Fleet => "Fleet",
             Context::FleetList => "Nodes and jobs",
@@ -308,10 +313,11 @@ impl Binding {
     }
 }
 
+use crate::driver::ReplaySeek as Seek;
 use Action as A;
 use Context::{
     Advisor, Always, Confirm, Filter, Fit, Fleet, FleetList, FleetNode, Global, Help, Legend,
-    Modules, Overview, Process, Report, Stacks, StepDiff, Trace,
+    Modules, Overview, Process, Replay, Report, Stacks, StepDiff, Trace,
 };
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
@@ -398,6 +404,22 @@ pub const KEYS: &[Binding] = &[
     bind(Trace, &[c('t')], A::TraceStacks)
         .help("t", "stacks of the event and its block")
         .hint("t", "stacks", 0),
+    // A recording played back (before Global: its [ ] are not the
+    // demo's speed, and before the screens: Home End are its own).
+    bind(Replay, &[c(' ')], A::PauseSim)
+        .help("space", "pause / play the recording")
+        .hint("space", "play/pause", 0),
+    bind(Replay, &[c(']')], A::ReplaySeek(Seek::NextStep))
+        .help("[ ]", "step back / on")
+        .hint("[ ]", "step", 0),
+    bind(Replay, &[c('[')], A::ReplaySeek(Seek::PrevStep)),
+    bind(Replay, &[c('<'), c(',')], A::DemoSlower)
+        .help("< >", "slower / faster")
+        .hint("< >", "speed", 0),
+    bind(Replay, &[c('>'), c('.')], A::DemoFaster),
+    bind(Replay, &[k(Home)], A::ReplaySeek(Seek::Start))
+        .help("Home End", "the recording's start / end"),
+    bind(Replay, &[k(End)], A::ReplaySeek(Seek::End)),
     // Global.
     bind(Global, &[c('q')], A::Quit)
         .help("q Ctrl-C", "quit")

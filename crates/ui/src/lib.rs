@@ -97,7 +97,7 @@ pub(crate) mod willfit;
 
 pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Shot};
 pub use draw::{draw, render_buffer, screenshot_now, Still};
-pub use driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
+pub use driver::{app_config, send_command, DemoHandle, Driver, ReplaySeek, UiOptions};
 pub use run::run;
 pub use scroll::Scroll;
 pub use shell::{Pace, Shell, ShellOptions};

@@ -225,6 +225,12 @@ impl Dashboard {
                         self.app.set_demo_status(Some(d.status()));
                     }
                 }
+                Effect::ReplaySeek(to) => {
+                    if let Some(d) = &self.demo {
+                        d.seek(to);
+                        self.app.set_demo_status(Some(d.status()));
+                    }
+                }
             }
         }
         refresh
