@@ -895,3 +895,71 @@ fn a_sort_on_a_hidden_column_says_so() {
         "{wide}"
     );
 }
+
+/// The inside of the help overlay's box in frame `f`: its lines, between
+/// its borders.
+fn help_box(f: &str) -> Vec<String> {
+    let lines: Vec<Vec<char>> = f.lines().map(|l| l.chars().collect()).collect();
+    let top = (lines.iter())
+        .position(|l| l.iter().collect::<String>().contains("┌ Keys"))
+        .expect(f);
+    let at = lines[top]
+        .iter()
+        .collect::<String>()
+        .find("┌ Keys")
+        .unwrap();
+    let x = lines[top].iter().collect::<String>()[..at].chars().count();
+    let right = (x + 1..lines[top].len())
+        .find(|&i| lines[top][i] == '┐')
+        .expect(f);
+    (lines[top + 1..].iter())
+        .take_while(|l| l[x] == '│')
+        .map(|l| l[x + 1..right].iter().collect())
+        .collect()
+}
+
+/// Issue 46, item 13: the help overlay's columns are as wide as their
+/// lines, as many side by side as the width holds (it was 80 columns at
+/// any width, its right column cut: "bytes by module, phase & r"): at
+/// 80x24, 120x40 and 200x60, read-only too, every key's line shows whole
+/// and the page fits without scrolling; no section title ends a column
+/// with fewer than two of its lines (at 80x24 "Process view" ended the
+/// left one with one).
+#[test]
+fn item13_the_help_overlay_shows_every_line_whole() {
+    let sections = vramscope_ui::keys::manual();
+    let titles: Vec<&str> = sections.iter().take(3).map(|(t, _)| *t).collect();
+    assert_eq!(titles, ["Global", "Overview", "Process view"]);
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        for readonly in [false, true] {
+            let mut app = app_with(&FX, AppConfig { readonly, ..cfg() }, w, h);
+            app.overlay = Some(Overlay::Help(Scroll::default()));
+            let f = frame(&app);
+            assert!(!f.contains("j/k scroll"), "{w}x{h}: it fits: {f}");
+            let rows = help_box(&f);
+            let text = rows.join("\n");
+            for (_, keys) in sections.iter().take(3) {
+                for (_, what) in keys {
+                    assert!(text.contains(what), "{w}x{h}: {what:?} cut: {f}");
+                }
+            }
+            // The keys' lines: all but the note under them.
+            let keys_h = rows.len() - 1;
+            for (i, r) in rows[..keys_h].iter().enumerate() {
+                for t in titles.iter().chain(&["Mouse"]) {
+                    let title_at = |s: &str| s.starts_with(t) || s.contains(&format!("  {t}"));
+                    assert!(
+                        !title_at(r) || i + 2 < keys_h,
+                        "{w}x{h}: {t} with fewer than two lines under it: {f}"
+                    );
+                }
+            }
+        }
+    }
+    // At 200 columns the box is wider than 80: three columns.
+    let mut app = app_with(&FX, cfg(), 200, 60);
+    app.overlay = Some(Overlay::Help(Scroll::default()));
+    let rows = help_box(&frame(&app));
+    assert!(rows[0].chars().count() > 78, "{rows:#?}");
+    assert!(rows.len() < 20, "{rows:#?}");
+}

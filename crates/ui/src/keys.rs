@@ -391,10 +391,10 @@ pub const KEYS: &[Binding] = &[
     bind(Trace, &[c('[')], A::TraceStep(-1)),
     bind(Trace, &[c('}')], A::TraceStep(100)).help("{ }", "100 events back / forward"),
     bind(Trace, &[c('{')], A::TraceStep(-100)),
-    bind(Trace, &[k(Home)], A::TraceFirst).help("Home End", "first event / the file's state"),
+    bind(Trace, &[k(Home)], A::TraceFirst).help("Home End", "first / last event"),
     bind(Trace, &[k(End)], A::TraceLast),
     bind(Trace, &[c('t')], A::TraceStacks)
-        .help("t", "stacks of the event and its block")
+        .help("t", "stacks of event and block")
         .hint("t", "stacks", 0),
     // Global.
     bind(Global, &[c('q')], A::Quit)
@@ -456,12 +456,12 @@ pub const KEYS: &[Binding] = &[
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
     bind(Process, &[c('M')], A::Modules)
-        .help("M", "bytes by module, phase & role")
+        .help("M", "bytes: module/phase/role")
         .hint("M", "modules", 9),
     bind(Process, &[c('c')], A::BlockColouring)
-        .help("c", "colour map by module/phase/role")
+        .help("c", "colour: module/phase/role")
         .hint("c", "colour", 7),
-    bind(Process, &[c('v')], A::BlockOnly).help("v", "map: only one module/phase"),
+    bind(Process, &[c('v')], A::BlockOnly).help("v", "map only one module/phase"),
     bind(Process, &[c('n')], A::BlockNext)
         .help("n  N", "select next / prev block")
         .hint("n/N", "block", 8),
