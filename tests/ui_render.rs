@@ -963,3 +963,34 @@ fn item13_the_help_overlay_shows_every_line_whole() {
     assert!(rows[0].chars().count() > 78, "{rows:#?}");
     assert!(rows.len() < 20, "{rows:#?}");
 }
+
+/// Issue 46, item 14: the step diff at 80x24 on step 1 (Adam's state:
+/// 38 rows): PHASE and ROLE apart ("optimizeroptim state"); ASKED and
+/// HELD both cover all of a row's blocks (ASKED was one block's size,
+/// HELD their total), and a line says what each is; a list longer than
+/// the overlay says which rows show, as other scrolled panes do.
+#[test]
+fn item14_the_step_diff_columns_apart_and_which_rows_show() {
+    use crossterm::event::KeyCode::{Char, PageDown};
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    press(&mut app, Char('d'));
+    let now = app.selected_entry().unwrap().view.attribution.step.unwrap();
+    for _ in 1..now - 1 {
+        press(&mut app, Char('+'));
+    }
+    let f = frame(&app);
+    assert!(f.contains("born in step 1,"), "{f}");
+    assert!(!f.contains("optimizeroptim"), "{f}");
+    let row = f.lines().find(|l| l.contains("optim state")).expect(&f);
+    assert!(row.contains("optimizer optim state"), "{row}");
+    assert!(
+        f.contains("ASKED: blocks × the bytes each asked for"),
+        "{f}"
+    );
+    // A layer's two Adam states: 2 blocks of 48 MiB asked, 96 MiB held
+    // (one block's size beside their total before).
+    assert!(row.contains("2 × 48.0 MiB  96.0 MiB"), "{row}");
+    snapshot_showing("step_diff_step1_80x24", &app, "rows 1-17/38 (PgUp/PgDn)");
+    press(&mut app, PageDown);
+    assert!(frame(&app).contains("rows 18-34/38"), "{}", frame(&app));
+}
