@@ -994,3 +994,55 @@ fn item14_the_step_diff_columns_apart_and_which_rows_show() {
     press(&mut app, PageDown);
     assert!(frame(&app).contains("rows 18-34/38"), "{}", frame(&app));
 }
+
+/// Issue 46, item 15: By module at 80x24 covers the body to its bottom
+/// (its bottom border sat on the pane's: two bottom borders), the footer
+/// names the table's keys (it named the process view's) and the bottom
+/// border its state whole (cut: "· E┘"); a role no module holds says so
+/// (an empty table).
+#[test]
+fn item15_by_module_at_80x24_its_keys_and_an_empty_role() {
+    use crossterm::event::KeyCode::Char;
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    press(&mut app, Char('M'));
+    let f = frame(&app);
+    let lines: Vec<&str> = f.lines().collect();
+    for pair in lines.windows(2) {
+        assert!(
+            !(pair[0].starts_with("\"└") && pair[1].starts_with("\"└")),
+            "two bottom borders: {f}"
+        );
+    }
+    let foot = lines[lines.len() - 1];
+    for keys in [
+        "↑↓ move",
+        "Enter map only this",
+        "o/O sort",
+        "r role",
+        "Esc close",
+    ] {
+        assert!(foot.contains(keys), "{keys}: {foot}");
+    }
+    assert!(
+        !foot.contains("Tab pane") && !foot.contains("? help"),
+        "{foot}"
+    );
+    let bottom = lines[lines.len() - 2];
+    assert!(bottom.contains(" r role: all ─"), "{bottom}");
+    insta::assert_snapshot!("by_module_80x24", f);
+    // Parameters, then buffers: none in this job.
+    press(&mut app, Char('r'));
+    press(&mut app, Char('r'));
+    let f = frame(&app);
+    assert!(f.contains("r role: buffer"), "{f}");
+    assert!(f.contains("No module holds buffer now"), "{f}");
+    // The step diff's footer names its keys too.
+    press(&mut app, Char('q'));
+    press(&mut app, Char('d'));
+    let f = frame(&app);
+    let foot = f.lines().last().unwrap();
+    assert!(
+        foot.contains("+ older step") && foot.contains("Esc close") && !foot.contains("Tab pane"),
+        "{foot}"
+    );
+}

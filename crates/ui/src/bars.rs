@@ -9,6 +9,7 @@ use ratatui::Frame;
 use super::app::{App, Screen};
 use super::keys::{self, Context};
 use super::rows::display_name;
+use super::state::Overlay;
 use super::theme::Theme;
 use vramscope_collect::demo::DemoStatus;
 
@@ -125,11 +126,18 @@ pub(crate) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         Screen::Process => Context::Process,
     };
     let trace = app.trace.as_ref().map(|_| Context::Trace);
-    let hints = keys::footer(
-        &[Some(screen), Some(Context::Global), trace]
+    let contexts: Vec<Context> = match app.overlay {
+        // An overlay that takes the keys names its own (issue 46, item 15:
+        // By module's footer named the process view's).
+        Some(Overlay::Modules(_)) => vec![Context::Modules],
+        Some(Overlay::StepDiff(_)) => vec![Context::StepDiff],
+        _ => [Some(screen), Some(Context::Global), trace]
             .into_iter()
             .flatten()
-            .collect::<Vec<_>>(),
+            .collect(),
+    };
+    let hints = keys::footer(
+        &contexts,
         app.config.readonly,
         app.demo.as_ref().is_some_and(|d| !d.replay),
     );

@@ -239,6 +239,20 @@ pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
     pane_inner(size, demo, pane).height as usize
 }
 
+/// A `w`×`h` box centred over the screen's `body` (the process view's
+/// overlays), as [`centered`]; but one that would leave a line or two of
+/// the body takes all of its height: those lines would show only the
+/// borders of the panes under it, beside its own (issue 46, item 15: a
+/// double bottom border under By module at 80x24).
+pub(super) fn over_body(body: Rect, w: u16, h: u16) -> Rect {
+    let h = if h.saturating_add(2) >= body.height {
+        body.height
+    } else {
+        h
+    };
+    centered(body, w, h)
+}
+
 /// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny
 /// terminal is cut, never out of bounds).
 pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {

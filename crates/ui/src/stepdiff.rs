@@ -49,7 +49,7 @@ impl StepDiffView {
 /// The popup over `area` for `rows` rows.
 fn popup(area: Rect, rows: usize) -> Rect {
     let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
-    super::layout::centered(area, 100.min(area.width), h)
+    super::layout::over_body(area, 100.min(area.width), h)
 }
 
 /// Lines of the table's rows in the popup `popup` (under the total, the
@@ -115,12 +115,12 @@ pub(crate) fn render(
             (vec![Line::styled(why, t.dim())], None)
         }
     };
-    let mut foot = vec![Span::styled(
-        " + older step · - newer · Esc closes ",
-        t.dim(),
-    )];
-    foot.extend(hint);
-    frame.render_widget(block.title_bottom(Line::from(foot)), popup);
+    // Its keys are the footer's (issue 46, item 15).
+    let block = match hint {
+        Some(hint) => block.title_bottom(Line::from(vec![Span::raw(" "), hint])),
+        None => block,
+    };
+    frame.render_widget(block, popup);
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
