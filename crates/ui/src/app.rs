@@ -37,6 +37,7 @@ pub use super::state::{
     SPANS_NS, SPEEDS,
 };
 use super::theme::Theme;
+use super::{bars, trace};
 
 mod clock;
 mod commands;
@@ -266,7 +267,7 @@ impl App {
             Some(TimelineRequest {
                 from_ns,
                 to_ns,
-                columns: layout::timeline_columns(self.size, self.caption()),
+                columns: layout::timeline_columns(self.size, self.caption_lines()),
             })
         } else {
             self.overview_timeline()
@@ -284,7 +285,7 @@ impl App {
                 // `G`: the history's end, wherever it is.
                 usize::MAX
             } else {
-                let rows = layout::pane_rows(self.size, self.caption(), Pane::Events).max(20);
+                let rows = layout::pane_rows(self.size, self.caption_lines(), Pane::Events).max(20);
                 s.offset() + 2 * rows + 64
             }
         };
@@ -339,9 +340,19 @@ impl App {
         }
     }
 
-    /// The caption band is shown: a demo's, or a snapshot file's trace.
-    pub(crate) fn caption(&self) -> bool {
-        self.demo.is_some() || self.trace.is_some()
+    /// The caption band: a demo's, or a snapshot file's trace.
+    pub(crate) fn caption(&self) -> Option<bars::Caption> {
+        let t = &self.config.theme;
+        match (&self.demo, &self.trace) {
+            (Some(d), _) => Some(bars::demo_caption(d, t)),
+            (None, Some(s)) => Some(trace::caption(s, t)),
+            (None, None) => None,
+        }
+    }
+
+    /// The lines of the caption band (none: 0).
+    pub(crate) fn caption_lines(&self) -> u16 {
+        self.caption().map_or(0, |c| c.lines(self.size))
     }
 
     pub fn set_trace(&mut self, status: Option<TraceStatus>) {

@@ -68,7 +68,7 @@ impl App {
     /// step diff scroll (within their lines, as drawn now); By module and
     /// the advisor move their selected row.
     pub(super) fn overlay_scroll(&mut self, m: Move) {
-        let body = layout::screen(self.size, self.caption()).body;
+        let body = layout::screen(self.size, self.caption_lines()).body;
         let moved = |s: Scroll, (len, height): (usize, usize)| {
             let mut s = s.fit(len, height);
             s.go(m);
