@@ -62,8 +62,8 @@ type Row = (&'static str, &'static str, bool);
 
 /// Where a page's lines go over `area`.
 struct Geometry {
-    /// Each column's first line and width (its widest line, and the gap
-    /// after it).
+    /// Each column's first line and width (its widest line, and but for
+    /// the last the gap after it).
     columns: Vec<(usize, u16)>,
     /// The lines of the longest column.
     per_col: usize,
@@ -110,8 +110,8 @@ fn geometry(area: Rect, rows: &[Row], note: usize) -> Geometry {
         .map(layout)
         .find(|(_, w)| fits(w))
         .unwrap_or_else(|| layout(1));
-    let used: usize = widths.iter().sum();
-    let gap = match widths.len() {
+    let (n, used) = (widths.len(), widths.iter().sum::<usize>());
+    let gap = match n {
         1 => 0,
         n => ((inner - used) / (n - 1)).min(GAP),
     };
@@ -120,7 +120,7 @@ fn geometry(area: Rect, rows: &[Row], note: usize) -> Geometry {
         .map(|(a, b)| b - a)
         .max()
         .unwrap_or(0);
-    let content = used + gap * (widths.len() - 1);
+    let content = used + gap * (n - 1);
     let mut w = (content.max(note) + 2).min(area.width as usize) as u16;
     // A column or two left at the sides would show only the borders under
     // it, beside the popup's own: it takes them.
@@ -130,8 +130,8 @@ fn geometry(area: Rect, rows: &[Row], note: usize) -> Geometry {
     let wanted = (per_col + FOOTER_LINES + 2) as u16;
     let h = wanted.min(area.height);
     Geometry {
-        columns: (starts.into_iter().zip(widths))
-            .map(|(s, w)| (s, (w + gap) as u16))
+        columns: (starts.into_iter().zip(widths).enumerate())
+            .map(|(i, (s, w))| (s, (w + if i + 1 < n { gap } else { 0 }) as u16))
             .collect(),
         per_col,
         popup: super::layout::centered(area, w, h),
