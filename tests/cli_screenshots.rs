@@ -216,7 +216,9 @@ fn expandable_segments_are_counted_and_named_in_the_legend() {
     assert!(device.contains("2 segments (torch counts 0)"), "{device}");
     let map = shot.lines().find(|l| l.contains("Block map")).unwrap();
     assert!(map.contains("2 segments"), "{map}");
-    let rows: Vec<&str> = shot
+    // The summary's segment rows, on a screen tall enough to show them.
+    let (_, tall) = run(Some("expandable_segments:True"), "120x60");
+    let rows: Vec<&str> = tall
         .lines()
         .skip_while(|l| !l.contains("Segments"))
         .take(2)

@@ -272,7 +272,7 @@ fn block_map_scrolls() {
     }
     let e = a.selected_entry().unwrap();
     let rows = vramscope_ui::blockmap::row_count(e);
-    let page = layout::pane_rows(a.size, false, vramscope_ui::Pane::Blocks);
+    let page = layout::pane_rows(a.size, 0, vramscope_ui::Pane::Blocks);
     assert_eq!(a.process.block_scroll.offset(), rows - page);
 }
 
@@ -296,7 +296,7 @@ fn tab_moves_the_focus_on_a_large_terminal_and_j_k_scroll_it() {
     assert_eq!(a.process.block_scroll.offset(), 0);
     // The focused pane's border is drawn in the focus style.
     let buf = vramscope_ui::render_buffer(&a, 200, 60);
-    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
+    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, 0).body);
     let ev = areas.events.unwrap();
     assert_eq!(buf[(ev.x, ev.y)].style().fg, a.config.theme.focus().fg);
     let bl = areas.blocks.unwrap();
@@ -317,7 +317,7 @@ fn a_scroll_set_small_never_empties_a_pane_when_enlarged() {
     a.handle(AppEvent::Input(Event::Resize(200, 60)));
     refresh(&mut a, &FX);
     let buf = vramscope_ui::render_buffer(&a, 200, 60);
-    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, false).body);
+    let areas = layout::process(a.size, a.process.pane, layout::screen(a.size, 0).body);
     let ev = areas.events.unwrap();
     // Every row of the events pane has an event on it.
     for y in ev.y + 1..ev.y + ev.height - 1 {

@@ -277,7 +277,7 @@ fn oom_details_come_first_and_scroll_on_a_large_terminal() {
         assert_eq!(app.process.pane, Pane::Diagnosis);
         press(&mut app, PageDown);
         press(&mut app, Char('j'));
-        let page = vramscope_ui::layout::pane_rows(app.size, false, Pane::Diagnosis);
+        let page = vramscope_ui::layout::pane_rows(app.size, 0, Pane::Diagnosis);
         assert_eq!(app.process.diagnosis_scroll.offset(), page + 1);
         if (w, h) == (120, 40) {
             snapshot_showing("process_oom_scrolled_120x40", &app, "Out of memory · lines");
@@ -377,7 +377,7 @@ fn a_long_event_history_scrolled_and_searched() {
     let areas = vramscope_ui::layout::process(
         app.size,
         app.process.pane,
-        vramscope_ui::layout::screen(app.size, false).body,
+        vramscope_ui::layout::screen(app.size, 0).body,
     );
     let ev = areas.events.unwrap();
     let rows: Vec<&str> = f
@@ -591,8 +591,10 @@ fn by_module_role_filter() {
         let f = frame(&app);
         assert!(f.contains("model.layers.0"), "{f}");
         assert!(f.contains("48.0 MiB") || f.contains("48.1 MiB"), "{f}");
+        // In the table (the OOM & leak pane under it names "(no module)").
+        let table = pane_text(&f, "By module").join("\n");
         assert!(
-            !f.contains("(no module)"),
+            !table.contains("(no module)"),
             "no parameter is outside every module: {f}"
         );
         // Buffers (none in this job), then gradients.
@@ -954,4 +956,239 @@ fn a_sort_on_a_hidden_column_says_so() {
         wide.contains("sort FRAG") && !wide.contains("(hidden)"),
         "{wide}"
     );
+}
+
+/// The inside of the help overlay's box in frame `f`: its lines, between
+/// its borders.
+fn help_box(f: &str) -> Vec<String> {
+    let lines: Vec<Vec<char>> = f.lines().map(|l| l.chars().collect()).collect();
+    let top = (lines.iter())
+        .position(|l| l.iter().collect::<String>().contains("┌ Keys"))
+        .expect(f);
+    let at = lines[top]
+        .iter()
+        .collect::<String>()
+        .find("┌ Keys")
+        .unwrap();
+    let x = lines[top].iter().collect::<String>()[..at].chars().count();
+    let right = (x + 1..lines[top].len())
+        .find(|&i| lines[top][i] == '┐')
+        .expect(f);
+    (lines[top + 1..].iter())
+        .take_while(|l| l[x] == '│')
+        .map(|l| l[x + 1..right].iter().collect())
+        .collect()
+}
+
+/// Issue 46, item 13: the help overlay's columns are as wide as their
+/// lines, as many side by side as the width holds (it was 80 columns at
+/// any width, its right column cut: "bytes by module, phase & r"): at
+/// 80x24, 120x40 and 200x60, read-only too, every key's line shows whole
+/// and the page fits without scrolling; no section title ends a column
+/// with fewer than two of its lines (at 80x24 "Process view" ended the
+/// left one with one).
+#[test]
+fn item13_the_help_overlay_shows_every_line_whole() {
+    let sections = vramscope_ui::keys::manual();
+    let titles: Vec<&str> = sections.iter().take(3).map(|(t, _)| *t).collect();
+    assert_eq!(titles, ["Global", "Overview", "Process view"]);
+    for (w, h) in [(80, 24), (120, 40), (200, 60)] {
+        for readonly in [false, true] {
+            let mut app = app_with(&FX, AppConfig { readonly, ..cfg() }, w, h);
+            app.overlay = Some(Overlay::Help(Scroll::default()));
+            let f = frame(&app);
+            assert!(!f.contains("j/k scroll"), "{w}x{h}: it fits: {f}");
+            let rows = help_box(&f);
+            let text = rows.join("\n");
+            for (_, keys) in sections.iter().take(3) {
+                for (_, what) in keys {
+                    assert!(text.contains(what), "{w}x{h}: {what:?} cut: {f}");
+                }
+            }
+            // The keys' lines: all but the note under them.
+            let keys_h = rows.len() - 1;
+            for (i, r) in rows[..keys_h].iter().enumerate() {
+                for t in titles.iter().chain(&["Mouse"]) {
+                    let title_at = |s: &str| s.starts_with(t) || s.contains(&format!("  {t}"));
+                    assert!(
+                        !title_at(r) || i + 2 < keys_h,
+                        "{w}x{h}: {t} with fewer than two lines under it: {f}"
+                    );
+                }
+            }
+        }
+    }
+    // At 200 columns the box is wider than 80: three columns.
+    let mut app = app_with(&FX, cfg(), 200, 60);
+    app.overlay = Some(Overlay::Help(Scroll::default()));
+    let rows = help_box(&frame(&app));
+    assert!(rows[0].chars().count() > 78, "{rows:#?}");
+    assert!(rows.len() < 20, "{rows:#?}");
+}
+
+/// Issue 46, item 14: the step diff at 80x24 on step 1 (Adam's state:
+/// 38 rows): PHASE and ROLE apart ("optimizeroptim state"); ASKED and
+/// HELD both cover all of a row's blocks (ASKED was one block's size,
+/// HELD their total), and a line says what each is; a list longer than
+/// the overlay says which rows show, as other scrolled panes do.
+#[test]
+fn item14_the_step_diff_columns_apart_and_which_rows_show() {
+    use crossterm::event::KeyCode::{Char, PageDown};
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    press(&mut app, Char('d'));
+    let now = app.selected_entry().unwrap().view.attribution.step.unwrap();
+    for _ in 1..now - 1 {
+        press(&mut app, Char('+'));
+    }
+    let f = frame(&app);
+    assert!(f.contains("born in step 1,"), "{f}");
+    assert!(!f.contains("optimizeroptim"), "{f}");
+    let row = f.lines().find(|l| l.contains("optim state")).expect(&f);
+    assert!(row.contains("optimizer optim state"), "{row}");
+    assert!(
+        f.contains("ASKED: blocks × the bytes each asked for"),
+        "{f}"
+    );
+    // A layer's two Adam states: 2 blocks of 48 MiB asked, 96 MiB held
+    // (one block's size beside their total before).
+    assert!(row.contains("2 × 48.0 MiB  96.0 MiB"), "{row}");
+    snapshot_showing("step_diff_step1_80x24", &app, "rows 1-17/38 (PgUp/PgDn)");
+    press(&mut app, PageDown);
+    assert!(frame(&app).contains("rows 18-34/38"), "{}", frame(&app));
+}
+
+/// Issue 46, item 15: By module at 80x24 covers the body to its bottom
+/// (its bottom border sat on the pane's: two bottom borders), the footer
+/// names the table's keys (it named the process view's) and the bottom
+/// border its state whole (cut: "· E┘"); a role no module holds says so
+/// (an empty table).
+#[test]
+fn item15_by_module_at_80x24_its_keys_and_an_empty_role() {
+    use crossterm::event::KeyCode::Char;
+    let mut app = process_app(&FX, "leak", 80, 24, Pane::Timeline);
+    press(&mut app, Char('M'));
+    let f = frame(&app);
+    let lines: Vec<&str> = f.lines().collect();
+    for pair in lines.windows(2) {
+        assert!(
+            !(pair[0].starts_with("\"└") && pair[1].starts_with("\"└")),
+            "two bottom borders: {f}"
+        );
+    }
+    let foot = lines[lines.len() - 1];
+    for keys in [
+        "↑↓ move",
+        "Enter map only this",
+        "o/O sort",
+        "r role",
+        "Esc close",
+    ] {
+        assert!(foot.contains(keys), "{keys}: {foot}");
+    }
+    assert!(
+        !foot.contains("Tab pane") && !foot.contains("? help"),
+        "{foot}"
+    );
+    let bottom = lines[lines.len() - 2];
+    assert!(bottom.contains(" r role: all ─"), "{bottom}");
+    insta::assert_snapshot!("by_module_80x24", f);
+    // Parameters, then buffers: none in this job.
+    press(&mut app, Char('r'));
+    press(&mut app, Char('r'));
+    let f = frame(&app);
+    assert!(f.contains("r role: buffer"), "{f}");
+    assert!(f.contains("No module holds buffer now"), "{f}");
+    // The step diff's footer names its keys too.
+    press(&mut app, Char('q'));
+    press(&mut app, Char('d'));
+    let f = frame(&app);
+    let foot = f.lines().last().unwrap();
+    assert!(
+        foot.contains("+ older step") && foot.contains("Esc close") && !foot.contains("Tab pane"),
+        "{foot}"
+    );
+}
+
+/// The text of `app`'s frame inside the pane whose title has `title`: its
+/// lines between the borders, from the title's column.
+fn pane_text(f: &str, title: &str) -> Vec<String> {
+    let lines: Vec<Vec<char>> = f.lines().map(|l| l.chars().collect()).collect();
+    let top = (lines.iter())
+        .position(|l| l.iter().collect::<String>().contains(title))
+        .expect(f);
+    let head: String = lines[top].iter().collect();
+    let x = head[..head.find(title).unwrap()].chars().count() - 2;
+    let right = (x + 1..lines[top].len())
+        .find(|&i| lines[top][i] == '┐')
+        .unwrap();
+    (lines[top + 1..].iter())
+        .take_while(|l| l[x] == '│')
+        .map(|l| l[x + 1..right].iter().collect())
+        .collect()
+}
+
+/// Issue 46, item 16: what was cut at 120x40. The block map's device line
+/// ("largest free S 1.44M L…"); a demo caption longer than the width
+/// (it goes on to a second line; at 80x24 it is cut between words, with
+/// an ellipsis); the OOM pane's advice and the events before the OOM
+/// (one or the other was out of view); the leak table's header ("since"
+/// went on to a line of its own, in `open` too).
+#[test]
+fn item16_nothing_cut_at_120x40() {
+    use crossterm::event::KeyCode::{Char, Tab};
+    let app = process_app(&FX, "leak", 120, 40, Pane::Blocks);
+    let f = frame(&app);
+    let device = f.lines().find(|l| l.contains("│cuda:0 ·")).expect(&f);
+    assert!(device.contains("largest free S 1.43M L 64.0M "), "{device}");
+    assert!(!device.contains('…'), "{device}");
+
+    let caption = "OOM: ~4.7 GiB reserved but unallocated, none of it in a free block \
+                   over 100 MiB; expandable_segments:True avoids this";
+    let status = DemoStatus {
+        scenario: "oom".into(),
+        caption: caption.into(),
+        progress: 1.0,
+        speed: 1.0,
+        paused: false,
+        runs: 1,
+        replay: false,
+        ended: false,
+    };
+    let mut app = process_app(&FX, "oom", 120, 40, Pane::Timeline);
+    app.set_demo_status(Some(status.clone()));
+    let f = frame(&app);
+    let lines: Vec<&str> = f.lines().collect();
+    let band = format!("{} {}", lines[1], lines[2]);
+    let words: Vec<&str> = band.split([' ', '"']).filter(|w| !w.is_empty()).collect();
+    let said = words.join(" ");
+    assert!(said.contains(caption), "{f}");
+    snapshot_showing("demo_caption_two_lines_120x40", &app, "avoids this");
+    let mut small = app_with(&FX, cfg(), 80, 24);
+    small.set_demo_status(Some(status));
+    let f = frame(&small);
+    let line = f.lines().nth(1).unwrap();
+    assert!(line.contains("but unallocated,… "), "{line}");
+    assert!(f.lines().nth(2).unwrap().contains("GPUs"), "one line: {f}");
+
+    // The OOM pane: the advice and the first events before the OOM.
+    let app = process_app(&FX, "oom", 120, 40, Pane::Timeline);
+    let pane = pane_text(&frame(&app), "Out of memory").join("\n");
+    assert!(pane.contains("expandable_segments:True."), "{pane}");
+    assert!(pane.contains("events before it"), "{pane}");
+    assert!(pane.contains("STEP      marker 3"), "{pane}");
+
+    // The leak table at the pane's end: its header and rows on one line.
+    let mut app = process_app(&FX, "leak", 120, 40, Pane::Timeline);
+    for _ in 0..4 {
+        press(&mut app, Tab);
+    }
+    press(&mut app, Char('G'));
+    let pane = pane_text(&frame(&app), "Leak suspected");
+    let header = pane
+        .iter()
+        .find(|l| l.contains("grow/st"))
+        .expect("the header");
+    assert!(header.trim_end().ends_with("since"), "{pane:#?}");
+    let row = pane.iter().find(|l| l.contains("16.0M")).expect("a row");
+    assert!(row.trim_end().ends_with("#0"), "{pane:#?}");
 }

@@ -37,6 +37,7 @@ pub use super::state::{
     SPANS_NS, SPEEDS,
 };
 use super::theme::Theme;
+use super::{bars, trace};
 
 mod clock;
 mod commands;
@@ -268,7 +269,7 @@ impl App {
             Some(TimelineRequest {
                 from_ns,
                 to_ns,
-                columns: layout::timeline_columns(self.size, self.caption()),
+                columns: layout::timeline_columns(self.size, self.caption_lines()),
             })
         } else {
             self.overview_timeline()
@@ -286,7 +287,7 @@ impl App {
                 // `G`: the history's end, wherever it is.
                 usize::MAX
             } else {
-                let rows = layout::pane_rows(self.size, self.caption(), Pane::Events).max(20);
+                let rows = layout::pane_rows(self.size, self.caption_lines(), Pane::Events).max(20);
                 s.offset() + 2 * rows + 64
             }
         };
@@ -342,9 +343,19 @@ impl App {
         }
     }
 
-    /// The caption band is shown: a demo's, or a snapshot file's trace.
-    pub(crate) fn caption(&self) -> bool {
-        self.demo.is_some() || self.trace.is_some()
+    /// The caption band: a demo's, or a snapshot file's trace.
+    pub(crate) fn caption(&self) -> Option<bars::Caption> {
+        let t = &self.config.theme;
+        match (&self.demo, &self.trace) {
+            (Some(d), _) => Some(bars::demo_caption(d, t)),
+            (None, Some(s)) => Some(trace::caption(s, t)),
+            (None, None) => None,
+        }
+    }
+
+    /// The lines of the caption band (none: 0).
+    pub(crate) fn caption_lines(&self) -> u16 {
+        self.caption().map_or(0, |c| c.lines(self.size))
     }
 
     pub fn set_trace(&mut self, status: Option<TraceStatus>) {
@@ -464,6 +475,18 @@ impl App {
     /// Where a key is looked up, first match wins: a modal context takes
     /// every key; otherwise a finished command's report, the global keys,
     /// then the screen's.
+    /// The keys of what is played, when something is: a snapshot file's
+    /// trace (`open FILE`) or a recording (`replay --ui`).
+    pub(crate) fn playing(&self) -> Option<Context> {
+        if self.trace.is_some() {
+            Some(Context::Trace)
+        } else if self.demo.as_ref().is_some_and(|d| d.replay) {
+            Some(Context::Replay)
+        } else {
+            None
+        }
+    }
+
     fn key_contexts(&self) -> Vec<Context> {
         if self.typing() {
             return vec![Context::Always, Context::Filter];
@@ -485,12 +508,7 @@ impl App {
         if matches!(self.action, Some(ActionState::Done(_))) {
             c.push(Context::Report);
         }
-        if self.trace.is_some() {
-            c.push(Context::Trace);
-        }
-        if self.demo.as_ref().is_some_and(|d| d.replay) {
-            c.push(Context::Replay);
-        }
+        c.extend(self.playing());
         c.push(Context::Global);
         c.push(match self.screen {
             Screen::Overview => Context::Overview,

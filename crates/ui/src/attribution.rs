@@ -85,7 +85,7 @@ impl ModulesView {
 /// The popup over `area` for the modules of `a`.
 fn popup(area: Rect, a: &Attribution) -> Rect {
     let h = (a.by_module.len() as u16).saturating_add(7).max(9);
-    super::layout::centered(area, 100.min(area.width), h)
+    super::layout::over_body(area, 100.min(area.width), h)
 }
 
 /// Rows the table shows at once over `area` (under the two lines of
@@ -166,8 +166,10 @@ pub(crate) fn render(
     let g = t.glyphs();
     let popup = popup(area, a);
     frame.render_widget(Clear, popup);
+    // The other keys are the footer's (issue 46, item 15: this line named
+    // them all, cut at 80 columns: "· E┘").
     let order = format!(
-        " o sort: {}{} · O reverse · r role: {} · j/k move · Enter: map only this · Esc ",
+        " o sort: {}{} · O reverse · r role: {} ",
         v.sort.name(),
         if v.reversed { " (reversed)" } else { "" },
         v.role.map_or("all", Role::label)
@@ -243,6 +245,12 @@ pub(crate) fn render(
         return;
     }
     let rows = sorted(a, v);
+    // One role that no module holds: said, not an empty table.
+    if let Some(role) = v.role.filter(|_| rows.is_empty()) {
+        let none = format!(" No module holds {} now (r: the next role).", role.label());
+        frame.render_widget(Paragraph::new(Line::styled(none, t.dim())), body);
+        return;
+    }
     let shown = body.height.saturating_sub(1).max(1) as usize;
     // The table scrolls to keep the row under the cursor in view.
     let cursor = v.cursor.min(rows.len().saturating_sub(1));

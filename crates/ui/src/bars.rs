@@ -9,8 +9,11 @@ use ratatui::Frame;
 use super::app::{App, Screen};
 use super::keys::{self, Context};
 use super::rows::display_name;
+use super::state::Overlay;
 use super::theme::Theme;
+use unicode_width::UnicodeWidthStr;
 use vramscope_collect::demo::DemoStatus;
+use vramscope_text::format;
 
 /// `vramscope · 3 processes · 2 GPUs › pid 42 train.py          live`
 pub(crate) fn render_header(frame: &mut Frame, area: Rect, app: &App) {
@@ -83,8 +86,60 @@ pub(crate) fn render_header(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(left)), area);
 }
 
-/// `demo leak · 2× · [####....] 45% · run 1 · caption`
-pub(crate) fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &Theme) {
+/// A caption band's line: where the demo (or a file's trace) is, then
+/// what is happening, in words.
+pub(crate) struct Caption {
+    /// `demo leak · 2x ████░░ 45% ·`
+    pub(crate) status: Vec<Span<'static>>,
+    pub(crate) text: String,
+}
+
+/// Terminals at least this tall give a caption that does not fit on one
+/// line a second one (a smaller one keeps its lines for the panes).
+const CAPTION_WRAP_ROWS: u16 = 30;
+
+impl Caption {
+    /// The lines it takes on a `size` terminal: a second one where it is
+    /// too long for one and the terminal tall enough (issue 46, item 16:
+    /// at 120x40 the demo's captions were cut).
+    pub(crate) fn lines(&self, size: Rect) -> u16 {
+        let status: usize = self.status.iter().map(Span::width).sum();
+        let fits = status + 1 + self.text.width() <= size.width as usize;
+        if fits || size.height < CAPTION_WRAP_ROWS {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// The caption over `area`: the text after the status, going on to a
+    /// second line where `area` has one; cut between words with an
+    /// ellipsis where it still does not fit.
+    pub(crate) fn render(self, frame: &mut Frame, area: Rect, t: &Theme) {
+        let ellipsis = t.glyphs().ellipsis;
+        let width = area.width as usize;
+        let status: usize = self.status.iter().map(Span::width).sum();
+        let room = width.saturating_sub(status + 1);
+        let (head, rest) = if area.height >= 2 {
+            // As much as fits, cut between words; the rest below.
+            let head = format::fit_words(&self.text, room, "");
+            let rest = self.text[head.len()..].trim_start().to_string();
+            (head, rest)
+        } else {
+            (format::fit_words(&self.text, room, ellipsis), String::new())
+        };
+        let mut first = self.status;
+        first.push(Span::raw(format!(" {head}")));
+        let second = Line::raw(format!(
+            " {}",
+            format::fit_words(&rest, width.saturating_sub(1), ellipsis)
+        ));
+        frame.render_widget(Paragraph::new(vec![Line::from(first), second]), area);
+    }
+}
+
+/// `demo leak · 2x ████░░ 45% · run 1 · caption`
+pub(crate) fn demo_caption(d: &DemoStatus, t: &Theme) -> Caption {
     let g = t.glyphs();
     let bar_w = 10usize;
     let done = ((d.progress.clamp(0.0, 1.0) * bar_w as f64).round() as usize).min(bar_w);
@@ -105,8 +160,10 @@ pub(crate) fn render_caption(frame: &mut Frame, area: Rect, d: &DemoStatus, t: &
         spans.push(Span::raw(" "));
     }
     spans.push(Span::styled(g.dot, t.dim()));
-    spans.push(Span::raw(format!(" {}", d.caption)));
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    Caption {
+        status: spans,
+        text: d.caption.clone(),
+    }
 }
 
 fn trim_speed(s: f64) -> String {
@@ -124,13 +181,18 @@ pub(crate) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         Screen::Overview => Context::Overview,
         Screen::Process => Context::Process,
     };
-    let trace = app.trace.as_ref().map(|_| Context::Trace);
-    let replay = (app.demo.as_ref()).and_then(|d| d.replay.then_some(Context::Replay));
-    let hints = keys::footer(
-        &[Some(screen), Some(Context::Global), trace, replay]
+    let contexts: Vec<Context> = match app.overlay {
+        // An overlay that takes the keys names its own (issue 46, item 15:
+        // By module's footer named the process view's).
+        Some(Overlay::Modules(_)) => vec![Context::Modules],
+        Some(Overlay::StepDiff(_)) => vec![Context::StepDiff],
+        _ => [Some(screen), Some(Context::Global), app.playing()]
             .into_iter()
             .flatten()
-            .collect::<Vec<_>>(),
+            .collect(),
+    };
+    let hints = keys::footer(
+        &contexts,
         app.config.readonly,
         app.demo.as_ref().is_some_and(|d| !d.replay),
     );
@@ -193,7 +255,7 @@ pub(crate) fn render_line(frame: &mut Frame, area: Rect, footer: &Footer, t: &Th
         ];
     } else if let Some(m) = footer.message {
         left.push(Span::styled(
-            vramscope_text::format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
+            format::fit_words(m, room.saturating_sub(1), t.glyphs().ellipsis),
             t.warn(),
         ));
     } else {

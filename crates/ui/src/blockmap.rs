@@ -634,11 +634,14 @@ fn device_line(d: &DeviceView, t: &Theme) -> Line<'static> {
     let g = t.glyphs();
     let f = &d.figures;
     let fr = &f.fragmentation;
+    // Worded as the process header ("resv 5.96G alloc 5.31G"): the line
+    // fits the map's pane at 120 columns (issue 46, item 16: "largest
+    // free S 1.44M L…").
     let mut spans = vec![
         Span::styled(format!("cuda:{}", f.device), t.header()),
         Span::styled(format!(" {} ", g.dot), t.dim()),
         Span::raw(format!(
-            "{} reserved, {} allocated",
+            "resv {} alloc {}",
             format::bytes_short(f.reserved),
             format::bytes_short(f.allocated)
         )),

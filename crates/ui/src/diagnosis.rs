@@ -354,16 +354,18 @@ fn leak_lines(v: &vramscope_core::model::ProcessView, t: &Theme, out: &mut Vec<L
         ));
         return;
     }
+    // 51 columns: the pane's 58 at 120x40 hold a row (issue 46, item 16:
+    // at 61 "since" went on to a line of its own).
     out.push(Line::styled(
         format!(
-            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8} {:>6}",
+            "{:>6} {:>6} {:>6} {:>8} {:>6} {:>7} {:>6}",
             "size", "block", "live", "grow/st", "grown", "oldest", "since"
         ),
         t.header(),
     ));
     for s in &l.top_sizes {
         out.push(Line::raw(format!(
-            "{:>10} {:>10} {:>6} {:>8} {:>7} {:>8} {:>6}",
+            "{:>6} {:>6} {:>6} {:>8} {:>6} {:>7} {:>6}",
             format::bytes_short(s.requested),
             format::bytes_short(s.block_size),
             s.live,

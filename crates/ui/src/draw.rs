@@ -24,12 +24,10 @@ use crate::{
 /// Draws the whole screen for `app`.
 pub fn draw(frame: &mut Frame, app: &App) {
     let t = &app.config.theme;
-    let areas = layout::screen(frame.area(), app.caption());
+    let areas = layout::screen(frame.area(), app.caption_lines());
     bars::render_header(frame, areas.header, app);
-    match (areas.caption, &app.demo, &app.trace) {
-        (Some(c), Some(d), _) => bars::render_caption(frame, c, d, t),
-        (Some(c), None, Some(s)) => trace::render_caption(frame, c, s, t),
-        _ => {}
+    if let (Some(area), Some(c)) = (areas.caption, app.caption()) {
+        c.render(frame, area, t);
     }
     match app.screen {
         Screen::Overview => overview::render(
@@ -50,7 +48,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         (Some(Overlay::Help(scroll)), _) => help::render(
             frame,
             frame.area(),
-            (app.config.readonly, app.trace.is_some()),
+            (app.config.readonly, app.playing()),
             scroll,
             t,
         ),

@@ -353,27 +353,37 @@ pub const KEYS: &[Binding] = &[
     bind(Legend, &[k(PageDown)], A::Scroll(Move::PageDown)),
     bind(Legend, &[k(Home), c('g')], A::Scroll(Move::Home)),
     bind(Legend, &[k(End), c('G')], A::Scroll(Move::End)),
-    // The "By module" overlay (other keys are ignored).
-    bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules),
-    bind(Modules, &[c('o')], A::ModulesSort),
+    // The "By module" overlay (other keys are ignored; the footer names
+    // its keys while it is up: issue 46, item 15).
+    bind(Modules, &[k(Esc), c('M'), c('q')], A::CloseModules)
+        .hint("Esc", "close", 46)
+        .pinned(),
+    bind(Modules, &[c('o')], A::ModulesSort).hint("o/O", "sort", 3),
     bind(Modules, &[c('O')], A::ModulesReverse),
-    bind(Modules, &[c('r')], A::ModulesRole),
-    bind(Modules, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(Modules, &[c('r')], A::ModulesRole).hint("r", "role", 4),
+    bind(Modules, &[k(Up), c('k')], A::Scroll(Move::Up)).hint("↑↓", "move", 1),
     bind(Modules, &[k(Down), c('j')], A::Scroll(Move::Down)),
     bind(Modules, &[k(PageUp)], A::Scroll(Move::PageUp)),
     bind(Modules, &[k(PageDown)], A::Scroll(Move::PageDown)),
     bind(Modules, &[k(Home), c('g')], A::Scroll(Move::Home)),
     bind(Modules, &[k(End), c('G')], A::Scroll(Move::End)),
-    bind(Modules, &[k(Enter)], A::ModulesOnly),
-    bind(Modules, &[c(' ')], A::PauseSim),
-    // The step diff overlay (other keys are ignored).
-    bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff),
+    bind(Modules, &[k(Enter)], A::ModulesOnly).hint("Enter", "map only this", 2),
+    bind(Modules, &[c(' ')], A::PauseSim)
+        .hint("space", "pause sim", 5)
+        .shown(Shown::Demo),
+    // The step diff overlay (other keys are ignored; the footer names its
+    // keys).
+    bind(StepDiff, &[k(Esc), c('d'), c('q')], A::CloseStepDiff)
+        .hint("Esc", "close", 46)
+        .pinned(),
     // Space pauses the demo's simulation under the overlays that do not
     // take it (issue 46, item 2).
-    bind(StepDiff, &[c(' ')], A::PauseSim),
-    bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder),
-    bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer),
-    bind(StepDiff, &[k(Up), c('k')], A::Scroll(Move::Up)),
+    bind(StepDiff, &[c(' ')], A::PauseSim)
+        .hint("space", "pause sim", 5)
+        .shown(Shown::Demo),
+    bind(StepDiff, &[c('+'), c('='), k(Left)], A::StepDiffOlder).hint("+", "older step", 1),
+    bind(StepDiff, &[c('-'), c('_'), k(Right)], A::StepDiffNewer).hint("-", "newer", 2),
+    bind(StepDiff, &[k(Up), c('k')], A::Scroll(Move::Up)).hint("j/k", "scroll", 3),
     bind(StepDiff, &[k(Down), c('j')], A::Scroll(Move::Down)),
     bind(StepDiff, &[k(PageUp)], A::Scroll(Move::PageUp)),
     bind(StepDiff, &[k(PageDown)], A::Scroll(Move::PageDown)),
@@ -399,10 +409,10 @@ pub const KEYS: &[Binding] = &[
     bind(Trace, &[c('[')], A::TraceStep(-1)),
     bind(Trace, &[c('}')], A::TraceStep(100)).help("{ }", "100 events back / forward"),
     bind(Trace, &[c('{')], A::TraceStep(-100)),
-    bind(Trace, &[k(Home)], A::TraceFirst).help("Home End", "first event / the file's state"),
+    bind(Trace, &[k(Home)], A::TraceFirst).help("Home End", "first / last event"),
     bind(Trace, &[k(End)], A::TraceLast),
     bind(Trace, &[c('t')], A::TraceStacks)
-        .help("t", "stacks of the event and its block")
+        .help("t", "stacks of event and block")
         .hint("t", "stacks", 0),
     // A recording played back (before Global: its [ ] are not the
     // demo's speed, and before the screens: Home End are its own).
@@ -481,12 +491,12 @@ pub const KEYS: &[Binding] = &[
         .help("Esc Bksp", "back to the overview")
         .hint("Esc", "back", 1),
     bind(Process, &[c('M')], A::Modules)
-        .help("M", "bytes by module, phase & role")
+        .help("M", "bytes: module/phase/role")
         .hint("M", "modules", 9),
     bind(Process, &[c('c')], A::BlockColouring)
-        .help("c", "colour map by module/phase/role")
+        .help("c", "colour: module/phase/role")
         .hint("c", "colour", 7),
-    bind(Process, &[c('v')], A::BlockOnly).help("v", "map: only one module/phase"),
+    bind(Process, &[c('v')], A::BlockOnly).help("v", "map only one module/phase"),
     bind(Process, &[c('n')], A::BlockNext)
         .help("n  N", "select next / prev block")
         .hint("n/N", "block", 8),

@@ -60,17 +60,19 @@ pub struct Areas {
     pub(crate) footer: Rect,
 }
 
-pub fn screen(area: Rect, demo: bool) -> Areas {
-    let [header, caption, body, footer] = Layout::vertical([
+/// The bands of a terminal of `area`, with a caption band of `caption`
+/// lines (none: 0).
+pub fn screen(area: Rect, caption: u16) -> Areas {
+    let [header, caption_band, body, footer] = Layout::vertical([
         Constraint::Length(1),
-        Constraint::Length(u16::from(demo)),
+        Constraint::Length(caption),
         Constraint::Min(0),
         Constraint::Length(1),
     ])
     .areas(area);
     Areas {
         header,
-        caption: demo.then_some(caption),
+        caption: (caption > 0).then_some(caption_band),
         body,
         footer,
     }
@@ -131,8 +133,8 @@ pub(crate) fn overview(body: Rect, machine: &Machine, rows: usize) -> OverviewAr
 
 /// The table's data rows (inside the border, below the header row) on a
 /// terminal of `size`, with `rows` processes.
-pub(crate) fn table_body(size: Rect, demo: bool, machine: &Machine, rows: usize) -> Rect {
-    let table = overview(screen(size, demo).body, machine, rows).table;
+pub(crate) fn table_body(size: Rect, caption: u16, machine: &Machine, rows: usize) -> Rect {
+    let table = overview(screen(size, caption).body, machine, rows).table;
     Rect {
         x: table.x + 1,
         y: table.y + 2,
@@ -171,10 +173,13 @@ pub fn process(size: Rect, pane: Pane, body: Rect) -> ProcessAreas {
             Pane::Diagnosis => a.diagnosis = Some(area),
         }
     } else {
+        // The bottom row keeps 10 lines inside its panes: at 120x40 an
+        // OOM's advice and the first events before it (issue 46, item 16:
+        // with 7, one or the other was cut off).
         let [timeline, middle, bottom] = Layout::vertical([
             Constraint::Percentage(34),
             Constraint::Percentage(40),
-            Constraint::Min(6),
+            Constraint::Min(12),
         ])
         .areas(rest);
         let [blocks, stats] =
@@ -206,8 +211,8 @@ pub(crate) fn plot_area(area: Rect) -> Rect {
 }
 
 /// Columns to ask the model for: one per plot cell.
-pub(crate) fn timeline_columns(size: Rect, demo: bool) -> usize {
-    let body = screen(size, demo).body;
+pub(crate) fn timeline_columns(size: Rect, caption: u16) -> usize {
+    let body = screen(size, caption).body;
     let a = process(size, Pane::Timeline, body);
     a.timeline
         .map_or(60, |t| plot_area(t).width as usize)
@@ -216,8 +221,8 @@ pub(crate) fn timeline_columns(size: Rect, demo: bool) -> usize {
 
 /// The inside of `pane` (border removed, and a header row where it has
 /// one); empty when it is not shown.
-pub(crate) fn pane_inner(size: Rect, demo: bool, pane: Pane) -> Rect {
-    let a = process(size, pane, screen(size, demo).body);
+pub(crate) fn pane_inner(size: Rect, caption: u16, pane: Pane) -> Rect {
+    let a = process(size, pane, screen(size, caption).body);
     let (r, header) = match pane {
         Pane::Blocks => (a.blocks, 0),
         Pane::Events => (a.events, 0),
@@ -235,8 +240,22 @@ pub(crate) fn pane_inner(size: Rect, demo: bool, pane: Pane) -> Rect {
 
 /// Rows `pane` shows at once (inside its border, below a header row where
 /// it has one); 0 when it is not shown.
-pub fn pane_rows(size: Rect, demo: bool, pane: Pane) -> usize {
-    pane_inner(size, demo, pane).height as usize
+pub fn pane_rows(size: Rect, caption: u16, pane: Pane) -> usize {
+    pane_inner(size, caption, pane).height as usize
+}
+
+/// A `w`×`h` box centred over the screen's `body` (the process view's
+/// overlays), as [`centered`]; but one that would leave a line or two of
+/// the body takes all of its height: those lines would show only the
+/// borders of the panes under it, beside its own (issue 46, item 15: a
+/// double bottom border under By module at 80x24).
+pub(super) fn over_body(body: Rect, w: u16, h: u16) -> Rect {
+    let h = if h.saturating_add(2) >= body.height {
+        body.height
+    } else {
+        h
+    };
+    centered(body, w, h)
 }
 
 /// A `w`×`h` box centred in `area`, cut to fit it (an overlay on a tiny

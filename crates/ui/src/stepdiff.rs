@@ -11,7 +11,7 @@ use ratatui::Frame;
 use super::blockmap::module_label;
 use super::scroll::Scroll;
 use super::theme::Theme;
-use vramscope_core::model::stepdiff::{step_diff, DiffRow};
+use vramscope_core::model::stepdiff::{step_diff, DiffRow, StepDiff};
 use vramscope_core::model::ProcessView;
 use vramscope_text::format;
 
@@ -49,11 +49,11 @@ impl StepDiffView {
 /// The popup over `area` for `rows` rows.
 fn popup(area: Rect, rows: usize) -> Rect {
     let h = (rows as u16).saturating_mul(2).saturating_add(6).max(9);
-    super::layout::centered(area, 100.min(area.width), h)
+    super::layout::over_body(area, 100.min(area.width), h)
 }
 
-/// Lines of the table's rows in the popup `popup` (under the heading, a
-/// gap and the table's header).
+/// Lines of the table's rows in the popup `popup` (under the total, the
+/// line that says what the figures are, and the table's header).
 fn table_lines(popup: Rect) -> usize {
     (popup.height as usize).saturating_sub(2 + 2 + 1)
 }
@@ -90,7 +90,6 @@ pub(crate) fn render(
     v: &StepDiffView,
     t: &Theme,
 ) {
-    let g = t.glyphs();
     let now = view.attribution.step;
     let born = now.and_then(|s| s.checked_sub(v.back));
     let diff = born.map(|k| step_diff(view, k));
@@ -104,28 +103,40 @@ pub(crate) fn render(
         ),
         _ => " Step diff ".to_string(),
     };
-    let block = t
-        .block(Span::styled(title, t.title()))
-        .title_bottom(Line::styled(
-            " + older step · - newer · j/k scroll · Esc closes ",
-            t.dim(),
-        ));
+    let block = t.block(Span::styled(title, t.title()));
     let inner = block.inner(popup);
-    frame.render_widget(block, popup);
-    if inner.height < 2 {
-        return;
-    }
-    let width = inner.width as usize;
-    let (Some(d), Some(k)) = (diff, born) else {
-        let why = match now {
-            None => {
-                " No step seen yet: the diff needs step boundaries (markers or optimizer steps)."
-            }
-            Some(_) => " Step 0: no earlier step to compare.",
-        };
-        frame.render_widget(Paragraph::new(Line::styled(why, t.dim())), inner);
-        return;
+    let (lines, hint) = match (&diff, born) {
+        (Some(d), Some(k)) => table(view, d, k, (v.scroll, popup, inner.width), t),
+        _ => {
+            let why = match now {
+                None => " No step seen yet: the diff needs step boundaries (markers or optimizer steps).",
+                Some(_) => " Step 0: no earlier step to compare.",
+            };
+            (vec![Line::styled(why, t.dim())], None)
+        }
     };
+    // Its keys are the footer's (issue 46, item 15).
+    let block = match hint {
+        Some(hint) => block.title_bottom(Line::from(vec![Span::raw(" "), hint])),
+        None => block,
+    };
+    frame.render_widget(block, popup);
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The overlay's lines for `d`, born in step `k`, `width` wide, scrolled
+/// to `scroll` in `popup`: the total, what the figures are, the table's
+/// header and the rows shown (each with its code location under it where
+/// a stack was captured); and which rows show, where not all do.
+fn table(
+    view: &ProcessView,
+    d: &StepDiff,
+    k: u64,
+    (scroll, popup, width): (Scroll, Rect, u16),
+    t: &Theme,
+) -> (Vec<Line<'static>>, Option<Span<'static>>) {
+    let g = t.glyphs();
+    let width = width as usize;
     let head = if view.attribution.tagged() {
         Line::from(vec![
             Span::raw(format!(
@@ -141,41 +152,43 @@ pub(crate) fn render(
             t.warn(),
         )
     };
-    frame.render_widget(
-        Paragraph::new(crate::fit::fit_line(head, width, g.ellipsis)),
-        Rect { height: 1, ..inner },
-    );
-    if d.rows.is_empty() || inner.height < 4 {
-        return;
+    let mut lines = vec![crate::fit::fit_line(head, width, g.ellipsis)];
+    if d.rows.is_empty() {
+        return (lines, None);
     }
-    let body = Rect {
-        y: inner.y + 2,
-        height: inner.height - 2,
-        ..inner
-    };
-    // A row, and under it its code location where a stack was captured.
-    let module_w = width.saturating_sub(9 + 12 + 10 + 7 + 11 + 1).max(8);
-    let row = |m: &str, phase: &str, role: &str, size: &str, blocks: &str, bytes: &str| {
+    // What the two figures are (issue 46, item 14: ASKED was one block's
+    // size, HELD all the row's blocks).
+    let what = Line::styled(
+        " ASKED: blocks × the bytes each asked for · HELD: the bytes they hold in all",
+        t.dim(),
+    );
+    lines.push(crate::fit::fit_line(what, width, g.ellipsis));
+    let module_w = width
+        .saturating_sub(1 + PHASE_W + ROLE_W + ASKED_W + HELD_W)
+        .max(8);
+    let row = |m: &str, phase: &str, role: &str, asked: &str, held: &str| {
         let m = crate::fit::fit_line(Line::raw(m.to_string()), module_w, g.ellipsis).to_string();
-        format!(" {m:<module_w$}{phase:<9}{role:<12}{size:>10}{blocks:>7}{bytes:>11}")
+        format!(" {m:<module_w$}{phase:<PHASE_W$}{role:<ROLE_W$}{asked:>ASKED_W$}{held:>HELD_W$}")
     };
-    let mut lines = vec![Line::styled(
-        // What each allocation asked for, and what its blocks hold (the
-        // allocator rounds up: issue 30, item 8, "SIZE 4 B … BYTES 512 B").
-        row("MODULE", "PHASE", "ROLE", "ASKED", "BLOCKS", "HELD"),
+    lines.push(Line::styled(
+        row("MODULE", "PHASE", "ROLE", "ASKED", "HELD"),
         t.header(),
-    )];
-    let shown = (v.scroll).fit(rows, last_page(&d.rows, table_lines(popup)));
+    ));
+    let lines_h = table_lines(popup);
+    let shown = scroll.fit(d.rows.len(), last_page(&d.rows, lines_h));
+    let mut used = 0;
+    let mut drawn = 0;
     for r in d.rows.iter().skip(shown.offset()) {
-        if lines.len() >= body.height as usize {
+        used += 1 + usize::from(!r.stack.is_empty());
+        if used > lines_h && drawn > 0 {
             break;
         }
+        let asked = format!("{} × {}", format::count(r.blocks), format::bytes(r.size));
         lines.push(Line::raw(row(
             module_label(&r.module),
             r.phase.name(),
             r.role.label(),
-            &format::bytes_short(r.size),
-            &format::count(r.blocks),
+            &asked,
             &format::bytes(r.bytes),
         )));
         if !r.stack.is_empty() {
@@ -186,10 +199,21 @@ pub(crate) fn render(
                 g.ellipsis,
             ));
         }
+        drawn += 1;
     }
-    lines.truncate(body.height as usize);
-    frame.render_widget(Paragraph::new(lines), body);
+    // Which rows show, as every scrolled pane says it.
+    let mut rows_shown = Scroll::new(d.rows.len(), drawn);
+    rows_shown.to(shown.offset());
+    (lines, rows_shown.hint("rows", t))
 }
+
+/// The table's columns after the module: its phase ("optimizer" and a
+/// space), role ("optim state" and a space), what the blocks asked for
+/// ("1,024 × 16.0 MiB") and what they hold.
+const PHASE_W: usize = 10;
+const ROLE_W: usize = 12;
+const ASKED_W: usize = 16;
+const HELD_W: usize = 10;
 
 #[cfg(test)]
 mod tests {

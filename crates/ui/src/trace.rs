@@ -12,11 +12,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
+use super::bars::Caption;
 use super::theme::Theme;
 use vramscope_collect::trace::TraceStatus;
 
 /// The caption band: the file, how far into its trace, the event.
-pub(crate) fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: &Theme) {
+pub(crate) fn caption(s: &TraceStatus, t: &Theme) -> Caption {
     let g = t.glyphs();
     let bar_w = 10usize;
     let share = if s.total == 0 {
@@ -30,7 +31,7 @@ pub(crate) fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: 
     } else {
         format!(" event {} of {} ", s.at, s.total)
     };
-    let spans = vec![
+    let status = vec![
         Span::styled(format!(" file {} ", s.file), t.header()),
         Span::styled(g.dot, t.dim()),
         Span::raw(" "),
@@ -38,9 +39,11 @@ pub(crate) fn render_caption(frame: &mut Frame, area: Rect, s: &TraceStatus, t: 
         Span::styled(g.bar_empty.repeat(bar_w - done), t.dim()),
         Span::styled(position, t.key()),
         Span::styled(g.dot, t.dim()),
-        Span::raw(format!(" {}", s.event)),
     ];
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    Caption {
+        status,
+        text: s.event.clone(),
+    }
 }
 
 /// The stack overlay: each section's title, then its frames, innermost

@@ -68,7 +68,7 @@ impl App {
     /// step diff scroll (within their lines, as drawn now); By module and
     /// the advisor move their selected row.
     pub(super) fn overlay_scroll(&mut self, m: Move) {
-        let body = layout::screen(self.size, self.caption()).body;
+        let body = layout::screen(self.size, self.caption_lines()).body;
         let moved = |s: Scroll, (len, height): (usize, usize)| {
             let mut s = s.fit(len, height);
             s.go(m);
@@ -78,7 +78,7 @@ impl App {
             // Both over the whole frame.
             Some(Overlay::Help(s)) => Some(Overlay::Help(moved(
                 s,
-                help::extent(self.size, self.trace.is_some()),
+                help::extent(self.size, self.playing()),
             ))),
             Some(Overlay::Legend(s)) => {
                 let lines = legend::lines(&self.config.theme).len();

@@ -19,7 +19,7 @@ impl App {
     /// The overview table's data rows (for clicks).
     pub fn table_body(&self) -> Rect {
         let rows = self.rows().len();
-        layout::table_body(self.size, self.caption(), &self.snap.machine, rows)
+        layout::table_body(self.size, self.caption_lines(), &self.snap.machine, rows)
     }
 
     /// Data rows the overview table shows at once.
@@ -34,7 +34,7 @@ impl App {
     /// the last [`history::WINDOW_NS`], one column per plot cell.
     pub(super) fn overview_timeline(&self) -> Option<TimelineRequest> {
         let rows = self.rows().len();
-        let body = layout::screen(self.size, self.caption()).body;
+        let body = layout::screen(self.size, self.caption_lines()).body;
         let band = layout::overview(body, &self.snap.machine, rows).history;
         let spark = self.columns().cols().any(|c| c == Col::History);
         if band.is_none() && !spark {

@@ -144,7 +144,7 @@ impl App {
     /// `pane`'s lines (rows, events) and the lines it shows at once, as
     /// drawn now: where its scrolling stops.
     pub(super) fn pane_extent(&self, pane: Pane) -> (usize, usize) {
-        let (size, caption) = (self.size, self.caption());
+        let (size, caption) = (self.size, self.caption_lines());
         let height = layout::pane_rows(size, caption, pane);
         let Some(e) = self.selected_entry() else {
             return (0, height);
@@ -307,7 +307,7 @@ impl App {
         self.process.selected_block = Some(addr);
         self.process.pane = Pane::Blocks;
         // The row in view, a third of the way down.
-        let page = layout::pane_rows(self.size, self.caption(), Pane::Blocks).max(1);
+        let page = layout::pane_rows(self.size, self.caption_lines(), Pane::Blocks).max(1);
         let (len, shown) = self.pane_extent(Pane::Blocks);
         let s = &mut self.process.block_scroll;
         *s = s.fit(len, shown);
@@ -321,7 +321,7 @@ impl App {
         let Some(e) = self.selected_entry() else {
             return;
         };
-        let body = layout::screen(self.size, self.caption()).body;
+        let body = layout::screen(self.size, self.caption_lines()).body;
         let Some(area) = layout::process(self.size, self.process.pane, body).blocks else {
             return;
         };
