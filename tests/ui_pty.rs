@@ -503,3 +503,79 @@ fn s_writes_where_the_environment_or_the_settings_file_say() {
     assert!(text.contains("screenshot failed"), "{text}");
     assert!(!gone.exists() && !written(cwd.path()));
 }
+
+/// Issue 46, item 1: `replay --ui` has playback controls, as a user sees
+/// them on the caption: space pauses the playback (the input stays put)
+/// and plays it again, `]` goes a step on and `[` a step back, End to the
+/// end and Home to the start, `>` plays faster.
+#[test]
+fn replay_ui_pauses_seeks_by_step_and_changes_speed() {
+    let rec = common::recording(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/diff"),
+        "gpt2-b8",
+    );
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_vramscope"));
+    cmd.arg("replay");
+    cmd.arg(rec.path());
+    cmd.args(["--ui", "--speed", "2", "--no-mouse"]);
+    let common::Pty {
+        mut child,
+        keys: mut keyboard,
+        output,
+        master: _master,
+    } = common::in_pty(cmd, 40, 160);
+    let screen = || {
+        let out = output.lock().unwrap().clone();
+        common::screen(&out, 40, 160).screen().contents()
+    };
+    // The caption's figure after `word` ("step 3 of" → 3).
+    let after = |s: &str, word: &str| -> Option<u64> {
+        let at = s.find(word)? + word.len();
+        s[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .find(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    let wait = |what: &dyn Fn(&str) -> bool| -> String {
+        let start = Instant::now();
+        loop {
+            let s = screen();
+            if what(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut press = |keys: &[u8]| {
+        keyboard.write_all(keys).unwrap();
+        keyboard.flush().unwrap();
+    };
+    let s = wait(&|s| after(s, "step ").is_some_and(|n| n >= 1));
+    assert!(s.contains(" 2x "), "{s}");
+    press(b" ");
+    let s = wait(&|s| s.contains("PAUSED"));
+    let input = after(&s, "input ").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(after(&screen(), "input "), Some(input), "paused");
+    let step = after(&s, "step ").unwrap();
+    press(b"]");
+    let s = wait(&|s| after(s, "step ") == Some(step + 1));
+    assert!(s.contains("PAUSED"), "a seek keeps it paused: {s}");
+    press(b"]");
+    wait(&|s| after(s, "step ") == Some(step + 2));
+    press(b"[");
+    wait(&|s| after(s, "step ") == Some(step + 1));
+    press(b"\x1b[F"); // End
+    wait(&|s| s.contains("END of the recording"));
+    press(b"\x1b[H"); // Home
+    wait(&|s| after(s, "step ") == Some(0) && after(s, "input ") == Some(0));
+    press(b">");
+    wait(&|s| s.contains(" 4x "));
+    press(b" ");
+    wait(&|s| !s.contains("PAUSED") && after(s, "input ").is_some_and(|n| n > 0));
+    press(b"q");
+    let status = common::exit_within(child.as_mut(), Duration::from_secs(10));
+    assert!(status.as_ref().is_some_and(|s| s.success()), "{status:?}");
+}

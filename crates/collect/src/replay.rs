@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use vramscope_core::input::Input;
 use vramscope_core::recording::{retime, RecordingError, Replayer};
 use vramscope_wire::ring::monotonic_ns;
 
@@ -34,6 +35,10 @@ pub enum Pace {
 
 /// The longest wall-clock wait between two inputs of a paced playback.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// A controlled playback waits for an input at most this long before it
+/// looks at its control again.
+const CONTROL_SLICE: Duration = Duration::from_millis(20);
 
 /// What a playback got through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,13 +161,16 @@ pub(crate) async fn play_with(
     // as if played up to `clock`.
     let mut seeking: Option<(Seek, u64)> = None;
     let mut held = false;
+    // The next input, read and not yet applied (its time not come, or held
+    // by a pause).
+    let mut next: Option<(u64, Input)> = None;
     loop {
         if let (Some(c), Some(_)) = (control, speed) {
             if let Some(to) = c.take_seek() {
                 if to.inputs < played.inputs {
                     hub.restart();
                     reader = reader.again()?;
-                    (first, played, cut, latest) = (None, Played::default(), 0, 0);
+                    (first, played, cut, latest, next) = (None, Played::default(), 0, 0, None);
                 }
                 seeking = Some((to, monotonic_ns()));
             }
@@ -173,25 +181,28 @@ pub(crate) async fn play_with(
             }
             if c.paused() && seeking.is_none() {
                 held = true;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(CONTROL_SLICE).await;
                 continue;
             }
             if std::mem::take(&mut held) {
                 anchor = Anchor::now(latest);
             }
         }
-        // The seek landed: played on from here, from now.
+        // The seek landed: played on from here, from now (paused, it stays).
         if seeking.is_some_and(|(to, _)| played.inputs >= to.inputs) {
             seeking = None;
             anchor = Anchor::now(latest);
             progress.inputs.store(played.inputs, Relaxed);
             hub.changed();
-            // Paused, it stays here.
             continue;
         }
-        let Some((t, mut input)) = reader.next_input()? else {
+        if next.is_none() {
+            next = reader.next_input()?;
+        }
+        let Some((t, _)) = next.as_ref() else {
             break;
         };
+        let t = *t;
         // Played as fast as it is read: the live advisor, when it runs,
         // is waited for rather than left behind.
         if speed.is_none() {
@@ -215,9 +226,23 @@ pub(crate) async fn play_with(
             // Every wait is at most MAX_WAIT, so this is always a time the
             // clock can say; were it not, the input is applied at once.
             if let Some(due) = anchor.wall.checked_add(after) {
-                tokio::time::sleep_until(due).await;
+                let now = Instant::now();
+                if due > now {
+                    // Controlled: waited in slices, so a pause or a seek
+                    // is heard before the input is applied.
+                    match control {
+                        Some(_) => tokio::time::sleep(CONTROL_SLICE.min(due - now)).await,
+                        None => tokio::time::sleep_until(due).await,
+                    }
+                    if control.is_some() {
+                        continue;
+                    }
+                }
             }
         }
+        let Some((_, mut input)) = next.take() else {
+            break;
+        };
         latest = latest.max(since);
         played.last_ns = t;
         if let (Pace::Live(_), Some(speed)) = (pace, speed) {
