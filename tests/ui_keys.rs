@@ -956,3 +956,33 @@ fn item3_by_module_moves_its_cursor_with_the_scroll_keys() {
     assert!(page != first && page != one, "PgDn moves a page of rows");
     assert_eq!(module_at(&[PageDown; 20]), last);
 }
+
+/// Issue 46, item 24: the By module cursor follows the module, not the
+/// row: when the rows reorder (live, or a new sort), Enter takes the
+/// module that was highlighted, wherever its row went.
+#[test]
+fn item24_by_module_selection_follows_the_module_when_rows_reorder() {
+    let module_after = |keys: &[char]| {
+        let mut a = app_with(&FX, cfg(false), 100, 30);
+        a.overview.selected = FX.key_of("leak");
+        a.open();
+        refresh(&mut a, &FX);
+        a.handle(ch('M'));
+        for k in keys {
+            a.handle(ch(*k));
+        }
+        a.handle(key(KeyCode::Enter));
+        a.process.only.clone()
+    };
+    // The third row by bytes, Enter at once and after the rows were
+    // sorted by name (the cursor's row then holds another module).
+    let picked = module_after(&['j', 'j']);
+    assert!(picked.is_some());
+    assert_ne!(
+        module_after(&['o', 'j', 'j']),
+        picked,
+        "the rows did reorder"
+    );
+    assert_eq!(module_after(&['j', 'j', 'o']), picked);
+    assert_eq!(module_after(&['j', 'j', 'o', 'O']), picked);
+}

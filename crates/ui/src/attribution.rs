@@ -50,10 +50,23 @@ pub struct ModulesView {
     pub(crate) sort: SortBy,
     /// Smallest first (bytes, blocks) or Z first (module).
     pub(crate) reversed: bool,
-    /// The row under the cursor (Enter filters the block map to it).
+    /// The row under the cursor (Enter filters the block map to it), as it
+    /// was last placed.
     pub(crate) cursor: usize,
+    /// The module under the cursor (a hash of its path), followed when the
+    /// rows reorder live (issue 46, item 24: Enter took the module now at
+    /// the cursor's row, not the one highlighted before).
+    pub(crate) selected: Option<u64>,
     /// Only this role's bytes (None: all roles).
     pub(crate) role: Option<Role>,
+}
+
+/// The hash a selected module is followed by (a view is `Copy`).
+fn module_hash(module: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    module.hash(&mut h);
+    h.finish()
 }
 
 impl ModulesView {
@@ -74,11 +87,22 @@ impl ModulesView {
                 .and_then(|i| all.get(i + 1).copied()),
         };
         self.cursor = 0;
+        self.selected = None;
     }
-    /// The cursor moved by a scroll key, within the `rows` rows of a table
-    /// showing `shown` at once.
-    pub(crate) fn go(&mut self, m: Move, rows: usize, shown: usize) {
-        self.cursor = Scroll::new(rows, shown).cursor_after(self.cursor, m);
+    /// The row of `rows` under the cursor: the selected module's, wherever
+    /// it is now; else the row the cursor was on.
+    pub(crate) fn cursor_in(&self, rows: &[TableRow]) -> usize {
+        let at = |h: u64| rows.iter().position(|r| module_hash(r.module) == h);
+        (self.selected.and_then(at))
+            .unwrap_or(self.cursor)
+            .min(rows.len().saturating_sub(1))
+    }
+    /// The cursor moved by a scroll key, within `rows`, a table showing
+    /// `shown` at once; it selects the module it lands on.
+    pub(crate) fn go(&mut self, m: Move, rows: &[TableRow], shown: usize) {
+        let from = self.cursor_in(rows);
+        self.cursor = Scroll::new(rows.len(), shown).cursor_after(from, m);
+        self.selected = rows.get(self.cursor).map(|r| module_hash(r.module));
     }
 }
 
@@ -253,7 +277,7 @@ pub(crate) fn render(
     }
     let shown = body.height.saturating_sub(1).max(1) as usize;
     // The table scrolls to keep the row under the cursor in view.
-    let cursor = v.cursor.min(rows.len().saturating_sub(1));
+    let cursor = v.cursor_in(&rows);
     let scroll = Scroll::new(rows.len(), shown).reveal(cursor).offset();
     let module_w = width.saturating_sub(8 + 10 + 8 + 6 + 14 + 2).max(8);
     // The letter the block map (coloured by module) draws each module with.

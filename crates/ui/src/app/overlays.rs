@@ -91,14 +91,14 @@ impl App {
                 Some(Overlay::StepDiff(d))
             }
             Some(Overlay::Modules(mut v)) => {
-                let (rows, shown) = self.selected_entry().map_or((0, 1), |e| {
+                if let Some(e) = self.selected_entry() {
                     let a = &e.view.attribution;
-                    (
-                        attribution::sorted(a, &v).len(),
+                    v.go(
+                        m,
+                        &attribution::sorted(a, &v),
                         attribution::rows_shown(body, a),
-                    )
-                });
-                v.go(m, rows, shown);
+                    );
+                }
                 Some(Overlay::Modules(v))
             }
             Some(Overlay::Advisor(mut v)) if matches!(m, Move::Up | Move::Down) => {
@@ -172,8 +172,7 @@ impl App {
                 return None;
             };
             let rows = attribution::sorted(&e.view.attribution, &m);
-            rows.get(m.cursor.min(rows.len().saturating_sub(1)))
-                .map(|r| r.module.to_string())
+            rows.get(m.cursor_in(&rows)).map(|r| r.module.to_string())
         });
         if let Some(module) = module {
             self.overlay = None;
