@@ -134,8 +134,7 @@ impl vramscope_ui::DemoHandle for ReplayStatus {
             )
         } else {
             format!(
-                "{}at {} of {} recorded, {step}input {inputs} of {}",
-                if paused { "PAUSED " } else { "" },
+                "at {} of {} recorded, {step}input {inputs} of {}",
                 span(at),
                 span(self.total_ns),
                 self.total_inputs

@@ -37,7 +37,7 @@ pub use super::state::{
     SPANS_NS, SPEEDS,
 };
 use super::theme::Theme;
-use super::{bars, trace};
+use super::{caption, trace};
 
 mod clock;
 mod commands;
@@ -94,7 +94,7 @@ pub enum Effect {
     DemoSpeed(f64),
     DemoTogglePause,
     /// Go elsewhere in the recording played back.
-    ReplaySeek(crate::driver::ReplaySeek),
+    ReplaySeek(crate::keys::ReplaySeek),
     /// Rebuild the state at this event of the snapshot file's trace
     /// ([`super::Driver::seek`]); the answer goes to [`App::set_trace`].
     Seek(usize),
@@ -344,10 +344,10 @@ impl App {
     }
 
     /// The caption band: a demo's, or a snapshot file's trace.
-    pub(crate) fn caption(&self) -> Option<bars::Caption> {
+    pub(crate) fn caption(&self) -> Option<caption::Caption> {
         let t = &self.config.theme;
         match (&self.demo, &self.trace) {
-            (Some(d), _) => Some(bars::demo_caption(d, t)),
+            (Some(d), _) => Some(caption::demo_caption(d, t)),
             (None, Some(s)) => Some(trace::caption(s, t)),
             (None, None) => None,
         }

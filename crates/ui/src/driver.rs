@@ -185,17 +185,7 @@ pub trait DemoHandle: Send + Sync {
     fn toggle_pause(&self);
     /// A recording played back: go to another place in it (a demo's
     /// simulation cannot).
-    fn seek(&self, _to: ReplaySeek) {}
-}
-
-/// Where `replay --ui` goes: a step back or on (a step's start: its
-/// `vramscope.mark()` or optimizer step), or the recording's start or end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ReplaySeek {
-    PrevStep,
-    NextStep,
-    Start,
-    End,
+    fn seek(&self, _to: crate::keys::ReplaySeek) {}
 }
 
 impl DemoHandle for DemoControl {

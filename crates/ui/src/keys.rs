@@ -16,6 +16,16 @@ use serde::{Deserialize, Serialize};
 use super::scroll::Move;
 use super::state::Pane;
 
+/// Where `replay --ui` goes: a step back or on (a step's start: its
+/// `vramscope.mark()` or optimizer step), or the recording's start or end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplaySeek {
+    PrevStep,
+    NextStep,
+    Start,
+    End,
+}
+
 /// What a key asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Action {
@@ -103,7 +113,7 @@ pub(crate) enum Action {
     StepDiffOlder,
     StepDiffNewer,
     /// A recording played back (`replay --ui`): go there in it.
-    ReplaySeek(crate::driver::ReplaySeek),
+    ReplaySeek(ReplaySeek),
     /// A snapshot file's trace: this many events forward (back if negative).
     TraceStep(i32),
     /// Before the trace's first event.
@@ -313,7 +323,6 @@ impl Binding {
     }
 }
 
-use crate::driver::ReplaySeek as Seek;
 use Action as A;
 use Context::{
     Advisor, Always, Confirm, Filter, Fit, Fleet, FleetList, FleetNode, Global, Help, Legend,
@@ -322,6 +331,7 @@ use Context::{
 use KeyCode::{
     BackTab, Backspace, Down, End, Enter, Esc, Home, Left, PageDown, PageUp, Right, Tab, Up, F,
 };
+use ReplaySeek as Seek;
 
 /// Every key. The help overlay lists the Global, Overview and Process
 /// bindings that have a help line, in this order.

@@ -63,6 +63,7 @@ pub mod app;
 pub(crate) mod attribution;
 pub(crate) mod bars;
 pub mod blockmap;
+pub(crate) mod caption;
 pub(crate) mod clipboard;
 pub mod diagnosis;
 mod draw;
@@ -97,7 +98,8 @@ pub(crate) mod willfit;
 
 pub use app::{App, AppConfig, AppEvent, CommandDone, Effect, ScreenshotAfter, Shot};
 pub use draw::{draw, render_buffer, screenshot_now, Still};
-pub use driver::{app_config, send_command, DemoHandle, Driver, ReplaySeek, UiOptions};
+pub use driver::{app_config, send_command, DemoHandle, Driver, UiOptions};
+pub use keys::ReplaySeek;
 pub use run::run;
 pub use scroll::Scroll;
 pub use shell::{Pace, Shell, ShellOptions};

@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 use ratatui::Frame;
 
-use super::bars::Caption;
+use super::caption::Caption;
 use super::theme::Theme;
 use vramscope_collect::trace::TraceStatus;
 
