@@ -310,7 +310,12 @@ fn kind_1_1(k: &new::EventKind) -> u16 {
         N::Roles { .. } => new_codec::K_ROLES,
         N::Role { .. } => new_codec::K_ROLE,
         N::RolesEnd { .. } => new_codec::K_ROLES_END,
-        other => panic!("{other:?} is no 1.1 or 1.2 kind"),
+        N::Outside(o) => match o.op {
+            new::OutsideOp::Alloc => new_codec::K_OUTSIDE_ALLOC,
+            new::OutsideOp::Free => new_codec::K_OUTSIDE_FREE,
+            new::OutsideOp::Total => new_codec::K_OUTSIDE_TOTAL,
+        },
+        other => panic!("{other:?} is no 1.1, 1.2 or 1.3 kind"),
     }
 }
 
@@ -433,6 +438,25 @@ fn every_kind() -> Vec<new::Event> {
             count: 2,
             bound: 16384,
         },
+        // 1.3: memory outside the caching allocator.
+        EventKind::Outside(Outside {
+            op: OutsideOp::Alloc,
+            device: 0,
+            library: Library::Nccl,
+            kind: OutsideKind::Physical,
+            addr: a,
+            bytes: 64 * MIB,
+            name: name24("libnccl.so.2"),
+        }),
+        EventKind::Outside(Outside {
+            op: OutsideOp::Total,
+            device: 0,
+            library: Library::Cuda,
+            kind: OutsideKind::Context,
+            addr: 0,
+            bytes: 500 * MIB,
+            name: [0; 24],
+        }),
     ]);
     kinds
         .into_iter()
@@ -496,12 +520,12 @@ fn todays_rust_writer_is_read_by_the_1_0_reader() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::new(dir.path(), Producer::Test, 1, 256);
     let seg = SegmentWriter::create(&cfg).unwrap();
-    assert_eq!(seg.header().minor, 2);
-    // The 1.0 header check accepts a 1.2 header.
+    assert_eq!(seg.header().minor, 3);
+    // The 1.0 header check accepts a 1.3 header.
     let bytes = std::fs::read(seg.path()).unwrap();
     match layout::parse_header(&bytes, bytes.len() as u64).unwrap() {
         layout::Parsed::Ready(h) => {
-            assert_eq!(h.minor, 2);
+            assert_eq!(h.minor, 3);
             assert_eq!(h.rings.len(), 2);
         }
         layout::Parsed::Initialising => panic!("published"),
@@ -536,11 +560,11 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
     let (child, path) = start("tests/compat/writer_1_1.c", dir.path());
     let bytes = std::fs::read(&path).unwrap();
     match layout::parse_header(&bytes, bytes.len() as u64).unwrap() {
-        layout::Parsed::Ready(h) => assert_eq!(h.minor, 2),
+        layout::Parsed::Ready(h) => assert_eq!(h.minor, 3),
         layout::Parsed::Initialising => panic!("published"),
     }
     let mut r = SegmentReader::open(&path).unwrap();
-    assert_eq!(r.header().minor, 2);
+    assert_eq!(r.header().minor, 3);
     let flags = r.header().flags;
     assert_eq!(flags & vramscope_wire::ring::layout::FLAG_POSITIONS, 8);
     assert_eq!(flags & vramscope_wire::ring::layout::FLAG_CONTEXTS, 16);
@@ -566,6 +590,38 @@ fn todays_c_header_writes_what_the_rust_codec_reads_and_the_1_0_reader_skips() {
         Some("/home/u/train.py:an exceptionally long path name, longer than one chunk")
     );
     assert_eq!(seen, written_by_writer_1_1());
+    // The model's view of the 1.3 records: the context, NCCL's buffer gone
+    // again, the host memory by its (cut) file name.
+    let view = model_of(&path, &r, new_events);
+    let outside = view["outside"].as_array().expect("an outside list");
+    let parts: Vec<(&str, &str, u64)> = outside
+        .iter()
+        .map(|p| {
+            (
+                p["library"].as_str().unwrap(),
+                p["kind"].as_str().unwrap(),
+                p["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            ("CUDA", "context", 500 * MIB),
+            ("libcudnn_engines_runtime", "pinned host", 4096)
+        ],
+        "{outside:?}"
+    );
+    assert_eq!(outside[1]["device"], Value::Null);
+    assert_eq!(u(&view, "/figures/outside_named"), 500 * MIB);
+}
+
+/// A library's name as OUTSIDE records carry it: its first 24 bytes.
+fn name24(s: &str) -> [u8; 24] {
+    let mut n = [0u8; 24];
+    let b = s.as_bytes();
+    n[..b.len().min(24)].copy_from_slice(&b[..b.len().min(24)]);
+    n
 }
 
 /// The strings the STRING records define, and the other events' kinds.
@@ -717,6 +773,43 @@ fn written_by_writer_1_1() -> Vec<new::EventKind> {
             count: 5,
             bound: 16384,
         },
+        K::Outside(new::Outside {
+            op: new::OutsideOp::Total,
+            device: 0,
+            library: new::Library::Cuda,
+            kind: new::OutsideKind::Context,
+            addr: 0,
+            bytes: 500 * MIB,
+            name: [0; 24],
+        }),
+        K::Outside(new::Outside {
+            op: new::OutsideOp::Alloc,
+            device: 0,
+            library: new::Library::Nccl,
+            kind: new::OutsideKind::Physical,
+            addr: 0x7f20_0000_0000,
+            bytes: 64 * MIB,
+            name: name24("libnccl.so.2"),
+        }),
+        K::Outside(new::Outside {
+            op: new::OutsideOp::Free,
+            device: 0,
+            library: new::Library::Nccl,
+            kind: new::OutsideKind::Physical,
+            addr: 0x7f20_0000_0000,
+            bytes: 64 * MIB,
+            name: name24("libnccl.so.2"),
+        }),
+        // A name longer than 24 bytes: its first 24 sent.
+        K::Outside(new::Outside {
+            op: new::OutsideOp::Alloc,
+            device: new_codec::NO_DEVICE,
+            library: new::Library::Other(0),
+            kind: new::OutsideKind::Host,
+            addr: 0x5500,
+            bytes: 4096,
+            name: name24("libcudnn_engines_runtime_compiled.so.9"),
+        }),
         // The device ring, drained after the agent ring.
         K::SegmentAlloc {
             place,
@@ -754,7 +847,7 @@ fn a_segment_of_another_major_is_refused_in_one_line() {
     assert!(!msg.contains('\n'), "{msg}");
     assert!(msg.contains(&path.display().to_string()), "{msg}");
     assert!(msg.contains("format version 2.0"), "{msg}");
-    assert!(msg.contains("reads 1.0 to 1.2"), "{msg}");
+    assert!(msg.contains("reads 1.0 to 1.3"), "{msg}");
     // The 1.0 reader refused it too.
     assert!(layout::parse_header(&bytes, bytes.len() as u64).is_err());
 }

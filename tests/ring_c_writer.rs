@@ -48,7 +48,7 @@ fn check_header(reader: &SegmentReader, pid: u32, slots: u64) {
     let h = reader.header().clone();
     assert_eq!(h.pid, pid);
     assert_eq!(h.producer, Producer::Test);
-    assert_eq!(h.minor, 2, "vramscope_ring.h writes format 1.2");
+    assert_eq!(h.minor, 3, "vramscope_ring.h writes format 1.3");
     assert_eq!(h.framework, "c-writer 1.0");
     assert_eq!(h.label, "cross-language test é");
     assert_eq!(h.rings.len(), 2);

@@ -45,7 +45,7 @@ extern "C" {
 
 #define VS_MAGIC 0x3165706f63534d56ULL /* "VMScope1" little-endian */
 #define VS_MAJOR 1
-#define VS_MINOR 2
+#define VS_MINOR 3
 #define VS_HEADER_SIZE 256
 #define VS_RING_ENTRY_SIZE 32
 #define VS_RING_HEADER_SIZE 128
@@ -96,6 +96,30 @@ extern "C" {
 #define VS_K_ROLES 68     /* 1.2 */
 #define VS_K_ROLE 69      /* 1.2 */
 #define VS_K_ROLES_END 70 /* 1.2 */
+#define VS_K_OUTSIDE_ALLOC 80 /* 1.3 */
+#define VS_K_OUTSIDE_FREE 81  /* 1.3 */
+#define VS_K_OUTSIDE_TOTAL 82 /* 1.3 */
+
+/* OUTSIDE_* libraries and kinds (FORMAT.md, "Outside the caching
+   allocator"). */
+#define VS_LIB_OTHER 0
+#define VS_LIB_CUDA 1
+#define VS_LIB_TORCH 2
+#define VS_LIB_NCCL 3
+#define VS_LIB_CUBLAS 4
+#define VS_LIB_CUDNN 5
+#define VS_LIB_CUFFT 6
+#define VS_LIB_TRITON 7
+#define VS_LIB_TENSORRT 8
+#define VS_LIB_CUPY 9
+#define VS_OUT_CONTEXT 1
+#define VS_OUT_ALLOCATION 2
+#define VS_OUT_PHYSICAL 3
+#define VS_OUT_STREAM_ORDERED 4
+#define VS_OUT_MANAGED 5
+#define VS_OUT_HOST 6
+#define VS_OUT_KERNELS 7
+#define VS_OUT_STREAMS 8
 #define VS_NO_DEVICE 0xffffu
 
 /* MARKER sources (w3), 1.1. */
@@ -327,6 +351,26 @@ static inline void vs_rec_roles(uint64_t w[7], uint32_t list, uint64_t time, uin
 static inline void vs_rec_role(uint64_t w[7], uint32_t list, uint64_t time, uint16_t device, uint64_t addr,
                                uint64_t bytes, uint8_t held, uint32_t module) {
     vs_rec_words(w, VS_K_ROLE, device, list, time, addr, bytes, held, module, 0);
+}
+
+/* OUTSIDE_ALLOC, OUTSIDE_FREE or OUTSIDE_TOTAL (1.3, `kind` a
+   VS_K_OUTSIDE_*): `bytes` of memory outside the caching allocator on
+   `device` (VS_NO_DEVICE: host), made by `library` (a VS_LIB_*) of
+   `out_kind` (a VS_OUT_*); `addr` 0 for a total; `name` the library's file
+   name (its first 24 bytes are sent; NULL: none). */
+static inline void vs_rec_outside(uint64_t w[7], uint16_t kind, uint64_t time, uint16_t device, uint8_t library,
+                                  uint8_t out_kind, uint64_t addr, uint64_t bytes, const char *name) {
+    uint8_t packed[24] = {0};
+    if (name) {
+        size_t n = 0;
+        while (n < sizeof packed && name[n]) n++;
+        memcpy(packed, name, n);
+    }
+    uint64_t n0, n1, n2;
+    memcpy(&n0, packed, 8);
+    memcpy(&n1, packed + 8, 8);
+    memcpy(&n2, packed + 16, 8);
+    vs_rec_words(w, kind, device, (uint32_t)library | (uint32_t)out_kind << 8, time, addr, bytes, n0, n1, n2);
 }
 
 /*

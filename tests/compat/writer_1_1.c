@@ -82,6 +82,20 @@ int main(int argc, char **argv) {
     put(0, w);
     vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_ROLES, t + 13, 5, 16384);
     put(0, w);
+    /* 1.3: memory outside the caching allocator: the context, NCCL's
+       buffer allocated and freed, pinned host memory of a library the
+       format does not name (a name longer than the 24 bytes sent). */
+    vs_rec_outside(w, VS_K_OUTSIDE_TOTAL, t + 14, 0, VS_LIB_CUDA, VS_OUT_CONTEXT, 0, 500ull << 20, NULL);
+    put(0, w);
+    vs_rec_outside(w, VS_K_OUTSIDE_ALLOC, t + 15, 0, VS_LIB_NCCL, VS_OUT_PHYSICAL, 0x7f2000000000ull, 64ull << 20,
+                   "libnccl.so.2");
+    put(0, w);
+    vs_rec_outside(w, VS_K_OUTSIDE_FREE, t + 16, 0, VS_LIB_NCCL, VS_OUT_PHYSICAL, 0x7f2000000000ull, 64ull << 20,
+                   "libnccl.so.2");
+    put(0, w);
+    vs_rec_outside(w, VS_K_OUTSIDE_ALLOC, t + 17, VS_NO_DEVICE, VS_LIB_OTHER, VS_OUT_HOST, 0x5500ull, 4096,
+                   "libcudnn_engines_runtime_compiled.so.9");
+    put(0, w);
     printf("%s\n", seg.path);
     fflush(stdout);
     char line[16];

@@ -135,6 +135,7 @@ fn describe(k: &EventKind, t: &Theme) -> (&'static str, Style, String) {
             ("DEFINE", t.dim())
         }
         K::Roles { .. } | K::Role { .. } | K::RolesEnd { .. } => ("ROLES", t.dim()),
+        K::Outside(_) => ("OUTSIDE", t.header()),
         K::Unknown { .. } => ("UNKNOWN", t.dim()),
     };
     (name, style, detail(k))
@@ -226,6 +227,7 @@ fn detail(k: &EventKind) -> String {
             format::bytes_short(*bytes)
         ),
         K::RolesEnd { list, count } => format!("list {list} complete: {count} tensors"),
+        K::Outside(o) => vramscope_core::model::outside::describe(o),
         K::Unknown { kind } => format!("kind {kind}"),
     }
 }

@@ -97,6 +97,9 @@ pub enum Class {
     Definition,
     /// A role list: ROLES, ROLE, ROLES_END.
     Role,
+    /// Memory outside the caching allocator: OUTSIDE_ALLOC, OUTSIDE_FREE,
+    /// OUTSIDE_TOTAL (1.3).
+    Outside,
     /// A kind this build does not know.
     Unknown,
 }
@@ -136,6 +139,7 @@ impl EventKind {
             EventKind::Roles { .. } | EventKind::Role { .. } | EventKind::RolesEnd { .. } => {
                 Class::Role
             }
+            EventKind::Outside(_) => Class::Outside,
             EventKind::Unknown { .. } => Class::Unknown,
         }
     }
@@ -276,6 +280,82 @@ pub enum DropWhat {
     Roles,
     /// A code this build does not know.
     Other(u32),
+}
+
+/// Device memory (or pinned host memory) a process holds outside PyTorch's
+/// caching allocator (OUTSIDE_ALLOC, OUTSIDE_FREE, OUTSIDE_TOTAL, 1.3):
+/// which library made it, of what kind, and, for an allocation, where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outside {
+    pub op: OutsideOp,
+    /// The device (`NO_DEVICE`, 0xffff: host memory).
+    pub device: u16,
+    /// The library that asked for it (OUTSIDE `aux` bits 0–7).
+    pub library: Library,
+    pub kind: OutsideKind,
+    /// The allocation's address (0 for a total).
+    pub addr: u64,
+    /// An allocation's bytes; a total's bytes now (two's complement: a
+    /// total measured as drops in free memory may be below 0 for a while).
+    pub bytes: u64,
+    /// The library's file name, its first 24 bytes (UTF-8, 0-padded): a
+    /// producer's text, printable only once a reader made it so.
+    pub name: [u8; 24],
+}
+
+/// What an OUTSIDE record says (its kind: 80, 81, 82).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutsideOp {
+    /// OUTSIDE_ALLOC: `bytes` at `addr` were allocated.
+    Alloc,
+    /// OUTSIDE_FREE: the allocation at `addr` was freed.
+    Free,
+    /// OUTSIDE_TOTAL: the producer's total for (device, library, kind)
+    /// now; it replaces what a reader summed.
+    Total,
+}
+
+/// Which library made memory outside the caching allocator (1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Library {
+    /// CUDA itself: the driver and its context.
+    Cuda,
+    /// PyTorch outside its caching allocator (its kernels, its streams).
+    Torch,
+    Nccl,
+    /// cuBLAS and cuBLASLt.
+    Cublas,
+    Cudnn,
+    Cufft,
+    Triton,
+    TensorRt,
+    CuPy,
+    /// 0 (not known: the name says what) or a code this build does not
+    /// know.
+    Other(u8),
+}
+
+/// What kind of memory outside the caching allocator (1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum OutsideKind {
+    /// The CUDA context (measured when CUDA started).
+    Context,
+    /// `cuMemAlloc` and kin.
+    Allocation,
+    /// Physical memory of the virtual memory API (`cuMemCreate`).
+    Physical,
+    /// A stream-ordered pool's (`cuMemAllocAsync`).
+    StreamOrdered,
+    /// Managed memory (`cuMemAllocManaged`).
+    Managed,
+    /// Pinned host memory (`cuMemHostAlloc`): not the device's.
+    Host,
+    /// Kernels loaded (modules): the device memory their loading took.
+    Kernels,
+    /// Streams created: the device memory their creation took.
+    Streams,
+    /// 0 or a code this build does not know.
+    Other(u8),
 }
 
 /// What PyTorch holds a tensor as (ROLE `w4`, 1.2).
@@ -464,6 +544,8 @@ pub enum EventKind {
     /// Role list `list` is complete; the producer wrote `count` ROLE
     /// records (1.2).
     RolesEnd { list: u32, count: u64 },
+    /// Memory outside the caching allocator (1.3).
+    Outside(Outside),
     /// A record kind this build does not know; readers skip it.
     Unknown { kind: u16 },
 }

@@ -64,6 +64,7 @@ pub(crate) mod eventlog;
 pub mod forecast;
 pub mod leak;
 pub(crate) mod origin;
+pub mod outside;
 pub(crate) mod period;
 pub(crate) mod process;
 mod processes;

@@ -176,6 +176,10 @@ pub struct Dropped {
     /// Role list tensors not kept ([`Bounds::roles`]).
     #[serde(default)]
     pub roles: u64,
+    /// Records of memory outside the caching allocator refused: past
+    /// their bounds, or a figure no device holds (1.3).
+    #[serde(default)]
+    pub outside: u64,
 }
 
 impl Dropped {
@@ -197,6 +201,7 @@ impl Dropped {
             self.definitions,
             self.history,
             self.roles,
+            self.outside,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))
@@ -217,6 +222,14 @@ pub struct ProcessFigures {
     /// NVML used − reserved: CUDA context, NCCL, cuBLAS workspaces… Absent
     /// without NVML; may be negative briefly (samples are not simultaneous).
     pub non_pytorch: Option<i64>,
+    /// The device memory outside the caching allocator the producer named
+    /// (context, libraries: [`ProcessView::outside`]), all devices (1.3).
+    #[serde(default)]
+    pub outside_named: u64,
+    /// `non_pytorch` − `outside_named`: what no one named (absent without
+    /// NVML, or when the producer names nothing).
+    #[serde(default)]
+    pub unexplained: Option<i64>,
     /// Allocator events per second over a sliding window.
     pub events_per_sec: Option<f64>,
     pub events_total: u64,
@@ -332,6 +345,10 @@ pub struct ProcessView {
     /// producer that does not tag its events).
     #[serde(default)]
     pub attribution: crate::model::attrib::Attribution,
+    /// Memory outside the caching allocator, by device, library and kind,
+    /// largest first (1.3; empty from a producer that does not say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside: Vec<crate::model::outside::OutsidePart>,
     /// The times of the oldest and the newest sample the timelines hold
     /// (allocator or NVML; None: none yet): how far back a timeline can
     /// show anything, and where an exited process's ends.

@@ -2,8 +2,8 @@
 //! unpacked again (`FORMAT.md`, "Records"). Pure code.
 
 use crate::event::{
-    BlockState, CtxTag, DropWhat, Event, EventKind, Held, MarkSource, Phase, Place, PoolId,
-    RingSpan, SegmentPool, Stats,
+    BlockState, CtxTag, DropWhat, Event, EventKind, Held, Library, MarkSource, Outside,
+    OutsideKind, OutsideOp, Phase, Place, PoolId, RingSpan, SegmentPool, Stats,
 };
 
 use super::layout::PAYLOAD_WORDS;
@@ -37,6 +37,10 @@ pub const K_CONTEXT: u16 = 67;
 pub const K_ROLES: u16 = 68;
 pub const K_ROLE: u16 = 69;
 pub const K_ROLES_END: u16 = 70;
+// Added in 1.3.
+pub const K_OUTSIDE_ALLOC: u16 = 80;
+pub const K_OUTSIDE_FREE: u16 = 81;
+pub const K_OUTSIDE_TOTAL: u16 = 82;
 
 /// Position-span flags (SNAP_BEGIN w6, STATS_C w4): bit 0 given, bit 1
 /// exact, bit 2 ambiguous, bits 8–15 the ring index.
@@ -197,6 +201,104 @@ fn drop_of(c: u32) -> DropWhat {
         7 => DropWhat::Roles,
         c => DropWhat::Other(c),
     }
+}
+
+fn library_code(l: Library) -> u32 {
+    match l {
+        Library::Cuda => 1,
+        Library::Torch => 2,
+        Library::Nccl => 3,
+        Library::Cublas => 4,
+        Library::Cudnn => 5,
+        Library::Cufft => 6,
+        Library::Triton => 7,
+        Library::TensorRt => 8,
+        Library::CuPy => 9,
+        Library::Other(c) => c as u32,
+    }
+}
+
+pub fn library_of(c: u8) -> Library {
+    match c {
+        1 => Library::Cuda,
+        2 => Library::Torch,
+        3 => Library::Nccl,
+        4 => Library::Cublas,
+        5 => Library::Cudnn,
+        6 => Library::Cufft,
+        7 => Library::Triton,
+        8 => Library::TensorRt,
+        9 => Library::CuPy,
+        c => Library::Other(c),
+    }
+}
+
+fn outside_kind_code(k: OutsideKind) -> u32 {
+    match k {
+        OutsideKind::Context => 1,
+        OutsideKind::Allocation => 2,
+        OutsideKind::Physical => 3,
+        OutsideKind::StreamOrdered => 4,
+        OutsideKind::Managed => 5,
+        OutsideKind::Host => 6,
+        OutsideKind::Kernels => 7,
+        OutsideKind::Streams => 8,
+        OutsideKind::Other(c) => c as u32,
+    }
+}
+
+pub fn outside_kind_of(c: u8) -> OutsideKind {
+    match c {
+        1 => OutsideKind::Context,
+        2 => OutsideKind::Allocation,
+        3 => OutsideKind::Physical,
+        4 => OutsideKind::StreamOrdered,
+        5 => OutsideKind::Managed,
+        6 => OutsideKind::Host,
+        7 => OutsideKind::Kernels,
+        8 => OutsideKind::Streams,
+        c => OutsideKind::Other(c),
+    }
+}
+
+/// OUTSIDE_*: `aux` holds the library (bits 0–7) and the kind (8–15); w4–w6
+/// the library's name.
+fn outside_body(o: &Outside) -> Body {
+    let kind = match o.op {
+        OutsideOp::Alloc => K_OUTSIDE_ALLOC,
+        OutsideOp::Free => K_OUTSIDE_FREE,
+        OutsideOp::Total => K_OUTSIDE_TOTAL,
+    };
+    let aux = (library_code(o.library) & 0xff) | (outside_kind_code(o.kind) & 0xff) << 8;
+    let word = |i: usize| u64::from_le_bytes(o.name[i * 8..i * 8 + 8].try_into().expect("8"));
+    (
+        kind,
+        o.device,
+        aux,
+        [o.addr, o.bytes, word(0), word(1), word(2)],
+    )
+}
+
+fn outside_of(kind: u16, device: u16, aux: u32, w: &Words) -> Option<EventKind> {
+    let op = match kind {
+        K_OUTSIDE_ALLOC => OutsideOp::Alloc,
+        K_OUTSIDE_FREE => OutsideOp::Free,
+        K_OUTSIDE_TOTAL => OutsideOp::Total,
+        _ => return None,
+    };
+    let mut name = [0u8; 24];
+    for (i, word) in w[4..7].iter().enumerate() {
+        name[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+    }
+    Some(EventKind::Outside(Outside {
+        op,
+        device,
+        library: library_of(aux as u8),
+        kind: outside_kind_of((aux >> 8) as u8),
+        addr: w[2],
+        bytes: w[3],
+        name,
+    }))
 }
 
 fn held_code(h: Held) -> u64 {
@@ -372,6 +474,7 @@ fn bodies(kind: &EventKind, sample: u32) -> (Body, Option<Body>) {
             [*addr, *bytes, held_code(*held), *module as u64, 0],
         ),
         E::RolesEnd { list, count } => (K_ROLES_END, NO_DEVICE, *list, [*count, 0, 0, 0, 0]),
+        E::Outside(o) => outside_body(o),
         E::Unknown { kind } => (*kind, NO_DEVICE, 0, [0; 5]),
     };
     (one, None)
@@ -642,7 +745,7 @@ fn stateless(kind: u16, device: u16, aux: u32, w: &Words) -> EventKind {
             list: aux,
             count: w[2],
         },
-        other => EventKind::Unknown { kind: other },
+        other => outside_of(other, device, aux, w).unwrap_or(EventKind::Unknown { kind: other }),
     }
 }
 
@@ -1067,6 +1170,34 @@ mod tests {
                 module: 0,
             },
             EventKind::RolesEnd { list: 7, count: 1 },
+            // 1.3: outside the caching allocator, a name with an escape.
+            EventKind::Outside(Outside {
+                op: OutsideOp::Alloc,
+                device: 1,
+                library: Library::Nccl,
+                kind: OutsideKind::Physical,
+                addr: 0x7f10_0000_0000,
+                bytes: 388 << 20,
+                name: *b"libnccl.so.2\x1b[31m\0\0\0\0\0\0\0",
+            }),
+            EventKind::Outside(Outside {
+                op: OutsideOp::Free,
+                device: NO_DEVICE,
+                library: Library::Other(200),
+                kind: OutsideKind::Host,
+                addr: 0x5555_0000,
+                bytes: 4096,
+                name: [0xff; 24],
+            }),
+            EventKind::Outside(Outside {
+                op: OutsideOp::Total,
+                device: 0,
+                library: Library::Cuda,
+                kind: OutsideKind::Other(77),
+                addr: 0,
+                bytes: (-2i64 << 20) as u64,
+                name: [0; 24],
+            }),
         ];
         k.into_iter()
             .enumerate()
@@ -1079,7 +1210,8 @@ mod tests {
 
     /// Each event's class is the group FORMAT.md numbers its kind in
     /// (1–15 allocator events, 16–31 statistics, 32–47 snapshots, 48–63
-    /// markers and producer notes, 64–79 definitions and roles), and the
+    /// markers and producer notes, 64–79 definitions and roles, 80–95
+    /// memory outside the caching allocator), and the
     /// allocator's events are the ones given a place.
     #[test]
     fn every_kind_is_classed_as_the_format_numbers_it() {
@@ -1108,11 +1240,12 @@ mod tests {
                 C::Dropped => vec![K_DROPPED],
                 C::Definition => vec![K_STRING, K_FRAME, K_STACK, K_CONTEXT],
                 C::Role => vec![K_ROLES, K_ROLE, K_ROLES_END],
+                C::Outside => vec![K_OUTSIDE_ALLOC, K_OUTSIDE_FREE, K_OUTSIDE_TOTAL],
                 C::Unknown => vec![999],
             };
             assert!(group.contains(&kind), "{e:?} is {class:?}, kind {kind}");
         }
-        assert_eq!(seen.len(), 11, "a class with no kind here: {seen:?}");
+        assert_eq!(seen.len(), 12, "a class with no kind here: {seen:?}");
     }
 
     #[test]

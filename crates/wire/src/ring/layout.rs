@@ -10,7 +10,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"VMScope1");
 pub(crate) const MAJOR: u16 = 1;
 /// The minor this build writes; it reads every minor of [`MAJOR`]
 /// (FORMAT.md, "Versions").
-pub const MINOR: u16 = 2;
+pub const MINOR: u16 = 3;
 pub const HEADER_SIZE: usize = 256;
 pub(crate) const RING_ENTRY_SIZE: usize = 32;
 pub(crate) const RING_HEADER_SIZE: usize = 128;
@@ -482,7 +482,7 @@ mod tests {
         b[OFF_MAJOR + 2] = 0;
         assert!(err(&b, size).contains("format version 2.0"));
         assert!(
-            err(&b, size).contains("reads 1.0 to 1.2"),
+            err(&b, size).contains("reads 1.0 to 1.3"),
             "{}",
             err(&b, size)
         );

@@ -319,6 +319,11 @@ impl Process {
             EventKind::Roles { .. } | EventKind::Role { .. } | EventKind::RolesEnd { .. } => {
                 self.roles.apply(&self.cfg.bounds, t, &ev.kind);
             }
+            // Memory outside the caching allocator (1.3).
+            EventKind::Outside(o) => {
+                self.outside.apply(o);
+                self.remember(t, &ev.kind, None);
+            }
         }
     }
 

@@ -106,6 +106,18 @@ impl Process {
             (devs.iter()).fold(Implausible::default(), |a, d| a.or(d.implausible));
         implausible.saturated |= saturated;
         let nvml_used = self.nvml.map(|(_, b, _)| b);
+        let non_pytorch = self.nvml.and_then(|(_, used, reserved_then)| {
+            // Negative only when the two readings still straddle a
+            // change: not a figure to show as true.
+            let d = i128::from(used) - i128::from(reserved_then);
+            (d >= 0).then(|| d.min(i128::from(i64::MAX)) as i64)
+        });
+        // The device parts the producer named (pinned host memory is not
+        // the device's, and NVML does not count it).
+        let outside = self.outside.view();
+        let outside_named = (outside.iter())
+            .filter(|p| p.device.is_some())
+            .fold(0u64, |a, p| a.saturating_add(p.bytes));
         ProcessFigures {
             allocated,
             reserved,
@@ -114,12 +126,11 @@ impl Process {
             peak_reserved,
             nvml_used,
             nvml_peak: self.nvml_peak,
-            non_pytorch: self.nvml.and_then(|(_, used, reserved_then)| {
-                // Negative only when the two readings still straddle a
-                // change: not a figure to show as true.
-                let d = i128::from(used) - i128::from(reserved_then);
-                (d >= 0).then(|| d.min(i128::from(i64::MAX)) as i64)
-            }),
+            non_pytorch,
+            outside_named,
+            unexplained: non_pytorch
+                .filter(|_| !outside.is_empty())
+                .map(|o| o.saturating_sub(outside_named.min(i64::MAX as u64) as i64)),
             events_per_sec: self.rate.per_sec(now_ns),
             events_total: self.events,
             lost_events: self.lost_events,

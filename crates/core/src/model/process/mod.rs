@@ -13,6 +13,7 @@ use super::config::{Mode, ModelConfig, ProcessKey, Watch, PLACEMENT_LOG};
 use super::device::{DeviceState, HeldSegment};
 use super::eventlog::EventLog;
 use super::leak::LeakDetector;
+use super::outside::OutsideState;
 use super::roles::RoleTable;
 use super::series::Series;
 use super::view::{Dropped, OomRecord, ProblemRecord};
@@ -132,6 +133,8 @@ pub struct Process {
     producer_drops: BTreeMap<String, u64>,
     /// The role lists the process sent (1.2).
     roles: RoleTable,
+    /// Its memory outside the caching allocator (1.3).
+    outside: OutsideState,
 }
 
 impl Process {
@@ -173,6 +176,7 @@ impl Process {
             clock: StepClock::default(),
             producer_drops: BTreeMap::new(),
             roles: RoleTable::default(),
+            outside: OutsideState::default(),
             cfg,
         }
     }
@@ -327,6 +331,7 @@ impl Process {
             collector: self.collector_drops.clone(),
             definitions: self.defs.dropped(),
             roles: self.roles.status().dropped,
+            outside: self.outside.refused(),
             ..Dropped::default()
         };
         for d in &self.devices {
@@ -363,6 +368,7 @@ impl Process {
             + self.devices.capacity() * std::mem::size_of::<DeviceState>()
             + self.log.memory_bytes()
             + self.roles.memory_bytes()
+            + self.outside.memory_bytes()
             + self
                 .ooms
                 .iter()

@@ -249,6 +249,7 @@ impl Process {
                     .sum(),
             },
             attribution: self.attribution(&matches),
+            outside: self.outside.view(),
             samples: (self.devices.iter().map(|d| d.series.extent()))
                 .chain([self.nvml_series.extent()])
                 .flatten()
