@@ -71,6 +71,8 @@ fn pip_builds_a_wheel_with_the_tracker_sources() {
         "vramscope/_build.py",
         "vramscope/tracker.cpp",
         "vramscope/fastcall.cpp",
+        "vramscope/outside.cpp",
+        "vramscope/_outside.py",
         "vramscope/vramscope_ring.h",
     ] {
         assert!(names.lines().any(|l| l == f), "{f} not in {names}");

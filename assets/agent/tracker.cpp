@@ -1373,6 +1373,14 @@ int vs_agent_set_attribution(int on) {
   return on ? 1 : 0;
 }
 
+// One record into the agent ring, from another part of the agent (the
+// accounting outside the caching allocator, outside.cpp, which is handed
+// this function): 1 written, 0 not (the ring full, or no segment).
+int vs_agent_write_record(const uint64_t* w) {
+  if (!live() || w == nullptr) return 0;
+  return vs_ring_write(agent_ring(), w);
+}
+
 // Definition records (FORMAT.md): written into the agent ring now and kept
 // to be sent again before each snapshot. The caller assigns the ids and
 // defines an id before it uses it.

@@ -109,6 +109,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("VRAMSCOPE_ATTRIBUTION_NATIVE", "the agent: 0 keeps module calls in Python (default: the native path)"),
     ("VRAMSCOPE_RING_WRITE", "the agent: shared makes device rings use the any-writer path"),
     ("VRAMSCOPE_STEP_HOOKS", "the agent: 0 installs no optimizer step hook"),
+    ("VRAMSCOPE_OUTSIDE", "the agent: 0 does not name the memory outside the caching allocator (CUPTI; it steps aside for torch.profiler)"),
 ];
 
 /// What the program reads and writes.

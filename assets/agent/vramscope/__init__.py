@@ -156,7 +156,11 @@ def status():
     library, optimizer_steps (whether optimizer steps are seen),
     attribution (whether allocations are tagged with modules and phases) and
     attribution_native (True: module calls take the native path,
-    fastcall.cpp; else why not, or False while it is being built)."""
+    fastcall.cpp; else why not, or False while it is being built) and
+    outside (True: memory outside the caching allocator is named,
+    outside.cpp; else why not)."""
+    from . import _outside
+
     a = _st["attrib"]
     return {
         "mode": _st["mode"],
@@ -166,6 +170,7 @@ def status():
         "optimizer_steps": bool(_st["step_hook"]),
         "attribution": bool(a is not None and a.installed and a.lib is not None),
         "attribution_native": (True if a.native is not None else a.native_note or False) if a is not None else False,
+        "outside": _outside.status(),
     }
 
 
@@ -679,6 +684,9 @@ class _Starter(threading.Thread):
             if a is not None and not a.connect(lib):
                 _drop_attribution()
             _native_attribution(cached_only=True)
+            from . import _outside
+
+            _outside.start(lib, self.torch)
         return rc, why
 
     def _start_sampled(self, why, building=False):

@@ -474,6 +474,67 @@ def build_fast(torch_file=None, torch_version=None, abi=1, warn=None, cached_onl
     return _cached_build(name, lambda out: fast_build_command(cxx, cpp, pyinc, out), "the module call path", warn, cached_only, force, lock_say)
 
 
+def outside_source():
+    """outside.cpp (accounting outside the caching allocator), found like
+    tracker.cpp, with vramscope_ring.h beside it."""
+    for base in (_HERE, os.path.dirname(_HERE)):
+        cpp = os.path.join(base, "outside.cpp")
+        if os.path.isfile(cpp) and os.path.isfile(os.path.join(base, "vramscope_ring.h")):
+            return cpp
+    return None
+
+
+def find_cupti():
+    """(cupti.h's directory, the libcupti torch loads) or (None, why).
+
+    The library must be the one torch's profiler (Kineto) loads, or the
+    process would hold two: the pip wheel's (nvidia/*/lib, CUDA 12 wheels:
+    nvidia/cuda_cupti/lib) first, then a toolkit's extras/CUPTI."""
+    libs, incs = [], []
+    for sp in sys.path:
+        if sp and os.path.isdir(os.path.join(sp, "nvidia")):
+            for d in sorted(glob.glob(os.path.join(sp, "nvidia", "*"))):
+                libs += sorted(glob.glob(os.path.join(d, "lib", "libcupti.so*")))
+                incs.append(os.path.join(d, "include"))
+    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    for r in [r for r in roots if r]:
+        libs += sorted(glob.glob(os.path.join(r, "extras", "CUPTI", "lib64", "libcupti.so*")))
+        incs += [os.path.join(r, "extras", "CUPTI", "include"), os.path.join(r, "include")]
+    inc = next((i for i in incs if os.path.isfile(os.path.join(i, "cupti.h"))), None)
+    lib = next((l for l in libs if os.path.isfile(l)), None)
+    if inc and lib:
+        return inc, lib
+    return None, "no CUPTI (cupti.h %s, libcupti %s; looked in the pip nvidia packages and CUDA_HOME/extras/CUPTI)" % (
+        "found" if inc else "missing",
+        "found" if lib else "missing",
+    )
+
+
+def build_outside(warn=None, cached_only=False, force=False, lock_say=None):
+    """The path of the accounting outside the caching allocator
+    (outside.cpp), built against the CUPTI torch loads and cached like the
+    tracker. Raises BuildError with a one-line reason (no CUPTI, no
+    compiler); `cached_only`: None instead of building."""
+    cpp = outside_source()
+    if not cpp:
+        raise BuildError("outside.cpp not found next to %s" % _HERE)
+    cxx, why = find_compiler()
+    if not cxx:
+        raise BuildError(why)
+    inc, lib = find_cupti()
+    if inc is None:
+        raise BuildError(lib)
+    hdr = os.path.join(os.path.dirname(cpp), "vramscope_ring.h")
+    key = _key((cpp, hdr), (cxx, inc, lib))
+    name = "outside-%s-%s.so" % (AGENT_VERSION, key)
+
+    def command(out):
+        return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-I", os.path.dirname(cpp), "-isystem", inc, cpp,
+                "-o", out, lib, "-Wl,-rpath," + os.path.dirname(lib), "-ldl", "-pthread"]
+
+    return _cached_build(name, command, "the accounting outside the allocator", warn, cached_only, force, lock_say)
+
+
 def load_fast(path):
     """Imports the built module call path as vramscope._vsfast."""
     import importlib.machinery

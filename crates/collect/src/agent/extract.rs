@@ -28,6 +28,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../../assets/agent/vramscope/_attrib.py"),
     ),
     (
+        "vramscope/_outside.py",
+        include_str!("../../../../assets/agent/vramscope/_outside.py"),
+    ),
+    (
         "vramscope/_remote.py",
         include_str!("../../../../assets/agent/vramscope/_remote.py"),
     ),
@@ -58,6 +62,10 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "vramscope/fastcall.cpp",
         include_str!("../../../../assets/agent/fastcall.cpp"),
+    ),
+    (
+        "vramscope/outside.cpp",
+        include_str!("../../../../assets/agent/outside.cpp"),
     ),
     (
         "vramscope/tracker.cpp",

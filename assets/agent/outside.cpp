@@ -1,0 +1,504 @@
+// outside.cpp — the agent's accounting of device memory outside PyTorch's
+// caching allocator (FORMAT.md, "Outside the caching allocator", 1.3).
+// Built by vramscope/_build.py (build_outside) against the CUPTI torch
+// itself loads, only where one is found, and loaded with ctypes beside the
+// tracker (never dlclose'd).
+//
+// What it does:
+//   * subscribes to CUPTI's callback API for the driver's allocation calls
+//     (cuMemAlloc*, cuMemCreate/cuMemRelease, cuMemAllocAsync, managed and
+//     pinned host memory and their frees), stream creation, module loads
+//     (explicit, and the resource callback for lazily loaded ones);
+//   * names each call by the library that made it: the first frame of its
+//     stack outside CUDA's own libraries (libcuda, libcudart, libcupti),
+//     classified from the mappings read at start (no lock), dladdr only for
+//     a library loaded since. The caching allocator's own calls (libc10_cuda)
+//     are the tracker's business and are not recorded;
+//   * writes OUTSIDE_ALLOC and OUTSIDE_FREE for allocations (address and
+//     bytes) into the agent ring through the tracker (vs_agent_write_record,
+//     handed over at start), and OUTSIDE_TOTAL for what is measured rather
+//     than allocated: the device memory a stream's creation or a module's
+//     loading took, as the drop in the device's free memory
+//     (cuMemGetInfo) across the call (streams, explicit loads), or since
+//     the reading before (lazy loads: every recorded call, the caching
+//     allocator's included, takes a reading); a drop larger than 256 MiB,
+//     or one that another process could have made meanwhile, is not
+//     counted;
+//   * a thread sends every total again every 10 s (a reader that lost
+//     records or began late has them).
+//
+// The context is measured by the Python side when it starts this (NVML's
+// bytes for the process − the allocator's reserved − what is named here)
+// and handed over with vs_outside_context.
+//
+// CUPTI takes one client at a time before CUPTI 13.2: torch.profiler's
+// Kineto cannot start while this is subscribed, and keeps CUPTI once it has
+// run. The Python side calls vs_outside_stop before a profile starts and
+// vs_outside_start again after it; when that fails it says so.
+//
+// Bounded: at most kMaxLive allocations followed (more are counted as
+// refused), kMaxTotals totals, 8 devices; never throws into the caller.
+
+#include <cupti.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "vramscope_ring.h"
+
+namespace {
+
+typedef int (*WriteFn)(const uint64_t*);
+typedef int (*MemGetInfoFn)(size_t*, size_t*);
+typedef int (*CtxGetDeviceFn)(int*);
+
+constexpr size_t kMaxLive = 65536;
+constexpr size_t kMaxTotals = 512;
+constexpr long long kMaxDrop = 256ll << 20;
+
+struct Lib {
+  uint64_t lo, hi;
+  std::string name;
+};
+
+struct Live {
+  uint16_t device;
+  uint8_t lib, kind;
+  uint64_t bytes;
+  char name[24];
+};
+
+struct TotalKey {
+  uint16_t device;
+  uint8_t lib, kind;
+  bool operator<(const TotalKey& o) const {
+    return std::tie(device, lib, kind) < std::tie(o.device, o.lib, o.kind);
+  }
+};
+
+struct Total {
+  long long bytes = 0;
+  char name[24] = {0};
+};
+
+// Everything below but the free-memory readings; taken in the callbacks of
+// calls other libraries make, and by the thread (briefly): never in a call
+// of the caching allocator's own, which only updates a reading.
+std::mutex g_mu;
+CUpti_SubscriberHandle g_sub = nullptr;
+std::atomic<int> g_on{0};
+WriteFn g_write = nullptr;
+[[maybe_unused]] MemGetInfoFn g_mem_get_info = nullptr;  // (the test build has stand-ins)
+[[maybe_unused]] CtxGetDeviceFn g_ctx_get_device = nullptr;
+std::vector<Lib> g_libs;                           // executable mappings at start
+std::unordered_map<uint64_t, Live> g_live;         // device pointer or handle
+std::map<TotalKey, Total> g_totals;
+std::atomic<size_t> g_last_free[8];                // per device, 0: no reading
+thread_local size_t t_enter_free = 0;              // at a stream creation's entry
+std::atomic<uint64_t> g_refused{0};
+std::atomic<int> g_thread{0};
+
+const char* base(const char* path) {
+  const char* s = std::strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+void read_maps() {
+  g_libs.clear();
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long lo = 0, hi = 0;
+    char perms[8] = {0};
+    int off = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %*s %*s %*s %n", &lo, &hi, perms, &off) < 3) continue;
+    if (perms[2] != 'x' || off <= 0) continue;
+    char* path = line + off;
+    path[std::strcspn(path, "\n")] = 0;
+    if (path[0] != '/') continue;
+    g_libs.push_back(Lib{lo, hi, base(path)});
+  }
+  std::fclose(f);
+  std::sort(g_libs.begin(), g_libs.end(), [](const Lib& a, const Lib& b) { return a.lo < b.lo; });
+}
+
+// The file name of the library holding `pc`: from the mappings read at
+// start, else dladdr (a library loaded since).
+[[maybe_unused]] std::string lib_of(void* pc) {
+  uint64_t a = reinterpret_cast<uint64_t>(pc);
+  auto it = std::upper_bound(g_libs.begin(), g_libs.end(), a, [](uint64_t v, const Lib& l) { return v < l.lo; });
+  if (it != g_libs.begin()) {
+    --it;
+    if (a < it->hi) return it->name;
+  }
+  Dl_info info;
+  if (dladdr(pc, &info) && info.dli_fname) return base(info.dli_fname);
+  return "";
+}
+
+[[maybe_unused]] bool cuda_own(const std::string& f) {
+  return f.rfind("libcupti", 0) == 0 || f.rfind("libcuda.so", 0) == 0 || f.rfind("libcudart", 0) == 0 ||
+         f.find("outside") != std::string::npos || f.rfind("libc.so", 0) == 0 ||
+         f.rfind("libstdc++", 0) == 0 || f.rfind("libgcc", 0) == 0;
+}
+
+uint8_t lib_code(const std::string& f) {
+  auto has = [&](const char* p) { return f.find(p) != std::string::npos; };
+  if (has("libnccl")) return VS_LIB_NCCL;
+  if (has("libcublas")) return VS_LIB_CUBLAS;
+  if (has("libcudnn")) return VS_LIB_CUDNN;
+  if (has("libcufft")) return VS_LIB_CUFFT;
+  if (has("triton") || has("cuda_utils") || has("__triton_launcher")) return VS_LIB_TRITON;
+  if (has("libnvinfer")) return VS_LIB_TENSORRT;
+  if (has("cupy")) return VS_LIB_CUPY;
+  if (has("libtorch") || has("libc10")) return VS_LIB_TORCH;
+  return VS_LIB_OTHER;
+}
+
+// The caching allocator's own device memory: the tracker's business.
+bool torch_allocator(const std::string& f) { return f.rfind("libc10_cuda", 0) == 0; }
+
+#ifdef VS_OUTSIDE_TEST
+// The test's stand-ins (tests/agent_cpp/outside_test.cpp): the library on
+// the stack, the current device and its free memory.
+std::string vs_test_caller;
+int vs_test_device = 0;
+size_t vs_test_free = 0;
+std::string caller() { return vs_test_caller; }
+int current_device() { return vs_test_device; }
+size_t free_now() { return vs_test_free; }
+#else
+// The library that made the call: the first frame outside CUDA's own.
+std::string caller() {
+  void* frames[24];
+  int n = backtrace(frames, 24);
+  for (int i = 0; i < n; i++) {
+    std::string f = lib_of(frames[i]);
+    if (f.empty() || cuda_own(f)) continue;
+    return f;
+  }
+  return "";
+}
+
+int current_device() {
+  int d = 0;
+  if (!g_ctx_get_device || g_ctx_get_device(&d) != 0 || d < 0 || d >= 8) return -1;
+  return d;
+}
+
+size_t free_now() {
+  size_t f = 0, t = 0;
+  if (!g_mem_get_info || g_mem_get_info(&f, &t) != 0) return 0;
+  return f;
+}
+#endif
+
+void put_name(char out[24], const std::string& s) {
+  std::memset(out, 0, 24);
+  std::memcpy(out, s.data(), std::min<size_t>(24, s.size()));
+}
+
+void write(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t addr, uint64_t bytes,
+           const char name[24]) {
+  if (!g_write) return;
+  char z[25] = {0};
+  std::memcpy(z, name, 24);
+  uint64_t w[7];
+  vs_rec_outside(w, kind, vs_monotonic_ns(), device, lib, what, addr, bytes, z);
+  g_write(w);
+}
+
+// A drop in free memory measured for (device, library, kind): added to its
+// total, sent at once.
+void add_total(int device, const std::string& f, uint8_t what, long long drop) {
+  if (device < 0 || drop == 0 || drop > kMaxDrop || drop < -kMaxDrop) return;
+  TotalKey k{static_cast<uint16_t>(device), lib_code(f), what};
+  auto it = g_totals.find(k);
+  if (it == g_totals.end()) {
+    if (g_totals.size() >= kMaxTotals) {
+      g_refused.fetch_add(1);
+      return;
+    }
+    it = g_totals.emplace(k, Total{}).first;
+    put_name(it->second.name, f);
+  }
+  it->second.bytes += drop;
+  write(VS_K_OUTSIDE_TOTAL, k.device, k.lib, k.kind, 0, static_cast<uint64_t>(it->second.bytes), it->second.name);
+}
+
+struct Ptr1 {  // cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync (+_ptsz)
+  unsigned long long* dptr;
+  size_t bytesize;
+};
+struct Pitch {  // cuMemAllocPitch_v2
+  unsigned long long* dptr;
+  size_t* pitch;
+  size_t width;
+  size_t height;
+};
+struct Free1 {  // cuMemFree_v2, cuMemFreeAsync (+_ptsz)
+  unsigned long long dptr;
+};
+struct Host1 {  // cuMemAllocHost_v2, cuMemHostAlloc
+  void** pp;
+  size_t bytesize;
+};
+struct HostFree {  // cuMemFreeHost
+  void* p;
+};
+struct Create {  // cuMemCreate
+  unsigned long long* handle;
+  size_t size;
+};
+struct Release {  // cuMemRelease
+  unsigned long long handle;
+};
+
+// A reading of `device`'s free memory after a call that changed it: the
+// baseline the next lazy module load is measured from.
+void reading(int dev) {
+  if (dev >= 0) g_last_free[dev].store(free_now(), std::memory_order_relaxed);
+}
+
+void on_alloc(const std::string& f, int dev, uint64_t key, uint64_t bytes, uint8_t what, bool host) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (g_live.size() >= kMaxLive && !g_live.count(key)) {
+    g_refused.fetch_add(1);
+    return;
+  }
+  Live l{static_cast<uint16_t>(host ? VS_NO_DEVICE : (dev < 0 ? 0 : dev)), lib_code(f), what, bytes, {0}};
+  put_name(l.name, f);
+  g_live[key] = l;
+  write(VS_K_OUTSIDE_ALLOC, l.device, l.lib, l.kind, key, bytes, l.name);
+}
+
+void on_free(uint64_t key) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_live.find(key);
+  if (it == g_live.end()) return;
+  const Live& l = it->second;
+  write(VS_K_OUTSIDE_FREE, l.device, l.lib, l.kind, key, l.bytes, l.name);
+  g_live.erase(it);
+}
+
+void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, const void* data) {
+  if (g_on.load(std::memory_order_acquire) == 0) return;
+  try {
+    if (dom == CUPTI_CB_DOMAIN_RESOURCE) {
+      if (id != CUPTI_CBID_RESOURCE_MODULE_LOADED) return;
+      // A module loaded (lazily, in a launch, or explicitly): what free
+      // memory lost since the last reading.
+      int dev = current_device();
+      if (dev < 0) return;
+      size_t fr = free_now();
+      size_t before = g_last_free[dev].exchange(fr, std::memory_order_relaxed);
+      if (before != 0 && fr != 0) {
+        std::string f = caller();
+        std::lock_guard<std::mutex> g(g_mu);
+        add_total(dev, f, VS_OUT_KERNELS, static_cast<long long>(before) - static_cast<long long>(fr));
+      }
+      return;
+    }
+    if (dom != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    const CUpti_CallbackData* d = static_cast<const CUpti_CallbackData*>(data);
+    const char* fn = d->functionName ? d->functionName : "";
+    const bool stream = std::strncmp(fn, "cuStreamCreate", 14) == 0;
+    if (d->callbackSite == CUPTI_API_ENTER) {
+      if (stream) t_enter_free = free_now();
+      return;
+    }
+    if (d->functionReturnValue && *static_cast<const int*>(d->functionReturnValue) != 0) return;
+    const void* p = d->functionParams;
+    const int dev = current_device();
+    const std::string f = caller();
+    if (stream) {
+      size_t fr = free_now();
+      if (dev >= 0) g_last_free[dev].store(fr, std::memory_order_relaxed);
+      if (t_enter_free != 0 && fr != 0 && !f.empty()) {
+        std::lock_guard<std::mutex> g(g_mu);
+        add_total(dev, f, VS_OUT_STREAMS, static_cast<long long>(t_enter_free) - static_cast<long long>(fr));
+      }
+      return;
+    }
+    const bool host = !std::strcmp(fn, "cuMemAllocHost_v2") || !std::strcmp(fn, "cuMemHostAlloc") ||
+                      !std::strcmp(fn, "cuMemFreeHost");
+    if (!host) reading(dev);
+    // The caching allocator's own memory is the tracker's: only the
+    // reading above.
+    if (f.empty() || torch_allocator(f)) return;
+    if (!std::strcmp(fn, "cuMemAlloc_v2")) {
+      auto a = static_cast<const Ptr1*>(p);
+      on_alloc(f, dev, *a->dptr, a->bytesize, VS_OUT_ALLOCATION, false);
+    } else if (!std::strcmp(fn, "cuMemAllocManaged")) {
+      auto a = static_cast<const Ptr1*>(p);
+      on_alloc(f, dev, *a->dptr, a->bytesize, VS_OUT_MANAGED, false);
+    } else if (!std::strncmp(fn, "cuMemAllocAsync", 15) || !std::strncmp(fn, "cuMemAllocFromPoolAsync", 23)) {
+      auto a = static_cast<const Ptr1*>(p);
+      on_alloc(f, dev, *a->dptr, a->bytesize, VS_OUT_STREAM_ORDERED, false);
+    } else if (!std::strcmp(fn, "cuMemAllocPitch_v2")) {
+      auto a = static_cast<const Pitch*>(p);
+      on_alloc(f, dev, *a->dptr, *a->pitch * a->height, VS_OUT_ALLOCATION, false);
+    } else if (!std::strcmp(fn, "cuMemAllocHost_v2") || !std::strcmp(fn, "cuMemHostAlloc")) {
+      auto a = static_cast<const Host1*>(p);
+      on_alloc(f, dev, reinterpret_cast<uint64_t>(*a->pp), a->bytesize, VS_OUT_HOST, true);
+    } else if (!std::strcmp(fn, "cuMemCreate")) {
+      auto a = static_cast<const Create*>(p);
+      on_alloc(f, dev, *a->handle, a->size, VS_OUT_PHYSICAL, false);
+    } else if (!std::strcmp(fn, "cuMemFree_v2") || !std::strncmp(fn, "cuMemFreeAsync", 14)) {
+      on_free(static_cast<const Free1*>(p)->dptr);
+    } else if (!std::strcmp(fn, "cuMemFreeHost")) {
+      on_free(reinterpret_cast<uint64_t>(static_cast<const HostFree*>(p)->p));
+    } else if (!std::strcmp(fn, "cuMemRelease")) {
+      on_free(static_cast<const Release*>(p)->handle);
+    }
+  } catch (...) {
+    // Never into the driver's caller.
+  }
+}
+
+const char* kWatched[] = {
+    "cuMemAlloc_v2",         "cuMemAllocPitch_v2",      "cuMemAllocManaged",     "cuMemAllocAsync",
+    "cuMemAllocAsync_ptsz",  "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
+    "cuMemFree_v2",          "cuMemFreeAsync",          "cuMemFreeAsync_ptsz",   "cuMemAllocHost_v2",
+    "cuMemHostAlloc",        "cuMemFreeHost",           "cuMemCreate",           "cuMemRelease",
+    "cuStreamCreate",        "cuStreamCreateWithPriority",
+};
+
+// Every total again every 10 s: a reader that lost records or began late
+// has them (allocations' totals summed from what is live).
+void resend_loop() {
+  while (g_thread.load() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    if (g_on.load() == 0) continue;
+    try {
+      std::lock_guard<std::mutex> g(g_mu);
+      std::map<TotalKey, std::pair<uint64_t, const char*>> sums;
+      for (auto& kv : g_live) {
+        const Live& l = kv.second;
+        auto& s = sums[TotalKey{l.device, l.lib, l.kind}];
+        s.first += l.bytes;
+        s.second = l.name;
+      }
+      for (auto& kv : sums)
+        write(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0, kv.second.first, kv.second.second);
+      for (auto& kv : g_totals)
+        write(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0,
+              static_cast<uint64_t>(kv.second.bytes), kv.second.name);
+    } catch (...) {
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int vs_outside_api_version(void) { return 1; }
+
+// Subscribes to CUPTI (a name in `why` on failure: another client holds
+// it) and enables the calls above; `write` is the tracker's
+// vs_agent_write_record. 0 on success, else CUPTI's result (-1: bad
+// arguments, -2: libcuda not found).
+int vs_outside_start(WriteFn write, char* why, int why_len) {
+  try {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (why && why_len > 0) why[0] = 0;
+    if (!write) return -1;
+    g_write = write;
+#ifndef VS_OUTSIDE_TEST
+    if (!g_mem_get_info) {
+      void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+      if (!cuda) cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+      if (!cuda) return -2;
+      g_mem_get_info = reinterpret_cast<MemGetInfoFn>(dlsym(cuda, "cuMemGetInfo_v2"));
+      g_ctx_get_device = reinterpret_cast<CtxGetDeviceFn>(dlsym(cuda, "cuCtxGetDevice"));
+      if (!g_mem_get_info || !g_ctx_get_device) return -2;
+    }
+#endif
+    if (g_sub) return 0;
+    read_maps();
+    CUptiResult r = cuptiSubscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(callback), nullptr);
+    if (r != CUPTI_SUCCESS) {
+      g_sub = nullptr;
+      const char* s = nullptr;
+      cuptiGetResultString(r, &s);
+      if (why && why_len > 0) std::snprintf(why, why_len, "%s", s ? s : "CUPTI refused a subscriber");
+      return static_cast<int>(r);
+    }
+    for (unsigned id = 1; id < 4096; id++) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) != CUPTI_SUCCESS || !name) continue;
+      for (const char* w : kWatched)
+        if (!std::strcmp(name, w)) cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+    cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    // Readings start now: what happens before is the context's.
+    for (auto& f : g_last_free) f.store(0);
+    g_on.store(1, std::memory_order_release);
+    if (g_thread.exchange(1) == 0) std::thread(resend_loop).detach();
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Steps aside (another CUPTI client, torch.profiler, needs it): 0 on success.
+int vs_outside_stop(void) {
+  try {
+    g_on.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> g(g_mu);
+    if (!g_sub) return 0;
+    CUptiResult r = cuptiUnsubscribe(g_sub);
+    g_sub = nullptr;
+    return static_cast<int>(r);
+  } catch (...) {
+    return -1;
+  }
+}
+
+// The CUDA context of `device`, measured by the caller: sent as a total.
+void vs_outside_context(int device, uint64_t bytes) {
+  try {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (device < 0 || device >= 8 || !g_write) return;
+    TotalKey k{static_cast<uint16_t>(device), VS_LIB_CUDA, VS_OUT_CONTEXT};
+    Total& t = g_totals[k];
+    t.bytes = static_cast<long long>(bytes);
+    write(VS_K_OUTSIDE_TOTAL, k.device, k.lib, k.kind, 0, bytes, t.name);
+  } catch (...) {
+  }
+}
+
+// The bytes named on `device` now (allocations and totals, the context
+// left out): what the caller takes off NVML's figure to measure it.
+uint64_t vs_outside_named(int device) {
+  try {
+    std::lock_guard<std::mutex> g(g_mu);
+    long long s = 0;
+    for (auto& kv : g_live)
+      if (kv.second.device == device) s += static_cast<long long>(kv.second.bytes);
+    for (auto& kv : g_totals)
+      if (kv.first.device == device && kv.first.kind != VS_OUT_CONTEXT) s += kv.second.bytes;
+    return s > 0 ? static_cast<uint64_t>(s) : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// Records refused (past the bounds).
+uint64_t vs_outside_refused(void) { return g_refused.load(); }
+
+}  // extern "C"

@@ -1,0 +1,225 @@
+"""Device memory outside PyTorch's caching allocator (FORMAT.md 1.3): the
+CUDA context and what libraries (NCCL, cuBLAS, cuDNN, ...) take from the
+driver, named by outside.cpp through CUPTI beside the tracker.
+
+``start`` builds outside.cpp (against the CUPTI torch loads; cached like
+the tracker; a second or two) on a thread of its own, starts it with the
+tracker's record writer, measures each device's CUDA context (NVML's bytes
+for this process - the allocator's reserved - what outside.cpp names) and
+hands it over, and makes torch.profiler and outside.cpp take turns: CUPTI
+takes one client before 13.2, and the profiler gets no CUDA events while
+another holds it. Before a profile starts outside.cpp steps aside; after it
+ends it subscribes again, or, where the profiler kept CUPTI (it does), says
+once that the figures stay as they were.
+
+Never raises into the job. ``VRAMSCOPE_OUTSIDE=0`` turns it off.
+"""
+
+import ctypes
+import os
+import sys
+import threading
+
+from . import _build
+
+_st = {"lib": None, "write": None, "note": "not started", "aside": False, "warned": set()}
+_lock = threading.Lock()
+
+
+def status():
+    """True while outside.cpp runs; else why not (a string)."""
+    return True if _st["lib"] is not None and not _st["aside"] else _st["note"]
+
+
+def _warn(msg, key):
+    if key in _st["warned"]:
+        return
+    _st["warned"].add(key)
+    try:
+        sys.stderr.write("vramscope: %s\n" % msg)
+    except Exception:
+        pass
+
+
+def start(tracker, torch):
+    """Starts the accounting beside `tracker` (the tracker's ctypes library),
+    on a daemon thread. Never raises."""
+    if os.environ.get("VRAMSCOPE_OUTSIDE", "1") == "0":
+        _st["note"] = "off (VRAMSCOPE_OUTSIDE=0)"
+        return
+    write = getattr(tracker, "vs_agent_write_record", None)
+    if write is None:
+        _st["note"] = "the tracker has no record writer (an older build)"
+        return
+    _st["note"] = "starting"
+    t = threading.Thread(target=_start, args=(write, torch), name="vramscope-outside", daemon=True)
+    t.start()
+
+
+def _start(write, torch):
+    try:
+        path = _build.build_outside()
+        lib = ctypes.CDLL(path)  # never dlclose'd
+        lib.vs_outside_api_version.restype = ctypes.c_int
+        if lib.vs_outside_api_version() != 1:
+            _st["note"] = "outside.cpp has an unknown API version"
+            return
+        lib.vs_outside_start.restype = ctypes.c_int
+        lib.vs_outside_start.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        lib.vs_outside_stop.restype = ctypes.c_int
+        lib.vs_outside_context.argtypes = [ctypes.c_int, ctypes.c_uint64]
+        lib.vs_outside_named.restype = ctypes.c_uint64
+        lib.vs_outside_named.argtypes = [ctypes.c_int]
+        _st["write"] = ctypes.cast(write, ctypes.c_void_p)
+        with _lock:
+            rc, why = _subscribe(lib)
+            if rc != 0:
+                _st["note"] = "CUPTI: %s" % why
+                _warn("memory outside the caching allocator is not named: CUPTI %s" % why, "start")
+                return
+            _st["lib"] = lib
+            _st["note"] = "running"
+        _patch_profiler(torch)
+        _measure_contexts(lib, torch)
+    except _build.BuildError as e:
+        _st["note"] = str(e)
+    except Exception as e:
+        _st["note"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        _build.discard_fresh()
+
+
+def _subscribe(lib):
+    why = ctypes.create_string_buffer(256)
+    rc = lib.vs_outside_start(_st["write"], why, len(why))
+    return rc, why.value.decode("utf-8", "replace") or ("error %d" % rc)
+
+
+# ---- the CUDA context, by NVML ------------------------------------------
+
+
+class _Proc(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+
+def _nvml_used(nv, handle):
+    """NVML's bytes for this process on the GPU `handle` (None: unknown)."""
+    n = ctypes.c_uint(256)
+    arr = (_Proc * 256)()
+    if nv.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), arr) != 0:
+        return None
+    pid = os.getpid()
+    for i in range(min(n.value, 256)):
+        if arr[i].pid == pid:
+            return int(arr[i].used)
+    return None
+
+
+def _nvml_handle(nv, torch, d):
+    """The NVML handle of torch's device `d`: by its UUID, else by index
+    when no CUDA_VISIBLE_DEVICES renumbers them."""
+    h = ctypes.c_void_p()
+    try:
+        uuid = str(torch.cuda.get_device_properties(d).uuid)
+        u = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+        if nv.nvmlDeviceGetHandleByUUID(u.encode(), ctypes.byref(h)) == 0:
+            return h
+    except Exception:
+        pass
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") and nv.nvmlDeviceGetHandleByIndex_v2(d, ctypes.byref(h)) == 0:
+        return h
+    return None
+
+
+def _measure_contexts(lib, torch):
+    """Each device this process uses: NVML's bytes - reserved - named, the
+    least of three readings (an allocation between two readings only makes
+    one too large), handed to outside.cpp as the context."""
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+        if nv.nvmlInit_v2() != 0:
+            return
+    except OSError:
+        return
+    import time
+
+    for d in range(torch.cuda.device_count()):
+        h = _nvml_handle(nv, torch, d)
+        if h is None:
+            continue
+        best = None
+        for _ in range(3):
+            used = _nvml_used(nv, h)
+            if used is None:
+                break
+            ctx = used - int(torch.cuda.memory_reserved(d)) - int(lib.vs_outside_named(d))
+            best = ctx if best is None else min(best, ctx)
+            time.sleep(0.05)
+        if best is not None and best > 0:
+            lib.vs_outside_context(d, best)
+
+
+# ---- taking turns with torch.profiler ------------------------------------
+
+
+def _patch_profiler(torch):
+    """torch.autograd.profiler calls _prepare_profiler before a profile
+    (torch.profiler.profile too) and _disable_profiler at its end: outside.cpp
+    steps aside before, and comes back after."""
+    try:
+        ap = torch.autograd.profiler
+    except Exception:
+        return
+    prep = getattr(ap, "_prepare_profiler", None)
+    disable = getattr(ap, "_disable_profiler", None)
+    if prep is None or disable is None or getattr(prep, "_vramscope", False):
+        return
+
+    def prepare(*a, **k):
+        _step_aside()
+        return prep(*a, **k)
+
+    def stop(*a, **k):
+        try:
+            return disable(*a, **k)
+        finally:
+            _come_back()
+
+    prepare._vramscope = True
+    stop._vramscope = True
+    ap._prepare_profiler = prepare
+    ap._disable_profiler = stop
+
+
+def _step_aside():
+    try:
+        with _lock:
+            lib = _st["lib"]
+            if lib is None or _st["aside"]:
+                return
+            lib.vs_outside_stop()
+            _st["aside"] = True
+            _st["note"] = "stepped aside for torch.profiler"
+    except Exception:
+        pass
+
+
+def _come_back():
+    try:
+        with _lock:
+            lib = _st["lib"]
+            if lib is None or not _st["aside"]:
+                return
+            rc, why = _subscribe(lib)
+            if rc == 0:
+                _st["aside"] = False
+                _st["note"] = "running"
+                return
+            _st["note"] = "stopped after torch.profiler (CUPTI: %s): the figures stay as they were" % why
+            _warn(
+                "memory outside the caching allocator is no longer followed: torch.profiler keeps CUPTI "
+                "after its first profile (%s; CUPTI before 13.2 takes one client); its figures stay as they were" % why,
+                "profiler",
+            )
+    except Exception:
+        pass

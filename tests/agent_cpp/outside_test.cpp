@@ -1,0 +1,153 @@
+// outside.cpp without a GPU (tests/agent_cpp.rs): built with
+// -DVS_OUTSIDE_TEST against the stand-in CUPTI (fake_cupti/cupti.h), whose
+// kept callback this calls as CUPTI would, with the library on the stack,
+// the device and its free memory set by hand; the records outside.cpp
+// writes are checked word by word (FORMAT.md, "Outside the caching
+// allocator"). Prints "ok WHAT" per check; exits 1 at the first failure.
+
+#define VS_OUTSIDE_TEST 1
+#include "outside.cpp"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<std::array<uint64_t, 7>> recs;
+
+int keep(const uint64_t* w) {
+  std::array<uint64_t, 7> a;
+  std::memcpy(a.data(), w, sizeof a);
+  recs.push_back(a);
+  return 1;
+}
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::printf("FAIL %s (%zu records)\n", what, recs.size());
+    std::exit(1);
+  }
+  std::printf("ok %s\n", what);
+}
+
+void call(const char* fn, const void* params, int rc = 0, CUpti_ApiCallbackSite site = CUPTI_API_EXIT) {
+  CUpti_CallbackData d{site, fn, params, &rc};
+  fake_cupti_callback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, 1, &d);
+}
+
+void loaded() {
+  fake_cupti_callback(nullptr, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED, nullptr);
+}
+
+uint16_t kind(const std::array<uint64_t, 7>& w) { return static_cast<uint16_t>(w[0]); }
+uint16_t device(const std::array<uint64_t, 7>& w) { return static_cast<uint16_t>(w[0] >> 16); }
+uint32_t aux(const std::array<uint64_t, 7>& w) { return static_cast<uint32_t>(w[0] >> 32); }
+std::string name(const std::array<uint64_t, 7>& w) {
+  char b[25] = {0};
+  std::memcpy(b, &w[4], 24);
+  return b;
+}
+
+constexpr uint64_t MIB = 1ull << 20;
+
+}  // namespace
+
+int main() {
+  char why[128];
+  check(vs_outside_start(keep, why, sizeof why) == 0, "starts");
+  check(fake_cupti_subscribers == 1 && fake_cupti_enabled >= 7, "subscribes and enables the calls it follows");
+
+  vs_test_caller = "libnccl.so.2";
+  vs_test_device = 1;
+  unsigned long long handle = 0xabc;
+  Create create{&handle, 64 * MIB};
+  call("cuMemCreate", &create);
+  check(recs.size() == 1 && kind(recs[0]) == VS_K_OUTSIDE_ALLOC && device(recs[0]) == 1 &&
+            aux(recs[0]) == (VS_LIB_NCCL | VS_OUT_PHYSICAL << 8) && recs[0][2] == 0xabc &&
+            recs[0][3] == 64 * MIB && name(recs[0]) == "libnccl.so.2",
+        "NCCL's physical memory is named, with its handle and bytes");
+  Release release{0xabc};
+  call("cuMemRelease", &release);
+  check(recs.size() == 2 && kind(recs[1]) == VS_K_OUTSIDE_FREE && recs[1][3] == 64 * MIB,
+        "its release frees the bytes it held");
+
+  vs_test_caller = "libc10_cuda.so";
+  vs_test_device = 0;
+  unsigned long long p = 0x7f0000000000ull;
+  Ptr1 alloc{&p, 2 * MIB};
+  call("cuMemAlloc_v2", &alloc);
+  check(recs.size() == 2, "the caching allocator's own memory is the tracker's: no record");
+
+  vs_test_caller = "libcublas.so.13";
+  call("cuMemAlloc_v2", &alloc, /*CUDA_ERROR_OUT_OF_MEMORY*/ 2);
+  check(recs.size() == 2, "a failed call is not recorded");
+  p = 0x7f1000000000ull;
+  Ptr1 ws{&p, 32 * MIB};
+  call("cuMemAlloc_v2", &ws);
+  check(recs.size() == 3 && aux(recs[2]) == (VS_LIB_CUBLAS | VS_OUT_ALLOCATION << 8) && device(recs[2]) == 0,
+        "a cuBLAS workspace is named");
+
+  vs_test_caller = "libcudnn_graph.so.9";
+  void* host = reinterpret_cast<void*>(0x5500);
+  Host1 h{&host, 4096};
+  call("cuMemHostAlloc", &h);
+  check(recs.size() == 4 && device(recs[3]) == VS_NO_DEVICE && aux(recs[3]) == (VS_LIB_CUDNN | VS_OUT_HOST << 8),
+        "pinned host memory is the host's (device 0xffff)");
+
+  // A stream's creation: what free memory lost across the call.
+  vs_test_free = 100 * MIB;
+  call("cuStreamCreate", nullptr, 0, CUPTI_API_ENTER);
+  vs_test_free = 98 * MIB;
+  call("cuStreamCreate", nullptr);
+  check(recs.size() == 5 && kind(recs[4]) == VS_K_OUTSIDE_TOTAL &&
+            aux(recs[4]) == (VS_LIB_CUDNN | VS_OUT_STREAMS << 8) && recs[4][3] == 2 * MIB,
+        "a stream's creation is measured and sent as a total");
+
+  // A lazily loaded module: the drop since the last reading (the stream's).
+  vs_test_caller = "libtorch_cuda.so";
+  vs_test_free = 90 * MIB;
+  loaded();
+  check(recs.size() == 6 && aux(recs[5]) == (VS_LIB_TORCH | VS_OUT_KERNELS << 8) && recs[5][3] == 8 * MIB,
+        "a module's loading is measured since the last reading");
+  // Another process's gigabyte between two readings is not a module's.
+  vs_test_free = 90 * MIB - 1024 * MIB;
+  loaded();
+  check(recs.size() == 6, "a drop over 256 MiB is not counted");
+
+  // The caller measures the context and hands it over.
+  vs_outside_context(0, 500 * MIB);
+  check(recs.size() == 7 && aux(recs[6]) == (VS_LIB_CUDA | VS_OUT_CONTEXT << 8) && recs[6][3] == 500 * MIB,
+        "the context is sent as a total");
+  check(vs_outside_named(0) == 32 * MIB + 2 * MIB + 8 * MIB,
+        "named on device 0: the workspace, the stream and the kernels, not the context");
+
+  // A flood of tiny allocations: bounded, and counted.
+  vs_test_caller = "libfoo.so";
+  const size_t before = recs.size();
+  for (size_t i = 0; i < kMaxLive + 5; i++) {
+    unsigned long long q = 0x100000 + i;
+    Ptr1 tiny{&q, 1};
+    call("cuMemAlloc_v2", &tiny);
+  }
+  check(vs_outside_refused() >= 5 && recs.size() - before <= kMaxLive, "a flood of allocations is bounded and counted");
+
+  // Taking turns with another client (the profiler). A callback already
+  // under way as it steps aside records nothing.
+  CUpti_CallbackFunc late = fake_cupti_callback;
+  check(vs_outside_stop() == 0 && fake_cupti_subscribers == 0, "steps aside");
+  fake_cupti_other_client = 1;
+  check(vs_outside_start(keep, why, sizeof why) == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED &&
+            std::string(why).find("MULTIPLE_SUBSCRIBERS") != std::string::npos,
+        "a CUPTI held by another client is said, by CUPTI's name for it");
+  const size_t n = recs.size();
+  int rc = 0;
+  CUpti_CallbackData d{CUPTI_API_EXIT, "cuMemAlloc_v2", &ws, &rc};
+  late(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, 1, &d);
+  check(recs.size() == n, "nothing is recorded while stepped aside");
+  fake_cupti_other_client = 0;
+  check(vs_outside_start(keep, why, sizeof why) == 0, "comes back when CUPTI is free again");
+  return 0;
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 47 on a GPU machine: memory outside the caching allocator, named by
+# the agent (outside.cpp) and read by vramscope, against NVML.
+#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench)
+# Each JOB runs tests/gpu/outside_job.py under `vramscope run` on a fresh
+# build cache and writes $D/JOB.json (three quiescent points: NVML, reserved,
+# the named parts, unexplained; gpt2: a torch.profiler session's CUDA
+# events and the accounting after it); ddp runs under torchrun on every
+# GPU; bench alternates the accounting on and stepped aside on GPT-2.
+# $D/summary.txt: one line per point, PASS when unexplained <= max(2 % of
+# NVML's bytes, 64 MiB).
+set -u
+. "$(dirname "$0")/common.sh" outside_check
+S=$D/summary.txt
+: > "$S"
+JOBS=("$@")
+[ ${#JOBS[@]} -gt 0 ] || JOBS=(gpt2 conv compile ddp bench)
+export VRAMSCOPE_BIN=$B
+for job in "${JOBS[@]}"; do
+    echo "== $job"
+    export VRAMSCOPE_SHM_DIR=$(mktemp -d /tmp/vs-shm-XXXXXX)
+    case $job in
+    ddp)
+        n=$(nvidia-smi -L | wc -l)
+        timeout 400 "$B" run -- torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_job.py ddp "$D/ddp.json" > "$D/ddp.log" 2>&1 ;;
+    bench)
+        timeout 400 "$B" run -- python3 tests/gpu/outside_job.py gpt2 "$D/bench.json" --bench > "$D/bench.log" 2>&1 ;;
+    *)
+        timeout 400 "$B" run -- python3 tests/gpu/outside_job.py "$job" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
+    esac
+    echo "exit $?"
+    tail -8 "$D/$job.log"
+done
+python3 - "$D" "$S" <<'EOF'
+import json, os, sys
+d, s = sys.argv[1], sys.argv[2]
+out = open(s, "a")
+for f in sorted(os.listdir(d)):
+    if not f.endswith(".json"):
+        continue
+    r = json.load(open(os.path.join(d, f)))
+    for p in r["points"]:
+        nv, un = p.get("nvml"), p.get("unexplained")
+        ok = nv is not None and un is not None and abs(un) <= max(0.02 * nv, 64 << 20)
+        parts = ", ".join("%s %s %.0f MiB" % (q["library"], q["kind"], q["bytes"] / 2**20) for q in (p.get("outside") or []))
+        out.write("%s %s %s: NVML %s MiB, reserved %s MiB, named %s MiB, unexplained %s MiB [%s]\n" % (
+            "PASS" if ok else "FAIL", r["job"], p["name"],
+            nv and nv >> 20, (p.get("reserved") or 0) >> 20, (p.get("named") or 0) >> 20,
+            un if un is None else round(un / 2**20, 1), parts))
+    if "profile" in r:
+        k = r["profile"]["cuda_events"]
+        out.write("%s %s profile: %d CUDA events; accounting after: %s\n" % (
+            "PASS" if k > 0 else "FAIL", r["job"], k, r["profile"]["agent_after"]))
+    if "bench" in r:
+        on, off = sorted(r["bench"]["on"]), sorted(r["bench"]["off"])
+        m_on, m_off = on[len(on) // 2], off[len(off) // 2]
+        out.write("%s bench: step %.2f ms with the accounting, %.2f ms stepped aside (x%.4f)\n" % (
+            "PASS" if m_on <= m_off * 1.01 else "FAIL", m_on * 1e3, m_off * 1e3, m_on / m_off))
+EOF
+cat "$S"

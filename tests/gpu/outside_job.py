@@ -1,0 +1,164 @@
+"""A job for tests/gpu/outside_check.sh (issue 47), run under `vramscope
+run`: GPT-2 (gpt2), ResNet-50 with cuDNN (conv), a torch.compile'd MLP
+(compile) or GPT-2 under DDP (ddp, under torchrun). At three quiescent
+points (after 3 and 10 steps, after empty_cache) it synchronises, holds
+still, and has `vramscope snapshot --json --for 11` look at it; each
+point's JSON (NVML's bytes, reserved, the named parts, unexplained) goes
+into OUT. The gpt2 job runs torch.profiler for 3 steps after the second
+point and says how many CUDA events the profile holds and what the agent
+says of its accounting then; `--bench` alternates blocks of steps with the
+accounting on and stepped aside and reports each block's step time.
+
+    python3 tests/gpu/outside_job.py JOB OUT.json [--bench]
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+JOB, OUT = sys.argv[1], sys.argv[2]
+BENCH = "--bench" in sys.argv
+B = os.environ["VRAMSCOPE_BIN"]
+rank = int(os.environ.get("LOCAL_RANK", "0"))
+torch.cuda.set_device(rank)
+report = {"job": JOB, "points": []}
+
+if JOB in ("gpt2", "ddp"):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    model = GPT2LMHeadModel(GPT2Config()).cuda()
+    if JOB == "ddp":
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, 50257, (8, 512), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+elif JOB == "conv":
+    import torchvision
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (32,), device="cuda")
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+elif JOB == "compile":
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2048, 8192), torch.nn.GELU(), torch.nn.Linear(8192, 2048),
+        torch.nn.LayerNorm(2048)).cuda()
+    cmodel = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(64, 256, 2048, device="cuda")
+
+    def step():
+        loss = cmodel(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+else:
+    raise SystemExit("unknown job " + JOB)
+
+
+def agent():
+    try:
+        import vramscope
+        return vramscope.status()
+    except Exception as e:
+        return {"error": str(e)}
+
+
+def point(name):
+    torch.cuda.synchronize()
+    out = subprocess.run([B, "snapshot", "--json", "--for", "11"], capture_output=True, text=True, timeout=60)
+    try:
+        snap = json.loads(out.stdout)
+    except Exception:
+        snap = None
+    me = None
+    for p in (snap or {}).get("processes", []):
+        if p.get("identity", {}).get("host_pid") == os.getpid():
+            me = p
+    f = (me or {}).get("view", {}).get("figures", {})
+    p = {
+        "name": name,
+        "reserved_torch": torch.cuda.memory_reserved(),
+        "nvml": f.get("nvml_used"),
+        "reserved": f.get("reserved"),
+        "other": f.get("non_pytorch"),
+        "named": f.get("outside_named"),
+        "unexplained": f.get("unexplained"),
+        "outside": (me or {}).get("view", {}).get("outside"),
+        "agent": agent().get("outside"),
+        "snapshot_err": out.stderr[-500:],
+    }
+    report["points"].append(p)
+    print("%-9s nvml %s reserved %s other %s named %s unexplained %s agent %s" % (
+        name, p["nvml"], p["reserved"], p["other"], p["named"], p["unexplained"], p["agent"]), flush=True)
+    with open(OUT, "w") as fh:
+        json.dump(report, fh, indent=1)
+
+
+def timed(n):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+# Wait for the agent (exact, and the accounting outside started).
+t0 = time.time()
+step()
+while time.time() - t0 < 120:
+    s = agent()
+    if s.get("mode") == "exact" and s.get("outside") not in ("starting", "not started"):
+        break
+    time.sleep(0.5)
+print("agent:", agent(), flush=True)
+for _ in range(2):
+    step()
+point("step3")
+for _ in range(7):
+    step()
+point("step10")
+if BENCH:
+    from vramscope import _outside
+    on, off = [], []
+    for i in range(5):
+        on.append(timed(10))
+        _outside._step_aside()
+        off.append(timed(10))
+        _outside._come_back()
+    report["bench"] = {"on": on, "off": off}
+    print("bench on %s off %s" % (["%.4f" % v for v in on], ["%.4f" % v for v in off]), flush=True)
+if JOB == "gpt2" and not BENCH:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    k = sum(1 for e in prof.events() if "CUDA" in str(getattr(e, "device_type", "")))
+    report["profile"] = {"cuda_events": k, "agent_after": agent().get("outside")}
+    print("profile: %d CUDA events; accounting after: %s" % (k, agent().get("outside")), flush=True)
+    for _ in range(3):
+        step()
+torch.cuda.empty_cache()
+point("emptied")
+with open(OUT, "w") as fh:
+    json.dump(report, fh, indent=1)
+print("done", flush=True)
