@@ -239,6 +239,46 @@ fn unknown_scenario_is_a_clear_error() {
     );
 }
 
+/// Issue 47: the simulated job names what it holds outside the caching
+/// allocator (its CUDA context and cuBLAS's workspace, on device 0); with
+/// no NVML in the headless demo, what no one named is absent (null), never
+/// 0. The text says it on one line.
+#[test]
+fn the_demo_names_memory_outside_the_allocator() {
+    let r = demo(&["healthy"]);
+    let outside = r["process"]["view"]["outside"].as_array().unwrap();
+    let parts: Vec<(&str, &str, u64, u64)> = (outside.iter())
+        .map(|p| {
+            (
+                p["library"].as_str().unwrap(),
+                p["kind"].as_str().unwrap(),
+                p["device"].as_u64().unwrap(),
+                p["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            ("CUDA", "context", 0, 524_288_000),
+            ("cuBLAS", "allocations", 0, 33_554_432)
+        ]
+    );
+    let figures = &r["process"]["view"]["figures"];
+    assert_eq!(u(&r, "/process/view/figures/outside_named"), 557_842_432);
+    assert!(figures["unexplained"].is_null(), "{figures}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(["demo", "healthy", "--headless"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(succeeded(out).stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "outside    context 500 MiB · cuBLAS 32.0 MiB · unexplained —"),
+        "{text}"
+    );
+}
+
 /// Issue 10, item 3: a looping scenario keeps its verdict per run. The leak
 /// demo is flagged in every run (within 10 steps of the run's start); the
 /// healthy one in none.

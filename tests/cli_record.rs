@@ -313,11 +313,17 @@ fn sim_replays_a_recorded_process_and_matches_its_figures() {
 /// The demo's `leak` scenario as a recording (its events in batches of 64,
 /// as a collector delivers them).
 fn leak_recording(path: &std::path::Path) {
+    leak_recording_of(path, |_| true);
+}
+
+/// [`leak_recording`] of the events `keep` keeps.
+fn leak_recording_of(path: &std::path::Path, keep: impl Fn(&vramscope_wire::event::Event) -> bool) {
     use vramscope_core::input::{EventBatch, Input};
     use vramscope_core::model::ProcessKey;
     use vramscope_core::sim::{Scenario, ScenarioRunner};
     let mut events = Vec::new();
     ScenarioRunner::new(Scenario::by_name("leak").unwrap()).run_to_end(&mut events);
+    events.retain(|e| keep(e));
     let key = ProcessKey {
         pid: 4242,
         start_time: 1,
@@ -335,6 +341,58 @@ fn leak_recording(path: &std::path::Path) {
         rec.write(batch[0].time_ns, &input).unwrap();
     }
     rec.finish().unwrap();
+}
+
+/// Issue 47: `diff` puts what each run held outside the caching
+/// allocator side by side (the demo's job names its CUDA context and
+/// cuBLAS's workspace; the same job whose producer names nothing, none),
+/// and says nothing of it where neither run names any.
+#[test]
+fn diff_shows_memory_outside_the_allocator_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        dir.path().join("named.vsrec"),
+        dir.path().join("unnamed.vsrec"),
+        dir.path().join("unnamed2.vsrec"),
+    );
+    let unnamed = |e: &vramscope_wire::event::Event| !matches!(e.kind, EventKind::Outside(_));
+    leak_recording(&a);
+    leak_recording_of(&b, unnamed);
+    leak_recording_of(&c, unnamed);
+    let diff = |x: &std::path::Path, y: &std::path::Path, json: bool| {
+        let mut cmd = bin();
+        cmd.arg("diff").arg(x).arg(y);
+        if json {
+            cmd.arg("--json");
+        }
+        String::from_utf8(succeeded(cmd.output().unwrap()).stdout).unwrap()
+    };
+    let text = diff(&a, &b, false);
+    let at = text
+        .find("outside PyTorch's allocator, at each run's end:")
+        .unwrap_or_else(|| panic!("{text}"));
+    let table: Vec<String> = text[at..]
+        .lines()
+        .skip(2)
+        .take(2)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        table,
+        [
+            "context 500 MiB 0 B -500 MiB (-100%)",
+            "cuBLAS 32.0 MiB 0 B -32.0 MiB (-100%)"
+        ],
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&diff(&a, &b, true)).unwrap();
+    assert_eq!(v["outside"][0]["name"], "context", "{v}");
+    assert_eq!(v["outside"][0]["a"], 524_288_000u64, "{v}");
+    assert_eq!(v["outside"][1]["b"], 0, "{v}");
+    // Neither run names any: no table, no rows.
+    assert!(!diff(&b, &c, false).contains("outside PyTorch"));
+    let v: Value = serde_json::from_str(&diff(&b, &c, true)).unwrap();
+    assert_eq!(v["outside"], Value::Array(vec![]), "{v}");
 }
 
 #[test]

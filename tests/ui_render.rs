@@ -450,6 +450,59 @@ fn a_replay_at_its_end_shows_no_events_arriving() {
     assert!(f.contains(" ev/s 0.0"), "{f}");
 }
 
+/// Issue 47: the Memory summary names what the simulated job holds
+/// outside the caching allocator (its CUDA context and cuBLAS's
+/// workspace) and what no one named of "Other" (the fixture's NVML figure
+/// has 4 MiB more; absent without NVML); the header says it beside
+/// "other" where the figures after it still fit, and the overview's
+/// UNEXPL column where the width leaves room for it.
+#[test]
+fn the_summary_names_memory_outside_the_allocator() {
+    let row = |f: &str, name: &str| -> String {
+        let l = f
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name}: {f}"));
+        l.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let app = process_app(&FX, "leak", 80, 24, Pane::Stats);
+    let f = frame(&app);
+    assert!(f.contains("│Outside the allocator "), "{f}");
+    assert!(row(&f, "   context ").contains("context 500 MiB —"), "{f}");
+    assert!(row(&f, "   cuBLAS ").contains("cuBLAS 32.0 MiB —"), "{f}");
+    assert!(
+        row(&f, "   unexplained ").contains("unexplained 4.00 MiB —"),
+        "{f}"
+    );
+    // At 80 columns the header keeps its figures; wider, it says more.
+    assert!(
+        f.contains("other 536M peak 5.43G frag 0.3% ev/s 257"),
+        "{f}"
+    );
+    let wide = frame(&process_app(&FX, "leak", 160, 48, Pane::Stats));
+    assert!(
+        wide.contains(" other 536M (unexpl 4.00M) peak 5.43G"),
+        "{wide}"
+    );
+    // Without NVML: the parts, and no figure of what no one named.
+    let f = frame(&process_app(&NO_NVML, "leak", 80, 24, Pane::Stats));
+    assert!(row(&f, "   context ").contains("context 500 MiB —"), "{f}");
+    assert!(
+        row(&f, "   unexplained ").contains("unexplained — —"),
+        "{f}"
+    );
+    assert!(!f.contains("unexpl "), "{f}");
+    // The overview's column, where the width leaves room (last to come).
+    let f = frame(&app_with(&FX, cfg(), 200, 60));
+    assert!(row(&f, "  PID ").contains(" OTHER UNEXPL PEAK "), "{f}");
+    assert!(
+        row(&f, "eval_loop.py").contains(" 536M 4.00M 5.43G "),
+        "{f}"
+    );
+    let f = frame(&app_with(&FX, cfg(), 120, 40));
+    assert!(!f.contains("UNEXPL") && f.contains("OTHER"), "{f}");
+}
+
 #[test]
 fn monochrome_has_no_colours() {
     let theme = Theme::new(false, false);

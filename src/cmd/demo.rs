@@ -189,6 +189,11 @@ pub(crate) fn text(r: &HeadlessReport) -> String {
             largest.map(bytes).unwrap_or_else(|| "—".into()),
         );
     }
+    // What the simulated job names outside the caching allocator.
+    let v = &r.process.view;
+    if let Some(line) = vramscope_core::model::outside::line(&v.outside, f.unexplained) {
+        let _ = writeln!(o, "outside    {line}");
+    }
     let src = &r.process.source;
     let _ = writeln!(
         o,

@@ -171,6 +171,10 @@ fn text(d: &Diff, top: usize) -> String {
     s.push_str(&table("new in B", &d.new_in_b, top));
     s.push_str(&table("grew in B", &d.grew_in_b, top));
     s.push_str(&table("less in B", &d.shrank_in_b, top));
+    if !d.outside.is_empty() {
+        s.push_str("outside PyTorch's allocator, at each run's end:\n");
+        s.push_str(&table("outside", &d.outside, 0));
+    }
     s
 }
 

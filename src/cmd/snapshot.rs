@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use vramscope_collect::{Collector, Snapshot};
+use vramscope_core::model::outside;
 use vramscope_core::model::ViewOptions;
 use vramscope_text::format::{self, bytes};
 use vramscope_ui::diagnosis;
@@ -215,6 +216,10 @@ fn table_after(s: &Snapshot, nvml_why: bool) -> String {
             r.ooms,
             r.flags(),
         );
+        // What the producer named outside the caching allocator (issue 47).
+        if let Some(line) = outside::line(&p.view.outside, p.view.figures.unexplained) {
+            let _ = writeln!(o, "        outside   {line}");
+        }
         // The verdict in the words of the dashboard's diagnosis pane.
         let leak = &p.view.leak;
         let (_, verdict) = diagnosis::verdict_text(leak, &p.view.leak_criterion);
@@ -303,4 +308,25 @@ pub(crate) fn blocks(s: &Snapshot) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 47: under each process, what its agent names outside the
+    /// caching allocator and what no one named, on one line (a fixture's
+    /// simulated job: its context and cuBLAS's workspace; its NVML figure
+    /// has 4 MiB more); nothing for a process that names nothing.
+    #[test]
+    fn the_table_says_what_is_outside_the_allocator() {
+        let fx = vramscope_collect::fixtures::Fixture::new(1);
+        let t = table(&fx.snapshot(&ViewOptions::default()));
+        let lines: Vec<&str> = t.lines().filter(|l| l.contains("outside ")).collect();
+        assert_eq!(
+            lines,
+            ["        outside   context 500 MiB · cuBLAS 32.0 MiB · unexplained 4.00 MiB"],
+            "{t}"
+        );
+    }
 }

@@ -16,8 +16,12 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// Simulated time is shifted so that "now" is well past zero.
 pub(crate) const BASE_NS: u64 = 100_000_000_000;
-/// NVML's share of a process beyond what the allocator reserved (context).
-const CONTEXT: u64 = 600 * MIB;
+/// NVML's share of a process beyond what the allocator reserved: what the
+/// simulated job names outside the caching allocator (its CUDA context and
+/// cuBLAS's workspace), and 4 MiB no one names.
+const CONTEXT: u64 = vramscope_core::sim::scenario::SIM_CONTEXT
+    + vramscope_core::sim::scenario::SIM_CUBLAS
+    + 4 * MIB;
 
 /// (scenario, script, user)
 const CAST: [(&str, &str, &str); 6] = [

@@ -39,6 +39,12 @@ pub(crate) mod label {
     pub(crate) const CONF: &str = "conf";
     /// Which of the advisor's settings: `own` or `best`.
     pub(crate) const CANDIDATE: &str = "candidate";
+    /// What holds memory outside the caching allocator: `context`, else
+    /// its library (`NCCL`, `cuBLAS`, …, or its file name).
+    pub(crate) const WHAT: &str = "what";
+    /// How it holds it: `context`, `allocations`, `VMM`, `kernels`,
+    /// `streams`, `pinned host`, ….
+    pub(crate) const KIND: &str = "kind";
 }
 
 /// A family's type.
@@ -115,6 +121,14 @@ pub(crate) const P_NVML_USED: Def = gauge(
 pub(crate) const P_NON_PYTORCH: Def = gauge(
     "vramscope_process_non_pytorch_bytes",
     "NVML's used memory minus the allocator's reserved memory of the same instant: CUDA context, NCCL, cuBLAS workspaces.",
+);
+pub(crate) const P_OUTSIDE: Def = gauge(
+    "vramscope_process_outside_bytes",
+    "Memory the process holds outside the caching allocator, as its agent names it (FORMAT 1.3): by what (context, else the library: NCCL, cuBLAS, ..., or its file name; one that begins with ( has one more ( in front) and kind (context, allocations, VMM, stream-ordered, managed, kernels, streams, pinned host, other), per device (none for pinned host memory, which is not the device's); the largest parts of the process, the rest summed in what=\"(other)\" kind=\"(other)\".",
+);
+pub(crate) const P_UNEXPLAINED: Def = gauge(
+    "vramscope_process_unexplained_bytes",
+    "vramscope_process_non_pytorch_bytes less the device memory the agent named outside the caching allocator (vramscope_process_outside_bytes): what no one named; absent without NVML or when the agent names nothing.",
 );
 pub(crate) const P_EVENTS: Def = counter(
     "vramscope_process_events_total",

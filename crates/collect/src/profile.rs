@@ -241,6 +241,7 @@ pub(crate) fn profile_within(
         at_steady,
         steps_dropped,
         steps,
+        outside: seen.outside,
     })
 }
 
@@ -286,6 +287,8 @@ struct Attributed {
     /// With a piece asked for: the attribution when the block map first
     /// held that much in it, and the step under way.
     at_model_peak: Option<(Breakdown, Option<u64>)>,
+    /// Memory outside the caching allocator at the end, by what holds it.
+    outside: Vec<(String, u64)>,
 }
 
 /// Feeds `source` to a fresh model: the attribution of `key` at each cut
@@ -310,6 +313,7 @@ fn attribute(
         peaks: (0, 0),
         peak_piece: None,
         at_model_peak: None,
+        outside: Vec::new(),
     };
     let mut taken = [false; 2];
     let mut next = 0usize;
@@ -393,6 +397,7 @@ fn attribute(
     let snap = hub.snapshot_at_for(last_t, &opts, Some(key));
     if let Some(p) = snap.processes.iter().find(|p| p.key() == key) {
         out.peaks = (p.view.figures.peak_allocated, p.view.figures.peak_reserved);
+        out.outside = vramscope_core::model::outside::by_what(&p.view.outside, usize::MAX);
     }
     Ok(out)
 }

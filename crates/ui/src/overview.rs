@@ -407,6 +407,10 @@ fn cell<'a>(r: &Row, c: Col, width: u16, t: &Theme) -> Cell<'a> {
             format::opt(r.non_pytorch, a, format::bytes_signed_short),
             Style::new(),
         ),
+        Col::Unexplained => (
+            format::opt(r.unexplained, a, format::bytes_signed_short),
+            Style::new(),
+        ),
         Col::Peak => (format::opt(r.peak, a, format::bytes_short), Style::new()),
         Col::Frag => {
             let style = match r.frag {

@@ -181,10 +181,29 @@ fn render_info(frame: &mut Frame, area: Rect, r: &Row, t: &Theme) {
         "other",
         format::opt(r.non_pytorch, a, format::bytes_signed_short),
     ));
+    // What no one named of it, where the producer names its parts (issue
+    // 47): `other 770M (unexpl 4.00M)`, where the figures after it still
+    // fit.
+    let unexpl = (r.unexplained)
+        .filter(|_| !e.view.outside.is_empty())
+        .map(|u| {
+            (
+                l2.len(),
+                format!(" (unexpl {})", format::bytes_signed_short(u)),
+            )
+        });
+    if let Some((_, text)) = &unexpl {
+        l2.push(Span::raw(text.clone()));
+    }
     l2.extend(fig("peak", format::opt(r.peak, a, format::bytes_short)));
     l2.extend(fig("frag", format::opt(r.frag, a, format::percent)));
     l2.extend(fig("ev/s", format::opt(r.rate, a, format::rate)));
     l2.extend(fig("lost", format::opt(r.lost, a, format::count)));
+    if let Some((at, _)) = unexpl {
+        if l2.iter().map(Span::width).sum::<usize>() > area.width as usize {
+            l2.remove(at);
+        }
+    }
     // The host side, as htop shows it.
     if r.cpu.is_some() || r.rss.is_some() {
         l2.push(sep());

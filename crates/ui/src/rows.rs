@@ -18,6 +18,7 @@ pub enum Col {
     Reserved,
     Allocated,
     NonPytorch,
+    Unexplained,
     Peak,
     Frag,
     Rate,
@@ -31,7 +32,7 @@ pub enum Col {
 }
 
 impl Col {
-    pub const ALL: [Col; 18] = [
+    pub const ALL: [Col; 19] = [
         Col::Pid,
         Col::User,
         Col::Name,
@@ -40,6 +41,7 @@ impl Col {
         Col::Reserved,
         Col::Allocated,
         Col::NonPytorch,
+        Col::Unexplained,
         Col::Peak,
         Col::Frag,
         Col::Rate,
@@ -62,6 +64,7 @@ impl Col {
             Col::Reserved => "RESV",
             Col::Allocated => "ALLOC",
             Col::NonPytorch => "OTHER",
+            Col::Unexplained => "UNEXPL",
             Col::Peak => "PEAK",
             Col::Frag => "FRAG",
             Col::Rate => "EV/S",
@@ -86,6 +89,7 @@ impl Col {
             Col::Reserved => "reserved by the caching allocator (segments)",
             Col::Allocated => "allocated to live tensors",
             Col::NonPytorch => "NVML used - reserved: CUDA context, NCCL, cuBLAS, others",
+            Col::Unexplained => "OTHER less what the agent named (CUDA context, libraries)",
             Col::Peak => "peak allocated since start or the last peak reset",
             Col::Frag => "inactive split as a share of reserved (see below)",
             Col::Rate => "allocator events per second",
@@ -106,7 +110,12 @@ impl Col {
             Col::User => 8,
             Col::Name => 12,
             Col::Gpus => 3,
-            Col::Nvml | Col::Reserved | Col::Allocated | Col::NonPytorch | Col::Peak => 6,
+            Col::Nvml
+            | Col::Reserved
+            | Col::Allocated
+            | Col::NonPytorch
+            | Col::Unexplained
+            | Col::Peak => 6,
             Col::Frag => 5,
             Col::Rate => 5,
             Col::Lost => 5,
@@ -137,6 +146,7 @@ impl Col {
             Col::Elapsed => 25,
             Col::User => 20,
             Col::History => 10,
+            Col::Unexplained => 5,
         }
     }
 
@@ -160,6 +170,9 @@ pub struct Row<'a> {
     pub reserved: Option<u64>,
     pub allocated: Option<u64>,
     pub(crate) non_pytorch: Option<i64>,
+    /// `non_pytorch` less what the producer named outside the caching
+    /// allocator (absent without NVML, or when it names nothing).
+    pub(crate) unexplained: Option<i64>,
     pub peak: Option<u64>,
     pub frag: Option<f64>,
     pub(crate) rate: Option<f64>,
@@ -258,6 +271,7 @@ impl<'a> Row<'a> {
             reserved: allocator.then_some(f.reserved),
             allocated: allocator.then_some(f.allocated),
             non_pytorch: if allocator { f.non_pytorch } else { None },
+            unexplained: if allocator { f.unexplained } else { None },
             peak: allocator.then_some(f.peak_allocated),
             frag,
             rate: if allocator { f.events_per_sec } else { None },
@@ -347,6 +361,7 @@ impl<'a> Row<'a> {
             Col::Reserved => num(self.reserved, other.reserved, d),
             Col::Allocated => num(self.allocated, other.allocated, d),
             Col::NonPytorch => num(self.non_pytorch, other.non_pytorch, d),
+            Col::Unexplained => num(self.unexplained, other.unexplained, d),
             Col::Peak => num(self.peak, other.peak, d),
             Col::Frag => num(self.frag, other.frag, d),
             Col::Rate => num(self.rate, other.rate, d),

@@ -90,6 +90,7 @@ fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
             a.to_string(),
         ),
     ];
+    rows.extend(outside_rows(e, t));
     if e.view.mode == Mode::NvmlOnly {
         rows.push(Row::new(vec![Cell::from(Span::styled(
             " no allocator figures: no vramscope agent in this process",
@@ -110,6 +111,35 @@ fn process_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
             .into_iter()
             .map(|l| Row::new(vec![Cell::from(Span::styled(format!(" {l}"), t.warn()))])),
     );
+    rows
+}
+
+/// Parts named one by one; the smaller ones past them are summed.
+const OUTSIDE_ROWS: usize = 6;
+
+/// What the producer named outside the caching allocator (issue 47): one
+/// row per part by what it is called (context, NCCL, cuBLAS, …: its kinds
+/// and devices summed), largest first, then what no one named of "Other"
+/// (absent without NVML), under "Outside the allocator" (short enough
+/// for the pane's narrowest first column). Nothing when the producer names
+/// nothing.
+fn outside_rows(e: &ProcessEntry, t: &Theme) -> Vec<Row<'static>> {
+    use vramscope_core::model::outside::by_what;
+    let v = &e.view;
+    if v.outside.is_empty() {
+        return Vec::new();
+    }
+    let a = t.glyphs().absent;
+    let mut rows = vec![section("Outside the allocator".into(), t)];
+    for (what, bytes) in by_what(&v.outside, OUTSIDE_ROWS) {
+        let name = format!("  {}", vramscope_text::printable(&what));
+        rows.push(row(&name, format::bytes(bytes), a.to_string()));
+    }
+    rows.push(row(
+        "  unexplained",
+        format::opt(v.figures.unexplained, a, format::bytes_i64),
+        a.to_string(),
+    ));
     rows
 }
 

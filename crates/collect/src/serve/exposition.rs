@@ -280,6 +280,10 @@ fn process(out: &mut Out, node: &Labels, snap: &Snapshot, p: &ProcessEntry) {
     if let Some(v) = f.non_pytorch {
         out.put(&metrics::P_NON_PYTORCH, &l, Value::I(v));
     }
+    if let Some(v) = f.unexplained {
+        out.put(&metrics::P_UNEXPLAINED, &l, Value::I(v));
+    }
+    outside(out, &l, &p.view.outside);
     if p.view.mode != Mode::NvmlOnly {
         out.put(&metrics::P_EVENTS, &l, Value::U(f.events_total));
         out.put(&metrics::P_LOST, &l, Value::U(f.lost_events));
@@ -374,6 +378,36 @@ pub(crate) fn module_label(path: &str) -> std::borrow::Cow<'_, str> {
         format!("({path}").into()
     } else {
         path.into()
+    }
+}
+
+/// Parts of memory outside the caching allocator a process exposes one
+/// by one; the rest are summed.
+pub(crate) const TOP_OUTSIDE: usize = 16;
+
+/// Memory outside the caching allocator (issue 47): one series per part
+/// (device, what, kind), the [`TOP_OUTSIDE`] largest, the rest summed in
+/// `what="(other)",kind="(other)"`. `what` is the producer's text where it
+/// names a library by its file: escaped as module paths are
+/// ([`module_label`]), so `(other)` is only ever the sum.
+fn outside(out: &mut Out, l: &Labels, parts: &[vramscope_core::model::outside::OutsidePart]) {
+    // `parts` is sorted, most bytes first.
+    for p in parts.iter().take(TOP_OUTSIDE) {
+        let mut pl = l.clone();
+        if let Some(d) = p.device {
+            pl = pl.with(label::DEVICE, d);
+        }
+        let pl = pl
+            .with(label::WHAT, module_label(p.what()))
+            .with(label::KIND, &p.kind);
+        out.put(&metrics::P_OUTSIDE, &pl, Value::U(p.bytes));
+    }
+    if parts.len() > TOP_OUTSIDE {
+        let rest = (parts[TOP_OUTSIDE..].iter()).fold(0u64, |s, p| s.saturating_add(p.bytes));
+        let rl = l
+            .with(label::WHAT, OTHER_MODULES)
+            .with(label::KIND, OTHER_MODULES);
+        out.put(&metrics::P_OUTSIDE, &rl, Value::U(rest));
     }
 }
 
@@ -623,6 +657,74 @@ mod tests {
         assert!(asked.len() >= 13, "{asked:?}");
         let missing: Vec<&&str> = asked.iter().filter(|n| !served.contains(**n)).collect();
         assert!(missing.is_empty(), "asked for, never served: {missing:?}");
+    }
+
+    /// Issue 47: what a process holds outside the caching allocator, one
+    /// series per part (a fixture's simulated job: its context and
+    /// cuBLAS's workspace on device 0), and what no one named (the
+    /// fixture's NVML figure has 4 MiB more); at most 16 parts one by one,
+    /// the rest summed in `(other)`, a library's file name escaped as a
+    /// module path is.
+    #[test]
+    fn outside_parts_and_what_no_one_named() {
+        use vramscope_core::model::outside::OutsidePart;
+        let snap = crate::fixtures::Fixture::new(1).snapshot(&Default::default());
+        let text = render(&snap, "h", Format::Prometheus);
+        let rows: Vec<&str> = (text.lines())
+            .filter(|l| {
+                l.starts_with("vramscope_process_outside_bytes{")
+                    || l.starts_with("vramscope_process_unexplained_bytes{")
+            })
+            .map(|l| l.split_once("mode=\"exact\"").unwrap().1)
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "} 4194304",
+                ",device=\"0\",what=\"context\",kind=\"context\"} 524288000",
+                ",device=\"0\",what=\"cuBLAS\",kind=\"allocations\"} 33554432",
+            ],
+            "{text}"
+        );
+        assert!(text.contains("# TYPE vramscope_process_outside_bytes gauge\n"));
+        // Without NVML: the parts, and no unexplained figure.
+        let snap = crate::fixtures::Fixture::without_nvml(1).snapshot(&Default::default());
+        let text = render(&snap, "h", Format::Prometheus);
+        assert!(text.contains("what=\"cuBLAS\""), "{text}");
+        assert!(
+            !text.contains("vramscope_process_unexplained_bytes"),
+            "{text}"
+        );
+        // A producer naming many libraries by their files.
+        let mut parts: Vec<OutsidePart> = (0..20u64)
+            .map(|i| OutsidePart {
+                device: Some(0),
+                library: format!("lib{i}.so"),
+                kind: "allocations".into(),
+                bytes: 100 - i,
+            })
+            .collect();
+        parts[0].library = "(other)".into();
+        parts[1].device = None;
+        parts[1].kind = "pinned host".into();
+        let mut out = Out::default();
+        outside(&mut out, &Labels::default(), &parts);
+        let text = out.finish(Format::Prometheus);
+        let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), TOP_OUTSIDE + 1, "{text}");
+        assert_eq!(
+            rows[0],
+            "vramscope_process_outside_bytes{device=\"0\",what=\"((other)\",kind=\"allocations\"} 100"
+        );
+        assert_eq!(
+            rows[1],
+            "vramscope_process_outside_bytes{what=\"lib1.so\",kind=\"pinned host\"} 99"
+        );
+        // lib16 .. lib19: 84 + 83 + 82 + 81.
+        assert_eq!(
+            rows[TOP_OUTSIDE],
+            "vramscope_process_outside_bytes{what=\"(other)\",kind=\"(other)\"} 330"
+        );
     }
 
     /// At most ten modules one by one, the rest in `(other)`; outside

@@ -158,6 +158,59 @@ impl OutsideState {
     }
 }
 
+/// What pinned host memory is called on one line (not the device's: NVML
+/// does not count it).
+pub const PINNED_HOST: &str = "pinned host";
+/// What the parts past the ones named one by one are called on one line.
+pub const OTHERS: &str = "others";
+
+/// The parts as one line names them: the device parts summed by
+/// [`OutsidePart::what`] (across kinds and devices), largest first, at
+/// most `max` (the smallest past `max - 1` summed as [`OTHERS`]); then
+/// pinned host memory, all of it, as [`PINNED_HOST`].
+pub fn by_what(parts: &[OutsidePart], max: usize) -> Vec<(String, u64)> {
+    let mut device: Vec<(String, u64)> = Vec::new();
+    let mut host = 0u64;
+    for p in parts {
+        if p.device.is_none() {
+            host = host.saturating_add(p.bytes);
+            continue;
+        }
+        match device.iter_mut().find(|(w, _)| w == p.what()) {
+            Some((_, b)) => *b = b.saturating_add(p.bytes),
+            None => device.push((p.what().to_string(), p.bytes)),
+        }
+    }
+    device.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if device.len() > max.max(1) {
+        let keep = max.max(1) - 1;
+        let rest = (device.drain(keep..)).fold(0u64, |a, (_, b)| a.saturating_add(b));
+        device.push((OTHERS.to_string(), rest));
+    }
+    if host > 0 {
+        device.push((PINNED_HOST.to_string(), host));
+    }
+    device
+}
+
+/// The parts and what no one named, on one line: `context 500 MiB ·
+/// cuBLAS 32.0 MiB · unexplained 4.00 MiB` (`unexplained —` without NVML);
+/// None when the producer names nothing.
+pub fn line(parts: &[OutsidePart], unexplained: Option<i64>) -> Option<String> {
+    use vramscope_text::format;
+    if parts.is_empty() {
+        return None;
+    }
+    let mut items: Vec<String> = (by_what(parts, 6).into_iter())
+        .map(|(what, b)| format!("{} {}", vramscope_text::printable(&what), format::bytes(b)))
+        .collect();
+    items.push(format!(
+        "unexplained {}",
+        format::opt(unexplained, "—", format::bytes_i64)
+    ));
+    Some(items.join(" · "))
+}
+
 /// One record as the event history says it: `+388M NCCL VMM cuda:0
 /// 0x7f1000000000`, `-4.0K PyTorch pinned host`, `= 622M CUDA context
 /// cuda:0`.
@@ -308,6 +361,60 @@ mod tests {
             5 * MIB,
         ));
         assert_eq!(s.view()[1].bytes, 200 * MIB);
+    }
+
+    fn part(device: Option<u16>, library: &str, kind: &str, mib: u64) -> OutsidePart {
+        OutsidePart {
+            device,
+            library: library.into(),
+            kind: kind.into(),
+            bytes: mib * MIB,
+        }
+    }
+
+    /// One line's parts: by what they are called, summed across kinds
+    /// and devices, largest first, the smallest past the bound summed as
+    /// "others", pinned host memory last; and the line with what no one
+    /// named.
+    #[test]
+    fn parts_by_what_and_on_one_line() {
+        let parts = [
+            part(Some(0), "CUDA", "context", 500),
+            part(Some(1), "CUDA", "context", 500),
+            part(Some(0), "NCCL", "VMM", 388),
+            part(Some(0), "cuBLAS", "allocations", 96),
+            part(Some(1), "cuBLAS", "allocations", 32),
+            part(None, "PyTorch", "pinned host", 2),
+            part(Some(0), "cuDNN", "streams", 16),
+            part(Some(0), "Triton", "kernels", 8),
+        ];
+        let got = by_what(&parts, 6);
+        let names: Vec<(&str, u64)> = got.iter().map(|(w, b)| (w.as_str(), b / MIB)).collect();
+        assert_eq!(
+            names,
+            [
+                ("context", 1000),
+                ("NCCL", 388),
+                ("cuBLAS", 128),
+                ("cuDNN", 16),
+                ("Triton", 8),
+                ("pinned host", 2)
+            ]
+        );
+        let names: Vec<(String, u64)> = (by_what(&parts, 3).into_iter())
+            .map(|(w, b)| (w, b / MIB))
+            .collect();
+        assert_eq!(names[2], ("others".to_string(), 128 + 16 + 8));
+        assert_eq!(names.len(), 4);
+        assert_eq!(line(&[], Some(5)), None);
+        assert_eq!(
+            line(&parts[..1], None).unwrap(),
+            "context 500 MiB · unexplained —"
+        );
+        assert_eq!(
+            line(&parts[2..4], Some(4 * MIB as i64)).unwrap(),
+            "NCCL 388 MiB · cuBLAS 96.0 MiB · unexplained 4.00 MiB"
+        );
     }
 
     /// Hostile figures are refused and counted: bytes past any device, a

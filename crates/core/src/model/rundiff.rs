@@ -49,6 +49,10 @@ pub struct Profile {
     /// more there were.
     pub steps: Vec<StepFigures>,
     pub steps_dropped: u64,
+    /// Memory outside the caching allocator at the run's end, by what
+    /// holds it (context, NCCL, cuBLAS, …: `model::outside::by_what`;
+    /// empty where the producer names nothing).
+    pub outside: Vec<(String, u64)>,
 }
 
 /// A figure in A and in B.
@@ -100,6 +104,9 @@ pub struct Diff {
     pub grew_in_b: Vec<Row>,
     /// Those that hold less in B, or nothing.
     pub shrank_in_b: Vec<Row>,
+    /// Memory outside the caching allocator at each run's end, by what
+    /// holds it (none where neither run's producer names any).
+    pub outside: Vec<Row>,
 }
 
 /// What the report says of each run.
@@ -250,6 +257,7 @@ pub fn compare(a: &Profile, b: &Profile) -> Diff {
         new_in_b,
         grew_in_b,
         shrank_in_b,
+        outside: rows(&a.outside, &b.outside),
     }
 }
 
@@ -337,6 +345,29 @@ mod tests {
         assert_eq!(d.by_module[0].name, "cache");
         let share = d.peak_reserved_change.unwrap();
         assert!((share - 50.0 / 120.0).abs() < 1e-9, "{share}");
+    }
+
+    /// Issue 47: what each run held outside the caching allocator, by what
+    /// holds it, side by side; nothing where neither run names any.
+    #[test]
+    fn outside_parts_side_by_side() {
+        let a = profile(vec![step(1, 100, 40)], &[("mlp", 30)]);
+        let mut b = a.clone();
+        assert!(compare(&a, &b).outside.is_empty());
+        b.outside = vec![("context".into(), 500 * MIB), ("NCCL".into(), 388 * MIB)];
+        let mut a = a;
+        a.outside = vec![("context".into(), 500 * MIB), ("cuBLAS".into(), 32 * MIB)];
+        let got: Vec<(String, u64, u64)> = (compare(&a, &b).outside.into_iter())
+            .map(|r| (r.name, r.a / MIB, r.b / MIB))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("context".to_string(), 500, 500),
+                ("cuBLAS".to_string(), 32, 0),
+                ("NCCL".to_string(), 0, 388)
+            ]
+        );
     }
 
     /// Differences under 1 MiB or 1 % are noise: the runs do not part.

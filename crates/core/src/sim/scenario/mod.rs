@@ -29,4 +29,4 @@ mod runner;
 mod scripts;
 
 pub use catalog::Scenario;
-pub use runner::{ScenarioRunner, StepStats};
+pub use runner::{ScenarioRunner, StepStats, SIM_CONTEXT, SIM_CUBLAS};

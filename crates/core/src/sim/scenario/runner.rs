@@ -70,6 +70,57 @@ pub struct ScenarioRunner {
     /// written so far.
     roles: Vec<(u32, u64, Held, u32)>,
     roles_sent: u32,
+    /// Whether this run said what it holds outside the caching allocator
+    /// (at its first step).
+    outside_said: bool,
+}
+
+/// The CUDA context and cuBLAS's workspace of the simulated job (what a
+/// real one's agent names outside the caching allocator, FORMAT.md 1.3).
+pub const SIM_CONTEXT: u64 = 500 << 20;
+pub const SIM_CUBLAS: u64 = 32 << 20;
+/// Where the simulated cuBLAS workspace lies (far from the segments).
+const SIM_CUBLAS_AT: u64 = 0x7e00_0000_0000;
+
+/// `text` as a record's 24-byte library name (0-padded).
+fn lib_name(text: &str) -> [u8; 24] {
+    let mut name = [0u8; 24];
+    let n = text.len().min(24);
+    name[..n].copy_from_slice(&text.as_bytes()[..n]);
+    name
+}
+
+/// What the simulated job holds outside the caching allocator, as its
+/// agent says it at the first step: the CUDA context's total and cuBLAS's
+/// workspace, on device 0.
+fn outside(time_ns: u64, sink: &mut dyn EventSink) {
+    use vramscope_wire::event::{Library, Outside, OutsideKind, OutsideOp};
+    let records = [
+        Outside {
+            op: OutsideOp::Total,
+            device: 0,
+            library: Library::Cuda,
+            kind: OutsideKind::Context,
+            addr: 0,
+            bytes: SIM_CONTEXT,
+            name: lib_name("libcuda.so.1"),
+        },
+        Outside {
+            op: OutsideOp::Alloc,
+            device: 0,
+            library: Library::Cublas,
+            kind: OutsideKind::Allocation,
+            addr: SIM_CUBLAS_AT,
+            bytes: SIM_CUBLAS,
+            name: lib_name("libcublas.so.13"),
+        },
+    ];
+    for o in records {
+        sink.emit(Event {
+            time_ns,
+            kind: EventKind::Outside(o),
+        });
+    }
 }
 
 /// Stack capture under way: step boundaries left, frames kept.
@@ -176,6 +227,7 @@ impl ScenarioRunner {
             live: HashMap::new(),
             roles: Vec::new(),
             roles_sent: 0,
+            outside_said: false,
             caption,
             last_oom: None,
             last_stats_ns: None,
@@ -341,6 +393,9 @@ impl ScenarioRunner {
             }
             Op::EmptyCache => self.alloc.empty_cache(sink),
             Op::Step(n) => {
+                if !std::mem::replace(&mut self.outside_said, true) {
+                    outside(time_ns, sink);
+                }
                 self.finish_step();
                 self.current = Some(StepStats {
                     step: n,
@@ -484,6 +539,11 @@ impl ScenarioRunner {
         let id = self.alloc.snapshot(sink);
         // The role list again, after the snapshot's blocks (as the agent).
         self.write_roles(t, sink);
+        // What it holds outside the caching allocator, again (a producer
+        // sends its totals with every snapshot, FORMAT.md 1.3).
+        if self.outside_said {
+            outside(t, sink);
+        }
         id
     }
 
@@ -566,6 +626,63 @@ mod tests {
         r.run_to_end(&mut NullSink);
         assert!(r.is_finished());
         assert!((r.progress() - 1.0).abs() < 1e-12);
+    }
+
+    /// Issue 47: each run names, at its first step and only then, what the
+    /// job holds outside the caching allocator: the CUDA context (a total)
+    /// and cuBLAS's workspace (an allocation), on device 0.
+    #[test]
+    fn each_run_names_its_context_and_cublas_at_its_first_step() {
+        use vramscope_wire::event::{Library, OutsideKind, OutsideOp};
+        let outside = |ev: &[Event]| -> Vec<(OutsideOp, Library, OutsideKind, u64)> {
+            (ev.iter())
+                .filter_map(|e| match e.kind {
+                    EventKind::Outside(o) => Some((o.op, o.library, o.kind, o.bytes)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut r = ScenarioRunner::new(Scenario::by_name("healthy").unwrap());
+        let mut ev: Vec<Event> = Vec::new();
+        r.run_to_end(&mut ev);
+        let want = [
+            (
+                OutsideOp::Total,
+                Library::Cuda,
+                OutsideKind::Context,
+                SIM_CONTEXT,
+            ),
+            (
+                OutsideOp::Alloc,
+                Library::Cublas,
+                OutsideKind::Allocation,
+                SIM_CUBLAS,
+            ),
+        ];
+        // Before the first marker, then again with each snapshot after it
+        // (a producer sends its totals with every snapshot).
+        let at = ev
+            .iter()
+            .position(|e| matches!(e.kind, EventKind::Outside(_)));
+        let marker = ev
+            .iter()
+            .position(|e| matches!(e.kind, EventKind::Marker { .. }));
+        assert!(at < marker, "{at:?} {marker:?}");
+        let snapshots = (ev[marker.unwrap()..].iter())
+            .filter(|e| matches!(e.kind, EventKind::SnapshotBegin { .. }))
+            .count();
+        let said = outside(&ev);
+        assert_eq!(said.len(), 2 * (1 + snapshots), "{said:?}");
+        assert!(said.chunks(2).all(|c| c == want), "{said:?}");
+        let EventKind::Outside(cublas) = ev[at.unwrap() + 1].kind else {
+            panic!("{:?}", ev[at.unwrap() + 1]);
+        };
+        assert_eq!(&cublas.name[..16], b"libcublas.so.13\0");
+        // The next run says it again.
+        let mut r = r.next_run();
+        let mut again: Vec<Event> = Vec::new();
+        r.run_to_end(&mut again);
+        assert_eq!(outside(&again)[..2], want);
     }
 
     /// Command 5: the contexts of the next steps carry stacks (defined
