@@ -524,13 +524,20 @@ def build_outside(warn=None, cached_only=False, force=False, lock_say=None):
     inc, lib = find_cupti()
     if inc is None:
         raise BuildError(lib)
+    # cupti.h includes cuda.h and what it includes (crt/host_defines.h: not
+    # in the pip CUDA 13 wheel's include directory), found as the tracker's.
+    cuda_inc, why = find_cuda_include()
+    if cuda_inc is None:
+        raise BuildError(why)
     hdr = os.path.join(os.path.dirname(cpp), "vramscope_ring.h")
-    key = _key((cpp, hdr), (cxx, inc, lib))
+    key = _key((cpp, hdr), (cxx, inc, lib) + tuple(cuda_inc))
     name = "outside-%s-%s.so" % (AGENT_VERSION, key)
 
     def command(out):
-        return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-I", os.path.dirname(cpp), "-isystem", inc, cpp,
-                "-o", out, lib, "-Wl,-rpath," + os.path.dirname(lib), "-ldl", "-pthread"]
+        cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-I", os.path.dirname(cpp), "-isystem", inc]
+        for i in cuda_inc:
+            cmd += ["-isystem", i]
+        return cmd + [cpp, "-o", out, lib, "-Wl,-rpath," + os.path.dirname(lib), "-ldl", "-pthread"]
 
     return _cached_build(name, command, "the accounting outside the allocator", warn, cached_only, force, lock_say)
 
