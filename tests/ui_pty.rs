@@ -462,6 +462,20 @@ fn s_writes_where_the_environment_or_the_settings_file_say() {
     let shot = |env: &[(&str, &std::path::Path)]| -> Option<String> {
         let mut s = Session::start_with(Some(cwd.path()), env);
         s.first_frame()?;
+        // The demo's own view open first: its start says things in the
+        // footer too ("waiting for pid ..."), over an earlier message.
+        let start = Instant::now();
+        while !common::screen(&s.output(), 24, 80)
+            .screen()
+            .contents()
+            .contains("1 Timeline")
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the demo's view never opened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         s.writer.write_all(b"S").unwrap();
         s.writer.flush().unwrap();
         // The footer, as a terminal shows it (frames redraw only what
