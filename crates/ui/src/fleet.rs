@@ -295,14 +295,18 @@ fn proc_cells(p: &Proc, host: bool, a: &str, t: &Theme) -> Vec<Cell<'static>> {
             if ooms > 0.0 { t.alert() } else { Style::new() },
         )),
         Cell::from(format::opt(p.steps_per_sec, a, format::rate)),
+        // Last: the column a narrow screen drops first.
+        Cell::from(format::opt(p.unexplained, a, |v| {
+            format::bytes_signed_short(v as i64)
+        })),
     ]);
     cells
 }
 
-const PROC_HEADER: [&str; 10] = [
-    "PID", "USER", "PROCESS", "DEV", "ALLOC", "RESV", "FRAG", "LEAK", "OOMS", "STEP/s",
+const PROC_HEADER: [&str; 11] = [
+    "PID", "USER", "PROCESS", "DEV", "ALLOC", "RESV", "FRAG", "LEAK", "OOMS", "STEP/s", "UNEXPL",
 ];
-const PROC_WIDTHS: [u16; 10] = [7, 8, 18, 3, 7, 7, 5, 4, 4, 6];
+const PROC_WIDTHS: [u16; 11] = [7, 8, 18, 3, 7, 7, 5, 4, 4, 6, 7];
 
 fn proc_table(
     list: &[&Proc],
@@ -619,6 +623,7 @@ mod tests {
             leak: Some(true),
             ooms: Some(1.0),
             steps_per_sec: Some(2.5),
+            unexplained: Some(4.0 * (1u64 << 20) as f64),
             running: true,
             ..Proc::default()
         };
@@ -678,6 +683,13 @@ mod tests {
         assert!(s.contains("train.py (pid 4242) over time"), "{s}");
         assert!(s.contains("-1m") && s.contains("now"), "{s}");
         assert!(s.contains("reserved") && s.contains("allocated"), "{s}");
+        // What no one named outside the allocator, where the width has room
+        // for it (issue 47).
+        let row = s
+            .lines()
+            .find(|l| l.contains("train.py") && l.contains("LEAK"))
+            .unwrap();
+        assert!(s.contains("UNEXPL") && row.contains("4.00M"), "{s}");
     }
 
     #[test]

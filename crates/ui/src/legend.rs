@@ -182,7 +182,7 @@ pub(crate) fn fleet_lines(t: &Theme) -> Vec<Line<'static>> {
         "Columns (jobs, a node's processes)",
         t.header(),
     ));
-    let procs: [(&str, &str); 9] = [
+    let procs: [(&str, &str); 10] = [
         ("NODE", "the node the job runs on (jobs only)"),
         ("PID USER", "process id and owner on its node"),
         ("PROCESS", "producer label or process name (dim: exited)"),
@@ -195,6 +195,7 @@ pub(crate) fn fleet_lines(t: &Theme) -> Vec<Line<'static>> {
         ("LEAK", "LEAK: step floors rise; no: they do not"),
         ("OOMS", "out-of-memory errors seen"),
         ("STEP/s", "training steps a second"),
+        ("UNEXPL", "NVML's bytes no one named (wide screens)"),
     ];
     for (c, d) in procs {
         l.push(item(c, Style::new(), d));

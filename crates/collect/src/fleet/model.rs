@@ -26,6 +26,7 @@ const GPU_FIGURES: &[Figure<Gpu>] = &[
 const PROCESS_FIGURES: &[Figure<Proc>] = &[
     (&metrics::P_RUNNING, |p, v| p.running = v == 1.0),
     (&metrics::P_NVML_USED, |p, v| p.nvml_used = Some(v)),
+    (&metrics::P_UNEXPLAINED, |p, v| p.unexplained = Some(v)),
     (&metrics::P_LEAK, |p, v| p.leak = Some(v == 1.0)),
     (&metrics::P_LEAK_GROWTH, |p, v| p.leak_growth = Some(v)),
     (&metrics::P_OOMS, |p, v| p.ooms = Some(v)),
@@ -109,6 +110,9 @@ pub struct Proc {
     pub reserved: Option<f64>,
     pub fragmentation: Option<f64>,
     pub nvml_used: Option<f64>,
+    /// NVML's bytes − reserved − what the agent named outside the caching
+    /// allocator (issue 47; absent from an exporter that does not say).
+    pub unexplained: Option<f64>,
     pub leak: Option<bool>,
     pub leak_growth: Option<f64>,
     pub ooms: Option<f64>,
@@ -311,6 +315,7 @@ impl Fleet {
             if let Some(p) = per_proc.get(&key) {
                 d.running = p.running;
                 d.nvml_used = p.nvml_used;
+                d.unexplained = p.unexplained;
                 d.leak = p.leak;
                 d.leak_growth = p.leak_growth;
                 d.ooms = p.ooms;
@@ -392,6 +397,7 @@ mod tests {
             p("vramscope_process_allocated_bytes", "1", 50.0),
             p("vramscope_process_leak_suspected", "", 1.0),
             p("vramscope_process_ooms_total", "", 2.0),
+            p("vramscope_process_unexplained_bytes", "", 4194304.0),
             s(
                 &[
                     ("__name__", "vramscope_gpu_memory_total_bytes"),
@@ -412,6 +418,8 @@ mod tests {
         assert_eq!(a.reserved(), Some(300.0));
         assert_eq!((a.leaks(), a.ooms(), a.jobs()), (1, 2.0, 1));
         assert_eq!(a.procs[1].steps_per_sec, Some(2.5));
+        // What no one named outside the allocator (issue 47): the process's.
+        assert_eq!(a.procs[0].unexplained, Some(4194304.0));
         assert_eq!(a.gpu_total(), Some(80.0));
         let b = &f.nodes[1];
         assert_eq!((b.name(), b.up, b.procs.len()), ("b:1", false, 0));
