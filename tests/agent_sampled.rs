@@ -357,7 +357,7 @@ fn check_header(r: &SegmentReader, job: &Job) {
     let h = r.header();
     assert_eq!(h.producer, Producer::TorchSampled);
     // (1.2's role lists come from the exact agent only.)
-    assert_eq!(h.minor, 1, "the Python agent writes format 1.1");
+    assert_eq!(h.minor, 3, "the Python agent writes format 1.3");
     assert_eq!(h.pid, job.child.id());
     assert_eq!(h.framework, "torch 2.11.0+fake");
     assert!(h.label.starts_with("train_fake.py"), "{}", h.label);
@@ -587,4 +587,73 @@ fn unwritable_segment_dir_warns_once_and_the_job_runs() {
     assert_eq!(ours.len(), 1, "{stderr}");
     assert!(ours[0].contains("cannot create the segment"), "{stderr}");
     assert!(!stderr.contains("Traceback"), "{stderr}");
+}
+
+/// Issue 47: the Python writer's OUTSIDE_TOTAL (the sampled agent sends
+/// each device's CUDA context with it, measured by NVML) is read by the
+/// Rust reader as the C header's is: the library, the kind, the bytes, and
+/// a name past 24 bytes cut there.
+#[test]
+fn the_python_writer_writes_the_outside_total_the_reader_reads() {
+    let Some(py) = python() else {
+        println!(
+            "SKIPPED: the_python_writer_writes_the_outside_total_the_reader_reads: no python3"
+        );
+        return;
+    };
+    let env = setup();
+    let script = env.script(
+        "outside.py",
+        r#"
+import sys
+from vramscope import _segment as S
+seg = S.Segment(S.PRODUCER_TEST, S.FLAG_STATS, "py", "outside", [(64, S.ROLE_AGENT, 0xFFFFFFFF)])
+seg.rings[0].write(S.outside_total_words(1, S.LIB_CUDA, S.OUT_CONTEXT, 530 << 20))
+seg.rings[0].write(S.outside_total_words(0, 3, 3, (1 << 64) - (2 << 20), b"libnccl.so.2-a-name-past-24-bytes"))
+print(seg.path, flush=True)
+sys.stdin.readline()
+seg.close()
+"#,
+    );
+    let mut child = env
+        .python(&py, &script, &env.shm)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let path = PathBuf::from(lines.next().expect("a path").unwrap());
+    let mut r = SegmentReader::open(&path).expect("the Python segment validates");
+    assert_eq!(r.header().minor, 3);
+    let events = drain_all(&mut r);
+    writeln!(child.stdin.take().unwrap()).unwrap();
+    child.wait().unwrap();
+    let outside: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::Outside(o) => Some(*o),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outside.len(), 2, "{events:?}");
+    use vramscope_wire::event::{Library, OutsideKind, OutsideOp};
+    let (a, b) = (outside[0], outside[1]);
+    assert_eq!(
+        (a.op, a.device, a.library, a.kind, a.bytes),
+        (
+            OutsideOp::Total,
+            1,
+            Library::Cuda,
+            OutsideKind::Context,
+            530 << 20
+        )
+    );
+    assert_eq!(a.name, [0; 24]);
+    assert_eq!((b.library, b.kind), (Library::Nccl, OutsideKind::Physical));
+    assert_eq!(
+        b.bytes as i64,
+        -(2 << 20),
+        "a total below 0, two's complement"
+    );
+    assert_eq!(&b.name, b"libnccl.so.2-a-name-past");
 }

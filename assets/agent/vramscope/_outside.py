@@ -131,18 +131,19 @@ def _nvml_handle(nv, torch, d):
     return None
 
 
-def _measure_contexts(lib, torch):
-    """Each device this process uses: NVML's bytes - reserved - named, the
-    least of three readings (an allocation between two readings only makes
-    one too large), handed to outside.cpp as the context."""
+def contexts_by_nvml(torch, named=lambda d: 0):
+    """{device: bytes} for each device this process uses: NVML's bytes -
+    reserved - `named(device)`, the least of three readings (an allocation
+    between two readings only makes one too large). Empty without NVML."""
     try:
         nv = ctypes.CDLL("libnvidia-ml.so.1")
         if nv.nvmlInit_v2() != 0:
-            return
+            return {}
     except OSError:
-        return
+        return {}
     import time
 
+    out = {}
     for d in range(torch.cuda.device_count()):
         h = _nvml_handle(nv, torch, d)
         if h is None:
@@ -152,11 +153,19 @@ def _measure_contexts(lib, torch):
             used = _nvml_used(nv, h)
             if used is None:
                 break
-            ctx = used - int(torch.cuda.memory_reserved(d)) - int(lib.vs_outside_named(d))
+            ctx = used - int(torch.cuda.memory_reserved(d)) - int(named(d))
             best = ctx if best is None else min(best, ctx)
             time.sleep(0.05)
         if best is not None and best > 0:
-            lib.vs_outside_context(d, best)
+            out[d] = best
+    return out
+
+
+def _measure_contexts(lib, torch):
+    """The context of each device, handed to outside.cpp (its named parts
+    taken off)."""
+    for d, nbytes in contexts_by_nvml(torch, lambda d: lib.vs_outside_named(d)).items():
+        lib.vs_outside_context(d, nbytes)
 
 
 # ---- taking turns with torch.profiler ------------------------------------

@@ -38,6 +38,7 @@ class Sampler(threading.Thread):
         self.sample = 0
         self.snapshot_id = 0
         self.wlock = threading.Lock()  # the agent ring has several Python writers (mark)
+        self.contexts = None  # {device: bytes}, measured once (write_contexts)
         self.stop_ev = threading.Event()
         self.done = threading.Event()
         self.stats_period = _env_float("VRAMSCOPE_STATS_MS", 250.0) / 1000.0
@@ -78,6 +79,21 @@ class Sampler(threading.Thread):
         with self.wlock:
             if self.seg is not None and not self.seg.closed:
                 self.seg.rings[0].write(words)
+
+    def write_contexts(self):
+        """The CUDA context of each device this process uses, measured
+        once (NVML's bytes − reserved, early: sampled mode starts with
+        CUDA) and sent again every 10 s as a total (FORMAT 1.3)."""
+        if self.contexts is None:
+            self.contexts = {}
+            try:
+                from . import _outside
+
+                self.contexts = _outside.contexts_by_nvml(self.torch)
+            except Exception:
+                pass
+        for d, nbytes in self.contexts.items():
+            self._write(S.outside_total_words(d, S.LIB_CUDA, S.OUT_CONTEXT, nbytes))
 
     def mark(self, value, source=1, arg=0):
         self._write([S.head_word(S.K_MARKER, S.NO_DEVICE, 0), S.monotonic_ns(), value, source & 0xFF, arg, 0, 0])
@@ -246,6 +262,8 @@ class Sampler(threading.Thread):
             if self.snapshots:
                 self._guard("snapshot", self.write_snapshot)
             self.last_fingerprint = self._guard("statistics", self.write_stats)
+            self._guard("contexts", self.write_contexts)
+            next_contexts = time.monotonic() + 10.0
             next_snap = time.monotonic() + self.snapshot_period
             while not self.stop_ev.is_set() and self.seg is not None and not self.seg.closed:
                 self.seg.heartbeat()
@@ -253,6 +271,9 @@ class Sampler(threading.Thread):
                 if cmd is not None:
                     self.handle(*cmd)
                 now = time.monotonic()
+                if now >= next_contexts:
+                    self._guard("contexts", self.write_contexts)
+                    next_contexts = now + 10.0
                 if now >= next_stats:
                     fp = self._guard("statistics", self.write_stats)
                     next_stats = now + self.stats_period

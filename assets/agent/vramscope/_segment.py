@@ -39,7 +39,9 @@ from stat import S_ISREG
 
 MAGIC = 0x3165706F63534D56
 MAJOR = 1
-MINOR = 1  # format 1.1: this producer writes none of 1.1's new records
+# format 1.3: of the records 1.1 to 1.3 added, this producer writes only
+# OUTSIDE_TOTAL (the CUDA context, in sampled mode).
+MINOR = 3
 HEADER_SIZE = 256
 RING_ENTRY_SIZE = 32
 RING_HEADER_SIZE = 128
@@ -70,6 +72,9 @@ K_STRING = 64
 K_FRAME = 65
 K_STACK = 66
 K_CONTEXT = 67
+K_OUTSIDE_TOTAL = 82  # 1.3
+LIB_CUDA = 1
+OUT_CONTEXT = 1
 MARK_UNKNOWN = 0
 MARK_USER = 1
 MARK_OPTIMIZER_STEP = 2
@@ -103,6 +108,19 @@ def monotonic_ns():
 
 def head_word(kind, device, aux):
     return (kind & 0xFFFF) | ((device & 0xFFFF) << 16) | ((aux & 0xFFFFFFFF) << 32)
+
+
+def outside_total_words(device, library, kind, nbytes, name=b""):
+    """OUTSIDE_TOTAL (FORMAT.md 1.3): `nbytes` of memory outside the caching
+    allocator on `device`, of `library` and `kind` (LIB_*, OUT_*), now; the
+    library's name is its first 24 bytes."""
+    n = (bytes(name)[:24] + b"\0" * 24)[:24]
+    return [
+        head_word(K_OUTSIDE_TOTAL, device, (library & 0xFF) | (kind & 0xFF) << 8),
+        monotonic_ns(),
+        0,
+        nbytes & MASK64,
+    ] + list(struct.unpack("<3Q", n))
 
 
 def _align(v, a):
