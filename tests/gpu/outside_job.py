@@ -24,6 +24,8 @@ JOB, OUT = sys.argv[1], sys.argv[2]
 BENCH = "--bench" in sys.argv
 B = os.environ["VRAMSCOPE_BIN"]
 rank = int(os.environ.get("LOCAL_RANK", "0"))
+if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    OUT = OUT.replace(".json", ".%d.json" % rank)
 torch.cuda.set_device(rank)
 report = {"job": JOB, "points": []}
 

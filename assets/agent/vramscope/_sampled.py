@@ -39,6 +39,7 @@ class Sampler(threading.Thread):
         self.snapshot_id = 0
         self.wlock = threading.Lock()  # the agent ring has several Python writers (mark)
         self.contexts = None  # {device: bytes}, measured once (write_contexts)
+        self.context_tries = 0
         self.stop_ev = threading.Event()
         self.done = threading.Event()
         self.stats_period = _env_float("VRAMSCOPE_STATS_MS", 250.0) / 1000.0
@@ -83,16 +84,18 @@ class Sampler(threading.Thread):
     def write_contexts(self):
         """The CUDA context of each device this process uses, measured
         once (NVML's bytes − reserved, early: sampled mode starts with
-        CUDA) and sent again every 10 s as a total (FORMAT 1.3)."""
-        if self.contexts is None:
-            self.contexts = {}
+        CUDA; NVML may not list the process yet, so it is measured again
+        at the next turns until it does, three at most) and sent again
+        every 10 s as a total (FORMAT 1.3)."""
+        if not self.contexts and self.context_tries < 3:
+            self.context_tries += 1
             try:
                 from . import _outside
 
                 self.contexts = _outside.contexts_by_nvml(self.torch)
             except Exception:
                 pass
-        for d, nbytes in self.contexts.items():
+        for d, nbytes in (self.contexts or {}).items():
             self._write(S.outside_total_words(d, S.LIB_CUDA, S.OUT_CONTEXT, nbytes))
 
     def mark(self, value, source=1, arg=0):
@@ -263,7 +266,7 @@ class Sampler(threading.Thread):
                 self._guard("snapshot", self.write_snapshot)
             self.last_fingerprint = self._guard("statistics", self.write_stats)
             self._guard("contexts", self.write_contexts)
-            next_contexts = time.monotonic() + 10.0
+            next_contexts = time.monotonic() + 2.0
             next_snap = time.monotonic() + self.snapshot_period
             while not self.stop_ev.is_set() and self.seg is not None and not self.seg.closed:
                 self.seg.heartbeat()
@@ -273,7 +276,8 @@ class Sampler(threading.Thread):
                 now = time.monotonic()
                 if now >= next_contexts:
                     self._guard("contexts", self.write_contexts)
-                    next_contexts = now + 10.0
+                    # Sooner while not measured yet.
+                    next_contexts = now + (10.0 if self.contexts else 2.0)
                 if now >= next_stats:
                     fp = self._guard("statistics", self.write_stats)
                     next_stats = now + self.stats_period
