@@ -195,6 +195,11 @@ const char* WATCHED[] = {
     "cuLaunchKernelEx_ptsz", "cuCtxCreate_v2",          "cuDevicePrimaryCtxRetain",
     "cuStreamCreate",       "cuStreamCreateWithPriority", "cuEventCreate",
     "cuGraphInstantiateWithFlags", "cuGraphLaunch",     "cuGraphLaunch_ptsz",
+    // What NCCL does with its peers (a two-rank job's unnamed 192 MiB).
+    "cuMemImportFromShareableHandle", "cuMemExportToShareableHandle", "cuMemMap",
+    "cuMemUnmap",           "cuMemAddressReserve",     "cuIpcOpenMemHandle_v2",
+    "cuIpcGetMemHandle",    "cuMulticastCreate",       "cuMulticastBindMem",
+    "cuMemSetAccess",       "cuEventCreate",           "cuMemHostRegister_v2",
 };
 
 }  // namespace
