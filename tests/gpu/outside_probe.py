@@ -107,63 +107,9 @@ torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 torch.zeros(1, device="cuda")
 point("init")
 
-if JOB == "gpt2":
-    from transformers import GPT2Config, GPT2LMHeadModel
-    model = GPT2LMHeadModel(GPT2Config()).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, 50257, (8, 512), device="cuda")
+from outside_jobs import step_of  # noqa: E402
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-elif JOB == "conv":
-    import torchvision
-    torch.backends.cudnn.benchmark = True
-    model = torchvision.models.resnet50().cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (32,), device="cuda")
-
-    def step():
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-elif JOB == "compile":
-    model = torch.nn.Sequential(
-        torch.nn.Linear(2048, 8192), torch.nn.GELU(), torch.nn.Linear(8192, 2048),
-        torch.nn.LayerNorm(2048)).cuda()
-    cmodel = torch.compile(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(64, 256, 2048, device="cuda")
-
-    def step():
-        loss = cmodel(x).float().pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-elif JOB == "ddp":
-    import torch.distributed as dist
-    from transformers import GPT2Config, GPT2LMHeadModel
-    rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl")
-    model = torch.nn.parallel.DistributedDataParallel(
-        GPT2LMHeadModel(GPT2Config()).cuda(), device_ids=[rank])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, 50257, (8, 512), device="cuda")
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-else:
-    raise SystemExit("unknown job " + JOB)
+step = step_of(JOB, int(os.environ.get("LOCAL_RANK", "0")))
 
 point("model")
 step()

@@ -349,6 +349,23 @@ mod tests {
         )
     }
 
+    /// A hub recording into `path`, with one process (pid 7) attached.
+    fn recording_one_process(path: &std::path::Path) -> (Hub, ProcessKey) {
+        let live = Hub::default();
+        live.record_to(Recorder::create(path).unwrap());
+        let key = ProcessKey {
+            pid: 7,
+            start_time: 9,
+        };
+        live.apply(Input::Attach {
+            key,
+            identity: Identity::of_pid(7),
+            source: Source::unattached(Mode::Exact),
+            watch: Watch::default(),
+        });
+        (live, key)
+    }
+
     /// Issue 45: a peak reset is an input like any other: the recording
     /// of a hub holds it, and its replay resets the peaks where the live
     /// hub did (it used to keep the peak from before the reset).
@@ -356,19 +373,8 @@ mod tests {
     fn a_recorded_peak_reset_replays_to_the_live_peaks() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.vsrec");
-        let live = Hub::default();
-        live.record_to(Recorder::create(&path).unwrap());
-        let key = ProcessKey {
-            pid: 7,
-            start_time: 9,
-        };
+        let (live, key) = recording_one_process(&path);
         let (place, base) = (Place::default(), 0x7f00_0000_0000);
-        live.apply(Input::Attach {
-            key,
-            identity: Identity::of_pid(7),
-            source: Source::unattached(Mode::Exact),
-            watch: Watch::default(),
-        });
         // 48 MiB allocated and freed, then 8 MiB kept: the peak is 48.
         live.apply(events(
             key,
@@ -434,19 +440,8 @@ mod tests {
     fn a_controlled_playback_pauses_seeks_both_ways_and_ends() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.vsrec");
-        let live = Hub::default();
-        live.record_to(Recorder::create(&path).unwrap());
-        let key = ProcessKey {
-            pid: 7,
-            start_time: 9,
-        };
+        let (live, key) = recording_one_process(&path);
         let (place, base) = (Place::default(), 0x7f00_0000_0000);
-        live.apply(Input::Attach {
-            key,
-            identity: Identity::of_pid(7),
-            source: Source::unattached(Mode::Exact),
-            watch: Watch::default(),
-        });
         let mut seg = vec![EventKind::SegmentAlloc {
             place,
             addr: base,
