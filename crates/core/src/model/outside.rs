@@ -131,6 +131,21 @@ impl OutsideState {
         }
     }
 
+    /// The device bytes named (pinned host memory is not the device's, and
+    /// NVML does not count it), and whether any part holds memory at all:
+    /// the view's figures without building the view.
+    pub(crate) fn named_on_devices(&self) -> (u64, bool) {
+        let mut any = false;
+        let mut sum = 0u64;
+        for (k, p) in self.parts.iter().filter(|(_, p)| p.bytes > 0) {
+            any = true;
+            if k.device != NO_DEVICE && k.kind != OutsideKind::Host {
+                sum = sum.saturating_add(p.bytes as u64);
+            }
+        }
+        (sum, any)
+    }
+
     pub(crate) fn refused(&self) -> u64 {
         self.refused
     }

@@ -114,10 +114,7 @@ impl Process {
         });
         // The device parts the producer named (pinned host memory is not
         // the device's, and NVML does not count it).
-        let outside = self.outside.view();
-        let outside_named = (outside.iter())
-            .filter(|p| p.device.is_some())
-            .fold(0u64, |a, p| a.saturating_add(p.bytes));
+        let (outside_named, named_any) = self.outside.named_on_devices();
         ProcessFigures {
             allocated,
             reserved,
@@ -129,7 +126,7 @@ impl Process {
             non_pytorch,
             outside_named,
             unexplained: non_pytorch
-                .filter(|_| !outside.is_empty())
+                .filter(|_| named_any)
                 .map(|o| o.saturating_sub(outside_named.min(i64::MAX as u64) as i64)),
             events_per_sec: self.rate.per_sec(now_ns),
             events_total: self.events,
