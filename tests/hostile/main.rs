@@ -31,3 +31,9 @@ mod views;
 fn stand_in_producer() {
     stand_in::main();
 }
+
+#[test]
+#[ignore = "one `open`'s exact peak, run by the tests of `pickles` as a process of its own"]
+fn peak_of_one_open() {
+    pickles::peak_of_one_open();
+}
