@@ -119,10 +119,16 @@ impl Env {
 
     /// How many times the stand-in compiler was asked for a tracker.
     fn tracker_compiles(&self) -> usize {
+        self.compiles("tracker-")
+    }
+
+    /// How many times the stand-in compiler was asked for a library whose
+    /// name has `what` (`tracker-`, `outside-`).
+    fn compiles(&self, what: &str) -> usize {
         std::fs::read_to_string(self.root.join("cxx.log"))
             .unwrap()
             .lines()
-            .filter(|l| l.contains("tracker-"))
+            .filter(|l| l.contains(what))
             .count()
     }
 
@@ -374,6 +380,72 @@ fn a_job_without_run_has_it_built_by_a_detached_builder_that_outlives_it() {
             .unwrap()
             .contains("built for torch"),
         "{check}"
+    );
+}
+
+/// Where CUPTI is found, `run` also builds the accounting outside the
+/// allocator before the job (so that the agent subscribes as CUDA starts
+/// and what it measures then is the context alone), once, and says so;
+/// `VRAMSCOPE_OUTSIDE=0` builds none.
+#[test]
+fn run_builds_the_accounting_outside_the_allocator_before_the_job() {
+    let Some(env) = Env::new() else { return };
+    let home = env.root.join("cudahome");
+    let cupti = home.join("extras/CUPTI");
+    std::fs::create_dir_all(cupti.join("include")).unwrap();
+    std::fs::create_dir_all(cupti.join("lib64")).unwrap();
+    std::fs::write(cupti.join("include/cupti.h"), "// stand-in\n").unwrap();
+    std::fs::write(cupti.join("lib64/libcupti.so.13"), "stand-in\n").unwrap();
+    let run = |outside: &str| {
+        let mut cmd = env.run_job(0.0, 0.0, 0);
+        cmd.env("CUDA_HOME", &home)
+            .env("VRAMSCOPE_OUTSIDE", outside);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    run("0");
+    assert_eq!(env.compiles("outside-"), 0, "off: not built");
+    assert_eq!(env.tracker_compiles(), 1);
+    let err = run("1");
+    assert_eq!(env.compiles("outside-"), 1);
+    assert_eq!(env.tracker_compiles(), 1, "the tracker was cached already");
+    assert!(
+        err.lines().any(|l| l.contains("building the tracker")
+            && l.contains("the accounting outside the allocator")),
+        "{err}"
+    );
+    let again = run("1");
+    assert_eq!(env.compiles("outside-"), 1, "cached: {again}");
+    assert!(!again.contains("building"), "{again}");
+    // The doctor says it is built, and what a job started with it off
+    // shows; where it is not built yet, what the job will call it.
+    let doctor = |outside: &str, home: &Path| {
+        let out = (env.vramscope(0.0))
+            .arg("doctor")
+            .env("VRAMSCOPE_PYTHON", "python3")
+            .env("CUDA_HOME", home)
+            .env("VRAMSCOPE_OUTSIDE", outside)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.lines())
+            .find(|l| l.contains("outside memory"))
+            .unwrap_or_else(|| panic!("the doctor says nothing of it:\n{out}"))
+            .to_string()
+    };
+    let built = doctor("1", &home);
+    assert!(
+        built.starts_with("[ok  ]") && built.contains("named by CUPTI"),
+        "{built}"
+    );
+    assert!(doctor("0", &home).contains("off (VRAMSCOPE_OUTSIDE=0)"));
+    // No CUPTI under CUDA_HOME: none here (a machine with a toolkit in
+    // /usr/local/cuda or CUPTI's wheel finds that one, not built yet).
+    let none = doctor("1", &env.root.join("no-cuda-here"));
+    assert!(
+        none.starts_with("[warn]") && (none.contains("no CUPTI") || none.contains("not built yet")),
+        "{none}"
     );
 }
 

@@ -657,3 +657,62 @@ seg.close()
     );
     assert_eq!(&b.name, b"libnccl.so.2-a-name-past");
 }
+
+/// Sampled mode calls what it measured outside the allocator the context
+/// only on a device torch had not allocated on yet by the end of the
+/// reading; on one it had (a late start: libraries may hold some of it),
+/// "before the accounting" (kind 9). NVML's reading is stood in for.
+#[test]
+fn sampled_mode_calls_a_late_measurement_the_context_and_earlier() {
+    let Some(py) = python() else {
+        println!(
+            "SKIPPED: sampled_mode_calls_a_late_measurement_the_context_and_earlier: no python3"
+        );
+        return;
+    };
+    let env = setup();
+    let script = env.script(
+        "late.py",
+        r#"
+import os, sys, torch
+from vramscope import _outside
+from vramscope._sampled import Sampler
+# Device 0 has allocated (the stand-in torch says 5 allocations), device 1 not.
+_outside.contexts_by_nvml = lambda torch, named=None: {0: 700 << 20, 1: 530 << 20}
+s = Sampler(torch, "late", os.environ["VRAMSCOPE_SHM_DIR"])
+s.create()
+s.write_contexts()
+print(s.seg.path, flush=True)
+sys.stdin.readline()
+s.seg.close()
+"#,
+    );
+    let mut child = env
+        .python(&py, &script, &env.shm)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let path = PathBuf::from(lines.next().expect("a path").unwrap());
+    let mut r = SegmentReader::open(&path).expect("the sampler's segment validates");
+    let events = drain_all(&mut r);
+    writeln!(child.stdin.take().unwrap()).unwrap();
+    assert!(child.wait().unwrap().success());
+    use vramscope_wire::event::{Library, OutsideKind};
+    let mut got: Vec<_> = (events.iter())
+        .filter_map(|e| match e {
+            EventKind::Outside(o) => Some((o.device, o.library, o.kind, o.bytes >> 20)),
+            _ => None,
+        })
+        .collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(
+        got,
+        [
+            (0, Library::Cuda, OutsideKind::Before, 700),
+            (1, Library::Cuda, OutsideKind::Context, 530)
+        ],
+        "{events:?}"
+    );
+}

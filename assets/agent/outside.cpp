@@ -29,7 +29,11 @@
 //
 // The context is measured by the Python side when it starts this (NVML's
 // bytes for the process − the allocator's reserved − what is named here)
-// and handed over with vs_outside_context.
+// and handed over with vs_outside_context: as the context where this was
+// subscribed as CUDA started (nothing else can have taken memory yet), as
+// "before the accounting" (kind 9) where it started later (a tracker
+// built while the job ran, an attach): then libraries' memory from before
+// is in it too, and is not called the context.
 //
 // CUPTI takes one client at a time before CUPTI 13.2: torch.profiler's
 // Kineto cannot start while this is subscribed, and keeps CUPTI once it has
@@ -406,7 +410,7 @@ void resend_loop() {
 
 extern "C" {
 
-int vs_outside_api_version(void) { return 1; }
+int vs_outside_api_version(void) { return 2; }
 
 // Subscribes to CUPTI (a name in `why` on failure: another client holds
 // it) and enables the calls above; `write` is the tracker's
@@ -469,12 +473,16 @@ int vs_outside_stop(void) {
   }
 }
 
-// The CUDA context of `device`, measured by the caller: sent as a total.
-void vs_outside_context(int device, uint64_t bytes) {
+// What `device` held outside the allocator when the accounting began,
+// measured by the caller, sent as a total of `kind`: VS_OUT_CONTEXT (it
+// began as CUDA started) or VS_OUT_BEFORE (it began later); other kinds
+// are ignored.
+void vs_outside_context(int device, uint64_t bytes, int kind) {
   try {
     std::lock_guard<std::mutex> g(g_mu);
     if (device < 0 || device >= 8 || !g_write) return;
-    TotalKey k{static_cast<uint16_t>(device), VS_LIB_CUDA, VS_OUT_CONTEXT};
+    if (kind != VS_OUT_CONTEXT && kind != VS_OUT_BEFORE) return;
+    TotalKey k{static_cast<uint16_t>(device), VS_LIB_CUDA, static_cast<uint8_t>(kind)};
     Total& t = g_totals[k];
     t.bytes = static_cast<long long>(bytes);
     write(VS_K_OUTSIDE_TOTAL, k.device, k.lib, k.kind, 0, bytes, t.name);
@@ -482,8 +490,9 @@ void vs_outside_context(int device, uint64_t bytes) {
   }
 }
 
-// The bytes named on `device` now (allocations and totals, the context
-// left out): what the caller takes off NVML's figure to measure it.
+// The bytes named on `device` now (allocations and totals; the context,
+// or what was there before, left out): what the caller takes off NVML's
+// figure to measure it.
 uint64_t vs_outside_named(int device) {
   try {
     std::lock_guard<std::mutex> g(g_mu);
@@ -491,7 +500,8 @@ uint64_t vs_outside_named(int device) {
     for (auto& kv : g_live)
       if (kv.second.device == device) s += static_cast<long long>(kv.second.bytes);
     for (auto& kv : g_totals)
-      if (kv.first.device == device && kv.first.kind != VS_OUT_CONTEXT) s += kv.second.bytes;
+      if (kv.first.device == device && kv.first.kind != VS_OUT_CONTEXT && kv.first.kind != VS_OUT_BEFORE)
+        s += kv.second.bytes;
     return s > 0 ? static_cast<uint64_t>(s) : 0;
   } catch (...) {
     return 0;

@@ -120,6 +120,7 @@ extern "C" {
 #define VS_OUT_HOST 6
 #define VS_OUT_KERNELS 7
 #define VS_OUT_STREAMS 8
+#define VS_OUT_BEFORE 9
 #define VS_NO_DEVICE 0xffffu
 
 /* MARKER sources (w3), 1.1. */

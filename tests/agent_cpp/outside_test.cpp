@@ -118,11 +118,20 @@ int main() {
   check(recs.size() == 6, "a drop over 256 MiB is not counted");
 
   // The caller measures the context and hands it over.
-  vs_outside_context(0, 500 * MIB);
+  vs_outside_context(0, 500 * MIB, VS_OUT_CONTEXT);
   check(recs.size() == 7 && aux(recs[6]) == (VS_LIB_CUDA | VS_OUT_CONTEXT << 8) && recs[6][3] == 500 * MIB,
         "the context is sent as a total");
+  // A device the accounting began on late: what it held then, not called
+  // the context.
+  vs_outside_context(1, 700 * MIB, VS_OUT_BEFORE);
+  check(recs.size() == 8 && aux(recs[7]) == (VS_LIB_CUDA | VS_OUT_BEFORE << 8) && recs[7][3] == 700 * MIB &&
+            device(recs[7]) == 1,
+        "what a device held before a late start is sent as its own kind");
+  vs_outside_context(1, 9 * MIB, VS_OUT_KERNELS);
+  check(recs.size() == 8, "no other kind is taken as measured at the start");
   check(vs_outside_named(0) == 32 * MIB + 2 * MIB + 8 * MIB,
         "named on device 0: the workspace, the stream and the kernels, not the context");
+  check(vs_outside_named(1) == 0, "named on device 1: nothing (what was there before is left out)");
 
   // A flood of tiny allocations: bounded, and counted.
   vs_test_caller = "libfoo.so";

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 47 on a GPU machine: memory outside the caching allocator, named by
 # the agent (outside.cpp) and read by vramscope, against NVML.
-#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench)
+#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench; also fsdp2 llama vit)
 # Each JOB runs tests/gpu/outside_job.py under `vramscope run` on a fresh
 # build cache and writes $D/JOB.json (three quiescent points: NVML, reserved,
 # the named parts, unexplained; gpt2: a torch.profiler session's CUDA
-# events and the accounting after it); ddp runs under torchrun on every
+# events and the accounting after it); ddp and fsdp2 run under torchrun on every
 # GPU; bench alternates the accounting on and stepped aside on GPT-2.
 # $D/summary.txt: one line per point, PASS when unexplained <= max(2 % of
 # NVML's bytes, 64 MiB).
@@ -20,9 +20,9 @@ for job in "${JOBS[@]}"; do
     echo "== $job"
     export VRAMSCOPE_SHM_DIR=$(mktemp -d /tmp/vs-shm-XXXXXX)
     case $job in
-    ddp)
+    ddp|fsdp2)
         n=$(nvidia-smi -L | wc -l)
-        timeout 400 "$B" run -- torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_job.py ddp "$D/ddp.json" > "$D/ddp.log" 2>&1 ;;
+        timeout 400 "$B" run -- torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_job.py "$job" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
     bench)
         timeout 400 "$B" run -- python3 tests/gpu/outside_job.py gpt2 "$D/bench.json" --bench > "$D/bench.log" 2>&1 ;;
     *)

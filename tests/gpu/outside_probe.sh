@@ -41,14 +41,14 @@ EOF
 cat "$D/build.log"
 [ -f "$D/outside_probe.so" ] || exit 1
 # JOB: gpt2 conv compile; gpt2-aside (the probe steps aside before each
-# torch.profiler session); ddp (torchrun on every GPU: JOB.RANK.json).
+# torch.profiler session); ddp, fsdp2 (torchrun on every GPU: JOB.RANK.json).
 for job in "${JOBS[@]}"; do
     echo "== $job"
     case $job in
-    ddp)
+    ddp|fsdp2)
         n=$(nvidia-smi -L | wc -l)
         PROBE_OUT=$D timeout 300 torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_probe_rank.py \
-            ddp "$D/outside_probe.so" "$D/ddp" > "$D/$job.log" 2>&1 ;;
+            "$job" "$D/outside_probe.so" "$D/$job" > "$D/$job.log" 2>&1 ;;
     gpt2-aside)
         PROBE_PROFILE=aside timeout 300 python3 tests/gpu/outside_probe.py gpt2 "$D/outside_probe.so" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
     *)

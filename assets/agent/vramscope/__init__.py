@@ -467,7 +467,7 @@ class _Starter(threading.Thread):
                 return
             with _lock:
                 if _st["mode"] == "pending" and not _st["forked"] and not _st["closing"]:
-                    self._start_exact(lib_path)
+                    self._start_exact(lib_path, at_init=True)
         except Exception:
             pass  # the starter thread tries again and says why
 
@@ -621,7 +621,9 @@ class _Starter(threading.Thread):
             _st["mode"] = "pending"
             self._start_sampled(why)
 
-    def _start_exact(self, lib_path):
+    def _start_exact(self, lib_path, at_init=False):
+        """Starts the tracker from `lib_path`: (0, "") or (rc, why).
+        `at_init`: called as CUDA started, before the job used the device."""
         import ctypes
 
         try:
@@ -686,7 +688,7 @@ class _Starter(threading.Thread):
             _native_attribution(cached_only=True)
             from . import _outside
 
-            _outside.start(lib, self.torch)
+            _outside.start(lib, self.torch, at_init)
         return rc, why
 
     def _start_sampled(self, why, building=False):

@@ -1,6 +1,7 @@
 """``python -m vramscope._ensure``: builds what the agent needs before a job
-needs it (the tracker and the module call path), once per torch, Python
-and compiler, under the cache's build lock (``_build._BuildLock``).
+needs it (the tracker, the module call path and, where CUPTI is found,
+the accounting outside the allocator), once per torch, Python and
+compiler, under the cache's build lock (``_build._BuildLock``).
 
 Who runs it:
 
@@ -47,6 +48,7 @@ _ENV_KEYS = (
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
     "VRAMSCOPE_MODE",
+    "VRAMSCOPE_OUTSIDE",
 )
 
 
@@ -86,7 +88,8 @@ def stamp_key():
         repr(_build.python_include()[0]),
     ]
     parts += ["%s=%s" % (k, os.environ.get(k, "")) for k in _ENV_KEYS]
-    for f in _build.source_files() + (_build.fast_source(), os.path.join(_build._HERE, "_build.py")):
+    sources = _build.source_files() + (_build.fast_source(), _build.outside_source())
+    for f in sources + (os.path.join(_build._HERE, "_build.py"),):
         parts.append(_stat_word(f) if f else "-")
         if f:
             try:
@@ -117,7 +120,7 @@ def read_stamp(key):
         return None
     if not isinstance(doc, dict):
         return None
-    for what in ("tracker", "fastcall"):
+    for what in ("tracker", "fastcall", "outside"):
         p = doc.get(what)
         if p is not None and (not isinstance(p, str) or not _build.verified_library(p)):
             return None
@@ -189,6 +192,18 @@ class _Progress:
             pass
 
 
+def _outside_cached():
+    """(wanted, path): whether the accounting outside the allocator can be
+    built here (on, a compiler and CUPTI found), and its cached library
+    (None: not built yet)."""
+    if os.environ.get("VRAMSCOPE_OUTSIDE", "1") == "0":
+        return False, None
+    try:
+        return True, _build.build_outside(cached_only=True)
+    except _build.BuildError:
+        return False, None
+
+
 def ensure(force=False, quiet=False):
     """Builds what is missing. Returns (exit status, a dict saying what was
     found: status, tracker, fastcall, reason, seconds)."""
@@ -221,11 +236,14 @@ def ensure(force=False, quiet=False):
     # (cached_only: None unless the cache is private and holds it.)
     have_t = _build.build(tf, tv, abi, variant, cached_only=True)
     have_f = _build.build_fast(tf, tv, abi, cached_only=True) if native else None
-    doc = {"status": "cached", "torch": tv, "tracker": have_t, "fastcall": have_f}
-    if have_t and (have_f or not native) and not force:
+    outside, have_o = _outside_cached()
+    doc = {"status": "cached", "torch": tv, "tracker": have_t, "fastcall": have_f, "outside": have_o}
+    if have_t and (have_f or not native) and (have_o or not outside) and not force:
         _write_stamp(key, doc)
         return 0, doc
-    what = "the tracker and the module call path" if native else "the tracker"
+    parts = ["the tracker"] + (["the module call path"] if native else [])
+    parts += ["the accounting outside the allocator"] if outside else []
+    what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     prog = _Progress("%s for torch %s" % (what, tv), quiet)
     notes = []
     status, reason = 0, ""
@@ -243,8 +261,9 @@ def ensure(force=False, quiet=False):
         if lock is not None and lock.waited and not force:
             have_t = _build.build(tf, tv, abi, variant, cached_only=True)
             have_f = _build.build_fast(tf, tv, abi, cached_only=True) if native else None
-            if have_t and (have_f or not native):
-                doc.update(status="cached", tracker=have_t, fastcall=have_f)
+            have_o = _outside_cached()[1]
+            if have_t and (have_f or not native) and (have_o or not outside):
+                doc.update(status="cached", tracker=have_t, fastcall=have_f, outside=have_o)
                 if not quiet:
                     _say("built by the other process: %s" % have_t)
                 _write_stamp(key, doc)
@@ -259,6 +278,13 @@ def ensure(force=False, quiet=False):
                 doc["fastcall"] = _build.build_fast(tf, tv, abi, warn=notes.append, force=force)
             except _build.BuildError as e:
                 notes.append("module calls stay in Python: %s" % e)
+        if outside:
+            # Built before the job, so that the agent subscribes as CUDA
+            # starts and what it measures then is the context alone.
+            try:
+                doc["outside"] = _build.build_outside(warn=notes.append, force=force)
+            except _build.BuildError as e:
+                notes.append("memory outside the allocator will not be named: %s" % e)
     finally:
         if lock is not None:
             lock.release()

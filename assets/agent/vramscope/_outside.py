@@ -2,11 +2,13 @@
 CUDA context and what libraries (NCCL, cuBLAS, cuDNN, ...) take from the
 driver, named by outside.cpp through CUPTI beside the tracker.
 
-``start`` builds outside.cpp (against the CUPTI torch loads; cached like
-the tracker; a second or two) on a thread of its own, starts it with the
-tracker's record writer, measures each device's CUDA context (NVML's bytes
-for this process - the allocator's reserved - what outside.cpp names) and
-hands it over, and makes torch.profiler and outside.cpp take turns: CUPTI
+``start`` starts outside.cpp (against the CUPTI torch loads; built ahead
+by ``vramscope run`` and ``agent build``, else on a thread of its own, a
+second or two) with the tracker's record writer: as CUDA starts, where it
+is built, so that nothing but the context precedes it. It measures what
+each device held outside the allocator as it began (NVML's bytes for this
+process - the allocator's reserved - what outside.cpp names) and hands it
+over: the context, or "context and earlier" where it began later, and makes torch.profiler and outside.cpp take turns: CUPTI
 takes one client before 13.2, and the profiler gets no CUDA events while
 another holds it. Before a profile starts outside.cpp steps aside; after it
 ends it subscribes again, or, where the profiler kept CUPTI (it does), says
@@ -21,6 +23,7 @@ import sys
 import threading
 
 from . import _build
+from ._segment import OUT_BEFORE, OUT_CONTEXT
 
 _st = {"lib": None, "write": None, "note": "not started", "aside": False, "warned": set()}
 _lock = threading.Lock()
@@ -41,9 +44,15 @@ def _warn(msg, key):
         pass
 
 
-def start(tracker, torch):
-    """Starts the accounting beside `tracker` (the tracker's ctypes library),
-    on a daemon thread. Never raises."""
+def start(tracker, torch, at_init=False):
+    """Starts the accounting beside `tracker` (the tracker's ctypes library).
+    `at_init`: called as CUDA started (torch's lazy initialisation, before
+    the job's first kernel or library call): where outside.cpp is built
+    already, it subscribes at once, so that what it measures then is the
+    context alone; else (not built yet, or a late start) on a daemon
+    thread, and what it measures is "context and earlier" (FORMAT kind 9:
+    libraries may have taken some of it before it watched). Never
+    raises."""
     if os.environ.get("VRAMSCOPE_OUTSIDE", "1") == "0":
         _st["note"] = "off (VRAMSCOPE_OUTSIDE=0)"
         return
@@ -52,35 +61,61 @@ def start(tracker, torch):
         _st["note"] = "the tracker has no record writer (an older build)"
         return
     _st["note"] = "starting"
-    t = threading.Thread(target=_start, args=(write, torch), name="vramscope-outside", daemon=True)
+    _st["write"] = ctypes.cast(write, ctypes.c_void_p)
+    lib = None
+    if at_init:
+        try:
+            path = _build.build_outside(cached_only=True)
+            lib = _load(path) if path else None
+            if lib is not None and not _subscribed(lib):
+                return
+        except Exception:
+            lib = None  # the thread tries again and says why
+    t = threading.Thread(target=_start, args=(lib, torch), name="vramscope-outside", daemon=True)
     t.start()
 
 
-def _start(write, torch):
+def _load(path):
+    """outside.cpp's library at `path`, its functions typed; None when it
+    is of another API version."""
+    lib = ctypes.CDLL(path)  # never dlclose'd
+    lib.vs_outside_api_version.restype = ctypes.c_int
+    if lib.vs_outside_api_version() != 2:
+        _st["note"] = "outside.cpp has an unknown API version"
+        return None
+    lib.vs_outside_start.restype = ctypes.c_int
+    lib.vs_outside_start.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.vs_outside_stop.restype = ctypes.c_int
+    lib.vs_outside_context.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
+    lib.vs_outside_named.restype = ctypes.c_uint64
+    lib.vs_outside_named.argtypes = [ctypes.c_int]
+    return lib
+
+
+def _subscribed(lib):
+    """Subscribes `lib`: True when it runs; else says why (once)."""
+    with _lock:
+        rc, why = _subscribe(lib)
+        if rc != 0:
+            _st["note"] = "CUPTI: %s" % why
+            _warn("memory outside the caching allocator is not named: CUPTI %s" % why, "start")
+            return False
+        _st["lib"] = lib
+        _st["note"] = "running"
+        return True
+
+
+def _start(lib, torch):
+    """The rest of the start on its own thread: `lib` already subscribed
+    as CUDA started, or None (built or loaded and subscribed now)."""
     try:
-        path = _build.build_outside()
-        lib = ctypes.CDLL(path)  # never dlclose'd
-        lib.vs_outside_api_version.restype = ctypes.c_int
-        if lib.vs_outside_api_version() != 1:
-            _st["note"] = "outside.cpp has an unknown API version"
-            return
-        lib.vs_outside_start.restype = ctypes.c_int
-        lib.vs_outside_start.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-        lib.vs_outside_stop.restype = ctypes.c_int
-        lib.vs_outside_context.argtypes = [ctypes.c_int, ctypes.c_uint64]
-        lib.vs_outside_named.restype = ctypes.c_uint64
-        lib.vs_outside_named.argtypes = [ctypes.c_int]
-        _st["write"] = ctypes.cast(write, ctypes.c_void_p)
-        with _lock:
-            rc, why = _subscribe(lib)
-            if rc != 0:
-                _st["note"] = "CUPTI: %s" % why
-                _warn("memory outside the caching allocator is not named: CUPTI %s" % why, "start")
+        at_init = lib is not None
+        if lib is None:
+            lib = _load(_build.build_outside())
+            if lib is None or not _subscribed(lib):
                 return
-            _st["lib"] = lib
-            _st["note"] = "running"
         _patch_profiler(torch)
-        _measure_contexts(lib, torch)
+        _measure_contexts(lib, torch, at_init)
     except _build.BuildError as e:
         _st["note"] = str(e)
     except Exception as e:
@@ -161,11 +196,24 @@ def contexts_by_nvml(torch, named=lambda d: 0):
     return out
 
 
-def _measure_contexts(lib, torch):
-    """The context of each device, handed to outside.cpp (its named parts
-    taken off)."""
+def _measure_contexts(lib, torch, at_init):
+    """What each device held outside the allocator as the accounting began
+    (its named parts taken off), handed to outside.cpp: the context where
+    it began as CUDA started, else what was there before it."""
+    kind = OUT_CONTEXT if at_init else OUT_BEFORE
     for d, nbytes in contexts_by_nvml(torch, lambda d: lib.vs_outside_named(d)).items():
-        lib.vs_outside_context(d, nbytes)
+        lib.vs_outside_context(d, nbytes, kind)
+
+
+def untouched(torch, d):
+    """True when torch's allocator has made no allocation on device `d` yet:
+    no tensor, so no kernel and no library call has run there, and what the
+    process holds outside the allocator is the CUDA context alone (sampled
+    mode's test of its measurement; False when unknown)."""
+    try:
+        return int(torch.cuda.memory_stats(d).get("allocation.all.allocated", 0)) == 0
+    except Exception:
+        return False
 
 
 # ---- taking turns with torch.profiler ------------------------------------

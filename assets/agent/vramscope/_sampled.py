@@ -82,21 +82,27 @@ class Sampler(threading.Thread):
                 self.seg.rings[0].write(words)
 
     def write_contexts(self):
-        """The CUDA context of each device this process uses, measured
-        once (NVML's bytes − reserved, early: sampled mode starts with
-        CUDA; NVML may not list the process yet, so it is measured again
-        at the next turns until it does, three at most) and sent again
-        every 10 s as a total (FORMAT 1.3)."""
+        """What each device this process uses held outside the allocator,
+        measured once (NVML's bytes − reserved, early: sampled mode starts
+        with CUDA; NVML may not list the process yet, so it is measured
+        again at the next turns until it does, three at most) and sent again
+        every 10 s as a total (FORMAT 1.3): the CUDA context where torch had
+        allocated nothing on the device by the end of the reading, else
+        "context and earlier" (kind 9: libraries may hold some of it)."""
         if not self.contexts and self.context_tries < 3:
             self.context_tries += 1
             try:
                 from . import _outside
 
-                self.contexts = _outside.contexts_by_nvml(self.torch)
+                got = _outside.contexts_by_nvml(self.torch)
+                self.contexts = {
+                    d: (S.OUT_CONTEXT if _outside.untouched(self.torch, d) else S.OUT_BEFORE, nbytes)
+                    for d, nbytes in got.items()
+                }
             except Exception:
                 pass
-        for d, nbytes in (self.contexts or {}).items():
-            self._write(S.outside_total_words(d, S.LIB_CUDA, S.OUT_CONTEXT, nbytes))
+        for d, (kind, nbytes) in (self.contexts or {}).items():
+            self._write(S.outside_total_words(d, S.LIB_CUDA, kind, nbytes))
 
     def mark(self, value, source=1, arg=0):
         self._write([S.head_word(S.K_MARKER, S.NO_DEVICE, 0), S.monotonic_ns(), value, source & 0xFF, arg, 0, 0])

@@ -185,7 +185,29 @@ def _built(torch, build):
         )
     else:
         out.append(_check("native calls", "warn", "not built yet", "`vramscope agent build` builds it with the tracker"))
+    out.append(_outside_check())
     return out
+
+
+def _outside_check():
+    """Whether memory outside the caching allocator (the CUDA context,
+    NCCL, cuBLAS, ...) will be named: off, impossible here (no CUPTI),
+    built, or to be built."""
+    name = "outside memory"
+    if os.environ.get("VRAMSCOPE_OUTSIDE", "1") == "0":
+        return _check(name, "ok", "off (VRAMSCOPE_OUTSIDE=0): NVML − reserved is shown as one figure")
+    try:
+        path = _build.build_outside(cached_only=True)
+    except _build.BuildError as e:
+        return _check(name, "warn", "not named: %s" % e, "install the CUPTI matching torch's CUDA (pip nvidia-cuda-cupti, or the toolkit's extras/CUPTI)")
+    if path:
+        return _check(name, "ok", "named by CUPTI: %s" % path)
+    return _check(
+        name,
+        "warn",
+        "not built yet: a job started now names it only once built, and calls what it finds then \"context and earlier\"",
+        "`vramscope agent build` builds it; `vramscope run` builds it before the job",
+    )
 
 
 def main(argv=None):

@@ -354,6 +354,10 @@ pub enum OutsideKind {
     Kernels,
     /// Streams created: the device memory their creation took.
     Streams,
+    /// What the device held outside the allocator when the accounting
+    /// began late (a tracker built while the job ran, an attach): the
+    /// context and what libraries took before (1.3, code 9).
+    Before,
     /// 0 or a code this build does not know.
     Other(u8),
 }

@@ -50,18 +50,21 @@ pub struct OutsidePart {
     pub device: Option<u16>,
     /// "CUDA", "NCCL", "cuBLAS", …, or the library's file name.
     pub library: String,
-    /// "context", "allocations", "VMM", "stream-ordered", "managed",
-    /// "pinned host", "kernels", "streams", "other".
+    /// "context", "context and earlier" (a late start: the context and
+    /// what libraries took before), "allocations", "VMM",
+    /// "stream-ordered", "managed", "pinned host", "kernels", "streams",
+    /// "other".
     pub kind: String,
     pub bytes: u64,
 }
 
 impl OutsidePart {
     /// What the part is called on one line: "context" for the CUDA
-    /// context, else its library.
+    /// context, "context and earlier" for what a late start found, else
+    /// its library.
     pub fn what(&self) -> &str {
-        if self.kind == "context" {
-            "context"
+        if self.kind == CONTEXT || self.kind == CONTEXT_AND_EARLIER {
+            &self.kind
         } else {
             &self.library
         }
@@ -272,9 +275,16 @@ fn library_label(l: Library, name: &str) -> String {
     .to_string()
 }
 
+/// The CUDA context's kind, measured as the accounting began with CUDA.
+const CONTEXT: &str = "context";
+/// What the device held outside the allocator as the accounting began
+/// late: the context and what libraries took before.
+const CONTEXT_AND_EARLIER: &str = "context and earlier";
+
 fn kind_label(k: OutsideKind) -> &'static str {
     match k {
-        OutsideKind::Context => "context",
+        OutsideKind::Context => CONTEXT,
+        OutsideKind::Before => CONTEXT_AND_EARLIER,
         OutsideKind::Allocation => "allocations",
         OutsideKind::Physical => "VMM",
         OutsideKind::StreamOrdered => "stream-ordered",
@@ -376,6 +386,40 @@ mod tests {
             5 * MIB,
         ));
         assert_eq!(s.view()[1].bytes, 200 * MIB);
+    }
+
+    /// A late start's measurement (kind 9) is not called the context:
+    /// "context and earlier" in the parts, the line and the history.
+    #[test]
+    fn what_a_late_start_found_is_the_context_and_earlier() {
+        let mut s = OutsideState::default();
+        let late = rec(
+            OutsideOp::Total,
+            1,
+            Library::Cuda,
+            OutsideKind::Before,
+            0,
+            700 * MIB,
+        );
+        s.apply(&late);
+        s.apply(&rec(
+            OutsideOp::Alloc,
+            1,
+            Library::Nccl,
+            OutsideKind::Physical,
+            0x1000,
+            64 * MIB,
+        ));
+        let v = s.view();
+        assert_eq!(
+            (v[0].what(), v[0].kind.as_str(), v[0].library.as_str()),
+            ("context and earlier", "context and earlier", "CUDA")
+        );
+        assert_eq!(
+            line(&v, Some(0)).unwrap(),
+            "context and earlier 700 MiB · NCCL 64.0 MiB · unexplained 0 B"
+        );
+        assert_eq!(describe(&late), "= 700M CUDA context and earlier cuda:1");
     }
 
     fn part(device: Option<u16>, library: &str, kind: &str, mib: u64) -> OutsidePart {

@@ -243,6 +243,7 @@ fn outside_kind_code(k: OutsideKind) -> u32 {
         OutsideKind::Host => 6,
         OutsideKind::Kernels => 7,
         OutsideKind::Streams => 8,
+        OutsideKind::Before => 9,
         OutsideKind::Other(c) => c as u32,
     }
 }
@@ -257,6 +258,7 @@ pub fn outside_kind_of(c: u8) -> OutsideKind {
         6 => OutsideKind::Host,
         7 => OutsideKind::Kernels,
         8 => OutsideKind::Streams,
+        9 => OutsideKind::Before,
         c => OutsideKind::Other(c),
     }
 }
