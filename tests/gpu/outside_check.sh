@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue 47 on a GPU machine: memory outside the caching allocator, named by
 # the agent (outside.cpp) and read by vramscope, against NVML.
-#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench; also fsdp2 llama vit)
+#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench; also fsdp2 llama vit late)
 # Each JOB runs tests/gpu/outside_job.py under `vramscope run` on a fresh
 # build cache and writes $D/JOB.json (three quiescent points: NVML, reserved,
 # the named parts, unexplained; gpt2: a torch.profiler session's CUDA
 # events and the accounting after it); ddp and fsdp2 run under torchrun on every
-# GPU; bench alternates the accounting on and stepped aside on GPT-2.
+# GPU; bench alternates the accounting on and stepped aside on GPT-2; late
+# attaches the agent to GPT-2 after 3 bare steps (not under `run`).
 # $D/summary.txt: one line per point, PASS when unexplained <= max(2 % of
 # NVML's bytes, 64 MiB).
 set -u
@@ -23,6 +24,8 @@ for job in "${JOBS[@]}"; do
     ddp|fsdp2)
         n=$(nvidia-smi -L | wc -l)
         timeout 400 "$B" run -- torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_job.py "$job" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
+    late)
+        PYTHONPATH=$("$B" agent path) timeout 400 python3 tests/gpu/outside_job.py gpt2 "$D/late.json" --late > "$D/late.log" 2>&1 ;;
     bench)
         timeout 400 "$B" run -- python3 tests/gpu/outside_job.py gpt2 "$D/bench.json" --bench > "$D/bench.log" 2>&1 ;;
     *)

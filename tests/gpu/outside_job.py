@@ -8,8 +8,11 @@ into OUT. The gpt2 job runs torch.profiler for 3 steps after the second
 point and says how many CUDA events the profile holds and what the agent
 says of its accounting then; `--bench` alternates blocks of steps with the
 accounting on and stepped aside and reports each block's step time.
+`--late`: the job is not under `vramscope run` (the agent on PYTHONPATH):
+it runs 3 steps bare, then calls `vramscope.attach()`: what it held
+outside the allocator by then is "context and earlier".
 
-    python3 tests/gpu/outside_job.py JOB OUT.json [--bench]
+    python3 tests/gpu/outside_job.py JOB OUT.json [--bench | --late]
 """
 
 import json
@@ -22,16 +25,23 @@ import torch
 
 JOB, OUT = sys.argv[1], sys.argv[2]
 BENCH = "--bench" in sys.argv
+LATE = "--late" in sys.argv
 B = os.environ["VRAMSCOPE_BIN"]
 rank = int(os.environ.get("LOCAL_RANK", "0"))
 if int(os.environ.get("WORLD_SIZE", "1")) > 1:
     OUT = OUT.replace(".json", ".%d.json" % rank)
 torch.cuda.set_device(rank)
-report = {"job": JOB, "points": []}
+report = {"job": JOB + (" late" if LATE else ""), "points": []}
 
 from outside_jobs import step_of  # noqa: E402
 
 step = step_of(JOB, rank)
+if LATE:
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    import vramscope
+    vramscope.attach()
 
 
 def agent():
