@@ -95,3 +95,12 @@ fn tracker_logic_without_a_gpu() {
 fn outside_accounting_without_a_gpu() {
     build_and_run("outside_test", "fake_cupti", &["-ldl"], &[], 21);
 }
+
+/// Built against CUPTI 13.2's callback API (the stand-in's
+/// `FAKE_CUPTI_13_2`), the accounting subscribes with multiple subscribers
+/// allowed: a profiler that allows them too runs beside it and it comes
+/// back after stepping aside (before 13.2 it cannot: see above).
+#[test]
+fn outside_accounting_shares_cupti_where_it_is_13_2() {
+    build_and_run("outside_multi_test", "fake_cupti", &["-ldl"], &[], 7);
+}

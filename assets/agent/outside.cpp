@@ -38,7 +38,10 @@
 // CUPTI takes one client at a time before CUPTI 13.2: torch.profiler's
 // Kineto cannot start while this is subscribed, and keeps CUPTI once it has
 // run. The Python side calls vs_outside_stop before a profile starts and
-// vs_outside_start again after it; when that fails it says so.
+// vs_outside_start again after it; when that fails it says so. Built
+// against CUPTI 13.2 or later, this subscribes with multiple subscribers
+// allowed (cuptiSubscribe_v2's allowMultipleSubscribers): where the
+// profiler's client asks for it too, coming back after a profile works.
 //
 // Bounded: at most kMaxLive allocations followed (more are counted as
 // refused), kMaxTotals totals, 8 devices; never throws into the caller.
@@ -57,6 +60,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -102,6 +106,7 @@ struct Total {
 // of the caching allocator's own, which only updates a reading.
 std::mutex g_mu;
 CUpti_SubscriberHandle g_sub = nullptr;
+bool g_shared = false;  // subscribed with multiple subscribers allowed
 std::atomic<int> g_on{0};
 WriteFn g_write = nullptr;
 [[maybe_unused]] MemGetInfoFn g_mem_get_info = nullptr;  // (the test build has stand-ins)
@@ -406,11 +411,51 @@ void resend_loop() {
   }
 }
 
+// Whether CUPTI's subscriber parameters have allowMultipleSubscribers
+// (CUPTI 13.2 and later).
+template <typename P, typename = void>
+struct HasMulti : std::false_type {};
+template <typename P>
+struct HasMulti<P, std::void_t<decltype(std::declval<P&>().allowMultipleSubscribers)>> : std::true_type {};
+
+// cuptiSubscribe_v2 with multiple subscribers allowed, where this CUPTI has
+// it (`*shared` then true); else the one-client cuptiSubscribe.
+#if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
+template <typename P = CUpti_SubscriberParams>
+CUptiResult subscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFunc f, bool* shared) {
+  *shared = false;
+  if constexpr (HasMulti<P>::value) {
+    P p{};
+    p.structSize = sizeof p;
+    p.subscriberName = "vramscope";
+    p.allowMultipleSubscribers = 1;
+    CUptiResult r = cuptiSubscribe_v2(sub, f, nullptr, &p);
+    *shared = r == CUPTI_SUCCESS;
+    return r;
+  } else {
+    return cuptiSubscribe(sub, f, nullptr);
+  }
+}
+#else
+CUptiResult subscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFunc f, bool* shared) {
+  *shared = false;
+  return cuptiSubscribe(sub, f, nullptr);
+}
+#endif
+
 }  // namespace
 
 extern "C" {
 
 int vs_outside_api_version(void) { return 2; }
+
+// 1 when subscribed with multiple subscribers allowed (CUPTI 13.2+): a
+// profiler that asks for it too can run beside this, and this comes back
+// after it; 0 otherwise.
+int vs_outside_shared(void) {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_sub && g_shared ? 1 : 0;
+}
 
 // Subscribes to CUPTI (a name in `why` on failure: another client holds
 // it) and enables the calls above; `write` is the tracker's
@@ -434,7 +479,7 @@ int vs_outside_start(WriteFn write, char* why, int why_len) {
 #endif
     if (g_sub) return 0;
     read_maps();
-    CUptiResult r = cuptiSubscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(callback), nullptr);
+    CUptiResult r = subscribe(&g_sub, reinterpret_cast<CUpti_CallbackFunc>(callback), &g_shared);
     if (r != CUPTI_SUCCESS) {
       g_sub = nullptr;
       const char* s = nullptr;
