@@ -2,7 +2,9 @@
 //! corpus `tests/gpu/sim_diff.py` recorded on a GPU (committed under
 //! `tests/fixtures/sim/diff/`, one gzip'd file per allocator setting) is
 //! replayed request by request, with the real segment addresses and with the
-//! simulator's own, and the six `memory_stats()` figures compared after each.
+//! simulator's own (the driver's address space modelled,
+//! `sim::placement::VaRegions`), and the six `memory_stats()` figures
+//! compared after each.
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -103,6 +105,24 @@ fn simulator_matches_pytorch_on_random_traces() {
                 Addresses::Own => r.matching * 1000 >= r.compared * 999,
                 Addresses::Ascending => true,
             };
+            // Placement without addresses (issue 48): with the driver's
+            // address space modelled, the share of all steps (ties and all)
+            // whose six figures equal PyTorch's, per setting: at least
+            // 99.5 % on the committed corpus (its lowest: 99.65 %; 94–98 %
+            // with the order the simulator assumed before), and the
+            // issue's 97 % on any other (SIM_DIFF_DIR).
+            let floor = if std::env::var_os("SIM_DIFF_DIR").is_some() {
+                97.0
+            } else {
+                99.5
+            };
+            let all = percent(r.matching + r.after_tie_matching, r.requests);
+            if addresses == Addresses::Own && all < floor {
+                failures.push(format!(
+                    "{} (own addresses): {all:.2}% of all steps match, under {floor}%",
+                    r.setting
+                ));
+            }
             if !enough {
                 failures.push(format!(
                     "{} ({addresses:?}): {:.3}% of steps match",

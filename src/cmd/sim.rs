@@ -103,7 +103,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 }
             };
             vramscope_text::stderr_line(format_args!(
-                "placement: segments the trace does not place go where the driver puts most (large ones downwards, small ones upwards); {} of {} steps were decided by a tie between equal free blocks (their figures are ranges over {} placements); peak reserved {}, reserved at the end {}",
+                "placement: segments the trace does not place go where the driver's address space would put them; {} of {} steps were decided by a tie between equal free blocks (their figures are ranges over {} placements); peak reserved {}, reserved at the end {}",
                 replay.tied,
                 replay.steps,
                 sim::spread::BESIDE + 1,

@@ -188,7 +188,7 @@ pub fn verdict(a: &Advice) -> String {
     }
     if ties {
         s.push_str(&format!(
-            "segments go where the driver puts most of them; \"A to B\" is the range over {} placements where a tie between equal free blocks decides\n",
+            "segments go where the driver's address space would put them; \"A to B\" is the range over {} placements where a tie between equal free blocks decides\n",
             super::spread::BESIDE + 1
         ));
     }

@@ -11,7 +11,7 @@
 //! `expandable_segments:True` is never suggested to a job that has it).
 //!
 //! [`advise`] replays each candidate through a [`SpreadReplay`]: segments
-//! go where the driver puts most of them, four other placements beside it,
+//! go where the driver's address space would put them, four other placements beside it,
 //! and where a tie between equal free blocks decides a figure it is given
 //! as a range. The job's own setting is replayed with the addresses the
 //! real segments had (exact, as `sim --trace` is on a recording) and

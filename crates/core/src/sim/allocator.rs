@@ -271,6 +271,9 @@ pub struct SimAllocator {
     /// Where the next new segment goes, when a trace recorded where the
     /// real one went (`set_segment_addr`).
     segment_addr: Option<u64>,
+    /// Where new segments go when no one says: the driver's address space
+    /// (`place_by_regions`), else above the last.
+    regions: Option<super::va::VaRegions>,
     snapshot_seq: u32,
     /// The context tag events are written with (an agent's thread-local
     /// context and step tag, FORMAT.md "Contexts").
@@ -304,6 +307,7 @@ impl SimAllocator {
             next_va,
             ranges: BTreeMap::new(),
             segment_addr: None,
+            regions: None,
             snapshot_seq: 0,
             ctx: CtxTag::NONE,
             tags: BTreeMap::new(),
@@ -449,6 +453,20 @@ impl SimAllocator {
                 return p;
             }
         }
+        if let Some(mut r) = self.regions.take() {
+            let p = r.place(size, &self.ranges);
+            let free = p % align == 0 && self.range_free(p, size);
+            if free {
+                self.ranges.insert(p, size);
+                r.placed(p, &self.ranges);
+            } else {
+                r.released(p, &self.ranges);
+            }
+            self.regions = Some(r);
+            if free {
+                return p;
+            }
+        }
         let up = |a: u64| a.div_ceil(align).saturating_mul(align);
         let mut p = up(self.next_va);
         while let Some(base) = self.overlap(p, size) {
@@ -482,6 +500,14 @@ impl SimAllocator {
     /// the next `malloc`.
     pub(crate) fn set_segment_addr(&mut self, addr: Option<u64>) {
         self.segment_addr = addr;
+    }
+
+    /// New segments go where the driver's address space would have them
+    /// (`VaRegions`) when no address is given.
+    pub(crate) fn place_by_regions(&mut self) {
+        if self.regions.is_none() {
+            self.regions = Some(Default::default());
+        }
     }
 
     /// Best fit among free blocks of equal size takes the one at the
@@ -1220,6 +1246,9 @@ impl SimAllocator {
         self.erase_unmapped(id);
         if let Some(es) = self.expandable.remove(&es_id) {
             self.ranges.remove(&es.base);
+            if let Some(r) = self.regions.as_mut() {
+                r.released(es.base, &self.ranges);
+            }
         }
         self.delete_block(id);
     }
@@ -1245,6 +1274,9 @@ impl SimAllocator {
         self.stats.segments -= 1;
         self.stats.reserved -= size;
         self.ranges.remove(&ptr);
+        if let Some(r) = self.regions.as_mut() {
+            r.released(ptr, &self.ranges);
+        }
         self.erase_from_blocks(id);
         self.delete_block(id);
     }

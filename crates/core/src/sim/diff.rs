@@ -7,8 +7,8 @@
 //! With `Addresses::Real`, every segment the simulator creates takes the
 //! address the real one had (the address the request got at that step), so
 //! ties between equal free blocks break as in PyTorch. With
-//! `Addresses::Own`, segments go in the order the driver hands out most of
-//! them (large ones downwards, small ones upwards), and five more runs
+//! `Addresses::Own`, segments go where the driver's address space would
+//! put them (`sim::va`), and five more runs
 //! replay the trace beside it with other orders (reversed, shuffled): from a
 //! step where any of them disagrees on a figure until the device is empty
 //! again, steps are decided by a tie and counted apart.

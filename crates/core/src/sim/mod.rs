@@ -47,7 +47,10 @@
 //! free memory is `capacity - reserved` (no CUDA context or other
 //! processes); `recordStream` frees complete at the next `malloc`,
 //! `empty_cache` or `synchronize` (the simulated GPU is never busy);
-//! addresses come from a deterministic bump allocator and are never reused.
+//! addresses come from a deterministic bump allocator and are never reused,
+//! except where a replay says where segments go: the addresses a recording
+//! holds, or the driver's address space modelled ([`va`]), so that ties
+//! between equal free blocks break as on the device.
 pub mod advice_text;
 pub mod advise;
 pub mod ahead;
@@ -64,6 +67,7 @@ pub mod samples;
 pub mod scenario;
 pub mod spread;
 pub mod trace;
+pub(crate) mod va;
 
 pub use allocator::{
     BlockInfo, EventSink, FnSink, NullSink, OomError, SegmentInfo, SimAllocator, SimConfig,
