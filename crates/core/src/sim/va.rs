@@ -195,7 +195,11 @@ mod tests {
             "the region given back is not taken: below the lowest in use"
         );
         s.release(10);
-        assert_eq!(s.make(12), -76, "the lowest hole it fits: the rest of -96's");
+        assert_eq!(
+            s.make(12),
+            -76,
+            "the lowest hole it fits: the rest of -96's"
+        );
         assert_eq!(s.make(12), -44, "then -64's");
         assert_eq!(s.make(12), 10, "then the top region's");
         assert_eq!(s.make(42), -160, "over 32 MiB: a region of two granules");
