@@ -25,7 +25,12 @@
 //     or one that another process could have made meanwhile, is not
 //     counted;
 //   * a thread sends every total again every 10 s (a reader that lost
-//     records or began late has them).
+//     records or began late has them), and within a second of records
+//     left out;
+//   * at most kRecordsPerSecond records a second (after a burst of as
+//     many): past it a call is still followed (the totals stay true) but
+//     not written; what is left out or refused is counted in DROPPED
+//     `what` 8, sent when it changes, at most once a second.
 //
 // The context is measured by the Python side when it starts this (NVML's
 // bytes for the process − the allocator's reserved − what is named here)
@@ -51,6 +56,7 @@
 #include <execinfo.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -73,6 +79,7 @@ typedef int (*MemGetInfoFn)(size_t*, size_t*);
 typedef int (*CtxGetDeviceFn)(int*);
 
 constexpr size_t kMaxLive = 65536;
+constexpr double kRecordsPerSecond = 10000;
 constexpr size_t kMaxTotals = 512;
 constexpr long long kMaxDrop = 256ll << 20;
 
@@ -114,9 +121,19 @@ WriteFn g_write = nullptr;
 std::vector<Lib> g_libs;                           // executable mappings at start
 std::unordered_map<uint64_t, Live> g_live;         // device pointer or handle
 std::map<TotalKey, Total> g_totals;
+// The (device, library, kind) of every allocation followed (at most
+// kMaxTotals): a total is sent for each, 0 once all are freed.
+std::map<TotalKey, std::array<char, 24>> g_alloc_keys;
+uint64_t g_dropped_sent = 0;  // the DROPPED count last sent
 std::atomic<size_t> g_last_free[8];                // per device, 0: no reading
 thread_local size_t t_enter_free = 0;              // at a stream creation's entry
-std::atomic<uint64_t> g_refused{0};
+std::atomic<uint64_t> g_refused{0};  // past a bound, or left out by the rate
+// The rate's bucket (under g_mu): records it may write now, and when it
+// was last filled; whether a record was left out since the totals were
+// last sent.
+double g_tokens = kRecordsPerSecond;
+uint64_t g_filled_ns = 0;
+bool g_left_out = false;
 std::atomic<int> g_thread{0};
 
 const char* base(const char* path) {
@@ -223,6 +240,16 @@ void put_name(char out[24], const std::string& s) {
 void write(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t addr, uint64_t bytes,
            const char name[24]) {
   if (!g_write) return;
+  const uint64_t now = vs_monotonic_ns();
+  if (g_filled_ns != 0 && now > g_filled_ns)
+    g_tokens = std::min(kRecordsPerSecond, g_tokens + (now - g_filled_ns) * 1e-9 * kRecordsPerSecond);
+  g_filled_ns = now;
+  if (g_tokens < 1) {
+    g_refused.fetch_add(1);
+    g_left_out = true;
+    return;
+  }
+  g_tokens -= 1;
   char z[25] = {0};
   std::memcpy(z, name, 24);
   uint64_t w[7];
@@ -291,6 +318,9 @@ void on_alloc(const std::string& f, int dev, uint64_t key, uint64_t bytes, uint8
   Live l{static_cast<uint16_t>(host ? VS_NO_DEVICE : (dev < 0 ? 0 : dev)), lib_code(f), what, bytes, {0}};
   put_name(l.name, f);
   g_live[key] = l;
+  TotalKey k{l.device, l.lib, l.kind};
+  if (g_alloc_keys.size() < kMaxTotals && !g_alloc_keys.count(k))
+    std::memcpy(g_alloc_keys[k].data(), l.name, sizeof l.name);
   write(VS_K_OUTSIDE_ALLOC, l.device, l.lib, l.kind, key, bytes, l.name);
 }
 
@@ -388,24 +418,47 @@ const char* kWatched[] = {
 
 // Every total again every 10 s: a reader that lost records or began late
 // has them (allocations' totals summed from what is live).
+// Sends every total (each allocation kind's summed from what is live, 0
+// for one emptied since), written as is (not through the rate), and the
+// count of what was dropped when it changed. Under g_mu.
+void resend() {
+  if (!g_write) return;
+  std::map<TotalKey, std::pair<uint64_t, const char*>> sums;
+  for (auto& kv : g_alloc_keys) sums[kv.first] = {0, kv.second.data()};
+  for (auto& kv : g_live) {
+    const Live& l = kv.second;
+    auto& s = sums[TotalKey{l.device, l.lib, l.kind}];
+    s.first += l.bytes;
+    s.second = l.name;
+  }
+  g_left_out = false;
+  auto send = [](const TotalKey& k, uint64_t bytes, const char* name) {
+    char z[25] = {0};
+    std::memcpy(z, name, 24);
+    uint64_t w[7];
+    vs_rec_outside(w, VS_K_OUTSIDE_TOTAL, vs_monotonic_ns(), k.device, k.lib, k.kind, 0, bytes, z);
+    g_write(w);
+  };
+  for (auto& kv : sums) send(kv.first, kv.second.first, kv.second.second);
+  for (auto& kv : g_totals) send(kv.first, static_cast<uint64_t>(kv.second.bytes), kv.second.name);
+  const uint64_t dropped = g_refused.load();
+  if (dropped != g_dropped_sent) {
+    uint64_t w[7];
+    vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_OUTSIDE, vs_monotonic_ns(), dropped, 0);
+    g_write(w);
+    g_dropped_sent = dropped;
+  }
+}
+
+// Every second: the totals again where records were left out, or 10 s
+// went by.
 void resend_loop() {
-  while (g_thread.load() != 0) {
-    std::this_thread::sleep_for(std::chrono::seconds(10));
+  for (unsigned tick = 1; g_thread.load() != 0; tick++) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     if (g_on.load() == 0) continue;
     try {
       std::lock_guard<std::mutex> g(g_mu);
-      std::map<TotalKey, std::pair<uint64_t, const char*>> sums;
-      for (auto& kv : g_live) {
-        const Live& l = kv.second;
-        auto& s = sums[TotalKey{l.device, l.lib, l.kind}];
-        s.first += l.bytes;
-        s.second = l.name;
-      }
-      for (auto& kv : sums)
-        write(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0, kv.second.first, kv.second.second);
-      for (auto& kv : g_totals)
-        write(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0,
-              static_cast<uint64_t>(kv.second.bytes), kv.second.name);
+      if (g_left_out || tick % 10 == 0 || g_refused.load() != g_dropped_sent) resend();
     } catch (...) {
     }
   }

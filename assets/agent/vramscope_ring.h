@@ -143,6 +143,7 @@ extern "C" {
 #define VS_DROP_DEFINITIONS 5
 #define VS_DROP_BLOCK_TAGS 6
 #define VS_DROP_ROLES 7 /* 1.2 */
+#define VS_DROP_OUTSIDE 8 /* 1.3 */
 
 /* ROLE w4 (1.2) */
 #define VS_HELD_PARAMETER 1

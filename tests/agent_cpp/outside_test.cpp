@@ -136,12 +136,49 @@ int main() {
   // A flood of tiny allocations: bounded, and counted.
   vs_test_caller = "libfoo.so";
   const size_t before = recs.size();
+  const uint64_t flood_from = vs_monotonic_ns();
   for (size_t i = 0; i < kMaxLive + 5; i++) {
     unsigned long long q = 0x100000 + i;
     Ptr1 tiny{&q, 1};
     call("cuMemAlloc_v2", &tiny);
   }
   check(vs_outside_refused() >= 5 && recs.size() - before <= kMaxLive, "a flood of allocations is bounded and counted");
+  const double flood_s = (vs_monotonic_ns() - flood_from) * 1e-9;
+  check(recs.size() - before <= static_cast<size_t>(kRecordsPerSecond * (1 + flood_s)) + 1 &&
+            recs.size() - before < kMaxLive / 2,
+        "written at most at the rate: a burst of a second's, then what the time refills");
+
+  // The thread (called here at once) sends the totals the rate left out,
+  // 0 for a part emptied since, and the count of what was dropped.
+  auto sent_now = [&]() {
+    const size_t n = recs.size();
+    std::lock_guard<std::mutex> g(g_mu);
+    resend();
+    return std::vector<std::array<uint64_t, 7>>(recs.begin() + n, recs.end());
+  };
+  auto total = [](const std::vector<std::array<uint64_t, 7>>& rs, uint16_t dev, uint32_t a) -> long long {
+    for (auto& r : rs)
+      if (kind(r) == VS_K_OUTSIDE_TOTAL && device(r) == dev && aux(r) == a) return static_cast<long long>(r[3]);
+    return -1;
+  };
+  long long foo = 0;  // libfoo's live bytes: 1 each, as many as the bound left room for
+  for (auto& kv : g_live)
+    if (kv.second.lib == VS_LIB_OTHER && kv.second.device == 0) foo += static_cast<long long>(kv.second.bytes);
+  auto sent = sent_now();
+  check(foo > static_cast<long long>(kMaxLive) - 4 && total(sent, 0, VS_LIB_OTHER | VS_OUT_ALLOCATION << 8) == foo &&
+            total(sent, 0, VS_LIB_CUBLAS | VS_OUT_ALLOCATION << 8) == static_cast<long long>(32 * MIB) &&
+            total(sent, 1, VS_LIB_NCCL | VS_OUT_PHYSICAL << 8) == 0,
+        "the totals: what is live, 0 for a part emptied since");
+  size_t drops = 0;
+  for (auto& r : sent)
+    if (kind(r) == VS_K_DROPPED && aux(r) == VS_DROP_OUTSIDE && device(r) == VS_NO_DEVICE &&
+        r[2] == vs_outside_refused())
+      drops++;
+  check(drops == 1, "the count of what was dropped, as DROPPED what 8");
+  sent = sent_now();
+  bool again = false;
+  for (auto& r : sent) again = again || kind(r) == VS_K_DROPPED;
+  check(!again, "the count is not sent again unchanged");
 
   // Taking turns with another client (the profiler). A callback already
   // under way as it steps aside records nothing.

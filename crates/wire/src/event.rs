@@ -278,6 +278,9 @@ pub enum DropWhat {
     BlockTags,
     /// Tensors left out of a role list (1.2).
     Roles,
+    /// Records of memory outside the caching allocator left out (a rate
+    /// bound) or refused (the producer's bounds) (1.3).
+    Outside,
     /// A code this build does not know.
     Other(u32),
 }

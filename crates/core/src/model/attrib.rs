@@ -485,6 +485,7 @@ pub(crate) fn drop_name(w: DropWhat) -> Option<&'static str> {
         DropWhat::Definitions => "definitions_not_resent",
         DropWhat::BlockTags => "block_tags",
         DropWhat::Roles => "roles",
+        DropWhat::Outside => return None, // the outside accounting's
         DropWhat::Other(_) => "other",
     })
 }

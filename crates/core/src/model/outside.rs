@@ -41,6 +41,9 @@ pub(crate) struct OutsideState {
     live: HashMap<(u16, u64), (Key, u64)>,
     /// Records refused: past a bound, or a figure no device holds.
     refused: u64,
+    /// What the producer says it left out or refused (DROPPED `what` 8,
+    /// its running count).
+    producer_dropped: u64,
 }
 
 /// One part of a process's memory outside the caching allocator.
@@ -149,8 +152,14 @@ impl OutsideState {
         (sum, any)
     }
 
+    /// Records refused here, and those the producer says it dropped.
     pub(crate) fn refused(&self) -> u64 {
-        self.refused
+        self.refused.saturating_add(self.producer_dropped)
+    }
+
+    /// The producer's running count of what it dropped (DROPPED `what` 8).
+    pub(crate) fn producer_dropped(&mut self, count: u64) {
+        self.producer_dropped = self.producer_dropped.max(count);
     }
 
     /// Heap bytes held (estimate).

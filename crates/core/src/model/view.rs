@@ -176,8 +176,9 @@ pub struct Dropped {
     /// Role list tensors not kept ([`Bounds::roles`]).
     #[serde(default)]
     pub roles: u64,
-    /// Records of memory outside the caching allocator refused: past
-    /// their bounds, or a figure no device holds (1.3).
+    /// Records of memory outside the caching allocator refused here (past
+    /// their bounds, or a figure no device holds) or dropped by the
+    /// producer (its rate or bounds: DROPPED `what` 8) (1.3).
     #[serde(default)]
     pub outside: u64,
 }

@@ -186,6 +186,7 @@ fn drop_code(w: DropWhat) -> u32 {
         DropWhat::Definitions => 5,
         DropWhat::BlockTags => 6,
         DropWhat::Roles => 7,
+        DropWhat::Outside => 8,
         DropWhat::Other(c) => c,
     }
 }
@@ -199,6 +200,7 @@ fn drop_of(c: u32) -> DropWhat {
         5 => DropWhat::Definitions,
         6 => DropWhat::BlockTags,
         7 => DropWhat::Roles,
+        8 => DropWhat::Outside,
         c => DropWhat::Other(c),
     }
 }

@@ -9,7 +9,7 @@ use crate::model::eventlog::LetGo;
 use crate::model::rules;
 use crate::model::view::{OomRecord, ProblemRecord};
 use vramscope_wire::event::RingPos;
-use vramscope_wire::event::{Class, Event, EventKind, MarkSource, SegmentPool};
+use vramscope_wire::event::{Class, DropWhat, Event, EventKind, MarkSource, SegmentPool};
 
 use super::{Process, FORECAST_WARM_UP, STEP_RESERVED};
 
@@ -305,6 +305,11 @@ impl Process {
             | EventKind::Context { .. } => {
                 self.defs.apply(&self.cfg.bounds, &ev.kind);
             }
+            EventKind::Dropped {
+                what: DropWhat::Outside,
+                count,
+                ..
+            } => self.outside.producer_dropped(*count),
             EventKind::Dropped { what, count, .. } => {
                 // A handful of names at most: the known kinds and "other".
                 if let Some(name) = attrib::drop_name(*what) {

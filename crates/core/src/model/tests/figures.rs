@@ -349,3 +349,39 @@ fn item_08_figures_near_u64_max_saturate_and_are_flagged() {
     let f = m2.process(KEY).unwrap().figures(0);
     assert_eq!(f.non_pytorch, Some(i64::MAX));
 }
+
+/// What the producer says it dropped of its records outside the caching
+/// allocator (DROPPED `what` 8, a running count) is counted with what the
+/// model refused, in `dropped.outside`; an older, lower count changes
+/// nothing.
+#[test]
+fn the_producers_outside_drops_are_counted() {
+    use vramscope_wire::event::{DropWhat, Library, Outside, OutsideKind, OutsideOp};
+    let mut m = synced_model();
+    let mut e = Ev::new();
+    let too_big = Outside {
+        op: OutsideOp::Alloc,
+        device: 0,
+        library: Library::Cublas,
+        kind: OutsideKind::Allocation,
+        addr: 0x1000,
+        bytes: u64::MAX,
+        name: [0; 24],
+    };
+    m.apply(KEY, &e.at(EventKind::Outside(too_big)));
+    for count in [7, 5] {
+        let drop = EventKind::Dropped {
+            device: 0xffff,
+            what: DropWhat::Outside,
+            count,
+            bound: 0,
+        };
+        m.apply(KEY, &e.at(drop));
+    }
+    let p = m.process(KEY).unwrap();
+    assert_eq!(p.dropped().outside, 1 + 7);
+    assert!(
+        p.view(e.t, &ViewOptions::default()).dropped.outside == 8,
+        "the view says it too"
+    );
+}
