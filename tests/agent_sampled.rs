@@ -615,19 +615,8 @@ sys.stdin.readline()
 seg.close()
 "#,
     );
-    let mut child = env
-        .python(&py, &script, &env.shm)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let path = PathBuf::from(lines.next().expect("a path").unwrap());
-    let mut r = SegmentReader::open(&path).expect("the Python segment validates");
-    assert_eq!(r.header().minor, 3);
-    let events = drain_all(&mut r);
-    writeln!(child.stdin.take().unwrap()).unwrap();
-    child.wait().unwrap();
+    let (minor, events) = script_segment(&py, &env, &script);
+    assert_eq!(minor, 3);
     let outside: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
@@ -658,10 +647,29 @@ seg.close()
     assert_eq!(&b.name, b"libnccl.so.2-a-name-past");
 }
 
+/// Runs `script`, which makes a segment, prints its path, waits for a line
+/// on stdin and closes it: the segment's minor version and every event it
+/// holds, read while it is open; the script must then end well.
+fn script_segment(py: &str, env: &Env, script: &Path) -> (u16, Vec<EventKind>) {
+    let mut child = env
+        .python(py, script, &env.shm)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let path = PathBuf::from(lines.next().expect("a path").unwrap());
+    let mut r = SegmentReader::open(&path).expect("the script's segment validates");
+    let events = drain_all(&mut r);
+    writeln!(child.stdin.take().unwrap()).unwrap();
+    assert!(child.wait().unwrap().success());
+    (r.header().minor, events)
+}
+
 /// Sampled mode calls what it measured outside the allocator the context
 /// only on a device torch had not allocated on yet by the end of the
 /// reading; on one it had (a late start: libraries may hold some of it),
-/// "before the accounting" (kind 9). NVML's reading is stood in for.
+/// "context and earlier" (kind 9). NVML's reading is stood in for.
 #[test]
 fn sampled_mode_calls_a_late_measurement_the_context_and_earlier() {
     let Some(py) = python() else {
@@ -687,18 +695,7 @@ sys.stdin.readline()
 s.seg.close()
 "#,
     );
-    let mut child = env
-        .python(&py, &script, &env.shm)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let path = PathBuf::from(lines.next().expect("a path").unwrap());
-    let mut r = SegmentReader::open(&path).expect("the sampler's segment validates");
-    let events = drain_all(&mut r);
-    writeln!(child.stdin.take().unwrap()).unwrap();
-    assert!(child.wait().unwrap().success());
+    let (_, events) = script_segment(&py, &env, &script);
     use vramscope_wire::event::{Library, OutsideKind};
     let mut got: Vec<_> = (events.iter())
         .filter_map(|e| match e {

@@ -237,6 +237,17 @@ void put_name(char out[24], const std::string& s) {
   std::memcpy(out, s.data(), std::min<size_t>(24, s.size()));
 }
 
+// One record written as is. Under g_mu.
+void put(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t addr, uint64_t bytes,
+         const char name[24], uint64_t now) {
+  char z[25] = {0};
+  std::memcpy(z, name, 24);
+  uint64_t w[7];
+  vs_rec_outside(w, kind, now, device, lib, what, addr, bytes, z);
+  g_write(w);
+}
+
+// One record through the rate (left out and counted past it). Under g_mu.
 void write(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t addr, uint64_t bytes,
            const char name[24]) {
   if (!g_write) return;
@@ -250,11 +261,7 @@ void write(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t a
     return;
   }
   g_tokens -= 1;
-  char z[25] = {0};
-  std::memcpy(z, name, 24);
-  uint64_t w[7];
-  vs_rec_outside(w, kind, vs_monotonic_ns(), device, lib, what, addr, bytes, z);
-  g_write(w);
+  put(kind, device, lib, what, addr, bytes, name, now);
 }
 
 // A drop in free memory measured for (device, library, kind): added to its
@@ -432,19 +439,16 @@ void resend() {
     s.second = l.name;
   }
   g_left_out = false;
-  auto send = [](const TotalKey& k, uint64_t bytes, const char* name) {
-    char z[25] = {0};
-    std::memcpy(z, name, 24);
-    uint64_t w[7];
-    vs_rec_outside(w, VS_K_OUTSIDE_TOTAL, vs_monotonic_ns(), k.device, k.lib, k.kind, 0, bytes, z);
-    g_write(w);
-  };
-  for (auto& kv : sums) send(kv.first, kv.second.first, kv.second.second);
-  for (auto& kv : g_totals) send(kv.first, static_cast<uint64_t>(kv.second.bytes), kv.second.name);
+  const uint64_t now = vs_monotonic_ns();
+  for (auto& kv : sums)
+    put(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0, kv.second.first, kv.second.second, now);
+  for (auto& kv : g_totals)
+    put(VS_K_OUTSIDE_TOTAL, kv.first.device, kv.first.lib, kv.first.kind, 0, static_cast<uint64_t>(kv.second.bytes),
+        kv.second.name, now);
   const uint64_t dropped = g_refused.load();
   if (dropped != g_dropped_sent) {
     uint64_t w[7];
-    vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_OUTSIDE, vs_monotonic_ns(), dropped, 0);
+    vs_rec_dropped(w, VS_NO_DEVICE, VS_DROP_OUTSIDE, now, dropped, 0);
     g_write(w);
     g_dropped_sent = dropped;
   }
