@@ -713,3 +713,98 @@ s.seg.close()
         "{events:?}"
     );
 }
+
+/// The exact mode's start tells the accounting outside the allocator
+/// whether CUDA was just starting (the context alone) or had started before
+/// `attach()` (a late start: "context and earlier"). torch's `_lazy_call`
+/// runs its callable at once when CUDA is initialised already, which must
+/// not pass for a start at CUDA's initialisation.
+#[test]
+fn an_attach_after_cuda_started_is_a_late_start() {
+    let Some(py) = python() else {
+        println!("SKIPPED: an_attach_after_cuda_started_is_a_late_start: no python3");
+        return;
+    };
+    let env = setup();
+    let script = env.script(
+        "starts.py",
+        r#"
+import json, os, time, torch, vramscope
+seen = []
+def start_exact(self, lib_path, at_init=False):
+    seen.append(at_init)
+    vramscope._st["mode"] = "exact"
+    return 0, ""
+vramscope._Starter._cached = lambda self: "/a/cached/tracker.so"
+vramscope._Starter._start_exact = start_exact
+vramscope.attach()
+torch.cuda.init()
+for _ in range(200):
+    if seen:
+        break
+    time.sleep(0.01)
+print(json.dumps(seen), flush=True)
+"#,
+    );
+    for (init, want) in [("1", "[false]"), ("0", "[true]")] {
+        let out = env
+            .python(&py, &script, &env.shm)
+            .env("FAKE_CUDA_INIT", init)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.trim(),
+            want,
+            "CUDA initialised before attach(): {init}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The accounting outside the allocator counts memory taken between its
+/// calls as the driver's only on a device where NVML lists this process
+/// alone: the agent says so per device (another process, NVML failing to
+/// answer, or a list without this process is "not alone"). NVML is stood
+/// in for.
+#[test]
+fn the_driver_s_memory_between_calls_is_counted_only_where_the_process_is_alone() {
+    let Some(py) = python() else {
+        println!("SKIPPED: the_driver_s_memory_between_calls_is_counted_only_where_the_process_is_alone: no python3");
+        return;
+    };
+    let env = setup();
+    let script = env.script(
+        "alone.py",
+        r#"
+import json, os
+from vramscope import _outside
+class NV:
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, h, pn, arr):
+        if h == "broken":
+            return 999
+        pids = {"mine": [os.getpid()], "shared": [os.getpid(), 4242], "empty": []}[h]
+        for i, p in enumerate(pids):
+            arr[i].pid = p
+        pn._obj.value = len(pids)
+        return 0
+class Lib:
+    said = []
+    def vs_outside_alone(self, d, alone):
+        self.said.append([d, alone])
+a = _outside._Alone.__new__(_outside._Alone)
+a.nv = NV()
+a.handles = {0: "mine", 1: "shared", 2: "broken", 3: "empty"}
+lib = Lib()
+a.tell(lib)
+print(json.dumps(lib.said), flush=True)
+"#,
+    );
+    let out = env.python(&py, &script, &env.shm).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "[[0, 1], [1, 0], [2, 0], [3, 0]]",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -21,9 +21,9 @@
 //     loading took, as the drop in the device's free memory
 //     (cuMemGetInfo) across the call (streams, explicit loads), or since
 //     the reading before (lazy loads: every recorded call, the caching
-//     allocator's included, takes a reading); a drop larger than 256 MiB,
-//     or one that another process could have made meanwhile, is not
-//     counted;
+//     allocator's included, takes a reading); a drop larger than 256 MiB
+//     is not counted (another process's, most likely), nor a rise (memory
+//     given back by a call not followed);
 //   * a thread sends every total again every 10 s (a reader that lost
 //     records or began late has them), and within a second of records
 //     left out;
@@ -126,6 +126,8 @@ std::map<TotalKey, Total> g_totals;
 std::map<TotalKey, std::array<char, 24>> g_alloc_keys;
 uint64_t g_dropped_sent = 0;  // the DROPPED count last sent
 std::atomic<size_t> g_last_free[8];                // per device, 0: no reading
+std::atomic<int> g_alone[8];                       // per device: this process is its only one (NVML)
+std::atomic<int> g_in_flight[8];                   // per device: followed calls between entry and exit
 thread_local size_t t_enter_free = 0;              // at a stream creation's entry
 std::atomic<uint64_t> g_refused{0};  // past a bound, or left out by the rate
 // The rate's bucket (under g_mu): records it may write now, and when it
@@ -265,10 +267,13 @@ void write(uint16_t kind, uint16_t device, uint8_t lib, uint8_t what, uint64_t a
 }
 
 // A drop in free memory measured for (device, library, kind): added to its
-// total, sent at once.
-void add_total(int device, const std::string& f, uint8_t what, long long drop) {
-  if (device < 0 || drop == 0 || drop > kMaxDrop || drop < -kMaxDrop) return;
-  TotalKey k{static_cast<uint16_t>(device), lib_code(f), what};
+// total, sent at once. Only a drop: free memory that rose meanwhile was
+// given back by a call not followed (cuMemUnmap, a module unloaded, a
+// stream destroyed), not by a stream's creation or a module's loading, and
+// taking it off their totals would hide what they hold.
+void add_total(int device, uint8_t lib, const std::string& f, uint8_t what, long long drop) {
+  if (device < 0 || drop <= 0 || drop > kMaxDrop) return;
+  TotalKey k{static_cast<uint16_t>(device), lib, what};
   auto it = g_totals.find(k);
   if (it == g_totals.end()) {
     if (g_totals.size() >= kMaxTotals) {
@@ -280,6 +285,38 @@ void add_total(int device, const std::string& f, uint8_t what, long long drop) {
   }
   it->second.bytes += drop;
   write(VS_K_OUTSIDE_TOTAL, k.device, k.lib, k.kind, 0, static_cast<uint64_t>(it->second.bytes), it->second.name);
+}
+
+void add_total(int device, const std::string& f, uint8_t what, long long drop) {
+  add_total(device, lib_code(f), f, what, drop);
+}
+
+// As a followed call begins on `dev`, with free memory `fr`: what free
+// memory lost since the last reading was taken by no call followed: local
+// memory the driver grew for a launch (NCCL's kernels: 190 MiB a rank on
+// an H200), code loaded lazily at a launch, a graph instantiated. It is
+// the driver's, named CUDA kernels. Counted only while NVML says this
+// process is the device's only one (vs_outside_alone: another process's
+// allocation would look the same) and no other followed call is under way
+// on the device (its memory may be gone before its reading).
+void between(int dev, size_t fr) {
+  if (dev < 0) return;
+  const bool others = g_in_flight[dev].fetch_add(1) > 0;
+  if (fr == 0) return;
+  const size_t before = g_last_free[dev].exchange(fr, std::memory_order_relaxed);
+  if (before == 0 || others || g_alone[dev].load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> g(g_mu);
+  add_total(dev, VS_LIB_CUDA, "libcuda.so", VS_OUT_KERNELS,
+            static_cast<long long>(before) - static_cast<long long>(fr));
+}
+
+// A followed call on `dev` ended (never below 0: one that began before the
+// subscription was not counted in).
+void call_ended(int dev) {
+  if (dev < 0) return;
+  int n = g_in_flight[dev].load();
+  while (n > 0 && !g_in_flight[dev].compare_exchange_weak(n, n - 1)) {
+  }
 }
 
 struct Ptr1 {  // cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync (+_ptsz)
@@ -362,13 +399,22 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
     const CUpti_CallbackData* d = static_cast<const CUpti_CallbackData*>(data);
     const char* fn = d->functionName ? d->functionName : "";
     const bool stream = std::strncmp(fn, "cuStreamCreate", 14) == 0;
+    const bool host = !std::strcmp(fn, "cuMemAllocHost_v2") || !std::strcmp(fn, "cuMemHostAlloc") ||
+                      !std::strcmp(fn, "cuMemFreeHost");
+    const int dev = current_device();
     if (d->callbackSite == CUPTI_API_ENTER) {
-      if (stream) t_enter_free = free_now();
+      if (host) return;
+      const size_t fr = free_now();
+      if (stream) t_enter_free = fr;
+      between(dev, fr);
       return;
     }
-    if (d->functionReturnValue && *static_cast<const int*>(d->functionReturnValue) != 0) return;
+    if (!host) call_ended(dev);
+    if (d->functionReturnValue && *static_cast<const int*>(d->functionReturnValue) != 0) {
+      if (!host) reading(dev);
+      return;
+    }
     const void* p = d->functionParams;
-    const int dev = current_device();
     const std::string f = caller();
     if (stream) {
       size_t fr = free_now();
@@ -379,8 +425,6 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
       }
       return;
     }
-    const bool host = !std::strcmp(fn, "cuMemAllocHost_v2") || !std::strcmp(fn, "cuMemHostAlloc") ||
-                      !std::strcmp(fn, "cuMemFreeHost");
     if (!host) reading(dev);
     // The caching allocator's own memory is the tracker's: only the
     // reading above.
@@ -504,7 +548,14 @@ CUptiResult subscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFunc f, bool* s
 
 extern "C" {
 
-int vs_outside_api_version(void) { return 2; }
+int vs_outside_api_version(void) { return 3; }
+
+// Whether this process is the only one on `device` (NVML's processes, read
+// by the Python side every second): memory taken between followed calls is
+// counted as the driver's only then.
+void vs_outside_alone(int device, int alone) {
+  if (device >= 0 && device < 8) g_alone[device].store(alone ? 1 : 0, std::memory_order_relaxed);
+}
 
 // 1 when subscribed with multiple subscribers allowed (CUPTI 13.2+): a
 // profiler that asks for it too can run beside this, and this comes back
@@ -553,6 +604,7 @@ int vs_outside_start(WriteFn write, char* why, int why_len) {
     cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     // Readings start now: what happens before is the context's.
     for (auto& f : g_last_free) f.store(0);
+    for (auto& n : g_in_flight) n.store(0);
     g_on.store(1, std::memory_order_release);
     if (g_thread.exchange(1) == 0) std::thread(resend_loop).detach();
     return 0;

@@ -116,6 +116,17 @@ int main() {
   vs_test_free = 90 * MIB - 1024 * MIB;
   loaded();
   check(recs.size() == 6, "a drop over 256 MiB is not counted");
+  // Memory given back by a call not followed (a cuMemUnmap) before the
+  // next module: not taken off the kernels' total.
+  vs_test_free += 40 * MIB;
+  loaded();
+  check(recs.size() == 6, "free memory that rose before a module's loading is not taken off its total");
+  vs_test_free -= 40 * MIB;
+  call("cuStreamCreate", nullptr, 0, CUPTI_API_ENTER);
+  vs_test_free += 4 * MIB;
+  call("cuStreamCreate", nullptr);
+  check(recs.size() == 6, "nor free memory that rose across a stream's creation");
+  vs_test_free -= 4 * MIB;
 
   // The caller measures the context and hands it over.
   vs_outside_context(0, 500 * MIB, VS_OUT_CONTEXT);
@@ -132,6 +143,39 @@ int main() {
   check(vs_outside_named(0) == 32 * MIB + 2 * MIB + 8 * MIB,
         "named on device 0: the workspace, the stream and the kernels, not the context");
   check(vs_outside_named(1) == 0, "named on device 1: nothing (what was there before is left out)");
+
+  // Memory taken between followed calls (local memory the driver grew for
+  // a launch): the driver's, CUDA kernels, seen as the next call begins,
+  // only while this process is the device's only one and no other call is
+  // under way there. The caching allocator's calls: readings, no record.
+  vs_test_caller = "libc10_cuda.so";
+  vs_test_device = 0;
+  vs_test_free = 200 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  call("cuMemAlloc_v2", &alloc);
+  const size_t n0 = recs.size();
+  vs_test_free = 190 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  call("cuMemAlloc_v2", &alloc);
+  check(recs.size() == n0, "memory taken between calls is not counted while another process may be there");
+  vs_outside_alone(0, 1);
+  vs_test_free = 180 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  check(recs.size() == n0 + 1 && kind(recs[n0]) == VS_K_OUTSIDE_TOTAL &&
+            aux(recs[n0]) == (VS_LIB_CUDA | VS_OUT_KERNELS << 8) && recs[n0][3] == 10 * MIB &&
+            device(recs[n0]) == 0,
+        "alone, what was taken between two calls is CUDA's kernels");
+  vs_test_free = 170 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  check(recs.size() == n0 + 1, "not while another followed call is under way on the device");
+  call("cuMemAlloc_v2", &alloc);
+  call("cuMemAlloc_v2", &alloc);
+  call("cuMemAlloc_v2", &alloc);  // an exit whose entry came before the subscription
+  vs_test_free = 160 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  check(recs.size() == n0 + 2 && recs[n0 + 1][3] == 20 * MIB, "once the calls have ended, counted again");
+  call("cuMemAlloc_v2", &alloc);
+  vs_outside_alone(0, 0);
 
   // A flood of tiny allocations: bounded, and counted.
   vs_test_caller = "libfoo.so";

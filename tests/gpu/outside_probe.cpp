@@ -39,6 +39,7 @@ std::map<unsigned long long, Live> handles;   // cuMemCreate handles
 std::map<std::string, long long> held;        // "lib\twhat" -> live bytes
 std::map<std::string, long long> drops;       // "lib\twhat" -> free-memory drop
 std::map<std::string, long long> calls;       // "lib\twhat" -> calls
+std::map<std::string, long long> rises;       // "lib\twhat" -> free memory gained at its calls (a drop below 0)
 std::string first_error;
 
 const char* base(const char* path) {
@@ -78,6 +79,7 @@ void note(const std::string& lib, const std::string& what, long long bytes, long
     std::string k = lib + "\t" + what;
     held[k] += bytes;
     drops[k] += d;
+    if (d < 0) rises[k] += -d;
     calls[k] += 1;
 }
 
@@ -274,20 +276,20 @@ int probe_stop() {
 }
 
 // The tables as tab-separated lines (lib, what, live bytes, free-memory
-// drop, calls) into `out`; the bytes written (cut at `len`).
+// drop, calls, free memory gained: the drops below 0) into `out`; the bytes written (cut at `len`).
 int probe_dump(char* out, int len) {
     std::lock_guard<std::mutex> g(mu);
     std::string s;
     char line[512];
     for (auto& kv : held) {
-        snprintf(line, sizeof line, "%s\t%lld\t%lld\t%lld\n", kv.first.c_str(), kv.second,
-                 drops[kv.first], calls[kv.first]);
+        snprintf(line, sizeof line, "%s\t%lld\t%lld\t%lld\t%lld\n", kv.first.c_str(), kv.second,
+                 drops[kv.first], calls[kv.first], rises[kv.first]);
         s += line;
     }
     for (auto& kv : drops) {
         if (held.count(kv.first)) continue;
-        snprintf(line, sizeof line, "%s\t0\t%lld\t%lld\n", kv.first.c_str(), kv.second,
-                 calls[kv.first]);
+        snprintf(line, sizeof line, "%s\t0\t%lld\t%lld\t%lld\n", kv.first.c_str(), kv.second,
+                 calls[kv.first], rises[kv.first]);
         s += line;
     }
     int n = (int)s.size() < len - 1 ? (int)s.size() : len - 1;

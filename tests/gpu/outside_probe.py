@@ -3,7 +3,7 @@ caching allocator is made of. Runs one job (gpt2, conv, compile) with
 tests/gpu/outside_probe.cpp loaded before CUDA starts, and at set points
 writes NVML's bytes for this process, torch's reserved bytes, the device's
 free bytes and the probe's table (library, kind, live bytes, free-memory
-drop, calls) into a JSON file. The gpt2 job also runs torch.profiler twice
+drop, calls, free memory gained) into a JSON file. The gpt2 job also runs torch.profiler twice
 in the middle: once with the probe subscribed, once with it stepped aside,
 and says how many CUDA kernel events each profile holds.
 
@@ -56,8 +56,8 @@ def table():
     probe.probe_dump(buf, 1 << 20)
     rows = []
     for line in buf.value.decode(errors="replace").splitlines():
-        lib, what, held, drop, calls = line.split("\t")
-        rows.append({"lib": lib, "what": what, "held": int(held), "drop": int(drop), "calls": int(calls)})
+        lib, what, held, drop, calls, rise = line.split("\t")
+        rows.append({"lib": lib, "what": what, "held": int(held), "drop": int(drop), "calls": int(calls), "rise": int(rise)})
     return rows
 
 

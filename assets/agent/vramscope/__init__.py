@@ -218,16 +218,29 @@ def _attach(label, mode, shm_dir, wait):
             _install_attribution(torch)
         starter = _Starter(torch, label or _label(), mode, shm_dir)
         ready = starter.cuda_ready
-        try:
-            torch.cuda._lazy_call(starter.on_cuda_init)
-        except Exception:
-            # Very old or unusual builds: poll is_initialized from the starter.
-            starter.poll_init = True
+        if _cuda_initialized(torch):
+            # A late start: _lazy_call would run on_cuda_init at once, and
+            # what it measures is no longer the context alone.
+            ready.set()
+        else:
+            try:
+                torch.cuda._lazy_call(starter.on_cuda_init)
+            except Exception:
+                # Very old or unusual builds: poll is_initialized from the starter.
+                starter.poll_init = True
         if ready.is_set() and wait:
             starter.run_inline()
         else:
             starter.start()
         return True
+
+
+def _cuda_initialized(torch):
+    """Whether CUDA is initialised already (False where torch cannot say)."""
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
 
 
 # MARKER sources (crates/wire/src/ring/FORMAT.md, MARKER `source`).

@@ -80,7 +80,7 @@ def _load(path):
     is of another API version."""
     lib = ctypes.CDLL(path)  # never dlclose'd
     lib.vs_outside_api_version.restype = ctypes.c_int
-    if lib.vs_outside_api_version() != 2:
+    if lib.vs_outside_api_version() != 3:
         _st["note"] = "outside.cpp has an unknown API version"
         return None
     lib.vs_outside_start.restype = ctypes.c_int
@@ -89,6 +89,7 @@ def _load(path):
     lib.vs_outside_context.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
     lib.vs_outside_named.restype = ctypes.c_uint64
     lib.vs_outside_named.argtypes = [ctypes.c_int]
+    lib.vs_outside_alone.argtypes = [ctypes.c_int, ctypes.c_int]
     return lib
 
 
@@ -115,7 +116,10 @@ def _start(lib, torch):
             if lib is None or not _subscribed(lib):
                 return
         _patch_profiler(torch)
+        alone = _Alone(torch)
+        alone.tell(lib)
         _measure_contexts(lib, torch, at_init)
+        alone.watch(lib)
     except _build.BuildError as e:
         _st["note"] = str(e)
     except Exception as e:
@@ -194,6 +198,54 @@ def contexts_by_nvml(torch, named=lambda d: 0):
         if best is not None and best > 0:
             out[d] = best
     return out
+
+
+class _Alone:
+    """Tells outside.cpp, every second, on which devices this process is
+    NVML's only process: memory taken between its followed calls is counted
+    as the driver's only there (another process's allocation would look
+    the same). Nowhere without NVML, nor where NVML does not list this
+    process by its pid (a container with its own pid namespace)."""
+
+    def __init__(self, torch):
+        self.handles = {}
+        try:
+            self.nv = ctypes.CDLL("libnvidia-ml.so.1")
+            if self.nv.nvmlInit_v2() != 0:
+                self.nv = None
+        except OSError:
+            self.nv = None
+        if self.nv is not None:
+            for d in range(min(torch.cuda.device_count(), 8)):
+                h = _nvml_handle(self.nv, torch, d)
+                if h is not None:
+                    self.handles[d] = h
+
+    def tell(self, lib):
+        me = os.getpid()
+        for d, h in self.handles.items():
+            n = ctypes.c_uint(256)
+            arr = (_Proc * 256)()
+            if self.nv.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), arr) != 0:
+                lib.vs_outside_alone(d, 0)
+                continue
+            pids = {arr[i].pid for i in range(min(n.value, 256))}
+            lib.vs_outside_alone(d, 1 if pids == {me} else 0)
+
+    def watch(self, lib):
+        if not self.handles:
+            return
+        import time
+
+        def loop():
+            while True:
+                time.sleep(1.0)
+                try:
+                    self.tell(lib)
+                except Exception:
+                    return
+
+        threading.Thread(target=loop, name="vramscope-alone", daemon=True).start()
 
 
 def _measure_contexts(lib, torch, at_init):
