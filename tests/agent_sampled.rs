@@ -808,3 +808,68 @@ print(json.dumps(lib.said), flush=True)
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// After torch.profiler, where CUPTI is still held (Kineto keeps it unless
+/// TEARDOWN_CUPTI=1; before CUPTI 13.2 it takes one client), the
+/// accounting outside the allocator says so once, naming TEARDOWN_CUPTI,
+/// and tries again on its own, never while a profile runs, until it is
+/// back. outside.cpp is stood in for: CUPTI refuses it twice.
+#[test]
+fn the_accounting_comes_back_once_the_profiler_gives_cupti_back() {
+    let Some(py) = python() else {
+        println!(
+            "SKIPPED: the_accounting_comes_back_once_the_profiler_gives_cupti_back: no python3"
+        );
+        return;
+    };
+    let env = setup();
+    let script = env.script(
+        "back.py",
+        r#"
+import json, time
+from vramscope import _outside
+class Lib:
+    tries = 0
+    stops = 0
+    def vs_outside_stop(self):
+        self.stops += 1
+        return 0
+    def vs_outside_start(self, write, why, n):
+        self.tries += 1
+        return 0 if self.tries >= 3 else 23
+lib = Lib()
+_outside.RETRY_S = 0.05
+_outside._st["lib"] = lib
+_outside._step_aside()
+aside = _outside.status()
+_outside._come_back()
+held = _outside.status()
+_outside._step_aside()          # a second profile at once
+time.sleep(0.4)
+during = lib.tries
+_outside._come_back()
+for _ in range(300):
+    if _outside.status() is True:
+        break
+    time.sleep(0.01)
+print(json.dumps([aside, held, during, _outside.status(), lib.tries, lib.stops]), flush=True)
+"#,
+    );
+    let out = env.python(&py, &script, &env.shm).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(got[0], "stepped aside for torch.profiler", "{err}");
+    let held = got[1].as_str().unwrap_or_default();
+    assert!(
+        held.starts_with("stepped aside after torch.profiler: CUPTI is still held (error 23)"),
+        "{held}"
+    );
+    assert_eq!(got[2], 1, "no try while the second profile runs");
+    assert_eq!(got[3], true, "back: {got}");
+    assert_eq!((got[4].clone(), got[5].clone()), (3.into(), 1.into()));
+    assert_eq!(
+        err.matches("TEARDOWN_CUPTI=1").count(),
+        1,
+        "said once: {err}"
+    );
+}

@@ -8,6 +8,9 @@
 # events and the accounting after it); ddp and fsdp2 run under torchrun on every
 # GPU; bench alternates the accounting on and stepped aside on GPT-2; late
 # attaches the agent to GPT-2 after 3 bare steps (not under `run`).
+# `TEARDOWN_CUPTI=1 tests/gpu/outside_check.sh gpt2`: torch.profiler gives
+# CUPTI back after its profile, and the accounting must come back (its
+# profile line says `accounting after: True`).
 # $D/summary.txt: one line per point, PASS when unexplained <= max(2 % of
 # NVML's bytes, 64 MiB).
 set -u

@@ -25,8 +25,13 @@ import threading
 from . import _build
 from ._segment import OUT_BEFORE, OUT_CONTEXT
 
-_st = {"lib": None, "write": None, "note": "not started", "aside": False, "warned": set()}
+_st = {"lib": None, "write": None, "note": "not started", "aside": False, "profiling": False, "retrying": False,
+       "warned": set()}
 _lock = threading.Lock()
+# How often the accounting tries to come back after a profile while CUPTI
+# is still held (Kineto gives it back only with TEARDOWN_CUPTI=1, and then
+# a moment after the profile ends).
+RETRY_S = 2.0
 
 
 def status():
@@ -304,6 +309,7 @@ def _step_aside():
     try:
         with _lock:
             lib = _st["lib"]
+            _st["profiling"] = True
             if lib is None or _st["aside"]:
                 return
             lib.vs_outside_stop()
@@ -314,21 +320,57 @@ def _step_aside():
 
 
 def _come_back():
+    """After a profile: subscribes again; where CUPTI is still held (before
+    CUPTI 13.2 it takes one client, and Kineto keeps it unless
+    TEARDOWN_CUPTI=1), says so once and tries again every RETRY_S seconds
+    on a daemon thread, until it is back or the next profile starts."""
     try:
         with _lock:
-            lib = _st["lib"]
-            if lib is None or not _st["aside"]:
-                return
-            rc, why = _subscribe(lib)
-            if rc == 0:
-                _st["aside"] = False
-                _st["note"] = "running"
-                return
-            _st["note"] = "stopped after torch.profiler (CUPTI: %s): the figures stay as they were" % why
-            _warn(
-                "memory outside the caching allocator is no longer followed: torch.profiler keeps CUPTI "
-                "after its first profile (%s; CUPTI before 13.2 takes one client); its figures stay as they were" % why,
-                "profiler",
-            )
+            _st["profiling"] = False
+            if not _try_back():
+                _warn(
+                    "memory outside the caching allocator is not followed after torch.profiler: CUPTI is still "
+                    "held (%s; before CUPTI 13.2 it takes one client). With TEARDOWN_CUPTI=1 torch.profiler "
+                    "gives it back after a profile, and the accounting comes back then" % _st["why"],
+                    "profiler",
+                )
+                if not _st["retrying"]:
+                    _st["retrying"] = True
+                    threading.Thread(target=_retry, name="vramscope-outside-back", daemon=True).start()
     except Exception:
         pass
+
+
+def _try_back():
+    """Subscribes again after a profile (under _lock): True when running
+    (or nothing to do)."""
+    lib = _st["lib"]
+    if lib is None or not _st["aside"]:
+        return True
+    rc, why = _subscribe(lib)
+    if rc == 0:
+        _st["aside"] = False
+        _st["note"] = "running"
+        return True
+    _st["why"] = why
+    _st["note"] = (
+        "stepped aside after torch.profiler: CUPTI is still held (%s); it comes back when CUPTI is "
+        "given back (TEARDOWN_CUPTI=1); the figures stay as they were" % why
+    )
+    return False
+
+
+def _retry():
+    import time
+
+    try:
+        while True:
+            time.sleep(RETRY_S)
+            with _lock:
+                if _st["profiling"]:
+                    continue
+                if _try_back():
+                    _st["retrying"] = False
+                    return
+    except Exception:
+        _st["retrying"] = False
