@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 47 on a GPU machine: memory outside the caching allocator, named by
 # the agent (outside.cpp) and read by vramscope, against NVML.
-#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench; also fsdp2 llama vit late)
+#   tests/gpu/outside_check.sh [JOB...]   (default: gpt2 conv compile ddp bench; also fsdp2 llama vit late
+#                                         bench-llama bench-vit)
 # Each JOB runs tests/gpu/outside_job.py under `vramscope run` on a fresh
 # build cache and writes $D/JOB.json (three quiescent points: NVML, reserved,
 # the named parts, unexplained; gpt2: a torch.profiler session's CUDA
 # events and the accounting after it); ddp and fsdp2 run under torchrun on every
-# GPU; bench alternates the accounting on and stepped aside on GPT-2; late
+# GPU; bench alternates the accounting on and stepped aside on GPT-2
+# (bench-JOB on JOB: bench-llama, bench-vit); late
 # attaches the agent to GPT-2 after 3 bare steps (not under `run`).
 # `TEARDOWN_CUPTI=1 tests/gpu/outside_check.sh gpt2`: torch.profiler gives
 # CUPTI back after its profile, and the accounting must come back (its
@@ -29,8 +31,9 @@ for job in "${JOBS[@]}"; do
         timeout 400 "$B" run -- torchrun --standalone --nproc-per-node "$n" tests/gpu/outside_job.py "$job" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
     late)
         PYTHONPATH=$("$B" agent path) timeout 400 python3 tests/gpu/outside_job.py gpt2 "$D/late.json" --late > "$D/late.log" 2>&1 ;;
-    bench)
-        timeout 400 "$B" run -- python3 tests/gpu/outside_job.py gpt2 "$D/bench.json" --bench > "$D/bench.log" 2>&1 ;;
+    bench|bench-*)
+        j=${job#bench}; j=${j#-}
+        timeout 400 "$B" run -- python3 tests/gpu/outside_job.py "${j:-gpt2}" "$D/$job.json" --bench > "$D/$job.log" 2>&1 ;;
     *)
         timeout 400 "$B" run -- python3 tests/gpu/outside_job.py "$job" "$D/$job.json" > "$D/$job.log" 2>&1 ;;
     esac
@@ -60,7 +63,7 @@ for f in sorted(os.listdir(d)):
     if "bench" in r:
         on, off = sorted(r["bench"]["on"]), sorted(r["bench"]["off"])
         m_on, m_off = on[len(on) // 2], off[len(off) // 2]
-        out.write("%s bench: step %.2f ms with the accounting, %.2f ms stepped aside (x%.4f)\n" % (
-            "PASS" if m_on <= m_off * 1.01 else "FAIL", m_on * 1e3, m_off * 1e3, m_on / m_off))
+        out.write("%s bench %s: step %.2f ms with the accounting, %.2f ms stepped aside (x%.4f)\n" % (
+            "PASS" if m_on <= m_off * 1.01 else "FAIL", r["job"], m_on * 1e3, m_off * 1e3, m_on / m_off))
 EOF
 cat "$S"
