@@ -431,6 +431,26 @@ mod tests {
         assert_eq!(describe(&late), "= 700M CUDA context and earlier cuda:1");
     }
 
+    /// The driver's own memory taken between followed calls (library
+    /// CUDA, kind kernels: local memory grown for NCCL's kernels) is a
+    /// part of its own, "CUDA", never summed into the context.
+    #[test]
+    fn the_drivers_kernels_are_cuda_apart_from_the_context() {
+        let mut s = OutsideState::default();
+        let total = |kind, mib| rec(OutsideOp::Total, 0, Library::Cuda, kind, 0, mib * MIB);
+        s.apply(&total(OutsideKind::Context, 532));
+        s.apply(&total(OutsideKind::Kernels, 190));
+        let v = s.view();
+        assert_eq!(
+            line(&v, Some(0)).unwrap(),
+            "context 532 MiB · CUDA 190 MiB · unexplained 0 B"
+        );
+        assert_eq!(
+            describe(&total(OutsideKind::Kernels, 190)),
+            "= 190M CUDA kernels cuda:0"
+        );
+    }
+
     fn part(device: Option<u16>, library: &str, kind: &str, mib: u64) -> OutsidePart {
         OutsidePart {
             device,
