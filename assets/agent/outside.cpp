@@ -401,14 +401,14 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
     const bool stream = std::strncmp(fn, "cuStreamCreate", 14) == 0;
     const bool host = !std::strcmp(fn, "cuMemAllocHost_v2") || !std::strcmp(fn, "cuMemHostAlloc") ||
                       !std::strcmp(fn, "cuMemFreeHost");
-    const int dev = current_device();
     if (d->callbackSite == CUPTI_API_ENTER) {
       if (host) return;
       const size_t fr = free_now();
       if (stream) t_enter_free = fr;
-      between(dev, fr);
+      between(current_device(), fr);
       return;
     }
+    const int dev = current_device();
     if (!host) call_ended(dev);
     if (d->functionReturnValue && *static_cast<const int*>(d->functionReturnValue) != 0) {
       if (!host) reading(dev);

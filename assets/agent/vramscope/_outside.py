@@ -146,17 +146,28 @@ class _Proc(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
 
 
-def _nvml_used(nv, handle):
-    """NVML's bytes for this process on the GPU `handle` (None: unknown)."""
+def _nvml():
+    """NVML's library, initialised (None without NVML)."""
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+        return nv if nv.nvmlInit_v2() == 0 else None
+    except OSError:
+        return None
+
+
+def _nvml_processes(nv, handle):
+    """{pid: bytes} of NVML's processes on the GPU `handle` (None: unknown)."""
     n = ctypes.c_uint(256)
     arr = (_Proc * 256)()
     if nv.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), arr) != 0:
         return None
-    pid = os.getpid()
-    for i in range(min(n.value, 256)):
-        if arr[i].pid == pid:
-            return int(arr[i].used)
-    return None
+    return {arr[i].pid: int(arr[i].used) for i in range(min(n.value, 256))}
+
+
+def _nvml_used(nv, handle):
+    """NVML's bytes for this process on the GPU `handle` (None: unknown)."""
+    procs = _nvml_processes(nv, handle)
+    return None if procs is None else procs.get(os.getpid())
 
 
 def _nvml_handle(nv, torch, d):
@@ -179,11 +190,8 @@ def contexts_by_nvml(torch, named=lambda d: 0):
     """{device: bytes} for each device this process uses: NVML's bytes -
     reserved - `named(device)`, the least of three readings (an allocation
     between two readings only makes one too large). Empty without NVML."""
-    try:
-        nv = ctypes.CDLL("libnvidia-ml.so.1")
-        if nv.nvmlInit_v2() != 0:
-            return {}
-    except OSError:
+    nv = _nvml()
+    if nv is None:
         return {}
     import time
 
@@ -214,12 +222,7 @@ class _Alone:
 
     def __init__(self, torch):
         self.handles = {}
-        try:
-            self.nv = ctypes.CDLL("libnvidia-ml.so.1")
-            if self.nv.nvmlInit_v2() != 0:
-                self.nv = None
-        except OSError:
-            self.nv = None
+        self.nv = _nvml()
         if self.nv is not None:
             for d in range(min(torch.cuda.device_count(), 8)):
                 h = _nvml_handle(self.nv, torch, d)
@@ -227,15 +230,10 @@ class _Alone:
                     self.handles[d] = h
 
     def tell(self, lib):
-        me = os.getpid()
+        me = {os.getpid()}
         for d, h in self.handles.items():
-            n = ctypes.c_uint(256)
-            arr = (_Proc * 256)()
-            if self.nv.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), arr) != 0:
-                lib.vs_outside_alone(d, 0)
-                continue
-            pids = {arr[i].pid for i in range(min(n.value, 256))}
-            lib.vs_outside_alone(d, 1 if pids == {me} else 0)
+            procs = _nvml_processes(self.nv, h)
+            lib.vs_outside_alone(d, 1 if procs is not None and set(procs) == me else 0)
 
     def watch(self, lib):
         if not self.handles:
