@@ -21,9 +21,11 @@
 //     loading took, as the drop in the device's free memory
 //     (cuMemGetInfo) across the call (streams, explicit loads), or since
 //     the reading before (lazy loads: every recorded call, the caching
-//     allocator's included, takes a reading); a drop larger than 256 MiB
-//     is not counted (another process's, most likely), nor a rise (memory
-//     given back by a call not followed);
+//     allocator's included, takes a reading); where another process
+//     shares the device, the readings are NVML's bytes for this process
+//     instead (free_now: another's allocations would move free memory);
+//     a drop larger than 256 MiB is not counted, nor a rise (memory given
+//     back by a call not followed);
 //   * a thread sends every total again every 10 s (a reader that lost
 //     records or began late has them), and within a second of records
 //     left out;
@@ -54,6 +56,7 @@
 #include <cupti.h>
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -77,11 +80,22 @@ namespace {
 typedef int (*WriteFn)(const uint64_t*);
 typedef int (*MemGetInfoFn)(size_t*, size_t*);
 typedef int (*CtxGetDeviceFn)(int*);
+struct NvmlProc {  // nvmlProcessInfo_t (v2)
+  unsigned int pid;
+  unsigned long long used;
+  unsigned int gpu_instance, compute_instance;
+};
+typedef int (*NvmlProcsFn)(void*, unsigned int*, NvmlProc*);
 
 constexpr size_t kMaxLive = 65536;
 constexpr double kRecordsPerSecond = 10000;
 constexpr size_t kMaxTotals = 512;
 constexpr long long kMaxDrop = 256ll << 20;
+// A reading on a shared device is kShared - NVML's bytes for this process:
+// it falls as the process takes memory, as free memory does, and is so far
+// from any device's free memory that a difference between a reading of
+// each kind is out of bounds (over kMaxDrop, or a rise) and never counted.
+constexpr size_t kShared = size_t{1} << 62;
 
 struct Lib {
   uint64_t lo, hi;
@@ -127,6 +141,8 @@ std::map<TotalKey, std::array<char, 24>> g_alloc_keys;
 uint64_t g_dropped_sent = 0;  // the DROPPED count last sent
 std::atomic<size_t> g_last_free[8];                // per device, 0: no reading
 std::atomic<int> g_alone[8];                       // per device: this process is its only one (NVML)
+std::atomic<void*> g_nvml_device[8];               // per device: its NVML handle (null: unknown)
+[[maybe_unused]] std::atomic<NvmlProcsFn> g_nvml_procs{nullptr};  // nvmlDeviceGetComputeRunningProcesses_v3
 std::atomic<int> g_in_flight[8];                   // per device: followed calls between entry and exit
 thread_local size_t t_enter_free = 0;              // at a stream creation's entry
 std::atomic<uint64_t> g_refused{0};  // past a bound, or left out by the rate
@@ -207,7 +223,9 @@ int vs_test_device = 0;
 size_t vs_test_free = 0;
 std::string caller() { return vs_test_caller; }
 int current_device() { return vs_test_device; }
-size_t free_now() { return vs_test_free; }
+uint64_t vs_test_used = 0;
+size_t device_free() { return vs_test_free; }
+uint64_t nvml_used(int) { return vs_test_used; }
 #else
 // The library that made the call: the first frame outside CUDA's own.
 std::string caller() {
@@ -227,12 +245,38 @@ int current_device() {
   return d;
 }
 
-size_t free_now() {
+size_t device_free() {
   size_t f = 0, t = 0;
   if (!g_mem_get_info || g_mem_get_info(&f, &t) != 0) return 0;
   return f;
 }
+
+// NVML's bytes for this process on `dev` (0: unknown: no handle, NVML
+// failing or listing more than 256 processes, or not this pid).
+uint64_t nvml_used(int dev) {
+  void* h = g_nvml_device[dev].load(std::memory_order_relaxed);
+  NvmlProcsFn procs_of = g_nvml_procs.load(std::memory_order_acquire);
+  if (!h || !procs_of) return 0;
+  NvmlProc procs[256];
+  unsigned int n = 256;
+  if (procs_of(h, &n, procs) != 0) return 0;
+  const unsigned int me = static_cast<unsigned int>(getpid());
+  for (unsigned int i = 0; i < n && i < 256; i++)
+    if (procs[i].pid == me) return procs[i].used == ~0ull ? 0 : procs[i].used;
+  return 0;
+}
 #endif
+
+// A reading of what `dev` has free, for this process's drops: the device's
+// free memory where NVML lists this process alone there; where it shares
+// the device (another process's allocations move that figure too),
+// kShared - NVML's bytes for this process. 0: no reading.
+size_t free_now(int dev) {
+  if (dev < 0) return 0;
+  if (g_alone[dev].load(std::memory_order_relaxed)) return device_free();
+  const uint64_t used = nvml_used(dev);
+  return used == 0 || used >= kShared ? 0 : static_cast<size_t>(kShared - used);
+}
 
 void put_name(char out[24], const std::string& s) {
   std::memset(out, 0, 24);
@@ -295,16 +339,16 @@ void add_total(int device, const std::string& f, uint8_t what, long long drop) {
 // memory lost since the last reading was taken by no call followed: local
 // memory the driver grew for a launch (NCCL's kernels: 190 MiB a rank on
 // an H200), code loaded lazily at a launch, a graph instantiated. It is
-// the driver's, named CUDA kernels. Counted only while NVML says this
-// process is the device's only one (vs_outside_alone: another process's
-// allocation would look the same) and no other followed call is under way
-// on the device (its memory may be gone before its reading).
+// the driver's, named CUDA kernels. Counted only while no other followed
+// call is under way on the device (its memory may be gone before its
+// reading); on a shared device the readings are NVML's for this process
+// (free_now), so another process's allocation is not counted.
 void between(int dev, size_t fr) {
   if (dev < 0) return;
   const bool others = g_in_flight[dev].fetch_add(1) > 0;
   if (fr == 0) return;
   const size_t before = g_last_free[dev].exchange(fr, std::memory_order_relaxed);
-  if (before == 0 || others || g_alone[dev].load(std::memory_order_relaxed) == 0) return;
+  if (before == 0 || others) return;
   std::lock_guard<std::mutex> g(g_mu);
   add_total(dev, VS_LIB_CUDA, "libcuda.so", VS_OUT_KERNELS,
             static_cast<long long>(before) - static_cast<long long>(fr));
@@ -350,7 +394,7 @@ struct Release {  // cuMemRelease
 // A reading of `device`'s free memory after a call that changed it: the
 // baseline the next lazy module load is measured from.
 void reading(int dev) {
-  if (dev >= 0) g_last_free[dev].store(free_now(), std::memory_order_relaxed);
+  if (dev >= 0) g_last_free[dev].store(free_now(dev), std::memory_order_relaxed);
 }
 
 void on_alloc(const std::string& f, int dev, uint64_t key, uint64_t bytes, uint8_t what, bool host) {
@@ -386,7 +430,7 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
       // memory lost since the last reading.
       int dev = current_device();
       if (dev < 0) return;
-      size_t fr = free_now();
+      size_t fr = free_now(dev);
       size_t before = g_last_free[dev].exchange(fr, std::memory_order_relaxed);
       if (before != 0 && fr != 0) {
         std::string f = caller();
@@ -403,9 +447,10 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
                       !std::strcmp(fn, "cuMemFreeHost");
     if (d->callbackSite == CUPTI_API_ENTER) {
       if (host) return;
-      const size_t fr = free_now();
+      const int dev = current_device();
+      const size_t fr = free_now(dev);
       if (stream) t_enter_free = fr;
-      between(current_device(), fr);
+      between(dev, fr);
       return;
     }
     const int dev = current_device();
@@ -417,7 +462,7 @@ void CUPTIAPI callback(void*, CUpti_CallbackDomain dom, CUpti_CallbackId id, con
     const void* p = d->functionParams;
     const std::string f = caller();
     if (stream) {
-      size_t fr = free_now();
+      size_t fr = free_now(dev);
       if (dev >= 0) g_last_free[dev].store(fr, std::memory_order_relaxed);
       if (t_enter_free != 0 && fr != 0 && !f.empty()) {
         std::lock_guard<std::mutex> g(g_mu);
@@ -548,13 +593,28 @@ CUptiResult subscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFunc f, bool* s
 
 extern "C" {
 
-int vs_outside_api_version(void) { return 3; }
+int vs_outside_api_version(void) { return 4; }
 
 // Whether this process is the only one on `device` (NVML's processes, read
-// by the Python side every second): memory taken between followed calls is
-// counted as the driver's only then.
+// by the Python side every second): the device's free memory is read only
+// then; else NVML's bytes for this process (free_now).
 void vs_outside_alone(int device, int alone) {
   if (device >= 0 && device < 8) g_alone[device].store(alone ? 1 : 0, std::memory_order_relaxed);
+}
+
+// `device`'s NVML handle (nvmlDevice_t, from the Python side, which has
+// initialised NVML in this process): readings on a shared device ask NVML
+// for this process's bytes. Without one, nothing is measured there while
+// it is shared.
+void vs_outside_nvml_device(int device, void* handle) {
+  if (device < 0 || device >= 8) return;
+#ifndef VS_OUTSIDE_TEST
+  if (!g_nvml_procs.load()) {
+    void* nv = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (nv) g_nvml_procs.store(reinterpret_cast<NvmlProcsFn>(dlsym(nv, "nvmlDeviceGetComputeRunningProcesses_v3")));
+  }
+#endif
+  g_nvml_device[device].store(handle, std::memory_order_relaxed);
 }
 
 // 1 when subscribed with multiple subscribers allowed (CUPTI 13.2+): a

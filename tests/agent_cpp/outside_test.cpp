@@ -97,7 +97,9 @@ int main() {
   check(recs.size() == 4 && device(recs[3]) == VS_NO_DEVICE && aux(recs[3]) == (VS_LIB_CUDNN | VS_OUT_HOST << 8),
         "pinned host memory is the host's (device 0xffff)");
 
-  // A stream's creation: what free memory lost across the call.
+  // A stream's creation: what free memory lost across the call (the
+  // process alone on the device: its free memory is read).
+  vs_outside_alone(0, 1);
   vs_test_free = 100 * MIB;
   call("cuStreamCreate", nullptr, 0, CUPTI_API_ENTER);
   vs_test_free = 98 * MIB;
@@ -121,12 +123,11 @@ int main() {
   vs_test_free += 40 * MIB;
   loaded();
   check(recs.size() == 6, "free memory that rose before a module's loading is not taken off its total");
-  vs_test_free -= 40 * MIB;
   call("cuStreamCreate", nullptr, 0, CUPTI_API_ENTER);
   vs_test_free += 4 * MIB;
   call("cuStreamCreate", nullptr);
   check(recs.size() == 6, "nor free memory that rose across a stream's creation");
-  vs_test_free -= 4 * MIB;
+  vs_test_free -= 44 * MIB;
 
   // The caller measures the context and hands it over.
   vs_outside_context(0, 500 * MIB, VS_OUT_CONTEXT);
@@ -146,8 +147,10 @@ int main() {
 
   // Memory taken between followed calls (local memory the driver grew for
   // a launch): the driver's, CUDA kernels, seen as the next call begins,
-  // only while this process is the device's only one and no other call is
-  // under way there. The caching allocator's calls: readings, no record.
+  // while no other call is under way there; on a shared device only by
+  // NVML's bytes for this process, never while those are unknown. The
+  // caching allocator's calls: readings, no record.
+  vs_outside_alone(0, 0);
   vs_test_caller = "libc10_cuda.so";
   vs_test_device = 0;
   vs_test_free = 200 * MIB;
@@ -157,8 +160,10 @@ int main() {
   vs_test_free = 190 * MIB;
   call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
   call("cuMemAlloc_v2", &alloc);
-  check(recs.size() == n0, "memory taken between calls is not counted while another process may be there");
+  check(recs.size() == n0, "shared, with NVML's bytes for this process unknown: nothing is measured");
   vs_outside_alone(0, 1);
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  call("cuMemAlloc_v2", &alloc);
   vs_test_free = 180 * MIB;
   call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
   check(recs.size() == n0 + 1 && kind(recs[n0]) == VS_K_OUTSIDE_TOTAL &&
@@ -175,6 +180,39 @@ int main() {
   call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
   check(recs.size() == n0 + 2 && recs[n0 + 1][3] == 20 * MIB, "once the calls have ended, counted again");
   call("cuMemAlloc_v2", &alloc);
+
+  // Another process comes: the readings are NVML's bytes for this process.
+  // The first after the change is not compared with the device's last.
+  vs_outside_alone(0, 0);
+  vs_test_used = 600 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  call("cuMemAlloc_v2", &alloc);
+  const size_t n1 = recs.size();
+  check(n1 == n0 + 2, "a reading of NVML's after one of the device's is not a drop");
+  // The other process takes 500 MiB and this one 6 MiB between two calls.
+  vs_test_free -= 500 * MIB;
+  vs_test_used += 6 * MIB;
+  call("cuMemAlloc_v2", &alloc, 0, CUPTI_API_ENTER);
+  check(recs.size() == n1 + 1 && aux(recs[n1]) == (VS_LIB_CUDA | VS_OUT_KERNELS << 8) &&
+            recs[n1][3] == 26 * MIB,
+        "shared, what this process took between calls is counted by NVML, another's is not");
+  call("cuMemAlloc_v2", &alloc);
+  // A module loaded while the other process allocates: only this one's.
+  vs_test_caller = "libtorch_cuda.so";
+  vs_test_free -= 300 * MIB;
+  vs_test_used += 4 * MIB;
+  loaded();
+  check(recs.size() == n1 + 2 && aux(recs[n1 + 1]) == (VS_LIB_TORCH | VS_OUT_KERNELS << 8) &&
+            recs[n1 + 1][3] == 12 * MIB,
+        "shared, a module's loading is measured by NVML's bytes for this process");
+  vs_test_used = 0;
+  vs_test_free -= 100 * MIB;
+  loaded();
+  check(recs.size() == n1 + 2, "shared, with NVML failing, nothing is measured");
+  // Alone again: the first device reading is not compared with NVML's.
+  vs_outside_alone(0, 1);
+  loaded();
+  check(recs.size() == n1 + 2, "a reading of the device's after one of NVML's is not a drop");
   vs_outside_alone(0, 0);
 
   // A flood of tiny allocations: bounded, and counted.

@@ -6,8 +6,10 @@ still, and has `vramscope snapshot --json --for 11` look at it; each
 point's JSON (NVML's bytes, reserved, the named parts, unexplained) goes
 into OUT. The gpt2 job runs torch.profiler for 3 steps after the second
 point and says how many CUDA events the profile holds and what the agent
-says of its accounting then; `--bench` alternates blocks of steps with the
-accounting on and stepped aside and reports each block's step time.
+says of its accounting then (with TEARDOWN_CUPTI=1 it trains on until the
+accounting is back, at most 15 s); `--bench` runs BENCH_PAIRS (default 15)
+pairs of 10-step blocks, one with the accounting on and one stepped aside,
+the order turned each pair, and reports each block's step time.
 `--late`: the job is not under `vramscope run` (the agent on PYTHONPATH):
 it runs 3 steps bare, then calls `vramscope.attach()`: what it held
 outside the allocator by then is "context and earlier".
@@ -25,6 +27,7 @@ import torch
 
 JOB, OUT = sys.argv[1], sys.argv[2]
 BENCH = "--bench" in sys.argv
+BENCH_PAIRS = int(os.environ.get("BENCH_PAIRS", "15"))
 LATE = "--late" in sys.argv
 B = os.environ["VRAMSCOPE_BIN"]
 rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -109,12 +112,16 @@ for _ in range(7):
 point("step10")
 if BENCH:
     from vramscope import _outside
+    # Blocks in pairs, the order turned each pair (on-off, off-on, ...) so
+    # that a GPU whose clock drifts through the run weighs on both alike.
     on, off = [], []
-    for i in range(5):
-        on.append(timed(10))
-        _outside._step_aside()
-        off.append(timed(10))
-        _outside._come_back()
+    for i in range(BENCH_PAIRS):
+        for accounting in ((True, False) if i % 2 == 0 else (False, True)):
+            if not accounting:
+                _outside._step_aside()
+            (on if accounting else off).append(timed(10))
+            if not accounting:
+                _outside._come_back()
     report["bench"] = {"on": on, "off": off}
     print("bench on %s off %s" % (["%.4f" % v for v in on], ["%.4f" % v for v in off]), flush=True)
 if JOB == "gpt2" and not BENCH:
@@ -124,12 +131,16 @@ if JOB == "gpt2" and not BENCH:
             step()
         torch.cuda.synchronize()
     k = sum(1 for e in prof.events() if "CUDA" in str(getattr(e, "device_type", "")))
-    # With TEARDOWN_CUPTI=1 the profiler gives CUPTI back a moment after
-    # the profile: the accounting comes back within its retry (2 s).
-    for _ in range(40 if os.environ.get("TEARDOWN_CUPTI") == "1" else 0):
+    # With TEARDOWN_CUPTI=1 the profiler gives CUPTI back at the first CUDA
+    # call after the profile (Kineto finalizes CUPTI from a callback), so
+    # the job trains on, as a real one would: the accounting comes back
+    # within its retry (2 s).
+    t1 = time.time()
+    while os.environ.get("TEARDOWN_CUPTI") == "1" and time.time() - t1 < 15:
         if agent().get("outside") is True:
             break
-        time.sleep(0.25)
+        step()
+        torch.cuda.synchronize()
     report["profile"] = {"cuda_events": k, "agent_after": agent().get("outside")}
     print("profile: %d CUDA events; accounting after: %s" % (k, agent().get("outside")), flush=True)
     for _ in range(3):

@@ -32,6 +32,13 @@ _lock = threading.Lock()
 # is still held (Kineto gives it back only with TEARDOWN_CUPTI=1, and then
 # a moment after the profile ends).
 RETRY_S = 2.0
+# How long the context's measurement waits for NVML to list this process
+# (CUDA creates the context at the first call that needs it, after torch's
+# initialisation, where the accounting begins).
+CONTEXT_WAIT_S = 60.0
+# Tries after a profile before saying that CUPTI is still held where
+# TEARDOWN_CUPTI=1 should have given it back.
+HELD_TRIES = 5
 
 
 def status():
@@ -85,7 +92,7 @@ def _load(path):
     is of another API version."""
     lib = ctypes.CDLL(path)  # never dlclose'd
     lib.vs_outside_api_version.restype = ctypes.c_int
-    if lib.vs_outside_api_version() != 3:
+    if lib.vs_outside_api_version() != 4:
         _st["note"] = "outside.cpp has an unknown API version"
         return None
     lib.vs_outside_start.restype = ctypes.c_int
@@ -95,6 +102,7 @@ def _load(path):
     lib.vs_outside_named.restype = ctypes.c_uint64
     lib.vs_outside_named.argtypes = [ctypes.c_int]
     lib.vs_outside_alone.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.vs_outside_nvml_device.argtypes = [ctypes.c_int, ctypes.c_void_p]
     return lib
 
 
@@ -122,9 +130,10 @@ def _start(lib, torch):
                 return
         _patch_profiler(torch)
         alone = _Alone(torch)
+        alone.hand_over(lib)
         alone.tell(lib)
-        _measure_contexts(lib, torch, at_init)
         alone.watch(lib)
+        _measure_contexts(lib, torch, at_init)
     except _build.BuildError as e:
         _st["note"] = str(e)
     except Exception as e:
@@ -215,10 +224,11 @@ def contexts_by_nvml(torch, named=lambda d: 0):
 
 class _Alone:
     """Tells outside.cpp, every second, on which devices this process is
-    NVML's only process: memory taken between its followed calls is counted
-    as the driver's only there (another process's allocation would look
-    the same). Nowhere without NVML, nor where NVML does not list this
-    process by its pid (a container with its own pid namespace)."""
+    NVML's only process: there it reads the device's free memory; where
+    another process shares the device (whose allocations move that figure
+    too), NVML's bytes for this process, through the handle handed over
+    here. Nothing is measured without NVML, nor where NVML does not list
+    this process by its pid (a container with its own pid namespace)."""
 
     def __init__(self, torch):
         self.handles = {}
@@ -228,6 +238,10 @@ class _Alone:
                 h = _nvml_handle(self.nv, torch, d)
                 if h is not None:
                     self.handles[d] = h
+
+    def hand_over(self, lib):
+        for d, h in self.handles.items():
+            lib.vs_outside_nvml_device(d, h)
 
     def tell(self, lib):
         me = {os.getpid()}
@@ -251,13 +265,24 @@ class _Alone:
         threading.Thread(target=loop, name="vramscope-alone", daemon=True).start()
 
 
-def _measure_contexts(lib, torch, at_init):
+def _measure_contexts(lib, torch, at_init, wait_s=None):
     """What each device held outside the allocator as the accounting began
     (its named parts taken off), handed to outside.cpp: the context where
-    it began as CUDA started, else what was there before it."""
-    kind = OUT_CONTEXT if at_init else OUT_BEFORE
-    for d, nbytes in contexts_by_nvml(torch, lambda d: lib.vs_outside_named(d)).items():
-        lib.vs_outside_context(d, nbytes, kind)
+    it began as CUDA started (outside.cpp has followed every call since),
+    else "context and earlier". CUDA creates the context after torch's
+    initialisation, at the first call that needs it, and NVML lists the
+    process only then: until it does (or lists less than is reserved and
+    named), read again every 0.25 s, CONTEXT_WAIT_S at most."""
+    import time
+
+    deadline = time.monotonic() + (CONTEXT_WAIT_S if wait_s is None else wait_s)
+    while True:
+        got = contexts_by_nvml(torch, lambda d: lib.vs_outside_named(d))
+        if got or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    for d, nbytes in got.items():
+        lib.vs_outside_context(d, nbytes, OUT_CONTEXT if at_init else OUT_BEFORE)
 
 
 def untouched(torch, d):
@@ -320,18 +345,23 @@ def _step_aside():
 def _come_back():
     """After a profile: subscribes again; where CUPTI is still held (before
     CUPTI 13.2 it takes one client, and Kineto keeps it unless
-    TEARDOWN_CUPTI=1), says so once and tries again every RETRY_S seconds
-    on a daemon thread, until it is back or the next profile starts."""
+    TEARDOWN_CUPTI=1), tries again every RETRY_S seconds on a daemon
+    thread, until it is back or the next profile starts. It says so once:
+    at once without TEARDOWN_CUPTI=1 (naming it); with it (Kineto gives
+    CUPTI back at the job's next CUDA call) only when CUPTI is still held
+    after HELD_TRIES tries."""
     try:
         with _lock:
             _st["profiling"] = False
             if not _try_back():
-                _warn(
-                    "memory outside the caching allocator is not followed after torch.profiler: CUPTI is still "
-                    "held (%s; before CUPTI 13.2 it takes one client). With TEARDOWN_CUPTI=1 torch.profiler "
-                    "gives it back after a profile, and the accounting comes back then" % _st["why"],
-                    "profiler",
-                )
+                if not _teardown():
+                    _warn(
+                        "memory outside the caching allocator is not followed after torch.profiler: CUPTI is "
+                        "still held (%s; before CUPTI 13.2 it takes one client). With TEARDOWN_CUPTI=1 "
+                        "torch.profiler gives it back after a profile, and the accounting comes back then"
+                        % _st["why"],
+                        "profiler",
+                    )
                 if not _st["retrying"]:
                     _st["retrying"] = True
                     threading.Thread(target=_retry, name="vramscope-outside-back", daemon=True).start()
@@ -358,9 +388,15 @@ def _try_back():
     return False
 
 
+def _teardown():
+    """Whether torch.profiler gives CUPTI back after a profile."""
+    return os.environ.get("TEARDOWN_CUPTI") == "1"
+
+
 def _retry():
     import time
 
+    tries = 0
     try:
         while True:
             time.sleep(RETRY_S)
@@ -370,5 +406,13 @@ def _retry():
                 if _try_back():
                     _st["retrying"] = False
                     return
+                tries += 1
+                if tries == HELD_TRIES and _teardown():
+                    _warn(
+                        "memory outside the caching allocator is not followed after torch.profiler: CUPTI is "
+                        "still held (%s) %d tries after the profile, although TEARDOWN_CUPTI=1; it comes back "
+                        "when CUPTI is given back" % (_st["why"], tries),
+                        "profiler",
+                    )
     except Exception:
         _st["retrying"] = False
