@@ -71,7 +71,10 @@ use vramscope_wire::event::{Event, EventKind, MarkSource, Place, RingSpan};
 use vramscope_wire::ring::codec::{encode, Words};
 use vramscope_wire::ring::{monotonic_ns, Producer, SegmentConfig, SegmentWriter, Status};
 
-const DEFAULT_REC: &str = "tests/fixtures/recordings/placed/gpt2-placed.vsrec";
+const DEFAULT_REC: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/placed/gpt2-placed.vsrec"
+);
 /// The agent's default ring size (`VRAMSCOPE_SLOTS`).
 const SLOTS: u64 = 1 << 16;
 /// The exact-mode agent's statistics period (`VRAMSCOPE_STATS_MS`).
@@ -112,10 +115,17 @@ fn model_counts(k: &EventKind) -> bool {
 /// them) and the event.
 type RecordedEvent = (Option<u32>, Option<u64>, Event);
 
+/// Ends the bench with one line naming what is wrong with the recording
+/// (the replayer's errors name its path).
+fn unreadable(e: impl std::fmt::Display) -> ! {
+    eprintln!("live_bench: {e}");
+    std::process::exit(2)
+}
+
 fn load(path: &Path) -> Recorded {
-    let mut r = Replayer::open(path).unwrap_or_else(|e| panic!("{e}"));
+    let mut r = Replayer::open(path).unwrap_or_else(|e| unreadable(e));
     let mut per: HashMap<u32, Vec<RecordedEvent>> = HashMap::new();
-    while let Some((_, input)) = r.next_input().unwrap_or_else(|e| panic!("{e}")) {
+    while let Some((_, input)) = r.next_input().unwrap_or_else(|e| unreadable(e)) {
         if let Input::Events(b) = input {
             let v = per.entry(b.key.pid).or_default();
             for (e, p) in b.positioned() {
@@ -1185,7 +1195,11 @@ fn run_once(o: &RunOpts) -> RunResult {
         std::io::BufReader::new(child.stdout.as_mut().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert!(line.contains("producer ready"), "producer: {line:?}");
+        if !line.contains("producer ready") {
+            // The producer said why on stderr (inherited).
+            eprintln!("live_bench: a producer did not start");
+            std::process::exit(2);
+        }
         producers.push(Killed(child));
     }
     let first_pid = producers.first().map(|p| p.0.id());
