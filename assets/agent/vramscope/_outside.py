@@ -355,12 +355,9 @@ def _come_back():
             _st["profiling"] = False
             if not _try_back():
                 if not _teardown():
-                    _warn(
-                        "memory outside the caching allocator is not followed after torch.profiler: CUPTI is "
-                        "still held (%s; before CUPTI 13.2 it takes one client). With TEARDOWN_CUPTI=1 "
-                        "torch.profiler gives it back after a profile, and the accounting comes back then"
-                        % _st["why"],
-                        "profiler",
+                    _warn_held(
+                        "(%s; before CUPTI 13.2 it takes one client). With TEARDOWN_CUPTI=1 torch.profiler "
+                        "gives it back after a profile, and the accounting comes back then" % _st["why"]
                     )
                 if not _st["retrying"]:
                     _st["retrying"] = True
@@ -388,6 +385,14 @@ def _try_back():
     return False
 
 
+def _warn_held(why):
+    """Says once that CUPTI is still held after a profile, and `why`."""
+    _warn(
+        "memory outside the caching allocator is not followed after torch.profiler: CUPTI is still held " + why,
+        "profiler",
+    )
+
+
 def _teardown():
     """Whether torch.profiler gives CUPTI back after a profile."""
     return os.environ.get("TEARDOWN_CUPTI") == "1"
@@ -408,11 +413,9 @@ def _retry():
                     return
                 tries += 1
                 if tries == HELD_TRIES and _teardown():
-                    _warn(
-                        "memory outside the caching allocator is not followed after torch.profiler: CUPTI is "
-                        "still held (%s) %d tries after the profile, although TEARDOWN_CUPTI=1; it comes back "
-                        "when CUPTI is given back" % (_st["why"], tries),
-                        "profiler",
+                    _warn_held(
+                        "(%s) %d tries after the profile, although TEARDOWN_CUPTI=1; it comes back when CUPTI "
+                        "is given back" % (_st["why"], tries)
                     )
     except Exception:
         _st["retrying"] = False
