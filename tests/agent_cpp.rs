@@ -93,7 +93,7 @@ fn tracker_logic_without_a_gpu() {
 /// start found sent as its own kind).
 #[test]
 fn outside_accounting_without_a_gpu() {
-    build_and_run("outside_test", "fake_cupti", &["-ldl"], &[], 36);
+    build_and_run("outside_test", "fake_cupti", &["-ldl"], &[], 37);
 }
 
 /// Built against CUPTI 13.2's callback API (the stand-in's

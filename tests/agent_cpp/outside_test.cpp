@@ -209,6 +209,15 @@ int main() {
   vs_test_free -= 100 * MIB;
   loaded();
   check(recs.size() == n1 + 2, "shared, with NVML failing, nothing is measured");
+  // A figure past any device (a hostile or broken NVML) is no reading.
+  vs_test_used = 1ull << 63;
+  loaded();
+  vs_test_used = (1ull << 63) + 8 * MIB;
+  loaded();
+  vs_outside_nvml_device(-1, nullptr);
+  vs_outside_nvml_device(8, nullptr);
+  check(recs.size() == n1 + 2, "shared, NVML's bytes past any device are no reading; a device out of range is ignored");
+  vs_test_used = 0;
   // Alone again: the first device reading is not compared with NVML's.
   vs_outside_alone(0, 1);
   loaded();
